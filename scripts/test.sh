@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second command; .ci/run calls it).
+# Static checks, then every Go test under the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then echo "gofmt -l lists:"; echo "$bad"; exit 1; fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== build without cgo"
+CGO_ENABLED=0 go build ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./...
