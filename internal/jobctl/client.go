@@ -1,0 +1,322 @@
+package jobctl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Environment variables the client reads.
+const (
+	EnvControl = "GORUN_CONTROL"   // host:port of the launcher's server
+	EnvToken   = "GORUN_JOB_TOKEN" // shared secret of the job
+	EnvRank    = "GORUN_RANK"
+)
+
+const (
+	// defaultInterval is how often the client sends its latest state: often
+	// enough for a live view, rare enough to cost nothing.
+	defaultInterval = time.Second
+	// heartbeat resends an unchanged state so the server knows the rank lives.
+	heartbeat = 5 * time.Second
+	// ioTimeout bounds every dial, read and write; the channel is best effort.
+	ioTimeout = 2 * time.Second
+	// closeFlush bounds the final report sent by Close.
+	closeFlush = 500 * time.Millisecond
+)
+
+// Client reports one rank's progress to the launcher. Its methods never
+// block and never fail; a nil *Client does nothing.
+type Client struct {
+	addr     string
+	token    []byte
+	interval time.Duration
+
+	rank   atomic.Int64
+	joined atomic.Bool
+	phase  atomic.Pointer[string]
+	state  atomic.Uint64 // opID<<48 | inOp<<47 | seq (47 bits)
+	since  atomic.Int64  // UnixNano of the last Enter or Leave
+
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	closed sync.Once
+}
+
+const (
+	seqMask = 1<<47 - 1
+	inBit   = 1 << 47
+)
+
+// FromEnv returns a client for the launcher named by GORUN_CONTROL, or nil
+// (a valid no-op client) when the variable is absent or invalid.
+func FromEnv() *Client {
+	addr := os.Getenv(EnvControl)
+	if addr == "" {
+		return nil
+	}
+	rank, err := strconv.Atoi(os.Getenv(EnvRank))
+	if err != nil {
+		rank = -1
+	}
+	return New(addr, []byte(os.Getenv(EnvToken)), rank)
+}
+
+// New returns a client that reports to the server at addr; rank may be -1
+// until Joined or Phase names it. The client dials in the background.
+func New(addr string, token []byte, rank int) *Client {
+	return newClient(addr, token, rank, defaultInterval)
+}
+
+func newClient(addr string, token []byte, rank int, interval time.Duration) *Client {
+	c := &Client{
+		addr:     addr,
+		token:    append([]byte(nil), token...),
+		interval: interval,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	c.rank.Store(int64(rank))
+	c.since.Store(time.Now().UnixNano())
+	go c.loop()
+	return c
+}
+
+// Joined records that rank has joined the world.
+func (c *Client) Joined(rank int) {
+	if c == nil {
+		return
+	}
+	c.rank.Store(int64(rank))
+	c.joined.Store(true)
+	c.poke()
+}
+
+// Phase records rank's start-up phase ("bootstrap", "connecting", "ready").
+func (c *Client) Phase(rank int, phase string) {
+	if c == nil {
+		return
+	}
+	c.rank.Store(int64(rank))
+	c.phase.Store(&phase)
+	c.poke()
+}
+
+// Enter records that the rank entered collective op number seq.
+func (c *Client) Enter(op string, seq uint64) {
+	if c == nil {
+		return
+	}
+	c.state.Store(uint64(internOp(op))<<48 | inBit | seq&seqMask)
+	c.since.Store(time.Now().UnixNano())
+}
+
+// Leave records that the rank left its current collective.
+func (c *Client) Leave() {
+	if c == nil {
+		return
+	}
+	for {
+		old := c.state.Load()
+		if c.state.CompareAndSwap(old, old&^inBit) {
+			break
+		}
+	}
+	c.since.Store(time.Now().UnixNano())
+}
+
+// Close sends a last report (waiting at most half a second) and stops the
+// background goroutine.
+func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
+	c.closed.Do(func() { close(c.stop) })
+	<-c.done
+	return nil
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// report reads the current state.
+func (c *Client) report(done bool) Report {
+	st := c.state.Load()
+	r := Report{
+		Rank:    int(c.rank.Load()),
+		Joined:  c.joined.Load(),
+		Op:      opName(uint16(st >> 48)),
+		Seq:     st & seqMask,
+		InOp:    st&inBit != 0,
+		SinceMS: time.Since(time.Unix(0, c.since.Load())).Milliseconds(),
+		Done:    done,
+	}
+	if p := c.phase.Load(); p != nil {
+		r.Phase = *p
+	}
+	return r
+}
+
+// loop sends the latest state about once per interval, reconnecting with
+// back-off while the server is unreachable.
+func (c *Client) loop() {
+	defer close(c.done)
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	var (
+		s        *sender
+		last     Report
+		lastSent time.Time
+		retryAt  time.Time
+		backoff  = c.interval
+	)
+	defer func() {
+		if s != nil {
+			s.conn.Close()
+		}
+	}()
+	send := func(rep Report, deadline time.Time) {
+		if rep.Rank < 0 {
+			return
+		}
+		if s == nil {
+			if time.Now().Before(retryAt) {
+				return
+			}
+			var err error
+			s, err = dial(c.addr, c.token, deadline)
+			if err != nil {
+				retryAt = time.Now().Add(backoff)
+				backoff = min(2*backoff, 10*time.Second)
+				return
+			}
+			backoff = c.interval
+		}
+		if err := s.send(rep, deadline); err != nil {
+			s.conn.Close()
+			s = nil
+			return
+		}
+		last, lastSent = rep, time.Now()
+	}
+	for {
+		select {
+		case <-c.stop:
+			retryAt = time.Time{}
+			send(c.report(true), time.Now().Add(closeFlush))
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+		rep := c.report(false)
+		cmp := rep
+		cmp.SinceMS = last.SinceMS
+		if cmp != last || time.Since(lastSent) >= heartbeat {
+			send(rep, time.Now().Add(ioTimeout))
+		}
+	}
+}
+
+// sender is one authenticated connection.
+type sender struct {
+	conn    net.Conn
+	token   []byte
+	nonce   string
+	counter uint64
+	buf     []byte
+}
+
+func dial(addr string, token []byte, deadline time.Time) (*sender, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &OpError{Op: "dial", Peer: addr, Rank: -1, Err: err}
+	}
+	conn.SetReadDeadline(deadline)
+	line, err := bufio.NewReaderSize(conn, 128).ReadString('\n')
+	if err != nil {
+		conn.Close()
+		return nil, &OpError{Op: "greeting", Peer: addr, Rank: -1, Err: err}
+	}
+	nonce, ok := strings.CutPrefix(strings.TrimSpace(line), greeting+" ")
+	if !ok || nonce == "" {
+		conn.Close()
+		return nil, &OpError{Op: "greeting", Peer: addr, Rank: -1, Err: ErrProtocol}
+	}
+	return &sender{conn: conn, token: token, nonce: nonce}, nil
+}
+
+func (s *sender) send(rep Report, deadline time.Time) error {
+	payload, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	s.buf = fmt.Appendf(s.buf[:0], "%s %s\n", mac(s.token, s.nonce, s.counter, payload), payload)
+	s.counter++
+	s.conn.SetWriteDeadline(deadline)
+	_, err = s.conn.Write(s.buf)
+	return err
+}
+
+// The op table interns op names so Enter stores one word and allocates
+// nothing for names it has seen.
+type opTable struct {
+	ids   map[string]uint16
+	names []string
+}
+
+var (
+	ops   atomic.Pointer[opTable]
+	opsMu sync.Mutex
+)
+
+func init() {
+	ops.Store(&opTable{ids: map[string]uint16{"": 0}, names: []string{""}})
+}
+
+func internOp(op string) uint16 {
+	if id, ok := ops.Load().ids[op]; ok {
+		return id
+	}
+	opsMu.Lock()
+	defer opsMu.Unlock()
+	t := ops.Load()
+	if id, ok := t.ids[op]; ok {
+		return id
+	}
+	if len(t.names) >= 1<<16-1 {
+		return 0
+	}
+	n := &opTable{ids: make(map[string]uint16, len(t.ids)+1), names: append(t.names[:len(t.names):len(t.names)], op)}
+	for k, v := range t.ids {
+		n.ids[k] = v
+	}
+	id := uint16(len(n.names) - 1)
+	n.ids[op] = id
+	ops.Store(n)
+	return id
+}
+
+func opName(id uint16) string {
+	t := ops.Load()
+	if int(id) < len(t.names) {
+		return t.names[id]
+	}
+	return ""
+}
