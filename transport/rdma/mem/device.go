@@ -1,0 +1,265 @@
+package mem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// MaxInline is the largest payload a FlagInline request may carry.
+const MaxInline = 256
+
+const provider = "mem"
+
+func init() {
+	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+		return Open(cfg), nil
+	})
+}
+
+// namespace maps listener names to listeners, process wide.
+var namespace struct {
+	mu   sync.Mutex
+	next uint64
+	lns  map[string]*listener
+}
+
+// Open returns a new device with cfg (zero fields take their defaults).
+func Open(cfg rdma.Config) rdma.Device {
+	return &device{
+		cfg:   cfg.WithDefaults(),
+		pd:    soft.NewPD(provider),
+		conns: make(map[*conn]struct{}),
+		lns:   make(map[*listener]struct{}),
+	}
+}
+
+type device struct {
+	cfg rdma.Config
+	pd  *soft.PD
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*conn]struct{}
+	lns    map[*listener]struct{}
+}
+
+func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
+
+func (d *device) Name() string { return provider }
+
+func (d *device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if d.isClosed() {
+		return nil, opErr("register", rdma.ErrClosed)
+	}
+	return d.pd.Add(buf, access, nil, nil), nil
+}
+
+func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
+	if n < 0 {
+		return nil, opErr("alloc", rdma.ErrInvalid)
+	}
+	if d.isClosed() {
+		return nil, opErr("alloc", rdma.ErrClosed)
+	}
+	buf, err := soft.Mmap(n)
+	if err != nil {
+		return nil, opErr("alloc", err)
+	}
+	return d.pd.Add(buf, access, nil, func(*rdma.MR) error { return soft.Munmap(buf) }), nil
+}
+
+// Listen binds a name in the process-wide namespace. Any address is
+// accepted; "mem:NAME" asks for NAME, anything else gets a fresh number.
+func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("listen", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, opErr("listen", rdma.ErrClosed)
+	}
+	namespace.mu.Lock()
+	defer namespace.mu.Unlock()
+	if namespace.lns == nil {
+		namespace.lns = make(map[string]*listener)
+	}
+	var name string
+	if n, ok := strings.CutPrefix(addr, "mem:"); ok && n != "" && n != "0" {
+		name = addr
+		if namespace.lns[name] != nil {
+			return nil, opErr("listen", fmt.Errorf("%s: address in use: %w", addr, rdma.ErrInvalid))
+		}
+	} else {
+		for name == "" || namespace.lns[name] != nil {
+			namespace.next++
+			name = "mem:" + strconv.FormatUint(namespace.next, 10)
+		}
+	}
+	ln := &listener{dev: d, addr: Addr(name), backlog: make(chan *conn, 1024), done: make(chan struct{})}
+	namespace.lns[name] = ln
+	d.lns[ln] = struct{}{}
+	return ln, nil
+}
+
+// Dial connects to a listener's address and returns a connected Conn.
+func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("dial", err)
+	}
+	namespace.mu.Lock()
+	ln := namespace.lns[addr]
+	namespace.mu.Unlock()
+	if ln == nil {
+		return nil, opErr("dial", fmt.Errorf("%s: connection refused (no listener): %w", addr, rdma.ErrNotConnected))
+	}
+	srvDev := ln.dev
+	id := connIDs.Add(1)
+	cli := newConn(d, fmt.Sprintf("%s/c%d", addr, id))
+	srv := newConn(srvDev, fmt.Sprintf("%s/s%d", addr, id))
+	cli.peer, srv.peer = srv, cli
+	if !d.track(cli) {
+		return nil, opErr("dial", rdma.ErrClosed)
+	}
+	if !srvDev.track(srv) {
+		d.untrack(cli)
+		return nil, opErr("dial", fmt.Errorf("%s: connection refused (device closed): %w", addr, rdma.ErrNotConnected))
+	}
+	var err error
+	select {
+	case ln.backlog <- srv:
+		return cli, nil
+	case <-ln.done:
+		err = fmt.Errorf("%s: connection refused (listener closed): %w", addr, rdma.ErrNotConnected)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	cli.Close()
+	return nil, opErr("dial", err)
+}
+
+func (d *device) track(c *conn) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.conns[c] = struct{}{}
+	return true
+}
+
+func (d *device) untrack(c *conn) {
+	d.mu.Lock()
+	delete(d.conns, c)
+	d.mu.Unlock()
+}
+
+// Close closes every listener and connection of the device, then
+// deregisters its memory regions.
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	lns := make([]*listener, 0, len(d.lns))
+	for ln := range d.lns {
+		lns = append(lns, ln)
+	}
+	conns := make([]*conn, 0, len(d.conns))
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// A peer's engine may still be copying into a region for a moment.
+	var firstErr error
+	for _, mr := range d.pd.All() {
+		err := mr.Deregister()
+		for i := 0; i < 1000 && isBusy(err); i++ {
+			time.Sleep(time.Millisecond)
+			err = mr.Deregister()
+		}
+		if err != nil && firstErr == nil && !isClosedErr(err) {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// Addr is a mem listener's address, "mem:N".
+type Addr string
+
+func (a Addr) Network() string { return provider }
+func (a Addr) String() string  { return string(a) }
+
+type listener struct {
+	dev     *device
+	addr    Addr
+	backlog chan *conn
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (l *listener) Addr() net.Addr { return l.addr }
+
+func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	select {
+	case c := <-l.backlog:
+		return c, nil
+	case <-l.done:
+		return nil, opErr("accept", rdma.ErrClosed)
+	case <-ctx.Done():
+		return nil, opErr("accept", ctx.Err())
+	}
+}
+
+// Close unbinds the address and refuses the connections not yet accepted.
+func (l *listener) Close() error {
+	first := false
+	l.once.Do(func() {
+		first = true
+		namespace.mu.Lock()
+		delete(namespace.lns, string(l.addr))
+		namespace.mu.Unlock()
+		close(l.done)
+		l.dev.mu.Lock()
+		delete(l.dev.lns, l)
+		l.dev.mu.Unlock()
+	})
+	if !first {
+		return opErr("close", rdma.ErrClosed)
+	}
+	for {
+		select {
+		case c := <-l.backlog:
+			c.Close()
+		default:
+			return nil
+		}
+	}
+}
+
+func isBusy(err error) bool      { return errors.Is(err, rdma.ErrBusy) }
+func isClosedErr(err error) bool { return errors.Is(err, rdma.ErrClosed) }
