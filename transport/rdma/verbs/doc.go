@@ -1,0 +1,50 @@
+// Package verbs is the "verbs" provider of transport/rdma: real RDMA through
+// rdma-core. Connections are managed with librdmacm (rdma_getaddrinfo, an
+// event channel per listener and per connection, listen/accept/connect,
+// disconnect on both sides); each connection is one RC queue pair whose
+// requests are posted with the rdma_post_* inlines (and ibv_post_send for
+// write-with-immediate) and whose completions are polled from two CQs, one
+// for the send queue and one for the receive queue.
+//
+// # Build tag
+//
+// The provider needs cgo, the rdma-core headers and libraries
+// (libibverbs-dev, librdmacm-dev) and a kernel with RDMA. Go build
+// constraints cannot detect headers, so the cgo code is behind the "rdma"
+// build tag:
+//
+//	go build -tags rdma ./...          # links librdmacm and libibverbs
+//
+// Without the tag (or without cgo, or off Linux) the package compiles to
+// stubs: nothing is registered with transport/rdma, Open returns
+// rdma.ErrNotSupported and Supported reports false. Devices, the pure-Go
+// sysfs discovery, works in every build, so callers can decide whether verbs
+// is worth trying (a device with an active port exists) before opening it.
+//
+// # Memory
+//
+// Alloc returns mmap'd memory outside the Go heap (soft.Mmap: locked, not
+// inherited by children). Register accepts Go memory and pins it with
+// runtime.Pinner for the life of the registration: Go never moves heap
+// objects, a pinned object's span is neither freed nor scavenged, and
+// ibv_reg_mr pins the physical pages, so the NIC may keep the address.
+// Inline payloads are copied into C memory before the post, so they need no
+// registration and no pinning.
+//
+// # Completions
+//
+// A waiter polls its CQ for a short while, then arms it with
+// ibv_req_notify_cq and sleeps on the completion channel's descriptor through
+// the Go netpoller (the fd is non-blocking), so no OS thread is held while
+// waiting; ibv_get_cq_event and ibv_ack_cq_events follow the wake-up.
+// Unsignaled requests produce no completion, but the provider signals every
+// SendQueueDepth/4-th of them internally so the send queue drains; those
+// internal completions are never delivered.
+//
+// Ownership and concurrency follow transport/rdma: Device, Listener and Conn
+// methods are safe for concurrent use; posts on one Conn are serialised by a
+// mutex (their order is the order in which the Post calls return);
+// GetSendComp and GetRecvComp may each be called by one goroutine at a time.
+// A Conn owns its cm_id, QP, CQs and event channels; the Device owns the
+// protection domain and every MR registered through it or its Conns.
+package verbs
