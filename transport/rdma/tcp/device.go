@@ -1,0 +1,204 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+const provider = "tcp"
+
+// MaxInline is the largest payload FlagInline accepts: it is copied into
+// the send queue at post time.
+const MaxInline = 256
+
+func init() {
+	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+		return newDevice(cfg.WithDefaults()), nil
+	})
+}
+
+type device struct {
+	cfg rdma.Config
+	pd  *soft.PD
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*conn]struct{}
+	lns    map[*listener]struct{}
+}
+
+func newDevice(cfg rdma.Config) *device {
+	return &device{
+		cfg:   cfg,
+		pd:    soft.NewPD(provider),
+		conns: make(map[*conn]struct{}),
+		lns:   make(map[*listener]struct{}),
+	}
+}
+
+func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
+
+func (d *device) Name() string { return provider }
+
+func (d *device) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if d.isClosed() {
+		return nil, opErr("register", rdma.ErrClosed)
+	}
+	return d.pd.Add(buf, access, nil, nil), nil
+}
+
+func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
+	if n <= 0 {
+		return nil, opErr("alloc", rdma.ErrInvalid)
+	}
+	if d.isClosed() {
+		return nil, opErr("alloc", rdma.ErrClosed)
+	}
+	buf, err := soft.Mmap(n)
+	if err != nil {
+		return nil, opErr("alloc", err)
+	}
+	return d.pd.Add(buf, access, nil, func(*rdma.MR) error { return soft.Munmap(buf) }), nil
+}
+
+func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	var lc net.ListenConfig
+	nl, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, opErr("listen", err)
+	}
+	ln := &listener{dev: d, ln: nl.(*net.TCPListener)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		nl.Close()
+		return nil, opErr("listen", rdma.ErrClosed)
+	}
+	d.lns[ln] = struct{}{}
+	return ln, nil
+}
+
+func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	if d.isClosed() {
+		return nil, opErr("dial", rdma.ErrClosed)
+	}
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, opErr("dial", err)
+	}
+	c, err := d.setup(ctx, nc.(*net.TCPConn), roleDial)
+	if err != nil {
+		return nil, opErr("dial", err)
+	}
+	return c, nil
+}
+
+// setup tunes the socket, authenticates the peer and starts the conn.
+func (d *device) setup(ctx context.Context, nc *net.TCPConn, r role) (*conn, error) {
+	nc.SetNoDelay(true)
+	tuneSocket(nc)
+	if err := handshake(ctx, nc, d.cfg.Token, r); err != nil {
+		nc.Close()
+		return nil, &peerError{peer: nc.RemoteAddr().String(), err: err}
+	}
+	c := newConn(d, nc, nc, nc.RemoteAddr().String())
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		nc.Close()
+		return nil, rdma.ErrClosed
+	}
+	d.conns[c] = struct{}{}
+	d.mu.Unlock()
+	c.start()
+	return c, nil
+}
+
+func (d *device) forget(c *conn) {
+	d.mu.Lock()
+	delete(d.conns, c)
+	d.mu.Unlock()
+}
+
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	lns, conns := d.lns, d.conns
+	d.lns, d.conns = nil, nil
+	d.mu.Unlock()
+	for ln := range lns {
+		ln.ln.Close()
+	}
+	for c := range conns {
+		c.Close()
+	}
+	var errs []error
+	for _, mr := range d.pd.All() {
+		if err := mr.Deregister(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type listener struct {
+	dev *device
+	ln  *net.TCPListener
+}
+
+func (l *listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Accept waits for a peer and authenticates it. A peer that fails the
+// handshake makes Accept return that error (ErrAuth); the listener stays
+// open. Concurrent Accepts share the socket's deadline: a ctx ending wakes
+// all of them.
+func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("accept", err)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		l.ln.SetDeadline(d)
+	} else {
+		l.ln.SetDeadline(noDeadline)
+	}
+	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(longAgo) })
+	nc, err := l.ln.AcceptTCP()
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, opErr("accept", err)
+	}
+	c, err := l.dev.setup(ctx, nc, roleAccept)
+	if err != nil {
+		return nil, opErr("accept", err)
+	}
+	return c, nil
+}
+
+func (l *listener) Close() error {
+	l.dev.mu.Lock()
+	delete(l.dev.lns, l)
+	l.dev.mu.Unlock()
+	if err := l.ln.Close(); err != nil {
+		return opErr("listener_close", err)
+	}
+	return nil
+}

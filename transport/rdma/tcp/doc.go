@@ -1,0 +1,34 @@
+// Package tcp is the "tcp" provider of transport/rdma: software RDMA over a
+// TCP stream, so any two hosts can run gorun without RDMA hardware.
+//
+// Each Conn is one TCP socket carrying framed requests (write, write with
+// immediate, send, read request) from initiator to target and responses
+// (cumulative ACK, NAK, read response) back; both ends play both roles.
+// The target validates the rkey, bounds and access of every request against
+// its device's soft.PD before a byte of payload is read, then reads the
+// payload straight from the socket into the registered region; an invalid
+// request's payload is drained into a scratch buffer and the connection
+// enters the error state on both ends. Requests are served one at a time in
+// stream order, which gives the contract's ordering: a send posted after a
+// write is delivered after the write's data is in place. A send that finds
+// no posted receive holds the stream while it waits (RNRRetry × RNRTimer).
+//
+// A handshake precedes all frames: protocol version, and when
+// Config.Token is set a mutual HMAC-SHA256 challenge-response (see
+// handshake.go); a peer that fails it never reaches registered memory.
+//
+// Ownership and concurrency: a Conn owns its socket and three goroutines —
+// the writer (the only one that writes to the socket: requests in post
+// order, responses as the reader queues them, gathered with one writev), the
+// reader (the only one that reads: serves requests, completes the send
+// queue on ACKs), and a reaper that flushes the queues once both have
+// exited. The reader never waits for the writer, so two ends writing large
+// messages at each other cannot deadlock; read responses are therefore
+// copied out of the region when the read is served. Post* and Reg* are safe
+// for concurrent use; GetSendComp and GetRecvComp each by one goroutine at a
+// time. The device owns its protection domain and closes its listeners,
+// connections and regions on Close.
+//
+// This package is owned by the tcp provider's maintainers; other packages
+// use it only through rdma.Open("tcp").
+package tcp

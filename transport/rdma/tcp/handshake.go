@@ -1,0 +1,136 @@
+package tcp
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// The handshake runs before any frame: both ends send a hello (magic,
+// protocol version, whether they hold a token, a fresh nonce). When both
+// hold a token each proves it with HMAC-SHA256(token, role‖own nonce‖peer
+// nonce) — the token never crosses the wire and a proof cannot be replayed
+// or reflected — then each sends a one-byte verdict on the other's proof.
+// Only after that does the connection read frames, so a peer without the
+// token never reaches registered memory.
+const (
+	protoVersion = 1
+	nonceLen     = 32
+	helloLen     = 8 + 2 + 2 + nonceLen
+	helloAuth    = 1 << 0
+
+	// handshakeTimeout bounds a handshake whose ctx has no deadline, so a
+	// stray client cannot hold Accept forever.
+	handshakeTimeout = 10 * time.Second
+)
+
+var helloMagic = [8]byte{'g', 'o', 'r', 'u', 'n', 'T', 'C', 'P'}
+
+type role byte
+
+const (
+	roleDial   role = 'D'
+	roleAccept role = 'A'
+)
+
+// handshake authenticates nc under ctx; the error is an rdma sentinel
+// (ErrAuth, ErrNotSupported) or the I/O error, not yet wrapped.
+func handshake(ctx context.Context, nc net.Conn, token []byte, me role) error {
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	nc.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(longAgo) })
+	err := exchange(nc, token, me)
+	if !stop() {
+		return ctx.Err()
+	}
+	if err != nil {
+		return err
+	}
+	return nc.SetDeadline(time.Time{})
+}
+
+func exchange(rw io.ReadWriter, token []byte, me role) error {
+	var mine, theirs [helloLen]byte
+	copy(mine[:], helloMagic[:])
+	binary.LittleEndian.PutUint16(mine[8:], protoVersion)
+	if len(token) > 0 {
+		binary.LittleEndian.PutUint16(mine[10:], helloAuth)
+	}
+	if _, err := rand.Read(mine[12:]); err != nil {
+		return err
+	}
+	if _, err := rw.Write(mine[:]); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(rw, theirs[:]); err != nil {
+		return err
+	}
+	if [8]byte(theirs[:8]) != helloMagic {
+		return fmt.Errorf("%w: not a gorun tcp peer", rdma.ErrAuth)
+	}
+	if v := binary.LittleEndian.Uint16(theirs[8:]); v != protoVersion {
+		return fmt.Errorf("%w: peer speaks protocol version %d, want %d", rdma.ErrNotSupported, v, protoVersion)
+	}
+	peerAuth := binary.LittleEndian.Uint16(theirs[10:])&helloAuth != 0
+	switch {
+	case len(token) == 0 && !peerAuth:
+		return nil
+	case len(token) == 0:
+		return fmt.Errorf("%w: peer requires a token and none is configured", rdma.ErrAuth)
+	case !peerAuth:
+		return fmt.Errorf("%w: peer has no token", rdma.ErrAuth)
+	}
+	myNonce, peerNonce := mine[12:], theirs[12:]
+	if hmac.Equal(myNonce, peerNonce) {
+		return fmt.Errorf("%w: peer echoed our nonce", rdma.ErrAuth)
+	}
+	peer := roleAccept
+	if me == roleAccept {
+		peer = roleDial
+	}
+	proof := prove(token, me, myNonce, peerNonce)
+	if _, err := rw.Write(proof); err != nil {
+		return err
+	}
+	var got [sha256.Size]byte
+	if _, err := io.ReadFull(rw, got[:]); err != nil {
+		return err
+	}
+	ok := hmac.Equal(got[:], prove(token, peer, peerNonce, myNonce))
+	verdict := [1]byte{0}
+	if ok {
+		verdict[0] = 1
+	}
+	if _, err := rw.Write(verdict[:]); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: peer's proof does not match our token", rdma.ErrAuth)
+	}
+	if _, err := io.ReadFull(rw, verdict[:]); err != nil {
+		return err
+	}
+	if verdict[0] != 1 {
+		return fmt.Errorf("%w: peer rejected our token", rdma.ErrAuth)
+	}
+	return nil
+}
+
+func prove(token []byte, r role, own, peer []byte) []byte {
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte{byte(r)})
+	m.Write(own)
+	m.Write(peer)
+	return m.Sum(nil)
+}

@@ -1,0 +1,242 @@
+package tcp
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// readLoop is the only reader of the socket. It never waits for the
+// writer; the only waits are the bounded receiver-not-ready ones.
+func (c *conn) readLoop() {
+	defer close(c.readDone)
+	c.fail(c.serve())
+}
+
+// serve reads and handles frames until the stream ends or breaks the
+// protocol. It is the whole decoder: everything it does with peer bytes is
+// checked against the protection domain first.
+func (c *conn) serve() error {
+	var h header
+	for {
+		if _, err := io.ReadFull(c.r, c.rhdr[:]); err != nil {
+			return err
+		}
+		if err := h.decode(&c.rhdr); err != nil {
+			return err
+		}
+		if h.op <= opReadReq {
+			if h.seq != c.expect {
+				return fmt.Errorf("%w: request %d, want %d", errProtocol, h.seq, c.expect)
+			}
+			c.expect++
+		}
+		if c.discard {
+			if err := c.drainPayload(&h); err != nil {
+				return err
+			}
+			continue
+		}
+		var err error
+		switch h.op {
+		case opWrite, opWriteImm:
+			err = c.serveWrite(&h)
+		case opSend:
+			err = c.serveSend(&h)
+		case opReadReq:
+			c.serveRead(&h)
+		case opAck:
+			err = c.onAck(&h)
+		case opNak:
+			err = c.onNak(&h)
+		case opReadResp:
+			err = c.onReadResp(&h)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) drainPayload(h *header) error {
+	if !h.hasPayload() {
+		return nil
+	}
+	return c.drain(int(h.length))
+}
+
+// drain reads and drops n payload bytes (n ≤ maxMsg) into the scratch
+// buffer, which is never registered.
+func (c *conn) drain(n int) error {
+	for n > 0 {
+		k := min(n, len(c.scratch))
+		if _, err := io.ReadFull(c.r, c.scratch[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+func (c *conn) ack(h *header) {
+	if h.flags&fAck != 0 {
+		c.queueResp(header{op: opAck, seq: h.seq}, nil, nil)
+	}
+}
+
+// remoteError answers request h with a NAK and moves this end to the error
+// state; the initiator moves there when the NAK arrives.
+func (c *conn) remoteError(h *header, st rdma.Status, op string, cause error) {
+	c.queueResp(header{op: opNak, seq: h.seq, status: uint16(st)}, nil, nil)
+	c.setError(opErr(op, &peerError{peer: c.peer, err: cause}))
+}
+
+// setError moves a live conn to the error state: the reader stops serving
+// (every later frame is drained), the receive queue is flushed now and the
+// writer flushes the send queue. Only the reader calls it.
+func (c *conn) setError(err error) {
+	c.discard = true
+	c.mu.Lock()
+	if c.state == stateOK {
+		c.state = stateError
+		if c.err == nil {
+			c.err = err
+		}
+		c.flushRQ()
+	}
+	c.mu.Unlock()
+	kick(c.wake)
+}
+
+func (c *conn) serveWrite(h *header) error {
+	n := int(h.length)
+	b, mr := c.dev.pd.Remote(h.rkey, h.addr, n, rdma.AccessRemoteWrite)
+	if mr == nil {
+		if err := c.drain(n); err != nil {
+			return err
+		}
+		c.remoteError(h, rdma.StatusRemoteAccessError, "serve_write",
+			fmt.Errorf("write of %d bytes at %#x rkey %#x: %w", n, h.addr, h.rkey, rdma.ErrAccess))
+		return nil
+	}
+	var rw *recvWR
+	if h.op == opWriteImm {
+		var err error
+		if rw, err = c.waitRecv(); err != nil || rw == nil {
+			mr.Release()
+			return c.rnrExceeded(h, err)
+		}
+	}
+	_, err := io.ReadFull(c.r, b)
+	mr.Release()
+	if err != nil {
+		return err
+	}
+	if rw != nil {
+		c.consumeRecv(rdma.WC{WRID: rw.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: n, Imm: h.imm, HasImm: true})
+	}
+	c.ack(h)
+	return nil
+}
+
+func (c *conn) serveSend(h *header) error {
+	n := int(h.length)
+	rw, err := c.waitRecv()
+	if err != nil || rw == nil {
+		return c.rnrExceeded(h, err)
+	}
+	if n > rw.length {
+		if err := c.drain(n); err != nil {
+			return err
+		}
+		c.consumeRecv(rdma.WC{WRID: rw.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: n})
+		c.remoteError(h, rdma.StatusRemoteInvalidRequest, "serve_send",
+			fmt.Errorf("send of %d bytes into a %d-byte receive: %w", n, rw.length, rdma.ErrInvalid))
+		return nil
+	}
+	left := n
+	for _, s := range rw.sgl {
+		if left == 0 {
+			break
+		}
+		k := min(left, len(s.Buf))
+		if _, err := io.ReadFull(c.r, s.Buf[:k]); err != nil {
+			return err
+		}
+		left -= k
+	}
+	c.consumeRecv(rdma.WC{WRID: rw.wrid, Opcode: rdma.OpRecv, ByteLen: n})
+	c.ack(h)
+	return nil
+}
+
+func (c *conn) rnrExceeded(h *header, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := c.drainPayload(h); err != nil {
+		return err
+	}
+	c.remoteError(h, rdma.StatusRNRRetryExceeded, "serve_send",
+		fmt.Errorf("no receive posted after %d retries %v apart", c.cfg.RNRRetry, c.cfg.RNRTimer))
+	return nil
+}
+
+// waitRecv returns the oldest posted receive, waiting for one as an RC
+// responder's receiver-not-ready retries would: RNRRetry times RNRTimer
+// apart (forever if RNRRetry < 0), waking early when one is posted. The
+// stream is held meanwhile, which keeps every later request behind this
+// one. A nil receive and nil error mean the retries ran out.
+func (c *conn) waitRecv() (*recvWR, error) {
+	for try := 0; ; try++ {
+		c.mu.Lock()
+		if c.rqHead < c.rqTail {
+			rw := c.rslot(c.rqHead)
+			c.mu.Unlock()
+			return rw, nil
+		}
+		c.mu.Unlock()
+		if c.cfg.RNRRetry >= 0 && try >= c.cfg.RNRRetry {
+			return nil, nil
+		}
+		c.rnrTimer.Reset(c.cfg.RNRTimer)
+		select {
+		case <-c.recvWake:
+			try-- // a post is not a retry
+		case <-c.rnrTimer.C:
+		case <-c.done:
+			c.rnrTimer.Stop()
+			return nil, errClosing
+		}
+		c.rnrTimer.Stop()
+	}
+}
+
+// consumeRecv pops the oldest receive and reports wc for it.
+func (c *conn) consumeRecv(wc rdma.WC) {
+	c.mu.Lock()
+	rw := c.rslot(c.rqHead)
+	c.rqHead++
+	soft.ReleaseAll(rw.sgl)
+	clear(rw.sgl)
+	c.recvCQ.Push(wc)
+	c.mu.Unlock()
+}
+
+func (c *conn) serveRead(h *header) {
+	n := int(h.length)
+	b, mr := c.dev.pd.Remote(h.rkey, h.addr, n, rdma.AccessRemoteRead)
+	if mr == nil {
+		c.remoteError(h, rdma.StatusRemoteAccessError, "serve_read",
+			fmt.Errorf("read of %d bytes at %#x rkey %#x: %w", n, h.addr, h.rkey, rdma.ErrAccess))
+		return
+	}
+	// Copy now: later requests may overwrite the region before the writer
+	// sends the response, and the reader must not wait for the writer.
+	p := getBuf(n)
+	copy(*p, b)
+	mr.Release()
+	c.queueResp(header{op: opReadResp, seq: h.seq, length: h.length}, *p, p)
+}
