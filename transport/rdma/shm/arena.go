@@ -1,0 +1,141 @@
+package shm
+
+import (
+	"errors"
+	"os"
+	"sort"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// arenaSize is the virtual size of a device's memfd arena. The file is
+// sparse: pages exist only while an Alloc'd region covers them (a freed
+// range is punched out), so the size only bounds how much may be Alloc'd
+// at once. Each peer maps the whole arena once, MAP_NORESERVE.
+const arenaSize = 64 << 30
+
+// newMemfd creates a close-on-exec memfd of size bytes, readable and
+// writable by its owner only (memfds start at mode 0777).
+func newMemfd(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, os.NewSyscallError("memfd_create", err)
+	}
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("fchmod", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("ftruncate", err)
+	}
+	return fd, nil
+}
+
+// arena hands out page-aligned ranges of one memfd; Alloc'd regions are
+// mappings of those ranges, and peers reach them through their own mapping
+// of the whole file.
+type arena struct {
+	fd int
+
+	mu   sync.Mutex
+	free []span // sorted by off, coalesced
+}
+
+type span struct{ off, n uint64 }
+
+func newArena() (*arena, error) {
+	fd, err := newMemfd("gorun-shm-arena", arenaSize)
+	if err != nil {
+		return nil, err
+	}
+	return &arena{fd: fd, free: []span{{0, arenaSize}}}, nil
+}
+
+var errArenaFull = errors.New("shm arena exhausted")
+
+// alloc maps n bytes (rounded up to pages) and returns the mapping, sliced
+// to n, and its offset in the file.
+func (a *arena) alloc(n int) ([]byte, uint64, error) {
+	size := uint64(soft.RoundPage(n))
+	a.mu.Lock()
+	off, ok := uint64(0), false
+	for i, s := range a.free {
+		if s.n >= size {
+			off, ok = s.off, true
+			a.free[i] = span{s.off + size, s.n - size}
+			if a.free[i].n == 0 {
+				a.free = append(a.free[:i], a.free[i+1:]...)
+			}
+			break
+		}
+	}
+	a.mu.Unlock()
+	if !ok {
+		return nil, 0, errArenaFull
+	}
+	mem, err := unix.Mmap(a.fd, int64(off), int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		a.put(off, size)
+		return nil, 0, os.NewSyscallError("mmap", err)
+	}
+	_ = unix.Madvise(mem, unix.MADV_DONTFORK)
+	_ = unix.Mlock(mem) // best effort: RLIMIT_MEMLOCK is small for most users
+	return mem[:n], off, nil
+}
+
+// release unmaps a region from alloc, frees its pages and its range.
+func (a *arena) release(mem []byte, off uint64) error {
+	mem = mem[:cap(mem)]
+	size := uint64(len(mem))
+	err := unix.Munmap(mem)
+	_ = unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(size))
+	a.put(off, size)
+	if err != nil {
+		return os.NewSyscallError("munmap", err)
+	}
+	return nil
+}
+
+func (a *arena) put(off, n uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	a.free = append(a.free, span{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = span{off, n}
+	// Coalesce with the neighbours.
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].n == a.free[i].off {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+}
+
+func (a *arena) close() {
+	if a.fd >= 0 {
+		unix.Close(a.fd)
+		a.fd = -1
+	}
+}
+
+// mapPeerArena maps a peer's whole arena from fd (which it closes).
+func mapPeerArena(fd int) ([]byte, error) {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, os.NewSyscallError("fstat", err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	_ = unix.Madvise(mem, unix.MADV_DONTFORK)
+	return mem, nil
+}

@@ -1,0 +1,329 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// maxInline is the largest FlagInline payload: one ring record.
+const maxInline = 4096
+
+const (
+	stateActive int32 = iota
+	stateError        // an RC queue pair's error state: everything flushes
+	stateClosed       // Close was called
+)
+
+// conn is one connected queue pair. The send queue is executed by the
+// posting goroutine when nothing is queued ahead and the request needs no
+// wait (the common case), else by the sq goroutine; either way requests
+// run one at a time, in post order, under the exec lock discipline below.
+type conn struct {
+	dev       *Device
+	uc        *net.UnixConn
+	peerPid   int
+	local     *segment // ours: our outgoing ring, our receives, our keys
+	peer      *segment // the peer's: its ring, receives, keys
+	peerArena []byte
+	cma       bool
+	segFd     int
+
+	sendCQ, recvCQ *soft.CQ
+
+	state     atomic.Int32
+	errMu     sync.Mutex
+	err       error
+	peerGone  atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	// Send queue. pending and busy are guarded by sqMu; the exec fields
+	// below belong to whoever executes (one at a time).
+	sqMu    sync.Mutex
+	pending []wr
+	busy    bool
+	sqWake  chan struct{}
+	exe     execState
+
+	// Receive queue: a fixed ring of posted receives, guarded by rqMu.
+	rqMu    sync.Mutex
+	rq      []rwr
+	rqHead  int
+	rqLen   int
+	posted  uint64 // receives posted so far (published in local)
+	rxTail  uint64 // ring consumer position (progress goroutine only)
+	rxFirst bool   // a multi-fragment send is being received
+
+	wMu    sync.Mutex // serializes socket writes
+	respCh chan fallbackResp
+}
+
+// wr is a queued send-queue work request.
+type wr struct {
+	op     rdma.Opcode
+	wrid   uint64
+	one    [1]rdma.SGE
+	sgl    []rdma.SGE // nil: one
+	flags  rdma.Flags
+	raddr  uint64
+	rkey   uint32
+	imm    uint32
+	hasImm bool
+	held   bool // MRs acquired
+	total  int
+}
+
+func (w *wr) list() []rdma.SGE {
+	if w.sgl != nil {
+		return w.sgl
+	}
+	return w.one[:]
+}
+
+// rwr is a posted receive.
+type rwr struct {
+	wrid  uint64
+	one   [1]rdma.SGE
+	sgl   []rdma.SGE
+	total int
+}
+
+func (r *rwr) list() []rdma.SGE {
+	if r.sgl != nil {
+		return r.sgl
+	}
+	return r.one[:]
+}
+
+func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
+	seg, fd, err := newSegment(d.cfg.RecvQueueDepth)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{
+		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd,
+		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
+		done: make(chan struct{}), sqWake: make(chan struct{}, 1),
+		rq:     make([]rwr, d.cfg.RecvQueueDepth),
+		respCh: make(chan fallbackResp, 1),
+	}
+	c.exe.keys = make(map[uint32]int)
+	if err := d.addConn(c); err != nil {
+		unix.Close(fd)
+		seg.unmap()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *conn) takeSegFd() (int, error) {
+	fd := c.segFd
+	c.segFd = -1
+	return fd, nil
+}
+
+// abandon undoes newConn after a failed handshake.
+func (c *conn) abandon() {
+	c.dev.removeConn(c)
+	if c.segFd >= 0 {
+		unix.Close(c.segFd)
+	}
+	c.local.unmap()
+	c.peer.unmap()
+	if c.peerArena != nil {
+		unix.Munmap(c.peerArena)
+	}
+	c.uc.Close()
+}
+
+func (c *conn) start() {
+	c.wg.Add(3)
+	go c.progressLoop()
+	go c.sqLoop()
+	go c.socketLoop()
+}
+
+func (c *conn) opErr(op string, err error) error {
+	return &rdma.OpError{Op: op, Provider: provider, Err: err}
+}
+
+// peerDead reports whether the peer can no longer touch our memory.
+func (c *conn) peerDead() bool { return c.peerGone.Load() || c.state.Load() == stateClosed }
+
+func (c *conn) MaxInline() int { return maxInline }
+
+func (c *conn) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+func (c *conn) RegMsgs(buf []byte) (*rdma.MR, error) {
+	return c.dev.Register(buf, rdma.AccessLocalWrite)
+}
+
+func (c *conn) RegWrite(buf []byte) (*rdma.MR, error) {
+	return c.dev.Register(buf, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+}
+
+func (c *conn) RegRead(buf []byte) (*rdma.MR, error) {
+	return c.dev.Register(buf, rdma.AccessLocalWrite|rdma.AccessRemoteRead)
+}
+
+// setError moves the connection to the error state (once) with reason, wakes
+// every waiter and flushes the posted receives. The peer is told unless it
+// told us.
+func (c *conn) setError(reason error, tellPeer bool) {
+	if !c.state.CompareAndSwap(stateActive, stateError) {
+		return
+	}
+	c.errMu.Lock()
+	c.err = reason
+	c.errMu.Unlock()
+	if tellPeer {
+		c.sendCtl(msgError, []byte(reason.Error()))
+	}
+	c.wakeAll()
+	c.flushRecvs()
+}
+
+func (c *conn) wakeAll() {
+	select {
+	case c.sqWake <- struct{}{}:
+	default:
+	}
+	c.peer.dataBell().wake()
+	c.peer.recvBell().wake()
+	c.local.spaceBell().wake()
+}
+
+func (c *conn) flushRecvs() {
+	c.rqMu.Lock()
+	defer c.rqMu.Unlock()
+	for c.rqLen > 0 {
+		r := &c.rq[c.rqHead]
+		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		soft.ReleaseAll(r.list())
+		*r = rwr{}
+		c.rqHead = (c.rqHead + 1) % len(c.rq)
+		c.rqLen--
+	}
+}
+
+func (c *conn) PostRecv(wrid uint64, buf []byte, mr *rdma.MR) error {
+	r := rwr{wrid: wrid}
+	r.one[0] = rdma.SGE{Buf: buf, MR: mr}
+	return c.postRecv(&r)
+}
+
+func (c *conn) PostRecvv(wrid uint64, sgl []rdma.SGE) error {
+	r := rwr{wrid: wrid, sgl: append([]rdma.SGE(nil), sgl...)}
+	return c.postRecv(&r)
+}
+
+func (c *conn) postRecv(r *rwr) error {
+	total, err := soft.CheckLocal(c.dev.pd, r.list(), rdma.AccessLocalWrite, 0, 0)
+	if err != nil {
+		return c.opErr("post_recv", err)
+	}
+	r.total = total
+	if !soft.AcquireAll(r.list()) {
+		return c.opErr("post_recv", rdma.ErrNotRegistered)
+	}
+	c.rqMu.Lock()
+	defer c.rqMu.Unlock()
+	switch c.state.Load() {
+	case stateClosed:
+		soft.ReleaseAll(r.list())
+		return c.opErr("post_recv", rdma.ErrClosed)
+	case stateError:
+		soft.ReleaseAll(r.list())
+		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		return nil
+	}
+	if c.rqLen == len(c.rq) {
+		soft.ReleaseAll(r.list())
+		return c.opErr("post_recv", rdma.ErrQueueFull)
+	}
+	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
+	c.rqLen++
+	c.local.recvLen(c.posted).Store(uint64(total))
+	c.posted++
+	c.local.u64(offRecvPosted).Store(c.posted)
+	c.local.recvBell().ring()
+	return nil
+}
+
+func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return getComp(ctx, c.sendCQ) }
+
+func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return getComp(ctx, c.recvCQ) }
+
+// getComp polls briefly (a reply often arrives within microseconds), then
+// sleeps on the queue.
+func getComp(ctx context.Context, q *soft.CQ) (rdma.WC, error) {
+	start := time.Time{}
+	for i := 0; ; i++ {
+		wc, ok, err := q.Poll()
+		if ok {
+			return wc, nil
+		}
+		if err != nil {
+			return rdma.WC{}, err
+		}
+		if i == 0 {
+			start = time.Now()
+		} else if i&3 == 3 && time.Since(start) > spinFor {
+			break
+		}
+		runtime.Gosched()
+	}
+	return q.Get(ctx)
+}
+
+// Close flushes outstanding work, tells the peer (it sees the socket
+// close), stops the goroutines and unmaps the shared memory.
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.dev.removeConn(c)
+		c.state.Store(stateClosed)
+		c.errMu.Lock()
+		if c.err == nil {
+			c.err = c.opErr("close", rdma.ErrClosed)
+		}
+		c.errMu.Unlock()
+		close(c.done)
+		c.wakeAll()
+		c.uc.Close()
+		c.wg.Wait()
+		// Wait for a post executing inline, then flush the queue.
+		c.sqMu.Lock()
+		for i := range c.pending {
+			c.complete(&c.pending[i], rdma.StatusFlushed)
+		}
+		c.pending = nil
+		c.sqMu.Unlock()
+		c.flushRecvs()
+		closed := c.opErr("get_comp", rdma.ErrClosed)
+		c.sendCQ.Close(closed)
+		c.recvCQ.Close(closed)
+		c.rqMu.Lock()
+		c.local.unmap()
+		c.peer.unmap()
+		c.rqMu.Unlock()
+		unix.Munmap(c.peerArena)
+	})
+	return nil
+}
+
+func (c *conn) String() string { return fmt.Sprintf("shm conn to pid %d", c.peerPid) }

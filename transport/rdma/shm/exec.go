@@ -1,0 +1,396 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// Ring records: a 32-byte header, then the payload, padded to 64 bytes.
+//
+//	0 type  4 payload length  8 imm  12 flags  16 total  24 offset
+const (
+	recHdr = 32
+
+	recPad      = 1 // skip total bytes (to the ring's start)
+	recSend     = 2 // a fragment of a send: payload at offset of total
+	recWriteImm = 3 // consumes a receive: total bytes were written, imm
+	recLenErr   = 4 // consumes a receive too small for a total-byte send
+	recError    = 5 // the sender entered the error state; payload: why
+
+	fragFirst = 1
+	fragLast  = 2
+
+	// maxFrag is the largest payload of one record; longer sends are
+	// fragmented so that the receiver copies out while the sender copies
+	// in.
+	maxFrag = 64 << 10
+)
+
+func recSize(payload int) int { return alignUp(recHdr+payload, 64) }
+
+// execState belongs to whoever executes the send queue (one at a time).
+type execState struct {
+	keys     map[uint32]int // rkey -> peer key-table slot
+	consumed uint64         // peer receives consumed
+	head     uint64         // our ring's producer position
+	iov      [soft.MaxSGE]unix.Iovec
+}
+
+// exec runs w. Without block it returns false, having done nothing, when w
+// would have to wait (no receive posted, ring full, fallback round trip).
+func (c *conn) exec(w *wr, block bool) bool {
+	if c.state.Load() != stateActive {
+		c.complete(w, rdma.StatusFlushed)
+		return true
+	}
+	switch w.op {
+	case rdma.OpSend:
+		return c.execSend(w, block)
+	case rdma.OpRead:
+		return c.execRemote(w, block)
+	default:
+		return c.execWrite(w, block)
+	}
+}
+
+// fail completes w with st and moves the connection to the error state.
+// The peer learns it from an error record in the ring, after everything
+// posted before w (the socket is only used when the ring is full). A
+// length error needs no record: the peer's receive fails on its own.
+func (c *conn) fail(w *wr, st rdma.Status, what string) {
+	c.complete(w, st)
+	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.op}
+	reason := c.opErr("post_"+w.op.String(), fmt.Errorf("%s (peer pid %d): %w", what, c.peerPid, &rdma.WCError{WC: wc}))
+	if !c.state.CompareAndSwap(stateActive, stateError) {
+		return
+	}
+	c.errMu.Lock()
+	c.err = reason
+	c.errMu.Unlock()
+	if st != rdma.StatusRemoteInvalidRequest {
+		msg := []byte(reason.Error())
+		msg = msg[:min(len(msg), maxInline)]
+		if rec, ok := c.reserve(recSize(len(msg)), false); ok {
+			putHdr(rec, recError, uint32(len(msg)), 0, 0, 0, 0)
+			copy(rec[recHdr:], msg)
+			c.publish(len(rec))
+		} else {
+			c.sendCtl(msgError, msg)
+		}
+	}
+	c.wakeAll()
+	c.flushRecvs()
+}
+
+func (c *conn) peerRecvReady() bool {
+	return c.peer.u64(offRecvPosted).Load() > c.exe.consumed
+}
+
+// needRecv makes sure the peer has a receive posted, waiting RNRRetry times
+// RNRTimer when block is set. It reports whether w may go on; when it has
+// completed w it returns false, done.
+func (c *conn) needRecv(w *wr, block bool) (ok, done bool) {
+	if c.peerRecvReady() {
+		return true, false
+	}
+	if !block {
+		return false, false
+	}
+	cfg := c.dev.cfg
+	cond := func() bool { return c.peerRecvReady() || c.state.Load() != stateActive }
+	for try := 0; cfg.RNRRetry < 0 || try < cfg.RNRRetry; try++ {
+		deadline := time.Now().Add(cfg.RNRTimer)
+		for left := cfg.RNRTimer; left > 0 && !cond(); left = time.Until(deadline) {
+			c.peer.recvBell().wait(cond, left)
+		}
+		if cond() {
+			break
+		}
+	}
+	switch {
+	case c.state.Load() != stateActive:
+		c.complete(w, rdma.StatusFlushed)
+	case c.peerRecvReady():
+		return true, false
+	default:
+		c.fail(w, rdma.StatusRNRRetryExceeded, fmt.Sprintf("receiver not ready after %d retries %v apart", cfg.RNRRetry, cfg.RNRTimer))
+	}
+	return false, true
+}
+
+func (c *conn) spaceFor(size int) bool {
+	idx := int(c.exe.head & (ringSize - 1))
+	if ringSize-idx < size {
+		size += ringSize - idx
+	}
+	return ringSize-int(c.exe.head-c.local.u64(offTail).Load()) >= size
+}
+
+// reserve returns room for a record of size bytes in our ring, waiting for
+// the peer to consume when block is set. It fails when the connection
+// leaves the active state.
+func (c *conn) reserve(size int, block bool) ([]byte, bool) {
+	cond := func() bool { return c.spaceFor(size) || c.state.Load() != stateActive }
+	for !c.spaceFor(size) {
+		if !block || c.state.Load() != stateActive {
+			return nil, false
+		}
+		c.local.spaceBell().wait(cond, 100*time.Millisecond)
+	}
+	ring := c.local.ring()
+	idx := int(c.exe.head & (ringSize - 1))
+	if pad := ringSize - idx; pad < size {
+		putHdr(ring[idx:], recPad, 0, 0, 0, uint64(pad), 0)
+		c.exe.head += uint64(pad)
+		idx = 0
+	}
+	return ring[idx : idx+size], true
+}
+
+func putHdr(b []byte, typ, plen, imm, flags uint32, total, off uint64) {
+	binary.LittleEndian.PutUint32(b[0:], typ)
+	binary.LittleEndian.PutUint32(b[4:], plen)
+	binary.LittleEndian.PutUint32(b[8:], imm)
+	binary.LittleEndian.PutUint32(b[12:], flags)
+	binary.LittleEndian.PutUint64(b[16:], total)
+	binary.LittleEndian.PutUint64(b[24:], off)
+}
+
+// publish makes the records reserved so far visible and rings the peer.
+func (c *conn) publish(size int) {
+	c.exe.head += uint64(size)
+	c.local.u64(offHead).Store(c.exe.head)
+	c.local.dataBell().ring()
+}
+
+// putRecord writes a payload-less record.
+func (c *conn) putRecord(typ, imm uint32, total uint64, block bool) bool {
+	rec, ok := c.reserve(recSize(0), block)
+	if !ok {
+		return false
+	}
+	putHdr(rec, typ, 0, imm, 0, total, 0)
+	c.publish(len(rec))
+	return true
+}
+
+func (c *conn) execSend(w *wr, block bool) bool {
+	ok, done := c.needRecv(w, block)
+	if !ok {
+		return done
+	}
+	first := min(w.total, maxFrag)
+	if !block && (w.total > maxFrag || !c.spaceFor(recSize(first))) {
+		return false
+	}
+	if capacity := c.peer.recvLen(c.exe.consumed).Load(); uint64(w.total) > capacity {
+		if !c.putRecord(recLenErr, 0, uint64(w.total), block) {
+			c.complete(w, rdma.StatusFlushed)
+			return true
+		}
+		c.exe.consumed++
+		c.fail(w, rdma.StatusRemoteInvalidRequest, fmt.Sprintf("%d-byte send into a %d-byte receive", w.total, capacity))
+		return true
+	}
+	sgl := w.list()
+	for off := 0; ; {
+		n := min(w.total-off, maxFrag)
+		rec, ok := c.reserve(recSize(n), block)
+		if !ok {
+			c.complete(w, rdma.StatusFlushed)
+			return true
+		}
+		var flags uint32
+		if off == 0 {
+			flags |= fragFirst
+		}
+		if off+n == w.total {
+			flags |= fragLast
+		}
+		putHdr(rec, recSend, uint32(n), 0, flags, uint64(w.total), uint64(off))
+		gather(rec[recHdr:recHdr+n], sgl, off)
+		c.publish(len(rec))
+		off += n
+		if off == w.total {
+			break
+		}
+	}
+	c.exe.consumed++
+	c.complete(w, rdma.StatusSuccess)
+	return true
+}
+
+func (c *conn) execWrite(w *wr, block bool) bool {
+	if w.hasImm {
+		ok, done := c.needRecv(w, block)
+		if !ok {
+			return done
+		}
+		if !block && !c.spaceFor(recSize(0)) {
+			return false
+		}
+	}
+	if w.total > 0 {
+		st, ok := c.remoteCopy(w, block)
+		if !ok {
+			return false
+		}
+		if st != rdma.StatusSuccess {
+			c.fail(w, st, c.remoteWhat(w, st))
+			return true
+		}
+	}
+	if w.hasImm {
+		if !c.putRecord(recWriteImm, w.imm, uint64(w.total), block) {
+			c.complete(w, rdma.StatusFlushed)
+			return true
+		}
+		c.exe.consumed++
+	}
+	c.complete(w, rdma.StatusSuccess)
+	return true
+}
+
+// execRemote runs a read.
+func (c *conn) execRemote(w *wr, block bool) bool {
+	if w.total > 0 {
+		st, ok := c.remoteCopy(w, block)
+		if !ok {
+			return false
+		}
+		if st != rdma.StatusSuccess {
+			c.fail(w, st, c.remoteWhat(w, st))
+			return true
+		}
+	}
+	c.complete(w, rdma.StatusSuccess)
+	return true
+}
+
+func (c *conn) remoteWhat(w *wr, st rdma.Status) string {
+	if st == rdma.StatusRemoteAccessError {
+		return fmt.Sprintf("%s of %d bytes at %#x rkey %#x refused (key, bounds or access)", w.op, w.total, w.raddr, w.rkey)
+	}
+	return fmt.Sprintf("%s of %d bytes at %#x rkey %#x failed", w.op, w.total, w.raddr, w.rkey)
+}
+
+// remoteCopy moves w's bytes to (write) or from (read) the peer's region
+// after checking the key, the bounds and the access in the peer's key
+// table. It reports false when it would block and block is not set.
+func (c *conn) remoteCopy(w *wr, block bool) (rdma.Status, bool) {
+	need := uint32(rdma.AccessRemoteWrite)
+	if w.op == rdma.OpRead {
+		need = uint32(rdma.AccessRemoteRead)
+	}
+	idx, cached := c.exe.keys[w.rkey]
+	var off uint64
+	entered := false
+	if cached {
+		off, entered = c.peer.enter(idx, w.rkey, w.raddr, w.total, need)
+	}
+	if !entered {
+		if idx = c.peer.findKey(w.rkey); idx >= 0 {
+			off, entered = c.peer.enter(idx, w.rkey, w.raddr, w.total, need)
+		}
+		if !entered {
+			delete(c.exe.keys, w.rkey)
+			return rdma.StatusRemoteAccessError, true
+		}
+		c.exe.keys[w.rkey] = idx
+	}
+	sgl := w.list()
+	switch {
+	case off != noArena:
+		defer c.peer.leave(idx)
+		if off+uint64(w.total) > uint64(len(c.peerArena)) {
+			return rdma.StatusRemoteAccessError, true
+		}
+		remote := c.peerArena[off : off+uint64(w.total)]
+		if w.op == rdma.OpRead {
+			scatter(sgl, 0, remote)
+		} else {
+			gather(remote, sgl, 0)
+		}
+		return rdma.StatusSuccess, true
+	case c.cma:
+		defer c.peer.leave(idx)
+		return c.cmaCopy(w, sgl), true
+	default:
+		c.peer.leave(idx) // the peer checks again and copies itself
+		if !block {
+			return 0, false
+		}
+		return c.fallbackCopy(w, sgl), true
+	}
+}
+
+// cmaCopy is the cross-memory-attach path for registered Go memory.
+func (c *conn) cmaCopy(w *wr, sgl []rdma.SGE) rdma.Status {
+	iov := c.exe.iov[:0]
+	for _, s := range sgl {
+		if len(s.Buf) > 0 {
+			iov = append(iov, unix.Iovec{Base: unsafe.SliceData(s.Buf), Len: uint64(len(s.Buf))})
+		}
+	}
+	remote := [1]unix.RemoteIovec{{Base: uintptr(w.raddr), Len: w.total}}
+	var n int
+	var err error
+	for {
+		if w.op == rdma.OpRead {
+			n, err = unix.ProcessVMReadv(c.peerPid, iov, remote[:], 0)
+		} else {
+			n, err = unix.ProcessVMWritev(c.peerPid, iov, remote[:], 0)
+		}
+		if err != unix.EINTR {
+			break
+		}
+	}
+	switch {
+	case err == nil && n == w.total:
+		return rdma.StatusSuccess
+	case errors.Is(err, unix.ESRCH):
+		return rdma.StatusRetryExceeded
+	default:
+		return rdma.StatusRemoteAccessError
+	}
+}
+
+// gather copies the concatenation of sgl, from byte off on, into dst.
+func gather(dst []byte, sgl []rdma.SGE, off int) {
+	for _, s := range sgl {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(s.Buf) {
+			off -= len(s.Buf)
+			continue
+		}
+		n := copy(dst, s.Buf[off:])
+		dst = dst[n:]
+		off = 0
+	}
+}
+
+// scatter copies src into the concatenation of sgl from byte off on.
+func scatter(sgl []rdma.SGE, off int, src []byte) {
+	for _, s := range sgl {
+		if len(src) == 0 {
+			return
+		}
+		if off >= len(s.Buf) {
+			off -= len(s.Buf)
+			continue
+		}
+		n := copy(s.Buf[off:], src)
+		src = src[n:]
+		off = 0
+	}
+}

@@ -1,0 +1,91 @@
+package shm
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The futex operations on MAP_SHARED memory. FUTEX_PRIVATE_FLAG must not be
+// set: the word is shared with another process, and the kernel keys it by
+// (inode, offset).
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// spinFor is how long a waiter polls before it sleeps in the kernel. It is
+// short because the machine this runs on may have fewer cores than ranks:
+// a few microseconds catch a ping-pong reply, longer only steals the core
+// the peer needs. The spin yields (runtime.Gosched) between polls.
+const spinFor = 4 * time.Microsecond
+
+// doorbell is a futex word plus a "somebody sleeps" flag, both in shared
+// memory: the waiter sets the flag before its last check, the ringer bumps
+// the word and only calls FUTEX_WAKE when the flag is set. With sequentially
+// consistent atomics on both sides (x86 LOCK'd instructions) a wake-up
+// cannot be lost.
+type doorbell struct {
+	seq     *atomic.Uint32
+	waiters *atomic.Uint32
+}
+
+func (d doorbell) ring() {
+	d.seq.Add(1)
+	if d.waiters.Load() != 0 {
+		futex(d.seq, futexWake, 1<<30, nil)
+	}
+}
+
+// wake wakes every sleeper unconditionally (close, cancellation).
+func (d doorbell) wake() {
+	d.seq.Add(1)
+	futex(d.seq, futexWake, 1<<30, nil)
+}
+
+// wait returns when ready reports true, or after timeout (0: none), or on
+// a ring. It spins briefly first. It reports ready's last value.
+func (d doorbell) wait(ready func() bool, timeout time.Duration) bool {
+	if spin(ready) {
+		return true
+	}
+	d.waiters.Add(1)
+	defer d.waiters.Add(^uint32(0))
+	s := d.seq.Load()
+	if ready() {
+		return true
+	}
+	var ts *unix.Timespec
+	if timeout > 0 {
+		t := unix.NsecToTimespec(int64(timeout))
+		ts = &t
+	}
+	futex(d.seq, futexWait, s, ts)
+	return ready()
+}
+
+// spin polls ready for up to spinFor, yielding between polls.
+func spin(ready func() bool) bool {
+	if ready() {
+		return true
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		runtime.Gosched()
+		if ready() {
+			return true
+		}
+		if i&3 == 3 && time.Since(start) > spinFor {
+			return false
+		}
+	}
+}
+
+func futex(word *atomic.Uint32, op int, val uint32, ts *unix.Timespec) {
+	// Errors are EAGAIN (the word changed: re-check), EINTR or ETIMEDOUT;
+	// every caller re-checks its condition, so none matters.
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), uintptr(op), uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)
+}

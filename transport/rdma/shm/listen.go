@@ -1,0 +1,186 @@
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// socketDir is the private directory that holds the listeners' sockets:
+// $XDG_RUNTIME_DIR/gorun if that is set, else $TMPDIR/gorun-<uid>. It is
+// created 0700 and rejected if it is a symlink, is owned by another user
+// or is open to group or others.
+func socketDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%d", os.Getuid()))
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
+		dir = filepath.Join(x, "gorun")
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
+		return "", err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || fi.Mode()&os.ModeSymlink != 0 || !ok || int(st.Uid) != os.Getuid() {
+		return "", fmt.Errorf("socket directory %s is not a directory owned by uid %d", dir, os.Getuid())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("socket directory %s has mode %v, want 0700", dir, fi.Mode().Perm())
+	}
+	return dir, nil
+}
+
+// socketPath maps a Listen address to a socket path: an absolute path is
+// used as given; anything else ("127.0.0.1:0") gets a fresh name in the
+// private directory.
+func socketPath(addr string) (string, error) {
+	if strings.HasPrefix(addr, "/") {
+		return addr, nil
+	}
+	dir, err := socketDir()
+	if err != nil {
+		return "", err
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, fmt.Sprintf("shm-%d-%s.sock", os.Getpid(), hex.EncodeToString(b[:]))), nil
+}
+
+type listener struct {
+	dev  *Device
+	ln   *net.UnixListener
+	addr *net.UnixAddr
+
+	accepted chan *net.UnixConn
+	done     chan struct{}
+	once     sync.Once
+	wg       sync.WaitGroup
+}
+
+func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
+	path, err := socketPath(addr)
+	if err != nil {
+		return nil, rdma.NewOpError(provider, "listen", err)
+	}
+	ua := &net.UnixAddr{Name: path, Net: "unix"}
+	ln, err := net.ListenUnix("unix", ua)
+	if err != nil {
+		return nil, rdma.NewOpError(provider, "listen", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, rdma.NewOpError(provider, "listen", err)
+	}
+	l := &listener{dev: d, ln: ln, addr: ua, accepted: make(chan *net.UnixConn, 16), done: make(chan struct{})}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		ln.Close()
+		return nil, rdma.NewOpError(provider, "listen", rdma.ErrClosed)
+	}
+	d.listeners[l] = struct{}{}
+	d.mu.Unlock()
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+// acceptLoop accepts sockets until Close; Accept does the handshake, under
+// its caller's context.
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	for {
+		uc, err := l.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		select {
+		case l.accepted <- uc:
+		case <-l.done:
+			uc.Close()
+			return
+		}
+	}
+}
+
+func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	for {
+		select {
+		case uc := <-l.accepted:
+			c, err := l.dev.handshake(ctx, uc, false)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, rdma.NewOpError(provider, "accept", ctx.Err())
+				}
+				return nil, rdma.NewOpError(provider, "accept", err)
+			}
+			return c, nil
+		case <-l.done:
+			return nil, rdma.NewOpError(provider, "accept", rdma.ErrClosed)
+		case <-ctx.Done():
+			return nil, rdma.NewOpError(provider, "accept", ctx.Err())
+		}
+	}
+}
+
+func (l *listener) Addr() net.Addr { return l.addr }
+
+// Close stops accepting and removes the socket file.
+func (l *listener) Close() error {
+	var err error
+	l.once.Do(func() {
+		close(l.done)
+		err = l.ln.Close() // unlinks the socket
+		l.wg.Wait()
+		for {
+			select {
+			case uc := <-l.accepted:
+				uc.Close()
+				continue
+			default:
+			}
+			break
+		}
+		l.dev.mu.Lock()
+		delete(l.dev.listeners, l)
+		l.dev.mu.Unlock()
+	})
+	return err
+}
+
+func (d *Device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	var nd net.Dialer
+	nc, err := nd.DialContext(ctx, "unix", addr)
+	if err != nil {
+		return nil, rdma.NewOpError(provider, "dial", err)
+	}
+	c, err := d.handshake(ctx, nc.(*net.UnixConn), true)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, rdma.NewOpError(provider, "dial", ctx.Err())
+		}
+		return nil, rdma.NewOpError(provider, "dial", err)
+	}
+	return c, nil
+}

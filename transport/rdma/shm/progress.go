@@ -1,0 +1,130 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+var errProtocolRing = errors.New("malformed record in the peer's ring")
+
+// progressLoop consumes the peer's ring: sends land in posted receives,
+// write-with-immediate notifications consume them. It spins briefly, then
+// sleeps on the peer's data doorbell.
+func (c *conn) progressLoop() {
+	defer c.wg.Done()
+	head := c.peer.u64(offHead)
+	bell := c.peer.dataBell()
+	more := func() bool {
+		return head.Load() != c.rxTail || c.state.Load() == stateClosed || c.peerGone.Load()
+	}
+	for {
+		if c.state.Load() == stateClosed {
+			return
+		}
+		if c.drain() {
+			continue
+		}
+		if c.peerGone.Load() {
+			// Everything the peer published has been delivered.
+			<-c.done
+			return
+		}
+		bell.wait(more, 0)
+	}
+}
+
+// drain handles every published record and reports whether there was any.
+// In the error state records are skipped (their receives were flushed).
+func (c *conn) drain() bool {
+	head := c.peer.u64(offHead).Load()
+	if head == c.rxTail {
+		return false
+	}
+	ring := c.peer.ring()
+	tail := c.peer.u64(offTail)
+	space := c.peer.spaceBell()
+	for c.rxTail != head {
+		idx := int(c.rxTail & (ringSize - 1))
+		h := ring[idx:]
+		typ := binary.LittleEndian.Uint32(h[0:])
+		plen := int(binary.LittleEndian.Uint32(h[4:]))
+		total := binary.LittleEndian.Uint64(h[16:])
+		size := recSize(plen)
+		if typ == recPad {
+			size = int(total)
+		}
+		if size <= 0 || size > ringSize-idx || plen > maxFrag || uint64(size) > head-c.rxTail {
+			c.setError(c.opErr("recv", errProtocolRing), true)
+			c.rxTail = head
+			tail.Store(head)
+			space.ring()
+			return true
+		}
+		switch {
+		case typ == recPad || c.state.Load() != stateActive:
+		case typ == recError:
+			c.setError(c.opErr("conn", fmt.Errorf("peer pid %d: %s", c.peerPid, h[recHdr:recHdr+plen])), false)
+		default:
+			c.deliver(typ, h[:recHdr], h[recHdr:recHdr+plen])
+		}
+		c.rxTail += uint64(size)
+		tail.Store(c.rxTail)
+		space.ring()
+	}
+	return true
+}
+
+// deliver applies one record to the head of the receive queue.
+func (c *conn) deliver(typ uint32, h, payload []byte) {
+	imm := binary.LittleEndian.Uint32(h[8:])
+	flags := binary.LittleEndian.Uint32(h[12:])
+	total := binary.LittleEndian.Uint64(h[16:])
+	off := binary.LittleEndian.Uint64(h[24:])
+	var fault error
+	c.rqMu.Lock()
+	if c.rqLen == 0 {
+		c.rqMu.Unlock()
+		c.setError(c.opErr("recv", fmt.Errorf("peer pid %d sent without a posted receive: %w", c.peerPid, errProtocolRing)), true)
+		return
+	}
+	r := &c.rq[c.rqHead]
+	switch typ {
+	case recSend:
+		if off+uint64(len(payload)) > uint64(r.total) || (flags&fragFirst != 0) != (off == 0) {
+			fault = c.opErr("recv", errProtocolRing)
+			break
+		}
+		scatter(r.list(), int(off), payload)
+		if flags&fragLast != 0 {
+			c.recvCQ.Push(rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)})
+			c.popRecv()
+		}
+	case recWriteImm:
+		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true})
+		c.popRecv()
+	case recLenErr:
+		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)})
+		fault = c.opErr("recv", fmt.Errorf("%d-byte message from peer pid %d into a %d-byte receive: %w",
+			total, c.peerPid, r.total, &rdma.WCError{WC: rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv}}))
+		c.popRecv()
+	default:
+		fault = c.opErr("recv", errProtocolRing)
+	}
+	c.rqMu.Unlock()
+	if fault != nil {
+		c.setError(fault, true)
+	}
+}
+
+// popRecv retires the head of the receive queue; rqMu is held.
+func (c *conn) popRecv() {
+	r := &c.rq[c.rqHead]
+	soft.ReleaseAll(r.list())
+	*r = rwr{}
+	c.rqHead = (c.rqHead + 1) % len(c.rq)
+	c.rqLen--
+}
