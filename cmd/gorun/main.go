@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/launcher"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run is gorun's main, returning the exit status.
+func run(args []string) int {
+	cfg, err := parseArgs(args, os.Stderr)
+	if err != nil {
+		if isHelp(err) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "gorun:", err)
+		return 2
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	cfg.Signals = sigs
+	// Rank 0 reads gorun's stdin through a pipe gorun fills, so a rank in
+	// its own process group never reads the terminal itself.
+	cfg.Stdin = struct{ io.Reader }{os.Stdin}
+	cfg.Terminal = isTerminal(os.Stderr)
+	err = launcher.Run(context.Background(), cfg)
+	var re *launcher.RankError
+	var je *launcher.JobError
+	if err != nil && !errors.As(err, &re) && !errors.As(err, &je) {
+		fmt.Fprintln(os.Stderr, "gorun:", err) // the runner printed the others as they happened
+	}
+	return launcher.ExitStatus(err)
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

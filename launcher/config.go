@@ -1,0 +1,120 @@
+package launcher
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// Config describes one job. The zero value of a field means its default.
+type Config struct {
+	NP      int      // number of ranks (-np)
+	Hosts   []Host   // -H / --hostfile; nil runs every rank on this machine
+	Program string   // binary, or Go package directory to build first
+	Args    []string // the program's arguments
+
+	Export []string // -x: "VAR" (the launcher's value) or "VAR=value"
+
+	// Tunables passed to ranks as GORUN_TRANSPORT, GORUN_ALGO, GORUN_DEBUG.
+	Transport, Algo, Debug string
+
+	// NoTag turns off the "[rank] " prefix of output lines (--tag-output=false).
+	NoTag bool
+
+	// Timeout bounds the whole job; 0 means none.
+	Timeout time.Duration
+
+	// Bind is the binding policy ranks apply: "core", "numa" or "none" (default).
+	Bind string
+
+	// GossipPort is rank 0's seed port; 0 picks a free port when rank 0
+	// runs here and a random one in [20000, 40000) otherwise.
+	GossipPort int
+
+	// LaunchAgent starts ranks on other hosts (argv, host appended); nil
+	// means ssh. Setting it also turns off srun inside Slurm allocations.
+	LaunchAgent []string
+
+	// UseSrun selects srun: "auto" (default: inside a Slurm allocation,
+	// when srun is on PATH, no host list and no agent), "yes" or "no".
+	UseSrun string
+
+	// Elastic keeps the job going when a rank dies; gorun still exits
+	// with the first failed rank's status.
+	Elastic bool
+
+	// StallTimeout is how long no rank may make progress in a collective
+	// before gorun reports the stall; 0 means 30s, negative turns it off.
+	StallTimeout time.Duration
+
+	// StatusDelay is how long gorun stays quiet before showing the start-up
+	// status line; 0 means 2s.
+	StatusDelay time.Duration
+
+	// KillGrace is the time between SIGTERM and SIGKILL when gorun stops
+	// ranks; 0 means 5s.
+	KillGrace time.Duration
+
+	// Signals delivers signals to forward to every rank (SIGINT, SIGTERM);
+	// a second signal kills the ranks at once.
+	Signals <-chan os.Signal
+
+	Stdin          io.Reader // rank 0's stdin; nil means none
+	Stdout, Stderr io.Writer // nil means os.Stdout, os.Stderr
+	// Terminal says stderr is a terminal (status line redrawn in place);
+	// cmd/gorun detects it.
+	Terminal bool
+}
+
+const (
+	defaultStallTimeout = 30 * time.Second
+	defaultStatusDelay  = 2 * time.Second
+	defaultKillGrace    = 5 * time.Second
+)
+
+// withDefaults checks c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.NP < 1 {
+		return c, fmt.Errorf("%w: -np must be at least 1", ErrUsage)
+	}
+	if c.Program == "" {
+		return c, fmt.Errorf("%w: no program to run", ErrUsage)
+	}
+	switch c.Bind {
+	case "":
+		c.Bind = "none"
+	case "core", "numa", "none":
+	default:
+		return c, fmt.Errorf("%w: --bind-to %q: want core, numa or none", ErrUsage, c.Bind)
+	}
+	switch c.UseSrun {
+	case "":
+		c.UseSrun = "auto"
+	case "auto", "yes", "no":
+	default:
+		return c, fmt.Errorf("%w: srun mode %q: want auto, yes or no", ErrUsage, c.UseSrun)
+	}
+	if c.GossipPort < 0 || c.GossipPort > 65535 {
+		return c, fmt.Errorf("%w: --gossip-port %d out of range", ErrUsage, c.GossipPort)
+	}
+	if c.LaunchAgent != nil && len(c.LaunchAgent) == 0 {
+		return c, fmt.Errorf("%w: empty --launch-agent", ErrUsage)
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = defaultStallTimeout
+	}
+	if c.StatusDelay == 0 {
+		c.StatusDelay = defaultStatusDelay
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = defaultKillGrace
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	return c, nil
+}

@@ -1,0 +1,14 @@
+// Package launcher starts and supervises the ranks of a gorun job, as
+// mpirun does: it places ranks on hosts (-H, hostfiles, or srun inside a
+// Slurm allocation), starts them directly, through ssh or through another
+// launch agent, hands each rank the environment contract (GORUN_RANK,
+// GORUN_SEEDS, GORUN_CONTROL, ...), tags and serializes their output,
+// forwards signals, tears the job down when a rank fails, and runs the
+// job control server (internal/jobctl) behind the live start-up view and
+// the stall report. See README.md in this directory for the user's side.
+//
+// Ownership: the launcher's owner (with cmd/gorun and internal/jobctl).
+// Concurrency: Run may be called concurrently for independent jobs; one
+// goroutine per job supervises its processes, and output is written to
+// Config.Stdout and Config.Stderr one whole line per Write, under one lock.
+package launcher

@@ -1,0 +1,148 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The environment contract (DESIGN.md): what every rank reads in comm.Init.
+const (
+	EnvRank      = "GORUN_RANK"
+	EnvSize      = "GORUN_SIZE"
+	EnvLocalRank = "GORUN_LOCAL_RANK"
+	EnvLocalSize = "GORUN_LOCAL_SIZE"
+	EnvSeeds     = "GORUN_SEEDS"     // gossip seed addresses, "host:port,..."
+	EnvJobID     = "GORUN_JOB_ID"    // unique per job
+	EnvJobToken  = "GORUN_JOB_TOKEN" // secret shared by the job's ranks
+	EnvControl   = "GORUN_CONTROL"   // the launcher's job control address (internal/jobctl)
+	EnvBind      = "GORUN_BIND"      // core|numa|none, applied by comm.Init
+	EnvElastic   = "GORUN_ELASTIC"   // "1" when the job keeps going after a rank dies
+	EnvTimeout   = "GORUN_TIMEOUT"
+	EnvTransport = "GORUN_TRANSPORT"
+	EnvAlgo      = "GORUN_ALGO"
+	EnvDebug     = "GORUN_DEBUG"
+	EnvIfname    = "GORUN_SOCKET_IFNAME"
+)
+
+// contractVars are set by the launcher and never inherited from its own
+// environment (a gorun started inside a rank must not leak its rank).
+var contractVars = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvSeeds,
+	EnvJobID, EnvJobToken, EnvControl, EnvBind, EnvElastic}
+
+// tunableVars pass from the launcher's environment to every rank, local or
+// remote, as Open MPI passes OMPI_MCA_*.
+var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfname}
+
+// jobEnv is what all ranks of a job share.
+type jobEnv struct {
+	size    int
+	seeds   string
+	jobID   string
+	token   string
+	control string
+	bind    string
+	elastic bool
+	extra   []string // -x and tunables, "K=V"
+}
+
+// rankVars is the contract for one rank, "K=V" each.
+func (j *jobEnv) rankVars(s Slot) []string {
+	v := []string{
+		EnvRank + "=" + strconv.Itoa(s.Rank),
+		EnvSize + "=" + strconv.Itoa(j.size),
+		EnvLocalRank + "=" + strconv.Itoa(s.LocalRank),
+		EnvLocalSize + "=" + strconv.Itoa(s.LocalSize),
+	}
+	return append(v, j.sharedVars()...)
+}
+
+// sharedVars is the part of the contract that is the same for every rank
+// (all of it under srun, where ranks learn their rank from SLURM_PROCID).
+func (j *jobEnv) sharedVars() []string {
+	v := []string{
+		EnvSeeds + "=" + j.seeds,
+		EnvJobID + "=" + j.jobID,
+		EnvJobToken + "=" + j.token,
+		EnvBind + "=" + j.bind,
+	}
+	if j.control != "" {
+		v = append(v, EnvControl+"="+j.control)
+	}
+	if j.elastic {
+		v = append(v, EnvElastic+"=1")
+	}
+	return append(v, j.extra...)
+}
+
+// exportVars resolves -x arguments ("VAR" takes the launcher's value) and
+// adds the tunables set in the launcher's environment. Later entries win.
+func exportVars(x []string, settings map[string]string) ([]string, error) {
+	var out []string
+	for _, name := range tunableVars {
+		if val, ok := os.LookupEnv(name); ok {
+			out = append(out, name+"="+val)
+		}
+	}
+	for _, name := range []string{EnvTransport, EnvAlgo, EnvDebug} {
+		if val := settings[name]; val != "" {
+			out = append(out, name+"="+val)
+		}
+	}
+	for _, kv := range x {
+		name, val, hasVal := strings.Cut(kv, "=")
+		if !validEnvName(name) {
+			return nil, fmt.Errorf("%w: -x %q: not a valid variable name", ErrUsage, name)
+		}
+		if isContractVar(name) {
+			return nil, fmt.Errorf("%w: -x %s: set by gorun itself", ErrUsage, name)
+		}
+		if !hasVal {
+			var ok bool
+			if val, ok = os.LookupEnv(name); !ok {
+				return nil, fmt.Errorf("%w: -x %s: not set in gorun's environment", ErrUsage, name)
+			}
+		}
+		if strings.ContainsRune(val, 0) {
+			return nil, fmt.Errorf("%w: -x %s: value contains a NUL byte", ErrUsage, name)
+		}
+		out = append(out, name+"="+val)
+	}
+	return out, nil
+}
+
+// localEnv is the full environment of a rank started on this machine: the
+// launcher's own, minus the contract, plus vars.
+func localEnv(vars []string) []string {
+	env := make([]string, 0, len(os.Environ())+len(vars))
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !isContractVar(name) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, vars...)
+}
+
+func isContractVar(name string) bool {
+	for _, c := range contractVars {
+		if name == c {
+			return true
+		}
+	}
+	return false
+}
+
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, r := range name {
+		ok := r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,82 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Sentinel errors; Run's errors wrap one of them, so errors.Is works.
+var (
+	ErrUsage       = errors.New("invalid job description")
+	ErrHostfile    = errors.New("invalid hostfile")
+	ErrLaunch      = errors.New("cannot start rank")
+	ErrRankFailed  = errors.New("rank failed")
+	ErrTimeout     = errors.New("job timed out")
+	ErrInterrupted = errors.New("job interrupted")
+)
+
+// RankError says which rank failed and how.
+type RankError struct {
+	Rank     int
+	Host     string
+	ExitCode int            // exit status when the rank exited, else -1
+	Signal   syscall.Signal // the signal that killed it, when it was killed
+	Err      error          // ErrRankFailed, or ErrLaunch with the cause
+}
+
+func (e *RankError) Error() string {
+	where := fmt.Sprintf("rank %d", e.Rank)
+	if e.Host != "" {
+		where += " (" + e.Host + ")"
+	}
+	switch {
+	case e.Signal != 0:
+		return fmt.Sprintf("%s was killed by signal %d (%v)", where, int(e.Signal), e.Signal)
+	case e.ExitCode >= 0 && errors.Is(e.Err, ErrRankFailed):
+		return fmt.Sprintf("%s exited with status %d", where, e.ExitCode)
+	default:
+		return fmt.Sprintf("%s: %v", where, e.Err)
+	}
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// JobError is an error of the whole job (timeout, interruption) with the
+// status gorun should exit with.
+type JobError struct {
+	Err    error
+	Detail string // appended to Err's text, separator included
+	Status int
+}
+
+func (e *JobError) Error() string {
+	return e.Err.Error() + e.Detail
+}
+
+func (e *JobError) Unwrap() error { return e.Err }
+
+// ExitStatus is the status gorun exits with for Run's error: 0 for nil, the
+// failed rank's exit status (128+signal when it was killed, as shells do),
+// 124 for a timeout (as timeout(1) does), 128+signal when interrupted, and 1
+// otherwise.
+func ExitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var re *RankError
+	if errors.As(err, &re) {
+		switch {
+		case re.Signal != 0:
+			return 128 + int(re.Signal)
+		case re.ExitCode > 0:
+			return re.ExitCode
+		}
+		return 1
+	}
+	var je *JobError
+	if errors.As(err, &je) && je.Status != 0 {
+		return je.Status
+	}
+	return 1
+}

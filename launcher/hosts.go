@@ -1,0 +1,180 @@
+package launcher
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Host is one machine of a job and the number of ranks it takes.
+type Host struct {
+	Name  string
+	Slots int
+}
+
+// maxSlots bounds one host's slot count, so a typo cannot ask for 2^60 ranks.
+const maxSlots = 1 << 20
+
+// ParseHostfile reads an Open MPI hostfile: one host per line, optionally
+// followed by "slots=N" (default 1) and "max_slots=N" (accepted, ignored);
+// "#" starts a comment. A host listed twice gets the sum of its slots.
+func ParseHostfile(r io.Reader) ([]Host, error) {
+	var hosts []Host
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = line[:i]
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		h := Host{Name: fields[0], Slots: 1}
+		if err := checkHostName(h.Name); err != nil {
+			return nil, fmt.Errorf("%w: line %d: %v", ErrHostfile, n, err)
+		}
+		for _, f := range fields[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				return nil, fmt.Errorf("%w: line %d: %q is not key=value", ErrHostfile, n, f)
+			}
+			switch k {
+			case "slots", "max_slots", "max-slots":
+				s, err := parseSlots(v)
+				if err != nil {
+					return nil, fmt.Errorf("%w: line %d: %s: %v", ErrHostfile, n, k, err)
+				}
+				if k == "slots" {
+					h.Slots = s
+				}
+			default:
+				return nil, fmt.Errorf("%w: line %d: unknown key %q", ErrHostfile, n, k)
+			}
+		}
+		hosts = addHost(hosts, h)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrHostfile, err)
+	}
+	return hosts, nil
+}
+
+// ParseHostList parses mpirun's -H value: "host1:2,host2:2,host3" (a host
+// without a count takes one slot). IPv6 addresses go in brackets: "[::1]:2".
+func ParseHostList(s string) ([]Host, error) {
+	var hosts []Host
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("%w: empty host in -H %q", ErrUsage, s)
+		}
+		h := Host{Name: item, Slots: 1}
+		if strings.HasPrefix(item, "[") {
+			end := strings.IndexByte(item, ']')
+			if end < 0 {
+				return nil, fmt.Errorf("%w: unclosed bracket in %q", ErrUsage, item)
+			}
+			h.Name = item[1:end]
+			if rest := item[end+1:]; rest != "" {
+				n, ok := strings.CutPrefix(rest, ":")
+				if !ok {
+					return nil, fmt.Errorf("%w: bad host %q", ErrUsage, item)
+				}
+				var err error
+				if h.Slots, err = parseSlots(n); err != nil {
+					return nil, fmt.Errorf("%w: host %q: %v", ErrUsage, item, err)
+				}
+			}
+		} else if name, n, ok := strings.Cut(item, ":"); ok {
+			h.Name = name
+			var err error
+			if h.Slots, err = parseSlots(n); err != nil {
+				return nil, fmt.Errorf("%w: host %q: %v", ErrUsage, item, err)
+			}
+		}
+		if err := checkHostName(h.Name); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		hosts = addHost(hosts, h)
+	}
+	return hosts, nil
+}
+
+func parseSlots(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxSlots {
+		return 0, fmt.Errorf("slot count %q is not an integer in [1, %d]", v, maxSlots)
+	}
+	return n, nil
+}
+
+func addHost(hosts []Host, h Host) []Host {
+	for i := range hosts {
+		if hosts[i].Name == h.Name {
+			hosts[i].Slots = min(hosts[i].Slots+h.Slots, maxSlots)
+			return hosts
+		}
+	}
+	return append(hosts, h)
+}
+
+// checkHostName accepts host names, IPv4 and IPv6 addresses and agent
+// targets such as network namespace names; it rejects anything a shell or
+// an agent's option parser could interpret.
+func checkHostName(name string) error {
+	if name == "" {
+		return fmt.Errorf("empty host name")
+	}
+	if len(name) > 255 {
+		return fmt.Errorf("host name longer than 255 bytes")
+	}
+	if name[0] == '-' {
+		return fmt.Errorf("host name %q starts with '-'", name)
+	}
+	for _, r := range name {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			r == '.' || r == '-' || r == '_' || r == ':' || r == '%' || r == '@'
+		if !ok {
+			return fmt.Errorf("host name %q contains %q", name, r)
+		}
+	}
+	return nil
+}
+
+// Slot is one rank's place in the job.
+type Slot struct {
+	Rank      int
+	Host      string // "" for this machine when the job has no host list
+	LocalRank int    // index among the ranks on the same host
+	LocalSize int    // number of ranks on the same host
+}
+
+// Place assigns np ranks to hosts host by host, as mpirun's by-slot
+// mapping does: host 0's slots take ranks 0..slots-1, and so on. With no
+// hosts every rank runs on this machine.
+func Place(hosts []Host, np int) ([]Slot, error) {
+	if np < 1 {
+		return nil, fmt.Errorf("%w: -np %d: need at least one rank", ErrUsage, np)
+	}
+	if len(hosts) == 0 {
+		hosts = []Host{{Name: "", Slots: np}}
+	}
+	slots := make([]Slot, 0, np)
+	for _, h := range hosts {
+		start := len(slots)
+		for i := 0; i < h.Slots && len(slots) < np; i++ {
+			slots = append(slots, Slot{Rank: len(slots), Host: h.Name, LocalRank: i})
+		}
+		for i := start; i < len(slots); i++ {
+			slots[i].LocalSize = len(slots) - start
+		}
+	}
+	if len(slots) < np {
+		return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots", ErrUsage, np, len(slots))
+	}
+	return slots, nil
+}

@@ -1,0 +1,177 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/internal/jobctl"
+)
+
+// The test binary doubles as the programs a job runs, as os/exec's tests
+// do: GORUN_TEST_ROLE=rank makes it a fake rank (GORUN_TEST_MODE says which
+// behaviour), and run under the name "ssh" it is a fake ssh that hands its
+// command string to sh like ssh's remote side does.
+func TestMain(m *testing.M) {
+	switch {
+	case filepath.Base(os.Args[0]) == "ssh":
+		os.Exit(fakeSSH(os.Args[1:]))
+	case os.Getenv("GORUN_TEST_ROLE") == "rank":
+		os.Exit(fakeRank(os.Getenv("GORUN_TEST_MODE"), os.Args[1:]))
+	case os.Getenv("GORUN_TEST_ROLE") == "netns-agent":
+		os.Exit(netnsAgent(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// fakeSSH runs "ssh HOST COMMAND" as ssh's remote side would: COMMAND is
+// one string for the remote shell, in a fresh environment.
+func fakeSSH(args []string) int {
+	if len(args) != 2 {
+		fmt.Fprintf(os.Stderr, "fake ssh: want HOST COMMAND, got %q\n", args)
+		return 255
+	}
+	if dir := os.Getenv("GORUN_TEST_SSH_LOG"); dir != "" {
+		os.WriteFile(filepath.Join(dir, "host-"+args[0]+"-"+fmt.Sprint(os.Getpid())), []byte(args[1]), 0o644)
+	}
+	cmd := exec.Command("/bin/sh", "-c", args[1])
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return 255
+	}
+	return 0
+}
+
+func fakeRank(mode string, args []string) int {
+	rank := os.Getenv(EnvRank)
+	dir := os.Getenv("GORUN_TEST_DIR")
+	switch mode {
+	case "env":
+		for _, kv := range os.Environ() {
+			if strings.HasPrefix(kv, "GORUN_") || strings.HasPrefix(kv, "TESTVAR_") {
+				fmt.Println(kv)
+			}
+		}
+		return 0
+	case "args":
+		b, _ := json.Marshal(struct {
+			Args    []string
+			Hostile string
+			Cwd     string
+		}{args, os.Getenv("TESTVAR_HOSTILE"), mustGetwd()})
+		fmt.Printf("%s\n", b)
+		return 0
+	case "lines":
+		// Four goroutines write lines in pieces, racing each other; gorun
+		// must still print whole lines.
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 200; i++ {
+					line := fmt.Sprintf("rank=%s g=%d i=%d %s", rank, g, i, strings.Repeat("x", i*7%300))
+					mu.Lock()
+					// Byte-sized pieces through an unbuffered stdout
+					// produce many small writes.
+					for j := 0; j < len(line); j += 13 {
+						os.Stdout.WriteString(line[j:min(j+13, len(line))])
+					}
+					os.Stdout.WriteString("\n")
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		os.Stdout.WriteString("no newline at end rank=" + rank)
+		return 0
+	case "fail":
+		// The rank named by GORUN_TEST_FAIL exits with status 7 (or kills
+		// itself with SIGSEGV for "segv"); the others wait to be stopped
+		// and record the SIGTERM they get.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		os.WriteFile(filepath.Join(dir, "pid-"+rank), []byte(fmt.Sprint(os.Getpid())), 0o644)
+		if rank == os.Getenv("GORUN_TEST_FAIL") {
+			time.Sleep(300 * time.Millisecond)
+			if os.Getenv("GORUN_TEST_HOW") == "kill" {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				time.Sleep(time.Second)
+			}
+			return 7
+		}
+		select {
+		case <-sigs:
+			os.WriteFile(filepath.Join(dir, "term-"+rank), nil, 0o644)
+			return 143
+		case <-time.After(20 * time.Second):
+			return 0
+		}
+	case "ignore-term":
+		// Ignores SIGTERM: gorun must SIGKILL it after the grace period.
+		signal.Ignore(syscall.SIGTERM)
+		if rank == "0" {
+			time.Sleep(500 * time.Millisecond) // let rank 1 ignore SIGTERM first
+			return 5
+		}
+		time.Sleep(20 * time.Second)
+		return 0
+	case "stall":
+		c := jobctl.FromEnv()
+		defer c.Close()
+		r := mustAtoi(rank)
+		c.Phase(r, "bootstrap")
+		c.Joined(r)
+		c.Phase(r, "ready")
+		if r == 2 {
+			c.Enter("broadcast", 811)
+		} else {
+			c.Enter("allreduce", 812)
+		}
+		time.Sleep(20 * time.Second)
+		return 0
+	case "slow-join":
+		c := jobctl.FromEnv()
+		defer c.Close()
+		r := mustAtoi(rank)
+		c.Phase(r, "bootstrap")
+		time.Sleep(time.Duration(r+1) * 600 * time.Millisecond)
+		c.Phase(r, "connecting")
+		time.Sleep(600 * time.Millisecond)
+		c.Joined(r)
+		c.Phase(r, "ready")
+		time.Sleep(300 * time.Millisecond)
+		return 0
+	case "netns":
+		return netnsRank()
+	case "sleep":
+		time.Sleep(20 * time.Second)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "fake rank: unknown mode %q\n", mode)
+	return 99
+}
+
+func mustGetwd() string {
+	d, _ := os.Getwd()
+	return d
+}
+
+func mustAtoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}

@@ -1,0 +1,123 @@
+package launcher
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"sync"
+)
+
+// maxLine is the longest line kept whole; a longer one is cut into lines of
+// this size (each tagged), so one rank cannot make gorun buffer without bound.
+const maxLine = 64 << 10
+
+// console serializes everything gorun and its ranks print. Each write is a
+// whole line, so lines from different ranks and streams never interleave.
+// On a terminal it also keeps one status line at the bottom of stderr,
+// erased before other output and redrawn after it.
+type console struct {
+	mu     sync.Mutex
+	stdout io.Writer
+	stderr io.Writer
+	tty    bool   // stderr is a terminal: the status line is redrawn in place
+	status string // the status line currently shown (tty only)
+}
+
+// writeLines writes p, one or more whole lines, to w.
+func (c *console) writeLines(w io.Writer, p []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status != "" {
+		io.WriteString(c.stderr, "\r\x1b[K")
+	}
+	w.Write(p)
+	if c.status != "" {
+		io.WriteString(c.stderr, c.status)
+	}
+}
+
+// Printf-like helpers write gorun's own messages as whole lines on stderr.
+func (c *console) message(line string) {
+	c.writeLines(c.stderr, []byte(line+"\n"))
+}
+
+// setStatus shows s as the status line; "" removes it. Off a terminal the
+// status is printed as a plain line instead.
+func (c *console) setStatus(s string) {
+	if !c.tty {
+		if s != "" {
+			c.message(s)
+		}
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s == c.status {
+		return
+	}
+	io.WriteString(c.stderr, "\r\x1b[K"+s)
+	c.status = s
+}
+
+// rankWriter is the stdout or stderr of one rank: it collects bytes into
+// lines and hands whole lines, tagged "[rank] ", to the console.
+type rankWriter struct {
+	con    *console
+	w      io.Writer
+	prefix []byte
+	buf    []byte // an incomplete line
+	out    []byte // reused for the tagged lines of one Write
+}
+
+func newRankWriter(con *console, w io.Writer, rank int, tag bool) *rankWriter {
+	rw := &rankWriter{con: con, w: w}
+	if tag {
+		rw.prefix = []byte("[" + strconv.Itoa(rank) + "] ")
+	}
+	return rw
+}
+
+// Write tags and forwards every complete line of p; it never fails.
+func (rw *rankWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	rw.out = rw.out[:0]
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			room := maxLine - len(rw.buf)
+			if len(p) < room {
+				rw.buf = append(rw.buf, p...)
+				break
+			}
+			rw.buf = append(rw.buf, p[:room]...)
+			p = p[room:]
+			rw.emit()
+			continue
+		}
+		rw.buf = append(rw.buf, p[:i]...)
+		p = p[i+1:]
+		rw.emit()
+	}
+	if len(rw.out) > 0 {
+		rw.con.writeLines(rw.w, rw.out)
+	}
+	return n, nil
+}
+
+// emit moves the buffered line to out.
+func (rw *rankWriter) emit() {
+	rw.out = append(rw.out, rw.prefix...)
+	rw.out = append(rw.out, rw.buf...)
+	rw.out = append(rw.out, '\n')
+	rw.buf = rw.buf[:0]
+}
+
+// Flush writes a last line that did not end in a newline.
+func (rw *rankWriter) Flush() {
+	if len(rw.buf) == 0 {
+		return
+	}
+	rw.out = rw.out[:0]
+	rw.emit()
+	rw.con.writeLines(rw.w, rw.out)
+}

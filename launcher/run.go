@@ -1,0 +1,233 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gorun-hpc/gorun/internal/jobctl"
+)
+
+// waitDelay bounds how long gorun waits for a rank's output after it exits
+// (a grandchild may hold the pipes open).
+const waitDelay = 2 * time.Second
+
+// Run starts the job described by cfg, waits for it and returns nil when
+// every rank exited with status 0. Otherwise the error names the first
+// rank that failed (a *RankError) or why the job was stopped (a
+// *JobError); ExitStatus maps it to gorun's exit status. Cancelling ctx
+// stops the ranks.
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	con := &console{stdout: cfg.Stdout, stderr: cfg.Stderr, tty: cfg.Terminal}
+	srun, err := useSrun(cfg)
+	if err != nil {
+		return err
+	}
+	var slots []Slot
+	remoteHost := ""
+	if !srun {
+		if slots, err = Place(cfg.Hosts, cfg.NP); err != nil {
+			return err
+		}
+		for _, s := range slots {
+			if !isLocalHost(s.Host) {
+				remoteHost = s.Host
+				break
+			}
+		}
+	}
+	extra, err := exportVars(cfg.Export, map[string]string{
+		EnvTransport: cfg.Transport, EnvAlgo: cfg.Algo, EnvDebug: cfg.Debug})
+	if err != nil {
+		return err
+	}
+
+	prog := cfg.Program
+	if isGoPackage(prog) {
+		// Remote and srun ranks need the binary on a path they can see:
+		// the working directory (usually shared on clusters), else /tmp.
+		base := ""
+		if srun || remoteHost != "" {
+			base = "."
+		}
+		tmp, err := os.MkdirTemp(base, ".gorun-build-")
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrLaunch, err)
+		}
+		defer os.RemoveAll(tmp)
+		if prog, err = buildPackage(ctx, prog, tmp); err != nil {
+			return err
+		}
+	}
+
+	// The address ranks use to reach this machine.
+	here := "127.0.0.1"
+	switch {
+	case srun:
+		if n := firstSlurmHost(); n != "" {
+			here = addressToward(n)
+		}
+	case remoteHost != "":
+		here = addressToward(remoteHost)
+	}
+	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, extra: extra,
+		jobID: "gorun-" + randomHex(8), token: randomHex(32)}
+	srv, err := jobctl.Listen(ctx, net.JoinHostPort(here, "0"), []byte(j.token))
+	if err != nil {
+		return fmt.Errorf("%w: job control: %v", ErrLaunch, err)
+	}
+	defer srv.Close()
+	j.control = net.JoinHostPort(here, strconv.Itoa(srv.Addr().(*net.TCPAddr).Port))
+
+	var procs []*proc
+	if srun {
+		if j.seeds, err = slurmSeed(cfg.GossipPort); err != nil {
+			return err
+		}
+		procs = []*proc{srunProc(cfg, prog, j, con)}
+	} else {
+		if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
+			return err
+		}
+		for _, s := range slots {
+			procs = append(procs, rankProc(cfg, prog, j, s, con))
+		}
+	}
+	r := &runner{cfg: cfg, con: con, procs: procs,
+		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
+	return r.run(ctx)
+}
+
+// rankProc prepares the command of one rank.
+func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
+	vars := j.rankVars(s)
+	argv := append([]string{prog}, cfg.Args...)
+	var cmd *exec.Cmd
+	if isLocalHost(s.Host) {
+		cmd = exec.Command(prog, cfg.Args...)
+		cmd.Env = localEnv(vars)
+	} else {
+		agent := cfg.LaunchAgent
+		if agent == nil {
+			agent = DefaultAgent
+		}
+		dir, _ := os.Getwd()
+		a := remoteArgv(agent, s.Host, dir, vars, argv)
+		cmd = exec.Command(a[0], a[1:]...)
+		cmd.Env = localEnv(nil)
+	}
+	if s.Rank == 0 && cfg.Stdin != nil {
+		cmd.Stdin = cfg.Stdin
+	}
+	p := &proc{rank: s.Rank, host: s.Host, cmd: cmd}
+	p.stdout = newRankWriter(con, cfg.Stdout, s.Rank, !cfg.NoTag)
+	p.stderr = newRankWriter(con, cfg.Stderr, s.Rank, !cfg.NoTag)
+	return p
+}
+
+// seedAddr is the gossip seed: rank 0's host and a port for it.
+func seedAddr(port int, host0, here string) (string, error) {
+	if isLocalHost(host0) {
+		if port == 0 {
+			var err error
+			if port, err = freePort(here); err != nil {
+				return "", fmt.Errorf("%w: no free gossip port on %s: %v", ErrLaunch, here, err)
+			}
+		}
+		return net.JoinHostPort(here, strconv.Itoa(port)), nil
+	}
+	if port == 0 {
+		port = randomPort()
+	}
+	if _, h, ok := strings.Cut(host0, "@"); ok {
+		host0 = h
+	}
+	return net.JoinHostPort(host0, strconv.Itoa(port)), nil
+}
+
+// freePort finds a port free for both TCP and UDP on host (memberlist
+// gossips over both).
+func freePort(host string) (int, error) {
+	var err error
+	for try := 0; try < 10; try++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+			continue
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, uerr := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
+		ln.Close()
+		if uerr != nil {
+			err = uerr
+			continue
+		}
+		pc.Close()
+		return port, nil
+	}
+	return 0, err
+}
+
+// randomPort picks a port in [20000, 40000) for a seed gorun cannot probe.
+func randomPort() int {
+	n, err := rand.Int(rand.Reader, big.NewInt(20000))
+	if err != nil {
+		return 29170
+	}
+	return 20000 + int(n.Int64())
+}
+
+// addressToward is this machine's address on the route to host, falling
+// back to its host name.
+func addressToward(host string) string {
+	if _, h, ok := strings.Cut(host, "@"); ok {
+		host = h
+	}
+	if ip, err := outboundIP(host); err == nil && !net.ParseIP(ip).IsUnspecified() {
+		return ip
+	}
+	if name, err := os.Hostname(); err == nil {
+		return name
+	}
+	return "127.0.0.1"
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // crypto/rand.Read never fails on Linux (Go ≥ 1.24)
+	return hex.EncodeToString(b)
+}
+
+// rankFailure turns a Wait error into a *RankError, or nil for success.
+func rankFailure(p *proc, err error) *RankError {
+	ps := p.cmd.ProcessState
+	if ps == nil {
+		if err == nil {
+			return nil
+		}
+		return &RankError{Rank: p.rank, Host: p.host, ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLaunch, err)}
+	}
+	if ps.Success() {
+		return nil // including exec.ErrWaitDelay: a grandchild kept the output open
+	}
+	re := &RankError{Rank: p.rank, Host: p.host, ExitCode: ps.ExitCode(), Err: ErrRankFailed}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		re.Signal = ws.Signal()
+	}
+	return re
+}
+
+var errStopped = errors.New("stopped by gorun")

@@ -1,0 +1,271 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func testBinary(t *testing.T) string {
+	t.Helper()
+	p, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runJob runs cfg with the test binary as the rank program in mode and
+// returns what the job printed.
+func runJob(t *testing.T, mode string, cfg Config) (stdout, stderr string, err error) {
+	t.Helper()
+	if cfg.Program == "" {
+		cfg.Program = testBinary(t)
+	}
+	cfg.Export = append([]string{"GORUN_TEST_ROLE=rank", "GORUN_TEST_MODE=" + mode}, cfg.Export...)
+	if cfg.KillGrace == 0 {
+		cfg.KillGrace = time.Second
+	}
+	var out, errb bytes.Buffer
+	cfg.Stdout, cfg.Stderr = &out, &errb
+	cfg.UseSrun = "no"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = Run(ctx, cfg)
+	return out.String(), errb.String(), err
+}
+
+// rankLines groups "[r] text" lines by rank.
+func rankLines(t *testing.T, out string) map[int][]string {
+	t.Helper()
+	m := map[int][]string{}
+	re := regexp.MustCompile(`^\[(\d+)\] (.*)$`)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		sub := re.FindStringSubmatch(l)
+		if sub == nil {
+			t.Fatalf("untagged or broken line %q", l)
+		}
+		r := mustAtoi(sub[1])
+		m[r] = append(m[r], sub[2])
+	}
+	return m
+}
+
+func TestEnvContract(t *testing.T) {
+	t.Setenv("TESTVAR_FROM_LAUNCHER", "inherited")
+	t.Setenv(EnvRank, "99") // a launcher's own contract must not leak
+	t.Setenv(EnvAlgo, "allreduce:ring")
+	hosts := []Host{{Name: "localhost", Slots: 2}, {Name: "127.0.0.1", Slots: 2}}
+	out, stderr, err := runJob(t, "env", Config{NP: 3, Hosts: hosts, Bind: "numa",
+		Export: []string{"TESTVAR_A=a b c", "TESTVAR_FROM_LAUNCHER"}, Transport: "tcp"})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	lines := rankLines(t, out)
+	if len(lines) != 3 {
+		t.Fatalf("output from %d ranks, want 3:\n%s", len(lines), out)
+	}
+	wantLocal := [][2]string{{"0", "2"}, {"1", "2"}, {"0", "1"}}
+	shared := map[string]string{}
+	for r := 0; r < 3; r++ {
+		env := map[string]string{}
+		for _, l := range lines[r] {
+			k, v, _ := strings.Cut(l, "=")
+			env[k] = v
+		}
+		want := map[string]string{
+			EnvRank: fmt.Sprint(r), EnvSize: "3",
+			EnvLocalRank: wantLocal[r][0], EnvLocalSize: wantLocal[r][1],
+			EnvBind: "numa", EnvTransport: "tcp", EnvAlgo: "allreduce:ring",
+			"TESTVAR_A": "a b c", "TESTVAR_FROM_LAUNCHER": "inherited",
+		}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("rank %d: %s=%q, want %q", r, k, env[k], v)
+			}
+		}
+		for _, k := range []string{EnvSeeds, EnvJobID, EnvJobToken, EnvControl} {
+			if env[k] == "" {
+				t.Errorf("rank %d: %s not set", r, k)
+			}
+			if r == 0 {
+				shared[k] = env[k]
+			} else if env[k] != shared[k] {
+				t.Errorf("rank %d: %s=%q, rank 0 has %q", r, k, env[k], shared[k])
+			}
+		}
+	}
+	if tok, err := hex.DecodeString(shared[EnvJobToken]); err != nil || len(tok) != 32 {
+		t.Errorf("token %q is not 32 random bytes in hex", shared[EnvJobToken])
+	}
+	host, port, err := net.SplitHostPort(shared[EnvSeeds])
+	if err != nil || host != "127.0.0.1" || port == "0" {
+		t.Errorf("seeds %q: want 127.0.0.1 and a port (%v)", shared[EnvSeeds], err)
+	}
+	// A second job gets a different id and token.
+	out2, _, err := runJob(t, "env", Config{NP: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{EnvJobID, EnvJobToken} {
+		if strings.Contains(out2, k+"="+shared[k]+"\n") {
+			t.Errorf("second job reuses %s", k)
+		}
+	}
+}
+
+func TestOutputLinesAreWhole(t *testing.T) {
+	out, stderr, err := runJob(t, "lines", Config{NP: 4})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	lines := rankLines(t, out)
+	lineRE := regexp.MustCompile(`^rank=(\d) g=(\d) i=(\d+) (x*)$`)
+	for r := 0; r < 4; r++ {
+		ls := lines[r]
+		if len(ls) != 4*200+1 {
+			t.Errorf("rank %d printed %d lines, want %d", r, len(ls), 4*200+1)
+		}
+		for _, l := range ls[:len(ls)-1] {
+			sub := lineRE.FindStringSubmatch(l)
+			if sub == nil || sub[1] != fmt.Sprint(r) || len(sub[4]) != mustAtoi(sub[3])*7%300 {
+				t.Fatalf("rank %d: mangled line %q", r, l)
+			}
+		}
+		if last := ls[len(ls)-1]; last != fmt.Sprintf("no newline at end rank=%d", r) {
+			t.Errorf("rank %d: last line %q", r, last)
+		}
+	}
+}
+
+func TestUntaggedOutput(t *testing.T) {
+	out, _, err := runJob(t, "env", Config{NP: 2, NoTag: true, Export: []string{"TESTVAR_X=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "[0]") || !strings.Contains(out, "\nTESTVAR_X=1\n") && !strings.HasPrefix(out, "TESTVAR_X=1\n") {
+		t.Fatalf("untagged output:\n%s", out)
+	}
+}
+
+func TestFailingRankStopsTheJob(t *testing.T) {
+	for _, how := range []string{"exit", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			start := time.Now()
+			_, stderr, err := runJob(t, "fail", Config{NP: 4,
+				Export: []string{"GORUN_TEST_DIR=" + dir, "GORUN_TEST_FAIL=2", "GORUN_TEST_HOW=" + how}})
+			var re *RankError
+			if !errors.As(err, &re) || re.Rank != 2 || !errors.Is(err, ErrRankFailed) {
+				t.Fatalf("Run = %v, want a *RankError for rank 2\n%s", err, stderr)
+			}
+			wantStatus, wantMsg := 7, "rank 2 exited with status 7"
+			if how == "kill" {
+				wantStatus, wantMsg = 128+int(syscall.SIGKILL), "rank 2 was killed by signal 9 (killed)"
+			}
+			if got := ExitStatus(err); got != wantStatus {
+				t.Errorf("ExitStatus = %d, want %d", got, wantStatus)
+			}
+			if !strings.Contains(stderr, wantMsg) {
+				t.Errorf("stderr does not say %q:\n%s", wantMsg, stderr)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Errorf("job took %v: the other ranks were not stopped", d)
+			}
+			for _, r := range []string{"0", "1", "3"} {
+				if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
+					t.Errorf("rank %s did not get SIGTERM", r)
+				}
+				b, err := os.ReadFile(filepath.Join(dir, "pid-"+r))
+				if err != nil {
+					t.Fatalf("rank %s never started: %v", r, err)
+				}
+				if err := syscall.Kill(mustAtoi(string(b)), 0); !errors.Is(err, syscall.ESRCH) {
+					t.Errorf("rank %s (pid %s) still exists: kill(0) = %v", r, b, err)
+				}
+			}
+		})
+	}
+}
+
+func TestRankIgnoringSIGTERMIsKilled(t *testing.T) {
+	start := time.Now()
+	_, stderr, err := runJob(t, "ignore-term", Config{NP: 2, KillGrace: 500 * time.Millisecond})
+	if got := ExitStatus(err); got != 5 {
+		t.Fatalf("ExitStatus = %d (%v), want 5\n%s", got, err, stderr)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v to kill a rank that ignores SIGTERM", d)
+	}
+	if !strings.Contains(stderr, "killing them") {
+		t.Errorf("stderr does not report the SIGKILL:\n%s", stderr)
+	}
+}
+
+func TestElasticKeepsGoing(t *testing.T) {
+	dir := t.TempDir()
+	done := make(chan error, 1)
+	var stderr string
+	go func() {
+		var err error
+		_, stderr, err = runJob(t, "fail", Config{NP: 2, Elastic: true, Timeout: 2 * time.Second,
+			Export: []string{"GORUN_TEST_DIR=" + dir, "GORUN_TEST_FAIL=1"}})
+		done <- err
+	}()
+	err := <-done
+	// Rank 0 survives rank 1's failure until the job's timeout stops it.
+	if !errors.Is(err, ErrRankFailed) {
+		t.Fatalf("Run = %v, want rank 1's failure\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "the job goes on") || !strings.Contains(stderr, "timed out") {
+		t.Fatalf("stderr:\n%s", stderr)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	start := time.Now()
+	_, stderr, err := runJob(t, "sleep", Config{NP: 2, Timeout: 300 * time.Millisecond})
+	if !errors.Is(err, ErrTimeout) || ExitStatus(err) != 124 {
+		t.Fatalf("Run = %v (status %d), want a timeout with status 124", err, ExitStatus(err))
+	}
+	if time.Since(start) > 10*time.Second || !strings.Contains(stderr, "job timed out after 300ms") {
+		t.Fatalf("took %v; stderr:\n%s", time.Since(start), stderr)
+	}
+}
+
+func TestMissingProgram(t *testing.T) {
+	_, _, err := runJob(t, "env", Config{NP: 2, Program: filepath.Join(t.TempDir(), "nope")})
+	if !errors.Is(err, ErrLaunch) {
+		t.Fatalf("Run = %v, want ErrLaunch", err)
+	}
+}
+
+func TestGoPackageIsBuilt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a package with the go tool")
+	}
+	out, stderr, err := runJob(t, "", Config{NP: 2, Program: "./testdata/rankprog", Args: []string{"hello"}})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	lines := rankLines(t, out)
+	for r := 0; r < 2; r++ {
+		want := fmt.Sprintf("rankprog rank %d of 2: hello", r)
+		if len(lines[r]) != 1 || lines[r][0] != want {
+			t.Errorf("rank %d printed %q, want %q", r, lines[r], want)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// proc is one started command: a rank, or srun standing for all of them.
+type proc struct {
+	rank   int    // -1 for srun
+	host   string // "" for this machine
+	cmd    *exec.Cmd
+	stdout *rankWriter
+	stderr *rankWriter
+	done   bool
+}
+
+func (p *proc) name() string {
+	if p.rank < 0 {
+		return "srun"
+	}
+	return fmt.Sprintf("rank %d", p.rank)
+}
+
+type exit struct {
+	p   *proc
+	err error
+}
+
+// runner owns the processes of one job: it starts them, waits for them,
+// forwards signals, and stops them all when one fails. Only run's
+// goroutine touches its fields.
+type runner struct {
+	cfg   Config
+	con   *console
+	procs []*proc
+	mon   *monitor
+
+	running  int
+	stopping bool
+	killAt   <-chan time.Time
+	first    error // what ends the job with a non-zero status
+}
+
+// tick is how often the live view and the stall checker look at the job.
+const tick = 250 * time.Millisecond
+
+func (r *runner) run(ctx context.Context) error {
+	exits := make(chan exit, len(r.procs))
+	for _, p := range r.procs {
+		if err := r.start(p, exits); err != nil {
+			r.first = &RankError{Rank: p.rank, Host: p.host, ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLaunch, err)}
+			r.con.message("gorun: " + r.first.Error())
+			r.stop(syscall.SIGTERM)
+			break
+		}
+	}
+	var deadline <-chan time.Time
+	if r.cfg.Timeout > 0 {
+		t := time.NewTimer(r.cfg.Timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	ctxDone := ctx.Done()
+	for r.running > 0 {
+		select {
+		case e := <-exits:
+			r.exited(e)
+		case <-deadline:
+			deadline = nil
+			r.fail(&JobError{Err: ErrTimeout, Detail: " after " + r.cfg.Timeout.String(), Status: 124})
+		case <-ctxDone:
+			ctxDone = nil
+			r.fail(&JobError{Err: ErrInterrupted, Detail: ": " + context.Cause(ctx).Error(), Status: 1})
+		case sig := <-r.cfg.Signals:
+			s, _ := sig.(syscall.Signal)
+			if s == 0 {
+				s = syscall.SIGTERM
+			}
+			if r.stopping {
+				r.con.message(fmt.Sprintf("gorun: %v again: killing %d ranks", s, r.running))
+				r.kill(syscall.SIGKILL)
+				continue
+			}
+			if r.first == nil {
+				r.first = &JobError{Err: ErrInterrupted, Detail: " by " + s.String(), Status: 128 + int(s)}
+			}
+			r.stop(s)
+		case <-r.killAt:
+			r.killAt = nil
+			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after SIGTERM: killing them", r.running, r.cfg.KillGrace))
+			r.kill(syscall.SIGKILL)
+		case now := <-ticker.C:
+			r.mon.tick(now)
+		}
+	}
+	r.mon.finish()
+	return r.first
+}
+
+// start launches p and reports its exit on exits.
+func (r *runner) start(p *proc, exits chan<- exit) error {
+	p.cmd.Stdout = p.stdout
+	p.cmd.Stderr = p.stderr
+	p.cmd.SysProcAttr = sysProcAttr()
+	p.cmd.WaitDelay = waitDelay
+	var stdin *os.File
+	if in := p.cmd.Stdin; in != nil {
+		if _, isFile := in.(*os.File); !isFile {
+			// A pipe gorun fills itself, so Wait does not wait for a
+			// reader blocked on gorun's own stdin.
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return err
+			}
+			p.cmd.Stdin, stdin = pr, pr
+			go func() {
+				io.Copy(pw, in)
+				pw.Close()
+			}()
+		}
+	}
+	err := p.cmd.Start()
+	if stdin != nil {
+		stdin.Close() // the child has its copy
+	}
+	if err != nil {
+		return err
+	}
+	r.running++
+	go func() {
+		err := p.cmd.Wait()
+		p.stdout.Flush()
+		p.stderr.Flush()
+		exits <- exit{p, err}
+	}()
+	return nil
+}
+
+// exited handles the end of one process.
+func (r *runner) exited(e exit) {
+	r.running--
+	e.p.done = true
+	re := rankFailure(e.p, e.err)
+	if re == nil || r.stopping {
+		return // success, or a rank gorun itself is stopping
+	}
+	if r.cfg.Elastic {
+		r.con.message("gorun: " + re.Error() + "; the job goes on (--elastic)")
+		if r.first == nil {
+			r.first = re
+		}
+		return
+	}
+	r.fail(re)
+}
+
+// fail records why the job ends and stops the remaining ranks.
+func (r *runner) fail(err error) {
+	if r.first == nil {
+		r.first = err
+	}
+	msg := "gorun: " + err.Error()
+	if r.running > 0 {
+		msg += fmt.Sprintf("; stopping the other %d", r.running)
+	}
+	r.con.message(msg)
+	r.stop(syscall.SIGTERM)
+}
+
+// stop sends sig to every running process and arms the SIGKILL timer.
+func (r *runner) stop(sig syscall.Signal) {
+	if !r.stopping {
+		r.stopping = true
+		r.killAt = time.After(r.cfg.KillGrace)
+	}
+	r.kill(sig)
+}
+
+func (r *runner) kill(sig syscall.Signal) {
+	for _, p := range r.procs {
+		if p.done || p.cmd.Process == nil {
+			continue
+		}
+		if err := signalGroup(p.cmd.Process, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			p.cmd.Process.Signal(sig)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package launcher
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// useSrun decides whether ranks are placed by srun: inside a Slurm
+// allocation (SLURM_JOB_ID set), with srun on PATH, when the user gave
+// neither hosts nor a launch agent; UseSrun "yes" or "no" overrides.
+func useSrun(cfg Config) (bool, error) {
+	switch cfg.UseSrun {
+	case "no":
+		return false, nil
+	case "yes":
+		if _, err := exec.LookPath("srun"); err != nil {
+			return false, fmt.Errorf("%w: srun: %v", ErrLaunch, err)
+		}
+		return true, nil
+	}
+	if os.Getenv("SLURM_JOB_ID") == "" || cfg.LaunchAgent != nil || len(cfg.Hosts) > 0 {
+		return false, nil
+	}
+	_, err := exec.LookPath("srun")
+	return err == nil, nil
+}
+
+// srunArgv is the srun command for the job. srun places the ranks and
+// sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;
+// --kill-on-bad-exit makes Slurm stop the job when a rank fails, and
+// --label prefixes each output line with "RANK: ".
+func srunArgv(cfg Config, prog string) []string {
+	a := []string{"srun", "-n", strconv.Itoa(cfg.NP), "--kill-on-bad-exit=1"}
+	if !cfg.NoTag {
+		a = append(a, "--label")
+	}
+	return append(append(a, prog), cfg.Args...)
+}
+
+func srunProc(cfg Config, prog string, j *jobEnv, con *console) *proc {
+	a := srunArgv(cfg, prog)
+	cmd := exec.Command(a[0], a[1:]...)
+	cmd.Env = localEnv(j.sharedVars())
+	cmd.Stdin = cfg.Stdin
+	p := &proc{rank: -1, cmd: cmd}
+	p.stdout = newRankWriter(con, cfg.Stdout, -1, false)
+	p.stderr = newRankWriter(con, cfg.Stderr, -1, false)
+	return p
+}
+
+// slurmSeed is the seed address: the allocation's first node, where srun's
+// block distribution puts rank 0.
+func slurmSeed(port int) (string, error) {
+	host := firstSlurmHost()
+	if host == "" {
+		return "", fmt.Errorf("%w: SLURM_JOB_NODELIST is empty", ErrLaunch)
+	}
+	if port == 0 {
+		port = randomPort()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port)), nil
+}
+
+func firstSlurmHost() string {
+	list := os.Getenv("SLURM_JOB_NODELIST")
+	if list == "" {
+		list = os.Getenv("SLURM_NODELIST")
+	}
+	return FirstHost(list)
+}
+
+// FirstHost returns the first host of a Slurm host list such as
+// "node[07-09,12],gpu1" ("node07"), keeping zero padding.
+func FirstHost(list string) string {
+	list = strings.TrimSpace(list)
+	end := len(list)
+	if i := strings.IndexAny(list, ",["); i >= 0 {
+		end = i
+	}
+	prefix := list[:end]
+	if end == len(list) || list[end] == ',' {
+		return prefix
+	}
+	rest := list[end+1:]
+	close := strings.IndexByte(rest, ']')
+	if close < 0 {
+		return ""
+	}
+	first := rest[:close]
+	if i := strings.IndexAny(first, ",-"); i >= 0 {
+		first = first[:i]
+	}
+	return prefix + first + suffix(rest[close+1:])
+}
+
+// suffix is what follows a bracket up to the next host ("node[1-2]-ib,x" →
+// "-ib"); a second bracket range is expanded to its first value.
+func suffix(s string) string {
+	if i := strings.IndexByte(s, ','); i >= 0 {
+		s = s[:i]
+	}
+	if strings.ContainsRune(s, '[') {
+		return FirstHost(s)
+	}
+	return s
+}
