@@ -54,6 +54,7 @@ type conn struct {
 	pending []wr
 	busy    bool
 	sqWake  chan struct{}
+	sqIdle  sync.Cond // broadcast when the queue runs empty
 	exe     execState
 
 	// Receive queue: a fixed ring of posted receives, guarded by rqMu.
@@ -119,6 +120,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		respCh: make(chan fallbackResp, 1),
 	}
 	c.exe.keys = make(map[uint32]int)
+	c.sqIdle.L = &c.sqMu
 	if err := d.addConn(c); err != nil {
 		unix.Close(fd)
 		seg.unmap()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -130,7 +131,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 		case uc := <-l.accepted:
 			c, err := l.dev.handshake(ctx, uc, false)
 			if err != nil {
-				if ctx.Err() != nil {
+				if ctxErr(ctx, err) != nil {
 					return nil, rdma.NewOpError(provider, "accept", ctx.Err())
 				}
 				return nil, rdma.NewOpError(provider, "accept", err)
@@ -177,10 +178,24 @@ func (d *Device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	}
 	c, err := d.handshake(ctx, nc.(*net.UnixConn), true)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctxErr(ctx, err) != nil {
 			return nil, rdma.NewOpError(provider, "dial", ctx.Err())
 		}
 		return nil, rdma.NewOpError(provider, "dial", err)
 	}
 	return c, nil
+}
+
+// ctxErr reports ctx's error if err is the socket deadline that mirrors
+// ctx's deadline (the socket can time out a moment before ctx does).
+func ctxErr(ctx context.Context, err error) error {
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		if dl, ok := ctx.Deadline(); ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Until(dl) + 100*time.Millisecond):
+			}
+		}
+	}
+	return ctx.Err()
 }

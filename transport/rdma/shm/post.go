@@ -136,6 +136,9 @@ func (c *conn) sqLoop() {
 			c.pending = nil
 		}
 		c.busy = false
+		if c.pending == nil {
+			c.sqIdle.Broadcast()
+		}
 		c.sqMu.Unlock()
 	}
 }

@@ -57,6 +57,12 @@ func (c *conn) socketLoop() {
 	c.setError(reason, false)
 	c.wakeAll()
 	c.flushRecvs()
+	// The queued requests flush now; the queue ends after them.
+	c.sqMu.Lock()
+	for c.busy || len(c.pending) > 0 {
+		c.sqIdle.Wait()
+	}
+	c.sqMu.Unlock()
 	c.sendCQ.Close(reason)
 	c.recvCQ.Close(reason)
 	select {

@@ -1,0 +1,230 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+func TestModes(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	dev, ln := listenOne(t, rdma.Config{})
+	path := ln.Addr().String()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %s mode %v, want socket 0600", path, fi.Mode())
+	}
+	di, err := os.Stat(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if di.Mode().Perm() != 0o700 {
+		t.Fatalf("socket directory mode %v, want 0700", di.Mode().Perm())
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dev.(*Device).arena.fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o777 != 0o600 || int(st.Uid) != os.Getuid() {
+		t.Fatalf("arena memfd mode %o uid %d, want 0600 uid %d", st.Mode&0o777, st.Uid, os.Getuid())
+	}
+	ln.Close()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind after Close: %v", err)
+	}
+}
+
+func TestUnsafeSocketDir(t *testing.T) {
+	x := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", x)
+	if err := os.Mkdir(filepath.Join(x, "gorun"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(x, "gorun"), 0o755)
+	dev, err := rdma.Open("shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if ln, err := dev.Listen(testCtx(t), "127.0.0.1:0"); err == nil {
+		ln.Close()
+		t.Fatal("Listen accepted a socket directory open to others")
+	}
+	// A symlink in its place is refused too.
+	os.Remove(filepath.Join(x, "gorun"))
+	os.Symlink(t.TempDir(), filepath.Join(x, "gorun"))
+	if ln, err := dev.Listen(testCtx(t), "127.0.0.1:0"); err == nil {
+		ln.Close()
+		t.Fatal("Listen followed a symlinked socket directory")
+	}
+}
+
+func TestAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		server, dialr string
+		ok            bool
+	}{
+		{"same", "s3cret", "s3cret", true},
+		{"wrong", "s3cret", "guess", false},
+		{"missing", "s3cret", "", false},
+		{"unexpected", "", "s3cret", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ln := listenOne(t, rdma.Config{Token: []byte(tc.server)})
+			dd, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(tc.dialr)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dd.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			acc := make(chan error, 1)
+			go func() {
+				c, err := ln.Accept(ctx)
+				if err == nil {
+					c.Close()
+				}
+				acc <- err
+			}()
+			c, derr := dd.Dial(ctx, ln.Addr().String())
+			if derr == nil {
+				c.Close()
+			}
+			aerr := <-acc
+			if tc.ok && (derr != nil || aerr != nil) {
+				t.Fatalf("dial %v, accept %v", derr, aerr)
+			}
+			if !tc.ok && (derr == nil || aerr == nil) {
+				t.Fatalf("authentication should fail: dial %v, accept %v", derr, aerr)
+			}
+			if !tc.ok && !errors.Is(derr, rdma.ErrAuth) && !errors.Is(aerr, rdma.ErrAuth) {
+				t.Fatalf("neither side reports ErrAuth: dial %v, accept %v", derr, aerr)
+			}
+		})
+	}
+}
+
+func TestContext(t *testing.T) {
+	dev, ln := listenOne(t, rdma.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := ln.Accept(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Accept = %v", err)
+	}
+	// A dial that nobody accepts ends with its context.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if _, err := dev.Dial(ctx2, ln.Addr().String()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Dial = %v", err)
+	}
+	a, _, _, _ := pair(t, rdma.Config{})
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel3()
+	if _, err := a.GetRecvComp(ctx3); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("GetRecvComp = %v", err)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+func countMaps(t *testing.T) (all, ours int) {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == "" {
+			continue
+		}
+		all++
+		if strings.Contains(l, "gorun-shm") {
+			ours++
+		}
+	}
+	return all, ours
+}
+
+func TestNoLeak(t *testing.T) {
+	round := func() {
+		ctx := testCtx(t)
+		da, _ := rdma.Open("shm")
+		db, _ := rdma.Open("shm")
+		ln, err := db.Listen(ctx, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		acc := make(chan rdma.Conn, 1)
+		go func() { c, _ := ln.Accept(ctx); acc <- c }()
+		a, err := da.Dial(ctx, ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := <-acc
+		r, _ := db.Alloc(1<<20, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+		g, _ := db.Register(make([]byte, 4096), rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+		l, _ := da.Alloc(4096, rdma.AccessLocalWrite)
+		a.PostWrite(1, l.Bytes(), l, rdma.FlagSignaled, r.Addr(), r.RKey())
+		a.PostWrite(2, l.Bytes(), l, rdma.FlagSignaled, g.Addr(), g.RKey())
+		b.PostRecv(3, r.Bytes()[:8], r)
+		a.PostSend(4, l.Bytes()[:8], l, rdma.FlagSignaled)
+		for i := 0; i < 3; i++ {
+			if _, err := a.GetSendComp(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.GetRecvComp(ctx)
+		ln.Close()
+		a.Close()
+		b.Close()
+		if err := da.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round() // warm up the runtime's own fds (netpoller) and mappings
+	runtime.GC()
+	fds, _ := countFDs(t), 0
+	maps, _ := countMaps(t)
+	goroutines := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		round()
+	}
+	if got := countFDs(t); got != fds {
+		t.Errorf("open fds: %d before, %d after", fds, got)
+	}
+	all, ours := countMaps(t)
+	if ours != 0 {
+		t.Errorf("%d gorun-shm mappings left", ours)
+	}
+	if all > maps+4 { // the Go heap may grow by a mapping or two
+		t.Errorf("mappings: %d before, %d after", maps, all)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines {
+		t.Errorf("goroutines: %d before, %d after", goroutines, g)
+	}
+}

@@ -1,0 +1,200 @@
+package shm
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// The cross-process tests re-run this test binary as the peer, as os/exec's
+// tests do: TestShmChild plays the child's part when GORUN_SHM_CHILD is set.
+
+const childToken = "cross-process secret"
+
+func startChild(t *testing.T, role, addr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestShmChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), append([]string{"GORUN_SHM_CHILD=" + role, "GORUN_SHM_ADDR=" + addr}, env...)...)
+	out := new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, out
+}
+
+func TestShmChild(t *testing.T) {
+	role := os.Getenv("GORUN_SHM_CHILD")
+	if role == "" {
+		t.Skip("the peer process of the cross-process tests")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	c, err := dev.Dial(ctx, os.Getenv("GORUN_SHM_ADDR"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if role == "hang" {
+		time.Sleep(time.Minute)
+		return
+	}
+	// echo: expose an Alloc'd and a registered region, then answer each
+	// write-with-immediate with a checksum of the region it names.
+	acc := rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessRemoteRead
+	arena, err := dev.Alloc(1<<20, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goMem, err := dev.Register(make([]byte, 1<<20), acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := dev.Alloc(4096, rdma.AccessLocalWrite)
+	for i := 0; i < 4; i++ {
+		c.PostRecv(uint64(i), msg.Bytes()[1024+i*8:1032+i*8], msg)
+	}
+	d := msg.Bytes()[:24]
+	binary.LittleEndian.PutUint64(d[0:], arena.Addr())
+	binary.LittleEndian.PutUint32(d[8:], arena.RKey())
+	binary.LittleEndian.PutUint64(d[12:], goMem.Addr())
+	binary.LittleEndian.PutUint32(d[20:], goMem.RKey())
+	c.PostSend(100, d, msg, 0)
+	for {
+		wc, err := c.GetRecvComp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wc.Status != rdma.StatusSuccess {
+			t.Fatalf("child receive: %+v", wc)
+		}
+		if !wc.HasImm {
+			return // "bye"
+		}
+		region := arena.Bytes()
+		if wc.Imm == 2 {
+			region = goMem.Bytes()
+		}
+		binary.LittleEndian.PutUint64(msg.Bytes()[64:], checksum(region[:wc.ByteLen]))
+		c.PostRecv(wc.WRID, msg.Bytes()[1024+wc.WRID*8:1032+wc.WRID*8], msg)
+		c.PostSend(101, msg.Bytes()[64:72], msg, 0)
+	}
+}
+
+func checksum(b []byte) uint64 {
+	var s uint64 = 14695981039346656037
+	for _, x := range b {
+		s = (s ^ uint64(x)) * 1099511628211
+	}
+	return s
+}
+
+func listenOne(t *testing.T, cfg rdma.Config) (rdma.Device, rdma.Listener) {
+	t.Helper()
+	dev, err := rdma.OpenConfig("shm", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	ln, err := dev.Listen(testCtx(t), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return dev, ln
+}
+
+func TestCrossProcess(t *testing.T) {
+	for _, cma := range []string{"1", "0"} {
+		t.Run("cma="+cma, func(t *testing.T) {
+			t.Setenv("GORUN_SHM_CMA", cma) // both sides: the child inherits it
+			dev, ln := listenOne(t, rdma.Config{Token: []byte(childToken)})
+			_, out := startChild(t, "echo", ln.Addr().String())
+			c, err := ln.Accept(testCtx(t))
+			if err != nil {
+				t.Fatalf("accept: %v\nchild:\n%s", err, out)
+			}
+			defer c.Close()
+			if got := c.(*conn).cma; got != (cma == "1") {
+				t.Fatalf("cma = %v", got)
+			}
+			msg, _ := dev.Alloc(1<<20, rdma.AccessLocalWrite)
+			c.PostRecv(1, msg.Bytes()[:64], msg)
+			mustWC(t, c.GetRecvComp, rdma.WC{WRID: 1, Opcode: rdma.OpRecv})
+			d := msg.Bytes()[:24]
+			regions := [][2]uint64{
+				{binary.LittleEndian.Uint64(d[0:]), uint64(binary.LittleEndian.Uint32(d[8:]))},
+				{binary.LittleEndian.Uint64(d[12:]), uint64(binary.LittleEndian.Uint32(d[20:]))},
+			}
+			src := msg.Bytes()[4096:]
+			for i := range src {
+				src[i] = byte(i*31 + i>>9)
+			}
+			for imm, r := range regions {
+				n := 300000 + imm
+				c.PostRecv(2, msg.Bytes()[100:108], msg)
+				if err := c.PostWriteImm(3, src[:n], msg, 0, r[0], uint32(r[1]), uint32(imm+1)); err != nil {
+					t.Fatal(err)
+				}
+				mustWC(t, c.GetRecvComp, rdma.WC{WRID: 2, Opcode: rdma.OpRecv})
+				if got, want := binary.LittleEndian.Uint64(msg.Bytes()[100:]), checksum(src[:n]); got != want {
+					t.Fatalf("region %d: checksum %x, want %x", imm, got, want)
+				}
+				back := msg.Bytes()[400000 : 400000+n]
+				c.PostRead(4, back, msg, rdma.FlagSignaled, r[0], uint32(r[1]))
+				mustWC(t, c.GetSendComp, rdma.WC{WRID: 4, Opcode: rdma.OpRead})
+				if !bytes.Equal(back, src[:n]) {
+					t.Fatalf("region %d: read back differs", imm)
+				}
+				// Out of bounds: the peer's table refuses it.
+				if imm == 1 {
+					c.PostWrite(5, src[:16], msg, 0, r[0]+(1<<20)-8, uint32(r[1]))
+					mustWC(t, c.GetSendComp, rdma.WC{WRID: 5, Status: rdma.StatusRemoteAccessError, Opcode: rdma.OpWrite})
+				}
+			}
+		})
+	}
+}
+
+func TestPeerDeath(t *testing.T) {
+	dev, ln := listenOne(t, rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+	cmd, out := startChild(t, "hang", ln.Addr().String())
+	c, err := ln.Accept(testCtx(t))
+	if err != nil {
+		t.Fatalf("accept: %v\nchild:\n%s", err, out)
+	}
+	defer c.Close()
+	buf, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+	c.PostRecv(1, buf.Bytes(), buf)
+	c.PostSend(2, buf.Bytes()[:8], buf, rdma.FlagSignaled) // RNR forever: the child posts nothing
+	time.Sleep(10 * time.Millisecond)
+	start := time.Now()
+	cmd.Process.Kill()
+	mustWC(t, c.GetRecvComp, rdma.WC{WRID: 1, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+	mustWC(t, c.GetSendComp, rdma.WC{WRID: 2, Status: rdma.StatusFlushed, Opcode: rdma.OpSend})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("death noticed after %v", d)
+	}
+	if err := c.Err(); !errors.Is(err, rdma.ErrClosed) || !strings.Contains(err.Error(), "pid") {
+		t.Fatalf("Err() = %v", err)
+	}
+	if _, err := c.GetSendComp(testCtx(t)); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("GetSendComp = %v", err)
+	}
+}
