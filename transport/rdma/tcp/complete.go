@@ -66,11 +66,14 @@ func (c *conn) onNak(h *header) error {
 	if w.op == opReadReq {
 		c.readsInFlight--
 	}
+	// Enter the error state before the failure is visible, so whoever
+	// sees the completion also sees Err.
+	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.opcode}
+	c.setErrorLocked(opErr(opName(w.op), &peerError{peer: c.peer, err: &rdma.WCError{WC: wc}}))
 	c.finish(w, st)
 	c.head++
-	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.opcode}
 	c.mu.Unlock()
-	c.setError(opErr(opName(w.op), &peerError{peer: c.peer, err: &rdma.WCError{WC: wc}}))
+	kick(c.wake)
 	return nil
 }
 

@@ -111,8 +111,8 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 		wake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1),
 		done: make(chan struct{}), readDone: make(chan struct{}),
 		writeDone: make(chan struct{}), dead: make(chan struct{}),
-		sq:       make([]*wr, cfg.SendQueueDepth),
-		rq:       make([]*recvWR, cfg.RecvQueueDepth),
+		sq:       make([]*wr, ringSize(cfg.SendQueueDepth)),
+		rq:       make([]*recvWR, ringSize(cfg.RecvQueueDepth)),
 		scratch:  make([]byte, 32<<10),
 		rnrTimer: t,
 	}
@@ -131,8 +131,13 @@ func kick(ch chan struct{}) {
 	}
 }
 
+// The queues are rings indexed by seq modulo a power of two. They start
+// small and double when full, up to the configured depth, so an idle conn
+// is cheap; slots are allocated on first use and then reused.
+const initialRing = 64
+
 func (c *conn) slot(seq uint64) *wr {
-	i := seq % uint64(len(c.sq))
+	i := seq & uint64(len(c.sq)-1)
 	if c.sq[i] == nil {
 		c.sq[i] = new(wr)
 	}
@@ -140,11 +145,29 @@ func (c *conn) slot(seq uint64) *wr {
 }
 
 func (c *conn) rslot(seq uint64) *recvWR {
-	i := seq % uint64(len(c.rq))
+	i := seq & uint64(len(c.rq)-1)
 	if c.rq[i] == nil {
 		c.rq[i] = new(recvWR)
 	}
 	return c.rq[i]
+}
+
+// growRing doubles ring, keeping the slots of [head, tail) at their new
+// positions. Slots are pointers, so goroutines holding one keep it.
+func growRing[T any](ring []*T, head, tail uint64) []*T {
+	bigger := make([]*T, 2*len(ring))
+	for s := head; s < tail; s++ {
+		bigger[s&uint64(len(bigger)-1)] = ring[s&uint64(len(ring)-1)]
+	}
+	return bigger
+}
+
+func ringSize(depth int) int {
+	n := initialRing
+	for n > 1 && n/2 >= depth {
+		n /= 2
+	}
+	return n
 }
 
 // MaxInline is the largest FlagInline payload.

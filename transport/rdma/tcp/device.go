@@ -172,11 +172,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("accept", err)
 	}
-	if d, ok := ctx.Deadline(); ok {
-		l.ln.SetDeadline(d)
-	} else {
-		l.ln.SetDeadline(noDeadline)
-	}
+	l.ln.SetDeadline(noDeadline)
 	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(longAgo) })
 	nc, err := l.ln.AcceptTCP()
 	stop()

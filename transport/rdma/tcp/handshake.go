@@ -44,11 +44,9 @@ const (
 // handshake authenticates nc under ctx; the error is an rdma sentinel
 // (ErrAuth, ErrNotSupported) or the I/O error, not yet wrapped.
 func handshake(ctx context.Context, nc net.Conn, token []byte, me role) error {
-	dl := time.Now().Add(handshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	nc.SetDeadline(dl)
+	// ctx's own deadline is left to AfterFunc, so that a cancelled
+	// handshake reports ctx.Err() rather than a socket timeout.
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(longAgo) })
 	err := exchange(nc, token, me)
 	if !stop() {

@@ -62,8 +62,11 @@ func (c *conn) post(name string, op uint8, opcode rdma.Opcode, wrid uint64, sgl 
 		c.sendCQ.Push(rdma.WC{WRID: wrid, Status: rdma.StatusFlushed, Opcode: opcode})
 		return nil
 	}
-	if c.tail-c.head >= uint64(len(c.sq)) {
+	if c.tail-c.head >= uint64(c.cfg.SendQueueDepth) {
 		return opErr(name, rdma.ErrQueueFull)
+	}
+	if c.tail-c.head == uint64(len(c.sq)) {
+		c.sq = growRing(c.sq, c.head, c.tail)
 	}
 	if !inline && !soft.AcquireAll(sgl) {
 		return opErr(name, rdma.ErrNotRegistered)
@@ -120,8 +123,11 @@ func (c *conn) postRecv(name string, wrid uint64, sgl []rdma.SGE) error {
 		c.recvCQ.Push(rdma.WC{WRID: wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		return nil
 	}
-	if c.rqTail-c.rqHead >= uint64(len(c.rq)) {
+	if c.rqTail-c.rqHead >= uint64(c.cfg.RecvQueueDepth) {
 		return opErr(name, rdma.ErrQueueFull)
+	}
+	if c.rqTail-c.rqHead == uint64(len(c.rq)) {
+		c.rq = growRing(c.rq, c.rqHead, c.rqTail)
 	}
 	if !soft.AcquireAll(sgl) {
 		return opErr(name, rdma.ErrNotRegistered)

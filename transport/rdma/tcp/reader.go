@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 
@@ -89,16 +90,22 @@ func (c *conn) ack(h *header) {
 // remoteError answers request h with a NAK and moves this end to the error
 // state; the initiator moves there when the NAK arrives.
 func (c *conn) remoteError(h *header, st rdma.Status, op string, cause error) {
-	c.queueResp(header{op: opNak, seq: h.seq, status: uint16(st)}, nil, nil)
 	c.setError(opErr(op, &peerError{peer: c.peer, err: cause}))
+	c.queueResp(header{op: opNak, seq: h.seq, status: uint16(st)}, nil, nil)
 }
 
 // setError moves a live conn to the error state: the reader stops serving
 // (every later frame is drained), the receive queue is flushed now and the
 // writer flushes the send queue. Only the reader calls it.
 func (c *conn) setError(err error) {
-	c.discard = true
 	c.mu.Lock()
+	c.setErrorLocked(err)
+	c.mu.Unlock()
+	kick(c.wake)
+}
+
+func (c *conn) setErrorLocked(err error) {
+	c.discard = true
 	if c.state == stateOK {
 		c.state = stateError
 		if c.err == nil {
@@ -106,8 +113,6 @@ func (c *conn) setError(err error) {
 		}
 		c.flushRQ()
 	}
-	c.mu.Unlock()
-	kick(c.wake)
 }
 
 func (c *conn) serveWrite(h *header) error {
@@ -151,9 +156,21 @@ func (c *conn) serveSend(h *header) error {
 		if err := c.drain(n); err != nil {
 			return err
 		}
-		c.consumeRecv(rdma.WC{WRID: rw.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: n})
-		c.remoteError(h, rdma.StatusRemoteInvalidRequest, "serve_send",
-			fmt.Errorf("send of %d bytes into a %d-byte receive: %w", n, rw.length, rdma.ErrInvalid))
+		// Error state first (so Err is set when the failure is seen),
+		// then this receive fails, then the rest are flushed.
+		err := opErr("serve_send", &peerError{peer: c.peer,
+			err: fmt.Errorf("send of %d bytes into a %d-byte receive: %w", n, rw.length, rdma.ErrInvalid)})
+		c.mu.Lock()
+		c.discard = true
+		c.state = stateError
+		c.err = cmp.Or(c.err, err)
+		c.rqHead++
+		soft.ReleaseAll(rw.sgl)
+		clear(rw.sgl)
+		c.recvCQ.Push(rdma.WC{WRID: rw.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: n})
+		c.flushRQ()
+		c.mu.Unlock()
+		c.queueResp(header{op: opNak, seq: h.seq, status: uint16(rdma.StatusRemoteInvalidRequest)}, nil, nil)
 		return nil
 	}
 	left := n

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -257,3 +258,7 @@ func TestRecvTooSmall(t *testing.T) {
 		t.Fatal("oversized send was written")
 	}
 }
+
+var netListenConfig net.ListenConfig
+
+var netDialer net.Dialer

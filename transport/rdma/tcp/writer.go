@@ -38,6 +38,7 @@ func (c *conn) writeLoop() {
 
 		if len(iov) > 0 {
 			c.wbufs = iov
+			raceReleaseIO()
 			_, err := c.wbufs.WriteTo(c.nc)
 			clear(iov)
 			c.iov = iov[:0]
@@ -73,7 +74,7 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 		// Ask for an acknowledgement when the initiator needs one: a
 		// completion to report, or, every ackEvery requests, to release
 		// regions and slots of unsignaled requests.
-		if w.signaled || (c.tx+1)%c.ackEvery == 0 || c.tx+1 == c.tail && c.tail-c.head >= uint64(len(c.sq))/2 {
+		if w.signaled || (c.tx+1)%c.ackEvery == 0 || c.tx+1 == c.tail && c.tail-c.head >= uint64(c.cfg.SendQueueDepth)/2 {
 			h.flags |= fAck
 		}
 		h.encode(&w.hdr)
