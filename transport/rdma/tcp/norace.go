@@ -3,4 +3,5 @@
 package tcp
 
 func raceReleaseIO() {}
+
 const raceEnabled = false

@@ -10,4 +10,5 @@ import "syscall"
 // acquire. Without it an in-process test that reads a region after the
 // completion of a write into it is reported as a race.
 func raceReleaseIO() { syscall.Write(-1, nil) }
+
 const raceEnabled = true
