@@ -1,0 +1,80 @@
+package rdmatest
+
+import (
+	"fmt"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// testCase is one row of the table: run gets a fresh connected pair whose
+// devices were opened with Options.Config changed by cfg.
+type testCase struct {
+	name string
+	cfg  func(*rdma.Config)
+	long bool // only without -short
+	run  func(e *env)
+}
+
+// sizes are the payload sizes of the data-integrity cases.
+var sizes = []struct {
+	n    int
+	long bool
+}{{0, false}, {1, false}, {7, false}, {4096, false}, {1<<20 + 13, false}, {64 << 20, true}}
+
+// cases is the table. Rules of transport/rdma/doc.go and the case(s) that
+// check each:
+//   - not connected / closed: closed-posts, peer-closed, dial-refused;
+//   - local buffers inside an MR with the access needed, inline excepted:
+//     local-checks, inline;
+//   - remote key, bounds, access; error state; flushed: remote-access/*,
+//     error-state;
+//   - receive needed, RNR retries: rnr-exceeded, rnr-writeimm, rnr-in-time;
+//   - unsignaled: unsignaled, unsignaled-failure;
+//   - post order for effects and completions: ordering/*, many-outstanding;
+//   - MRs busy while in use: deregister-busy.
+var cases = buildCases()
+
+func buildCases() []testCase {
+	var cs []testCase
+	for _, sz := range sizes {
+		for _, op := range []struct {
+			name string
+			run  func(e *env, n int)
+		}{{"write", caseWrite}, {"read", caseRead}, {"send", caseSend}, {"writeimm", caseWriteImm}} {
+			cs = append(cs, testCase{
+				name: fmt.Sprintf("data/%s/bytes=%d", op.name, sz.n),
+				long: sz.long,
+				run:  func(e *env) { op.run(e, sz.n) },
+			})
+		}
+	}
+	cs = append(cs,
+		testCase{name: "sgl/writev", run: caseWritev},
+		testCase{name: "sgl/sendv", run: caseSendv},
+		testCase{name: "sgl/readv", run: caseReadv},
+		testCase{name: "sgl/recvv", run: caseRecvv},
+		testCase{name: "many-outstanding/writes", run: caseManyWrites},
+		testCase{name: "many-outstanding/sends", run: caseManySends},
+		testCase{name: "both-directions", run: caseBothDirections},
+		testCase{name: "ordering/send-after-write", run: caseOrderingToPeer},
+		testCase{name: "ordering/send-after-write-from-peer", run: caseOrderingFromPeer},
+		testCase{name: "register", run: caseRegister},
+		testCase{name: "local-checks", run: caseLocalChecks},
+		testCase{name: "inline", run: caseInline},
+		testCase{name: "deregister-busy", cfg: rnrForever, run: caseDeregisterBusy},
+		testCase{name: "unsignaled", run: caseUnsignaled},
+		testCase{name: "unsignaled-failure", run: caseUnsignaledFailure},
+		testCase{name: "error-state", run: caseErrorState},
+		testCase{name: "rnr-exceeded", cfg: rnrShort, run: caseRNRExceeded},
+		testCase{name: "rnr-writeimm", cfg: rnrShort, run: caseRNRWriteImm},
+		testCase{name: "rnr-in-time", cfg: rnrPatient, run: caseRNRInTime},
+		testCase{name: "recv-too-small", run: caseRecvTooSmall},
+		testCase{name: "closed-posts", cfg: rnrForever, run: caseClosedPosts},
+		testCase{name: "peer-closed", run: casePeerClosed},
+		testCase{name: "dial-refused", run: caseDialRefused},
+	)
+	for _, ra := range remoteAccessCases {
+		cs = append(cs, testCase{name: "remote-access/" + ra.name, run: func(e *env) { caseRemoteAccess(e, ra) }})
+	}
+	return cs
+}

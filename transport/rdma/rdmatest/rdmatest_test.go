@@ -1,0 +1,30 @@
+package rdmatest
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	_ "github.com/gorun-hpc/gorun/transport/rdma/mem"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+// TestConformanceMemPipe runs the table with the peer behind the control
+// protocol, served from a goroutine: the child's code path, minus the
+// process, since mem cannot cross processes. (The mem package runs the
+// table in-process with Run.)
+func TestConformanceMemPipe(t *testing.T) {
+	rp, err := pipePeer("mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := rp.shutdown(); err != nil {
+			t.Error(err)
+		}
+	}()
+	runCases(t, Options{Provider: "mem"}, func() peer { return rp })
+}
+
+var _ rdma.Conn // the suite builds against the contract only
