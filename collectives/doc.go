@@ -1,0 +1,39 @@
+// Package collectives holds gorun's collective algorithms, split in two
+// layers, as STYLE.md asks.
+//
+// # Schedules (pure data)
+//
+// A Schedule is one rank's part of a collective: a list of Ops in program
+// order. An Op sends Len elements of a buffer (Work, the rank's working
+// buffer, or Input, the caller's read-only input) at Off to Peer, or
+// receives Len elements from Peer into Work at Off, storing (Recv) or
+// reducing (RecvReduce) them. Offsets count elements, so a schedule does not
+// depend on the element type. Ops carry Deps, indices of earlier ops that
+// must complete first; Finalize derives them from range overlaps (read
+// after write, write after read, write after write), and a builder may add
+// explicit ones with After (the barrier does, its messages being empty).
+//
+// Matching is FIFO per ordered pair of ranks: the i-th send from a to b is
+// the i-th receive at b from a, and the lengths must agree. Everything not
+// ordered by Deps or by that FIFO runs concurrently, so an algorithm that
+// cuts its buffer into chunk-sized ops is pipelined for free.
+//
+// To add an algorithm: write a builder func(rank, size, [root,] count,
+// chunk int) *Schedule that appends ops with add/addChunked/interleave and
+// returns s.Finalize(); add an Algo constant and a case to Build, Algos and
+// (if it should be chosen automatically) Select; add it to the schedule
+// tests in sim_test.go, which simulate every rank on symbolic elements for
+// every world size 1..33 with one message in flight per pair (so flow
+// control deadlocks are caught) and check exactly which rank contributed to
+// which position.
+//
+// # Executor
+//
+// The executor (engine.go, link.go) runs schedules over transport/rdma; see
+// the comments there. Package comm builds schedules (and caches them) and
+// owns the links; an engine runs one schedule at a time.
+//
+// Ownership and concurrency: schedules are immutable once Finalized and may
+// be shared between goroutines. An Engine runs one operation at a time (the
+// caller serialises); its links' progress goroutines are internal.
+package collectives

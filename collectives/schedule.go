@@ -1,0 +1,148 @@
+package collectives
+
+import "fmt"
+
+// Kind is what one schedule op does.
+type Kind uint8
+
+const (
+	// Send sends Len elements of buffer Buf at Off to Peer.
+	Send Kind = iota
+	// Recv receives Len elements from Peer and stores them at Work[Off:].
+	Recv
+	// RecvReduce receives Len elements from Peer and reduces them into
+	// Work[Off:] (Work = Work op incoming).
+	RecvReduce
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Send:
+		return "send"
+	case Recv:
+		return "recv"
+	case RecvReduce:
+		return "recv-reduce"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Buf names the buffer an op addresses.
+type Buf uint8
+
+const (
+	// Work is the rank's working buffer: read by sends, written by receives.
+	Work Buf = iota
+	// Input is the caller's read-only input (only sends may use it).
+	Input
+)
+
+// Op is one transfer of a schedule. Offsets and lengths count elements.
+type Op struct {
+	Kind Kind
+	Buf  Buf
+	Peer int
+	Off  int
+	Len  int
+	// Deps are indices of earlier ops of the same schedule that must have
+	// completed before this op may start (a send: be posted; a receive: be
+	// applied to Work). Finalize derives them from range overlaps; builders
+	// may add explicit ones (After).
+	Deps []int32
+}
+
+func (o Op) String() string {
+	return fmt.Sprintf("%s peer=%d buf=%d [%d,+%d) deps=%v", o.Kind, o.Peer, o.Buf, o.Off, o.Len, o.Deps)
+}
+
+// Schedule is one rank's part of a collective: its ops in program order.
+//
+// Execution rules (the executor and the simulator both follow them):
+//   - the sends to one peer are posted in program order, and the receives
+//     from one peer are matched in program order with that peer's sends to
+//     this rank (FIFO per ordered pair, like MPI non-overtaking);
+//   - an op starts only once every op in its Deps has completed;
+//   - otherwise ops run concurrently, so independent chunks pipeline.
+type Schedule struct {
+	Rank, Size int
+	Ops        []Op
+}
+
+// add appends an op and returns its index.
+func (s *Schedule) add(k Kind, b Buf, peer, off, n int) int {
+	s.Ops = append(s.Ops, Op{Kind: k, Buf: b, Peer: peer, Off: off, Len: n})
+	return len(s.Ops) - 1
+}
+
+// addChunked appends ops for [off, off+n) split into pieces of at most
+// chunk elements, returning the index range [first, end).
+func (s *Schedule) addChunked(k Kind, b Buf, peer, off, n, chunk int) (int, int) {
+	first := len(s.Ops)
+	if n == 0 {
+		return first, first
+	}
+	for p := 0; p < n; p += chunk {
+		s.add(k, b, peer, off+p, min(chunk, n-p))
+	}
+	return first, len(s.Ops)
+}
+
+// After makes op i wait for op j (j < i) in addition to range hazards.
+func (s *Schedule) After(i, j int) { s.Ops[i].Deps = append(s.Ops[i].Deps, int32(j)) }
+
+// Finalize derives the hazard dependencies in program order: a send waits
+// for earlier receives into an overlapping Work range (read after write); a
+// receive waits for earlier sends (write after read) and receives (write
+// after write, which also fixes the reduction order) that overlap it.
+func (s *Schedule) Finalize() *Schedule {
+	for i := range s.Ops {
+		oi := &s.Ops[i]
+		if oi.Len == 0 || oi.Buf != Work {
+			continue
+		}
+		for j := 0; j < i; j++ {
+			oj := &s.Ops[j]
+			if oj.Len == 0 || oj.Buf != Work || (oi.Kind == Send && oj.Kind == Send) {
+				continue
+			}
+			if oj.Off < oi.Off+oi.Len && oi.Off < oj.Off+oj.Len {
+				oi.Deps = append(oi.Deps, int32(j))
+			}
+		}
+	}
+	return s
+}
+
+// Validate checks the schedule's own invariants: peers in range and not
+// self, ranges inside [0, workLen) or [0, inputLen), deps pointing backwards.
+func (s *Schedule) Validate(workLen, inputLen int) error {
+	for i, o := range s.Ops {
+		if o.Peer < 0 || o.Peer >= s.Size || o.Peer == s.Rank {
+			return fmt.Errorf("op %d (%v): bad peer", i, o)
+		}
+		lim := workLen
+		if o.Buf == Input {
+			lim = inputLen
+			if o.Kind != Send {
+				return fmt.Errorf("op %d (%v): receive into Input", i, o)
+			}
+		}
+		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > lim {
+			return fmt.Errorf("op %d (%v): range outside [0,%d)", i, o, lim)
+		}
+		for _, d := range o.Deps {
+			if int(d) >= i || d < 0 {
+				return fmt.Errorf("op %d (%v): dep %d not earlier", i, o, d)
+			}
+		}
+	}
+	return nil
+}
+
+// segment returns [start, end) of segment i when n elements are split into
+// parts balanced parts.
+func segment(n, parts, i int) (int, int) {
+	return i * n / parts, (i + 1) * n / parts
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }

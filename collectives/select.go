@@ -1,0 +1,223 @@
+package collectives
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Collective names an operation.
+type Collective uint8
+
+const (
+	AllReduce Collective = iota
+	Reduce
+	Broadcast
+	AllGather
+	ReduceScatter
+	Gather
+	Scatter
+	AllToAll
+	Barrier
+	SendRecv
+	numCollectives
+)
+
+var collNames = [...]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "gather", "scatter", "alltoall", "barrier", "sendrecv"}
+
+func (c Collective) String() string {
+	if int(c) < len(collNames) {
+		return collNames[c]
+	}
+	return fmt.Sprintf("collective(%d)", uint8(c))
+}
+
+// Algo names an algorithm. Auto lets the selection table decide.
+type Algo uint8
+
+const (
+	Auto Algo = iota
+	Ring
+	Tree            // allreduce: double binary tree; broadcast, reduce: binomial tree
+	RecDoubling     // allreduce: recursive doubling
+	HalvingDoubling // allreduce: Rabenseifner
+	Chain           // broadcast: pipelined chain
+	Bruck           // allgather
+	Dissemination   // barrier
+	Direct          // gather, scatter, alltoall, send/recv
+	numAlgos
+)
+
+var algoNames = [...]string{"auto", "ring", "tree", "rd", "hd", "chain", "bruck", "dissemination", "direct"}
+
+func (a Algo) String() string {
+	if int(a) < len(algoNames) {
+		return algoNames[a]
+	}
+	return fmt.Sprintf("algo(%d)", uint8(a))
+}
+
+// ParseAlgo accepts an Algo's name and a few aliases.
+func ParseAlgo(s string) (Algo, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "auto", "":
+		return Auto, nil
+	case "ring":
+		return Ring, nil
+	case "tree", "dbtree", "binomial":
+		return Tree, nil
+	case "rd", "recursive_doubling", "recursivedoubling":
+		return RecDoubling, nil
+	case "hd", "rabenseifner", "halving_doubling":
+		return HalvingDoubling, nil
+	case "chain", "pipeline":
+		return Chain, nil
+	case "bruck":
+		return Bruck, nil
+	case "dissemination":
+		return Dissemination, nil
+	case "direct", "linear", "pairwise":
+		return Direct, nil
+	}
+	return Auto, fmt.Errorf("unknown algorithm %q", s)
+}
+
+// ParseCollective accepts a Collective's name.
+func ParseCollective(s string) (Collective, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	for i, n := range collNames {
+		if n == s {
+			return Collective(i), nil
+		}
+	}
+	if s == "reduce_scatter" {
+		return ReduceScatter, nil
+	}
+	return 0, fmt.Errorf("unknown collective %q", s)
+}
+
+// Algos lists the algorithms implemented for c; the first is the fallback.
+func Algos(c Collective) []Algo {
+	switch c {
+	case AllReduce:
+		return []Algo{Ring, Tree, RecDoubling, HalvingDoubling}
+	case Reduce:
+		return []Algo{Tree}
+	case Broadcast:
+		return []Algo{Tree, Chain}
+	case AllGather:
+		return []Algo{Ring, Bruck}
+	case ReduceScatter:
+		return []Algo{Ring}
+	case Barrier:
+		return []Algo{Dissemination}
+	}
+	return []Algo{Direct}
+}
+
+// Supports reports whether a is implemented for c.
+func Supports(c Collective, a Algo) bool {
+	for _, x := range Algos(c) {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Select is the tuning table: the algorithm for c moving bytes (the full
+// buffer of an allreduce or broadcast, one rank's block otherwise) over size
+// ranks. Thresholds follow the usual latency/bandwidth crossover on
+// software transports: log-step algorithms below 64 KiB, ring and chain for
+// large buffers, halving-doubling in between for allreduce.
+func Select(c Collective, size int, bytes int) Algo {
+	switch c {
+	case AllReduce:
+		switch {
+		case size <= 2:
+			return Ring
+		case bytes <= 16<<10:
+			return RecDoubling
+		case bytes <= 256<<10:
+			return HalvingDoubling
+		case size > 16 && bytes <= 4<<20:
+			return Tree
+		}
+		return Ring
+	case Broadcast:
+		if bytes <= 256<<10 || size <= 2 {
+			return Tree
+		}
+		return Chain
+	case AllGather:
+		if bytes*size <= 64<<10 {
+			return Bruck
+		}
+		return Ring
+	}
+	return Algos(c)[0]
+}
+
+// ChunkBytes is the pipelining unit for a buffer of bytes: small enough to
+// keep several chunks in flight, large enough to amortise per-message cost.
+func ChunkBytes(a Algo, bytes int) int {
+	switch a {
+	case Tree, Chain:
+		if bytes >= 4<<20 {
+			return 256 << 10
+		}
+		return 64 << 10
+	}
+	return 1 << 20
+}
+
+// Build returns rank's schedule of c with algorithm a over count elements
+// (per-rank block for allgather, reducescatter, gather, scatter, alltoall),
+// pieces of at most chunk elements. For SendRecv, root is the peer and a
+// send is encoded as count ≥ 0 with send=true via BuildSendRecv.
+func Build(c Collective, a Algo, rank, size, root, count, chunk int) (*Schedule, error) {
+	if chunk <= 0 {
+		chunk = 1
+	}
+	if a == Auto {
+		a = Algos(c)[0]
+	}
+	if !Supports(c, a) {
+		return nil, fmt.Errorf("collectives: %s has no %s algorithm", c, a)
+	}
+	switch c {
+	case AllReduce:
+		switch a {
+		case Ring:
+			return RingAllReduce(rank, size, count, chunk), nil
+		case Tree:
+			return DoubleTreeAllReduce(rank, size, count, chunk), nil
+		case RecDoubling:
+			return RecursiveDoublingAllReduce(rank, size, count, chunk), nil
+		case HalvingDoubling:
+			return HalvingDoublingAllReduce(rank, size, count, chunk), nil
+		}
+	case Reduce:
+		return BinomialReduce(rank, size, root, count, chunk), nil
+	case Broadcast:
+		if a == Chain {
+			return ChainBroadcast(rank, size, root, count, chunk), nil
+		}
+		return BinomialBroadcast(rank, size, root, count, chunk), nil
+	case AllGather:
+		if a == Bruck {
+			return BruckAllGather(rank, size, count, chunk), nil
+		}
+		return RingAllGather(rank, size, count, chunk), nil
+	case ReduceScatter:
+		return RingReduceScatter(rank, size, count, chunk), nil
+	case Gather:
+		return DirectGather(rank, size, root, count, chunk), nil
+	case Scatter:
+		return DirectScatter(rank, size, root, count, chunk), nil
+	case AllToAll:
+		return PairwiseAllToAll(rank, size, count, chunk), nil
+	case Barrier:
+		return DisseminationBarrier(rank, size), nil
+	}
+	return nil, fmt.Errorf("collectives: cannot build %s", c)
+}

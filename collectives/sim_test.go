@@ -1,0 +1,513 @@
+package collectives
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The simulator runs a set of schedules on in-memory arrays, following the
+// execution rules of Schedule with a bounded queue per ordered pair of
+// ranks. Elements are symbolic: the position they came from and how many
+// times each rank's contribution was reduced into them, so a missing,
+// doubled or misplaced contribution is caught exactly.
+
+const maxRanks = 64
+
+type elem struct {
+	idx int32 // source position; -1 = garbage
+	c   [maxRanks]uint8
+}
+
+type msg struct {
+	from, op int
+	data     []elem
+}
+
+type simRank struct {
+	s            *Schedule
+	work, input  []elem
+	done         []bool
+	lo           int           // every op before lo is done
+	sendQ, recvQ map[int][]int // per peer: op indices in program order
+}
+
+// simulate runs scheds; capacity bounds each pair's in-flight messages;
+// started(rank, round) delays a rank's start (nil: all start at once).
+func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started func(rank, round int) bool) error {
+	n := len(scheds)
+	ranks := make([]*simRank, n)
+	for r, s := range scheds {
+		if err := s.Validate(len(work[r]), len(input[r])); err != nil {
+			return fmt.Errorf("rank %d: %v", r, err)
+		}
+		sr := &simRank{s: s, work: work[r], input: input[r], done: make([]bool, len(s.Ops)),
+			sendQ: map[int][]int{}, recvQ: map[int][]int{}}
+		for i, o := range s.Ops {
+			if o.Kind == Send {
+				sr.sendQ[o.Peer] = append(sr.sendQ[o.Peer], i)
+			} else {
+				sr.recvQ[o.Peer] = append(sr.recvQ[o.Peer], i)
+			}
+		}
+		ranks[r] = sr
+	}
+	queues := map[[2]int][]msg{}
+	for round := 0; ; round++ {
+		progress, remaining, waiting := false, 0, false
+		for r, sr := range ranks {
+			if started != nil && !started(r, round) {
+				waiting = true
+				continue
+			}
+			for sr.lo < len(sr.done) && sr.done[sr.lo] {
+				sr.lo++
+			}
+			for i := sr.lo; i < len(sr.s.Ops); i++ {
+				o := sr.s.Ops[i]
+				if sr.done[i] {
+					continue
+				}
+				remaining++
+				ready := true
+				for _, d := range o.Deps {
+					ready = ready && sr.done[d]
+				}
+				if !ready {
+					continue
+				}
+				key := [2]int{r, o.Peer}
+				if o.Kind == Send {
+					if sr.sendQ[o.Peer][0] != i || len(queues[key]) >= capacity {
+						continue
+					}
+					src := sr.work
+					if o.Buf == Input {
+						src = sr.input
+					}
+					data := append([]elem(nil), src[o.Off:o.Off+o.Len]...)
+					queues[key] = append(queues[key], msg{from: r, op: i, data: data})
+					sr.sendQ[o.Peer] = sr.sendQ[o.Peer][1:]
+				} else {
+					key = [2]int{o.Peer, r}
+					if sr.recvQ[o.Peer][0] != i || len(queues[key]) == 0 {
+						continue
+					}
+					m := queues[key][0]
+					queues[key] = queues[key][1:]
+					sr.recvQ[o.Peer] = sr.recvQ[o.Peer][1:]
+					if len(m.data) != o.Len {
+						return fmt.Errorf("rank %d op %d (%v): got %d elements from rank %d op %d", r, i, o, len(m.data), m.from, m.op)
+					}
+					dst := sr.work[o.Off : o.Off+o.Len]
+					for j, e := range m.data {
+						if o.Kind == Recv {
+							dst[j] = e
+							continue
+						}
+						if dst[j].idx != e.idx {
+							return fmt.Errorf("rank %d op %d (%v): reducing position %d into %d", r, i, o, e.idx, dst[j].idx)
+						}
+						for k := range dst[j].c {
+							dst[j].c[k] += e.c[k]
+						}
+					}
+				}
+				sr.done[i] = true
+				progress = true
+				remaining--
+			}
+		}
+		if remaining == 0 && !waiting {
+			for k, q := range queues {
+				if len(q) > 0 {
+					return fmt.Errorf("%d unreceived messages from rank %d to %d", len(q), k[0], k[1])
+				}
+			}
+			return nil
+		}
+		if !progress && !waiting {
+			for r, sr := range ranks {
+				for i, o := range sr.s.Ops {
+					if !sr.done[i] {
+						return fmt.Errorf("deadlock: rank %d stuck at op %d (%v)", r, i, o)
+					}
+				}
+			}
+			return fmt.Errorf("deadlock")
+		}
+	}
+}
+
+func one(rank, idx int) elem {
+	e := elem{idx: int32(idx)}
+	e.c[rank] = 1
+	return e
+}
+
+func garbage(n int) []elem {
+	g := make([]elem, n)
+	for i := range g {
+		g[i].idx = -1
+	}
+	return g
+}
+
+func checkElem(got elem, idx int, want func(k int) uint8) error {
+	if got.idx != int32(idx) {
+		return fmt.Errorf("position %d holds element of position %d", idx, got.idx)
+	}
+	for k := range got.c {
+		if got.c[k] != want(k) {
+			return fmt.Errorf("position %d: rank %d contributed %d times, want %d", idx, k, got.c[k], want(k))
+		}
+	}
+	return nil
+}
+
+func allOnes(n int) func(int) uint8 {
+	return func(k int) uint8 {
+		if k < n {
+			return 1
+		}
+		return 0
+	}
+}
+
+func only(r int) func(int) uint8 {
+	return func(k int) uint8 {
+		if k == r {
+			return 1
+		}
+		return 0
+	}
+}
+
+func testCounts(n int) []int {
+	return []int{0, 1, n - 1, n + 1, 2*n + 3, 37}
+}
+
+var testChunks = []int{1, 3, 1 << 20}
+
+func build(t *testing.T, c Collective, a Algo, n, root, count, chunk int) []*Schedule {
+	t.Helper()
+	s := make([]*Schedule, n)
+	for r := range n {
+		var err error
+		if s[r], err = Build(c, a, r, n, root, count, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func TestAllReduceSchedules(t *testing.T) {
+	for _, a := range Algos(AllReduce) {
+		for _, n := range worldSizes() {
+			for _, count := range testCounts(n) {
+				for _, chunk := range testChunks {
+					if chunk == 1 && n > 8 {
+						continue // chunk 3 covers the splitting; 1 is slow at large n
+					}
+					scheds := build(t, AllReduce, a, n, 0, count, chunk)
+					work := make([][]elem, n)
+					for r := range work {
+						work[r] = make([]elem, count)
+						for i := range work[r] {
+							work[r][i] = one(r, i)
+						}
+					}
+					if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+						t.Fatalf("%s n=%d count=%d chunk=%d: %v", a, n, count, chunk, err)
+					}
+					for r := range n {
+						for i := range count {
+							if err := checkElem(work[r][i], i, allOnes(n)); err != nil {
+								t.Fatalf("%s n=%d count=%d chunk=%d rank %d: %v", a, n, count, chunk, r, err)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestReduceSchedules(t *testing.T) {
+	for _, n := range worldSizes() {
+		for _, root := range []int{0, n / 2, n - 1} {
+			for _, count := range testCounts(n) {
+				scheds := build(t, Reduce, Tree, n, root, count, 4)
+				work := make([][]elem, n)
+				for r := range work {
+					work[r] = make([]elem, count)
+					for i := range work[r] {
+						work[r][i] = one(r, i)
+					}
+				}
+				if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+					t.Fatalf("n=%d root=%d count=%d: %v", n, root, count, err)
+				}
+				for i := range count {
+					if err := checkElem(work[root][i], i, allOnes(n)); err != nil {
+						t.Fatalf("n=%d root=%d count=%d: %v", n, root, count, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBroadcastSchedules(t *testing.T) {
+	for _, a := range Algos(Broadcast) {
+		for _, n := range worldSizes() {
+			for _, root := range []int{0, n / 2, n - 1} {
+				for _, count := range testCounts(n) {
+					for _, chunk := range testChunks {
+						scheds := build(t, Broadcast, a, n, root, count, chunk)
+						work := make([][]elem, n)
+						for r := range work {
+							work[r] = garbage(count)
+						}
+						for i := range count {
+							work[root][i] = one(root, i)
+						}
+						if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+							t.Fatalf("%s n=%d root=%d count=%d: %v", a, n, root, count, err)
+						}
+						for r := range n {
+							for i := range count {
+								if err := checkElem(work[r][i], i, only(root)); err != nil {
+									t.Fatalf("%s n=%d root=%d count=%d rank %d: %v", a, n, root, count, r, err)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAllGatherSchedules(t *testing.T) {
+	for _, a := range Algos(AllGather) {
+		for _, n := range worldSizes() {
+			for _, count := range []int{0, 1, 3, 7} {
+				for _, chunk := range []int{2, 1 << 20} {
+					scheds := build(t, AllGather, a, n, 0, count, chunk)
+					work := make([][]elem, n)
+					for r := range work {
+						work[r] = garbage(n * count)
+						for j := range count {
+							work[r][r*count+j] = one(r, r*count+j)
+						}
+					}
+					if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+						t.Fatalf("%s n=%d count=%d: %v", a, n, count, err)
+					}
+					for r := range n {
+						for b := range n {
+							for j := range count {
+								if err := checkElem(work[r][b*count+j], b*count+j, only(b)); err != nil {
+									t.Fatalf("%s n=%d count=%d rank %d: %v", a, n, count, r, err)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestReduceScatterSchedules(t *testing.T) {
+	for _, n := range worldSizes() {
+		for _, count := range []int{0, 1, 3, 7} {
+			for _, chunk := range []int{2, 1 << 20} {
+				scheds := build(t, ReduceScatter, Ring, n, 0, count, chunk)
+				work := make([][]elem, n)
+				for r := range work {
+					work[r] = make([]elem, n*count)
+					for i := range work[r] {
+						work[r][i] = one(r, i)
+					}
+				}
+				if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+					t.Fatalf("n=%d count=%d: %v", n, count, err)
+				}
+				for r := range n {
+					for j := range count {
+						if err := checkElem(work[r][r*count+j], r*count+j, allOnes(n)); err != nil {
+							t.Fatalf("n=%d count=%d rank %d: %v", n, count, r, err)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestDirectSchedules(t *testing.T) {
+	for _, n := range worldSizes() {
+		for _, count := range []int{0, 1, 5} {
+			root := n / 2
+			// gather
+			scheds := build(t, Gather, Direct, n, root, count, 2)
+			work, input := make([][]elem, n), make([][]elem, n)
+			for r := range n {
+				work[r] = garbage(n * count)
+				input[r] = make([]elem, count)
+				for j := range count {
+					input[r][j] = one(r, r*count+j)
+				}
+			}
+			copy(work[root][root*count:], input[root]) // the local part is the caller's copy
+			if err := simulate(scheds, work, input, 1, nil); err != nil {
+				t.Fatalf("gather n=%d: %v", n, err)
+			}
+			for b := range n {
+				for j := range count {
+					if err := checkElem(work[root][b*count+j], b*count+j, only(b)); err != nil {
+						t.Fatalf("gather n=%d count=%d: %v", n, count, err)
+					}
+				}
+			}
+			// scatter
+			scheds = build(t, Scatter, Direct, n, root, count, 2)
+			for r := range n {
+				work[r] = garbage(count)
+				input[r] = nil
+			}
+			input[root] = make([]elem, n*count)
+			for i := range input[root] {
+				input[root][i] = one(root, i)
+			}
+			copy(work[root], input[root][root*count:])
+			if err := simulate(scheds, work, input, 1, nil); err != nil {
+				t.Fatalf("scatter n=%d: %v", n, err)
+			}
+			for r := range n {
+				for j := range count {
+					if err := checkElem(work[r][j], r*count+j, only(root)); err != nil {
+						t.Fatalf("scatter n=%d count=%d rank %d: %v", n, count, r, err)
+					}
+				}
+			}
+			// alltoall
+			scheds = build(t, AllToAll, Direct, n, 0, count, 2)
+			for r := range n {
+				work[r] = garbage(n * count)
+				input[r] = make([]elem, n*count)
+				for i := range input[r] {
+					input[r][i] = one(r, i)
+				}
+				copy(work[r][r*count:(r+1)*count], input[r][r*count:])
+			}
+			if err := simulate(scheds, work, input, 1, nil); err != nil {
+				t.Fatalf("alltoall n=%d: %v", n, err)
+			}
+			for r := range n {
+				for s := range n {
+					for j := range count {
+						if err := checkElem(work[r][s*count+j], r*count+j, only(s)); err != nil {
+							t.Fatalf("alltoall n=%d count=%d rank %d block %d: %v", n, count, r, s, err)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBarrierSchedule starts rank r only at round 3r: no rank may finish
+// before the last one has started.
+func TestBarrierSchedule(t *testing.T) {
+	for _, n := range worldSizes() {
+		scheds := build(t, Barrier, Dissemination, n, 0, 0, 1)
+		last := 3 * (n - 1)
+		finishedEarly := -1
+		started := func(r, round int) bool {
+			if round < last && finishedEarly < 0 {
+				// a rank that has started and has no op left finished early
+				s := scheds[r]
+				if round >= 3*r && len(s.Ops) == 0 && n > 1 {
+					finishedEarly = r
+				}
+			}
+			return round >= 3*r
+		}
+		work := make([][]elem, n)
+		if err := simulate(scheds, work, work, 1, started); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		if finishedEarly >= 0 {
+			t.Fatalf("n=%d: rank %d has no barrier ops", n, finishedEarly)
+		}
+	}
+}
+
+// TestBarrierCausality checks the barrier property on the message graph:
+// each rank's last op transitively depends on every rank's first op.
+func TestBarrierCausality(t *testing.T) {
+	for n := 2; n <= 33; n++ {
+		scheds := build(t, Barrier, Dissemination, n, 0, 0, 1)
+		// heard[r] = set of ranks r has heard from after each recv step.
+		heard := make([]map[int]bool, n)
+		for r := range heard {
+			heard[r] = map[int]bool{r: true}
+		}
+		steps := len(scheds[0].Ops) / 2
+		for k := range steps {
+			next := make([]map[int]bool, n)
+			for r := range n {
+				next[r] = map[int]bool{}
+				for x := range heard[r] {
+					next[r][x] = true
+				}
+				src := scheds[r].Ops[2*k+1].Peer
+				if scheds[src].Ops[2*k].Peer != r {
+					t.Fatalf("n=%d step %d: rank %d receives from %d, which sends to %d", n, k, r, src, scheds[src].Ops[2*k].Peer)
+				}
+				for x := range heard[src] {
+					next[r][x] = true
+				}
+			}
+			heard = next
+		}
+		for r := range n {
+			if len(heard[r]) != n {
+				t.Fatalf("n=%d: rank %d leaves the barrier having heard from %d ranks", n, r, len(heard[r]))
+			}
+		}
+	}
+}
+
+func TestSelect(t *testing.T) {
+	for c := Collective(0); c < numCollectives; c++ {
+		for _, n := range []int{1, 2, 3, 8, 64} {
+			for _, b := range []int{0, 1 << 10, 1 << 20, 1 << 28} {
+				if a := Select(c, n, b); !Supports(c, a) {
+					t.Errorf("Select(%s, %d, %d) = %s, not supported", c, n, b, a)
+				}
+			}
+		}
+	}
+	for a := Algo(0); a < numAlgos; a++ {
+		got, err := ParseAlgo(a.String())
+		if err != nil || got != a {
+			t.Errorf("ParseAlgo(%q) = %v, %v", a, got, err)
+		}
+	}
+}
+
+// worldSizes is 1..33. The schedule tests are single-goroutine, so the race
+// detector (which slows them 30x) adds nothing; under -race they sample the
+// sizes instead: 1..9 and the sizes 16, 17 and 33.
+func worldSizes() []int {
+	var ns []int
+	for n := 1; n <= 33; n++ {
+		if !raceEnabled || n <= 9 || n == 16 || n == 17 || n == 33 {
+			ns = append(ns, n)
+		}
+	}
+	return ns
+}
