@@ -1,9 +1,12 @@
 package soft
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/internal/numa"
 )
 
 // PageSize is the system page size.
@@ -29,6 +32,29 @@ func Mmap(n int) ([]byte, error) {
 	}
 	_ = unix.Madvise(m, unix.MADV_DONTFORK)
 	_ = unix.Mlock(m)
+	return m[:n], nil
+}
+
+// MmapNode is Mmap with the memory placed on NUMA node node: its policy is
+// set (mbind, MPOL_PREFERRED: the node first, another only when it is full)
+// before the pages are first touched. A negative node is Mmap. A kernel or
+// sandbox without mbind leaves the memory unplaced, as Mmap's (placement is
+// a hint, like mlock); a node that does not exist is an error.
+// Providers' Alloc call it with rdma.Config.NUMANode.
+func MmapNode(n, node int) ([]byte, error) {
+	if node < 0 {
+		return Mmap(n)
+	}
+	m, err := unix.Mmap(-1, 0, RoundPage(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	if err := numa.Mbind(m, numa.PolicyPreferred, node); err != nil && !errors.Is(err, numa.ErrNotSupported) {
+		_ = unix.Munmap(m)
+		return nil, err
+	}
+	_ = unix.Madvise(m, unix.MADV_DONTFORK)
+	_ = unix.Mlock(m) // faults the pages in, on the node
 	return m[:n], nil
 }
 
