@@ -90,9 +90,11 @@ func (r *runner) run(ctx context.Context) error {
 				r.kill(syscall.SIGKILL)
 				continue
 			}
+			je := &JobError{Err: ErrInterrupted, Detail: " by " + s.String(), Status: 128 + int(s)}
 			if r.first == nil {
-				r.first = &JobError{Err: ErrInterrupted, Detail: " by " + s.String(), Status: 128 + int(s)}
+				r.first = je
 			}
+			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, s, r.running))
 			r.stop(s)
 		case <-r.killAt:
 			r.killAt = nil
@@ -169,8 +171,12 @@ func (r *runner) fail(err error) {
 		r.first = err
 	}
 	msg := "gorun: " + err.Error()
-	if r.running > 0 {
+	var re *RankError
+	switch {
+	case r.running > 0 && errors.As(err, &re):
 		msg += fmt.Sprintf("; stopping the other %d", r.running)
+	case r.running > 0:
+		msg += fmt.Sprintf("; stopping %d ranks", r.running)
 	}
 	r.con.message(msg)
 	r.stop(syscall.SIGTERM)

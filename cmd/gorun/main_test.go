@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/launcher"
+)
+
+// The test binary is also gorun (GORUN_TEST_ROLE=gorun) and the ranks
+// (GORUN_TEST_ROLE=rank), as os/exec's tests re-run themselves.
+func TestMain(m *testing.M) {
+	switch os.Getenv("GORUN_TEST_ROLE") {
+	case "gorun":
+		os.Exit(run(os.Args[1:]))
+	case "rank":
+		os.Exit(rank())
+	}
+	os.Exit(m.Run())
+}
+
+// rank waits for SIGINT, says so and exits 0; GORUN_TEST_EXIT makes rank 1
+// exit with that status at once instead.
+func rank() int {
+	r := os.Getenv("GORUN_RANK")
+	if code := os.Getenv("GORUN_TEST_EXIT"); code != "" {
+		if r == "1" {
+			var n int
+			fmt.Sscan(code, &n)
+			return n
+		}
+		time.Sleep(20 * time.Second)
+		return 0
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT)
+	fmt.Println("ready")
+	select {
+	case s := <-sigs:
+		fmt.Println("got", s)
+		return 0
+	case <-time.After(20 * time.Second):
+		fmt.Println("no signal")
+		return 3
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	dir := t.TempDir()
+	hostfile := filepath.Join(dir, "hosts")
+	os.WriteFile(hostfile, []byte("n1 slots=2\nn2 slots=2 # second\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want func(*launcher.Config)
+		bad  bool
+	}{
+		{args: []string{"-np", "4", "./prog", "-np", "8", "--x"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args = 4, "./prog", []string{"-np", "8", "--x"}
+		}},
+		{args: []string{"-n", "2", "--", "prog"}, want: func(c *launcher.Config) { c.NP, c.Program, c.Args = 2, "prog", []string{} }},
+		{args: []string{"-H", "a:2,b:2", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args = 4, "prog", []string{}
+			c.Hosts = []launcher.Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}
+		}},
+		{args: []string{"--hostfile", hostfile, "-np", "3", "--tag-output=false", "-x", "A=1", "-x", "B",
+			"--timeout", "90", "--bind-to", "numa", "--gossip-port", "7946", "--launch-agent", "ip netns exec",
+			"--elastic", "--stall-timeout", "1m", "--kill-grace", "2s", "--transport", "tcp", "--algo", "allreduce:ring",
+			"--debug", "info", "--srun", "no", "prog", "arg"},
+			want: func(c *launcher.Config) {
+				c.NP, c.Program, c.Args = 3, "prog", []string{"arg"}
+				c.Hosts = []launcher.Host{{Name: "n1", Slots: 2}, {Name: "n2", Slots: 2}}
+				c.NoTag, c.Export, c.Timeout = true, []string{"A=1", "B"}, 90*time.Second
+				c.Bind, c.GossipPort, c.LaunchAgent = "numa", 7946, []string{"ip", "netns", "exec"}
+				c.Elastic, c.StallTimeout, c.KillGrace = true, time.Minute, 2*time.Second
+				c.Transport, c.Algo, c.Debug, c.UseSrun = "tcp", "allreduce:ring", "info", "no"
+			}},
+		{args: []string{"--timeout", "1.5", "-np", "1", "p"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Timeout = 1, "p", []string{}, 1500*time.Millisecond
+		}},
+		{args: []string{"-np", "2"}, bad: true},
+		{args: []string{"prog"}, bad: true},
+		{args: []string{"-np", "x", "prog"}, bad: true},
+		{args: []string{"--timeout", "soon", "-np", "1", "prog"}, bad: true},
+		{args: []string{"-H", "a", "--hostfile", hostfile, "prog"}, bad: true},
+		{args: []string{"-H", "a;b", "prog"}, bad: true},
+		{args: []string{"--hostfile", filepath.Join(dir, "missing"), "prog"}, bad: true},
+		{args: []string{"--nosuchflag", "prog"}, bad: true},
+	} {
+		got, err := parseArgs(tc.args, io.Discard)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("parseArgs(%q) accepted: %+v", tc.args, got)
+			}
+			continue
+		}
+		want := launcher.Config{Bind: "none", UseSrun: "auto"}
+		tc.want(&want)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("parseArgs(%q) =\n %+v, %v\nwant\n %+v", tc.args, got, err, want)
+		}
+	}
+}
+
+// gorun starts the test binary as gorun.
+func gorun(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, append(args, "-x", "GORUN_TEST_ROLE=rank", self)...)
+	cmd.Env = append(os.Environ(), "GORUN_TEST_ROLE=gorun")
+	return cmd
+}
+
+func TestSignalIsForwarded(t *testing.T) {
+	cmd := gorun(t, "-np", "3", "--kill-grace", "5s")
+	cmd.Args = append(cmd.Args[:len(cmd.Args)-1], "-x", "GORUN_TEST_X=1", cmd.Args[len(cmd.Args)-1])
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	for ready := 0; ready < 3 && sc.Scan(); {
+		lines = append(lines, sc.Text())
+		if strings.HasSuffix(sc.Text(), "] ready") {
+			ready++
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gorun did not exit after SIGINT; output %q\n%s", lines, stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Errorf("gorun exited with %v, want status 130", err)
+	}
+	for r := 0; r < 3; r++ {
+		want := fmt.Sprintf("[%d] got interrupt", r)
+		found := false
+		for _, l := range lines {
+			found = found || l == want
+		}
+		if !found {
+			t.Errorf("no %q in output %q", want, lines)
+		}
+	}
+	if !strings.Contains(stderr.String(), "job interrupted by interrupt") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+}
+
+func TestExitStatusOfFailedRank(t *testing.T) {
+	cmd := gorun(t, "-np", "3", "-x", "GORUN_TEST_EXIT=42", "--kill-grace", "1s")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 42 {
+		t.Fatalf("gorun exited with %v, want status 42\n%s", err, stderr.String())
+	}
+	if time.Since(start) > 15*time.Second {
+		t.Errorf("gorun took %v: other ranks were not stopped", time.Since(start))
+	}
+	if got := stderr.String(); got != "gorun: rank 1 exited with status 42; stopping the other 2\n" {
+		t.Errorf("stderr = %q", got)
+	}
+}
+
+func TestUsageErrorExitsTwo(t *testing.T) {
+	cmd := gorun(t, "-np", "0")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 && ee.ExitCode() != 1 {
+		t.Fatalf("gorun -np 0 exited with %v", err)
+	}
+}

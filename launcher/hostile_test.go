@@ -1,0 +1,86 @@
+package launcher
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// hostile are strings a shell would interpret.
+var hostile = []string{
+	"$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "a && touch PWNED",
+	"it's", `say "hi"`, "back\\slash", "new\nline", "  spaces  ", "*", "~", "",
+	"$HOME", "${IFS}", "#comment", "-n", "--", "| touch PWNED", "> PWNED", "é ✓",
+}
+
+// Arguments and -x values reach the ranks byte for byte, both when gorun
+// starts them itself and through ssh, which hands them to a remote shell.
+func TestHostileStringsAreNotInterpreted(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		hosts []Host
+		agent []string
+	}{
+		{"local", nil, nil},
+		{"ssh", []Host{{Name: "node1", Slots: 1}, {Name: "user@node2", Slots: 1}}, []string{filepath.Join(bin, "ssh")}},
+		{"ssh-on-path", []Host{{Name: "node1", Slots: 2}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.agent == nil && tc.hosts != nil {
+				t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			}
+			work := t.TempDir()
+			t.Chdir(work) // PWNED would appear here (or in the rank's cwd, the same)
+			hostileValue := strings.Join(hostile, "|")
+			out, stderr, err := runJob(t, "args", Config{NP: 2, Hosts: tc.hosts, LaunchAgent: tc.agent,
+				Args: hostile, Export: []string{"TESTVAR_HOSTILE=" + hostileValue}})
+			if err != nil {
+				t.Fatalf("Run: %v\n%s", err, stderr)
+			}
+			lines := rankLines(t, out)
+			for r := 0; r < 2; r++ {
+				if len(lines[r]) != 1 {
+					t.Fatalf("rank %d printed %q", r, lines[r])
+				}
+				var got struct {
+					Args    []string
+					Hostile string
+					Cwd     string
+				}
+				if err := json.Unmarshal([]byte(lines[r][0]), &got); err != nil {
+					t.Fatal(err)
+				}
+				if strings.Join(got.Args, "\x00") != strings.Join(hostile, "\x00") || len(got.Args) != len(hostile) {
+					t.Errorf("rank %d args:\n got %q\nwant %q", r, got.Args, hostile)
+				}
+				if got.Hostile != hostileValue {
+					t.Errorf("rank %d -x value:\n got %q\nwant %q", r, got.Hostile, hostileValue)
+				}
+				if got.Cwd != work {
+					t.Errorf("rank %d runs in %q, want gorun's directory %q", r, got.Cwd, work)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(work, "PWNED")); err == nil {
+				t.Fatal("a shell ran an injected command")
+			}
+		})
+	}
+}
+
+// Host names that an agent or a shell could interpret are refused.
+func TestHostileHostNames(t *testing.T) {
+	for _, h := range []string{"-oProxyCommand=touch PWNED", "a;b", "$(x)", "a b", "a\tb", "h`x`", "h|x", "h'x", "h/x"} {
+		if _, err := ParseHostList(h + ":1"); err == nil {
+			t.Errorf("ParseHostList accepted %q", h)
+		}
+		if _, err := ParseHostfile(strings.NewReader(h + " slots=1\n")); err == nil && !strings.ContainsAny(h, " \t") {
+			t.Errorf("ParseHostfile accepted %q", h)
+		}
+	}
+}
