@@ -63,8 +63,8 @@ type conn struct {
 	rqHead  int
 	rqLen   int
 	posted  uint64 // receives posted so far (published in local)
-	rxTail  uint64 // ring consumer position (progress goroutine only)
-	rxFirst bool   // a multi-fragment send is being received
+	progMu  sync.Mutex // held while draining the peer's ring
+	rxTail  uint64     // ring consumer position (under progMu)
 
 	wMu    sync.Mutex // serializes socket writes
 	respCh chan fallbackResp
@@ -267,13 +267,14 @@ func (c *conn) postRecv(r *rwr) error {
 	return nil
 }
 
-func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return getComp(ctx, c.sendCQ) }
+func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.sendCQ, false) }
 
-func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return getComp(ctx, c.recvCQ) }
+func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.recvCQ, true) }
 
 // getComp polls briefly (a reply often arrives within microseconds), then
-// sleeps on the queue.
-func getComp(ctx context.Context, q *soft.CQ) (rdma.WC, error) {
+// sleeps on the queue. A receive poller drains the peer's ring itself when
+// the progress goroutine is not at it, saving a goroutine hand-off.
+func (c *conn) getComp(ctx context.Context, q *soft.CQ, drain bool) (rdma.WC, error) {
 	start := time.Time{}
 	for i := 0; ; i++ {
 		wc, ok, err := q.Poll()
@@ -283,6 +284,9 @@ func getComp(ctx context.Context, q *soft.CQ) (rdma.WC, error) {
 		if err != nil {
 			return rdma.WC{}, err
 		}
+		if drain && c.tryDrain() {
+			continue
+		}
 		if i == 0 {
 			start = time.Now()
 		} else if i&3 == 3 && time.Since(start) > spinFor {
@@ -291,6 +295,19 @@ func getComp(ctx context.Context, q *soft.CQ) (rdma.WC, error) {
 		runtime.Gosched()
 	}
 	return q.Get(ctx)
+}
+
+// tryDrain drains the peer's ring unless someone else is, or the
+// connection is closed (its memory may be unmapped).
+func (c *conn) tryDrain() bool {
+	if !c.progMu.TryLock() {
+		return false
+	}
+	defer c.progMu.Unlock()
+	if c.state.Load() == stateClosed {
+		return false
+	}
+	return c.drain()
 }
 
 // Close flushes outstanding work, tells the peer (it sees the socket
@@ -320,8 +337,10 @@ func (c *conn) Close() error {
 		c.sendCQ.Close(closed)
 		c.recvCQ.Close(closed)
 		c.rqMu.Lock()
+		c.progMu.Lock()
 		c.local.unmap()
 		c.peer.unmap()
+		c.progMu.Unlock()
 		c.rqMu.Unlock()
 		unix.Munmap(c.peerArena)
 	})

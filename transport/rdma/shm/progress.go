@@ -16,16 +16,19 @@ var errProtocolRing = errors.New("malformed record in the peer's ring")
 // sleeps on the peer's data doorbell.
 func (c *conn) progressLoop() {
 	defer c.wg.Done()
-	head := c.peer.u64(offHead)
+	head, tail := c.peer.u64(offHead), c.peer.u64(offTail)
 	bell := c.peer.dataBell()
 	more := func() bool {
-		return head.Load() != c.rxTail || c.state.Load() == stateClosed || c.peerGone.Load()
+		return head.Load() != tail.Load() || c.state.Load() == stateClosed || c.peerGone.Load()
 	}
 	for {
 		if c.state.Load() == stateClosed {
 			return
 		}
-		if c.drain() {
+		c.progMu.Lock()
+		got := c.state.Load() != stateClosed && c.drain()
+		c.progMu.Unlock()
+		if got {
 			continue
 		}
 		if c.peerGone.Load() {
@@ -38,6 +41,7 @@ func (c *conn) progressLoop() {
 }
 
 // drain handles every published record and reports whether there was any.
+// progMu is held.
 // In the error state records are skipped (their receives were flushed).
 func (c *conn) drain() bool {
 	head := c.peer.u64(offHead).Load()

@@ -1,0 +1,175 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+var benchSizes = []struct {
+	name string
+	n    int
+}{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}, {"16MiB", 16 << 20}}
+
+// BenchmarkMemcpy is the baseline: copy() between two shared mappings.
+func BenchmarkMemcpy(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run("bytes="+sz.name, func(b *testing.B) {
+			src, err := unix.Mmap(-1, 0, sz.n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer unix.Munmap(src)
+			dst, err := unix.Mmap(-1, 0, sz.n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer unix.Munmap(dst)
+			copy(dst, src)
+			b.SetBytes(int64(sz.n))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				copy(dst, src)
+			}
+		})
+	}
+}
+
+// BenchmarkPostWrite posts writes, one signaled in 16, from an Alloc'd
+// buffer into the peer's Alloc'd region (the one-sided memcpy) or, with
+// mem=registered, its registered Go memory (cross-memory attach).
+func BenchmarkPostWrite(b *testing.B) {
+	for _, mem := range []string{"alloc", "registered"} {
+		for _, sz := range benchSizes {
+			name := "bytes=" + sz.name
+			if mem == "registered" {
+				name = "mem=registered/" + name
+			}
+			b.Run(name, func(b *testing.B) {
+				a, _, da, db := pair(b, rdma.Config{})
+				acc := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+				var dst *rdma.MR
+				var err error
+				if mem == "alloc" {
+					dst, err = db.Alloc(sz.n, acc)
+				} else {
+					dst, err = db.Register(make([]byte, sz.n), acc)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				src, _ := da.Alloc(sz.n, rdma.AccessLocalWrite)
+				ctx := context.Background()
+				b.SetBytes(int64(sz.n))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					flags := rdma.Flags(0)
+					if i%16 == 15 || i == b.N-1 {
+						flags = rdma.FlagSignaled
+					}
+					if err := a.PostWrite(uint64(i), src.Bytes(), src, flags, dst.Addr(), dst.RKey()); err != nil {
+						b.Fatal(err)
+					}
+					if flags != 0 {
+						if wc, err := a.GetSendComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+							b.Fatal(wc, err)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPostSend streams sends into receives that a goroutine reposts.
+func BenchmarkPostSend(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run("bytes="+sz.name, func(b *testing.B) {
+			a, rb, da, db := pair(b, rdma.Config{RNRRetry: -1})
+			src, _ := da.Alloc(sz.n, rdma.AccessLocalWrite)
+			const depth = 32
+			dst, _ := db.Alloc(sz.n*depth, rdma.AccessLocalWrite)
+			for i := 0; i < depth; i++ {
+				rb.PostRecv(uint64(i), dst.Bytes()[i*sz.n:(i+1)*sz.n], dst)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done := make(chan error, 1)
+			n := b.N
+			go func() {
+				for i := 0; i < n; i++ {
+					wc, err := rb.GetRecvComp(ctx)
+					if err != nil || wc.Status != rdma.StatusSuccess {
+						done <- fmt.Errorf("recv %d: %+v %v", i, wc, err)
+						return
+					}
+					j := wc.WRID
+					rb.PostRecv(j, dst.Bytes()[int(j)*sz.n:(int(j)+1)*sz.n], dst)
+				}
+				done <- nil
+			}()
+			b.SetBytes(int64(sz.n))
+			b.ResetTimer()
+			for i := 0; i < n; i++ {
+				flags := rdma.Flags(0)
+				if i%16 == 15 || i == n-1 {
+					flags = rdma.FlagSignaled
+				}
+				if err := a.PostSend(uint64(i), src.Bytes(), src, flags); err != nil {
+					b.Fatal(err)
+				}
+				if flags != 0 {
+					if wc, err := a.GetSendComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+						b.Fatal(wc, err)
+					}
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkLatency is an 8-byte send ping-pong between two goroutines;
+// ns/one-way is half the round trip.
+func BenchmarkLatency(b *testing.B) {
+	a, e, da, db := pair(b, rdma.Config{RNRRetry: -1})
+	ab, _ := da.Alloc(64, rdma.AccessLocalWrite)
+	eb, _ := db.Alloc(64, rdma.AccessLocalWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := b.N
+	done := make(chan error, 1)
+	e.PostRecv(0, eb.Bytes()[:8], eb)
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := e.GetRecvComp(ctx); err != nil {
+				done <- err
+				return
+			}
+			e.PostRecv(0, eb.Bytes()[:8], eb)
+			e.PostSend(0, eb.Bytes()[8:16], eb, 0)
+		}
+		done <- nil
+	}()
+	b.SetBytes(8)
+	b.ResetTimer()
+	for i := 0; i < n; i++ {
+		a.PostRecv(0, ab.Bytes()[:8], ab)
+		a.PostSend(0, ab.Bytes()[8:16], ab, 0)
+		if _, err := a.GetRecvComp(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n)/2, "ns/one-way")
+}
