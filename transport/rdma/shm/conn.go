@@ -58,13 +58,13 @@ type conn struct {
 	exe     execState
 
 	// Receive queue: a fixed ring of posted receives, guarded by rqMu.
-	rqMu    sync.Mutex
-	rq      []rwr
-	rqHead  int
-	rqLen   int
-	posted  uint64 // receives posted so far (published in local)
-	progMu  sync.Mutex // held while draining the peer's ring
-	rxTail  uint64     // ring consumer position (under progMu)
+	rqMu   sync.Mutex
+	rq     []rwr
+	rqHead int
+	rqLen  int
+	posted uint64     // receives posted so far (published in local)
+	progMu sync.Mutex // held while draining the peer's ring
+	rxTail uint64     // ring consumer position (under progMu)
 
 	wMu    sync.Mutex // serializes socket writes
 	respCh chan fallbackResp
@@ -267,9 +267,13 @@ func (c *conn) postRecv(r *rwr) error {
 	return nil
 }
 
-func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.sendCQ, false) }
+func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
+	return c.getComp(ctx, c.sendCQ, false)
+}
 
-func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.recvCQ, true) }
+func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
+	return c.getComp(ctx, c.recvCQ, true)
+}
 
 // getComp polls briefly (a reply often arrives within microseconds), then
 // sleeps on the queue. A receive poller drains the peer's ring itself when
