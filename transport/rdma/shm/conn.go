@@ -64,6 +64,11 @@ type conn struct {
 	rqLen  int
 	posted uint64     // receives posted so far (published in local)
 	progMu sync.Mutex // held while draining the peer's ring
+	// pollers counts receive pollers spinning on the ring; while there
+	// are any, the progress goroutine stays off the futex, so that
+	// senders skip FUTEX_WAKE.
+	pollers  atomic.Int32
+	pollIdle chan struct{}
 	rxTail uint64     // ring consumer position (under progMu)
 
 	wMu    sync.Mutex // serializes socket writes
@@ -117,7 +122,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
 		done: make(chan struct{}), sqWake: make(chan struct{}, 1),
 		rq:     make([]rwr, d.cfg.RecvQueueDepth),
-		respCh: make(chan fallbackResp, 1),
+		respCh: make(chan fallbackResp, 1), pollIdle: make(chan struct{}, 1),
 	}
 	c.exe.keys = make(map[uint32]int)
 	c.sqIdle.L = &c.sqMu
@@ -279,14 +284,28 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 // sleeps on the queue. A receive poller drains the peer's ring itself when
 // the progress goroutine is not at it, saving a goroutine hand-off.
 func (c *conn) getComp(ctx context.Context, q *soft.CQ, drain bool) (rdma.WC, error) {
+	if drain {
+		c.pollers.Add(1)
+	}
+	wc, ok, err := c.spinComp(q, drain)
+	if drain && c.pollers.Add(-1) == 0 {
+		select {
+		case c.pollIdle <- struct{}{}:
+		default:
+		}
+	}
+	if ok || err != nil {
+		return wc, err
+	}
+	return q.Get(ctx)
+}
+
+func (c *conn) spinComp(q *soft.CQ, drain bool) (rdma.WC, bool, error) {
 	start := time.Time{}
 	for i := 0; ; i++ {
 		wc, ok, err := q.Poll()
-		if ok {
-			return wc, nil
-		}
-		if err != nil {
-			return rdma.WC{}, err
+		if ok || err != nil {
+			return wc, ok, err
 		}
 		if drain && c.tryDrain() {
 			continue
@@ -294,11 +313,10 @@ func (c *conn) getComp(ctx context.Context, q *soft.CQ, drain bool) (rdma.WC, er
 		if i == 0 {
 			start = time.Now()
 		} else if i&3 == 3 && time.Since(start) > spinFor {
-			break
+			return rdma.WC{}, false, nil
 		}
 		runtime.Gosched()
 	}
-	return q.Get(ctx)
 }
 
 // tryDrain drains the peer's ring unless someone else is, or the

@@ -19,7 +19,7 @@ func (c *conn) progressLoop() {
 	head, tail := c.peer.u64(offHead), c.peer.u64(offTail)
 	bell := c.peer.dataBell()
 	more := func() bool {
-		return head.Load() != tail.Load() || c.state.Load() == stateClosed || c.peerGone.Load()
+		return head.Load() != tail.Load() || c.state.Load() == stateClosed || c.peerGone.Load() || c.pollers.Load() > 0
 	}
 	for {
 		if c.state.Load() == stateClosed {
@@ -35,6 +35,14 @@ func (c *conn) progressLoop() {
 			// Everything the peer published has been delivered.
 			<-c.done
 			return
+		}
+		if c.pollers.Load() > 0 {
+			select {
+			case <-c.pollIdle:
+			case <-c.done:
+				return
+			}
+			continue
 		}
 		bell.wait(more, 0)
 	}
