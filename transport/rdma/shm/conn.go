@@ -69,7 +69,7 @@ type conn struct {
 	// senders skip FUTEX_WAKE.
 	pollers  atomic.Int32
 	pollIdle chan struct{}
-	rxTail uint64     // ring consumer position (under progMu)
+	rxTail   uint64 // ring consumer position (under progMu)
 
 	wMu    sync.Mutex // serializes socket writes
 	respCh chan fallbackResp
