@@ -192,8 +192,16 @@ func (c *conn) RegRead(buf []byte) (*rdma.MR, error) {
 // every waiter and flushes the posted receives. The peer is told unless it
 // told us.
 func (c *conn) setError(reason error, tellPeer bool) {
+	if c.markError(reason, tellPeer) {
+		c.flushRecvs()
+	}
+}
+
+// markError is setError without the flush; it reports whether it changed
+// the state. Err is set before any completion of the failure is pushed.
+func (c *conn) markError(reason error, tellPeer bool) bool {
 	if !c.state.CompareAndSwap(stateActive, stateError) {
-		return
+		return false
 	}
 	c.errMu.Lock()
 	c.err = reason
@@ -202,7 +210,7 @@ func (c *conn) setError(reason error, tellPeer bool) {
 		c.sendCtl(msgError, []byte(reason.Error()))
 	}
 	c.wakeAll()
-	c.flushRecvs()
+	return true
 }
 
 func (c *conn) wakeAll() {
@@ -218,6 +226,10 @@ func (c *conn) wakeAll() {
 func (c *conn) flushRecvs() {
 	c.rqMu.Lock()
 	defer c.rqMu.Unlock()
+	c.flushRecvsLocked()
+}
+
+func (c *conn) flushRecvsLocked() {
 	for c.rqLen > 0 {
 		r := &c.rq[c.rqHead]
 		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})

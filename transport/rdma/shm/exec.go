@@ -66,28 +66,23 @@ func (c *conn) exec(w *wr, block bool) bool {
 // posted before w (the socket is only used when the ring is full). A
 // length error needs no record: the peer's receive fails on its own.
 func (c *conn) fail(w *wr, st rdma.Status, what string) {
-	c.complete(w, st)
 	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.op}
 	reason := c.opErr("post_"+w.op.String(), fmt.Errorf("%s (peer pid %d): %w", what, c.peerPid, &rdma.WCError{WC: wc}))
-	if !c.state.CompareAndSwap(stateActive, stateError) {
-		return
-	}
-	c.errMu.Lock()
-	c.err = reason
-	c.errMu.Unlock()
-	if st != rdma.StatusRemoteInvalidRequest {
-		msg := []byte(reason.Error())
-		msg = msg[:min(len(msg), maxInline)]
-		if rec, ok := c.reserve(recSize(len(msg)), false); ok {
-			putHdr(rec, recError, uint32(len(msg)), 0, 0, 0, 0)
-			copy(rec[recHdr:], msg)
-			c.publish(len(rec))
-		} else {
-			c.sendCtl(msgError, msg)
+	if c.markError(reason, false) {
+		if st != rdma.StatusRemoteInvalidRequest {
+			msg := []byte(reason.Error())
+			msg = msg[:min(len(msg), maxInline)]
+			if rec, ok := c.reserve(recSize(len(msg)), false); ok {
+				putHdr(rec, recError, uint32(len(msg)), 0, 0, 0, 0)
+				copy(rec[recHdr:], msg)
+				c.publish(len(rec))
+			} else {
+				c.sendCtl(msgError, msg)
+			}
 		}
+		c.flushRecvs()
 	}
-	c.wakeAll()
-	c.flushRecvs()
+	c.complete(w, st)
 }
 
 func (c *conn) peerRecvReady() bool {

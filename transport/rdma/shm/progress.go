@@ -119,10 +119,14 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true})
 		c.popRecv()
 	case recLenErr:
-		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)})
-		fault = c.opErr("recv", fmt.Errorf("%d-byte message from peer pid %d into a %d-byte receive: %w",
-			total, c.peerPid, r.total, &rdma.WCError{WC: rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv}}))
+		// Err first, then the completion, then the flushes behind it.
+		wc := rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)}
+		reason := c.opErr("recv", fmt.Errorf("%d-byte message from peer pid %d into a %d-byte receive: %w",
+			total, c.peerPid, r.total, &rdma.WCError{WC: wc}))
 		c.popRecv()
+		c.markError(reason, true)
+		c.recvCQ.Push(wc)
+		c.flushRecvsLocked()
 	default:
 		fault = c.opErr("recv", errProtocolRing)
 	}
