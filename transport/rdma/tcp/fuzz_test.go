@@ -1,11 +1,11 @@
 package tcp
 
 import (
-	"fmt"
-	"runtime"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
