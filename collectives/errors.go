@@ -1,0 +1,56 @@
+package collectives
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors of the executor; package comm re-exports them.
+var (
+	ErrAborted    = errors.New("communicator aborted")
+	ErrMismatch   = errors.New("ranks disagree on the collective call (operation, count, type, op or root)")
+	ErrInvalid    = errors.New("invalid argument")
+	ErrTimeout    = errors.New("operation timed out")
+	ErrPeerFailed = errors.New("peer failed")
+	ErrPeerClosed = errors.New("peer closed the communicator")
+	ErrProtocol   = errors.New("protocol violation")
+)
+
+// PeerError attributes Err to Rank.
+type PeerError struct {
+	Rank int
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Abort reasons carried by abort notices.
+const (
+	reasonAborted uint32 = iota + 1
+	reasonMismatch
+	reasonInvalid
+	reasonTimeout
+	reasonPeerFailed
+	reasonPeerClosed
+	reasonProtocol
+)
+
+var reasons = []error{nil, ErrAborted, ErrMismatch, ErrInvalid, ErrTimeout, ErrPeerFailed, ErrPeerClosed, ErrProtocol}
+
+// reasonOf maps an error to the code sent in an abort notice.
+func reasonOf(err error) uint32 {
+	for i := len(reasons) - 1; i > 0; i-- {
+		if errors.Is(err, reasons[i]) {
+			return uint32(i)
+		}
+	}
+	return reasonAborted
+}
+
+func reasonErr(code uint32) error {
+	if code > 0 && int(code) < len(reasons) {
+		return reasons[code]
+	}
+	return ErrAborted
+}

@@ -1,0 +1,257 @@
+package collectives
+
+// Link: the wire protocol between two ranks over one rdma.Conn.
+//
+// Each side allocates a receive staging area of Slots slots of SlotBytes
+// (registered for remote write) and tells the peer its address and rkey in
+// a hello message. A data message k (counted from 0 per direction) goes to
+// slot k mod Slots: the sender first writes the payload (unsignaled,
+// straight from the caller's registered buffer, no copy) to the slot after
+// its 32-byte header area, then writes the header with immediate k
+// (signaled). Writes on a connection land in post order, so when the
+// receive completion with the immediate appears, header and payload are in
+// place. The receiver applies the payload (copy or reduce into its working
+// buffer) and returns a credit with a small inline send; the sender never
+// has more than Slots messages unconsumed. Control messages (hello, credit,
+// abort, bye) are inline sends that consume a posted receive; data
+// notifications consume one too, so each side keeps 2·Slots+8 receives
+// posted and reposts each as soon as it completes.
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+const (
+	hdrSize  = 32
+	ctrlSize = 32
+	hdrMagic = 0x67724e31 // "grN1"
+)
+
+// control message types
+const (
+	ctrlHello uint32 = iota + 1
+	ctrlCredit
+	ctrlAbort
+	ctrlBye
+)
+
+// Device is one opened provider with its registration cache.
+type Device struct {
+	Dev   rdma.Device
+	Cache *RegCache
+	cur   [2]*rdma.MR // the MRs of the running operation's Work and Input
+}
+
+// NewDevice wraps dev with a registration cache of cacheSize entries.
+func NewDevice(dev rdma.Device, cacheSize int) *Device {
+	return &Device{Dev: dev, Cache: NewRegCache(dev, cacheSize)}
+}
+
+// LinkParams size a link's staging area.
+type LinkParams struct {
+	Slots     int // messages in flight per direction
+	SlotBytes int // bytes per slot, header included; payload is SlotBytes-32
+}
+
+// Link is the connection to one peer. Its progress goroutines update the
+// atomic counters; everything else belongs to the engine's goroutine.
+type Link struct {
+	Peer int
+	conn rdma.Conn
+	dev  *Device
+
+	stage    *rdma.MR // our receive staging
+	slots    int
+	slotSize int
+	ctrlRecv *rdma.MR
+	nrecv    int
+
+	rAddr     uint64 // the peer's staging
+	rKey      uint32
+	rSlots    int
+	rSlotSize int
+	hdrs      *rdma.MR // header sources, one per remote slot
+
+	arrived  atomic.Uint64 // data messages landed in our staging
+	credits  atomic.Uint64 // our messages the peer has consumed
+	sendDone atomic.Uint64 // our messages whose header write completed
+	closed   atomic.Bool   // the peer said bye
+
+	posted   uint64 // engine: data messages posted
+	consumed uint64 // engine: data messages applied
+	ctrl     [ctrlSize]byte
+
+	sendMu sync.Mutex // serialises control sends from several goroutines
+}
+
+// Establish runs the hello exchange on a connected conn and returns the
+// link, which then knows its peer's rank.
+func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p LinkParams) (l *Link, err error) {
+	if conn.MaxInline() < ctrlSize {
+		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
+	}
+	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes}
+	defer func() {
+		if err != nil {
+			l.free()
+		}
+	}()
+	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	l.nrecv = 2*l.slots + 8
+	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*ctrlSize, rdma.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	for i := range l.nrecv {
+		if err = l.postRecv(uint64(i)); err != nil {
+			return nil, err
+		}
+	}
+	var hello [ctrlSize]byte
+	binary.LittleEndian.PutUint32(hello[0:], ctrlHello)
+	binary.LittleEndian.PutUint32(hello[4:], uint32(rank))
+	binary.LittleEndian.PutUint64(hello[8:], l.stage.Addr())
+	binary.LittleEndian.PutUint32(hello[16:], l.stage.RKey())
+	binary.LittleEndian.PutUint32(hello[20:], uint32(l.slots))
+	binary.LittleEndian.PutUint32(hello[24:], uint32(l.slotSize))
+	binary.LittleEndian.PutUint32(hello[28:], hdrMagic)
+	if err = conn.PostSend(0, hello[:], nil, rdma.FlagInline); err != nil {
+		return nil, err
+	}
+	wc, err := conn.GetRecvComp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err = wc.Err(); err != nil {
+		return nil, err
+	}
+	m := l.ctrlMsg(wc.WRID)
+	if wc.Opcode != rdma.OpRecv || binary.LittleEndian.Uint32(m[0:]) != ctrlHello || binary.LittleEndian.Uint32(m[28:]) != hdrMagic {
+		return nil, fmt.Errorf("collectives: bad hello: %w", ErrProtocol)
+	}
+	l.Peer = int(binary.LittleEndian.Uint32(m[4:]))
+	l.rAddr = binary.LittleEndian.Uint64(m[8:])
+	l.rKey = binary.LittleEndian.Uint32(m[16:])
+	l.rSlots = int(binary.LittleEndian.Uint32(m[20:]))
+	l.rSlotSize = int(binary.LittleEndian.Uint32(m[24:]))
+	if l.rSlots < 1 || l.rSlotSize < hdrSize+64 {
+		return nil, fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
+	}
+	if err = l.postRecv(wc.WRID); err != nil {
+		return nil, err
+	}
+	if l.hdrs, err = dev.Dev.Alloc(l.rSlots*hdrSize, rdma.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Link) ctrlMsg(i uint64) []byte {
+	b := l.ctrlRecv.Bytes()
+	return b[int(i)*ctrlSize : int(i+1)*ctrlSize]
+}
+
+func (l *Link) postRecv(i uint64) error {
+	return l.conn.PostRecv(i, l.ctrlMsg(i), l.ctrlRecv)
+}
+
+// payload is the largest data message the peer accepts.
+func (l *Link) payload() int { return l.rSlotSize - hdrSize }
+
+// sendCtrl posts an inline control message.
+func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	binary.LittleEndian.PutUint32(l.ctrl[0:], typ)
+	binary.LittleEndian.PutUint32(l.ctrl[4:], a)
+	binary.LittleEndian.PutUint64(l.ctrl[8:], b)
+	return l.conn.PostSend(0, l.ctrl[:16], nil, rdma.FlagInline)
+}
+
+// run is the link's progress: it drains both completion queues until ctx
+// ends or the connection fails, reporting to e.
+func (l *Link) run(ctx context.Context, e *Engine) {
+	go l.sendLoop(ctx, e)
+	l.recvLoop(ctx, e)
+}
+
+func (l *Link) recvLoop(ctx context.Context, e *Engine) {
+	for {
+		wc, err := l.conn.GetRecvComp(ctx)
+		if err == nil {
+			err = wc.Err()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				e.linkFailed(l, err)
+			}
+			return
+		}
+		switch wc.Opcode {
+		case rdma.OpRecvWriteImm:
+			if uint32(l.arrived.Load()) != wc.Imm {
+				e.linkFailed(l, fmt.Errorf("message %d arrived out of order: %w", wc.Imm, ErrProtocol))
+				return
+			}
+			l.arrived.Add(1)
+		case rdma.OpRecv:
+			m := l.ctrlMsg(wc.WRID)
+			a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
+			switch binary.LittleEndian.Uint32(m[0:]) {
+			case ctrlCredit:
+				l.credits.Add(uint64(a))
+			case ctrlAbort:
+				e.remoteAbort(l, int(int32(a)), uint32(b))
+			case ctrlBye:
+				l.closed.Store(true)
+			}
+		}
+		if err := l.postRecv(wc.WRID); err != nil {
+			if ctx.Err() == nil {
+				e.linkFailed(l, err)
+			}
+			return
+		}
+		e.poke()
+	}
+}
+
+func (l *Link) sendLoop(ctx context.Context, e *Engine) {
+	for {
+		wc, err := l.conn.GetSendComp(ctx)
+		if err == nil {
+			err = wc.Err()
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				e.linkFailed(l, err)
+			}
+			return
+		}
+		l.sendDone.Store(wc.WRID + 1)
+		e.poke()
+	}
+}
+
+// free releases the link's memory (the conn is closed by the caller).
+func (l *Link) free() {
+	for _, mr := range []*rdma.MR{l.stage, l.ctrlRecv, l.hdrs} {
+		if mr != nil {
+			mr.Deregister()
+		}
+	}
+}
+
+// Close closes a link that was never handed to an engine.
+func (l *Link) Close() {
+	l.conn.Close()
+	l.free()
+}

@@ -1,0 +1,394 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// Comm is a communicator: a group of ranks that run collectives together.
+// Its methods and the collective functions are safe for concurrent use;
+// operations on one Comm run one at a time in call order, and every rank
+// must issue the same collectives in the same order.
+type Comm struct {
+	rank, size           int
+	localRank, localSize int
+	cfg                  *config
+
+	devs []*collectives.Device
+	lns  []rdma.Listener
+	eng  *collectives.Engine
+
+	// turn: operations run in ticket order.
+	turnMu  sync.Mutex
+	turn    *sync.Cond
+	tickets uint64
+	serving uint64
+
+	// guarded by the turn
+	seq     uint32
+	sendSeq []uint32 // point-to-point messages sent to each peer
+	recvSeq []uint32 // and received from each peer
+	plans   map[planKey]*collectives.Plan
+	scratch []byte
+	call    collectives.Call
+
+	closed atomic.Bool
+}
+
+// Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// LocalRank is the rank among the communicator's ranks on this host.
+func (c *Comm) LocalRank() int { return c.localRank }
+
+// LocalSize is the number of the communicator's ranks on this host.
+func (c *Comm) LocalSize() int { return c.localSize }
+
+// Err reports why the communicator can no longer be used (an abort, a
+// failed peer, a mismatch, Close), or nil.
+func (c *Comm) Err() error {
+	if err := c.eng.Err(); err != nil {
+		return rankErr("comm", err)
+	}
+	return nil
+}
+
+// Abort fails every pending and later operation on this rank and on every
+// peer, with a *RankError naming this rank and wrapping ErrAborted and err.
+func (c *Comm) Abort(err error) {
+	if err == nil {
+		err = ErrAborted
+	} else if !errors.Is(err, ErrAborted) {
+		err = fmt.Errorf("%w: %w", ErrAborted, err)
+	}
+	c.eng.Abort(c.rank, err)
+}
+
+// peerFailed is the bootstrap's report that rank died: every pending and
+// later operation fails naming it.
+func (c *Comm) peerFailed(rank int, err error) { c.eng.PeerFailed(rank, err) }
+
+// Close releases the communicator. It is not collective; peers' later
+// operations that need this rank fail with ErrPeerClosed.
+func (c *Comm) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	err := c.eng.Close()
+	for _, ln := range c.lns {
+		ln.Close()
+	}
+	for _, d := range c.devs {
+		d.Cache.Close()
+		if e := d.Dev.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+func (c *Comm) debugf(level int, format string, args ...any) {
+	if c.cfg.debug >= level {
+		log.Printf("gorun rank %d: "+format, append([]any{c.rank}, args...)...)
+	}
+}
+
+// NewLocal returns n ranks of one communicator in this process, connected
+// through the "mem" provider unless WithTransport (or GORUN_TRANSPORT)
+// picks another. For tests and simulation.
+func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("gorun: NewLocal(%d): %w", n, ErrInvalid)
+	}
+	cfg, err := newConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	cfg.local = true
+	hall := newLocalHall(n)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cc := *cfg
+			comms[r], errs[r] = newComm(ctx, &cc, &localRendezvous{r: r, hall: hall})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	return comms, nil
+}
+
+// providerOrder is the preference of auto: verbs, then shm (same host),
+// then tcp.
+var providerOrder = []string{"verbs", "shm", "tcp"}
+
+// newComm opens the providers, listens, exchanges endpoints through rv,
+// picks a provider per peer, connects and returns the communicator.
+func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err error) {
+	rank, size := rv.rank(), rv.size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("gorun: rank %d of %d: %w", rank, size, ErrInvalid)
+	}
+	if cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
+	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
+		plans: map[planKey]*collectives.Plan{}}
+	c.turn = sync.NewCond(&c.turnMu)
+	devByName := map[string]*collectives.Device{}
+	lnByName := map[string]rdma.Listener{}
+	defer func() {
+		if err != nil {
+			for _, ln := range c.lns {
+				ln.Close()
+			}
+			for _, d := range c.devs {
+				d.Dev.Close()
+			}
+		}
+	}()
+
+	// Open and listen.
+	var names []string
+	switch {
+	case cfg.transport != "auto":
+		names = []string{cfg.transport}
+	case cfg.local:
+		names = []string{"mem"}
+	default:
+		names = providerOrder
+	}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), addrs: map[string]string{}}
+	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000}
+	var openErrs []error
+	for _, name := range names {
+		dev, err := rdma.OpenConfig(name, rcfg)
+		if err != nil {
+			openErrs = append(openErrs, err)
+			continue
+		}
+		laddr := "127.0.0.1:0"
+		var ip string
+		if name == "tcp" || name == "verbs" {
+			if ip, err = advertiseIP(cfg.socketIfname); err != nil {
+				dev.Close()
+				return nil, err
+			}
+			laddr = ip + ":0"
+		}
+		ln, err := dev.Listen(ctx, laddr)
+		if err != nil {
+			dev.Close()
+			openErrs = append(openErrs, err)
+			continue
+		}
+		d := collectives.NewDevice(dev, cfg.regCache)
+		c.devs = append(c.devs, d)
+		c.lns = append(c.lns, ln)
+		devByName[name], lnByName[name] = d, ln
+		me.addrs[name] = ln.Addr().String()
+	}
+	if len(c.devs) == 0 {
+		return nil, fmt.Errorf("gorun: no usable transport among %v: %w", names, errors.Join(openErrs...))
+	}
+	blob, err := me.marshal()
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := rv.exchange(ctx, blob)
+	if err != nil {
+		return nil, fmt.Errorf("gorun: rendezvous: %w", err)
+	}
+	if len(blobs) != size {
+		return nil, fmt.Errorf("gorun: rendezvous returned %d endpoints for %d ranks", len(blobs), size)
+	}
+	eps := make([]*endpoint, size)
+	for r, b := range blobs {
+		if eps[r], err = unmarshalEndpoint(b); err != nil {
+			return nil, &RankError{Rank: r, Op: "init", Err: err}
+		}
+	}
+	for r, ep := range eps {
+		if ep.host == me.host {
+			if r < rank {
+				c.localRank++
+			}
+			c.localSize++
+		}
+	}
+
+	// Pick a provider per peer; count the connections each listener gets.
+	prov := make([]string, size)
+	accepts := map[string]int{}
+	for q, ep := range eps {
+		if q == rank {
+			continue
+		}
+		if prov[q] = pickProvider(cfg.transport, me, ep); prov[q] == "" {
+			return nil, &RankError{Rank: q, Op: "init", Err: fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))}
+		}
+		if q > rank {
+			accepts[prov[q]]++
+		}
+	}
+	c.debugf(debugInfo, "transports %v", prov)
+
+	// Connect: each rank dials the lower ranks and accepts the higher ones.
+	params := stagingFor(cfg, size)
+	links := make([]*collectives.Link, size)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	record := func(l *collectives.Link, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && (l.Peer < 0 || l.Peer >= size || l.Peer == rank || links[l.Peer] != nil) {
+			err = fmt.Errorf("gorun: unexpected connection from rank %d", l.Peer)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			cancel()
+			return
+		}
+		links[l.Peer] = l
+	}
+	for q := 0; q < rank; q++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := devByName[prov[q]]
+			conn, err := d.Dev.Dial(cctx, eps[q].addrs[prov[q]])
+			if err != nil {
+				record(nil, &RankError{Rank: q, Op: "init", Err: fmt.Errorf("dial %s: %w", prov[q], err)})
+				return
+			}
+			l, err := collectives.Establish(cctx, conn, d, rank, params)
+			if err == nil && l.Peer != q {
+				err = fmt.Errorf("dialed rank %d, reached rank %d", q, l.Peer)
+			}
+			if err != nil {
+				conn.Close()
+				record(nil, &RankError{Rank: q, Op: "init", Err: err})
+				return
+			}
+			record(l, nil)
+		}()
+	}
+	for name, n := range accepts {
+		ln, d := lnByName[name], devByName[name]
+		for range n {
+			conn, err := ln.Accept(cctx)
+			if err != nil {
+				record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := collectives.Establish(cctx, conn, d, rank, params)
+				if err != nil {
+					conn.Close()
+					record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
+					return
+				}
+				record(l, nil)
+			}()
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		for _, l := range links {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	return c, nil
+}
+
+// pickProvider chooses the provider between me and peer (see newComm).
+func pickProvider(forced string, me, peer *endpoint) string {
+	has := func(name string) bool { return me.addrs[name] != "" && peer.addrs[name] != "" }
+	if forced != "auto" {
+		if has(forced) {
+			return forced
+		}
+		return ""
+	}
+	if has("mem") && me.host == peer.host && me.pid == peer.pid {
+		return "mem"
+	}
+	for _, name := range providerOrder {
+		if name == "shm" && me.host != peer.host {
+			continue
+		}
+		if has(name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// stagingFor sizes each peer's staging so that a rank's total stays within
+// 32 MiB (4 MiB per rank for in-process worlds, whose ranks share memory).
+func stagingFor(cfg *config, size int) collectives.LinkParams {
+	p := collectives.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
+	if size < 2 {
+		return p
+	}
+	budget := 32 << 20
+	if cfg.local {
+		budget = max(256<<10, (256<<20)/(size*size))
+	}
+	per := budget / (size - 1)
+	for p.Slots*p.SlotBytes > per && p.SlotBytes > 4096 {
+		p.SlotBytes /= 2
+	}
+	for p.Slots*p.SlotBytes > per && p.Slots > 2 {
+		p.Slots--
+	}
+	return p
+}
+
+// String describes the communicator for logs.
+func (c *Comm) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "comm rank %d/%d local %d/%d", c.rank, c.size, c.localRank, c.localSize)
+	names := make([]string, 0, len(c.devs))
+	for _, d := range c.devs {
+		names = append(names, d.Dev.Name())
+	}
+	slices.Sort(names)
+	fmt.Fprintf(&b, " over %v", names)
+	return b.String()
+}

@@ -1,0 +1,29 @@
+// Package comm is gorun's public API: communicators (Comm) and the generic
+// collectives (AllReduce, Broadcast, AllGather, ReduceScatter, Reduce,
+// Gather, Scatter, AllToAll, Send/Recv, Barrier and the non-blocking
+// IAllReduce, IBroadcast, IAllGather, IReduceScatter).
+//
+// A Comm is made by Init (a job started by the gorun launcher, srun,
+// mpirun or torchrun), NewLocal (n ranks in one process, for tests and
+// simulation), Split or Dup. Every path goes through newComm, which opens
+// the providers, exchanges endpoints through a rendezvous, picks a provider
+// per peer and connects; the algorithms and the executor live in
+// package collectives.
+//
+// Ownership and concurrency: a Comm may be used from several goroutines;
+// its operations run one at a time, in the order they were called (for the
+// I* functions, the order in which they were started). Every rank must call
+// the collectives in the same order. Buffers belong to the caller but must
+// not be touched while an operation on them runs; slices passed to
+// collectives are registered with the transport and stay registered (and
+// pinned) in a bounded per-communicator cache until evicted or Close.
+//
+// Failures: an operation that fails (timeout, cancelled context, a dead or
+// disagreeing peer, Abort anywhere) aborts the communicator on every rank;
+// every pending and later operation returns a *RankError naming the rank at
+// fault. Configuration comes from options and the GORUN_* variables
+// documented in env.go.
+//
+// This package is owned by the comm/collectives maintainer, except
+// init.go (Init, the bootstrap's rendezvous), owned by the bootstrap's.
+package comm

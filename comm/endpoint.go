@@ -1,0 +1,130 @@
+package comm
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+)
+
+// endpoint is what a rank tells the others in the rendezvous: who it is
+// (host identity, pid) and where each of its providers listens.
+type endpoint struct {
+	host  [8]byte
+	pid   uint32
+	addrs map[string]string // provider -> address
+}
+
+// hostIdentity distinguishes hosts: the hostname and the kernel boot id.
+func hostIdentity() [8]byte {
+	h, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	sum := sha256.Sum256([]byte(h + "\x00" + strings.TrimSpace(string(boot))))
+	var id [8]byte
+	copy(id[:], sum[:])
+	return id
+}
+
+const endpointVersion = 1
+
+func (e *endpoint) marshal() ([]byte, error) {
+	b := []byte{endpointVersion}
+	b = append(b, e.host[:]...)
+	b = binary.LittleEndian.AppendUint32(b, e.pid)
+	b = append(b, byte(len(e.addrs)))
+	for _, name := range sortedKeys(e.addrs) {
+		a := e.addrs[name]
+		if len(name) > 255 || len(a) > 255 {
+			return nil, fmt.Errorf("gorun: endpoint field too long")
+		}
+		b = append(b, byte(len(name)))
+		b = append(b, name...)
+		b = append(b, byte(len(a)))
+		b = append(b, a...)
+	}
+	if len(b) > maxBlob {
+		return nil, fmt.Errorf("gorun: endpoint of %d bytes exceeds %d", len(b), maxBlob)
+	}
+	return b, nil
+}
+
+var errBadEndpoint = errors.New("malformed endpoint")
+
+func unmarshalEndpoint(b []byte) (*endpoint, error) {
+	if len(b) < 14 || b[0] != endpointVersion {
+		return nil, errBadEndpoint
+	}
+	e := &endpoint{addrs: map[string]string{}}
+	copy(e.host[:], b[1:9])
+	e.pid = binary.LittleEndian.Uint32(b[9:13])
+	n := int(b[13])
+	b = b[14:]
+	for range n {
+		var name, addr string
+		var ok bool
+		if name, b, ok = lstring(b); !ok {
+			return nil, errBadEndpoint
+		}
+		if addr, b, ok = lstring(b); !ok {
+			return nil, errBadEndpoint
+		}
+		e.addrs[name] = addr
+	}
+	return e, nil
+}
+
+func lstring(b []byte) (string, []byte, bool) {
+	if len(b) < 1 || len(b) < 1+int(b[0]) {
+		return "", nil, false
+	}
+	return string(b[1 : 1+b[0]]), b[1+b[0]:], true
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		for j := i + 1; j < len(keys); j++ {
+			if keys[j] < keys[i] {
+				keys[i], keys[j] = keys[j], keys[i]
+			}
+		}
+	}
+	return keys
+}
+
+// advertiseIP is the address tcp (and verbs) advertise: the interface
+// named by GORUN_SOCKET_IFNAME, else the first up, non-loopback IPv4
+// interface, else loopback.
+func advertiseIP(ifname string) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "127.0.0.1", nil
+	}
+	for _, ifc := range ifs {
+		if ifname != "" && ifc.Name != ifname {
+			continue
+		}
+		if ifname == "" && (ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0) {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+		if ifname != "" {
+			return "", fmt.Errorf("gorun: interface %s has no IPv4 address", ifname)
+		}
+	}
+	if ifname != "" {
+		return "", fmt.Errorf("gorun: no interface %s (GORUN_SOCKET_IFNAME)", ifname)
+	}
+	return "127.0.0.1", nil
+}

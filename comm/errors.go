@@ -1,0 +1,57 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+// Sentinel errors; a *RankError wraps one of them (or a transport error).
+var (
+	ErrAborted    = collectives.ErrAborted    // Abort was called (on this or another rank)
+	ErrMismatch   = collectives.ErrMismatch   // ranks disagree on collective, count, type, op or root
+	ErrInvalid    = collectives.ErrInvalid    // bad lengths, root or peer
+	ErrTimeout    = collectives.ErrTimeout    // the communicator's timeout elapsed
+	ErrPeerFailed = collectives.ErrPeerFailed // a peer's connection failed or the peer died
+	ErrPeerClosed = collectives.ErrPeerClosed // a peer closed its communicator
+	ErrClosed     = errors.New("communicator closed")
+)
+
+// RankError is the error of a failed operation: Op is the operation
+// ("allreduce", ...), Rank the rank the failure is attributed to (the peer
+// that failed, disagreed or aborted; this rank for local argument errors;
+// -1 if unknown). errors.Is works on Err.
+type RankError struct {
+	Rank int
+	Op   string
+	Err  error
+}
+
+func (e *RankError) Error() string {
+	if e.Rank < 0 {
+		return fmt.Sprintf("gorun: %s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("gorun: %s: rank %d: %v", e.Op, e.Rank, e.Err)
+}
+
+func (e *RankError) Unwrap() error { return e.Err }
+
+// rankErr converts an engine error into a *RankError for op.
+func rankErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var re *RankError
+	if errors.As(err, &re) {
+		if re.Op == op {
+			return re
+		}
+		return &RankError{Rank: re.Rank, Op: op, Err: re.Err}
+	}
+	var pe *collectives.PeerError
+	if errors.As(err, &pe) {
+		return &RankError{Rank: pe.Rank, Op: op, Err: pe.Err}
+	}
+	return &RankError{Rank: -1, Op: op, Err: err}
+}

@@ -1,0 +1,253 @@
+package comm
+
+import (
+	"context"
+
+	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/kernels"
+)
+
+// Every operation below must be called by every rank of the communicator
+// (Send and Recv: by the two ranks involved) in the same order with
+// matching arguments; a disagreement fails the operation on every rank with
+// ErrMismatch, an invalid argument with ErrInvalid, both as *RankError
+// naming the rank at fault. After any error the communicator is aborted
+// (Err reports why): create a new one to continue.
+
+// AllReduce reduces send across all ranks with op and leaves the result in
+// recv on every rank. send and recv have the same length; they may be the
+// same slice (in place).
+func AllReduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return allReduce(ctx, c, c.ticket(), send, recv, op)
+}
+
+func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op) error {
+	c.wait(t)
+	defer c.release()
+	const name = "allreduce"
+	if len(send) != len(recv) {
+		return c.invalid(name, "len(send) = %d, len(recv) = %d", len(send), len(recv))
+	}
+	if op > Avg {
+		return c.invalid(name, "unknown op %d", op)
+	}
+	if !sameSlice(send, recv) {
+		copy(recv, send)
+	}
+	s := spec{coll: collectives.AllReduce, dt: DTypeOf[T](), op: op, count: len(recv), work: bytesOf(recv)}
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(name, err)
+	}
+	if op == Avg {
+		kernels.Scale(recv, c.size)
+	}
+	return nil
+}
+
+// Reduce reduces send across all ranks into recv on root (len(recv) =
+// len(send) there; recv is ignored elsewhere).
+func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "reduce"
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	if c.rank == root && len(recv) != len(send) {
+		return c.invalid(name, "len(send) = %d, len(recv) = %d at the root", len(send), len(recv))
+	}
+	if op > Avg {
+		return c.invalid(name, "unknown op %d", op)
+	}
+	var work []byte
+	if c.rank == root {
+		if !sameSlice(send, recv) {
+			copy(recv, send)
+		}
+		work = bytesOf(recv)
+	} else {
+		work = c.scratchFor(len(bytesOf(send)))
+		copy(work, bytesOf(send))
+	}
+	s := spec{coll: collectives.Reduce, dt: DTypeOf[T](), op: op, root: root, count: len(send), work: work}
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(name, err)
+	}
+	if op == Avg && c.rank == root {
+		kernels.Scale(recv, c.size)
+	}
+	return nil
+}
+
+// Broadcast copies root's buf to every rank's buf (same length everywhere).
+func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
+	return broadcast(ctx, c, c.ticket(), buf, root)
+}
+
+func broadcast[T Number](ctx context.Context, c *Comm, t uint64, buf []T, root int) error {
+	c.wait(t)
+	defer c.release()
+	const name = "broadcast"
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	s := spec{coll: collectives.Broadcast, dt: DTypeOf[T](), root: root, count: len(buf), work: bytesOf(buf)}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// AllGather concatenates every rank's send, in rank order, into recv
+// (len(recv) = Size·len(send)). send may be recv's own block (in place).
+func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	return allGather(ctx, c, c.ticket(), send, recv)
+}
+
+func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) error {
+	c.wait(t)
+	defer c.release()
+	const name = "allgather"
+	n := len(send)
+	if len(recv) != c.size*n {
+		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
+	}
+	if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
+		copy(mine, send)
+	}
+	s := spec{coll: collectives.AllGather, dt: DTypeOf[T](), count: n, work: bytesOf(recv)}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// ReduceScatter reduces send across all ranks and leaves block Rank of the
+// result in recv (len(send) = Size·len(recv)).
+func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return reduceScatter(ctx, c, c.ticket(), send, recv, op)
+}
+
+func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op) error {
+	c.wait(t)
+	defer c.release()
+	const name = "reducescatter"
+	n := len(recv)
+	if len(send) != c.size*n {
+		return c.invalid(name, "len(send) = %d, want Size·len(recv) = %d", len(send), c.size*n)
+	}
+	if op > Avg {
+		return c.invalid(name, "unknown op %d", op)
+	}
+	in := bytesOf(send)
+	work := c.scratchFor(len(in))
+	copy(work, in)
+	s := spec{coll: collectives.ReduceScatter, dt: DTypeOf[T](), op: op, count: n, work: work}
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(name, err)
+	}
+	es := len(in) / max(1, len(send))
+	copy(bytesOf(recv), work[c.rank*n*es:(c.rank+1)*n*es])
+	if op == Avg {
+		kernels.Scale(recv, c.size)
+	}
+	return nil
+}
+
+// Gather concatenates every rank's send, in rank order, into root's recv
+// (len(recv) = Size·len(send) there; ignored elsewhere).
+func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "gather"
+	n := len(send)
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	var work []byte
+	if c.rank == root {
+		if len(recv) != c.size*n {
+			return c.invalid(name, "len(recv) = %d at the root, want Size·len(send) = %d", len(recv), c.size*n)
+		}
+		copy(recv[root*n:(root+1)*n], send)
+		work = bytesOf(recv)
+	}
+	s := spec{coll: collectives.Gather, dt: DTypeOf[T](), root: root, count: n, work: work, input: bytesOf(send)}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// Scatter sends block r of root's send (len(send) = Size·len(recv) there;
+// ignored elsewhere) to rank r's recv.
+func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "scatter"
+	n := len(recv)
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	var input []byte
+	if c.rank == root {
+		if len(send) != c.size*n {
+			return c.invalid(name, "len(send) = %d at the root, want Size·len(recv) = %d", len(send), c.size*n)
+		}
+		copy(recv, send[root*n:(root+1)*n])
+		input = bytesOf(send)
+	}
+	s := spec{coll: collectives.Scatter, dt: DTypeOf[T](), root: root, count: n, work: bytesOf(recv), input: input}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// AllToAll sends block b of every rank's send to rank b, where it lands as
+// block Rank of recv. len(send) = len(recv) = Size·block; they may be the
+// same slice.
+func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "alltoall"
+	if len(send) != len(recv) || len(send)%c.size != 0 {
+		return c.invalid(name, "len(send) = %d, len(recv) = %d: want equal multiples of Size %d", len(send), len(recv), c.size)
+	}
+	n := len(send) / c.size
+	input := bytesOf(send)
+	if sameSlice(send, recv) && len(send) > 0 {
+		tmp := c.scratchFor(len(input))
+		copy(tmp, input)
+		input = tmp
+	} else {
+		copy(recv[c.rank*n:(c.rank+1)*n], send[c.rank*n:(c.rank+1)*n])
+	}
+	s := spec{coll: collectives.AllToAll, dt: DTypeOf[T](), count: n, work: bytesOf(recv), input: input}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// Barrier returns once every rank has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	c.wait(c.ticket())
+	defer c.release()
+	s := spec{coll: collectives.Barrier, dt: kernels.Uint8}
+	return rankErr("barrier", c.exec(ctx, &s))
+}
+
+// Send sends buf to rank dst with tag. Messages between two ranks are
+// matched in order, with collectives included (as in NCCL): the matching
+// Recv must be the next message dst receives from this rank, with the same
+// tag and length, or both fail with ErrMismatch. Send returns once buf may
+// be reused.
+func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "send"
+	if dst < 0 || dst >= c.size || dst == c.rank {
+		return c.invalid(name, "destination %d (rank %d of %d)", dst, c.rank, c.size)
+	}
+	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), input: bytesOf(buf), peer: dst, send: true}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// Recv receives into buf the next message from rank src, which must carry
+// tag and len(buf) elements.
+func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
+	c.wait(c.ticket())
+	defer c.release()
+	const name = "recv"
+	if src < 0 || src >= c.size || src == c.rank {
+		return c.invalid(name, "source %d (rank %d of %d)", src, c.rank, c.size)
+	}
+	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), work: bytesOf(buf), peer: src}
+	return rankErr(name, c.exec(ctx, &s))
+}

@@ -1,0 +1,131 @@
+package comm
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+// Option configures Init, NewLocal and Split.
+type Option func(*config) error
+
+// config is the resolved configuration of a communicator.
+type config struct {
+	// transport is auto, verbs, tcp, shm or mem.
+	transport string
+	// timeout bounds every operation; 0 disables. Default 5 minutes: long
+	// enough for a first-step compile skew, short enough to unstick a job.
+	timeout time.Duration
+	// algos forces an algorithm per collective (Auto: the selection table).
+	algos [16]collectives.Algo
+	// deterministic pins every reduction to a fixed order (see Deterministic).
+	deterministic bool
+	// token is the job secret passed to rdma.Config.Token.
+	token []byte
+	// socketIfname picks the address tcp advertises.
+	socketIfname string
+	debug        int
+	// slots and slotBytes size each peer's receive staging area. Default
+	// 8 × 128 KiB, shrunk for large worlds to bound memory to ~32 MiB.
+	slots, slotBytes int
+	// regCache bounds the registration cache (entries per device). Default 64.
+	regCache int
+	// local: the communicator lives in one process (NewLocal); auto means mem.
+	local bool
+}
+
+// newConfig applies the defaults, then the GORUN_* tunables, then opts.
+func newConfig(opts ...Option) (*config, error) {
+	c := &config{transport: "auto", timeout: 5 * time.Minute, slots: 8, slotBytes: 128 << 10, regCache: 64}
+	t, err := readTunables(osGetenv)
+	if err != nil {
+		return nil, err
+	}
+	if t.Transport != "" {
+		c.transport = t.Transport
+	}
+	if t.HasTimeout {
+		c.timeout = t.Timeout
+	}
+	for k, a := range t.Algos {
+		c.algos[k] = a
+	}
+	c.socketIfname = t.SocketIfname
+	c.debug = t.Debug
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// WithTransport picks the provider for every peer: "auto", "verbs", "tcp",
+// "shm" or "mem" (mem only within one process).
+func WithTransport(name string) Option {
+	return func(c *config) error {
+		name = strings.ToLower(name)
+		switch name {
+		case "auto", "verbs", "tcp", "shm", "mem":
+			c.transport = name
+			return nil
+		}
+		return fmt.Errorf("gorun: unknown transport %q", name)
+	}
+}
+
+// WithTimeout bounds every operation (0: no bound besides the context).
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("gorun: negative timeout %v", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// WithAlgorithm forces algorithms, as GORUN_ALGO does:
+// "allreduce:ring,broadcast:tree", or one name for every collective.
+func WithAlgorithm(spec string) Option {
+	return func(c *config) error {
+		m, err := parseAlgoSpec(spec)
+		if err != nil {
+			return fmt.Errorf("gorun: algorithm %q: %w", spec, err)
+		}
+		for k, a := range m {
+			c.algos[k] = a
+		}
+		return nil
+	}
+}
+
+// Deterministic makes float reductions bitwise reproducible run to run for
+// a given world size and count: the algorithm no longer depends on tuning
+// (ring for allreduce, the binomial tree for reduce), and every schedule
+// reduces in a fixed order, so all ranks get identical bits.
+func Deterministic() Option {
+	return func(c *config) error { c.deterministic = true; return nil }
+}
+
+// WithToken sets the job secret that authenticates connections.
+func WithToken(token []byte) Option {
+	return func(c *config) error { c.token = append([]byte(nil), token...); return nil }
+}
+
+// WithStaging sizes each peer's receive staging area: slots messages of at
+// most slotBytes (rounded up to 4 KiB) in flight per peer.
+func WithStaging(slots, slotBytes int) Option {
+	return func(c *config) error {
+		if slots < 1 || slots > 1024 || slotBytes < 1 {
+			return fmt.Errorf("gorun: bad staging %d×%d", slots, slotBytes)
+		}
+		c.slots, c.slotBytes = slots, (slotBytes+4095)&^4095
+		return nil
+	}
+}

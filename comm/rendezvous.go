@@ -1,0 +1,62 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// rendezvous is how newComm meets the other ranks of a job: Init's
+// implementation gossips through the bootstrap, NewLocal's is in-process,
+// Split's runs over the parent communicator.
+type rendezvous interface {
+	rank() int
+	size() int
+	// exchange is an allgather of small blobs (each ≤ maxBlob bytes)
+	// across the job; newComm calls it exactly once.
+	exchange(ctx context.Context, mine []byte) ([][]byte, error)
+}
+
+// maxBlob bounds an endpoint blob.
+const maxBlob = 320
+
+// localRendezvous connects n goroutines of one process.
+type localRendezvous struct {
+	r    int
+	hall *localHall
+}
+
+type localHall struct {
+	n     int
+	mu    sync.Mutex
+	blobs [][]byte
+	got   int
+	done  chan struct{}
+}
+
+func newLocalHall(n int) *localHall {
+	return &localHall{n: n, blobs: make([][]byte, n), done: make(chan struct{})}
+}
+
+func (l *localRendezvous) rank() int { return l.r }
+func (l *localRendezvous) size() int { return l.hall.n }
+
+func (l *localRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, error) {
+	if len(mine) > maxBlob {
+		return nil, fmt.Errorf("gorun: endpoint blob of %d bytes exceeds %d", len(mine), maxBlob)
+	}
+	h := l.hall
+	h.mu.Lock()
+	h.blobs[l.r] = append([]byte(nil), mine...)
+	h.got++
+	if h.got == h.n {
+		close(h.done)
+	}
+	h.mu.Unlock()
+	select {
+	case <-h.done:
+		return h.blobs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,153 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/kernels"
+)
+
+// ticket reserves the caller's place in the communicator's operation order.
+func (c *Comm) ticket() uint64 {
+	c.turnMu.Lock()
+	defer c.turnMu.Unlock()
+	t := c.tickets
+	c.tickets++
+	return t
+}
+
+// wait blocks until ticket t is served.
+func (c *Comm) wait(t uint64) {
+	c.turnMu.Lock()
+	for c.serving != t {
+		c.turn.Wait()
+	}
+	c.turnMu.Unlock()
+}
+
+// release ends the current operation.
+func (c *Comm) release() {
+	c.turnMu.Lock()
+	c.serving++
+	c.turnMu.Unlock()
+	c.turn.Broadcast()
+}
+
+type planKey struct {
+	coll  collectives.Collective
+	algo  collectives.Algo
+	root  int
+	count int
+	chunk int
+	send  bool
+}
+
+// algoFor picks c's algorithm for coll moving bytes.
+func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo {
+	if a := c.cfg.algos[coll]; a != collectives.Auto && collectives.Supports(coll, a) {
+		return a
+	}
+	if c.cfg.deterministic {
+		return collectives.Algos(coll)[0]
+	}
+	return collectives.Select(coll, c.size, bytes)
+}
+
+// plan returns the cached compiled schedule.
+func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
+	if p, ok := c.plans[k]; ok {
+		return p, nil
+	}
+	var s *collectives.Schedule
+	if k.coll == collectives.SendRecv {
+		s = collectives.DirectSendRecv(c.rank, c.size, k.root, k.send, k.count, k.chunk)
+	} else {
+		var err error
+		if s, err = collectives.Build(k.coll, k.algo, c.rank, c.size, k.root, k.count, k.chunk); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.plans) >= 256 {
+		clear(c.plans)
+	}
+	p := collectives.Compile(s)
+	c.plans[k] = p
+	return p, nil
+}
+
+// spec is one operation's parameters.
+type spec struct {
+	coll  collectives.Collective
+	dt    kernels.DType
+	op    kernels.Op
+	root  int // root; for SendRecv the tag
+	count int // elements (per-rank block for the blocked collectives)
+	work  []byte
+	input []byte
+	peer  int // SendRecv: the other rank
+	send  bool
+}
+
+// exec runs one operation; the caller holds the turn.
+func (c *Comm) exec(ctx context.Context, s *spec) error {
+	if err := c.eng.Err(); err != nil {
+		return err
+	}
+	es := s.dt.Size()
+	k := planKey{coll: s.coll, algo: collectives.Direct, root: s.root, count: s.count}
+	seq := c.seq
+	if s.coll == collectives.SendRecv {
+		k.root, k.send = s.peer, s.send
+		if s.send {
+			seq = c.sendSeq[s.peer]
+			c.sendSeq[s.peer]++
+		} else {
+			seq = c.recvSeq[s.peer]
+			c.recvSeq[s.peer]++
+		}
+	} else {
+		k.algo = c.algoFor(s.coll, s.count*es)
+		c.seq++
+	}
+	k.chunk = max(1, collectives.ChunkBytes(k.algo, s.count*es)/es)
+	p, err := c.plan(k)
+	if err != nil {
+		return err
+	}
+	c.call = collectives.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
+	err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
+	c.call = collectives.Call{}
+	return err
+}
+
+// invalid fails the operation on every rank: this rank aborts the
+// communicator naming itself.
+func (c *Comm) invalid(op, format string, args ...any) error {
+	err := fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	c.eng.Abort(c.rank, err)
+	return &RankError{Rank: c.rank, Op: op, Err: err}
+}
+
+// bytesOf views s as bytes.
+func bytesOf[T Number](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
+func sameSlice[T Number](a, b []T) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// scratchFor returns c's scratch buffer with at least n bytes (reused, so
+// its registration is cached).
+func (c *Comm) scratchFor(n int) []byte {
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, max(n, 2*cap(c.scratch)))
+	}
+	return c.scratch[:n]
+}

@@ -1,0 +1,36 @@
+package comm
+
+import "github.com/gorun-hpc/gorun/internal/kernels"
+
+// Float16 is an IEEE 754 half-precision number stored as its bits.
+type Float16 = kernels.Float16
+
+// BFloat16 is a bfloat16 number stored as its bits.
+type BFloat16 = kernels.BFloat16
+
+// Number is the set of element types the collectives accept.
+type Number = kernels.Number
+
+// Op is a reduction operator.
+type Op = kernels.Op
+
+// DType names an element type at run time.
+type DType = kernels.DType
+
+// The reduction operators. Float16 and BFloat16 accumulate in float32.
+const (
+	Sum  = kernels.Sum
+	Prod = kernels.Prod
+	Min  = kernels.Min
+	Max  = kernels.Max
+	Avg  = kernels.Avg // Sum divided by Size (integer division for integers)
+)
+
+// F16From converts v to the nearest Float16.
+func F16From(v float32) Float16 { return kernels.F16From(v) }
+
+// BF16From converts v to the nearest BFloat16.
+func BF16From(v float32) BFloat16 { return kernels.BF16From(v) }
+
+// DTypeOf returns the DType of T.
+func DTypeOf[T Number]() DType { return kernels.DTypeOf[T]() }
