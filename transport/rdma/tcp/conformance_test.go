@@ -1,0 +1,24 @@
+package tcp
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/rdmatest"
+)
+
+// TestMain lets the conformance suite re-run this binary as its peer.
+func TestMain(m *testing.M) { os.Exit(rdmatest.Main(m)) }
+
+func TestConformance(t *testing.T) {
+	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true})
+}
+
+// The suite again with a job token: every connection authenticates.
+func TestConformanceToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the token run repeats the suite")
+	}
+	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", Config: rdma.Config{Token: []byte("conformance")}})
+}
