@@ -94,7 +94,9 @@ type conn struct {
 	reason      error
 	sq          []wr // posted, not yet taken by the engine
 	spare       []wr
-	running     bool // an engine goroutine owns the queue
+	started     bool // the engine goroutine exists (from the first post to shutdown)
+	idle        bool // the engine waits on wake
+	wake        chan struct{}
 	wg          sync.WaitGroup
 	outstanding atomic.Int64 // send-queue requests not yet completed
 
@@ -118,6 +120,7 @@ func newConn(d *device, name string) *conn {
 		name:       name,
 		recvPosted: make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
+		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		sendCQ:     soft.NewCQ(),
 		recvCQ:     soft.NewCQ(),
@@ -224,10 +227,17 @@ func (c *conn) postSQ(name string, op opKind, wrid uint64, sgl []rdma.SGE, vec b
 		return c.postErr(name, rdma.ErrQueueFull)
 	}
 	c.sq = append(c.sq, w)
-	if !c.running {
-		c.running = true
+	switch {
+	case !c.started:
+		c.started = true
 		c.wg.Add(1)
 		go c.run()
+	case c.idle:
+		c.idle = false
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
 	c.mu.Unlock()
 	return nil

@@ -16,8 +16,10 @@
 // and returns a connected Conn; the listener's Accept returns its peer.
 //
 // Execution: each connection has a send queue executed in post order by an
-// engine goroutine that is started when work is posted and exits as soon as
-// the queue is empty, so an idle or closed connection owns no goroutine.
+// engine goroutine, started by the first post and parked between bursts
+// (so posting does not allocate); it ends when the connection is closed
+// or its peer closes, so a closed connection owns no goroutine and one
+// that never posted never had one.
 // Copies into the peer happen on that goroutine, after the Post call
 // returned; a posted buffer must not be touched until its completion (or,
 // for unsignaled requests, a later completion) is seen.

@@ -8,16 +8,26 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
-// run executes the send queue in post order until it is empty. One run
-// goroutine at most exists per conn; postSQ starts it.
+// run executes the send queue in post order. The first post starts it;
+// between bursts it parks on wake, and it returns once the conn is out of
+// service and its queue is flushed, so a closed conn owns no goroutine.
 func (c *conn) run() {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
-		if len(c.sq) == 0 {
-			c.running = false
+		for len(c.sq) == 0 {
+			if c.state.Load() >= statePeerGone {
+				c.mu.Unlock()
+				return
+			}
+			c.idle = true
 			c.mu.Unlock()
-			return
+			select {
+			case <-c.wake:
+			case <-c.done:
+			}
+			c.mu.Lock()
+			c.idle = false
 		}
 		batch := c.sq
 		c.sq, c.spare = c.spare[:0], nil

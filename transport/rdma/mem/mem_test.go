@@ -108,3 +108,34 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestPostNoAlloc: the steady-state post/complete path does not allocate.
+func TestPostNoAlloc(t *testing.T) {
+	ctx := context.Background()
+	a, b, da, db := pair(t, rdma.Config{})
+	src, _ := da.Alloc(4096, rdma.AccessLocalWrite)
+	dst, _ := db.Alloc(4096, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	step := func() {
+		if err := b.PostRecv(2, dst.Bytes()[:64], dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.PostSend(2, src.Bytes()[:64], src, rdma.FlagSignaled); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ {
+			if wc, err := a.GetSendComp(ctx); err != nil || wc.Err() != nil {
+				t.Fatal(wc, err)
+			}
+		}
+		if wc, err := b.GetRecvComp(ctx); err != nil || wc.Err() != nil {
+			t.Fatal(wc, err)
+		}
+	}
+	step() // start the engine, grow the queues
+	if n := testing.AllocsPerRun(200, step); n > 0 {
+		t.Fatalf("%v allocations per post/complete round", n)
+	}
+}

@@ -15,6 +15,14 @@ const (
 // guard is the margin around a remote range that must stay untouched.
 const guard = 32
 
+// payload returns an n-byte buffer at the start of a fresh region of at
+// least one byte (some providers refuse empty registrations).
+func (e *env) payload(n int, access rdma.Access) (*rdma.MR, []byte) {
+	e.t.Helper()
+	mr := e.alloc(max(n, 1), access, heapFor(n))
+	return mr, mr.Bytes()[:n]
+}
+
 // heapFor alternates Go memory (Register) and mmap'd memory (Alloc) by
 // size, so both kinds are covered; large buffers are always mmap'd.
 func heapFor(n int) bool { return n%2 == 1 && n < 1<<20 }
@@ -22,13 +30,13 @@ func heapFor(n int) bool { return n%2 == 1 && n < 1<<20 }
 // caseWrite writes n bytes into the middle of a peer region and checks the
 // region, guards included, after a fence.
 func caseWrite(e *env, n int) {
-	src := e.alloc(n, lw, heapFor(n))
-	fill(src.Bytes(), 11)
+	src, sb := e.payload(n, lw)
+	fill(sb, 11)
 	dst := e.peerBuf(n+2*guard, lw|rw)
 	e.must(e.b.Fill(dst, 0, dst.Len, 12), "peer fill")
 	want := pattern(n+2*guard, 12)
-	copy(want[guard:], src.Bytes())
-	e.must(e.a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr+guard, dst.RKey), "post_write")
+	copy(want[guard:], sb)
+	e.must(e.a.PostWrite(1, sb, src, rdma.FlagSignaled, dst.Addr+guard, dst.RKey), "post_write")
 	e.expectSend(1, rdma.OpWrite, rdma.StatusSuccess)
 	e.fence(2)
 	e.peerSum(dst, 0, want, "write")
@@ -38,46 +46,46 @@ func caseWrite(e *env, n int) {
 func caseRead(e *env, n int) {
 	src := e.peerBuf(n+2*guard, lw|rr)
 	e.must(e.b.Fill(src, 0, src.Len, 21), "peer fill")
-	dst := e.alloc(n, lw, heapFor(n))
-	e.must(e.a.PostRead(1, dst.Bytes(), dst, rdma.FlagSignaled, src.Addr+guard, src.RKey), "post_read")
+	dst, db := e.payload(n, lw)
+	e.must(e.a.PostRead(1, db, dst, rdma.FlagSignaled, src.Addr+guard, src.RKey), "post_read")
 	e.expectSend(1, rdma.OpRead, rdma.StatusSuccess)
-	if want := pattern(n+2*guard, 21)[guard : guard+n]; !bytes.Equal(dst.Bytes(), want) {
+	if want := pattern(n+2*guard, 21)[guard : guard+n]; !bytes.Equal(db, want) {
 		e.fatalf("read: local data differs from the peer's")
 	}
 }
 
 // caseSend sends n bytes into a larger posted receive.
 func caseSend(e *env, n int) {
-	src := e.alloc(n, lw, heapFor(n))
-	fill(src.Bytes(), 31)
+	src, sb := e.payload(n, lw)
+	fill(sb, 31)
 	rb := e.peerBuf(n+guard, lw)
 	e.must(e.b.PostRecv(7, []seg{{rb.ID, 0, rb.Len}}), "peer post_recv")
-	e.must(e.a.PostSend(1, src.Bytes(), src, rdma.FlagSignaled), "post_send")
+	e.must(e.a.PostSend(1, sb, src, rdma.FlagSignaled), "post_send")
 	wc := e.peerRecvComp()
 	e.expect(wc, 7, rdma.OpRecv, rdma.StatusSuccess)
 	if wc.ByteLen != n || wc.HasImm {
 		e.fatalf("receive completion %+v: want ByteLen %d, no immediate", wc, n)
 	}
 	e.expectSend(1, rdma.OpSend, rdma.StatusSuccess)
-	e.peerSum(rb, 0, src.Bytes(), "send")
+	e.peerSum(rb, 0, sb, "send")
 }
 
 // caseWriteImm writes n bytes with an immediate; the peer's receive
 // completion carries it, and the data is in place by then.
 func caseWriteImm(e *env, n int) {
-	src := e.alloc(n, lw, heapFor(n))
-	fill(src.Bytes(), 41)
+	src, sb := e.payload(n, lw)
+	fill(sb, 41)
 	dst := e.peerBuf(n+guard, lw|rw)
 	imm := uint32(0xdead0000) ^ uint32(n)
 	e.must(e.b.PostRecv(9, nil), "peer post_recv")
-	e.must(e.a.PostWriteImm(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr, dst.RKey, imm), "post_write_imm")
+	e.must(e.a.PostWriteImm(1, sb, src, rdma.FlagSignaled, dst.Addr, dst.RKey, imm), "post_write_imm")
 	wc := e.peerRecvComp()
 	e.expect(wc, 9, rdma.OpRecvWriteImm, rdma.StatusSuccess)
 	if !wc.HasImm || wc.Imm != imm || wc.ByteLen != n {
 		e.fatalf("write-imm receive completion %+v: want HasImm, Imm %#x, ByteLen %d", wc, imm, n)
 	}
 	e.expectSend(1, rdma.OpWrite, rdma.StatusSuccess)
-	e.peerSum(dst, 0, src.Bytes(), "write-imm")
+	e.peerSum(dst, 0, sb, "write-imm")
 }
 
 // sglLens are the entry lengths of a k-entry list: uneven, none empty.

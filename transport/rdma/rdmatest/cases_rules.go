@@ -364,11 +364,17 @@ func casePeerClosed(e *env) {
 	if _, err := e.b.SendComp(compWait); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		e.fatalf("peer: GetSendComp after its peer closed: %v, want an error at once", err)
 	}
+	// A later post fails at once or completes unsuccessfully (an RC queue
+	// pair after a disconnect accepts posts and flushes them).
 	if err := e.b.Post(postReq{Op: "send", WRID: 4, Segs: []seg{{rb.ID, 0, 8}}, Flags: rdma.FlagSignaled}); err == nil {
-		e.fatalf("peer: post_send succeeded after its peer closed")
+		if wc, err := e.b.SendComp(compWait); errors.Is(err, context.DeadlineExceeded) || (err == nil && wc.Status == rdma.StatusSuccess) {
+			e.fatalf("peer: post_send after its peer closed neither failed nor completed unsuccessfully (%+v, %v)", wc, err)
+		}
 	}
 	if err := e.b.PostRecv(5, []seg{{rb.ID, 0, 8}}); err == nil {
-		e.fatalf("peer: post_recv succeeded after its peer closed")
+		if wc, err := e.b.RecvComp(compWait); errors.Is(err, context.DeadlineExceeded) || (err == nil && wc.Status == rdma.StatusSuccess) {
+			e.fatalf("peer: post_recv after its peer closed neither failed nor completed unsuccessfully (%+v, %v)", wc, err)
+		}
 	}
 }
 
