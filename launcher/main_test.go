@@ -106,7 +106,8 @@ func fakeRank(mode string, args []string) int {
 		signal.Notify(sigs, syscall.SIGTERM)
 		os.WriteFile(filepath.Join(dir, "pid-"+rank), []byte(fmt.Sprint(os.Getpid())), 0o644)
 		if rank == os.Getenv("GORUN_TEST_FAIL") {
-			time.Sleep(300 * time.Millisecond)
+			// Fail once every other rank is ready for its SIGTERM.
+			waitForFiles(dir, "pid-", mustAtoi(os.Getenv(EnvSize)))
 			if os.Getenv("GORUN_TEST_HOW") == "kill" {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				time.Sleep(time.Second)
@@ -123,8 +124,9 @@ func fakeRank(mode string, args []string) int {
 	case "ignore-term":
 		// Ignores SIGTERM: gorun must SIGKILL it after the grace period.
 		signal.Ignore(syscall.SIGTERM)
+		os.WriteFile(filepath.Join(dir, "ignoring-"+rank), nil, 0o644)
 		if rank == "0" {
-			time.Sleep(500 * time.Millisecond) // let rank 1 ignore SIGTERM first
+			waitForFiles(dir, "ignoring-", mustAtoi(os.Getenv(EnvSize)))
 			return 5
 		}
 		time.Sleep(20 * time.Second)
@@ -163,6 +165,15 @@ func fakeRank(mode string, args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "fake rank: unknown mode %q\n", mode)
 	return 99
+}
+
+// waitForFiles waits (at most 20s) until dir holds n files named prefix*.
+func waitForFiles(dir, prefix string, n int) {
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dir, prefix+"*")); len(m) >= n {
+			return
+		}
+	}
 }
 
 func mustGetwd() string {

@@ -37,7 +37,10 @@ func runJob(t *testing.T, mode string, cfg Config) (stdout, stderr string, err e
 		cfg.KillGrace = time.Second
 	}
 	var out, errb bytes.Buffer
-	cfg.Stdout, cfg.Stderr = &out, &errb
+	cfg.Stdout = &out
+	if cfg.Stderr == nil {
+		cfg.Stderr = &errb
+	}
 	cfg.UseSrun = "no"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -203,7 +206,8 @@ func TestFailingRankStopsTheJob(t *testing.T) {
 
 func TestRankIgnoringSIGTERMIsKilled(t *testing.T) {
 	start := time.Now()
-	_, stderr, err := runJob(t, "ignore-term", Config{NP: 2, KillGrace: 500 * time.Millisecond})
+	_, stderr, err := runJob(t, "ignore-term", Config{NP: 2, KillGrace: 500 * time.Millisecond,
+		Export: []string{"GORUN_TEST_DIR=" + t.TempDir()}})
 	if got := ExitStatus(err); got != 5 {
 		t.Fatalf("ExitStatus = %d (%v), want 5\n%s", got, err, stderr)
 	}
