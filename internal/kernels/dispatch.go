@@ -34,9 +34,18 @@ func (v *vec[T]) run(op Op, dst, a, b []T) int {
 		return 0
 	}
 	m := len(dst) - len(dst)%v.lanes
-	v.fn[op](&dst[0], &a[0], &b[0], m)
+	f := v.fn[op]
+	for off := 0; off < m; off += asmChunk {
+		f(&dst[off], &a[off], &b[off], min(asmChunk, m-off))
+	}
 	return m
 }
+
+// asmChunk bounds the elements of one assembly call. The runtime cannot
+// preempt a goroutine inside assembly, so a call on a huge buffer would
+// hold up a garbage collection; 256Ki elements take tens of microseconds.
+// It is a multiple of every kernel's lanes.
+const asmChunk = 1 << 18
 
 // kernelSet is the kernels of one level.
 type kernelSet struct {

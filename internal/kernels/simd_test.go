@@ -185,6 +185,9 @@ func TestSIMDMatchesReference(t *testing.T) {
 				}
 			}
 		}
+		// Longer than one assembly call (asmChunk).
+		checkCase(t, r, Float32, Sum, 2*asmChunk+37, 5)
+		checkCase(t, r, BF16, Max, asmChunk+1000, 2)
 	})
 }
 
