@@ -24,6 +24,8 @@ func TestMain(m *testing.M) {
 	switch {
 	case filepath.Base(os.Args[0]) == "ssh":
 		os.Exit(fakeSSH(os.Args[1:]))
+	case filepath.Base(os.Args[0]) == "srun":
+		os.Exit(fakeSrun(os.Args[1:]))
 	case os.Getenv("GORUN_TEST_ROLE") == "rank":
 		os.Exit(fakeRank(os.Getenv("GORUN_TEST_MODE"), os.Args[1:]))
 	case os.Getenv("GORUN_TEST_ROLE") == "netns-agent":
@@ -60,7 +62,7 @@ func fakeRank(mode string, args []string) int {
 	switch mode {
 	case "env":
 		for _, kv := range os.Environ() {
-			if strings.HasPrefix(kv, "GORUN_") || strings.HasPrefix(kv, "TESTVAR_") {
+			if strings.HasPrefix(kv, "GORUN_") || strings.HasPrefix(kv, "TESTVAR_") || strings.HasPrefix(kv, "SLURM_PROCID=") {
 				fmt.Println(kv)
 			}
 		}

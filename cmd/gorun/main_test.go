@@ -120,7 +120,7 @@ func gorun(t *testing.T, args ...string) *exec.Cmd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, append(args, "-x", "GORUN_TEST_ROLE=rank", self)...)
+	cmd := exec.Command(self, append(append([]string{"--srun=no"}, args...), "-x", "GORUN_TEST_ROLE=rank", self)...)
 	cmd.Env = append(os.Environ(), "GORUN_TEST_ROLE=gorun")
 	return cmd
 }

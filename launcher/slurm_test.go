@@ -1,0 +1,112 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeSrun understands "srun -n N --kill-on-bad-exit=1 [--label] PROG
+// ARGS...": it starts N copies with SLURM_PROCID set and labels their
+// output "RANK: " as srun does.
+func fakeSrun(args []string) int {
+	if len(args) < 4 || args[0] != "-n" || args[2] != "--kill-on-bad-exit=1" {
+		fmt.Fprintf(os.Stderr, "fake srun: unexpected arguments %q\n", args)
+		return 1
+	}
+	n, _ := strconv.Atoi(args[1])
+	label := args[3] == "--label"
+	prog := args[3:]
+	if label {
+		prog = args[4:]
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	status := 0
+	for i := 0; i < n; i++ {
+		cmd := exec.Command(prog[0], prog[1:]...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_PROCID=%d", i), fmt.Sprintf("SLURM_NTASKS=%d", n))
+		out, err := cmd.StdoutPipe()
+		if err != nil || cmd.Start() != nil {
+			return 1
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, _ := readAll(out)
+			err := cmd.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, l := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+				if label {
+					fmt.Printf("%d: ", i)
+				}
+				fmt.Println(l)
+			}
+			if err != nil {
+				status = 1
+			}
+		}()
+	}
+	wg.Wait()
+	return status
+}
+
+func readAll(f interface{ Read([]byte) (int, error) }) ([]byte, error) {
+	var b []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		b = append(b, buf[:n]...)
+		if err != nil {
+			return b, nil
+		}
+	}
+}
+
+func TestSrunInsideSlurm(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "srun")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("SLURM_JOB_ID", "4242")
+	t.Setenv("SLURM_JOB_NODELIST", "127.0.0.[1-2]")
+	cfg := Config{NP: 2, GossipPort: 29500}
+	cfg.Program = testBinary(t)
+	cfg.Export = []string{"GORUN_TEST_ROLE=rank", "GORUN_TEST_MODE=env"}
+	var out, errb strings.Builder
+	cfg.Stdout, cfg.Stderr = &out, &errb
+	if err := Run(t.Context(), cfg); err != nil {
+		t.Fatalf("Run: %v\n%s", err, errb.String())
+	}
+	byRank := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		r, kv, ok := strings.Cut(l, ": ")
+		if !ok {
+			t.Fatalf("unlabelled line %q", l)
+		}
+		byRank[r] = append(byRank[r], kv)
+	}
+	if len(byRank) != 2 {
+		t.Fatalf("output of %d ranks:\n%s", len(byRank), out.String())
+	}
+	for r, kvs := range byRank {
+		sort.Strings(kvs)
+		env := strings.Join(kvs, "\n") + "\n"
+		for _, want := range []string{"GORUN_SEEDS=127.0.0.1:29500\n", "SLURM_PROCID=" + r + "\n", "GORUN_CONTROL=127.0.0.1:"} {
+			if !strings.Contains(env, want) {
+				t.Errorf("rank %s lacks %q:\n%s", r, want, env)
+			}
+		}
+		if strings.Contains(env, "GORUN_RANK=") || strings.Contains(env, "GORUN_SIZE=") {
+			t.Errorf("rank %s got GORUN_RANK/GORUN_SIZE under srun:\n%s", r, env)
+		}
+	}
+}
