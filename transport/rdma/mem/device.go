@@ -111,7 +111,7 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 			name = "mem:" + strconv.FormatUint(namespace.next, 10)
 		}
 	}
-	ln := &listener{dev: d, addr: Addr(name), backlog: make(chan *conn, 1024), done: make(chan struct{})}
+	ln := &listener{dev: d, addr: Addr(name), ready: make(chan struct{}, 1), done: make(chan struct{})}
 	namespace.lns[name] = ln
 	d.lns[ln] = struct{}{}
 	return ln, nil
@@ -140,17 +140,12 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 		d.untrack(cli)
 		return nil, opErr("dial", fmt.Errorf("%s: connection refused (device closed): %w", addr, rdma.ErrNotConnected))
 	}
-	var err error
-	select {
-	case ln.backlog <- srv:
-		return cli, nil
-	case <-ln.done:
-		err = fmt.Errorf("%s: connection refused (listener closed): %w", addr, rdma.ErrNotConnected)
-	case <-ctx.Done():
-		err = ctx.Err()
+	if !ln.enqueue(srv) {
+		cli.Close()
+		srv.Close()
+		return nil, opErr("dial", fmt.Errorf("%s: connection refused (listener closed): %w", addr, rdma.ErrNotConnected))
 	}
-	cli.Close()
-	return nil, opErr("dial", err)
+	return cli, nil
 }
 
 func (d *device) track(c *conn) bool {
@@ -215,50 +210,86 @@ func (a Addr) Network() string { return provider }
 func (a Addr) String() string  { return string(a) }
 
 type listener struct {
-	dev     *device
-	addr    Addr
-	backlog chan *conn
-	done    chan struct{}
-	once    sync.Once
+	dev   *device
+	addr  Addr
+	ready chan struct{} // a conn was queued
+	done  chan struct{} // closed by Close
+
+	mu      sync.Mutex
+	closed  bool
+	pending []*conn // dialed, not yet accepted
 }
 
 func (l *listener) Addr() net.Addr { return l.addr }
 
-func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+// enqueue hands a dialed conn to Accept; false if the listener is closed.
+func (l *listener) enqueue(c *conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.pending = append(l.pending, c)
+	l.signal()
+	return true
+}
+
+func (l *listener) signal() {
 	select {
-	case c := <-l.backlog:
-		return c, nil
-	case <-l.done:
-		return nil, opErr("accept", rdma.ErrClosed)
-	case <-ctx.Done():
-		return nil, opErr("accept", ctx.Err())
+	case l.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	for {
+		l.mu.Lock()
+		if len(l.pending) > 0 {
+			c := l.pending[0]
+			l.pending[0] = nil
+			l.pending = l.pending[1:]
+			if len(l.pending) > 0 {
+				l.signal() // another Accept may be waiting
+			}
+			l.mu.Unlock()
+			return c, nil
+		}
+		closed := l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, opErr("accept", rdma.ErrClosed)
+		}
+		select {
+		case <-l.ready:
+		case <-l.done:
+		case <-ctx.Done():
+			return nil, opErr("accept", ctx.Err())
+		}
 	}
 }
 
 // Close unbinds the address and refuses the connections not yet accepted.
 func (l *listener) Close() error {
-	first := false
-	l.once.Do(func() {
-		first = true
-		namespace.mu.Lock()
-		delete(namespace.lns, string(l.addr))
-		namespace.mu.Unlock()
-		close(l.done)
-		l.dev.mu.Lock()
-		delete(l.dev.lns, l)
-		l.dev.mu.Unlock()
-	})
-	if !first {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
 		return opErr("close", rdma.ErrClosed)
 	}
-	for {
-		select {
-		case c := <-l.backlog:
-			c.Close()
-		default:
-			return nil
-		}
+	l.closed = true
+	pending := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	close(l.done)
+	namespace.mu.Lock()
+	delete(namespace.lns, string(l.addr))
+	namespace.mu.Unlock()
+	l.dev.mu.Lock()
+	delete(l.dev.lns, l)
+	l.dev.mu.Unlock()
+	for _, c := range pending {
+		c.Close()
 	}
+	return nil
 }
 
 func isBusy(err error) bool      { return errors.Is(err, rdma.ErrBusy) }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -104,7 +105,21 @@ func startChild(provider string) (*remotePeer, error) {
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = childAttr()
 	cmd.WaitDelay = 5 * time.Second
-	err = cmd.Start()
+	// Pdeathsig fires when the thread that forked the child exits, not
+	// the process: fork from a locked thread that lives as long as the
+	// child.
+	started, waited := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		waited <- cmd.Wait()
+	}()
+	err = <-started
 	cr.Close()
 	cw.Close()
 	if err != nil {
@@ -112,8 +127,6 @@ func startChild(provider string) (*remotePeer, error) {
 		pw.Close()
 		return nil, err
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 	rp := newRemotePeer(pr, pw)
 	rp.stop = func() error {
 		pw.Close() // EOF: the child closes its session and exits
