@@ -209,3 +209,55 @@ func BenchmarkLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkRawTCPLatency is the baseline of BenchmarkLatency: an 8-byte
+// ping-pong on a plain loopback TCP stream; ns/op is half a round trip.
+func BenchmarkRawTCPLatency(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	rounds := (b.N + 1) / 2
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		var buf [8]byte
+		for range rounds {
+			if _, err := io.ReadFull(c, buf[:]); err != nil {
+				errc <- err
+				return
+			}
+			if _, err := c.Write(buf[:]); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var buf [8]byte
+	b.SetBytes(8)
+	b.ResetTimer()
+	for range rounds {
+		if _, err := c.Write(buf[:]); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+}

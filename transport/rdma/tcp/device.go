@@ -107,7 +107,6 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 
 // setup tunes the socket, authenticates the peer and starts the conn.
 func (d *device) setup(ctx context.Context, nc *net.TCPConn, r role) (*conn, error) {
-	nc.SetNoDelay(true)
 	tuneSocket(nc)
 	if err := handshake(ctx, nc, d.cfg.Token, r); err != nil {
 		nc.Close()

@@ -24,14 +24,11 @@ var (
 	longAgo    = time.Unix(1, 0)
 )
 
-// socketBuffer is the SO_SNDBUF/SO_RCVBUF asked for. Linux caps it at
-// net.core.[rw]mem_max and fixing it turns off autotuning, so it is only
-// set when it is larger than what autotuning would start from.
-const socketBuffer = 0
-
+// tuneSocket sets what helps a bulk stream. SO_SNDBUF/SO_RCVBUF are left
+// to autotuning: on Linux a fixed size is capped by net.core.[rw]mem_max
+// and turns autotuning off, and 4 MiB buffers measured no better than
+// autotuning on loopback at 1 and 16 MiB writes.
 func tuneSocket(nc *net.TCPConn) {
-	if socketBuffer > 0 {
-		nc.SetReadBuffer(socketBuffer)
-		nc.SetWriteBuffer(socketBuffer)
-	}
+	nc.SetNoDelay(true) // frames are whole requests: never wait for more
+	nc.SetKeepAlive(true)
 }
