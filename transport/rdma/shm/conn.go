@@ -232,8 +232,8 @@ func (c *conn) flushRecvs() {
 func (c *conn) flushRecvsLocked() {
 	for c.rqLen > 0 {
 		r := &c.rq[c.rqHead]
-		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		soft.ReleaseAll(r.list())
+		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		*r = rwr{}
 		c.rqHead = (c.rqHead + 1) % len(c.rq)
 		c.rqLen--
@@ -370,12 +370,13 @@ func (c *conn) Close() error {
 		closed := c.opErr("get_comp", rdma.ErrClosed)
 		c.sendCQ.Close(closed)
 		c.recvCQ.Close(closed)
-		c.rqMu.Lock()
+		// Lock order: progMu, then rqMu (drain delivers under both).
 		c.progMu.Lock()
+		c.rqMu.Lock()
 		c.local.unmap()
 		c.peer.unmap()
-		c.progMu.Unlock()
 		c.rqMu.Unlock()
+		c.progMu.Unlock()
 		unix.Munmap(c.peerArena)
 	})
 	return nil

@@ -112,12 +112,14 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		}
 		scatter(r.list(), int(off), payload)
 		if flags&fragLast != 0 {
-			c.recvCQ.Push(rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)})
-			c.popRecv()
+			wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
+			c.popRecv() // releases the regions before the completion shows
+			c.recvCQ.Push(wc)
 		}
 	case recWriteImm:
-		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true})
+		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true}
 		c.popRecv()
+		c.recvCQ.Push(wc)
 	case recLenErr:
 		// Err first, then the completion, then the flushes behind it.
 		wc := rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)}
