@@ -1,0 +1,272 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// ranks runs f on every rank of an in-process world and returns the errors.
+func ranks(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(ctx, c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func params(sizes ...int) []*Param[float32] {
+	var ps []*Param[float32]
+	for i, n := range sizes {
+		ps = append(ps, &Param[float32]{Name: fmt.Sprintf("p%d", i), Shape: []int{n}, Value: make([]float32, n), Grad: make([]float32, n)})
+	}
+	return ps
+}
+
+func TestBucketAssignment(t *testing.T) {
+	// 4-byte elements: params of 100, 300, 50, 400 elements; first bucket
+	// capped at 1000 bytes (250 elements), the rest at 2000 bytes.
+	ps := params(100, 300, 50, 400)
+	ps[1].Grad[7] = 3 // NewBucketer keeps existing gradient values
+	b, err := NewBucketer[float32](nil, ps, Config{FirstBucketBytes: 1000, BucketBytes: 2000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reverse order: p3 (1600 B) alone overflows the first bucket's cap but
+	// a bucket always takes at least one parameter; then p2+p1+p0 = 1800 B.
+	if b.Buckets() != 2 {
+		t.Fatalf("got %d buckets, want 2", b.Buckets())
+	}
+	if b.of[3] != 0 || b.of[2] != 1 || b.of[1] != 1 || b.of[0] != 1 {
+		t.Fatalf("bucket of params = %v", b.of)
+	}
+	if ps[1].Grad[7] != 3 {
+		t.Fatal("gradient value lost when turned into a view")
+	}
+	ps[0].Grad[0] = 42
+	found := false
+	for _, v := range b.buckets[1].data {
+		found = found || v == 42
+	}
+	if !found {
+		t.Fatal("Grad is not a view into its bucket")
+	}
+}
+
+func TestAveragesAcrossRanks(t *testing.T) {
+	const n = 4
+	errs := ranks(t, n, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(10, 1000, 3)
+		b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 4096})
+		if err != nil {
+			return err
+		}
+		for step := 0; step < 3; step++ {
+			b.ZeroGrad()
+			for i := len(ps) - 1; i >= 0; i-- {
+				for j := range ps[i].Grad {
+					ps[i].Grad[j] = float32((c.Rank() + 1) * (step + 1) * (j%5 + 1))
+				}
+				if err := b.MarkReady(ctx, i); err != nil {
+					return err
+				}
+			}
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
+			for i, p := range ps {
+				for j, g := range p.Grad {
+					want := float32(2.5 * float64((step+1)*(j%5+1))) // mean of 1..4 = 2.5
+					if g != want {
+						return fmt.Errorf("rank %d step %d p%d[%d] = %v, want %v", c.Rank(), step, i, j, g, want)
+					}
+				}
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestBucketStartsBeforeWait(t *testing.T) {
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(16, 16)
+		b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 64})
+		if err != nil {
+			return err
+		}
+		if b.Buckets() != 2 {
+			return fmt.Errorf("%d buckets, want 2", b.Buckets())
+		}
+		if err := b.MarkReady(ctx, 1); err != nil { // completes the first bucket
+			return err
+		}
+		if b.buckets[0].req == nil || b.buckets[1].req != nil {
+			return fmt.Errorf("after the first bucket's last gradient only it must be in flight")
+		}
+		if err := b.MarkReady(ctx, 1); err == nil || !strings.Contains(err.Error(), "twice") {
+			return fmt.Errorf("marking ready twice: err = %v", err)
+		}
+		return b.Wait(ctx) // starts the second bucket itself
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestNoSyncAccumulates(t *testing.T) {
+	errs := ranks(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(8)
+		b, err := NewBucketer(c, ps, Config{OpSet: true, Op: comm.Sum})
+		if err != nil {
+			return err
+		}
+		b.ZeroGrad()
+		b.SetNoSync(true)
+		for micro := 0; micro < 2; micro++ {
+			for j := range ps[0].Grad {
+				ps[0].Grad[j] += float32(c.Rank() + 1)
+			}
+			if err := b.MarkReady(ctx, 0); err != nil {
+				return err
+			}
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
+			if ps[0].Grad[0] != float32((micro+1)*(c.Rank()+1)) {
+				return fmt.Errorf("no-sync step communicated: grad %v", ps[0].Grad[0])
+			}
+		}
+		b.SetNoSync(false)
+		if err := b.MarkReady(ctx, 0); err != nil {
+			return err
+		}
+		if err := b.Wait(ctx); err != nil {
+			return err
+		}
+		if want := float32(2 * (1 + 2 + 3)); ps[0].Grad[3] != want {
+			return fmt.Errorf("sum after accumulation = %v, want %v", ps[0].Grad[3], want)
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestCompression(t *testing.T) {
+	for _, comp := range []Compression{FP16, BF16} {
+		tol := map[Compression]float64{FP16: 1e-3, BF16: 8e-3}[comp] // relative: 2^-10, 2^-7 plus one rounding per hop
+		errs := ranks(t, 4, func(ctx context.Context, c *comm.Comm) error {
+			ps := params(257)
+			b, err := NewBucketer(c, ps, Config{Compression: comp})
+			if err != nil {
+				return err
+			}
+			for j := range ps[0].Grad {
+				ps[0].Grad[j] = float32(math.Sin(float64(j)+float64(c.Rank()))) + 2
+			}
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
+			for j, g := range ps[0].Grad {
+				want := 0.0
+				for r := 0; r < 4; r++ {
+					want += math.Sin(float64(j)+float64(r)) + 2
+				}
+				want /= 4
+				if math.Abs(float64(g)-want) > tol*math.Abs(want)+1e-6 {
+					return fmt.Errorf("compression %d: grad[%d] = %v, want %v", comp, j, g, want)
+				}
+			}
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+func TestCheckShapesNamesRankAndTensor(t *testing.T) {
+	errs := ranks(t, 4, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(4, 6, 8)
+		if c.Rank() == 2 {
+			ps[1] = &Param[float32]{Name: "p1", Shape: []int{3, 2}, Value: make([]float32, 6)}
+		}
+		return CheckShapes(ctx, c, ps)
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 2") || !strings.Contains(err.Error(), "#1") {
+			t.Errorf("rank %d: err = %v, want one naming rank 2 and tensor #1", r, err)
+		}
+	}
+	errs = ranks(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		return CheckShapes(ctx, c, params(4, 6, 8))
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: matching shapes: %v", r, err)
+		}
+	}
+}
+
+func TestBroadcastParameters(t *testing.T) {
+	errs := ranks(t, 3, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(5, 9)
+		for _, p := range ps {
+			for j := range p.Value {
+				p.Value[j] = float32(c.Rank()*100 + j)
+			}
+		}
+		if err := BroadcastParameters(ctx, c, ps, 1); err != nil {
+			return err
+		}
+		for _, p := range ps {
+			for j, v := range p.Value {
+				if v != float32(100+j) {
+					return fmt.Errorf("rank %d %s[%d] = %v, want root 1's %d", c.Rank(), p.Name, j, v, 100+j)
+				}
+			}
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}

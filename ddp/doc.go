@@ -1,0 +1,24 @@
+// Package ddp is data-parallel training on gorun, in the manner of PyTorch's
+// DistributedDataParallel and Horovod: every rank holds a replica of the
+// model, trains on its own shard of the data, and averages gradients across
+// ranks before each optimizer step, so the replicas stay identical and the
+// result equals training one model on the combined batch.
+//
+// The pieces:
+//   - CheckShapes verifies at start that every rank has the same parameters
+//     (a clear error naming the rank and the tensor otherwise);
+//   - BroadcastParameters copies the root's initial values to every rank;
+//   - a Bucketer fuses gradients into buckets (default 25 MiB, the first one
+//     small, as DDP does) whose storage the gradients are views into, and
+//     starts a non-blocking allreduce for a bucket as soon as its last
+//     gradient is marked ready, so communication overlaps the rest of the
+//     backward pass. Wait before the optimizer step.
+//
+// Gradients of one Bucketer share an element type (float32 or float64); a
+// model with both uses two. Optional fp16 or bf16 compression halves the
+// bytes on the wire; sums still accumulate in float32.
+//
+// Concurrency: a Bucketer belongs to one training loop (one goroutine);
+// MarkReady may be called from the goroutine running the backward pass
+// while earlier buckets are in flight.
+package ddp
