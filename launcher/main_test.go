@@ -161,6 +161,22 @@ func fakeRank(mode string, args []string) int {
 		return 0
 	case "netns":
 		return netnsRank()
+	case "affinity":
+		// Every thread's CPU list, deduplicated.
+		seen := map[string]bool{}
+		tasks, _ := filepath.Glob("/proc/self/task/*/status")
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+					seen[strings.TrimSpace(v)] = true
+				}
+			}
+		}
+		for v := range seen {
+			fmt.Println(v)
+		}
+		return 0
 	case "sleep":
 		time.Sleep(20 * time.Second)
 		return 0

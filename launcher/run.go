@@ -103,8 +103,16 @@ func Run(ctx context.Context, cfg Config) error {
 		if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
 			return err
 		}
+		// Local ranks are bound here, at fork; remote ranks bind
+		// themselves in comm.Init from GORUN_BIND.
+		sets, err := cpuSets(slots, cfg.Bind)
+		if err != nil {
+			con.message(fmt.Sprintf("gorun: --bind-to %s: %v; local ranks start unbound", cfg.Bind, err))
+		}
 		for _, s := range slots {
-			procs = append(procs, rankProc(cfg, prog, j, s, con))
+			p := rankProc(cfg, prog, j, s, con)
+			p.cpus = sets[s.Rank]
+			procs = append(procs, p)
 		}
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs,

@@ -18,6 +18,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	stdout *rankWriter
 	stderr *rankWriter
+	cpus   []int // --bind-to CPU set of a local rank, or nil
 	done   bool
 }
 
@@ -130,7 +131,12 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 			}()
 		}
 	}
-	err := p.cmd.Start()
+	var err error
+	if p.cpus != nil {
+		err = startBound(p.cmd, p.cpus)
+	} else {
+		err = p.cmd.Start()
+	}
 	if stdin != nil {
 		stdin.Close() // the child has its copy
 	}

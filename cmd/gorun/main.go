@@ -9,8 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gorun-hpc/gorun/launcher"
 )
 
@@ -43,9 +41,4 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "gorun:", err) // the runner printed the others as they happened
 	}
 	return launcher.ExitStatus(err)
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
