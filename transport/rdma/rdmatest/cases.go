@@ -31,7 +31,9 @@ var sizes = []struct {
 //   - receive needed, RNR retries: rnr-exceeded, rnr-writeimm, rnr-in-time;
 //   - unsignaled: unsignaled, unsignaled-failure;
 //   - post order for effects and completions: ordering/*, many-outstanding;
-//   - MRs busy while in use: deregister-busy.
+//   - MRs busy while in use: deregister-busy;
+//   - concurrent posting on one conn: concurrent-posters;
+//   - FlagFence, queue depths (rdma.Config): fence, queue-full.
 var cases = buildCases()
 
 func buildCases() []testCase {
@@ -56,6 +58,9 @@ func buildCases() []testCase {
 		testCase{name: "many-outstanding/writes", run: caseManyWrites},
 		testCase{name: "many-outstanding/sends", run: caseManySends},
 		testCase{name: "both-directions", run: caseBothDirections},
+		testCase{name: "concurrent-posters", run: caseConcurrentPosters},
+		testCase{name: "fence", run: caseFence},
+		testCase{name: "queue-full", cfg: shallowQueues, run: caseQueueFull},
 		testCase{name: "ordering/send-after-write", run: caseOrderingToPeer},
 		testCase{name: "ordering/send-after-write-from-peer", run: caseOrderingFromPeer},
 		testCase{name: "register", run: caseRegister},
