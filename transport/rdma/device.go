@@ -82,9 +82,12 @@ type Config struct {
 	SendQueueDepth int
 	// RecvQueueDepth bounds posted receives. Default 4096.
 	RecvQueueDepth int
-	// NUMANode places Alloc'd memory; -1 (default) means the device's node,
-	// or the caller's when the device has none.
-	NUMANode int
+	// NUMANode is the node Alloc places memory on when PlaceNUMA is set.
+	// Otherwise memory goes to the device's node, or is left to the
+	// kernel's first-touch policy (the caller's node) when the device has
+	// none. (A separate flag, so that node 0 can be asked for.)
+	NUMANode  int
+	PlaceNUMA bool
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
@@ -101,10 +104,16 @@ func (c Config) WithDefaults() Config {
 	if c.RecvQueueDepth == 0 {
 		c.RecvQueueDepth = 4096
 	}
-	if c.NUMANode == 0 {
-		c.NUMANode = -1
-	}
 	return c
+}
+
+// AllocNode is the NUMA node Alloc must place memory on, or -1 for the
+// provider's default (see NUMANode).
+func (c Config) AllocNode() int {
+	if c.PlaceNUMA {
+		return c.NUMANode
+	}
+	return -1
 }
 
 // OpenFunc opens a provider's device.
