@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 // exit with that status at once instead.
 func rank() int {
 	r := os.Getenv("GORUN_RANK")
+	if dir := os.Getenv("GORUN_TEST_PIDDIR"); dir != "" {
+		os.WriteFile(filepath.Join(dir, r), []byte(fmt.Sprint(os.Getpid())), 0o644)
+		time.Sleep(20 * time.Second)
+		return 0
+	}
 	if code := os.Getenv("GORUN_TEST_EXIT"); code != "" {
 		if r == "1" {
 			var n int
@@ -202,5 +207,44 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 && ee.ExitCode() != 1 {
 		t.Fatalf("gorun -np 0 exited with %v", err)
+	}
+}
+
+// Ranks die with gorun even when gorun gets SIGKILL and cannot stop them.
+func TestRanksDieWithGorun(t *testing.T) {
+	dir := t.TempDir()
+	cmd := gorun(t, "-np", "2", "-x", "GORUN_TEST_PIDDIR="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for end := time.Now().Add(20 * time.Second); len(pids) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			cmd.Process.Kill()
+			t.Fatal("ranks did not start")
+		}
+		pids = pids[:0]
+		for _, r := range []string{"0", "1"} {
+			var pid int
+			if b, err := os.ReadFile(filepath.Join(dir, r)); err == nil && len(b) > 0 {
+				fmt.Sscan(string(b), &pid)
+				pids = append(pids, pid)
+			}
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	for _, pid := range pids {
+		gone := false
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+				gone = true
+				break
+			}
+		}
+		if !gone {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("rank pid %d outlived gorun", pid)
+		}
 	}
 }
