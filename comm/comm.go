@@ -189,6 +189,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	var openErrs []error
 	for _, name := range names {
 		dev, err := rdma.OpenConfig(name, rcfg)
+		if err == nil {
+			dev, err = withFault(dev, rank) // GORUN_FAULT (fault.go)
+		}
 		if err != nil {
 			openErrs = append(openErrs, err)
 			continue

@@ -1,0 +1,47 @@
+package comm
+
+// GORUN_FAULT injects faults into this rank's data path, for the
+// reliability tests and for rehearsing failures in real jobs:
+//
+//	GORUN_FAULT  rules separated by ';', each [rank=R:]ACTION[:OP[:N[:WHERE[:DELAY]]]]
+//	             (see faulty.ParsePlan): e.g. "rank=2:kill:write:40" SIGKILLs
+//	             rank 2 at its 40th write; unset or empty: no faults
+//
+// Rules are counted per device (one per provider a rank opens), over every
+// connection of the communicator, including the posts of connection setup.
+// This file is owned by the reliability maintainer.
+
+import (
+	"log"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
+)
+
+// envFault is the variable withFault reads.
+const envFault = "GORUN_FAULT"
+
+// withFault wraps dev in the GORUN_FAULT rules that apply to rank, or
+// returns it unchanged when there are none. A malformed spec closes dev and
+// is an error: a fault the user asked for must not silently not happen.
+func withFault(dev rdma.Device, rank int) (rdma.Device, error) {
+	spec := osGetenv(envFault)
+	if spec == "" {
+		return dev, nil
+	}
+	plan, err := faulty.ParsePlan(spec, rank)
+	if err != nil {
+		dev.Close()
+		return nil, &envError{envFault, spec, err.Error()}
+	}
+	if len(plan.Rules) > 0 {
+		faultNotice(rank, plan)
+	}
+	return faulty.Wrap(dev, plan), nil
+}
+
+// faultNotice is printed once per device so that a log of an injected
+// failure is never mistaken for a real one.
+var faultNotice = func(rank int, plan *faulty.Plan) {
+	log.Printf("gorun rank %d: GORUN_FAULT active: %v", rank, plan.Rules)
+}
