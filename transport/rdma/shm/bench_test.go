@@ -139,42 +139,76 @@ func BenchmarkPostSend(b *testing.B) {
 	}
 }
 
-// BenchmarkLatency is an 8-byte send ping-pong between two goroutines;
-// ns/one-way is half the round trip.
+// BenchmarkLatency is an 8-byte send ping-pong with a peer goroutine or a
+// peer process (this test binary re-run); ns/one-way is half the round
+// trip.
 func BenchmarkLatency(b *testing.B) {
-	a, e, da, db := pair(b, rdma.Config{RNRRetry: -1})
-	ab, _ := da.Alloc(64, rdma.AccessLocalWrite)
-	eb, _ := db.Alloc(64, rdma.AccessLocalWrite)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	n := b.N
-	done := make(chan error, 1)
-	e.PostRecv(0, eb.Bytes()[:8], eb)
-	go func() {
-		for i := 0; i < n; i++ {
-			if _, err := e.GetRecvComp(ctx); err != nil {
-				done <- err
-				return
+	b.Run("peer=goroutine", func(b *testing.B) {
+		a, e, da, db := pair(b, rdma.Config{RNRRetry: -1})
+		eb, _ := db.Alloc(64, rdma.AccessLocalWrite)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e.PostRecv(0, eb.Bytes()[:8], eb)
+		go func() {
+			for {
+				if _, err := e.GetRecvComp(ctx); err != nil {
+					return // a closed at cleanup
+				}
+				e.PostRecv(0, eb.Bytes()[:8], eb)
+				e.PostSend(0, eb.Bytes()[8:16], eb, 0)
 			}
-			e.PostRecv(0, eb.Bytes()[:8], eb)
-			e.PostSend(0, eb.Bytes()[8:16], eb, 0)
-		}
-		done <- nil
-	}()
-	b.SetBytes(8)
-	b.ResetTimer()
-	for i := 0; i < n; i++ {
-		a.PostRecv(0, ab.Bytes()[:8], ab)
-		a.PostSend(0, ab.Bytes()[8:16], ab, 0)
-		if _, err := a.GetRecvComp(ctx); err != nil {
+		}()
+		pingPong(b, a, da)
+	})
+	b.Run("peer=process", func(b *testing.B) {
+		dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+		if err != nil {
 			b.Fatal(err)
 		}
+		defer dev.Close()
+		ln, err := dev.Listen(context.Background(), "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		_, out := startChild(b, "pong", ln.Addr().String())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		a, err := ln.Accept(ctx)
+		if err != nil {
+			b.Fatalf("accept: %v\nchild:\n%s", err, out)
+		}
+		defer a.Close()
+		pingPong(b, a, dev)
+	})
+}
+
+func pingPong(b *testing.B, a rdma.Conn, dev rdma.Device) {
+	ab, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	round := func() {
+		a.PostRecv(0, ab.Bytes()[:8], ab)
+		a.PostSend(0, ab.Bytes()[8:16], ab, 0)
+		if wc, err := a.GetRecvComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+			b.Fatal(wc, err)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		round()
+	}
+	b.SetBytes(8)
+	waits, wakes := futexCalls[futexWait].Load(), futexCalls[futexWake].Load()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		round()
 	}
 	b.StopTimer()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n)/2, "ns/one-way")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
+	// This process's futex system calls per round trip (the peer process's
+	// are not counted).
+	b.ReportMetric(float64(futexCalls[futexWait].Load()-waits)/float64(b.N), "futex-waits/op")
+	b.ReportMetric(float64(futexCalls[futexWake].Load()-wakes)/float64(b.N), "futex-wakes/op")
 }
 
 // BenchmarkWriteVsMemcpy interleaves, iteration by iteration, a plain copy

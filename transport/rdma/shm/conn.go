@@ -1,13 +1,10 @@
 package shm
 
 import (
-	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -230,6 +227,9 @@ func (c *conn) flushRecvs() {
 }
 
 func (c *conn) flushRecvsLocked() {
+	if c.rqLen > 0 {
+		defer c.kickRecv()
+	}
 	for c.rqLen > 0 {
 		r := &c.rq[c.rqHead]
 		soft.ReleaseAll(r.list())
@@ -269,6 +269,7 @@ func (c *conn) postRecv(r *rwr) error {
 	case stateError:
 		soft.ReleaseAll(r.list())
 		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		c.kickRecv()
 		return nil
 	}
 	if c.rqLen == len(c.rq) {
@@ -282,66 +283,6 @@ func (c *conn) postRecv(r *rwr) error {
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()
 	return nil
-}
-
-func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
-	return c.getComp(ctx, c.sendCQ, false)
-}
-
-func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
-	return c.getComp(ctx, c.recvCQ, true)
-}
-
-// getComp polls briefly (a reply often arrives within microseconds), then
-// sleeps on the queue. A receive poller drains the peer's ring itself when
-// the progress goroutine is not at it, saving a goroutine hand-off.
-func (c *conn) getComp(ctx context.Context, q *soft.CQ, drain bool) (rdma.WC, error) {
-	if drain {
-		c.pollers.Add(1)
-	}
-	wc, ok, err := c.spinComp(q, drain)
-	if drain && c.pollers.Add(-1) == 0 {
-		select {
-		case c.pollIdle <- struct{}{}:
-		default:
-		}
-	}
-	if ok || err != nil {
-		return wc, err
-	}
-	return q.Get(ctx)
-}
-
-func (c *conn) spinComp(q *soft.CQ, drain bool) (rdma.WC, bool, error) {
-	start := time.Time{}
-	for i := 0; ; i++ {
-		wc, ok, err := q.Poll()
-		if ok || err != nil {
-			return wc, ok, err
-		}
-		if drain && c.tryDrain() {
-			continue
-		}
-		if i == 0 {
-			start = time.Now()
-		} else if i&3 == 3 && time.Since(start) > spinFor {
-			return rdma.WC{}, false, nil
-		}
-		runtime.Gosched()
-	}
-}
-
-// tryDrain drains the peer's ring unless someone else is, or the
-// connection is closed (its memory may be unmapped).
-func (c *conn) tryDrain() bool {
-	if !c.progMu.TryLock() {
-		return false
-	}
-	defer c.progMu.Unlock()
-	if c.state.Load() == stateClosed {
-		return false
-	}
-	return c.drain()
 }
 
 // Close flushes outstanding work, tells the peer (it sees the socket

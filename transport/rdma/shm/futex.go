@@ -84,7 +84,12 @@ func spin(ready func() bool) bool {
 	}
 }
 
+// futexCalls counts FUTEX_WAIT and FUTEX_WAKE system calls made by this
+// process, for tests and benchmarks (wakes/op).
+var futexCalls [2]atomic.Uint64
+
 func futex(word *atomic.Uint32, op int, val uint32, ts *unix.Timespec) {
+	futexCalls[op].Add(1)
 	// Errors are EAGAIN (the word changed: re-check), EINTR or ETIMEDOUT;
 	// every caller re-checks its condition, so none matters.
 	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), uintptr(op), uintptr(val), uintptr(unsafe.Pointer(ts)), 0, 0)

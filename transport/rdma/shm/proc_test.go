@@ -19,7 +19,7 @@ import (
 
 const childToken = "cross-process secret"
 
-func startChild(t *testing.T, role, addr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
+func startChild(t testing.TB, role, addr string, env ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestShmChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), append([]string{"GORUN_SHM_CHILD=" + role, "GORUN_SHM_ADDR=" + addr}, env...)...)
@@ -51,9 +51,21 @@ func TestShmChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if role == "hang" {
+	switch role {
+	case "hang":
 		time.Sleep(time.Minute)
 		return
+	case "pong":
+		// Answer every 8-byte message until the connection ends.
+		buf, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+		c.PostRecv(0, buf.Bytes()[:8], buf)
+		for {
+			if _, err := c.GetRecvComp(ctx); err != nil {
+				return
+			}
+			c.PostRecv(0, buf.Bytes()[:8], buf)
+			c.PostSend(0, buf.Bytes()[8:16], buf, 0)
+		}
 	}
 	// echo: expose an Alloc'd and a registered region, then answer each
 	// write-with-immediate with a checksum of the region it names.
