@@ -1,0 +1,358 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// resolveTimeoutMS bounds rdma_resolve_addr and rdma_resolve_route; the
+// context bounds the whole dial.
+const resolveTimeoutMS = 5000
+
+// cmChannel is an rdma_cm event channel whose events are read through the
+// netpoller.
+type cmChannel struct {
+	ch *C.struct_rdma_event_channel
+	w  *fdWaiter
+}
+
+func newCMChannel() (*cmChannel, error) {
+	ch, err := C.rdma_create_event_channel()
+	if ch == nil {
+		return nil, errnoErr(err)
+	}
+	if r, err := C.gorun_set_nonblock(ch.fd); r != 0 {
+		C.rdma_destroy_event_channel(ch)
+		return nil, errnoErr(err)
+	}
+	w, err := newFDWaiter(int(ch.fd), "rdma_cm")
+	if err != nil {
+		C.rdma_destroy_event_channel(ch)
+		return nil, err
+	}
+	return &cmChannel{ch: ch, w: w}, nil
+}
+
+type cmEvent struct {
+	typ, status        int
+	id                 *C.struct_rdma_cm_id
+	respRes, initDepth int
+}
+
+// next returns the next event (already acked). Errors: ctx's, errKicked,
+// os.ErrClosed.
+func (c *cmChannel) next(ctx context.Context) (cmEvent, error) {
+	var ev C.struct_gorun_cm_event
+	var cerr error
+	err := c.w.wait(ctx, func() bool {
+		r, err := C.gorun_get_cm_event(c.ch, &ev)
+		if r == 0 {
+			return true
+		}
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			return false
+		}
+		cerr = err
+		return true
+	})
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return cmEvent{}, err
+	}
+	return cmEvent{typ: int(ev.event), status: int(ev.status), id: ev.id,
+		respRes: int(ev.responder_resources), initDepth: int(ev.initiator_depth)}, nil
+}
+
+// expect waits for event want on id and maps the failure events onto errors.
+func (c *cmChannel) expect(ctx context.Context, want int) (cmEvent, error) {
+	for {
+		ev, err := c.next(ctx)
+		if errors.Is(err, errKicked) {
+			continue
+		}
+		if err != nil {
+			return ev, err
+		}
+		if ev.typ == want && ev.status == 0 {
+			return ev, nil
+		}
+		switch ev.typ {
+		case C.RDMA_CM_EVENT_REJECTED:
+			return ev, fmt.Errorf("connection rejected (status %d): %w", ev.status, syscall.ECONNREFUSED)
+		case C.RDMA_CM_EVENT_UNREACHABLE, C.RDMA_CM_EVENT_ADDR_ERROR, C.RDMA_CM_EVENT_ROUTE_ERROR,
+			C.RDMA_CM_EVENT_CONNECT_ERROR:
+			return ev, fmt.Errorf("%s (status %d): %w", C.GoString(C.rdma_event_str(uint32(ev.typ))),
+				ev.status, syscall.EHOSTUNREACH)
+		case C.RDMA_CM_EVENT_DEVICE_REMOVAL, C.RDMA_CM_EVENT_DISCONNECTED:
+			return ev, fmt.Errorf("%s: %w", C.GoString(C.rdma_event_str(uint32(ev.typ))), rdma.ErrClosed)
+		}
+		// anything else (e.g. a stale TIMEWAIT_EXIT) is ignored
+	}
+}
+
+func (c *cmChannel) destroy() {
+	c.w.close()
+	C.rdma_destroy_event_channel(c.ch)
+}
+
+func splitAddr(addr string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(addr)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %v", rdma.ErrInvalid, err)
+	}
+	if port == "" {
+		port = "0"
+	}
+	return host, port, nil
+}
+
+func addrString(id *C.struct_rdma_cm_id, peer bool) string {
+	var buf [80]C.char
+	p := C.int(0)
+	if peer {
+		p = 1
+	}
+	C.gorun_addr_string(id, p, &buf[0], C.int(len(buf)))
+	return C.GoString(&buf[0])
+}
+
+// dial is rdma_resolve_addr, rdma_resolve_route, rdma_create_qp and
+// rdma_connect on a fresh id with its own event channel.
+func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	op := "dial " + addr
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	ch, err := newCMChannel()
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	var id *C.struct_rdma_cm_id
+	if r, err := C.rdma_create_id(ch.ch, &id, nil, C.RDMA_PS_TCP); r != 0 {
+		ch.destroy()
+		return nil, opErr(op, errnoErr(err))
+	}
+	fail := func(err error) (rdma.Conn, error) {
+		C.rdma_destroy_id(id)
+		ch.destroy()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, opErr(op, err)
+	}
+	chost, cport := C.CString(host), C.CString(port)
+	r, cerr := C.gorun_resolve_addr(id, chost, cport, resolveTimeoutMS)
+	C.free(unsafe.Pointer(chost))
+	C.free(unsafe.Pointer(cport))
+	if r != 0 {
+		return fail(errnoErr(cerr))
+	}
+	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ADDR_RESOLVED); err != nil {
+		return fail(err)
+	}
+	if r, err := C.rdma_resolve_route(id, resolveTimeoutMS); r != 0 {
+		return fail(errnoErr(err))
+	}
+	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
+		return fail(err)
+	}
+	c, err := d.newConn(id, ch)
+	if err != nil {
+		return fail(err)
+	}
+	if r, err := C.gorun_connect(id, C.int(d.rdAtom), C.int(d.rnr)); r != 0 {
+		c.destroy()
+		return fail(errnoErr(err))
+	}
+	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ESTABLISHED); err != nil {
+		c.destroy()
+		return fail(err)
+	}
+	return d.established(c, op)
+}
+
+// established finishes a connection on either side.
+func (d *device) established(c *conn, op string) (rdma.Conn, error) {
+	c.local, c.remote = addrString(c.id, false), addrString(c.id, true)
+	// Best effort: rxe and most NICs accept min_rnr_timer in RTS.
+	C.gorun_set_min_rnr_timer(C.gorun_id_qp(c.id), C.int(d.rnrCode))
+	if !d.track(c, nil) {
+		c.destroy()
+		C.rdma_destroy_id(c.id)
+		c.ch.destroy()
+		return nil, opErr(op, rdma.ErrClosed)
+	}
+	c.start()
+	return c, nil
+}
+
+// listener is a listening rdma_cm id.
+type listener struct {
+	d    *device
+	id   *C.struct_rdma_cm_id
+	ch   *cmChannel
+	addr *net.TCPAddr
+
+	acceptMu  sync.Mutex // one Accept reads the channel at a time
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (d *device) listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	op := "listen " + addr
+	if err := ctx.Err(); err != nil {
+		return nil, opErr(op, err)
+	}
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	ch, err := newCMChannel()
+	if err != nil {
+		return nil, opErr(op, err)
+	}
+	var id *C.struct_rdma_cm_id
+	if r, err := C.rdma_create_id(ch.ch, &id, nil, C.RDMA_PS_TCP); r != 0 {
+		ch.destroy()
+		return nil, opErr(op, errnoErr(err))
+	}
+	var chost *C.char
+	if host != "" {
+		chost = C.CString(host)
+		defer C.free(unsafe.Pointer(chost))
+	}
+	cport := C.CString(port)
+	defer C.free(unsafe.Pointer(cport))
+	fail := func(err error) (rdma.Listener, error) {
+		C.rdma_destroy_id(id)
+		ch.destroy()
+		return nil, opErr(op, err)
+	}
+	if r, err := C.gorun_bind_addr(id, chost, cport); r != 0 {
+		return fail(errnoErr(err))
+	}
+	if v := C.gorun_id_verbs(id); v != nil && v != d.ctx {
+		return fail(fmt.Errorf("%w: address is not on device %s", rdma.ErrInvalid, d.name))
+	}
+	if r, err := C.rdma_listen(id, 128); r != 0 {
+		return fail(errnoErr(err))
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		ip = net.IPv4zero
+	}
+	l := &listener{d: d, id: id, ch: ch, closed: make(chan struct{}),
+		addr: &net.TCPAddr{IP: ip, Port: int(C.ntohs(C.rdma_get_src_port(id)))}}
+	if !d.track(nil, l) {
+		return fail(rdma.ErrClosed)
+	}
+	return l, nil
+}
+
+func (l *listener) Addr() net.Addr { return l.addr }
+
+// Accept waits for a connect request, moves the new id to its own event
+// channel, creates its QP and accepts it.
+func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	op := "accept " + l.addr.String()
+	l.acceptMu.Lock()
+	defer l.acceptMu.Unlock()
+	for {
+		select {
+		case <-l.closed:
+			return nil, opErr(op, rdma.ErrClosed)
+		default:
+		}
+		ev, err := l.ch.next(ctx)
+		if errors.Is(err, errKicked) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				err = rdma.ErrClosed
+			}
+			return nil, opErr(op, err)
+		}
+		if ev.typ != C.RDMA_CM_EVENT_CONNECT_REQUEST {
+			continue
+		}
+		c, err := l.accept(ctx, ev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, opErr(op, ctx.Err())
+			}
+			continue // the peer gave up or could not be served; wait for the next one
+		}
+		return l.d.established(c, op)
+	}
+}
+
+func (l *listener) accept(ctx context.Context, ev cmEvent) (*conn, error) {
+	id := ev.id
+	if C.gorun_id_verbs(id) != l.d.ctx {
+		C.rdma_reject(id, nil, 0)
+		C.rdma_destroy_id(id)
+		return nil, rdma.ErrInvalid
+	}
+	ch, err := newCMChannel()
+	if err != nil {
+		C.rdma_reject(id, nil, 0)
+		C.rdma_destroy_id(id)
+		return nil, err
+	}
+	fail := func(err error) (*conn, error) {
+		C.rdma_destroy_id(id)
+		ch.destroy()
+		return nil, err
+	}
+	if r, err := C.rdma_migrate_id(id, ch.ch); r != 0 {
+		C.rdma_reject(id, nil, 0)
+		return fail(errnoErr(err))
+	}
+	c, err := l.d.newConn(id, ch)
+	if err != nil {
+		C.rdma_reject(id, nil, 0)
+		return fail(err)
+	}
+	respRes := min(ev.initDepth, l.d.rdAtom)
+	initDepth := min(ev.respRes, l.d.rdAtom)
+	if r, err := C.gorun_accept(id, C.int(respRes), C.int(initDepth), C.int(l.d.rnr)); r != 0 {
+		c.destroy()
+		return fail(errnoErr(err))
+	}
+	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ESTABLISHED); err != nil {
+		c.destroy()
+		return fail(err)
+	}
+	return c, nil
+}
+
+func (l *listener) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		l.ch.w.close() // wakes Accept
+		l.acceptMu.Lock()
+		C.rdma_destroy_id(l.id)
+		C.rdma_destroy_event_channel(l.ch.ch)
+		l.acceptMu.Unlock()
+		l.d.forget(nil, l)
+	})
+	return nil
+}

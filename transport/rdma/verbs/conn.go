@@ -1,0 +1,236 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// maxInlineWanted is the inline size asked of the QP; the device may grant
+// less (Conn.MaxInline reports what it granted).
+const maxInlineWanted = 256
+
+// disconnectWait bounds how long Close waits for the peer's DREP before it
+// destroys the id (destroying it is safe earlier; the wait lets the peer see
+// a clean disconnect).
+const disconnectWait = 200 * time.Millisecond
+
+var errPeerClosed = fmt.Errorf("peer disconnected: %w", rdma.ErrClosed)
+
+// conn is one RC queue pair on its own rdma_cm id and event channel.
+type conn struct {
+	d         *device
+	id        *C.struct_rdma_cm_id
+	ch        *cmChannel
+	qp        C.struct_gorun_qp
+	send      *queue
+	recv      *queue
+	maxInline int
+	maxSGE    int
+
+	local, remote string
+
+	cmMu         sync.Mutex // rdma_disconnect from Close and the event loop
+	peerGone     atomic.Bool
+	disconnected chan struct{} // closed on RDMA_CM_EVENT_DISCONNECTED
+	discOnce     sync.Once
+	loopDone     chan struct{}
+	closeOnce    sync.Once
+	errMu        sync.Mutex
+	err          error
+}
+
+func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel) (*conn, error) {
+	sdepth := min(d.cfg.SendQueueDepth, d.maxWR, d.maxCQE)
+	rdepth := min(d.cfg.RecvQueueDepth, d.maxWR, d.maxCQE)
+	c := &conn{d: d, id: id, ch: ch, maxSGE: d.maxSGE,
+		disconnected: make(chan struct{}), loopDone: make(chan struct{})}
+	if r, err := C.gorun_create_qp(id, d.pd, C.int(sdepth), C.int(rdepth), C.int(d.maxSGE),
+		maxInlineWanted, &c.qp); r != 0 {
+		return nil, errnoErr(err)
+	}
+	c.maxInline = min(int(c.qp.max_inline), C.GORUN_INLINE_BUF)
+	var err error
+	if c.send, err = newQueue(c, false, c.qp.scq, c.qp.sch, sdepth); err == nil {
+		c.recv, err = newQueue(c, true, c.qp.rcq, c.qp.rch, rdepth)
+	}
+	if err != nil {
+		c.destroy()
+		return nil, err
+	}
+	return c, nil
+}
+
+// destroy frees the QP, CQs and queues (not the id or event channel).
+func (c *conn) destroy() {
+	for _, q := range []*queue{c.send, c.recv} {
+		if q != nil {
+			q.close()
+			q.free()
+		}
+	}
+	C.gorun_destroy_qp(c.id, &c.qp)
+}
+
+// start runs the connection's event loop: a peer's disconnect moves the QP
+// to the error state (rdma_disconnect, which also answers the DREQ), so
+// outstanding requests flush and waiters learn that nothing more can come.
+func (c *conn) start() {
+	go func() {
+		defer close(c.loopDone)
+		for {
+			ev, err := c.ch.next(context.Background())
+			if errors.Is(err, errKicked) {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			switch ev.typ {
+			case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL:
+				c.peerGone.Store(true)
+				c.fail(errPeerClosed)
+				c.cmMu.Lock()
+				C.rdma_disconnect(c.id)
+				c.cmMu.Unlock()
+				c.discOnce.Do(func() { close(c.disconnected) })
+				c.send.w.kick()
+				c.recv.w.kick()
+			}
+		}
+	}()
+}
+
+func (c *conn) opErr(op string, err error) error {
+	return rdma.NewOpError(provider, op+" "+c.remote, err)
+}
+
+// fail records the first reason the connection entered the error state.
+func (c *conn) fail(err error) {
+	c.errMu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.errMu.Unlock()
+}
+
+func (c *conn) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err == nil {
+		return nil
+	}
+	return c.opErr("conn", c.err)
+}
+
+func (c *conn) MaxInline() int { return c.maxInline }
+
+func (c *conn) RegMsgs(buf []byte) (*rdma.MR, error) {
+	return c.d.register("reg_msgs", buf, rdma.AccessLocalWrite, nil)
+}
+
+func (c *conn) RegWrite(buf []byte) (*rdma.MR, error) {
+	return c.d.register("reg_write", buf, rdma.AccessLocalWrite|rdma.AccessRemoteWrite, nil)
+}
+
+func (c *conn) RegRead(buf []byte) (*rdma.MR, error) {
+	return c.d.register("reg_read", buf, rdma.AccessLocalWrite|rdma.AccessRemoteRead, nil)
+}
+
+func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
+	return c.send.get(ctx, "get_send_comp")
+}
+
+func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
+	return c.recv.get(ctx, "get_recv_comp")
+}
+
+// Close disconnects (the peer sees RDMA_CM_EVENT_DISCONNECTED), waits
+// briefly for the peer's reply, and frees the QP, CQs, id and channel.
+// Outstanding requests are abandoned: their MRs are released and waiters get
+// ErrClosed.
+func (c *conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.fail(rdma.ErrClosed)
+		c.cmMu.Lock()
+		C.rdma_disconnect(c.id) // asynchronous: this id has an event channel
+		c.cmMu.Unlock()
+		select {
+		case <-c.disconnected:
+		case <-time.After(disconnectWait):
+		}
+		c.ch.w.close()
+		<-c.loopDone
+		c.destroy()
+		C.rdma_destroy_id(c.id)
+		C.rdma_destroy_event_channel(c.ch.ch)
+		c.d.forget(c, nil)
+	})
+	return nil
+}
+
+// Post operations. need is the local access the request needs.
+const (
+	opSend     = C.GORUN_OP_SEND
+	opWrite    = C.GORUN_OP_WRITE
+	opWriteImm = C.GORUN_OP_WRITE_IMM
+	opRead     = C.GORUN_OP_READ
+	opRecv     = C.GORUN_OP_RECV
+)
+
+var postNames = map[int]string{opSend: "post_send", opWrite: "post_write",
+	opWriteImm: "post_write_imm", opRead: "post_read", opRecv: "post_recv"}
+
+func (c *conn) PostSend(wrid uint64, buf []byte, mr *rdma.MR, flags rdma.Flags) error {
+	var one [1]rdma.SGE
+	return c.post(opSend, wrid, soft.One(&one, buf, mr), flags, 0, 0, 0)
+}
+
+func (c *conn) PostSendv(wrid uint64, sgl []rdma.SGE, flags rdma.Flags) error {
+	return c.post(opSend, wrid, sgl, flags, 0, 0, 0)
+}
+
+func (c *conn) PostRecv(wrid uint64, buf []byte, mr *rdma.MR) error {
+	var one [1]rdma.SGE
+	return c.post(opRecv, wrid, soft.One(&one, buf, mr), 0, 0, 0, 0)
+}
+
+func (c *conn) PostRecvv(wrid uint64, sgl []rdma.SGE) error {
+	return c.post(opRecv, wrid, sgl, 0, 0, 0, 0)
+}
+
+func (c *conn) PostWrite(wrid uint64, buf []byte, mr *rdma.MR, flags rdma.Flags, raddr uint64, rkey uint32) error {
+	var one [1]rdma.SGE
+	return c.post(opWrite, wrid, soft.One(&one, buf, mr), flags, raddr, rkey, 0)
+}
+
+func (c *conn) PostWritev(wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr uint64, rkey uint32) error {
+	return c.post(opWrite, wrid, sgl, flags, raddr, rkey, 0)
+}
+
+func (c *conn) PostWriteImm(wrid uint64, buf []byte, mr *rdma.MR, flags rdma.Flags, raddr uint64, rkey uint32, imm uint32) error {
+	var one [1]rdma.SGE
+	return c.post(opWriteImm, wrid, soft.One(&one, buf, mr), flags, raddr, rkey, imm)
+}
+
+func (c *conn) PostRead(wrid uint64, buf []byte, mr *rdma.MR, flags rdma.Flags, raddr uint64, rkey uint32) error {
+	var one [1]rdma.SGE
+	return c.post(opRead, wrid, soft.One(&one, buf, mr), flags, raddr, rkey, 0)
+}
+
+func (c *conn) PostReadv(wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr uint64, rkey uint32) error {
+	return c.post(opRead, wrid, sgl, flags, raddr, rkey, 0)
+}

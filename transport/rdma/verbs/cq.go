@@ -1,0 +1,255 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// spinPolls is how many empty polls a waiter makes (yielding in between)
+// before it arms the CQ and sleeps in the netpoller.
+const spinPolls = 32
+
+// slot is an outstanding work request. Requests complete in post order, so
+// the completion of request seq also completes every earlier unsignaled one.
+type slot struct {
+	wrid   uint64
+	op     rdma.Opcode
+	user   bool // the caller asked for a completion (always, for receives)
+	mr0    *rdma.MR
+	mrMore []*rdma.MR
+}
+
+// queue is one side of a connection (send or receive): its CQ, completion
+// channel, outstanding requests and completions not yet returned. Posting
+// and polling are serialised by mu; waiting is not.
+type queue struct {
+	c    *conn
+	recv bool
+	cq   *C.struct_ibv_cq
+	ch   *C.struct_ibv_comp_channel
+	w    *fdWaiter
+	wr   *C.struct_gorun_wr // scratch work request (C memory)
+	wcs  *C.struct_gorun_wc // poll buffer (C memory)
+
+	mu          sync.Mutex
+	slots       []slot
+	head, tail  uint64 // oldest outstanding seq, next seq
+	ready       []rdma.WC
+	readyHead   int
+	sinceSignal int
+	signalEvery int
+	closed      bool
+}
+
+func newQueue(c *conn, recv bool, cq *C.struct_ibv_cq, ch *C.struct_ibv_comp_channel, depth int) (*queue, error) {
+	w, err := newFDWaiter(int(ch.fd), "ibv_comp_channel")
+	if err != nil {
+		return nil, err
+	}
+	q := &queue{c: c, recv: recv, cq: cq, ch: ch, w: w, slots: make([]slot, depth),
+		signalEvery: max(depth/4, 1)}
+	q.wr = (*C.struct_gorun_wr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gorun_wr{}))))
+	q.wcs = (*C.struct_gorun_wc)(C.calloc(C.GORUN_POLL_BATCH, C.size_t(unsafe.Sizeof(C.struct_gorun_wc{}))))
+	return q, nil
+}
+
+// free releases C memory; the CQ itself belongs to the conn's gorun_qp.
+func (q *queue) free() {
+	C.free(unsafe.Pointer(q.wr))
+	C.free(unsafe.Pointer(q.wcs))
+	q.wr, q.wcs = nil, nil
+}
+
+func (q *queue) outstanding() int { return int(q.tail - q.head) }
+
+func (q *queue) push(wc rdma.WC) { q.ready = append(q.ready, wc) }
+
+func (q *queue) pop() (rdma.WC, bool) {
+	if q.readyHead == len(q.ready) {
+		return rdma.WC{}, false
+	}
+	wc := q.ready[q.readyHead]
+	q.readyHead++
+	if q.readyHead == len(q.ready) {
+		q.ready, q.readyHead = q.ready[:0], 0
+	}
+	return wc, true
+}
+
+func releaseSlot(s *slot) {
+	if s.mr0 != nil {
+		s.mr0.Release()
+	}
+	for _, m := range s.mrMore {
+		m.Release()
+	}
+	*s = slot{mrMore: s.mrMore[:0]}
+}
+
+// pollLocked moves the CQ's completions into ready and frees their slots.
+func (q *queue) pollLocked() int {
+	total := 0
+	for {
+		n := int(C.gorun_poll(q.cq, q.wcs))
+		if n <= 0 {
+			return total
+		}
+		total += n
+		wcs := unsafe.Slice(q.wcs, n)
+		for i := range wcs {
+			q.complete(&wcs[i])
+		}
+		if n < C.GORUN_POLL_BATCH {
+			return total
+		}
+	}
+}
+
+func (q *queue) complete(w *C.struct_gorun_wc) {
+	seq := uint64(w.wr_id)
+	if seq < q.head || seq >= q.tail {
+		return // not ours (cannot happen) or already flushed
+	}
+	for q.head < seq { // earlier unsignaled requests: done, successfully
+		releaseSlot(&q.slots[q.head%uint64(len(q.slots))])
+		q.head++
+	}
+	s := &q.slots[seq%uint64(len(q.slots))]
+	st := mapStatus(uint32(w.status))
+	if s.user || st != rdma.StatusSuccess {
+		wc := rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}
+		if q.recv && st == rdma.StatusSuccess {
+			wc.ByteLen = int(w.byte_len)
+			if w.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
+				wc.Opcode = rdma.OpRecvWriteImm
+			}
+			if w.has_imm != 0 {
+				wc.HasImm, wc.Imm = true, uint32(w.imm)
+			}
+		}
+		q.push(wc)
+	}
+	if st != rdma.StatusSuccess && st != rdma.StatusFlushed {
+		q.c.fail(&rdma.WCError{WC: rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}})
+	}
+	releaseSlot(s)
+	q.head++
+}
+
+func mapStatus(s uint32) rdma.Status {
+	switch s {
+	case C.IBV_WC_SUCCESS:
+		return rdma.StatusSuccess
+	case C.IBV_WC_LOC_LEN_ERR:
+		return rdma.StatusLocalLengthError
+	case C.IBV_WC_LOC_PROT_ERR:
+		return rdma.StatusLocalProtectionError
+	case C.IBV_WC_REM_ACCESS_ERR:
+		return rdma.StatusRemoteAccessError
+	case C.IBV_WC_REM_INV_REQ_ERR:
+		return rdma.StatusRemoteInvalidRequest
+	case C.IBV_WC_RNR_RETRY_EXC_ERR:
+		return rdma.StatusRNRRetryExceeded
+	case C.IBV_WC_RETRY_EXC_ERR:
+		return rdma.StatusRetryExceeded
+	case C.IBV_WC_WR_FLUSH_ERR:
+		return rdma.StatusFlushed
+	}
+	return rdma.StatusFatal
+}
+
+// get returns the next completion: polled for a while, then waited for on
+// the completion channel through the netpoller.
+func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
+	spins := 0
+	for {
+		q.mu.Lock()
+		if wc, ok := q.pop(); ok {
+			q.mu.Unlock()
+			return wc, nil
+		}
+		if q.closed {
+			q.mu.Unlock()
+			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
+		}
+		if q.outstanding() > 0 {
+			q.pollLocked()
+			if wc, ok := q.pop(); ok {
+				q.mu.Unlock()
+				return wc, nil
+			}
+		}
+		if q.outstanding() == 0 && q.c.peerGone.Load() {
+			// the QP is in the error state with nothing left to flush
+			q.mu.Unlock()
+			return rdma.WC{}, q.c.opErr(op, errPeerClosed)
+		}
+		if spins < spinPolls {
+			spins++
+			q.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return rdma.WC{}, q.c.opErr(op, err)
+			}
+			runtime.Gosched()
+			continue
+		}
+		// Arm, then poll once more: a completion that arrived before the
+		// arm raises no event.
+		C.ibv_req_notify_cq(q.cq, 0)
+		q.pollLocked()
+		if wc, ok := q.pop(); ok {
+			q.mu.Unlock()
+			return wc, nil
+		}
+		q.mu.Unlock()
+		var cerr error
+		err := q.w.wait(ctx, func() bool {
+			r, err := C.gorun_get_cq_event(q.ch)
+			if r == 0 {
+				return true
+			}
+			if err == syscall.EAGAIN || err == syscall.EINTR {
+				return false
+			}
+			cerr = err
+			return true
+		})
+		switch {
+		case err == nil && cerr != nil:
+			return rdma.WC{}, q.c.opErr(op, errnoErr(cerr))
+		case err == nil, errors.Is(err, errKicked):
+			spins = spinPolls / 2
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return rdma.WC{}, q.c.opErr(op, err)
+		default:
+			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
+		}
+	}
+}
+
+// close makes get return ErrClosed and waits until no waiter is inside C.
+func (q *queue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.w.close()
+	q.mu.Lock()
+	for q.head < q.tail {
+		releaseSlot(&q.slots[q.head%uint64(len(q.slots))])
+		q.head++
+	}
+	q.mu.Unlock()
+}

@@ -1,0 +1,325 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+/*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+)
+
+// Supported reports whether this build contains the cgo provider.
+const Supported = true
+
+const provider = "verbs"
+
+// DeviceEnv names the RDMA device to open (e.g. "mlx5_0"); by default the
+// first device with an active port.
+const DeviceEnv = "GORUN_VERBS_DEVICE"
+
+func init() {
+	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) { return Open(cfg) })
+}
+
+// device is one ibv_context (shared with librdmacm) and its protection domain.
+type device struct {
+	cfg     rdma.Config
+	list    **C.struct_ibv_context // from rdma_get_devices
+	ctx     *C.struct_ibv_context
+	pd      *C.struct_ibv_pd
+	name    string
+	maxSGE  int
+	maxWR   int
+	maxCQE  int
+	rdAtom  int // initiator depth / responder resources for RDMA reads
+	rnr     int // rnr_retry_count for rdma_connect/rdma_accept
+	rnrCode int // min_rnr_timer code for Config.RNRTimer
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[*conn]struct{}
+	lns    map[*listener]struct{}
+	mrs    map[*rdma.MR]struct{}
+}
+
+func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
+
+// errnoErr maps an errno from librdmacm or libibverbs onto the package's
+// sentinels where one fits, keeping the errno in the chain.
+func errnoErr(err error) error {
+	var en syscall.Errno
+	if !errors.As(err, &en) {
+		if err == nil {
+			return rdma.ErrInvalid
+		}
+		return err
+	}
+	switch en {
+	case syscall.EINVAL:
+		return fmt.Errorf("%w (%v)", rdma.ErrInvalid, en)
+	case syscall.ENOMEM, syscall.EAGAIN:
+		return fmt.Errorf("%w (%v)", rdma.ErrQueueFull, en)
+	case syscall.ENOSYS, syscall.EOPNOTSUPP, syscall.ENODEV:
+		return fmt.Errorf("%w (%v)", rdma.ErrNotSupported, en)
+	}
+	return en
+}
+
+// Open opens the RDMA device named by $GORUN_VERBS_DEVICE, or the first one
+// with an active port, and allocates its protection domain.
+func Open(cfg rdma.Config) (rdma.Device, error) {
+	cfg = cfg.WithDefaults()
+	var n C.int
+	list, err := C.rdma_get_devices(&n)
+	if list == nil || n == 0 {
+		if list != nil {
+			C.rdma_free_devices(list)
+		}
+		if err == nil {
+			err = errors.New("no RDMA device")
+		}
+		return nil, opErr("open", fmt.Errorf("%w: %v", rdma.ErrNotSupported, err))
+	}
+	want := os.Getenv(DeviceEnv)
+	var ctx *C.struct_ibv_context
+	usable := map[string]bool{}
+	if infos, err := Devices(); err == nil {
+		for _, d := range infos {
+			usable[d.Name] = d.Usable()
+		}
+	}
+	for i := 0; i < int(n); i++ {
+		c := C.gorun_dev_at(list, C.int(i))
+		name := C.GoString(C.gorun_dev_name(c))
+		if want != "" {
+			if name == want {
+				ctx = c
+			}
+			continue
+		}
+		if ctx == nil || (usable[name] && !usable[C.GoString(C.gorun_dev_name(ctx))]) {
+			ctx = c
+		}
+	}
+	if ctx == nil {
+		C.rdma_free_devices(list)
+		return nil, opErr("open", fmt.Errorf("%w: device %q not found", rdma.ErrNotSupported, want))
+	}
+	var attr C.struct_gorun_dev_attr
+	if r, err := C.gorun_query_device(ctx, &attr); r != 0 {
+		C.rdma_free_devices(list)
+		return nil, opErr("open", errnoErr(err))
+	}
+	pd, err := C.ibv_alloc_pd(ctx)
+	if pd == nil {
+		C.rdma_free_devices(list)
+		return nil, opErr("open", errnoErr(err))
+	}
+	d := &device{
+		cfg: cfg, list: list, ctx: ctx, pd: pd,
+		name:   C.GoString(C.gorun_dev_name(ctx)),
+		maxSGE: min(int(attr.max_sge), soft.MaxSGE),
+		maxWR:  int(attr.max_qp_wr),
+		maxCQE: int(attr.max_cqe),
+		rdAtom: min(int(attr.max_qp_rd_atom), int(attr.max_qp_init_rd_atom), 16),
+		rnr:    rnrRetryCount(cfg.RNRRetry),
+		conns:  map[*conn]struct{}{},
+		lns:    map[*listener]struct{}{},
+		mrs:    map[*rdma.MR]struct{}{},
+	}
+	d.rnrCode = rnrTimerCode(cfg.RNRTimer.Seconds() * 1000)
+	return d, nil
+}
+
+// rnrRetryCount maps Config.RNRRetry onto the 3-bit rnr_retry_count, in
+// which 7 means "retry forever": -1 becomes 7, and finite counts of 7 or
+// more become 6, the largest finite one.
+func rnrRetryCount(n int) int {
+	if n < 0 {
+		return 7
+	}
+	return min(n, 6)
+}
+
+// rnrTimerMillis is the IB spec's table of min_rnr_timer codes (code 0 is
+// 655.36 ms).
+var rnrTimerMillis = [32]float64{655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24,
+	0.32, 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36, 20.48, 30.72,
+	40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52}
+
+// rnrTimerCode is the smallest code whose wait is at least ms.
+func rnrTimerCode(ms float64) int {
+	for c := 1; c < len(rnrTimerMillis); c++ {
+		if rnrTimerMillis[c] >= ms {
+			return c
+		}
+	}
+	return 0
+}
+
+func (d *device) Name() string { return provider }
+
+// DeviceName is the RDMA device this Device opened (e.g. "rxe0").
+func (d *device) DeviceName() string { return d.name }
+
+func ibvAccess(a rdma.Access) C.int {
+	var f C.int
+	if a&rdma.AccessLocalWrite != 0 {
+		f |= C.IBV_ACCESS_LOCAL_WRITE
+	}
+	if a&rdma.AccessRemoteWrite != 0 {
+		f |= C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_LOCAL_WRITE // verbs requires both
+	}
+	if a&rdma.AccessRemoteRead != 0 {
+		f |= C.IBV_ACCESS_REMOTE_READ
+	}
+	return f
+}
+
+// Register registers buf with ibv_reg_mr. Go memory is pinned with
+// runtime.Pinner until Deregister (see the package doc for why that is sound).
+func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	return d.register("register", buf, access, nil)
+}
+
+// Alloc registers n bytes of mmap'd memory (soft.Mmap) outside the Go heap.
+func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
+	if n <= 0 {
+		return nil, opErr("alloc", rdma.ErrInvalid)
+	}
+	buf, err := soft.Mmap(n)
+	if err != nil {
+		return nil, opErr("alloc", err)
+	}
+	mr, err := d.register("alloc", buf, access, func() { _ = soft.Munmap(buf) })
+	if err != nil {
+		_ = soft.Munmap(buf)
+	}
+	return mr, err
+}
+
+func (d *device) register(op string, buf []byte, access rdma.Access, free func()) (*rdma.MR, error) {
+	if len(buf) == 0 {
+		return nil, opErr(op, rdma.ErrInvalid)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, opErr(op, rdma.ErrClosed)
+	}
+	pin := new(runtime.Pinner)
+	pin.Pin(&buf[0]) // a no-op for mmap'd memory
+	mr, err := C.ibv_reg_mr(d.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), ibvAccess(access))
+	if mr == nil {
+		pin.Unpin()
+		return nil, opErr(op, errnoErr(err))
+	}
+	m := rdma.NewMR(buf, access, uint32(mr.lkey), uint32(mr.rkey), d, func(m *rdma.MR) error {
+		r := C.ibv_dereg_mr(mr) // returns an errno value
+		pin.Unpin()
+		if free != nil {
+			free()
+		}
+		d.mu.Lock()
+		delete(d.mrs, m)
+		d.mu.Unlock()
+		if r != 0 {
+			return opErr("deregister", errnoErr(syscall.Errno(r)))
+		}
+		return nil
+	})
+	m.Handle = mr
+	d.mrs[m] = struct{}{}
+	return m, nil
+}
+
+func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	return d.listen(ctx, addr)
+}
+
+func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	return d.dial(ctx, addr)
+}
+
+// track adds a connection or listener unless the device is closed.
+func (d *device) track(c *conn, l *listener) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	if c != nil {
+		d.conns[c] = struct{}{}
+	}
+	if l != nil {
+		d.lns[l] = struct{}{}
+	}
+	return true
+}
+
+func (d *device) forget(c *conn, l *listener) {
+	d.mu.Lock()
+	delete(d.conns, c)
+	delete(d.lns, l)
+	d.mu.Unlock()
+}
+
+// Close closes every listener and connection, deregisters every MR and
+// frees the protection domain.
+func (d *device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	var conns []*conn
+	var lns []*listener
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	for l := range d.lns {
+		lns = append(lns, l)
+	}
+	d.mu.Unlock()
+	for _, l := range lns {
+		_ = l.Close()
+	}
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = c.Close() }()
+	}
+	wg.Wait()
+	d.mu.Lock()
+	var mrs []*rdma.MR
+	for m := range d.mrs {
+		mrs = append(mrs, m)
+	}
+	d.mu.Unlock()
+	var first error
+	for _, m := range mrs {
+		if err := m.Deregister(); err != nil && first == nil && !errors.Is(err, rdma.ErrClosed) {
+			first = err
+		}
+	}
+	if r := C.ibv_dealloc_pd(d.pd); r != 0 && first == nil {
+		first = opErr("close", errnoErr(syscall.Errno(r)))
+	}
+	C.rdma_free_devices(d.list)
+	return first
+}

@@ -1,0 +1,151 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// checkLocal is soft.CheckLocal for NIC-issued keys: each non-empty buffer
+// must lie inside a valid MR of this device with access need, unless the
+// request is inline and fits MaxInline. The NIC would catch the same faults
+// only at execution time, as a completion; the contract wants them at post
+// time. It returns the total length.
+func (c *conn) checkLocal(sgl []rdma.SGE, need rdma.Access, inline bool) (int, error) {
+	if len(sgl) > c.maxSGE {
+		return 0, rdma.ErrInvalid
+	}
+	total := 0
+	for _, s := range sgl {
+		total += len(s.Buf)
+	}
+	if inline {
+		if total > c.maxInline {
+			return 0, rdma.ErrInvalid
+		}
+		return total, nil
+	}
+	for _, s := range sgl {
+		if len(s.Buf) == 0 {
+			continue
+		}
+		if s.MR == nil || s.MR.Owner() != c.d || !s.MR.Valid() || !s.MR.Covers(s.Buf) {
+			return 0, rdma.ErrNotRegistered
+		}
+		if s.MR.Access()&need != need {
+			return 0, rdma.ErrAccess
+		}
+	}
+	return total, nil
+}
+
+// post checks, records and posts one work request. The queue's lock makes
+// the slot order the hardware order.
+func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr uint64, rkey uint32, imm uint32) error {
+	q := c.send
+	var need rdma.Access
+	wcOp := rdma.OpSend
+	switch op {
+	case opRecv:
+		q, need, wcOp = c.recv, rdma.AccessLocalWrite, rdma.OpRecv
+		flags &^= rdma.FlagInline
+	case opRead:
+		need, wcOp = rdma.AccessLocalWrite, rdma.OpRead
+		flags &^= rdma.FlagInline
+	case opWrite, opWriteImm:
+		wcOp = rdma.OpWrite
+	}
+	inline := flags&rdma.FlagInline != 0
+	if _, err := c.checkLocal(sgl, need, inline); err != nil {
+		return c.opErr(postNames[op], err)
+	}
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return c.opErr(postNames[op], rdma.ErrClosed)
+	}
+	if q.outstanding() >= q.signalEvery {
+		q.pollLocked() // reap internal completions so the queue drains
+	}
+	if q.outstanding() >= len(q.slots) {
+		return c.opErr(postNames[op], rdma.ErrQueueFull)
+	}
+	seq := q.tail
+	s := &q.slots[seq%uint64(len(q.slots))]
+	s.wrid, s.op, s.user = wrid, wcOp, op == opRecv || flags&rdma.FlagSignaled != 0
+	w := q.wr
+	w.wr_id = C.uint64_t(seq)
+	w.opcode = C.int(op)
+	w.remote_addr = C.uint64_t(raddr)
+	w.rkey = C.uint32_t(rkey)
+	w.imm = C.uint32_t(imm)
+	hw := C.int(0)
+	if flags&rdma.FlagFence != 0 {
+		hw |= C.IBV_SEND_FENCE
+	}
+	n := 0
+	if inline {
+		hw |= C.IBV_SEND_INLINE
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(&w.inline_buf[0])), C.GORUN_INLINE_BUF)
+		off := 0
+		for _, e := range sgl {
+			off += copy(dst[off:], e.Buf)
+		}
+		if off > 0 {
+			w.sge[0].addr = C.uint64_t(uintptr(unsafe.Pointer(&w.inline_buf[0])))
+			w.sge[0].length = C.uint32_t(off)
+			w.sge[0].lkey = 0
+			n = 1
+		}
+	} else {
+		for _, e := range sgl {
+			if len(e.Buf) == 0 {
+				continue
+			}
+			if !e.MR.Acquire() {
+				releaseSlot(s)
+				return c.opErr(postNames[op], rdma.ErrNotRegistered)
+			}
+			if s.mr0 == nil {
+				s.mr0 = e.MR
+			} else {
+				s.mrMore = append(s.mrMore, e.MR)
+			}
+			w.sge[n].addr = C.uint64_t(rdma.AddrOf(e.Buf))
+			w.sge[n].length = C.uint32_t(len(e.Buf))
+			w.sge[n].lkey = C.uint32_t(e.MR.LKey())
+			n++
+		}
+	}
+	w.nsge = C.int(n)
+	if op != opRecv {
+		if s.user {
+			hw |= C.IBV_SEND_SIGNALED
+			q.sinceSignal = 0
+		} else if q.sinceSignal++; q.sinceSignal >= q.signalEvery {
+			hw |= C.IBV_SEND_SIGNALED // internal: drains the send queue
+			q.sinceSignal = 0
+		}
+	}
+	w.flags = hw
+	if r, err := C.gorun_post(c.id, w); r != 0 {
+		releaseSlot(s)
+		if c.Err() != nil {
+			// The QP is in the error state and this device refuses posts
+			// there: complete the request as the spec says, flushed.
+			q.push(rdma.WC{WRID: wrid, Status: rdma.StatusFlushed, Opcode: wcOp})
+			return nil
+		}
+		return c.opErr(postNames[op], errnoErr(err))
+	}
+	q.tail++
+	return nil
+}

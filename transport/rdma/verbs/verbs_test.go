@@ -1,0 +1,128 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/rdmatest"
+)
+
+func TestMain(m *testing.M) { os.Exit(rdmatest.Main(m)) }
+
+// TestConformance runs the provider conformance suite over rxe0, with the
+// peer in this process and in a child process.
+func TestConformance(t *testing.T) {
+	rdmatest.Run(t, rdmatest.Options{Provider: "verbs", ListenAddr: vmIP(t) + ":0", CrossProcess: true})
+}
+
+// vmIP is the address rxe0 is bound to inside the rxe VM (scripts/rxe-vm);
+// the tests that need a device skip without it.
+func vmIP(t testing.TB) string {
+	ip := os.Getenv("RXE_VM_IP")
+	if ip == "" {
+		t.Skip("RXE_VM_IP not set: run inside the rxe VM (scripts/rxe-vm/test.sh)")
+	}
+	return ip
+}
+
+func openDev(t testing.TB, cfg rdma.Config) rdma.Device {
+	t.Helper()
+	vmIP(t)
+	d, err := rdma.OpenConfig("verbs", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// pair returns two connected ends (client, server) on one device.
+func pair(t testing.TB, d rdma.Device) (rdma.Conn, rdma.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ln, err := d.Listen(ctx, vmIP(t)+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type res struct {
+		c   rdma.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		ch <- res{c, err}
+	}()
+	cli, err := d.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal("dial:", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatal("accept:", r.err)
+	}
+	t.Cleanup(func() { cli.Close(); r.c.Close() })
+	return cli, r.c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustWC(t testing.TB, wc rdma.WC, err error, wrid uint64, op rdma.Opcode) rdma.WC {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wc.WRID != wrid || wc.Status != rdma.StatusSuccess || wc.Opcode != op {
+		t.Fatalf("completion %+v, want wrid %d %s success", wc, wrid, op)
+	}
+	return wc
+}
+
+func TestSendRecv(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	ctx := ctxT(t)
+	rbuf, err := d.Alloc(4096, rdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("hello over rxe0")
+	sbuf := make([]byte, len(msg)) // Go memory, pinned by Register
+	copy(sbuf, msg)
+	smr, err := cli.RegMsgs(sbuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.PostRecv(7, rbuf.Bytes(), rbuf); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.PostSend(9, sbuf, smr, rdma.FlagSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := cli.GetSendComp(ctx)
+	mustWC(t, wc, err, 9, rdma.OpSend)
+	wc, err = srv.GetRecvComp(ctx)
+	wc = mustWC(t, wc, err, 7, rdma.OpRecv)
+	if wc.ByteLen != len(msg) || !bytes.Equal(rbuf.Bytes()[:len(msg)], msg) {
+		t.Fatalf("received %d bytes %q", wc.ByteLen, rbuf.Bytes()[:wc.ByteLen])
+	}
+	if err := smr.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.PostSend(10, sbuf, smr, 0); !errors.Is(err, rdma.ErrNotRegistered) {
+		t.Fatalf("post with a deregistered MR: %v", err)
+	}
+}
