@@ -198,19 +198,71 @@ func randomPort() int {
 	return 20000 + int(n.Int64())
 }
 
-// addressToward is this machine's address on the route to host, falling
-// back to its host name.
+// addressToward is this machine's address for ranks on host: the address
+// of GORUN_SOCKET_IFNAME when set, else the source address of the route to
+// host, else the first up non-loopback interface address (a host name
+// that resolves to 127.0.1.1 must not leak to other machines), else the
+// host name.
 func addressToward(host string) string {
+	if name := os.Getenv(EnvIfname); name != "" {
+		if ip := interfaceIP(name); ip != "" {
+			return ip
+		}
+	}
 	if _, h, ok := strings.Cut(host, "@"); ok {
 		host = h
 	}
-	if ip, err := outboundIP(host); err == nil && !net.ParseIP(ip).IsUnspecified() {
+	if ip, err := outboundIP(host); err == nil {
+		p := net.ParseIP(ip)
+		if !p.IsUnspecified() && (!p.IsLoopback() || isLoopbackName(host)) {
+			return ip
+		}
+	}
+	if ip := interfaceIP(""); ip != "" {
 		return ip
 	}
 	if name, err := os.Hostname(); err == nil {
 		return name
 	}
 	return "127.0.0.1"
+}
+
+func isLoopbackName(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// interfaceIP is the first address of the named interface, or with name ""
+// of the first up non-loopback interface; IPv4 first.
+func interfaceIP(name string) string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	var v6 string
+	for _, ifc := range ifs {
+		if name != "" && ifc.Name != name ||
+			name == "" && (ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0) {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			n, ok := a.(*net.IPNet)
+			if !ok || n.IP.IsLinkLocalUnicast() {
+				continue
+			}
+			if n.IP.To4() != nil {
+				return n.IP.String()
+			}
+			if v6 == "" {
+				v6 = n.IP.String()
+			}
+		}
+	}
+	return v6
 }
 
 func randomHex(n int) string {
