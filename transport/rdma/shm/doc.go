@@ -7,48 +7,65 @@
 // # Data path
 //
 // Device.Alloc carves regions from a per-device memfd arena (sparse,
-// mode 0600, close-on-exec). Every peer maps the whole arena once at
-// connection setup, so PostWrite and PostRead on Alloc'd memory are one
-// memcpy by the initiator and the target's CPU does nothing.
-// Device.Register'd Go memory (pinned) is reached with process_vm_writev
-// and process_vm_readv. If cross-memory attach is not permitted (probed at
-// setup; GORUN_SHM_CMA=0 forces it off) the peer copies instead, through
-// the unix socket: correct, but two copies and a round trip.
+// mode 0600, close-on-exec; a freed range is punched out). Every peer maps
+// the whole arena once at connection setup, so PostWrite and PostRead on
+// Alloc'd memory are one memcpy by the initiator; the target's CPU does
+// nothing. Device.Register'd Go memory (pinned) is reached with
+// process_vm_writev and process_vm_readv. Cross-memory attach is probed at
+// setup (it fails under Yama ptrace_scope 2 or 3, for another uid, or under
+// a seccomp filter; GORUN_SHM_CMA=0 turns it off): without it, writes and
+// reads of registered Go memory go through the peer, which checks and
+// copies on its socket goroutine: correct, but two copies and a round
+// trip. Alloc'd memory never needs the fallback.
 //
-// Sends, write-with-immediate notifications and receive-length errors
-// travel in a 1 MiB shared ring per direction, in records of up to 64 KiB
-// (longer sends are fragmented). A small send costs no syscall: the sender
-// checks the peer's published receive count and capacity, copies into the
-// ring and bumps the head; the receiver's progress goroutine copies into
-// the posted receive. Waiters (the progress goroutine, a sender waiting for
-// ring space or for a receive) spin for a few microseconds, yielding, then
-// sleep with FUTEX_WAIT on a word in the shared segment; a producer calls
-// FUTEX_WAKE only when the waiter flag is set.
+// Sends, write-with-immediate notifications, receive-length errors and
+// error notices travel in a 1 MiB shared ring per direction, in records of
+// up to 64 KiB (longer sends are fragmented, so the receiver copies out
+// while the sender copies in). A small send costs no syscall: the sender
+// reads the peer's published receive count and capacity (receiver not
+// ready: it waits on the peer's receive doorbell, RNRTimer at a time,
+// RNRRetry times), copies into the ring and bumps the head.
+//
+// # Waiting
+//
+// Every wait is a bounded spin (4µs, yielding with runtime.Gosched), then
+// FUTEX_WAIT on a word of the shared segment (no FUTEX_PRIVATE_FLAG). A
+// waiter sets a flag in shared memory before its last check; a producer
+// calls FUTEX_WAKE only when the flag is set, so a busy connection makes no
+// syscalls. GetRecvComp drains the peer's ring itself and sleeps on its
+// doorbell, so a message costs at most one wake-up; while it does, the
+// progress goroutine stays off the futex, and it takes over when nobody
+// polls, so the ring always drains.
 //
 // # Remote checks and deregistration
 //
 // Each side publishes its device's remotely accessible regions (rkey,
 // address, length, access, arena offset) in a key table in its segment.
 // The initiator finds the rkey (cached slot, else a scan), increments the
-// slot's users counter, re-checks validity, key, bounds and access, copies,
+// slot's users counter, checks validity, key, bounds and access, copies,
 // and decrements users. Deregister clears the slot's valid flag in every
-// connection's table, then waits until users is zero. The guarantee: once
-// Deregister returns, no peer copy touches the region, and a later request
-// naming it completes with StatusRemoteAccessError; a request racing with
-// Deregister either completes before Deregister returns or fails. Freed
-// arena ranges are punched out and may be reused for later Allocs.
+// connection's table, then waits until users is zero (or the peer is
+// gone). Guarantee: once Deregister returns, no peer copy touches the
+// region, and a later request naming it completes with
+// StatusRemoteAccessError; a request racing with Deregister either
+// finished before Deregister returned or fails. These checks keep correct
+// peers correct; they are not a sandbox: an authenticated peer process has
+// the arena mapped (and, with CMA, ptrace-level access), so the trust
+// boundary is the uid and Config.Token.
 //
 // # Connection setup
 //
-// Listen("127.0.0.1:0") (any non-path address) creates a socket, mode 0600,
-// in a private 0700 directory: $XDG_RUNTIME_DIR/gorun or
-// $TMPDIR/gorun-<uid>; an absolute path is used as given. The handshake
-// exchanges nonces, then, when Config.Token is set, HMAC-SHA256 proofs
-// (the token is never sent) and checks the peer's uid with SO_PEERCRED;
-// then each side passes its segment and arena memfds with SCM_RIGHTS.
-// The socket stays open: its end is how a closed or dead peer is noticed
-// (outstanding work is flushed, Err reports it, the completion queues end
-// with an error wrapping rdma.ErrClosed).
+// Listen("127.0.0.1:0") (any address but an absolute path, which is used
+// as given) creates a socket, mode 0600, in a private directory:
+// $XDG_RUNTIME_DIR/gorun or $TMPDIR/gorun-<uid>, created 0700 and refused
+// if it is a symlink, another user's, or open to group or others. The
+// handshake exchanges nonces, then, when Config.Token is set, HMAC-SHA256
+// proofs bound to the role and both nonces (the token is never sent), and
+// checks the peer's uid with SO_PEERCRED; then each side passes its segment
+// and arena memfds with SCM_RIGHTS. The socket stays open: its end is how
+// a closed or dead peer is noticed (queued work is flushed, Err says which
+// pid went away, and the completion queues end with an error wrapping
+// rdma.ErrClosed).
 //
 // # Concurrency
 //
@@ -58,8 +75,9 @@
 // the connection's send-queue goroutine, so effects and completions follow
 // post order. Each Conn runs three goroutines (send queue, ring progress,
 // socket reader); Close stops them, flushes, unmaps and closes every fd.
+// Lock order: Device.mu before a Conn's; progMu before rqMu.
 //
-// Limits: at most 4096 remotely accessible regions per device; Alloc'd
-// memory at most 64 GiB at once per device; Alloc does not mbind (NUMA
-// placement is left to the kernel's first-touch policy).
+// Limits: at most 4096 remotely accessible regions per device; at most
+// 64 GiB Alloc'd at once per device; Alloc does not mbind (NUMA placement
+// is the kernel's first-touch policy) and mlock is best effort.
 package shm

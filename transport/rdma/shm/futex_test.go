@@ -1,0 +1,67 @@
+package shm
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func testBell(t *testing.T) doorbell {
+	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	return doorbell{seq: (*atomic.Uint32)(unsafe.Pointer(&mem[0])), waiters: (*atomic.Uint32)(unsafe.Pointer(&mem[64]))}
+}
+
+func TestDoorbellSkipsWakeWithoutSleepers(t *testing.T) {
+	d := testBell(t)
+	before := futexCalls[futexWake].Load()
+	for i := 0; i < 1000; i++ {
+		d.ring()
+	}
+	// The counter is process-wide: no test here runs in parallel, and the
+	// earlier tests' connections are closed.
+	if n := futexCalls[futexWake].Load() - before; n != 0 {
+		t.Fatalf("%d FUTEX_WAKE calls with nobody sleeping", n)
+	}
+}
+
+func TestDoorbellWakesSleeper(t *testing.T) {
+	d := testBell(t)
+	var flag atomic.Bool
+	done := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		for !d.wait(flag.Load, 0) {
+		}
+		done <- time.Since(start)
+	}()
+	// Let the waiter get past its spin into FUTEX_WAIT.
+	for d.waiters.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	wakes := futexCalls[futexWake].Load()
+	flag.Store(true)
+	d.ring()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("sleeper not woken")
+	}
+	if futexCalls[futexWake].Load() == wakes {
+		t.Fatal("ring did not call FUTEX_WAKE for a sleeper")
+	}
+	// A timed wait returns by itself.
+	start := time.Now()
+	if d.wait(func() bool { return false }, 2*time.Millisecond) {
+		t.Fatal("wait reported ready")
+	}
+	if el := time.Since(start); el < time.Millisecond || el > 2*time.Second {
+		t.Fatalf("timed wait took %v", el)
+	}
+}
