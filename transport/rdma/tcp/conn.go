@@ -77,7 +77,6 @@ type conn struct {
 	state  int
 	err    error // why the conn left stateOK
 	closed bool  // Close was called
-	failed bool  // the socket is going down
 	// Send queue: seq numbers; head ≤ tx ≤ tail. [head, tx) is on the
 	// wire awaiting a response, [tx, tail) awaits the writer.
 	sq              []*wr
@@ -215,7 +214,6 @@ func (c *conn) fail(err error) {
 	if c.err == nil {
 		c.err = c.describe(err)
 	}
-	c.failed = true
 	c.mu.Unlock()
 	c.failOnce.Do(func() {
 		close(c.done)

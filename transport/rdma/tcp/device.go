@@ -1,8 +1,10 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 
@@ -18,7 +20,11 @@ const MaxInline = 256
 
 func init() {
 	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
-		return newDevice(cfg.WithDefaults()), nil
+		cfg = cfg.WithDefaults()
+		if cfg.SendQueueDepth < 1 || cfg.RecvQueueDepth < 1 || cfg.RNRTimer < 0 || cfg.RNRRetry < -1 {
+			return nil, opErr("open", fmt.Errorf("%w: config %+v", rdma.ErrInvalid, cfg))
+		}
+		return newDevice(cfg), nil
 	})
 }
 
@@ -33,6 +39,7 @@ type device struct {
 }
 
 func newDevice(cfg rdma.Config) *device {
+	cfg.Token = bytes.Clone(cfg.Token) // the caller may reuse its slice
 	return &device{
 		cfg:   cfg,
 		pd:    soft.NewPD(provider),
@@ -176,8 +183,11 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 	nc, err := l.ln.AcceptTCP()
 	stop()
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = ctx.Err()
+		case errors.Is(err, net.ErrClosed):
+			err = rdma.ErrClosed
 		}
 		return nil, opErr("accept", err)
 	}
