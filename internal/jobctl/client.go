@@ -44,7 +44,11 @@ type Client struct {
 	joined atomic.Bool
 	phase  atomic.Pointer[string]
 	state  atomic.Uint64 // opID<<48 | inOp<<47 | seq (47 bits)
-	since  atomic.Int64  // UnixNano of the last Enter or Leave
+	lastOp atomic.Pointer[opEntry]
+
+	// Owned by the loop goroutine.
+	seen   uint64    // state word at the last report
+	seenAt time.Time // when the loop first saw it
 
 	wake   chan struct{}
 	stop   chan struct{}
@@ -87,7 +91,7 @@ func newClient(addr string, token []byte, rank int, interval time.Duration) *Cli
 		done:     make(chan struct{}),
 	}
 	c.rank.Store(int64(rank))
-	c.since.Store(time.Now().UnixNano())
+	c.seenAt = time.Now()
 	go c.loop()
 	return c
 }
@@ -117,8 +121,12 @@ func (c *Client) Enter(op string, seq uint64) {
 	if c == nil {
 		return
 	}
-	c.state.Store(uint64(internOp(op))<<48 | inBit | seq&seqMask)
-	c.since.Store(time.Now().UnixNano())
+	e := c.lastOp.Load() // collectives repeat: skip the table lookup
+	if e == nil || e.name != op {
+		e = internOp(op)
+		c.lastOp.Store(e)
+	}
+	c.state.Store(uint64(e.id)<<48 | inBit | seq&seqMask)
 }
 
 // Leave records that the rank left its current collective.
@@ -126,13 +134,7 @@ func (c *Client) Leave() {
 	if c == nil {
 		return
 	}
-	for {
-		old := c.state.Load()
-		if c.state.CompareAndSwap(old, old&^inBit) {
-			break
-		}
-	}
-	c.since.Store(time.Now().UnixNano())
+	c.state.And(^uint64(inBit))
 }
 
 // Close sends a last report (waiting at most half a second) and stops the
@@ -153,16 +155,22 @@ func (c *Client) poke() {
 	}
 }
 
-// report reads the current state.
+// report reads the current state. The loop notes when it first saw the
+// state word change (Enter and Leave stay free of clock reads), so SinceMS
+// is late by up to one interval.
 func (c *Client) report(done bool) Report {
 	st := c.state.Load()
+	now := time.Now()
+	if st != c.seen {
+		c.seen, c.seenAt = st, now
+	}
 	r := Report{
 		Rank:    int(c.rank.Load()),
 		Joined:  c.joined.Load(),
 		Op:      opName(uint16(st >> 48)),
 		Seq:     st & seqMask,
 		InOp:    st&inBit != 0,
-		SinceMS: time.Since(time.Unix(0, c.since.Load())).Milliseconds(),
+		SinceMS: now.Sub(c.seenAt).Milliseconds(),
 		Done:    done,
 	}
 	if p := c.phase.Load(); p != nil {
@@ -275,10 +283,15 @@ func (s *sender) send(rep Report, deadline time.Time) error {
 }
 
 // The op table interns op names so Enter stores one word and allocates
-// nothing for names it has seen.
+// nothing for names it has seen. Entries live forever; a job has a handful.
 type opTable struct {
-	ids   map[string]uint16
+	ids   map[string]*opEntry
 	names []string
+}
+
+type opEntry struct {
+	name string
+	id   uint16
 }
 
 var (
@@ -287,30 +300,30 @@ var (
 )
 
 func init() {
-	ops.Store(&opTable{ids: map[string]uint16{"": 0}, names: []string{""}})
+	ops.Store(&opTable{ids: map[string]*opEntry{"": {"", 0}}, names: []string{""}})
 }
 
-func internOp(op string) uint16 {
-	if id, ok := ops.Load().ids[op]; ok {
-		return id
+func internOp(op string) *opEntry {
+	if e, ok := ops.Load().ids[op]; ok {
+		return e
 	}
 	opsMu.Lock()
 	defer opsMu.Unlock()
 	t := ops.Load()
-	if id, ok := t.ids[op]; ok {
-		return id
+	if e, ok := t.ids[op]; ok {
+		return e
 	}
 	if len(t.names) >= 1<<16-1 {
-		return 0
+		return t.ids[""]
 	}
-	n := &opTable{ids: make(map[string]uint16, len(t.ids)+1), names: append(t.names[:len(t.names):len(t.names)], op)}
+	n := &opTable{ids: make(map[string]*opEntry, len(t.ids)+1), names: append(t.names[:len(t.names):len(t.names)], op)}
 	for k, v := range t.ids {
 		n.ids[k] = v
 	}
-	id := uint16(len(n.names) - 1)
-	n.ids[op] = id
+	e := &opEntry{name: op, id: uint16(len(n.names) - 1)}
+	n.ids[op] = e
 	ops.Store(n)
-	return id
+	return e
 }
 
 func opName(id uint16) string {

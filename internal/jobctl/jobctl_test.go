@@ -142,8 +142,11 @@ func TestEnterLeaveDoNotAllocate(t *testing.T) {
 	c := newClient("127.0.0.1:1", nil, 0, time.Hour)
 	defer c.Close()
 	c.Enter("allreduce", 0)
+	c.Enter("broadcast", 0)
 	n := testing.AllocsPerRun(100, func() {
 		c.Enter("allreduce", 7)
+		c.Leave()
+		c.Enter("broadcast", 8)
 		c.Leave()
 	})
 	if n != 0 {
@@ -197,5 +200,15 @@ func TestRankList(t *testing.T) {
 		if got := RankList(tc.in); got != tc.want {
 			t.Errorf("RankList(%v) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+func BenchmarkEnterLeave(b *testing.B) {
+	c := newClient("127.0.0.1:1", nil, 0, time.Hour)
+	defer c.Close()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		c.Enter("allreduce", uint64(i))
+		c.Leave()
 	}
 }
