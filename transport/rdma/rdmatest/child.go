@@ -81,6 +81,7 @@ type remotePeer struct {
 	dec    *json.Decoder
 	broken error
 	stop   func() error // ends the server side
+	pid    int          // the child's, if there is one
 }
 
 // startChild re-runs the test binary as a conformance child.
@@ -128,6 +129,7 @@ func startChild(provider string) (*remotePeer, error) {
 		return nil, err
 	}
 	rp := newRemotePeer(pr, pw)
+	rp.pid = cmd.Process.Pid
 	rp.stop = func() error {
 		pw.Close() // EOF: the child closes its session and exits
 		select {

@@ -8,7 +8,12 @@ import (
 	_ "github.com/gorun-hpc/gorun/transport/rdma/mem"
 )
 
-func TestMain(m *testing.M) { os.Exit(Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(orphanEnv) != "" && os.Getenv(ChildEnv) == "" {
+		os.Exit(orphanParent())
+	}
+	os.Exit(Main(m))
+}
 
 // TestConformanceMemPipe runs the table with the peer behind the control
 // protocol, served from a goroutine: the child's code path, minus the
