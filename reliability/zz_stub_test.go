@@ -1,0 +1,9 @@
+package reliability
+
+import "runtime"
+
+var trialSlots = make(chan struct{}, 2)
+
+func runtimeCPUs() int { return runtime.NumCPU() }
+
+func runChild(role string) int { return 2 }
