@@ -99,6 +99,13 @@ func TestNoGoroutineLeak(t *testing.T) {
 		da.Close()
 		db.Close()
 	}
+	waitGoroutines(t, before)
+}
+
+// waitGoroutines fails if the goroutine count does not come back down to
+// before within a few seconds.
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
