@@ -15,10 +15,11 @@ func TestConformance(t *testing.T) {
 	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true})
 }
 
-// The suite again with a job token: every connection authenticates.
+// The suite again with a job token: every connection authenticates, the
+// child peer included (it gets the token with its config).
 func TestConformanceToken(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the token run repeats the suite")
 	}
-	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", Config: rdma.Config{Token: []byte("conformance")}})
+	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true, Config: rdma.Config{Token: []byte("conformance")}})
 }
