@@ -11,7 +11,10 @@ import (
 
 func rnrForever(c *rdma.Config) { c.RNRRetry = -1 }
 func rnrShort(c *rdma.Config)   { c.RNRRetry, c.RNRTimer = 2, 5*time.Millisecond }
-func rnrPatient(c *rdma.Config) { c.RNRRetry, c.RNRTimer = 7, 50*time.Millisecond }
+
+// rnrPatient gives a late receiver a second (20 retries 50ms apart), so a
+// loaded machine does not fail rnr-in-time, which posts after 75ms.
+func rnrPatient(c *rdma.Config) { c.RNRRetry, c.RNRTimer = 20, 50*time.Millisecond }
 
 // badKey is an rkey the peer did not hand out (barring a 2^-32 accident).
 func badKey(k uint32) uint32 { return k ^ 0x5a5a5a5a }
