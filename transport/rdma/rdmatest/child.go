@@ -143,6 +143,10 @@ func startChild(provider string) (*remotePeer, error) {
 			return errors.New("rdmatest child did not exit; killed")
 		}
 	}
+	if _, err := rp.call(request{Op: "hello"}); err != nil {
+		rp.stop()
+		return nil, fmt.Errorf("conformance child did not answer (does the package's TestMain call rdmatest.Main?): %w", err)
+	}
 	return rp, nil
 }
 
@@ -187,7 +191,11 @@ func (c *remotePeer) call(q request) (response, error) {
 	if c.broken != nil {
 		return resp, c.broken
 	}
-	deadline := time.Now().Add(q.Timeout + 60*time.Second)
+	margin := 60 * time.Second // covers the slowest call without a timeout (a 64 MiB fill)
+	if q.Op == "hello" {
+		margin = 10 * time.Second
+	}
+	deadline := time.Now().Add(q.Timeout + margin)
 	c.w.SetWriteDeadline(deadline)
 	c.r.SetReadDeadline(deadline)
 	if err := c.enc.Encode(&q); err != nil {

@@ -103,6 +103,7 @@ func (e *peerError) Unwrap() error { return e.err }
 func handle(p *localPeer, q *request) (resp response) {
 	var err error
 	switch q.Op {
+	case "hello":
 	case "listen":
 		resp.Addr, err = p.Listen(q.Config, q.Addr)
 	case "accept":
