@@ -1,0 +1,143 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// inProcess runs op on every rank of an n-rank in-process communicator
+// over transport with GORUN_FAULT=fault, and returns each rank's error and
+// the time it came back.
+func inProcess(t *testing.T, transport, fault string, timeout time.Duration, iters int) ([]error, []time.Duration) {
+	t.Helper()
+	t.Setenv("GORUN_FAULT", fault)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 4, comm.WithTransport(transport), comm.WithTimeout(timeout))
+	if err != nil {
+		t.Fatalf("NewLocal: %v", err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, len(cs))
+	took := make([]time.Duration, len(cs))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := len(cs)
+			buf := make([]float64, 1024)
+			for it := 0; it < iters; it++ {
+				for i := range buf {
+					buf[i] = float64(r + i + it)
+				}
+				if err := comm.AllReduce(ctx, c, buf, buf, comm.Sum); err != nil {
+					errs[r], took[r] = err, time.Since(start)
+					return
+				}
+				for i, v := range buf {
+					if want := float64(n*(n-1)/2 + n*(i+it)); v != want {
+						errs[r] = fmt.Errorf("WRONG RESULT at iteration %d: [%d] = %v, want %v", it, i, v, want)
+						return
+					}
+				}
+			}
+			took[r] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	return errs, took
+}
+
+// A connection cut under one rank (faulty Cut: its socket closes, the
+// process lives) fails the collective on every rank, promptly, naming one
+// of the cut link's two ends: rank 2, or the peer rank 2 itself names (a
+// broken link does not say which end broke it).
+func TestCutConnectionNamed(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			errs, took := inProcess(t, tr, "rank=2:cut:write:20", 5*time.Second, 200)
+			other := -1
+			var re2 *comm.RankError
+			if errors.As(errs[2], &re2) {
+				other = re2.Rank
+			}
+			for r, err := range errs {
+				var re *comm.RankError
+				if err == nil {
+					t.Errorf("rank %d: no error after rank 2's connection was cut", r)
+					continue
+				}
+				if !errors.As(err, &re) {
+					t.Errorf("rank %d: %v is not a *comm.RankError", r, err)
+					continue
+				}
+				if took[r] > 5*time.Second {
+					t.Errorf("rank %d: error after %v", r, took[r])
+				}
+				t.Logf("rank %d after %v: %v", r, took[r].Round(time.Millisecond), err)
+				if r != 2 && re.Rank != 2 && re.Rank != other {
+					t.Errorf("rank %d: error names rank %d, want 2 or %d", r, re.Rank, other)
+				}
+			}
+		})
+	}
+}
+
+// Silently lost writes (faulty Drop on every write of rank 1 after its
+// 10th) are caught by the operation timeout on every rank: no hang, no
+// wrong result. The rank named is the one each rank waited for; the test
+// records whether that is rank 1.
+func TestDroppedWritesTimeOut(t *testing.T) {
+	const timeout = 2 * time.Second
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			errs, took := inProcess(t, tr, "rank=1:drop:write:0", timeout, 50)
+			named := 0
+			for r, err := range errs {
+				if err == nil {
+					continue // every write dropped from the first: see below
+				}
+				var re *comm.RankError
+				if !errors.As(err, &re) || !errors.Is(err, comm.ErrTimeout) && !errors.Is(err, comm.ErrAborted) && !errors.Is(err, comm.ErrPeerFailed) {
+					t.Errorf("rank %d: %v", r, err)
+				}
+				if took[r] > timeout+2*time.Second {
+					t.Errorf("rank %d: error after %v, timeout %v", r, took[r], timeout)
+				}
+				if re != nil && re.Rank == 1 {
+					named++
+				}
+				t.Logf("rank %d after %v: %v", r, took[r].Round(time.Millisecond), err)
+			}
+			for r, err := range errs {
+				if err == nil {
+					t.Errorf("rank %d: no error although rank 1 drops its writes", r)
+				}
+			}
+			t.Logf("%d of 4 ranks name rank 1", named)
+		})
+	}
+}
+
+// A slow rank (every write delayed) slows the job but never changes a
+// result.
+func TestSlowRankStillCorrect(t *testing.T) {
+	errs, _ := inProcess(t, "tcp", "rank=3:delay:write:0:before:2ms", 20*time.Second, 20)
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
