@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -223,12 +224,17 @@ func (c *conn) fail(err error) {
 	})
 }
 
+// describe turns the error that ended the socket into Err's value. Every
+// such error unwraps to rdma.ErrClosed and, but for a clean end, to its
+// cause (a reset, a protocol violation).
 func (c *conn) describe(err error) error {
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return opErr("conn", &peerError{peer: c.peer, err: errPeerClosed})
-	}
-	if err == rdma.ErrClosed {
+	switch {
+	case err == rdma.ErrClosed:
 		return opErr("conn", err)
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		err = errPeerClosed
+	default:
+		err = fmt.Errorf("connection lost: %w: %w", err, rdma.ErrClosed)
 	}
 	return opErr("conn", &peerError{peer: c.peer, err: err})
 }

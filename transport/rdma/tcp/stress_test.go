@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -173,5 +174,24 @@ func TestCloseDuringTransfer(t *testing.T) {
 				t.Fatalf("regions still held after close: %v", err)
 			}
 		})
+	}
+}
+
+// A peer that breaks the protocol loses the connection; Err says why.
+func TestProtocolViolation(t *testing.T) {
+	a, b, _, _ := pair(t, rdma.Config{})
+	var hdr [hdrLen]byte
+	h := header{op: opAck, seq: 12345} // acknowledges nothing outstanding
+	h.encode(&hdr)
+	b.(*conn).nc.Write(hdr[:])
+	ctx := testCtx(t)
+	if _, err := a.GetRecvComp(ctx); ctx.Err() != nil || !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("GetRecvComp: %v", err)
+	}
+	if err := a.Err(); !errors.Is(err, errProtocol) || !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("Err: %v", err)
+	}
+	if _, err := b.GetRecvComp(ctx); ctx.Err() != nil || !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("peer GetRecvComp: %v", err)
 	}
 }
