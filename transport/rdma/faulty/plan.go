@@ -63,6 +63,10 @@ func (r *Rule) String() string {
 		s += ":after"
 	case InWait:
 		s += ":wait"
+	default:
+		if r.Action == Delay {
+			s += ":before" // the delay is the 5th field: keep the 4th
+		}
 	}
 	if r.Action == Delay {
 		s += ":" + r.Delay.String()
