@@ -72,12 +72,13 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	if binary.LittleEndian.Uint64(peerHello[0:]) != segMagic || binary.LittleEndian.Uint32(peerHello[8:]) != segVersion {
 		return nil, errProtocol
 	}
+	if peerAuth := binary.LittleEndian.Uint32(peerHello[12:]) == helloAuth; peerAuth != (len(d.cfg.Token) > 0) {
+		return nil, fmt.Errorf("pid %d: one side has a token and the other none: %w", cred.Pid, rdma.ErrAuth)
+	}
 	if len(d.cfg.Token) > 0 {
 		if err := d.authenticate(uc, dialer, nonce[:], peerHello[16:48], cred); err != nil {
 			return nil, err
 		}
-	} else if binary.LittleEndian.Uint32(peerHello[12:]) == helloAuth {
-		return nil, fmt.Errorf("peer requires a token and this device has none: %w", rdma.ErrAuth)
 	}
 
 	c, err = newConn(d, uc, int(cred.Pid))

@@ -60,16 +60,28 @@ func socketPath(addr string) (string, error) {
 	return filepath.Join(dir, fmt.Sprintf("shm-%d-%s.sock", os.Getpid(), hex.EncodeToString(b[:]))), nil
 }
 
+// listener accepts sockets and runs each handshake in the background, so
+// that a Dial completes without waiting for Accept (as a TCP connect
+// completes into the backlog): a rank may dial its successor before it
+// accepts its predecessor.
 type listener struct {
 	dev  *Device
 	ln   *net.UnixListener
 	addr *net.UnixAddr
 
-	accepted chan *net.UnixConn
-	done     chan struct{}
+	accepted chan *conn
+	ctx      context.Context // ends with Close
+	cancel   context.CancelFunc
 	once     sync.Once
 	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	lastErr error // the last failed handshake, for Accept's error
 }
+
+// handshakeTimeout bounds a background handshake: a peer that connects and
+// stalls must not hold a goroutine for long.
+const handshakeTimeout = 30 * time.Second
 
 func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
 	path, err := socketPath(addr)
@@ -85,7 +97,8 @@ func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
 		ln.Close()
 		return nil, rdma.NewOpError(provider, "listen", err)
 	}
-	l := &listener{dev: d, ln: ln, addr: ua, accepted: make(chan *net.UnixConn, 16), done: make(chan struct{})}
+	l := &listener{dev: d, ln: ln, addr: ua, accepted: make(chan *conn, 64)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -99,65 +112,79 @@ func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
 	return l, nil
 }
 
-// acceptLoop accepts sockets until Close; Accept does the handshake, under
-// its caller's context.
+// acceptLoop accepts sockets until Close and hands each to a handshake.
 func (l *listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
 		uc, err := l.ln.AcceptUnix()
 		if err != nil {
-			select {
-			case <-l.done:
+			if l.ctx.Err() != nil {
 				return
-			default:
 			}
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				continue
 			}
+			l.fail(err)
 			return
 		}
-		select {
-		case l.accepted <- uc:
-		case <-l.done:
-			uc.Close()
-			return
-		}
+		l.wg.Add(1)
+		go l.serve(uc)
 	}
 }
 
+func (l *listener) serve(uc *net.UnixConn) {
+	defer l.wg.Done()
+	ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+	defer cancel()
+	c, err := l.dev.handshake(ctx, uc, false)
+	if err != nil {
+		l.fail(err)
+		return
+	}
+	select {
+	case l.accepted <- c:
+	case <-l.ctx.Done():
+		c.Close()
+	}
+}
+
+func (l *listener) fail(err error) {
+	l.mu.Lock()
+	l.lastErr = err
+	l.mu.Unlock()
+}
+
 func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
-	for {
-		select {
-		case uc := <-l.accepted:
-			c, err := l.dev.handshake(ctx, uc, false)
-			if err != nil {
-				if ctxErr(ctx, err) != nil {
-					return nil, rdma.NewOpError(provider, "accept", ctx.Err())
-				}
-				return nil, rdma.NewOpError(provider, "accept", err)
-			}
-			return c, nil
-		case <-l.done:
-			return nil, rdma.NewOpError(provider, "accept", rdma.ErrClosed)
-		case <-ctx.Done():
-			return nil, rdma.NewOpError(provider, "accept", ctx.Err())
+	select {
+	case c := <-l.accepted:
+		return c, nil
+	case <-l.ctx.Done():
+		return nil, rdma.NewOpError(provider, "accept", rdma.ErrClosed)
+	case <-ctx.Done():
+		l.mu.Lock()
+		last := l.lastErr
+		l.mu.Unlock()
+		if last != nil {
+			return nil, rdma.NewOpError(provider, "accept", fmt.Errorf("%w (last failed handshake: %v)", ctx.Err(), last))
 		}
+		return nil, rdma.NewOpError(provider, "accept", ctx.Err())
 	}
 }
 
 func (l *listener) Addr() net.Addr { return l.addr }
 
-// Close stops accepting and removes the socket file.
+// Close stops accepting, closes the connections not yet accepted and
+// removes the socket file.
 func (l *listener) Close() error {
 	var err error
 	l.once.Do(func() {
-		close(l.done)
+		l.cancel()
 		err = l.ln.Close() // unlinks the socket
 		l.wg.Wait()
 		for {
 			select {
-			case uc := <-l.accepted:
-				uc.Close()
+			case c := <-l.accepted:
+				c.Close()
 				continue
 			default:
 			}

@@ -57,6 +57,11 @@ func (c *conn) socketLoop() {
 	c.setError(reason, false)
 	c.wakeAll()
 	c.flushRecvs()
+	// A request waiting for a fallback answer gets none.
+	select {
+	case c.respCh <- fallbackResp{status: rdma.StatusRetryExceeded}:
+	default:
+	}
 	// The queued requests flush now; the queue ends after them.
 	c.sqMu.Lock()
 	for c.busy || len(c.pending) > 0 {
@@ -65,10 +70,6 @@ func (c *conn) socketLoop() {
 	c.sqMu.Unlock()
 	c.sendCQ.Close(reason)
 	c.recvCQ.Close(reason)
-	select {
-	case c.respCh <- fallbackResp{status: rdma.StatusRetryExceeded}:
-	default:
-	}
 }
 
 func (c *conn) readCtl() error {
