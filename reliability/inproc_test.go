@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -140,4 +141,60 @@ func TestSlowRankStillCorrect(t *testing.T) {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}
+}
+
+// A rank that closes its communicator right after the last collective
+// must not fail the peers still finishing it: Close is not collective
+// (MPI_Finalize is), but what the peers need from this rank was already
+// sent. KNOWN BUG today: the peers' barrier fails with ErrPeerFailed
+// ("recv flushed") or ErrPeerClosed; REL_STRICT=1 makes it a failure.
+func TestCloseAfterLastCollective(t *testing.T) {
+	for _, tr := range []string{"mem", "tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			t.Setenv("GORUN_FAULT", "")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			failed := 0
+			var first error
+			const rounds = 10
+			for range rounds {
+				cs, err := comm.NewLocal(ctx, 4, comm.WithTransport(tr), comm.WithTimeout(5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs := make([]error, 4)
+				var wg sync.WaitGroup
+				for r, c := range cs {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := []float32{1, 2}
+						if errs[r] = comm.AllReduce(ctx, c, buf, buf, comm.Sum); errs[r] == nil {
+							errs[r] = c.Barrier(ctx)
+						}
+						c.Close()
+					}()
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					failed++
+					first = cmpOr(first, err)
+				}
+			}
+			if failed > 0 {
+				msg := fmt.Sprintf("%d of %d jobs failed a peer by closing after the final barrier; first: %v", failed, rounds, first)
+				if os.Getenv("REL_STRICT") != "" {
+					t.Fatal(msg)
+				}
+				t.Skip("KNOWN BUG: " + msg)
+			}
+		})
+	}
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
