@@ -95,8 +95,11 @@ func BenchmarkPostSend(b *testing.B) {
 		b.Run("bytes="+sz.name, func(b *testing.B) {
 			a, rb, da, db := pair(b, rdma.Config{RNRRetry: -1})
 			src, _ := da.Alloc(sz.n, rdma.AccessLocalWrite)
-			const depth = 32
+			depth := min(32, (64<<20)/sz.n)
 			dst, _ := db.Alloc(sz.n*depth, rdma.AccessLocalWrite)
+			// Fault the pages in first, as the memcpy baseline does.
+			clear(dst.Bytes())
+			clear(src.Bytes())
 			for i := 0; i < depth; i++ {
 				rb.PostRecv(uint64(i), dst.Bytes()[i*sz.n:(i+1)*sz.n], dst)
 			}

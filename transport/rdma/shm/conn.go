@@ -3,8 +3,10 @@ package shm
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -229,6 +231,7 @@ func (c *conn) flushRecvs() {
 func (c *conn) flushRecvsLocked() {
 	if c.rqLen > 0 {
 		defer c.kickRecv()
+		c.fenceRecvs()
 	}
 	for c.rqLen > 0 {
 		r := &c.rq[c.rqHead]
@@ -279,6 +282,7 @@ func (c *conn) postRecv(r *rwr) error {
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
 	c.rqLen++
 	c.local.recvLen(c.posted).Store(uint64(total))
+	c.local.recvOff(c.posted).Store(directOff(r))
 	c.posted++
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()
@@ -324,3 +328,36 @@ func (c *conn) Close() error {
 }
 
 func (c *conn) String() string { return fmt.Sprintf("shm conn to pid %d", c.peerPid) }
+
+// directOff is the arena offset of r's buffer if a sender may copy into it
+// directly: one buffer, in Alloc'd memory.
+func directOff(r *rwr) uint64 {
+	if r.sgl != nil || len(r.one[0].Buf) == 0 {
+		return noArena
+	}
+	mr := r.one[0].MR
+	info, ok := mr.Handle.(*mrInfo)
+	if !ok || info.mem == nil {
+		return noArena
+	}
+	return info.off + (rdma.AddrOf(r.one[0].Buf) - mr.Addr())
+}
+
+// fenceRecvs stops direct sends into our receive buffers and waits for
+// those in flight, before the buffers are released (flush, close): after
+// it, the peer copies into the ring instead, where nothing lands. The
+// segment must be mapped.
+func (c *conn) fenceRecvs() {
+	if c.local == nil || c.local.mem == nil {
+		return
+	}
+	c.local.u32(offRecvFenced).Store(1)
+	users := c.local.u32(offDirectUsers)
+	for i := 0; users.Load() != 0 && !c.peerGone.Load(); i++ {
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}

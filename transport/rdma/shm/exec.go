@@ -19,11 +19,12 @@ import (
 const (
 	recHdr = 32
 
-	recPad      = 1 // skip total bytes (to the ring's start)
-	recSend     = 2 // a fragment of a send: payload at offset of total
-	recWriteImm = 3 // consumes a receive: total bytes were written, imm
-	recLenErr   = 4 // consumes a receive too small for a total-byte send
-	recError    = 5 // the sender entered the error state; payload: why
+	recPad        = 1 // skip total bytes (to the ring's start)
+	recSend       = 2 // a fragment of a send: payload at offset of total
+	recWriteImm   = 3 // consumes a receive: total bytes were written, imm
+	recLenErr     = 4 // consumes a receive too small for a total-byte send
+	recError      = 5 // the sender entered the error state; payload: why
+	recSendDirect = 6 // consumes a receive: total bytes were copied into it
 
 	fragFirst = 1
 	fragLast  = 2
@@ -183,7 +184,8 @@ func (c *conn) execSend(w *wr, block bool) bool {
 		return done
 	}
 	first := min(w.total, maxFrag)
-	if !block && (w.total > maxFrag || !c.spaceFor(recSize(first))) {
+	direct := c.peer.recvOff(c.exe.consumed).Load() != noArena
+	if !block && (direct && !c.spaceFor(recSize(0)) || !direct && (w.total > maxFrag || !c.spaceFor(recSize(first)))) {
 		return false
 	}
 	if capacity := c.peer.recvLen(c.exe.consumed).Load(); uint64(w.total) > capacity {
@@ -196,6 +198,15 @@ func (c *conn) execSend(w *wr, block bool) bool {
 		return true
 	}
 	sgl := w.list()
+	if w.total > 0 && c.sendDirect(w, sgl) {
+		if !c.putRecord(recSendDirect, 0, uint64(w.total), block) {
+			c.complete(w, rdma.StatusFlushed)
+			return true
+		}
+		c.exe.consumed++
+		c.complete(w, rdma.StatusSuccess)
+		return true
+	}
 	for off := 0; ; {
 		n := min(w.total-off, maxFrag)
 		rec, ok := c.reserve(recSize(n), block)
@@ -388,4 +399,23 @@ func scatter(sgl []rdma.SGE, off int, src []byte) {
 		src = src[n:]
 		off = 0
 	}
+}
+
+// sendDirect copies w straight into the peer's posted receive when that is
+// one buffer in the peer's arena (one copy instead of two). The peer's
+// fence (set before it releases receive buffers) and the users counter
+// make the copy safe against a concurrent flush, as for the key table.
+func (c *conn) sendDirect(w *wr, sgl []rdma.SGE) bool {
+	off := c.peer.recvOff(c.exe.consumed).Load()
+	if off == noArena || off+uint64(w.total) > uint64(len(c.peerArena)) {
+		return false
+	}
+	users := c.peer.u32(offDirectUsers)
+	users.Add(1)
+	defer users.Add(^uint32(0))
+	if c.peer.u32(offRecvFenced).Load() != 0 {
+		return false
+	}
+	gather(c.peerArena[off:off+uint64(w.total)], sgl, 0)
+	return true
 }

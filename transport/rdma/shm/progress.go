@@ -116,6 +116,14 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 			c.popRecv() // releases the regions before the completion shows
 			c.recvCQ.Push(wc)
 		}
+	case recSendDirect:
+		if total > uint64(r.total) {
+			fault = c.opErr("recv", errProtocolRing)
+			break
+		}
+		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
+		c.popRecv()
+		c.recvCQ.Push(wc)
 	case recWriteImm:
 		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true}
 		c.popRecv()

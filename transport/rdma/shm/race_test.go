@@ -96,3 +96,53 @@ func TestHotPathAllocs(t *testing.T) {
 		t.Fatalf("%.1f allocations per write+send round", allocs)
 	}
 }
+
+// TestDirectSendVersusClose: sends copy straight into Alloc'd receives
+// while the receiver closes. The receiver's regions must be free (not
+// busy) once Close returns, and the sender must end in an error.
+func TestDirectSendVersusClose(t *testing.T) {
+	a, b, da, db := pair(t, rdma.Config{RNRRetry: -1})
+	const n = 1 << 20
+	src, _ := da.Alloc(n, rdma.AccessLocalWrite)
+	dst, _ := db.Alloc(4*n, rdma.AccessLocalWrite)
+	for i := 0; i < 4; i++ {
+		b.PostRecv(uint64(i), dst.Bytes()[i*n:(i+1)*n], dst)
+	}
+	done := make(chan rdma.Status, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := 0; ; i++ {
+			a.PostSend(uint64(i), src.Bytes(), src, rdma.FlagSignaled)
+			wc, err := a.GetSendComp(ctx)
+			if err != nil {
+				done <- rdma.StatusFatal // the queue ended: also noticed
+				return
+			}
+			if wc.Status != rdma.StatusSuccess {
+				done <- wc.Status
+				return
+			}
+		}
+	}()
+	go func() {
+		// Keep the receiver fed until it closes.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for {
+			wc, err := b.GetRecvComp(ctx)
+			if err != nil || wc.Status != rdma.StatusSuccess {
+				return
+			}
+			b.PostRecv(wc.WRID, dst.Bytes()[int(wc.WRID)*n:(int(wc.WRID)+1)*n], dst)
+		}
+	}()
+	time.Sleep(10 * time.Millisecond)
+	b.Close()
+	if err := dst.Deregister(); err != nil {
+		t.Fatalf("Deregister after Close: %v", err)
+	}
+	if st := <-done; st == rdma.StatusSuccess {
+		t.Fatal("sender did not notice the close")
+	}
+}

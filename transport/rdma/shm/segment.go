@@ -20,13 +20,14 @@ import (
 //	64    ring head (owner) and the data doorbell (peer sleeps on it)
 //	128   ring tail (peer) and the space doorbell (owner sleeps on it)
 //	192   receives posted (owner) and the receive doorbell (peer sleeps on it)
-//	256   closed flag (owner)
-//	4096  recvLens: capacity of each posted receive, by sequence mod depth
+//	256   direct-send users (peer) and the receive fence (owner)
+//	4096  receives: capacity and arena offset of each posted receive, by
+//	      sequence mod depth
 //	...   keys: maxKeys slots of the owner device's key table
 //	...   ring: ringSize bytes of records
 const (
 	segMagic   = 0x6d68736e75726f67 // "gorunshm"
-	segVersion = 1
+	segVersion = 2
 
 	offMagic     = 0
 	offPid       = 8
@@ -44,7 +45,8 @@ const (
 	offRecvPosted  = 192
 	offRecvSeq     = 200
 	offRecvWaiters = 204
-	offClosed      = 256
+	offDirectUsers = 256 // u32: peer sends copying into our receive buffers
+	offRecvFenced  = 260 // u32: 1 once our receive buffers may be released
 	offRecvLens    = 4096
 
 	// maxKeys bounds the remotely accessible regions of one device.
@@ -65,7 +67,7 @@ type segment struct {
 }
 
 func segLayout(recvDepth int) (keysOff, ringOff, size int) {
-	keysOff = alignUp(offRecvLens+8*recvDepth, 4096)
+	keysOff = alignUp(offRecvLens+16*recvDepth, 4096)
 	ringOff = alignUp(keysOff+maxKeys*slotSize, 4096)
 	return keysOff, ringOff, ringOff + ringSize
 }
@@ -155,7 +157,13 @@ func (s *segment) recvBell() doorbell {
 }
 
 func (s *segment) recvLen(seq uint64) *atomic.Uint64 {
-	return s.u64(offRecvLens + 8*int(seq%uint64(s.recvDepth)))
+	return s.u64(offRecvLens + 16*int(seq%uint64(s.recvDepth)))
+}
+
+// recvOff is where a posted receive's single buffer lies in the owner's
+// arena, or noArena: a sender may then copy straight into it.
+func (s *segment) recvOff(seq uint64) *atomic.Uint64 {
+	return s.u64(offRecvLens + 16*int(seq%uint64(s.recvDepth)) + 8)
 }
 
 func (s *segment) ring() []byte { return s.mem[s.ringOff : s.ringOff+ringSize] }

@@ -66,10 +66,16 @@ func mustWC(t testing.TB, get func(context.Context) (rdma.WC, error), want rdma.
 
 func TestSendRecv(t *testing.T) {
 	a, b, da, db := pair(t, rdma.Config{})
-	for _, n := range []int{0, 1, 100, 4096, 70000, 3 << 20} {
+	for _, n := range []int{0, 1, 100, 101, 4096, 4097, 70000, 70001, 3 << 20, 3<<20 + 1} {
 		src, _ := da.Alloc(n, rdma.AccessLocalWrite)
+		// Alternate a registered receive (through the ring) and an Alloc'd
+		// one (the sender copies straight into it).
 		dst := make([]byte, n+10)
 		rmr, err := db.Register(dst, rdma.AccessLocalWrite)
+		if n%2 == 0 {
+			rmr, err = db.Alloc(n+10, rdma.AccessLocalWrite)
+			dst = rmr.Bytes()
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
