@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,9 @@ import (
 const childEnv = "GORUN_RELIABILITY_CHILD"
 
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "ssh" {
+		os.Exit(fakeSSH(os.Args[1:]))
+	}
 	if role := os.Getenv(childEnv); role != "" {
 		os.Exit(runChild(role))
 	}
