@@ -19,12 +19,15 @@
 // trip. Alloc'd memory never needs the fallback.
 //
 // Sends, write-with-immediate notifications, receive-length errors and
-// error notices travel in a 1 MiB shared ring per direction, in records of
-// up to 64 KiB (longer sends are fragmented, so the receiver copies out
-// while the sender copies in). A small send costs no syscall: the sender
-// reads the peer's published receive count and capacity (receiver not
-// ready: it waits on the peer's receive doorbell, RNRTimer at a time,
-// RNRRetry times), copies into the ring and bumps the head.
+// error notices travel in a 1 MiB shared ring per direction. A send costs
+// no syscall: the sender reads the peer's published receive count and
+// capacity (receiver not ready: it waits on the peer's receive doorbell,
+// RNRTimer at a time, RNRRetry times); if the receive is one buffer of
+// Alloc'd memory the sender copies straight into it and puts a small
+// record in the ring, else it copies the payload into the ring in records
+// of up to 64 KiB (the receiver copies out while the sender copies in).
+// A receiver fences its buffers (a flag plus an in-flight counter in its
+// segment, as for the key table) before a flush releases them.
 //
 // # Waiting
 //
