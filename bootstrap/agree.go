@@ -1,0 +1,244 @@
+package bootstrap
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// proposal is the table a node derives from its current view of the job.
+type proposal struct {
+	members    []Member // by rank; complete only if ok
+	ok         bool
+	seen       []int
+	missing    []int
+	unassigned int
+	notes      []string
+}
+
+// formTable derives the first world from the live members of the job:
+// assigned ranks keep their rank (of two nodes claiming one rank, the
+// smaller name wins); unassigned nodes, sorted by (host, name), fill the
+// free ranks in ascending order, so that ranks of one host are adjacent.
+func formTable(peers map[string]peer, size int) proposal {
+	p := proposal{members: make([]Member, size)}
+	filled := make([]bool, size)
+	var free []peer
+	for _, q := range peers {
+		m := q.meta
+		switch {
+		case m.Size != size:
+			p.notes = append(p.notes, fmt.Sprintf("node %s (rank %d) has size %d", q.name, m.Rank, m.Size))
+		case m.Leaving:
+		case m.Rank < 0:
+			free = append(free, q)
+		case m.Rank >= size:
+			p.notes = append(p.notes, fmt.Sprintf("node %s has rank %d ≥ size", q.name, m.Rank))
+		case !filled[m.Rank] || q.name < p.members[m.Rank].Name:
+			filled[m.Rank] = true
+			p.members[m.Rank] = member(m.Rank, q)
+		}
+	}
+	slices.SortFunc(free, func(a, b peer) int {
+		return cmp.Or(cmp.Compare(a.meta.Host, b.meta.Host), cmp.Compare(a.name, b.name))
+	})
+	for r := 0; r < size && len(free) > 0; r++ {
+		if !filled[r] {
+			filled[r] = true
+			p.members[r] = member(r, free[0])
+			free = free[1:]
+		}
+	}
+	p.unassigned = len(free)
+	for r, f := range filled {
+		if f {
+			p.seen = append(p.seen, r)
+		} else {
+			p.missing = append(p.missing, r)
+		}
+	}
+	slices.Sort(p.notes)
+	p.ok = len(p.missing) == 0
+	return p
+}
+
+func member(rank int, q peer) Member {
+	return Member{Rank: rank, Name: q.name, Addr: q.addr, Host: q.meta.Host, Blob: q.meta.Blob}
+}
+
+// shrinkTable derives the next world from old: its members still alive in
+// the view, renumbered in the order of their old ranks.
+func shrinkTable(peers map[string]peer, old World) proposal {
+	var p proposal
+	for _, m := range old.Members {
+		if q, ok := peers[m.Name]; ok && !q.meta.Leaving {
+			m.Rank = len(p.members)
+			p.members = append(p.members, m)
+			p.seen = append(p.seen, m.Rank)
+		}
+	}
+	p.ok = len(p.members) > 0
+	return p
+}
+
+// digestOf hashes everything a world view consists of.
+func digestOf(job string, epoch uint32, members []Member) [digestLen]byte {
+	h := sha256.New()
+	var b []byte
+	b = appendString(b, job)
+	b = binary.AppendUvarint(b, uint64(epoch))
+	b = binary.AppendUvarint(b, uint64(len(members)))
+	for _, m := range members {
+		b = binary.AppendUvarint(b, uint64(m.Rank))
+		b = appendString(b, m.Name)
+		b = appendString(b, m.Addr)
+		b = appendString(b, m.Host)
+		b = appendString(b, string(m.Blob))
+	}
+	h.Write(b)
+	var d [digestLen]byte
+	copy(d[:], h.Sum(nil))
+	return d
+}
+
+// agree runs the agreement for epoch (see doc.go): derive the table from
+// the current view; the table's rank 0 coordinates. A member proposes the
+// table's digest to the coordinator and finishes when the coordinator
+// commits that digest; the coordinator commits once every member proposed
+// the digest of its own table. Proposals are resent until committed.
+func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]peer) proposal) (World, error) {
+	tick := time.NewTicker(max(5*n.cfg.GossipInterval, 50*time.Millisecond))
+	defer tick.Stop()
+	resend := max(10*n.cfg.GossipInterval, 100*time.Millisecond)
+	var (
+		last     proposal
+		disagree []int
+		coord    string
+		sent     [digestLen]byte
+		sentAt   time.Time
+	)
+	var (
+		gen   uint64
+		view  []peer
+		peers map[string]peer
+		p     proposal
+		ok    []bool
+		me    int
+		d     [digestLen]byte
+	)
+	for {
+		n.viewMu.Lock()
+		changed := peers == nil || gen != n.viewGen
+		if changed {
+			gen, view = n.viewGen, view[:0]
+			for _, q := range n.peers {
+				view = append(view, q)
+			}
+		}
+		n.viewMu.Unlock()
+		if changed {
+			peers = make(map[string]peer, len(view))
+			for _, q := range view {
+				peers[q.name] = q
+			}
+			p = table(peers)
+			me = slices.IndexFunc(p.members, func(m Member) bool { return m.Name == n.name })
+			if p.ok && me >= 0 {
+				d = digestOf(n.cfg.JobID, epoch, p.members)
+			}
+		}
+		last, disagree, coord = p, nil, ""
+		if p.ok && me >= 0 {
+			w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
+			coord = p.members[0].Name
+			if me == 0 {
+				ok = slices.Grow(ok[:0], len(p.members))[:len(p.members)]
+				all := true
+				n.mu.Lock()
+				props := n.proposals[epoch]
+				for i, m := range p.members[1:] {
+					got, have := props[m.Name]
+					ok[i] = have && got == d
+					all = all && ok[i]
+				}
+				if all {
+					n.committed[epoch] = d
+				}
+				n.mu.Unlock()
+				for i, m := range p.members[1:] {
+					if !ok[i] {
+						disagree = append(disagree, m.Rank)
+					}
+				}
+				if len(disagree) == 0 {
+					c := message{kind: msgCommit, epoch: epoch, digest: d, from: n.name}
+					for _, m := range p.members[1:] {
+						n.send(m.Name, m.Addr, c)
+					}
+					return w, nil
+				}
+			} else {
+				n.mu.Lock()
+				c, have := n.commits[epoch]
+				n.mu.Unlock()
+				if have && c.digest == d && c.from == coord {
+					return w, nil
+				}
+				if d != sent || time.Since(sentAt) >= resend {
+					n.send(coord, p.members[0].Addr, message{kind: msgPropose, epoch: epoch, digest: d, from: n.name})
+					sent, sentAt = d, time.Now()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return World{}, n.formError(epoch, last, disagree, coord, ctx.Err())
+		case <-n.done:
+			return World{}, n.formError(epoch, last, disagree, coord, ErrClosed)
+		case <-n.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+func (n *Node) formError(epoch uint32, p proposal, disagree []int, coord string, cause error) error {
+	n.mu.Lock()
+	joinErr := n.joinErr
+	n.mu.Unlock()
+	size := n.cfg.Size
+	if epoch > 1 {
+		size = len(p.members)
+	}
+	e := &FormError{JobID: n.cfg.JobID, Size: size, Epoch: epoch, Seen: p.seen, Missing: p.missing,
+		Unassigned: p.unassigned, Disagree: disagree, Notes: p.notes, Cause: cause}
+	if p.ok && coord != n.name && coord != "" {
+		e.Notes = append(e.Notes, "no commit from the coordinator, rank 0 ("+coord+")")
+	}
+	if joinErr != nil {
+		e.Notes = append(e.Notes, "joining the seeds failed: "+joinErr.Error())
+	}
+	return e
+}
+
+// Shrink forms the next world from the members of the current one that
+// are still alive: all survivors must call it; they agree on a new epoch
+// and are renumbered 0..n-1 in the order of their old ranks. It returns a
+// *FormError if the survivors do not agree before ctx is done.
+func (n *Node) Shrink(ctx context.Context) (World, error) {
+	n.mu.Lock()
+	old, closed := n.world, n.closed
+	n.mu.Unlock()
+	if closed {
+		return World{}, &OpError{Op: "shrink", Rank: old.Rank, Peer: -1, Err: ErrClosed}
+	}
+	w, err := n.agree(ctx, old.Epoch+1, func(ps map[string]peer) proposal { return shrinkTable(ps, old) })
+	if err != nil {
+		return World{}, err
+	}
+	n.install(w)
+	return w, nil
+}

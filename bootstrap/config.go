@@ -1,0 +1,208 @@
+package bootstrap
+
+import (
+	"crypto/hkdf"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures one rank's bootstrap node. JobID and Size are required;
+// zero timing fields take the DefaultLANConfig value.
+type Config struct {
+	JobID string // ≤ 64 bytes; nodes of another job are refused
+	Token []byte // job secret; gossip is encrypted with a key derived from it (empty: plaintext)
+	Rank  int    // this rank, or -1 to be assigned one from the agreed view
+	Size  int    // number of ranks in the world
+
+	BindAddr      string   // gossip address (UDP and TCP); default "0.0.0.0"
+	BindPort      int      // 0 picks a free port
+	AdvertiseAddr string   // address peers use, if not BindAddr
+	AdvertisePort int      // port peers use, if not the bound one
+	Seeds         []string // host:port of seed nodes; this node's own address is skipped
+	Host          string   // locality identity (≤ 64 bytes); default HostIdentity()
+	Logger        *log.Logger
+
+	// Timeout bounds world formation in Join in addition to the context;
+	// negative means the context alone.
+	Timeout time.Duration
+
+	// GossipInterval and GossipNodes: every GossipInterval a node sends
+	// queued updates (joins, meta changes, deaths) to GossipNodes random
+	// peers. Meta changes are how the world view is agreed, so this sets the
+	// formation time: a few rounds of log(N) gossip.
+	GossipInterval time.Duration
+	GossipNodes    int
+
+	// PushPullInterval is the period of full-state TCP syncs with one random
+	// peer; it repairs lost UDP gossip.
+	PushPullInterval time.Duration
+
+	// ProbeInterval, ProbeTimeout and SuspicionMult set failure detection:
+	// a node probes one peer per interval; a peer that does not answer
+	// (directly or through IndirectChecks others) within ProbeTimeout is
+	// suspected, and declared dead SuspicionMult·max(1,log10 N)·ProbeInterval
+	// later unless it refutes.
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	SuspicionMult  int
+	IndirectChecks int
+
+	// DisableTCPPings turns off memberlist's TCP fallback probe of a peer
+	// that missed its UDP probes. The fallback catches UDP-only loss; it
+	// costs a connection per failed probe, which hurts when the failed
+	// probes come from an overloaded host.
+	DisableTCPPings bool
+
+	TCPTimeout   time.Duration // connect + push/pull deadline
+	RetryJoin    time.Duration // first delay between attempts to join the seeds (doubles, max 1s)
+	LeaveTimeout time.Duration // how long Close waits for the leave message to go out
+}
+
+// DefaultLANConfig is tuned for one job on a LAN or a single host: a killed
+// rank is reported within 2-4 s, and a world of 64 ranks forms in well
+// under a second on an idle host. memberlist's own LAN preset (1 s probes,
+// 500 ms probe timeout, suspicion 4·log10(N) s, 200 ms gossip) is built for
+// long-lived server clusters and reports a crash after 5-25 s; a stalled
+// collective cannot wait that long. It is not tuned further down because
+// ranks run busy hosts (data loaders, kernels): probes answered late by a
+// starved process must not declare it dead, and a false failure kills the
+// job. Lifeguard's awareness (memberlist's default) additionally stretches
+// the timeouts of a node that notices it is slow.
+func DefaultLANConfig() Config {
+	return Config{
+		Rank:             -1,
+		BindAddr:         "0.0.0.0",
+		Timeout:          60 * time.Second,       // GORUN_TIMEOUT's default
+		GossipInterval:   20 * time.Millisecond,  // joins spread in a few 20 ms rounds; idle rounds send nothing
+		GossipNodes:      4,                      // fan-out of each round
+		PushPullInterval: 2 * time.Second,        // repairs lost UDP; memberlist scales it up beyond 32 nodes
+		ProbeInterval:    500 * time.Millisecond, // each node probes one peer twice a second
+		ProbeTimeout:     200 * time.Millisecond, // LAN RTT is ≪ 1 ms; the rest is room for a loaded host
+		SuspicionMult:    3,                      // dead after 3·max(1,log10 N)·500 ms = 1.5 s (N ≤ 10) to 2.7 s (N = 64) once confirmed
+		IndirectChecks:   3,                      // ask 3 peers before suspecting (avoids false positives)
+		TCPTimeout:       2 * time.Second,        // push/pull and join connections
+		RetryJoin:        50 * time.Millisecond,  // seeds start at the same time as the other ranks
+		LeaveTimeout:     200 * time.Millisecond, // a leave message goes out in one gossip round (20 ms)
+	}
+}
+
+// DefaultLocalConfig is DefaultLANConfig bound to the loopback interface,
+// for tests and single-host jobs.
+func DefaultLocalConfig() Config {
+	c := DefaultLANConfig()
+	c.BindAddr = "127.0.0.1"
+	return c
+}
+
+// withDefaults fills zero fields from DefaultLANConfig and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	d := DefaultLANConfig()
+	set := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = d.BindAddr
+	}
+	if c.Host == "" {
+		c.Host = HostIdentity()
+	}
+	set(&c.Timeout, d.Timeout)
+	set(&c.GossipInterval, d.GossipInterval)
+	setInt(&c.GossipNodes, d.GossipNodes)
+	set(&c.PushPullInterval, d.PushPullInterval)
+	set(&c.ProbeInterval, d.ProbeInterval)
+	set(&c.ProbeTimeout, d.ProbeTimeout)
+	setInt(&c.SuspicionMult, d.SuspicionMult)
+	setInt(&c.IndirectChecks, d.IndirectChecks)
+	set(&c.TCPTimeout, d.TCPTimeout)
+	set(&c.RetryJoin, d.RetryJoin)
+	set(&c.LeaveTimeout, d.LeaveTimeout)
+	switch {
+	case c.JobID == "":
+		return c, fmt.Errorf("%w: empty job id", ErrInvalidConfig)
+	case len(c.JobID) > MaxJobID:
+		return c, fmt.Errorf("%w: job id longer than %d bytes", ErrInvalidConfig, MaxJobID)
+	case len(c.Host) > MaxHost:
+		return c, fmt.Errorf("%w: host identity longer than %d bytes", ErrInvalidConfig, MaxHost)
+	case c.Size < 1:
+		return c, fmt.Errorf("%w: size %d", ErrInvalidConfig, c.Size)
+	case c.Rank < -1 || c.Rank >= c.Size:
+		return c, fmt.Errorf("%w: rank %d not in [-1, %d)", ErrInvalidConfig, c.Rank, c.Size)
+	case c.BindPort < 0 || c.BindPort > 65535:
+		return c, fmt.Errorf("%w: port %d", ErrInvalidConfig, c.BindPort)
+	}
+	return c, nil
+}
+
+// GossipKey derives the 32-byte AES-256 key memberlist encrypts gossip with
+// from the job token: HKDF-SHA-256 with a fixed salt and label. Nodes with
+// another token cannot decrypt (or be decrypted) and never join.
+func GossipKey(token []byte) []byte {
+	// hkdf.Key fails only for lengths over 255·32 bytes.
+	key, _ := hkdf.Key(sha256.New, token, []byte("gorun"), "gorun gossip key v1", 32)
+	return key
+}
+
+// HostIdentity names this machine for locality: the hostname plus a hash
+// of the kernel boot id, so that containers sharing a hostname across
+// machines, or a rebooted machine, are told apart.
+func HostIdentity() string {
+	h, _ := os.Hostname()
+	if h == "" {
+		h = "localhost"
+	}
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	sum := sha256.Sum256(append([]byte(h+"\x00"), strings.TrimSpace(string(boot))...))
+	if len(h) > MaxHost-9 {
+		h = h[:MaxHost-9]
+	}
+	return fmt.Sprintf("%s/%x", h, sum[:4])
+}
+
+// memberlistConfig maps c onto memberlist's configuration.
+func (c Config) memberlistConfig(name string) *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = name
+	mc.BindAddr = c.BindAddr
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	mc.GossipInterval = c.GossipInterval
+	mc.GossipNodes = c.GossipNodes
+	mc.PushPullInterval = c.PushPullInterval
+	mc.ProbeInterval = c.ProbeInterval
+	mc.ProbeTimeout = c.ProbeTimeout
+	mc.SuspicionMult = c.SuspicionMult
+	mc.IndirectChecks = c.IndirectChecks
+	mc.TCPTimeout = c.TCPTimeout
+	mc.DisableTcpPings = c.DisableTCPPings
+	mc.GossipToTheDeadTime = 2 * time.Second // dead ranks do not come back
+	mc.RetransmitMult = 4                    // as LAN: an update is sent 4·log(N+1) times
+	mc.SuspicionMaxTimeoutMult = 4           // unconfirmed suspicion lasts at most 4× the confirmed one (LAN: 6)
+	mc.EnableCompression = false             // metas are small; saves CPU
+	mc.DeadNodeReclaimTime = time.Second     // a restarted rank may reuse its address
+	mc.QueueCheckInterval = 30 * time.Second
+	if len(c.Token) > 0 {
+		mc.SecretKey = GossipKey(c.Token)
+	}
+	if c.Logger != nil {
+		mc.Logger = c.Logger
+	} else {
+		mc.Logger = log.New(io.Discard, "", 0)
+	}
+	return mc
+}

@@ -1,0 +1,96 @@
+package bootstrap
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// delegate implements memberlist's hooks for a Node. memberlist calls the
+// event, alive and merge hooks with its node lock held, so they only copy
+// what they need under n.mu and never call back into memberlist.
+type delegate struct{ n *Node }
+
+var (
+	_ memberlist.Delegate         = (*delegate)(nil)
+	_ memberlist.EventDelegate    = (*delegate)(nil)
+	_ memberlist.MergeDelegate    = (*delegate)(nil)
+	_ memberlist.AliveDelegate    = (*delegate)(nil)
+	_ memberlist.ConflictDelegate = (*delegate)(nil)
+)
+
+// NodeMeta returns the encoded meta; it always fits in limit (see meta.go).
+func (d *delegate) NodeMeta(limit int) []byte {
+	d.n.metaMu.Lock()
+	defer d.n.metaMu.Unlock()
+	if len(d.n.metaBuf) > limit {
+		return nil
+	}
+	return d.n.metaBuf
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// check accepts a node only if its meta decodes and names our job.
+func (d *delegate) check(node *memberlist.Node) error {
+	m, err := decodeMeta(node.Meta)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	if m.JobID != d.n.cfg.JobID {
+		return fmt.Errorf("node %s: %w: %q", node.Name, ErrWrongJob, m.JobID)
+	}
+	return nil
+}
+
+// NotifyAlive refuses alive messages of other jobs' nodes.
+func (d *delegate) NotifyAlive(node *memberlist.Node) error { return d.check(node) }
+
+// NotifyMerge refuses a push/pull join with a cluster that holds any node
+// of another job.
+func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
+	for _, p := range peers {
+		if err := d.check(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {}
+
+func (d *delegate) NotifyJoin(node *memberlist.Node)   { d.update(node) }
+func (d *delegate) NotifyUpdate(node *memberlist.Node) { d.update(node) }
+
+func (d *delegate) update(node *memberlist.Node) {
+	m, err := decodeMeta(node.Meta)
+	if err != nil || m.JobID != d.n.cfg.JobID {
+		return // NotifyAlive let it through only if valid; be safe anyway
+	}
+	n := d.n
+	p := peer{name: node.Name, addr: node.Address(), meta: m}
+	n.viewMu.Lock()
+	n.peers[node.Name] = p
+	n.viewGen++
+	n.viewMu.Unlock()
+	n.signal()
+}
+
+func (d *delegate) NotifyLeave(node *memberlist.Node) {
+	n := d.n
+	n.viewMu.Lock()
+	p, ok := n.peers[node.Name]
+	delete(n.peers, node.Name)
+	n.viewGen++
+	n.viewMu.Unlock()
+	if ok {
+		n.mu.Lock()
+		if n.formed {
+			n.reportLocked(node.Name, p.meta.Leaving)
+		}
+		n.mu.Unlock()
+	}
+	n.signal()
+}

@@ -1,0 +1,96 @@
+// Package bootstrap lets the ranks of one job find each other with no
+// central server, agree on one view of the world, and hear about failures.
+// It is built on hashicorp/memberlist (SWIM gossip with Lifeguard).
+//
+// Ownership: the bootstrap helper owns this package; comm.Init is its only
+// caller in gorun. Nothing here imports comm.
+//
+// # Joining
+//
+// Each rank calls Join (or Start, then Form) with a Config: its job id, the
+// job token, its rank (or -1 to be assigned one) and the world size, a
+// gossip address (port 0 picks one), and the seeds (GORUN_SEEDS). A rank
+// whose own address is a seed skips itself; the others contact the seeds
+// until one answers (seeds start at the same time as everyone, so failures
+// are retried), then re-sync with them while they see fewer than Size
+// members: the seeds learn every rank at its join, and one push/pull with
+// a seed is faster than waiting for a burst of joins to gossip through a
+// loaded host.
+//
+// Every node publishes its metadata in its memberlist node meta: rank,
+// size, job id, host identity (hostname plus a hash of the boot id, for
+// locality) and an opaque blob of at most MaxBlob (320) bytes — comm puts
+// its transport endpoints there. The encoding is versioned and compact
+// (meta.go); its worst case is 464 bytes, under memberlist's 512-byte
+// limit. Oversize fields are refused with ErrMetaTooLarge.
+//
+// # Isolation
+//
+// Gossip is encrypted with AES-256-GCM under a key derived from the job
+// token with HKDF-SHA-256 (GossipKey), so a node without the token can
+// neither read nor inject anything. Nodes of another job that share the
+// token are refused by an AliveDelegate and a MergeDelegate that check the
+// job id in the meta. An empty token disables encryption (trusted networks
+// only).
+//
+// # Agreement
+//
+// Gossip is only eventually consistent: two ranks may, for a while, see
+// different members. Before any connection is made, the ranks agree on one
+// table (rank → node, address, host, blob) for an epoch (1 for the first
+// world), as follows:
+//
+//  1. Each node derives the table from its current view: assigned ranks
+//     keep their rank (of two nodes claiming one rank, the smaller name
+//     wins); unassigned nodes, sorted by (host, name), fill the free ranks
+//     in order. The table is complete when all Size ranks are filled.
+//  2. The node hashes the complete table (SHA-256 of a canonical encoding,
+//     with job id and epoch) into a digest, and sends the digest to the
+//     table's rank 0, the coordinator, in a propose message (a memberlist
+//     user message: UDP, encrypted). It resends it until answered.
+//  3. The coordinator commits digest D when its own table hashes to D and
+//     every member has proposed D; it then sends commit(D) to every member
+//     and answers any later proposal of D with commit(D).
+//  4. A member finishes when it receives commit(D) from its table's
+//     coordinator and its own table still hashes to D.
+//
+// Because the coordinator commits only when every member proposed D, and
+// a member finishes only on a commit of its own current digest, every rank
+// that finishes holds the same table. The digest covers the blobs, so
+// all ranks connect to the same endpoints. This takes 2·(Size−1) messages
+// once the view is complete, instead of waiting for Size meta updates to
+// gossip to every node. Limitation: a proposal is not withdrawn when a
+// member's view changes after proposing, so if the membership changes
+// during agreement (a rank crashes and a new process takes its rank within
+// the few hundred milliseconds of step 2-3), the coordinator may commit a
+// table that a member no longer holds; that member then does not finish
+// and times out with a *FormError, rather than using another table.
+//
+// If the world does not form before the context is done (or
+// Config.Timeout passes), Join returns a *FormError naming the ranks seen,
+// the ranks missing, the ranks that did not agree (on the coordinator),
+// and why joining the seeds failed, if it did.
+//
+// # Failures and Shrink
+//
+// Once formed, memberlist's dead and left events for a member of the
+// world become Failure values on Failures(): ErrPeerDead for a crash
+// detected by probes, ErrPeerLeft for a rank that Closed (it sets a
+// leaving flag in its meta before it leaves). Failure detection is tuned
+// in DefaultLANConfig (see its comment): a killed rank is reported within
+// 2-4 s on a LAN or loopback.
+//
+// Shrink lets the survivors agree on the next world: the members of the
+// current world still alive, renumbered in the order of their old ranks,
+// in epoch+1, by the same protocol. Every survivor must call it.
+//
+// # Concurrency
+//
+// Node methods are safe for concurrent use, except that Form and Shrink
+// must not run concurrently with each other. memberlist calls the
+// delegates (delegate.go) with its own node lock held; they only copy data
+// under short critical sections and never call back into memberlist, and
+// no lock of this package is held across a memberlist call. Close leaves,
+// shuts memberlist down and waits for the goroutines this package started;
+// memberlist's own goroutines exit shortly after.
+package bootstrap

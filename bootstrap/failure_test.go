@@ -1,0 +1,166 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// expectFailure waits for rank's failure report on every node of nodes
+// except rank itself.
+func expectFailure(t *testing.T, nodes []*Node, rank int, want error, within time.Duration) {
+	t.Helper()
+	deadline := time.After(within)
+	for r, n := range nodes {
+		if r == rank || n == nil {
+			continue
+		}
+		select {
+		case f := <-n.Failures():
+			if f.Rank != rank || !errors.Is(f.Err, want) || f.Epoch != 1 {
+				t.Errorf("rank %d got failure %+v (%v), want rank %d: %v", r, f, f.Err, rank, want)
+			}
+			var oe *OpError
+			if !errors.As(f.Err, &oe) || oe.Peer != rank || oe.Rank != r {
+				t.Errorf("rank %d: failure error %v does not name the ranks", r, f.Err)
+			}
+		case <-deadline:
+			t.Fatalf("rank %d: no failure report for rank %d within %v", r, rank, within)
+		}
+	}
+}
+
+func TestKilledRankReported(t *testing.T) {
+	nodes := startWorld(t, "kill", 4, nil)
+	start := time.Now()
+	nodes[2].shutdown(false) // a crash: no leave message
+	expectFailure(t, nodes, 2, ErrPeerDead, 10*time.Second)
+	t.Logf("killed rank reported to all in %v", time.Since(start))
+}
+
+func TestClosedRankReported(t *testing.T) {
+	nodes := startWorld(t, "leave", 3, nil)
+	start := time.Now()
+	if err := nodes[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	expectFailure(t, nodes, 1, ErrPeerLeft, 5*time.Second)
+	t.Logf("closed rank reported to all in %v", time.Since(start))
+	if _, ok := <-nodes[1].Failures(); ok {
+		t.Error("Failures not closed after Close")
+	}
+}
+
+func TestWorldNotFormed(t *testing.T) {
+	seed, err := Start(testConfig("short", 0, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seed.Close()
+	c := testConfig("short", 2, 4)
+	c.Seeds = []string{seed.Addr()}
+	other, err := Start(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = seed.Form(ctx)
+	if time.Since(start) > 3*time.Second {
+		t.Errorf("Form returned after %v", time.Since(start))
+	}
+	var fe *FormError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrNotFormed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want *FormError", err)
+	}
+	if !slices.Equal(fe.Seen, []int{0, 2}) || !slices.Equal(fe.Missing, []int{1, 3}) {
+		t.Errorf("seen %v missing %v, want [0 2] and [1 3]", fe.Seen, fe.Missing)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "missing ranks [1 3]") {
+		t.Errorf("message %q does not list the missing ranks", msg)
+	}
+}
+
+func TestNoSeed(t *testing.T) {
+	c := testConfig("noseed", 1, 2)
+	c.Seeds = []string{"127.0.0.1:1"} // nothing listens there
+	c.Timeout = 500 * time.Millisecond
+	_, err := Join(context.Background(), c, nil)
+	if !errors.Is(err, ErrNotFormed) || !strings.Contains(err.Error(), "joining the seeds failed") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, c := range []Config{
+		{Size: 2},                                 // no job id
+		{JobID: "j", Size: 0},                     // no size
+		{JobID: "j", Size: 2, Rank: 2},            // rank out of range
+		{JobID: strings.Repeat("j", 65), Size: 1}, // job id too long
+	} {
+		if _, err := Join(context.Background(), c, nil); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: err = %v, want ErrInvalidConfig", c, err)
+		}
+	}
+	_, err := Join(context.Background(), testConfig("j", 0, 1), make([]byte, MaxBlob+1))
+	if !errors.Is(err, ErrMetaTooLarge) {
+		t.Errorf("oversize blob: err = %v, want ErrMetaTooLarge", err)
+	}
+}
+
+func TestShrink(t *testing.T) {
+	nodes := startWorld(t, "shrink", 4, nil)
+	nodes[1].shutdown(false)
+	expectFailure(t, nodes, 1, ErrPeerDead, 10*time.Second)
+	survivors := []*Node{nodes[0], nodes[2], nodes[3]}
+	worlds := make([]World, 3)
+	errs := make([]error, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan int)
+	for i, n := range survivors {
+		go func() { worlds[i], errs[i] = n.Shrink(ctx); done <- i }()
+	}
+	for range survivors {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range worlds {
+		if w.Epoch != 2 || w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest ||
+			w.Members[i].Name != survivors[i].Name() {
+			t.Errorf("survivor %d: world %+v", i, w)
+		}
+	}
+	// The new world reports failures with the new ranks.
+	survivors[2].shutdown(false)
+	select {
+	case f := <-survivors[0].Failures():
+		if f.Rank != 2 || f.Epoch != 2 {
+			t.Errorf("failure %+v, want rank 2 of epoch 2", f)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure report in the shrunk world")
+	}
+}
+
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	nodes := startWorld(t, "leak", 3, nil)
+	closeAll(nodes)
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}

@@ -1,0 +1,95 @@
+package bootstrap
+
+import (
+	"encoding/binary"
+	"net"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Agreement messages travel as memberlist user messages (UDP, encrypted
+// like all gossip). Encoding: kind byte | epoch uvarint | digest (16
+// bytes) | len(sender) sender.
+const (
+	msgPropose = 1 // member → coordinator: my table for epoch has digest D
+	msgCommit  = 2 // coordinator → member: every member proposed D; it is the world
+
+	digestLen = 16
+)
+
+type message struct {
+	kind   byte
+	epoch  uint32
+	digest [digestLen]byte
+	from   string // sender's node name
+}
+
+func (m *message) encode() []byte {
+	b := make([]byte, 0, 1+5+digestLen+1+len(m.from))
+	b = append(b, m.kind)
+	b = binary.AppendUvarint(b, uint64(m.epoch))
+	b = append(b, m.digest[:]...)
+	return appendString(b, m.from)
+}
+
+func decodeMessage(buf []byte) (message, bool) {
+	var m message
+	if len(buf) == 0 || (buf[0] != msgPropose && buf[0] != msgCommit) {
+		return m, false
+	}
+	m.kind = buf[0]
+	d := decoder{buf: buf[1:]}
+	m.epoch = uint32(d.uvarint(1<<32 - 1))
+	copy(m.digest[:], d.fixed(digestLen))
+	m.from = string(d.bytes(255))
+	return m, d.err == nil && len(d.buf) == 0
+}
+
+// send delivers m to the node at addr (host:port) best-effort; losses are
+// repaired by the agreement loop's resends.
+func (n *Node) send(name, addr string, m message) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		return
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil {
+		return
+	}
+	to := &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(port), PMax: memberlist.ProtocolVersionMax}
+	_ = n.ml.SendBestEffort(to, m.encode())
+}
+
+// NotifyMsg receives agreement messages. A coordinator that already
+// committed epoch e answers a late proposal for e that matches with the
+// commit (the member lost it).
+func (d *delegate) NotifyMsg(buf []byte) {
+	m, ok := decodeMessage(buf)
+	if !ok {
+		return
+	}
+	n := d.n
+	var replyTo peer
+	reply := false
+	n.mu.Lock()
+	switch m.kind {
+	case msgPropose:
+		if n.proposals[m.epoch] == nil {
+			n.proposals[m.epoch] = make(map[string][digestLen]byte)
+		}
+		n.proposals[m.epoch][m.from] = m.digest
+		if c, ok := n.committed[m.epoch]; ok && c == m.digest {
+			n.viewMu.Lock()
+			replyTo, reply = n.peers[m.from]
+			n.viewMu.Unlock()
+		}
+	case msgCommit:
+		n.commits[m.epoch] = m
+	}
+	n.mu.Unlock()
+	if reply {
+		n.send(replyTo.name, replyTo.addr, message{kind: msgCommit, epoch: m.epoch, digest: m.digest, from: n.name})
+	}
+	n.signal()
+}

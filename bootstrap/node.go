@@ -1,0 +1,372 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// World is one agreed view of the job: every member of it computed the same
+// table, in the same epoch.
+type World struct {
+	Rank    int // this node's rank
+	Size    int
+	Epoch   uint32 // 1 for the first world; Shrink increments it
+	Digest  [digestLen]byte
+	Members []Member // indexed by rank
+}
+
+// Member is one rank of a World.
+type Member struct {
+	Rank int
+	Name string // gossip node name, unique within the job
+	Addr string // gossip address, host:port
+	Host string // locality identity (Config.Host)
+	Blob []byte // opaque data the rank published (its transport endpoints)
+}
+
+// Failure reports that a member of the formed world left or died.
+type Failure struct {
+	Rank  int    // the member's rank in World epoch Epoch
+	Epoch uint32 // the world it belonged to
+	Name  string
+	Err   error // *OpError wrapping ErrPeerDead or ErrPeerLeft
+}
+
+// Node is one rank's membership in a job's gossip group. Its methods are
+// safe for concurrent use.
+type Node struct {
+	cfg  Config
+	name string
+	ml   *memberlist.Memberlist
+
+	changed chan struct{} // cap 1: the view changed
+	done    chan struct{} // closed by Close
+	wg      sync.WaitGroup
+
+	metaMu  sync.Mutex // guards meta, metaBuf; never held across memberlist calls
+	meta    meta
+	metaBuf []byte
+
+	// viewMu guards peers and viewGen. memberlist calls the event delegate
+	// with its node lock held, and that lock stalls its packet handling, so
+	// every critical section of viewMu is a few map operations.
+	viewMu  sync.Mutex
+	peers   map[string]peer
+	viewGen uint64 // incremented on every change of peers
+
+	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
+	world    World
+	formed   bool
+	inWorld  map[string]int // name → rank in world
+	reported map[string]bool
+	failures chan Failure
+	closed   bool
+	joinErr  error // last failed attempt to join the seeds
+
+	// agreement state, by epoch (see agree.go)
+	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
+	committed map[uint32][digestLen]byte            // as coordinator: the digest committed
+	commits   map[uint32]message                    // as member: the commit received
+}
+
+// peer is a live job member as the event delegate last saw it.
+type peer struct {
+	name string
+	addr string
+	meta meta
+}
+
+// Join starts this rank's gossip node, joins the seeds and returns once the
+// world has formed and been agreed on: Size distinct ranks of the job, all
+// publishing the same view. blob (≤ MaxBlob bytes) is published to the
+// others and comes back in World().Members. If the world does not form
+// before ctx is done or cfg.Timeout passes, Join returns a *FormError that
+// lists the ranks seen and missing. Join is Start followed by Form.
+func Join(ctx context.Context, cfg Config, blob []byte) (*Node, error) {
+	n, err := Start(cfg, blob)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := n.Form(ctx); err != nil {
+		n.shutdown(false)
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start creates the gossip node, publishes blob and begins joining the
+// seeds in the background; Addr is valid on return. Form waits for the
+// world.
+func Start(cfg Config, blob []byte) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+	}
+	if len(blob) > MaxBlob {
+		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1,
+			Err: fmt.Errorf("%w: blob is %d bytes, limit %d", ErrMetaTooLarge, len(blob), MaxBlob)}
+	}
+	n := &Node{
+		cfg:      cfg,
+		name:     nodeName(cfg.Rank),
+		changed:  make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		peers:    make(map[string]peer),
+		reported: make(map[string]bool),
+		failures: make(chan Failure, cfg.Size),
+
+		proposals: make(map[uint32]map[string][digestLen]byte),
+		committed: make(map[uint32][digestLen]byte),
+		commits:   make(map[uint32]message),
+	}
+	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
+		Blob: append([]byte(nil), blob...)}
+	if n.metaBuf, err = n.meta.encode(); err != nil {
+		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+	}
+	mc := cfg.memberlistConfig(n.name)
+	d := &delegate{n}
+	mc.Delegate, mc.Events, mc.Merge, mc.Alive, mc.Conflict = d, d, d, d, d
+	if n.ml, err = memberlist.Create(mc); err != nil {
+		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+	}
+	if seeds := n.otherSeeds(); len(seeds) > 0 {
+		n.wg.Add(1)
+		go n.joinLoop(seeds)
+	}
+	return n, nil
+}
+
+// Form waits until the first world has formed and been agreed on, and
+// returns it; later calls return it at once. On failure (a *FormError)
+// the node stays up: the caller may retry or Close it.
+func (n *Node) Form(ctx context.Context) (World, error) {
+	n.mu.Lock()
+	w, formed := n.world, n.formed
+	n.mu.Unlock()
+	if formed {
+		return w, nil
+	}
+	if n.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.Timeout)
+		defer cancel()
+	}
+	size := n.cfg.Size
+	w, err := n.agree(ctx, 1, func(ps map[string]peer) proposal { return formTable(ps, size) })
+	if err != nil {
+		return World{}, err
+	}
+	n.install(w)
+	return w, nil
+}
+
+// nodeName is unique per process start: the rank and 48 random bits.
+func nodeName(rank int) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	r := "u"
+	if rank >= 0 {
+		r = "r" + strconv.Itoa(rank)
+	}
+	return r + "-" + hex.EncodeToString(b[:])
+}
+
+// Addr is the gossip address (host:port) other ranks can use as a seed.
+func (n *Node) Addr() string { return n.ml.LocalNode().Address() }
+
+// Name is the node's unique gossip name.
+func (n *Node) Name() string { return n.name }
+
+// World returns the current agreed view. Callers must not modify it.
+func (n *Node) World() World {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.world
+}
+
+// Failures delivers one Failure per member of the world that dies or
+// leaves. It is closed by Close.
+func (n *Node) Failures() <-chan Failure { return n.failures }
+
+// Close announces that this rank leaves (its peers see ErrPeerLeft rather
+// than ErrPeerDead), stops gossip and waits for the node's goroutines.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.mu.Unlock()
+	n.shutdown(true)
+	return nil
+}
+
+// shutdown stops the node; leave says whether to announce it first.
+func (n *Node) shutdown(leave bool) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	close(n.done)
+	close(n.failures)
+	n.mu.Unlock()
+
+	n.wg.Wait() // the join loop
+	if leave {
+		n.metaMu.Lock()
+		n.meta.Leaving = true
+		if buf, err := n.meta.encode(); err == nil {
+			n.metaBuf = buf
+		}
+		n.metaMu.Unlock()
+		// Give the leaving flag a few gossip rounds: the dead message
+		// Leave queues supersedes it in memberlist's broadcast queue.
+		_ = n.ml.UpdateNode(min(3*n.cfg.GossipInterval, n.cfg.LeaveTimeout))
+		_ = n.ml.Leave(n.cfg.LeaveTimeout)
+	}
+	_ = n.ml.Shutdown()
+}
+
+// otherSeeds is cfg.Seeds without this node's own address.
+func (n *Node) otherSeeds() []string {
+	self := n.ml.LocalNode()
+	var out []string
+	for _, s := range n.cfg.Seeds {
+		if s == "" || isSelf(s, self.Addr, int(self.Port)) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// isSelf says whether seed host:port names this node: same port and an
+// address of this machine that the node listens on.
+func isSelf(seed string, ip net.IP, port int) bool {
+	host, ps, err := net.SplitHostPort(seed)
+	if err != nil {
+		return false
+	}
+	if p, err := strconv.Atoi(ps); err != nil || p != port {
+		return false
+	}
+	addrs, err := net.LookupIP(host)
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if a.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// joinLoop contacts the seeds until one answers, then keeps re-syncing
+// with them (a full push/pull) while this node sees fewer than Size members,
+// until the world forms or the node closes. Seeds start at the same time
+// as everyone else, so failures are retried with a doubling delay (at most
+// one second). The re-syncs matter for ranks that joined early: the seed
+// learns every rank at its join, while gossip alone takes many rounds to
+// spread a burst of joins when the hosts are loaded.
+func (n *Node) joinLoop(seeds []string) {
+	defer n.wg.Done()
+	delay := n.cfg.RetryJoin
+	joined := false
+	for {
+		n.viewMu.Lock()
+		seen := len(n.peers)
+		n.viewMu.Unlock()
+		if !joined || seen < n.cfg.Size {
+			k, err := n.ml.Join(seeds)
+			if err == nil && k == 0 {
+				err = ErrNoSeed
+			}
+			if k > 0 && !joined {
+				joined, delay = true, 4*n.cfg.RetryJoin
+			}
+			n.mu.Lock()
+			if !joined {
+				n.joinErr = err
+			} else {
+				n.joinErr = nil
+			}
+			n.mu.Unlock()
+		}
+		n.mu.Lock()
+		formed := n.formed
+		n.mu.Unlock()
+		if formed && joined {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-n.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// install makes w the current world and reports members already gone.
+func (n *Node) install(w World) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.world = w
+	n.formed = true
+	n.inWorld = make(map[string]int, len(w.Members))
+	for _, m := range w.Members {
+		n.inWorld[m.Name] = m.Rank
+	}
+	n.viewMu.Lock()
+	var gone []string
+	for _, m := range w.Members {
+		if _, ok := n.peers[m.Name]; !ok {
+			gone = append(gone, m.Name)
+		}
+	}
+	n.viewMu.Unlock()
+	for _, name := range gone {
+		n.reportLocked(name, false)
+	}
+}
+
+// reportLocked sends a Failure for name if it belongs to the current world
+// and was not reported before. n.mu is held.
+func (n *Node) reportLocked(name string, left bool) {
+	r, ok := n.inWorld[name]
+	if !ok || n.reported[name] || n.closed {
+		return
+	}
+	n.reported[name] = true
+	err := ErrPeerDead
+	if left {
+		err = ErrPeerLeft
+	}
+	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
+		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}
+	select {
+	case n.failures <- f:
+	default: // cannot happen: the buffer holds one per member
+	}
+}
+
+func (n *Node) signal() {
+	select {
+	case n.changed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,186 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testConfig is DefaultLocalConfig for one rank of job.
+func testConfig(job string, rank, size int) Config {
+	c := DefaultLocalConfig()
+	c.JobID = job
+	c.Token = []byte("token of " + job)
+	c.Rank, c.Size = rank, size
+	c.Timeout = 30 * time.Second
+	return c
+}
+
+// startWorld starts size ranks in this process: rank 0 is the seed, the
+// others join it concurrently. mod may edit each rank's config. It returns
+// the nodes by the rank they were given and fails t if the world does not
+// form or the views differ.
+func startWorld(t testing.TB, job string, size int, mod func(i int, c *Config)) []*Node {
+	t.Helper()
+	cfgs := make([]Config, size)
+	for i := range cfgs {
+		cfgs[i] = testConfig(job, i, size)
+		if mod != nil {
+			mod(i, &cfgs[i])
+		}
+	}
+	seed, err := Start(cfgs[0], []byte("blob 0"))
+	if err != nil {
+		t.Fatalf("start seed: %v", err)
+	}
+	nodes := make([]*Node, size)
+	errs := make([]error, size)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range size {
+		wg.Go(func() {
+			if i == 0 {
+				_, errs[0] = seed.Form(ctx)
+				nodes[0] = seed
+				return
+			}
+			cfgs[i].Seeds = []string{seed.Addr()}
+			nodes[i], errs[i] = Join(ctx, cfgs[i], fmt.Appendf(nil, "blob %d", i))
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { closeAll(nodes) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("world of %d: %v", size, err)
+	}
+	byRank := make([]*Node, size)
+	w0 := nodes[0].World()
+	for _, n := range nodes {
+		w := n.World()
+		if w.Digest != w0.Digest || w.Epoch != 1 || w.Size != size || len(w.Members) != size {
+			t.Fatalf("node %s: world %+v differs from %+v", n.Name(), w, w0)
+		}
+		if w.Members[w.Rank].Name != n.Name() || byRank[w.Rank] != nil {
+			t.Fatalf("node %s: rank %d is %s", n.Name(), w.Rank, w.Members[w.Rank].Name)
+		}
+		byRank[w.Rank] = n
+	}
+	return byRank
+}
+
+func closeAll(nodes []*Node) {
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		if n != nil {
+			wg.Go(func() { n.Close() })
+		}
+	}
+	wg.Wait()
+}
+
+func TestFormWorld(t *testing.T) {
+	sizes := []int{1, 2, 4}
+	switch {
+	case testing.Short():
+	case raceEnabled:
+		sizes = append(sizes, 16) // 64 ranks in one process under -race starve each other's probes
+	default:
+		sizes = append(sizes, 64)
+	}
+	for _, size := range sizes {
+		t.Run(fmt.Sprintf("ranks=%d", size), func(t *testing.T) {
+			start := time.Now()
+			nodes := startWorld(t, "form", size, nil)
+			t.Logf("world of %d formed in %v", size, time.Since(start))
+			w := nodes[0].World()
+			for r, m := range w.Members {
+				if m.Rank != r || string(m.Blob) != fmt.Sprintf("blob %d", r) || m.Host == "" || m.Addr == "" {
+					t.Errorf("member %d = %+v", r, m)
+				}
+			}
+		})
+	}
+}
+
+func TestElasticRanks(t *testing.T) {
+	// Ranks 1 and 3 are fixed; the others are unassigned and are given
+	// the free ranks 0, 2, 4, 5 in the order of their host identity.
+	hosts := []string{"d", "x", "c", "x", "a", "b"} // index = start order; 0 is the seed
+	nodes := startWorld(t, "elastic", 6, func(i int, c *Config) {
+		c.Host = hosts[i]
+		if i != 1 && i != 3 {
+			c.Rank = -1
+		}
+	})
+	var got []string
+	for _, n := range nodes {
+		got = append(got, n.World().Members[n.World().Rank].Host)
+	}
+	want := []string{"a", "x", "b", "x", "c", "d"}
+	if !slices.Equal(got, want) {
+		t.Errorf("hosts by rank = %q, want %q", got, want)
+	}
+}
+
+// TestElasticDeterministic checks that the assignment is a function of
+// the view alone.
+func TestElasticDeterministic(t *testing.T) {
+	peers := map[string]peer{}
+	for i, h := range []string{"b", "a", "b", "a"} {
+		name := fmt.Sprintf("u-%d", 9-i)
+		peers[name] = peer{name: name, meta: meta{Rank: -1, Size: 4, Host: h}}
+	}
+	p := formTable(peers, 4)
+	var got []string
+	for _, m := range p.members {
+		got = append(got, m.Host+"/"+m.Name)
+	}
+	want := []string{"a/u-6", "a/u-8", "b/u-7", "b/u-9"}
+	if !p.ok || !slices.Equal(got, want) {
+		t.Errorf("table = %v (ok %v), want %v", got, p.ok, want)
+	}
+}
+
+// intruder tries to join the world of nodes with cfg and must fail.
+func intruder(t *testing.T, seed *Node, cfg Config) {
+	t.Helper()
+	cfg.Seeds = []string{seed.Addr()}
+	cfg.Timeout = 1500 * time.Millisecond
+	n, err := Join(context.Background(), cfg, nil)
+	if err == nil {
+		n.Close()
+		t.Fatalf("intruder joined: %+v", n.World())
+	}
+	if !errors.Is(err, ErrNotFormed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("intruder: err = %v", err)
+	}
+	seed.mu.Lock()
+	defer seed.mu.Unlock()
+	for name := range seed.peers {
+		if strings.HasPrefix(name, "r9-") {
+			t.Errorf("seed sees intruder %s", name)
+		}
+	}
+}
+
+func TestWrongJobRefused(t *testing.T) {
+	nodes := startWorld(t, "job-a", 3, nil)
+	c := testConfig("job-b", 2, 10)
+	c.Token = []byte("token of job-a") // right token, wrong job
+	c.Rank = -1
+	intruder(t, nodes[0], withRank(c, 9))
+}
+
+func TestWrongTokenRefused(t *testing.T) {
+	nodes := startWorld(t, "job-t", 3, nil)
+	c := testConfig("job-t", 2, 10)
+	c.Token = []byte("guess")
+	intruder(t, nodes[0], withRank(c, 9))
+}
+
+func withRank(c Config, r int) Config { c.Rank = r; return c }
