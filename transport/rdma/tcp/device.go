@@ -85,7 +85,7 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 	if err != nil {
 		return nil, opErr("listen", err)
 	}
-	ln := &listener{dev: d, ln: nl.(*net.TCPListener)}
+	ln := newListener(d, nl.(*net.TCPListener))
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -93,6 +93,7 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 		return nil, opErr("listen", rdma.ErrClosed)
 	}
 	d.lns[ln] = struct{}{}
+	ln.start()
 	return ln, nil
 }
 
@@ -149,7 +150,7 @@ func (d *device) Close() error {
 	d.lns, d.conns = nil, nil
 	d.mu.Unlock()
 	for ln := range lns {
-		ln.ln.Close()
+		ln.Close()
 	}
 	for c := range conns {
 		c.Close()
@@ -161,49 +162,4 @@ func (d *device) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-type listener struct {
-	dev *device
-	ln  *net.TCPListener
-}
-
-func (l *listener) Addr() net.Addr { return l.ln.Addr() }
-
-// Accept waits for a peer and authenticates it. A peer that fails the
-// handshake makes Accept return that error (ErrAuth); the listener stays
-// open. Concurrent Accepts share the socket's deadline: a ctx ending wakes
-// all of them.
-func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, opErr("accept", err)
-	}
-	l.ln.SetDeadline(noDeadline)
-	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(longAgo) })
-	nc, err := l.ln.AcceptTCP()
-	stop()
-	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			err = ctx.Err()
-		case errors.Is(err, net.ErrClosed):
-			err = rdma.ErrClosed
-		}
-		return nil, opErr("accept", err)
-	}
-	c, err := l.dev.setup(ctx, nc, roleAccept)
-	if err != nil {
-		return nil, opErr("accept", err)
-	}
-	return c, nil
-}
-
-func (l *listener) Close() error {
-	l.dev.mu.Lock()
-	delete(l.dev.lns, l)
-	l.dev.mu.Unlock()
-	if err := l.ln.Close(); err != nil {
-		return opErr("listener_close", err)
-	}
-	return nil
 }

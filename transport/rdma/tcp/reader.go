@@ -223,6 +223,11 @@ func (c *conn) waitRecv() (*recvWR, error) {
 		case <-c.recvWake:
 			try-- // a post is not a retry
 		case <-c.rnrTimer.C:
+			if c.peerGone() {
+				// The stream is held, so EOF would not be read: look.
+				c.rnrTimer.Stop()
+				return nil, errPeerClosed
+			}
 		case <-c.done:
 			c.rnrTimer.Stop()
 			return nil, errClosing

@@ -195,3 +195,18 @@ func TestProtocolViolation(t *testing.T) {
 		t.Fatalf("peer GetRecvComp: %v", err)
 	}
 }
+
+// A target holding the stream in an endless receiver-not-ready wait still
+// notices that the initiator went away.
+func TestPeerCloseDuringRNRWait(t *testing.T) {
+	a, b, _, _ := pair(t, rdma.Config{RNRRetry: -1, RNRTimer: time.Millisecond})
+	if err := a.PostSend(1, []byte("x"), nil, rdma.FlagInline); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // b is now waiting for a receive
+	a.Close()
+	ctx := testCtx(t)
+	if _, err := b.GetRecvComp(ctx); ctx.Err() != nil || !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("peer did not see the end: %v", err)
+	}
+}
