@@ -69,14 +69,16 @@ type listener struct {
 	ln   *net.UnixListener
 	addr *net.UnixAddr
 
-	accepted chan *conn
-	ctx      context.Context // ends with Close
-	cancel   context.CancelFunc
-	once     sync.Once
-	wg       sync.WaitGroup
+	results chan acceptResult // established connections and failed handshakes
+	ctx     context.Context   // ends with Close
+	cancel  context.CancelFunc
+	once    sync.Once
+	wg      sync.WaitGroup
+}
 
-	mu      sync.Mutex
-	lastErr error // the last failed handshake, for Accept's error
+type acceptResult struct {
+	c   *conn
+	err error
 }
 
 // handshakeTimeout bounds a background handshake: a peer that connects and
@@ -97,7 +99,7 @@ func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
 		ln.Close()
 		return nil, rdma.NewOpError(provider, "listen", err)
 	}
-	l := &listener{dev: d, ln: ln, addr: ua, accepted: make(chan *conn, 64)}
+	l := &listener{dev: d, ln: ln, addr: ua, results: make(chan acceptResult, 64)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	d.mu.Lock()
 	if d.closed {
@@ -124,49 +126,49 @@ func (l *listener) acceptLoop() {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				continue
 			}
-			l.fail(err)
+			l.deliver(acceptResult{err: err})
 			return
 		}
 		l.wg.Add(1)
-		go l.serve(uc)
+		go func() {
+			defer l.wg.Done()
+			ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+			defer cancel()
+			c, err := l.dev.handshake(ctx, uc, false)
+			if err != nil && l.ctx.Err() != nil {
+				return // closing
+			}
+			l.deliver(acceptResult{c, err})
+		}()
 	}
 }
 
-func (l *listener) serve(uc *net.UnixConn) {
-	defer l.wg.Done()
-	ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
-	defer cancel()
-	c, err := l.dev.handshake(ctx, uc, false)
-	if err != nil {
-		l.fail(err)
-		return
-	}
+// deliver queues r for Accept, or drops it when the listener closes.
+func (l *listener) deliver(r acceptResult) {
 	select {
-	case l.accepted <- c:
+	case l.results <- r:
 	case <-l.ctx.Done():
-		c.Close()
+		if r.c != nil {
+			r.c.Close()
+		}
 	}
 }
 
-func (l *listener) fail(err error) {
-	l.mu.Lock()
-	l.lastErr = err
-	l.mu.Unlock()
-}
-
+// Accept returns the next established connection, or the error of a
+// failed handshake (a bad token is rdma.ErrAuth), as tcp's does.
 func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, rdma.NewOpError(provider, "accept", err)
+	}
 	select {
-	case c := <-l.accepted:
-		return c, nil
+	case r := <-l.results:
+		if r.err != nil {
+			return nil, rdma.NewOpError(provider, "accept", r.err)
+		}
+		return r.c, nil
 	case <-l.ctx.Done():
 		return nil, rdma.NewOpError(provider, "accept", rdma.ErrClosed)
 	case <-ctx.Done():
-		l.mu.Lock()
-		last := l.lastErr
-		l.mu.Unlock()
-		if last != nil {
-			return nil, rdma.NewOpError(provider, "accept", fmt.Errorf("%w (last failed handshake: %v)", ctx.Err(), last))
-		}
 		return nil, rdma.NewOpError(provider, "accept", ctx.Err())
 	}
 }
@@ -183,8 +185,10 @@ func (l *listener) Close() error {
 		l.wg.Wait()
 		for {
 			select {
-			case c := <-l.accepted:
-				c.Close()
+			case r := <-l.results:
+				if r.c != nil {
+					r.c.Close()
+				}
 				continue
 			default:
 			}

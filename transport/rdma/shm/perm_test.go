@@ -105,8 +105,8 @@ func TestAuth(t *testing.T) {
 			if tc.ok && (derr != nil || aerr != nil) {
 				t.Fatalf("dial %v, accept %v", derr, aerr)
 			}
-			if !tc.ok && (!errors.Is(derr, rdma.ErrAuth) || aerr == nil) {
-				t.Fatalf("want the dial to fail with ErrAuth and no connection accepted: dial %v, accept %v", derr, aerr)
+			if !tc.ok && (!errors.Is(derr, rdma.ErrAuth) || !errors.Is(aerr, rdma.ErrAuth)) {
+				t.Fatalf("want both sides to fail with ErrAuth: dial %v, accept %v", derr, aerr)
 			}
 		})
 	}
