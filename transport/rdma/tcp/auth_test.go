@@ -119,3 +119,47 @@ func TestStrayClient(t *testing.T) {
 		}
 	}
 }
+
+// A client that connects and says nothing holds neither Accept nor the
+// next client, and Close does not wait for its handshake to time out.
+func TestSilentClientDoesNotBlockAccept(t *testing.T) {
+	ctx := testCtx(t)
+	dev, _ := rdma.Open("tcp")
+	defer dev.Close()
+	ln, err := dev.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := netDialer.DialContext(ctx, "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(10 * time.Millisecond)
+	dialed := make(chan error, 1)
+	go func() {
+		c, err := dev.Dial(ctx, ln.Addr().String())
+		if err == nil {
+			defer c.Close()
+		}
+		dialed <- err
+	}()
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := ln.Accept(actx)
+	if err != nil {
+		t.Fatalf("accept behind a silent client: %v", err)
+	}
+	c.Close()
+	if err := <-dialed; err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ln.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("listener close waited %v for a handshake", d)
+	}
+	if _, err := ln.Accept(ctx); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("accept after close: %v", err)
+	}
+}

@@ -15,14 +15,19 @@
 //
 // A handshake precedes all frames: protocol version, and when
 // Config.Token is set a mutual HMAC-SHA256 challenge-response (see
-// handshake.go); a peer that fails it never reaches registered memory.
+// handshake.go); a peer that fails it never reaches registered memory. A
+// listener runs each handshake in its own goroutine (at most 64 at once,
+// 10 s each), so a silent or hostile client holds neither Accept nor other
+// clients.
 //
 // Ownership and concurrency: a Conn owns its socket and three goroutines —
 // the writer (the only one that writes to the socket: requests in post
 // order, responses as the reader queues them, gathered with one writev), the
 // reader (the only one that reads: serves requests, completes the send
 // queue on ACKs), and a reaper that flushes the queues once both have
-// exited. The reader never waits for the writer, so two ends writing large
+// exited. While the reader holds the stream in a receiver-not-ready wait it
+// polls the socket for the peer hanging up (POLLRDHUP), so even an endless
+// wait ends with the peer. The reader never waits for the writer, so two ends writing large
 // messages at each other cannot deadlock; read responses are therefore
 // copied out of the region when the read is served. Post* and Reg* are safe
 // for concurrent use; GetSendComp and GetRecvComp each by one goroutine at a
