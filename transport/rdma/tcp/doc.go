@@ -25,11 +25,11 @@
 // order, responses as the reader queues them, gathered with one writev), the
 // reader (the only one that reads: serves requests, completes the send
 // queue on ACKs), and a reaper that flushes the queues once both have
-// exited. While the reader holds the stream in a receiver-not-ready wait it
-// polls the socket for the peer hanging up (POLLRDHUP), so even an endless
-// wait ends with the peer. The reader never waits for the writer, so two ends writing large
+// exited. The reader never waits for the writer, so two ends writing large
 // messages at each other cannot deadlock; read responses are therefore
-// copied out of the region when the read is served. Post* and Reg* are safe
+// copied out of the region when the read is served. While the reader holds
+// the stream in a receiver-not-ready wait it polls the socket for the peer
+// hanging up (POLLRDHUP), so even an endless wait ends with the peer. Post* and Reg* are safe
 // for concurrent use; GetSendComp and GetRecvComp each by one goroutine at a
 // time. The device owns its protection domain and closes its listeners,
 // connections and regions on Close.
