@@ -259,3 +259,38 @@ func TestCloseNotifiesPeer(t *testing.T) {
 		t.Fatalf("post after Close = %v", err)
 	}
 }
+
+// TestCloseDeliversPublished: sends that completed on the sender are
+// delivered even if the sender closes before the receiver polls.
+func TestCloseDeliversPublished(t *testing.T) {
+	for _, alloc := range []bool{false, true} {
+		a, b, da, db := pair(t, rdma.Config{})
+		rb, _ := db.Alloc(64*100, rdma.AccessLocalWrite)
+		var rmr *rdma.MR = rb
+		if !alloc {
+			rmr, _ = db.Register(make([]byte, 64*100), rdma.AccessLocalWrite)
+		}
+		for i := 0; i < 12; i++ {
+			b.PostRecv(uint64(i), rmr.Bytes()[i*64:(i+1)*64], rmr)
+		}
+		src, _ := da.Alloc(64, rdma.AccessLocalWrite)
+		for i := 0; i < 10; i++ {
+			src.Bytes()[0] = byte(i)
+			a.PostSend(uint64(i), src.Bytes(), src, rdma.FlagSignaled)
+			mustWC(t, a.GetSendComp, rdma.WC{WRID: uint64(i), Opcode: rdma.OpSend})
+		}
+		a.Close()
+		time.Sleep(20 * time.Millisecond) // let b notice the close before it polls
+		for i := 0; i < 10; i++ {
+			mustWC(t, b.GetRecvComp, rdma.WC{WRID: uint64(i), Opcode: rdma.OpRecv})
+			if rmr.Bytes()[i*64] != byte(i) {
+				t.Fatalf("alloc=%v: message %d wrong", alloc, i)
+			}
+		}
+		mustWC(t, b.GetRecvComp, rdma.WC{WRID: 10, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		mustWC(t, b.GetRecvComp, rdma.WC{WRID: 11, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		if _, err := b.GetRecvComp(testCtx(t)); !errors.Is(err, rdma.ErrClosed) {
+			t.Fatalf("after the flushes: %v", err)
+		}
+	}
+}

@@ -53,6 +53,15 @@ func (c *conn) socketLoop() {
 		return
 	}
 	c.peerGone.Store(true)
+	// What the peer published before it went was delivered as far as it
+	// knows (its sends completed): hand it over before the flush. A
+	// receive poller asleep on the ring holds progMu; wake it first.
+	c.wakeAll()
+	c.progMu.Lock()
+	if c.state.Load() != stateClosed {
+		c.drain()
+	}
+	c.progMu.Unlock()
 	reason := c.opErr("conn", fmt.Errorf("peer pid %d closed the connection (%v): %w", c.peerPid, err, rdma.ErrClosed))
 	c.setError(reason, false)
 	c.wakeAll()
