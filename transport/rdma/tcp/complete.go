@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -14,8 +13,6 @@ import (
 // post order. Responses are cumulative — a response for request seq means
 // every earlier request succeeded — so unsignaled requests need no frame of
 // their own.
-
-var errClosing = errors.New("connection closing")
 
 // checkSeq validates a response's seq against the requests on the wire.
 // Called with c.mu held.

@@ -1,14 +1,16 @@
 package tcp
 
 import (
+	"errors"
 	"fmt"
-	"net"
-	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-var errPeerClosed = fmt.Errorf("peer closed the connection: %w", rdma.ErrClosed)
+var (
+	errPeerClosed = fmt.Errorf("peer closed the connection: %w", rdma.ErrClosed)
+	errClosing    = errors.New("connection closing") // the reader's wait was cut by fail
+)
 
 // peerError names the peer an error came from.
 type peerError struct {
@@ -18,17 +20,3 @@ type peerError struct {
 
 func (e *peerError) Error() string { return "peer " + e.peer + ": " + e.err.Error() }
 func (e *peerError) Unwrap() error { return e.err }
-
-var (
-	noDeadline time.Time
-	longAgo    = time.Unix(1, 0)
-)
-
-// tuneSocket sets what helps a bulk stream. SO_SNDBUF/SO_RCVBUF are left
-// to autotuning: on Linux a fixed size is capped by net.core.[rw]mem_max
-// and turns autotuning off, and 4 MiB buffers measured no better than
-// autotuning on loopback at 1 and 16 MiB writes.
-func tuneSocket(nc *net.TCPConn) {
-	nc.SetNoDelay(true) // frames are whole requests: never wait for more
-	nc.SetKeepAlive(true)
-}
