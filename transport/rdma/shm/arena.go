@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun-hpc/gorun/internal/numa"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
@@ -58,8 +59,13 @@ func newArena() (*arena, error) {
 var errArenaFull = errors.New("shm arena exhausted")
 
 // alloc maps n bytes (rounded up to pages) and returns the mapping, sliced
-// to n, and its offset in the file.
-func (a *arena) alloc(n int) ([]byte, uint64, error) {
+// to n, and its offset in the file. With node >= 0 the pages are placed on
+// that NUMA node (MPOL_PREFERRED, as soft.MmapNode; shmem keeps the policy
+// for every mapping of the range). The pages are then faulted in by this
+// thread (MADV_POPULATE_WRITE, then mlock where the limit allows), so they
+// land here rather than on the node of whichever peer touches them first,
+// and the data path takes no page faults.
+func (a *arena) alloc(n, node int) ([]byte, uint64, error) {
 	size := uint64(soft.RoundPage(n))
 	a.mu.Lock()
 	off, ok := uint64(0), false
@@ -82,8 +88,16 @@ func (a *arena) alloc(n int) ([]byte, uint64, error) {
 		a.put(off, size)
 		return nil, 0, os.NewSyscallError("mmap", err)
 	}
+	if node >= 0 {
+		if err := numa.Mbind(mem, numa.PolicyPreferred, node); err != nil && !errors.Is(err, numa.ErrNotSupported) {
+			unix.Munmap(mem)
+			a.put(off, size)
+			return nil, 0, err
+		}
+	}
 	_ = unix.Madvise(mem, unix.MADV_DONTFORK)
-	_ = unix.Mlock(mem) // best effort: RLIMIT_MEMLOCK is small for most users
+	_ = unix.Madvise(mem, unix.MADV_POPULATE_WRITE) // Linux 5.14+; else first touch
+	_ = unix.Mlock(mem)                             // best effort: RLIMIT_MEMLOCK is small for most users
 	return mem[:n], off, nil
 }
 

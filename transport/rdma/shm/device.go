@@ -76,7 +76,7 @@ func (d *Device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if closed {
 		return nil, rdma.NewOpError(provider, "alloc", rdma.ErrClosed)
 	}
-	mem, off, err := d.arena.alloc(n)
+	mem, off, err := d.arena.alloc(n, d.cfg.NUMANode)
 	if err != nil {
 		return nil, rdma.NewOpError(provider, "alloc", err)
 	}

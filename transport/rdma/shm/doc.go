@@ -81,6 +81,7 @@
 // Lock order: Device.mu before a Conn's; progMu before rqMu.
 //
 // Limits: at most 4096 remotely accessible regions per device; at most
-// 64 GiB Alloc'd at once per device; Alloc does not mbind (NUMA placement
-// is the kernel's first-touch policy) and mlock is best effort.
+// 64 GiB Alloc'd at once per device. Alloc places its pages on
+// Config.NUMANode (mbind, preferred) or, by default, on the allocating
+// thread's node, by faulting them in at Alloc time; mlock is best effort.
 package shm

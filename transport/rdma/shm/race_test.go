@@ -146,3 +146,24 @@ func TestDirectSendVersusClose(t *testing.T) {
 		t.Fatal("sender did not notice the close")
 	}
 }
+
+// TestAllocNUMANode: Alloc places memory with mbind; a node that does not
+// exist is an error, not silently ignored.
+func TestAllocNUMANode(t *testing.T) {
+	dev, err := rdma.OpenConfig("shm", rdma.Config{NUMANode: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if mr, err := dev.Alloc(4096, rdma.AccessLocalWrite); err == nil {
+		mr.Deregister()
+		t.Skip("mbind accepted node 1000 (or is not supported here)")
+	}
+	def, _ := rdma.Open("shm")
+	defer def.Close()
+	mr, err := def.Alloc(1<<20, rdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr.Deregister()
+}
