@@ -113,7 +113,6 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 		writeDone: make(chan struct{}), dead: make(chan struct{}),
 		sq:       make([]*wr, ringSize(cfg.SendQueueDepth)),
 		rq:       make([]*recvWR, ringSize(cfg.RecvQueueDepth)),
-		scratch:  make([]byte, 32<<10),
 		rnrTimer: t,
 	}
 }

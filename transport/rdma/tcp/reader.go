@@ -71,6 +71,9 @@ func (c *conn) drainPayload(h *header) error {
 // drain reads and drops n payload bytes (n ≤ maxMsg) into the scratch
 // buffer, which is never registered.
 func (c *conn) drain(n int) error {
+	if c.scratch == nil && n > 0 {
+		c.scratch = make([]byte, 32<<10) // rare: only invalid requests
+	}
 	for n > 0 {
 		k := min(n, len(c.scratch))
 		if _, err := io.ReadFull(c.r, c.scratch[:k]); err != nil {
