@@ -181,6 +181,9 @@ func (c Config) memberlistConfig(name string) *memberlist.Config {
 	mc.BindPort = c.BindPort
 	mc.AdvertiseAddr = c.AdvertiseAddr
 	mc.AdvertisePort = c.AdvertisePort
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = c.BindPort // memberlist replaces both when BindPort is 0
+	}
 	mc.GossipInterval = c.GossipInterval
 	mc.GossipNodes = c.GossipNodes
 	mc.PushPullInterval = c.PushPullInterval

@@ -43,6 +43,9 @@ type Comm struct {
 	call    collectives.Call
 
 	closed atomic.Bool
+
+	// onClose runs at the end of Close (Init: leaves the gossip group).
+	onClose []func()
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
@@ -96,6 +99,9 @@ func (c *Comm) Close() error {
 		if e := d.Dev.Close(); e != nil && err == nil {
 			err = e
 		}
+	}
+	for _, f := range c.onClose {
+		f()
 	}
 	return err
 }

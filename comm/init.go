@@ -1,0 +1,266 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+)
+
+// Init joins the job the launcher (gorun, srun, mpirun or torchrun)
+// started: it reads the job environment (env.go), starts this rank's
+// gossip node (package bootstrap), agrees with the other ranks on the
+// world and their endpoints, and connects to them. Without any launcher
+// variables it returns a world of one rank.
+//
+// Seeds. GORUN_SEEDS lists host:port gossip seeds; rank i < len(seeds)
+// listens on the port of the i-th seed (the launcher sets one seed: rank 0),
+// every other rank on a free port. When GORUN_SEEDS is unset:
+//
+//   - torchrun (MASTER_ADDR, MASTER_PORT): the seed is rank 0 at
+//     MASTER_ADDR:MASTER_PORT+1, since torchrun's own store holds
+//     MASTER_PORT;
+//   - Slurm: the seed is rank 0 on the first host of SLURM_NODELIST (where
+//     block distribution puts it), port 20000 + SLURM_JOB_ID mod 20000
+//     (an FNV hash of the id if it is not a number);
+//   - Open MPI: there is no seed address; Init fails and asks for
+//     GORUN_SEEDS.
+//
+// Timeout. The world must form within GORUN_TIMEOUT (or WithTimeout) when
+// set, otherwise 60 s; if it does not, Init fails with a
+// *bootstrap.FormError listing the ranks seen and missing.
+//
+// Failures. After Init, a rank whose process dies is reported by the
+// gossip layer within seconds and fails the communicator's operations
+// with ErrPeerFailed naming it, even where the transport would not notice
+// (a dead host, a partition). A rank that Closes is not reported that way:
+// its connections end with ErrPeerClosed when needed. Close leaves the
+// gossip group.
+func Init(ctx context.Context, opts ...Option) (*Comm, error) {
+	return initFromEnv(ctx, osGetenv, opts...)
+}
+
+// defaultFormTimeout bounds world formation when GORUN_TIMEOUT is unset.
+const defaultFormTimeout = 60 * time.Second
+
+func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option) (*Comm, error) {
+	cfg, err := newConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	job, err := readJobEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	if job.Source == "" { // not started by a launcher: a world of one
+		job.Rank, job.Size = 0, 1
+	}
+	bc, err := bootstrapConfig(job, getenv, cfg)
+	if err != nil {
+		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
+	}
+	if len(cfg.token) == 0 {
+		cfg.token = []byte(job.Token)
+	}
+	rv := &gossipRendezvous{cfg: bc}
+	c, err := newComm(ctx, cfg, rv)
+	if err != nil {
+		if rv.node != nil {
+			rv.node.Close()
+		}
+		return nil, err
+	}
+	node := rv.node
+	done := make(chan struct{})
+	go forwardFailures(c, node, done)
+	c.onClose = append(c.onClose, func() {
+		node.Close() // closes node.Failures(), which ends forwardFailures
+		<-done
+	})
+	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
+	return c, nil
+}
+
+// forwardFailures turns the bootstrap's reports of dead ranks into
+// failures of c. Ranks that left (Closed) are not forwarded: the transport
+// reports them as ErrPeerClosed when an operation needs them.
+func forwardFailures(c *Comm, node *bootstrap.Node, done chan<- struct{}) {
+	defer close(done)
+	for f := range node.Failures() {
+		if errors.Is(f.Err, bootstrap.ErrPeerDead) {
+			c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
+			c.peerFailed(f.Rank, f.Err)
+		}
+	}
+}
+
+// gossipRendezvous is Init's rendezvous: the blob is published in the
+// bootstrap meta and the agreed world returns every rank's blob.
+type gossipRendezvous struct {
+	cfg  bootstrap.Config
+	node *bootstrap.Node
+}
+
+func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
+func (g *gossipRendezvous) size() int { return g.cfg.Size }
+
+func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, error) {
+	node, err := bootstrap.Join(ctx, g.cfg, mine)
+	if err != nil {
+		return nil, err
+	}
+	g.node = node
+	w := node.World()
+	if w.Rank != g.cfg.Rank || w.Size != g.cfg.Size {
+		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)
+	}
+	blobs := make([][]byte, w.Size)
+	for r, m := range w.Members {
+		blobs[r] = m.Blob
+	}
+	return blobs, nil
+}
+
+// bootstrapConfig derives this rank's gossip configuration from the job.
+func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (bootstrap.Config, error) {
+	bc := bootstrap.DefaultLANConfig()
+	bc.Rank, bc.Size = job.Rank, job.Size
+	bc.JobID = job.JobID
+	if bc.JobID == "" {
+		bc.JobID = "gorun"
+	}
+	bc.Token = cfg.token
+	if len(bc.Token) == 0 {
+		bc.Token = []byte(job.Token)
+	}
+	bc.Timeout = defaultFormTimeout
+	if getenv("GORUN_TIMEOUT") != "" || cfg.timeout != defaultOpTimeout {
+		bc.Timeout = cfg.timeout
+		if bc.Timeout == 0 {
+			bc.Timeout = -1 // the context alone
+		}
+	}
+	if cfg.debug >= debugTrace {
+		bc.Logger = log.New(os.Stderr, fmt.Sprintf("gorun rank %d: ", job.Rank), log.LstdFlags)
+	}
+	seeds, err := seedsFor(job, getenv)
+	if err != nil {
+		return bc, err
+	}
+	bc.Seeds = seeds
+	if len(seeds) == 0 {
+		if job.Size > 1 {
+			return bc, fmt.Errorf("no gossip seeds for a job of %d ranks: set GORUN_SEEDS (host:port of rank 0)", job.Size)
+		}
+		bc.BindAddr = "127.0.0.1"
+		return bc, nil
+	}
+	ip, err := gossipIP(seeds[0], cfg.socketIfname)
+	if err != nil {
+		return bc, err
+	}
+	bc.BindAddr = ip
+	if job.Rank < len(seeds) {
+		_, port, err := net.SplitHostPort(seeds[job.Rank])
+		if err != nil {
+			return bc, fmt.Errorf("seed %q: %w", seeds[job.Rank], err)
+		}
+		if bc.BindPort, err = strconv.Atoi(port); err != nil {
+			return bc, fmt.Errorf("seed %q: bad port", seeds[job.Rank])
+		}
+		if bc.BindAddr != "127.0.0.1" {
+			bc.BindAddr, bc.AdvertiseAddr = "0.0.0.0", ip
+		}
+	}
+	return bc, nil
+}
+
+// defaultOpTimeout is newConfig's default operation timeout.
+const defaultOpTimeout = 5 * time.Minute
+
+// seedsFor returns GORUN_SEEDS, or the seed derived from torchrun's or
+// Slurm's variables (see Init).
+func seedsFor(job jobEnv, getenv func(string) string) ([]string, error) {
+	if getenv("GORUN_SEEDS") != "" {
+		return job.Seeds, nil
+	}
+	switch job.Source {
+	case "torchrun":
+		addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
+		if addr == "" {
+			return nil, nil
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p >= 65535 {
+			return nil, fmt.Errorf("MASTER_PORT=%q: want a port below 65535", port)
+		}
+		return []string{net.JoinHostPort(addr, strconv.Itoa(p+1))}, nil
+	case "slurm":
+		host := firstHost(job.NodeList)
+		if host == "" {
+			return nil, nil
+		}
+		return []string{net.JoinHostPort(host, strconv.Itoa(slurmGossipPort(getenv("SLURM_JOB_ID"))))}, nil
+	}
+	return nil, nil
+}
+
+// slurmGossipPort is 20000 + SLURM_JOB_ID mod 20000.
+func slurmGossipPort(jobID string) int {
+	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
+		return 20000 + int(n%20000)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(jobID))
+	return 20000 + int(h.Sum32()%20000)
+}
+
+// firstHost returns the first host of a Slurm node list such as
+// "node[07-09,12],gpu1" ("node07").
+func firstHost(list string) string {
+	list = strings.TrimSpace(list)
+	i := strings.IndexAny(list, ",[")
+	if i < 0 {
+		return list
+	}
+	if list[i] == ',' {
+		return list[:i]
+	}
+	rest := list[i+1:]
+	end := strings.IndexAny(rest, ",-]")
+	if end <= 0 {
+		return ""
+	}
+	return list[:i] + rest[:end]
+}
+
+// gossipIP is the address this rank gossips on: loopback if the seed is on
+// loopback (a single-host job), the GORUN_SOCKET_IFNAME interface's if set,
+// else the local address of the route toward the seed.
+func gossipIP(seed, ifname string) (string, error) {
+	host, _, err := net.SplitHostPort(seed)
+	if err != nil {
+		return "", fmt.Errorf("seed %q: %w", seed, err)
+	}
+	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		return "127.0.0.1", nil
+	}
+	if ifname != "" {
+		return advertiseIP(ifname)
+	}
+	if conn, err := net.Dial("udp", seed); err == nil { // no packet is sent
+		defer conn.Close()
+		if a, ok := conn.LocalAddr().(*net.UDPAddr); ok && !a.IP.IsUnspecified() {
+			return a.IP.String(), nil
+		}
+	}
+	return advertiseIP("")
+}

@@ -1,0 +1,329 @@
+package comm
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+)
+
+// The multi-process test re-runs this test binary as each rank, as
+// os/exec's tests do: the child runs only TestInitChild, which does the
+// rank's work when initChildEnv is set and is skipped otherwise.
+const initChildEnv = "GORUN_INIT_TEST_CHILD"
+
+func TestInitChild(t *testing.T) {
+	if os.Getenv(initChildEnv) != "1" {
+		t.Skip("run by TestInitProcesses")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Init(ctx)
+	if err != nil {
+		fmt.Printf("INIT ERROR: %v\n", err)
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := c.Size()
+	vec := make([]float64, 1000)
+	for i := range vec {
+		vec[i] = float64((c.Rank() + 1) * (i + 1))
+	}
+	if err := AllReduce(ctx, c, vec, vec, Sum); err != nil {
+		t.Fatalf("rank %d: allreduce: %v", c.Rank(), err)
+	}
+	for i, v := range vec {
+		if want := float64(n * (n + 1) / 2 * (i + 1)); v != want {
+			t.Fatalf("rank %d: element %d = %v, want %v", c.Rank(), i, v, want)
+		}
+	}
+	fmt.Printf("RANK %d OF %d OK\n", c.Rank(), n)
+	// Close only when every rank is done: the parent closes our stdin
+	// once all ranks reported (a rank that closes early fails its peers'
+	// pending operations with ErrPeerClosed).
+	io.Copy(io.Discard, os.Stdin)
+	if err := c.Close(); err != nil {
+		t.Fatalf("rank %d: close: %v", c.Rank(), err)
+	}
+	fmt.Printf("RANK %d CLOSED\n", c.Rank())
+}
+
+// freeGossipPort finds a port free for TCP and UDP on 127.0.0.1.
+func freeGossipPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port for TCP and UDP")
+	return 0
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// cleanEnv is the environment without any launcher variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "GORUN_") || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "OMPI_") ||
+			slices.Contains([]string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}, k) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func TestInitProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 4 processes")
+	}
+	const n = 4
+	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
+	common := append(cleanEnv(), initChildEnv+"=1", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=init-test-"+randomID(), "GORUN_JOB_TOKEN="+randomID(), "GORUN_TIMEOUT=60s")
+	outs := make([]lockedBuffer, n)
+	cmds := make([]*exec.Cmd, n)
+	stdins := make([]io.WriteCloser, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	start := time.Now()
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInitChild$", "-test.v")
+		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		var err error
+		if stdins[r], err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	// Wait until every rank reported its allreduce (or one exited), then
+	// let them all close.
+	exited := make(chan int, n)
+	errs := make([]error, n)
+	for r, cmd := range cmds {
+		go func() { errs[r] = cmd.Wait(); exited <- r }()
+	}
+	ok := func(r int) bool { return strings.Contains(outs[r].String(), fmt.Sprintf("RANK %d OF %d OK", r, n)) }
+	for waiting := true; waiting; {
+		select {
+		case r := <-exited:
+			exited <- r // counted below
+			waiting = false
+		case <-time.After(20 * time.Millisecond):
+			waiting = false
+			for r := range n {
+				waiting = waiting || !ok(r)
+			}
+		}
+	}
+	t.Logf("4 processes: Init + allreduce in %v", time.Since(start))
+	for _, w := range stdins {
+		w.Close()
+	}
+	for range n {
+		<-exited
+	}
+	for r := range n {
+		out := outs[r].String()
+		if errs[r] != nil || !ok(r) || !strings.Contains(out, fmt.Sprintf("RANK %d CLOSED", r)) {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], out)
+		}
+	}
+}
+
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// jobVars is a rank's environment as a getenv function.
+func jobVars(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+func rankVars(rank, size int, seed, job, token string) map[string]string {
+	return map[string]string{"GORUN_RANK": strconv.Itoa(rank), "GORUN_SIZE": strconv.Itoa(size),
+		"GORUN_SEEDS": seed, "GORUN_JOB_ID": job, "GORUN_JOB_TOKEN": token}
+}
+
+func TestInitMissingRank(t *testing.T) {
+	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
+	job, token := "missing-"+randomID(), randomID()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range 2 {
+		wg.Go(func() {
+			c, err := initFromEnv(context.Background(), jobVars(rankVars(r, 3, seed, job, token)), WithTimeout(2*time.Second))
+			if err == nil {
+				c.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Init failed after %v with a 2s timeout", d)
+	}
+	for r, err := range errs {
+		var fe *bootstrap.FormError
+		if !errors.As(err, &fe) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("rank %d: err = %v, want a *bootstrap.FormError", r, err)
+		}
+		if !strings.Contains(err.Error(), "missing ranks [2]") || !slices.Equal(fe.Missing, []int{2}) {
+			t.Errorf("rank %d: error does not name rank 2 as missing: %v", r, err)
+		}
+	}
+}
+
+func TestInitWrongTokenRefused(t *testing.T) {
+	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
+	job, token := "token-"+randomID(), randomID()
+	// Rank 1 twice: the impostor has the job id but not the token.
+	envs := []map[string]string{
+		rankVars(0, 2, seed, job, token),
+		rankVars(1, 2, seed, job, token),
+		rankVars(1, 2, seed, job, "not-"+token),
+	}
+	comms := make([]*Comm, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, vars := range envs {
+		wg.Go(func() {
+			timeout := 20 * time.Second
+			if i == 2 {
+				timeout = 2 * time.Second
+			}
+			comms[i], errs[i] = initFromEnv(context.Background(), jobVars(vars), WithTimeout(timeout))
+		})
+	}
+	wg.Wait()
+	for _, c := range comms {
+		if c != nil {
+			defer c.Close()
+		}
+	}
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the job's ranks: %v; %v", errs[0], errs[1])
+	}
+	if !errors.Is(errs[2], bootstrap.ErrNotFormed) {
+		t.Errorf("impostor: err = %v, want ErrNotFormed", errs[2])
+	}
+	ctx := initTestCtx(t)
+	for _, c := range comms[:2] {
+		wg.Go(func() {
+			v := []int64{int64(c.Rank() + 1)}
+			if err := AllReduce(ctx, c, v, v, Sum); err != nil {
+				t.Errorf("rank %d: allreduce: %v", c.Rank(), err)
+			} else if v[0] != 3 {
+				t.Errorf("rank %d: sum = %d, want 3", c.Rank(), v[0])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestInitSingleton(t *testing.T) {
+	c, err := initFromEnv(initTestCtx(t), jobVars(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Rank() != 0 || c.Size() != 1 {
+		t.Errorf("rank %d of %d, want 0 of 1", c.Rank(), c.Size())
+	}
+}
+
+func TestSeedsFromLaunchers(t *testing.T) {
+	cases := []struct {
+		vars map[string]string
+		want []string
+	}{
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"},
+			[]string{"10.0.0.1:29501"}},
+		{map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+			"GORUN_SEEDS": "h:1,g:2"}, []string{"h:1", "g:2"}},
+		{map[string]string{"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_NODELIST": "node[07-09,12],gpu1",
+			"SLURM_JOB_ID": "123456"}, []string{"node07:23456"}},
+		{map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NODELIST": "a,b", "SLURM_JOB_ID": "7"},
+			[]string{"a:20007"}},
+		{map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, nil},
+	}
+	for _, tc := range cases {
+		job, err := readJobEnv(jobVars(tc.vars))
+		if err != nil {
+			t.Fatalf("%v: %v", tc.vars, err)
+		}
+		got, err := seedsFor(job, jobVars(tc.vars))
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%v: seeds %v (%v), want %v", tc.vars, got, err, tc.want)
+		}
+	}
+	// Open MPI without GORUN_SEEDS: a clear error, not a hang.
+	_, err := initFromEnv(initTestCtx(t), jobVars(map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}))
+	if err == nil || !strings.Contains(err.Error(), "GORUN_SEEDS") {
+		t.Errorf("Open MPI without seeds: err = %v", err)
+	}
+}
+
+func TestFirstHost(t *testing.T) {
+	for list, want := range map[string]string{
+		"node[07-09,12],gpu1": "node07", "a,b": "a", "single": "single", "n[3]": "n3", "x[1,2]": "x1", "": "",
+	} {
+		if got := firstHost(list); got != want {
+			t.Errorf("firstHost(%q) = %q, want %q", list, got, want)
+		}
+	}
+}
+
+func initTestCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
