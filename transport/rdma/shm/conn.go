@@ -282,7 +282,9 @@ func (c *conn) postRecv(r *rwr) error {
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
 	c.rqLen++
 	c.local.recvLen(c.posted).Store(uint64(total))
-	c.local.recvOff(c.posted).Store(directOff(r))
+	off, addr := directTarget(r)
+	c.local.recvOff(c.posted).Store(off)
+	c.local.recvAddr(c.posted).Store(addr)
 	c.posted++
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()
@@ -329,18 +331,22 @@ func (c *conn) Close() error {
 
 func (c *conn) String() string { return fmt.Sprintf("shm conn to pid %d", c.peerPid) }
 
-// directOff is the arena offset of r's buffer if a sender may copy into it
-// directly: one buffer, in Alloc'd memory.
-func directOff(r *rwr) uint64 {
+// directTarget says where a sender may copy straight into r: its arena
+// offset if r is one buffer of Alloc'd memory, else noArena and, if r is
+// one buffer of registered memory, its address (for cross-memory attach).
+func directTarget(r *rwr) (off, addr uint64) {
 	if r.sgl != nil || len(r.one[0].Buf) == 0 {
-		return noArena
+		return noArena, 0
 	}
 	mr := r.one[0].MR
 	info, ok := mr.Handle.(*mrInfo)
-	if !ok || info.mem == nil {
-		return noArena
+	if !ok {
+		return noArena, 0
 	}
-	return info.off + (rdma.AddrOf(r.one[0].Buf) - mr.Addr())
+	if info.mem == nil {
+		return noArena, rdma.AddrOf(r.one[0].Buf)
+	}
+	return info.off + (rdma.AddrOf(r.one[0].Buf) - mr.Addr()), 0
 }
 
 // fenceRecvs stops direct sends into our receive buffers and waits for

@@ -184,7 +184,7 @@ func (c *conn) execSend(w *wr, block bool) bool {
 		return done
 	}
 	first := min(w.total, maxFrag)
-	direct := c.peer.recvOff(c.exe.consumed).Load() != noArena
+	direct := c.directOK(w.total)
 	if !block && (direct && !c.spaceFor(recSize(0)) || !direct && (w.total > maxFrag || !c.spaceFor(recSize(first)))) {
 		return false
 	}
@@ -198,7 +198,7 @@ func (c *conn) execSend(w *wr, block bool) bool {
 		return true
 	}
 	sgl := w.list()
-	if w.total > 0 && c.sendDirect(w, sgl) {
+	if c.sendDirect(w, sgl) {
 		if !c.putRecord(recSendDirect, 0, uint64(w.total), block) {
 			c.complete(w, rdma.StatusFlushed)
 			return true
@@ -310,6 +310,9 @@ func (c *conn) remoteCopy(w *wr, block bool) (rdma.Status, bool) {
 			delete(c.exe.keys, w.rkey)
 			return rdma.StatusRemoteAccessError, true
 		}
+		if len(c.exe.keys) >= 2*maxKeys {
+			clear(c.exe.keys) // stale keys of regions long deregistered
+		}
 		c.exe.keys[w.rkey] = idx
 	}
 	sgl := w.list()
@@ -401,13 +404,33 @@ func scatter(sgl []rdma.SGE, off int, src []byte) {
 	}
 }
 
-// sendDirect copies w straight into the peer's posted receive when that is
-// one buffer in the peer's arena (one copy instead of two). The peer's
-// fence (set before it releases receive buffers) and the users counter
-// make the copy safe against a concurrent flush, as for the key table.
+// cmaDirectMin is the smallest send written with process_vm_writev into a
+// registered receive buffer; smaller ones go through the ring, which costs
+// no syscall.
+const cmaDirectMin = 64 << 10
+
+// directOK reports whether a total-byte send may go straight into the
+// peer's next receive.
+func (c *conn) directOK(total int) bool {
+	if total == 0 {
+		return false
+	}
+	seq := c.exe.consumed
+	return c.peer.recvOff(seq).Load() != noArena || c.cma && total >= cmaDirectMin && c.peer.recvAddr(seq).Load() != 0
+}
+
+// sendDirect copies w straight into the peer's posted receive: a memcpy
+// into the peer's arena, or process_vm_writev into its registered memory
+// for large sends (one copy instead of two). The peer's fence (set before
+// it releases receive buffers) and the users counter make the copy safe
+// against a concurrent flush, as for the key table.
 func (c *conn) sendDirect(w *wr, sgl []rdma.SGE) bool {
-	off := c.peer.recvOff(c.exe.consumed).Load()
-	if off == noArena || off+uint64(w.total) > uint64(len(c.peerArena)) {
+	if !c.directOK(w.total) {
+		return false
+	}
+	seq := c.exe.consumed
+	off, addr := c.peer.recvOff(seq).Load(), c.peer.recvAddr(seq).Load()
+	if off != noArena && off+uint64(w.total) > uint64(len(c.peerArena)) {
 		return false
 	}
 	users := c.peer.u32(offDirectUsers)
@@ -416,6 +439,11 @@ func (c *conn) sendDirect(w *wr, sgl []rdma.SGE) bool {
 	if c.peer.u32(offRecvFenced).Load() != 0 {
 		return false
 	}
-	gather(c.peerArena[off:off+uint64(w.total)], sgl, 0)
-	return true
+	if off != noArena {
+		gather(c.peerArena[off:off+uint64(w.total)], sgl, 0)
+		return true
+	}
+	remote := *w
+	remote.op, remote.raddr = rdma.OpWrite, addr
+	return c.cmaCopy(&remote, sgl) == rdma.StatusSuccess
 }

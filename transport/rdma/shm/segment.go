@@ -27,7 +27,7 @@ import (
 //	...   ring: ringSize bytes of records
 const (
 	segMagic   = 0x6d68736e75726f67 // "gorunshm"
-	segVersion = 2
+	segVersion = 3
 
 	offMagic     = 0
 	offPid       = 8
@@ -67,7 +67,7 @@ type segment struct {
 }
 
 func segLayout(recvDepth int) (keysOff, ringOff, size int) {
-	keysOff = alignUp(offRecvLens+16*recvDepth, 4096)
+	keysOff = alignUp(offRecvLens+recvEntry*recvDepth, 4096)
 	ringOff = alignUp(keysOff+maxKeys*slotSize, 4096)
 	return keysOff, ringOff, ringOff + ringSize
 }
@@ -156,14 +156,24 @@ func (s *segment) recvBell() doorbell {
 	return doorbell{seq: s.u32(offRecvSeq), waiters: s.u32(offRecvWaiters)}
 }
 
+// A posted receive's entry: capacity, arena offset, address.
+const recvEntry = 24
+
 func (s *segment) recvLen(seq uint64) *atomic.Uint64 {
-	return s.u64(offRecvLens + 16*int(seq%uint64(s.recvDepth)))
+	return s.u64(offRecvLens + recvEntry*int(seq%uint64(s.recvDepth)))
 }
 
 // recvOff is where a posted receive's single buffer lies in the owner's
 // arena, or noArena: a sender may then copy straight into it.
 func (s *segment) recvOff(seq uint64) *atomic.Uint64 {
-	return s.u64(offRecvLens + 16*int(seq%uint64(s.recvDepth)) + 8)
+	return s.u64(offRecvLens + recvEntry*int(seq%uint64(s.recvDepth)) + 8)
+}
+
+// recvAddr is the address of a posted receive's single buffer of
+// registered Go memory in the owner (0 if none): a sender with
+// cross-memory attach may write a large message straight into it.
+func (s *segment) recvAddr(seq uint64) *atomic.Uint64 {
+	return s.u64(offRecvLens + recvEntry*int(seq%uint64(s.recvDepth)) + 16)
 }
 
 func (s *segment) ring() []byte { return s.mem[s.ringOff : s.ringOff+ringSize] }
