@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/gorun-hpc/gorun/comm"
@@ -42,5 +44,23 @@ func run() error {
 		}
 	}
 	fmt.Printf("rank %d of %d: allreduce ok\n", rank, size)
+	lingerUntilAllDone(rank, size)
 	return nil
+}
+
+// lingerUntilAllDone holds Close until every rank has its result, through
+// files in $DONE_DIR (out of band): when this was written, a rank that
+// Closed first could still cut a slower peer's last transfer ("peer
+// closed the communicator"), which is comm's to fix, not the launcher's.
+func lingerUntilAllDone(rank, size int) {
+	dir := os.Getenv("DONE_DIR")
+	if dir == "" {
+		return
+	}
+	os.WriteFile(filepath.Join(dir, strconv.Itoa(rank)), nil, 0o644)
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(dir, "*")); len(m) >= size {
+			return
+		}
+	}
 }
