@@ -304,6 +304,9 @@ func (c *conn) Close() error {
 		c.errMu.Unlock()
 		close(c.done)
 		c.wakeAll()
+		c.sqMu.Lock()
+		c.sqIdle.Broadcast() // a peer-death flush waiting for the queue
+		c.sqMu.Unlock()
 		c.uc.Close()
 		c.wg.Wait()
 		// Wait for a post executing inline, then flush the queue.

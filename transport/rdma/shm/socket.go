@@ -73,7 +73,7 @@ func (c *conn) socketLoop() {
 	}
 	// The queued requests flush now; the queue ends after them.
 	c.sqMu.Lock()
-	for c.busy || len(c.pending) > 0 {
+	for (c.busy || len(c.pending) > 0) && c.state.Load() != stateClosed {
 		c.sqIdle.Wait()
 	}
 	c.sqMu.Unlock()
