@@ -76,7 +76,7 @@ func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if d.isClosed() {
 		return nil, opErr("alloc", rdma.ErrClosed)
 	}
-	buf, err := soft.Mmap(n)
+	buf, err := soft.MmapNode(n, d.cfg.AllocNode())
 	if err != nil {
 		return nil, opErr("alloc", err)
 	}
