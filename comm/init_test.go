@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,8 +28,9 @@ import (
 const initChildEnv = "GORUN_INIT_TEST_CHILD"
 
 func TestInitChild(t *testing.T) {
-	if os.Getenv(initChildEnv) != "1" {
-		t.Skip("run by TestInitProcesses")
+	mode := os.Getenv(initChildEnv)
+	if mode == "" {
+		t.Skip("run by TestInitProcesses and TestInitStoppedRank")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -38,6 +40,10 @@ func TestInitChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if mode == "stall" {
+		stallChild(ctx, t, c)
+		return
+	}
 	n := c.Size()
 	vec := make([]float64, 1000)
 	for i := range vec {
@@ -326,4 +332,103 @@ func initTestCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// stallChild: report READY, wait for a line on stdin (the parent stops the
+// last rank with SIGSTOP meanwhile), then run an allreduce that needs the
+// stopped rank and report how it failed.
+func stallChild(ctx context.Context, t *testing.T, c *Comm) {
+	fmt.Printf("READY %d\n", c.Rank())
+	if c.Rank() == c.Size()-1 {
+		select {} // stopped, then killed, by the parent
+	}
+	var line [1]byte
+	os.Stdin.Read(line[:])
+	start := time.Now()
+	v := []float32{1, 2, 3}
+	err := AllReduce(ctx, c, v, v, Sum)
+	var re *RankError
+	if errors.As(err, &re) && errors.Is(err, ErrPeerFailed) {
+		fmt.Printf("FAILED rank=%d after %v: %v\n", re.Rank, time.Since(start).Round(time.Millisecond), err)
+	} else {
+		fmt.Printf("UNEXPECTED %v\n", err)
+	}
+}
+
+// TestInitStoppedRank checks the gossip failure detector end to end: a
+// rank that stops (SIGSTOP keeps its sockets open, so the transport sees
+// nothing) is declared dead by the bootstrap, and the others' pending
+// allreduce fails with ErrPeerFailed naming it, within seconds.
+func TestInitStoppedRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 3 processes")
+	}
+	const n = 3
+	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
+	common := append(cleanEnv(), initChildEnv+"=stall", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=stall-test-"+randomID(), "GORUN_JOB_TOKEN="+randomID(), "GORUN_TIMEOUT=60s")
+	outs := make([]lockedBuffer, n)
+	cmds := make([]*exec.Cmd, n)
+	stdins := make([]io.WriteCloser, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInitChild$", "-test.v")
+		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		var err error
+		if stdins[r], err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	defer func() {
+		for _, cmd := range cmds {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				for r := range n {
+					t.Logf("rank %d:\n%s", r, outs[r].String())
+				}
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("READY", 30*time.Second, func() bool {
+		for r := range n {
+			if !strings.Contains(outs[r].String(), fmt.Sprintf("READY %d", r)) {
+				return false
+			}
+		}
+		return true
+	})
+	if err := cmds[n-1].Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for r := range n - 1 {
+		stdins[r].Write([]byte("\n"))
+	}
+	start := time.Now()
+	waitFor("the failure reports", 20*time.Second, func() bool {
+		for r := range n - 1 {
+			if !strings.Contains(outs[r].String(), "FAILED") && !strings.Contains(outs[r].String(), "UNEXPECTED") {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("stopped rank reported after %v", time.Since(start))
+	for r := range n - 1 {
+		if out := outs[r].String(); !strings.Contains(out, fmt.Sprintf("FAILED rank=%d", n-1)) {
+			t.Errorf("rank %d:\n%s", r, out)
+		}
+	}
 }
