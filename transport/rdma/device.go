@@ -88,6 +88,10 @@ type Config struct {
 	// none. (A separate flag, so that node 0 can be asked for.)
 	NUMANode  int
 	PlaceNUMA bool
+	// Checksum makes providers that move bytes over a network verify a
+	// CRC32C of every request and payload; a mismatch fails the
+	// connection. Both ends of a connection must agree. Default off.
+	Checksum bool
 }
 
 // WithDefaults returns c with its zero fields set to their defaults.
