@@ -11,7 +11,7 @@ import (
 // received against the reference computed from all ranks' inputs.
 func runT[T comm.Number](ctx context.Context, c *comm.Comm, s step) (int, error) {
 	me, n, k := c.Rank(), c.Size(), s.count
-	var check []T        // what this rank must verify
+	var check []T // what this rank must verify
 	var want func(i int) float64
 	var err error
 	elem := int(comm.DTypeOf[T]().Size())
