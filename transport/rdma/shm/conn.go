@@ -36,6 +36,7 @@ type conn struct {
 	peerArena []byte
 	cma       bool
 	segFd     int
+	pidfd     int // the peer process (pidfd_open), -1 if unavailable
 
 	sendCQ, recvCQ *soft.CQ
 
@@ -117,7 +118,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		return nil, err
 	}
 	c := &conn{
-		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd,
+		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd, pidfd: -1,
 		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
 		done: make(chan struct{}), sqWake: make(chan struct{}, 1),
 		rq:     make([]rwr, d.cfg.RecvQueueDepth),
@@ -150,6 +151,9 @@ func (c *conn) abandon() {
 	if c.peerArena != nil {
 		unix.Munmap(c.peerArena)
 	}
+	if c.pidfd >= 0 {
+		unix.Close(c.pidfd)
+	}
 	c.uc.Close()
 }
 
@@ -164,8 +168,36 @@ func (c *conn) opErr(op string, err error) error {
 	return &rdma.OpError{Op: op, Provider: provider, Err: err}
 }
 
-// peerDead reports whether the peer can no longer touch our memory.
-func (c *conn) peerDead() bool { return c.peerGone.Load() || c.state.Load() == stateClosed }
+// peerDead reports whether the peer can no longer touch our memory: its
+// socket ended, or its process exited. (After our own Close the socket
+// tells nothing, and a peer killed in the middle of a copy leaves an
+// in-flight counter up forever: the process is what counts.)
+func (c *conn) peerDead() bool {
+	if c.peerGone.Load() {
+		return true
+	}
+	if c.pidfd >= 0 {
+		fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
+	}
+	return unix.Kill(c.peerPid, 0) == unix.ESRCH
+}
+
+// waitZero waits until *users is zero or the peer is dead: a peer copy in
+// flight takes at most a memcpy's time.
+func (c *conn) waitZero(users *atomic.Uint32) {
+	for i := 0; users.Load() != 0; i++ {
+		if i%64 == 63 && c.peerDead() {
+			return
+		}
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
 
 func (c *conn) MaxInline() int { return maxInline }
 
@@ -328,6 +360,9 @@ func (c *conn) Close() error {
 		c.rqMu.Unlock()
 		c.progMu.Unlock()
 		unix.Munmap(c.peerArena)
+		if c.pidfd >= 0 {
+			unix.Close(c.pidfd)
+		}
 	})
 	return nil
 }
@@ -361,12 +396,5 @@ func (c *conn) fenceRecvs() {
 		return
 	}
 	c.local.u32(offRecvFenced).Store(1)
-	users := c.local.u32(offDirectUsers)
-	for i := 0; users.Load() != 0 && !c.peerGone.Load(); i++ {
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
+	c.waitZero(c.local.u32(offDirectUsers))
 }

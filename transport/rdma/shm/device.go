@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
 	"sync"
-	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
@@ -129,14 +127,7 @@ func (d *Device) release(mr *rdma.MR) error {
 			c.local.revoke(info.slot)
 		}
 		for c := range d.conns {
-			users := c.local.slotUsers(info.slot)
-			for i := 0; users.Load() != 0 && !c.peerDead(); i++ {
-				if i < 100 {
-					runtime.Gosched()
-				} else {
-					time.Sleep(20 * time.Microsecond)
-				}
-			}
+			c.waitZero(c.local.slotUsers(info.slot))
 			c.local.clearSlot(info.slot)
 		}
 		d.slots[info.slot] = slotVal{}

@@ -136,6 +136,10 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 		return nil, err
 	}
 	c.cma = d.cma && probeCMA(c.peerPid, binary.LittleEndian.Uint64(peerSetup[8:]))
+	if fd, err := unix.PidfdOpen(c.peerPid, unix.PIDFD_NONBLOCK); err == nil {
+		unix.CloseOnExec(fd)
+		c.pidfd = fd
+	}
 
 	var ready [8]byte
 	binary.LittleEndian.PutUint64(ready[:], segMagic)

@@ -210,3 +210,37 @@ func TestPeerDeath(t *testing.T) {
 		t.Fatalf("GetSendComp = %v", err)
 	}
 }
+
+// TestCloseWaitsForPeerCopy: Close waits for a peer's direct copy into a
+// receive buffer (its in-flight counter), and stops waiting when the peer
+// process dies with the counter still up (killed in the middle of a copy).
+func TestCloseWaitsForPeerCopy(t *testing.T) {
+	dev, ln := listenOne(t, rdma.Config{Token: []byte(childToken)})
+	cmd, out := startChild(t, "hang", ln.Addr().String())
+	c, err := ln.Accept(testCtx(t))
+	if err != nil {
+		t.Fatalf("accept: %v\nchild:\n%s", err, out)
+	}
+	buf, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+	c.PostRecv(1, buf.Bytes(), buf)
+	c.(*conn).local.u32(offDirectUsers).Add(1) // the child "is copying"
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("Close did not wait for the peer's copy in flight")
+	case <-time.After(100 * time.Millisecond):
+	}
+	cmd.Process.Kill()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits after the peer died")
+	}
+	if err := buf.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+}
