@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/jobctl"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -46,6 +47,9 @@ type Comm struct {
 
 	// onClose runs at the end of Close (Init: leaves the gossip group).
 	onClose []func()
+
+	// ctl reports progress to the launcher (Init only; nil is a no-op).
+	ctl *jobctl.Client
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
+	"github.com/gorun-hpc/gorun/internal/jobctl"
 )
 
 // Init joins the job the launcher (gorun, srun, mpirun or torchrun)
@@ -70,20 +71,27 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if len(cfg.token) == 0 {
 		cfg.token = []byte(job.Token)
 	}
-	rv := &gossipRendezvous{cfg: bc}
+	ctl := jobctl.FromEnv() // the launcher's live view; nil without gorun
+	ctl.Phase(bc.Rank, "bootstrap")
+	rv := &gossipRendezvous{cfg: bc, ctl: ctl}
 	c, err := newComm(ctx, cfg, rv)
 	if err != nil {
 		if rv.node != nil {
 			rv.node.Close()
 		}
+		ctl.Close()
 		return nil, err
 	}
+	c.ctl = ctl
+	ctl.Joined(c.rank)
+	ctl.Phase(c.rank, "ready")
 	node := rv.node
 	done := make(chan struct{})
 	go forwardFailures(c, node, done)
 	c.onClose = append(c.onClose, func() {
 		node.Close() // closes node.Failures(), which ends forwardFailures
 		<-done
+		ctl.Close()
 	})
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
 	return c, nil
@@ -107,6 +115,7 @@ func forwardFailures(c *Comm, node *bootstrap.Node, done chan<- struct{}) {
 type gossipRendezvous struct {
 	cfg  bootstrap.Config
 	node *bootstrap.Node
+	ctl  *jobctl.Client
 }
 
 func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
@@ -118,6 +127,7 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 		return nil, err
 	}
 	g.node = node
+	g.ctl.Phase(g.cfg.Rank, "connecting")
 	w := node.World()
 	if w.Rank != g.cfg.Rank || w.Size != g.cfg.Size {
 		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)

@@ -1,8 +1,12 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -27,5 +31,28 @@ func TestEndToEndAllReduce(t *testing.T) {
 		if len(lines[r]) != 1 || lines[r][0] != want {
 			t.Errorf("rank %d printed %q, want %q", r, lines[r], want)
 		}
+	}
+}
+
+// A real straggler: rank 2 stops calling collectives; gorun's stall
+// report, fed by comm through jobctl, names it and the waiting ranks.
+func TestEndToEndStallReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	sigs := make(chan os.Signal, 1)
+	watch := &watchWriter{want: "gorun: stall: ", seen: func() { sigs <- syscall.SIGTERM }}
+	out, _, err := runJob(t, "", Config{NP: 4, Program: "./testdata/straggler", Timeout: 90 * time.Second,
+		StallTimeout: 2 * time.Second, Signals: sigs, Stderr: watch})
+	stderr := watch.String()
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("Run = %v, want the SIGTERM sent after the report\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	m := regexp.MustCompile(`gorun: stall: ranks 0,1,3 in allreduce #(\d+) for \d+s; rank 2 idle after allreduce #(\d+) for \d+s`).FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no stall report naming the straggler:\n%s", stderr)
+	}
+	if mustAtoi(m[1]) != mustAtoi(m[2])+1 {
+		t.Errorf("waiting ranks in allreduce #%s, straggler after #%s: want consecutive", m[1], m[2])
 	}
 }
