@@ -56,12 +56,13 @@ func TestDoorbellWakesSleeper(t *testing.T) {
 	if futexCalls[futexWake].Load() == wakes {
 		t.Fatal("ring did not call FUTEX_WAKE for a sleeper")
 	}
-	// A timed wait returns by itself.
+	// A timed wait returns by itself (it may also return early: a signal
+	// interrupts FUTEX_WAIT, and callers re-check).
 	start := time.Now()
 	if d.wait(func() bool { return false }, 2*time.Millisecond) {
 		t.Fatal("wait reported ready")
 	}
-	if el := time.Since(start); el < time.Millisecond || el > 2*time.Second {
+	if el := time.Since(start); el > 2*time.Second {
 		t.Fatalf("timed wait took %v", el)
 	}
 }

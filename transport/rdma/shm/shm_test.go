@@ -223,7 +223,7 @@ func TestRNRAndLengthError(t *testing.T) {
 }
 
 func TestRNRLateReceive(t *testing.T) {
-	a, b, da, db := pair(t, rdma.Config{})
+	a, b, da, db := pair(t, rdma.Config{RNRRetry: 500}) // 5s: a loaded machine may oversleep
 	buf, _ := da.Alloc(64, rdma.AccessLocalWrite)
 	copy(buf.Bytes(), "late")
 	a.PostSend(1, buf.Bytes()[:4], buf, rdma.FlagSignaled)
