@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the rxe VM: every test binary in /opt/gorun, against rxe0.
 echo "rxe-vm: rxe0 up, RXE_VM_IP=$RXE_VM_IP, $(cut -d' ' -f1 /proc/uptime)s after boot"
-export GORUN_RXE_VM=1
+export GORUN_RXE_VM=1 GORUN_VERBS_BW=1
 rc=0
 for t in /opt/gorun/*.test; do
   name=$(basename "$t")

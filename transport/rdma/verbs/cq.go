@@ -10,13 +10,21 @@ import "C"
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
+
+// flushGrace is how long a connection in the error state may keep requests
+// outstanding without a completion before the provider flushes them itself.
+// Spec-conforming devices flush at once; rxe before Linux 6.3 drops posted
+// receives of a QP in error without completing them.
+const flushGrace = 100 * time.Millisecond
 
 // spinPolls is how many empty polls a waiter makes (yielding in between)
 // before it arms the CQ and sleeps in the netpoller.
@@ -52,6 +60,8 @@ type queue struct {
 	sinceSignal int
 	signalEvery int
 	closed      bool
+	lastErr     time.Time // last error completion; see flushGrace
+	errSeen     time.Time // when get first saw the connection in error with requests outstanding
 }
 
 func newQueue(c *conn, recv bool, cq *C.struct_ibv_cq, ch *C.struct_ibv_comp_channel, depth int) (*queue, error) {
@@ -129,6 +139,11 @@ func (q *queue) complete(w *C.struct_gorun_wc) {
 	}
 	s := &q.slots[seq%uint64(len(q.slots))]
 	st := mapStatus(uint32(w.status))
+	if q.recv && w.status == C.IBV_WC_LOC_QP_OP_ERR {
+		// rxe reports a receive too small for the incoming message this
+		// way (mlx5 says IBV_WC_LOC_LEN_ERR).
+		st = rdma.StatusLocalLengthError
+	}
 	if s.user || st != rdma.StatusSuccess {
 		wc := rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}
 		if q.recv && st == rdma.StatusSuccess {
@@ -142,8 +157,13 @@ func (q *queue) complete(w *C.struct_gorun_wc) {
 		}
 		q.push(wc)
 	}
-	if st != rdma.StatusSuccess && st != rdma.StatusFlushed {
-		q.c.fail(&rdma.WCError{WC: rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}})
+	if st != rdma.StatusSuccess {
+		if st != rdma.StatusFlushed || q.c.Err() == nil {
+			q.c.fail(fmt.Errorf("%w (ibv_wc_status %d %s, vendor_err %#x)",
+				&rdma.WCError{WC: rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}},
+				int(w.status), C.GoString(C.ibv_wc_status_str(uint32(w.status))), uint32(w.vendor_err)))
+		}
+		q.lastErr = time.Now()
 	}
 	releaseSlot(s)
 	q.head++
@@ -159,7 +179,7 @@ func mapStatus(s uint32) rdma.Status {
 		return rdma.StatusLocalProtectionError
 	case C.IBV_WC_REM_ACCESS_ERR:
 		return rdma.StatusRemoteAccessError
-	case C.IBV_WC_REM_INV_REQ_ERR:
+	case C.IBV_WC_REM_INV_REQ_ERR, C.IBV_WC_REM_OP_ERR:
 		return rdma.StatusRemoteInvalidRequest
 	case C.IBV_WC_RNR_RETRY_EXC_ERR:
 		return rdma.StatusRNRRetryExceeded
@@ -192,6 +212,19 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 				return wc, nil
 			}
 		}
+		if q.outstanding() > 0 && q.c.Err() != nil {
+			now := time.Now()
+			if q.errSeen.IsZero() || q.lastErr.After(q.errSeen) {
+				q.errSeen = now
+			} else if now.Sub(q.errSeen) > flushGrace {
+				q.flushLocked()
+				q.errSeen = time.Time{}
+			}
+		}
+		if wc, ok := q.pop(); ok {
+			q.mu.Unlock()
+			return wc, nil
+		}
 		if q.outstanding() == 0 && q.c.peerGone.Load() {
 			// the QP is in the error state with nothing left to flush
 			q.mu.Unlock()
@@ -214,9 +247,14 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 			q.mu.Unlock()
 			return wc, nil
 		}
+		inErr := q.outstanding() > 0 && q.c.Err() != nil
 		q.mu.Unlock()
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if inErr {
+			wctx, cancel = context.WithTimeout(ctx, flushGrace/2)
+		}
 		var cerr error
-		err := q.w.wait(ctx, func() bool {
+		err := q.w.wait(wctx, func() bool {
 			r, err := C.gorun_get_cq_event(q.ch)
 			if r == 0 {
 				return true
@@ -227,29 +265,38 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 			cerr = err
 			return true
 		})
+		cancel()
 		switch {
+		case ctx.Err() != nil:
+			return rdma.WC{}, q.c.opErr(op, ctx.Err())
 		case err == nil && cerr != nil:
 			return rdma.WC{}, q.c.opErr(op, errnoErr(cerr))
-		case err == nil, errors.Is(err, errKicked):
-			spins = spinPolls / 2
-		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-			return rdma.WC{}, q.c.opErr(op, err)
+		case err == nil, errors.Is(err, errKicked), errors.Is(err, context.DeadlineExceeded):
+			spins = spinPolls / 2 // woken, kicked, or the flush grace tick
 		default:
 			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
 		}
 	}
 }
 
-// close makes get return ErrClosed and waits until no waiter is inside C.
+// flushLocked completes every outstanding request as flushed, as the QP's
+// error state promises; a late hardware flush of the same request is then
+// ignored by complete.
+func (q *queue) flushLocked() {
+	for q.head < q.tail {
+		s := &q.slots[q.head%uint64(len(q.slots))]
+		q.push(rdma.WC{WRID: s.wrid, Status: rdma.StatusFlushed, Opcode: s.op})
+		releaseSlot(s)
+		q.head++
+	}
+}
+
+// close flushes the outstanding requests (get returns them, then
+// ErrClosed) and waits until no waiter is inside C.
 func (q *queue) close() {
 	q.mu.Lock()
 	q.closed = true
+	q.flushLocked()
 	q.mu.Unlock()
 	q.w.close()
-	q.mu.Lock()
-	for q.head < q.tail {
-		releaseSlot(&q.slots[q.head%uint64(len(q.slots))])
-		q.head++
-	}
-	q.mu.Unlock()
 }

@@ -38,7 +38,6 @@ func init() {
 // device is one ibv_context (shared with librdmacm) and its protection domain.
 type device struct {
 	cfg     rdma.Config
-	list    **C.struct_ibv_context // from rdma_get_devices
 	ctx     *C.struct_ibv_context
 	pd      *C.struct_ibv_pd
 	name    string
@@ -83,26 +82,13 @@ func errnoErr(err error) error {
 // with an active port, and allocates its protection domain.
 func Open(cfg rdma.Config) (rdma.Device, error) {
 	cfg = cfg.WithDefaults()
-	var n C.int
-	list, err := C.rdma_get_devices(&n)
-	if list == nil || n == 0 {
-		if list != nil {
-			C.rdma_free_devices(list)
-		}
-		if err == nil {
-			err = errors.New("no RDMA device")
-		}
+	list, n, err := deviceList()
+	if err != nil {
 		return nil, opErr("open", fmt.Errorf("%w: %v", rdma.ErrNotSupported, err))
 	}
 	want := os.Getenv(DeviceEnv)
 	var ctx *C.struct_ibv_context
-	usable := map[string]bool{}
-	if infos, err := Devices(); err == nil {
-		for _, d := range infos {
-			usable[d.Name] = d.Usable()
-		}
-	}
-	for i := 0; i < int(n); i++ {
+	for i := 0; i < n; i++ {
 		c := C.gorun_dev_at(list, C.int(i))
 		name := C.GoString(C.gorun_dev_name(c))
 		if want != "" {
@@ -111,26 +97,23 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 			}
 			continue
 		}
-		if ctx == nil || (usable[name] && !usable[C.GoString(C.gorun_dev_name(ctx))]) {
+		if ctx == nil || (n > 1 && hasActivePort("/", name) && !hasActivePort("/", C.GoString(C.gorun_dev_name(ctx)))) {
 			ctx = c
 		}
 	}
 	if ctx == nil {
-		C.rdma_free_devices(list)
 		return nil, opErr("open", fmt.Errorf("%w: device %q not found", rdma.ErrNotSupported, want))
 	}
 	var attr C.struct_gorun_dev_attr
 	if r, err := C.gorun_query_device(ctx, &attr); r != 0 {
-		C.rdma_free_devices(list)
 		return nil, opErr("open", errnoErr(err))
 	}
 	pd, err := C.ibv_alloc_pd(ctx)
 	if pd == nil {
-		C.rdma_free_devices(list)
 		return nil, opErr("open", errnoErr(err))
 	}
 	d := &device{
-		cfg: cfg, list: list, ctx: ctx, pd: pd,
+		cfg: cfg, ctx: ctx, pd: pd,
 		name:   C.GoString(C.gorun_dev_name(ctx)),
 		maxSGE: min(int(attr.max_sge), soft.MaxSGE),
 		maxWR:  int(attr.max_qp_wr),
@@ -143,6 +126,38 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 	}
 	d.rnrCode = rnrTimerCode(cfg.RNRTimer.Seconds() * 1000)
 	return d, nil
+}
+
+var devices struct {
+	sync.Mutex
+	list **C.struct_ibv_context
+	n    int
+}
+
+// deviceList is rdma_get_devices, called once per process: librdmacm's
+// contexts are shared by every cm_id, and closing them (rdma_free_devices
+// on the last reference) makes the next Open reopen the device, which
+// costs about a second under an emulated CPU. They live as long as the
+// process.
+func deviceList() (**C.struct_ibv_context, int, error) {
+	devices.Lock()
+	defer devices.Unlock()
+	if devices.list != nil {
+		return devices.list, devices.n, nil
+	}
+	var n C.int
+	list, err := C.rdma_get_devices(&n)
+	if list == nil || n == 0 {
+		if list != nil {
+			C.rdma_free_devices(list)
+		}
+		if err == nil || n == 0 {
+			err = errors.New("no RDMA device")
+		}
+		return nil, 0, err
+	}
+	devices.list, devices.n = list, int(n)
+	return list, int(n), nil
 }
 
 // rnrRetryCount maps Config.RNRRetry onto the 3-bit rnr_retry_count, in
@@ -320,6 +335,5 @@ func (d *device) Close() error {
 	if r := C.ibv_dealloc_pd(d.pd); r != 0 && first == nil {
 		first = opErr("close", errnoErr(syscall.Errno(r)))
 	}
-	C.rdma_free_devices(d.list)
 	return first
 }

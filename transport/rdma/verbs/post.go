@@ -136,15 +136,15 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 		}
 	}
 	w.flags = hw
-	if r, err := C.gorun_post(c.id, w); r != 0 {
-		releaseSlot(s)
-		if c.Err() != nil {
-			// The QP is in the error state and this device refuses posts
-			// there: complete the request as the spec says, flushed.
-			q.push(rdma.WC{WRID: wrid, Status: rdma.StatusFlushed, Opcode: wcOp})
-			return nil
+	// After the peer's disconnect the QP is in the error state: the request
+	// is not given to the device but stays outstanding, and get flushes it
+	// in order (after flushGrace). Likewise if the device refuses posts to
+	// a QP in error.
+	if !c.peerGone.Load() {
+		if r, err := C.gorun_post(c.id, w); r != 0 && c.Err() == nil {
+			releaseSlot(s)
+			return c.opErr(postNames[op], errnoErr(err))
 		}
-		return c.opErr(postNames[op], errnoErr(err))
 	}
 	q.tail++
 	return nil

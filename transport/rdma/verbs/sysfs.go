@@ -83,6 +83,18 @@ func DevicesAt(root string) ([]DeviceInfo, error) {
 	return devs, nil
 }
 
+// hasActivePort reads only the ports' state files (Devices also reads the
+// GID tables, which is slow on devices with large ones).
+func hasActivePort(root, dev string) bool {
+	states, _ := filepath.Glob(filepath.Join(root, "sys", "class", "infiniband", dev, "ports", "*", "state"))
+	for _, p := range states {
+		if strings.HasSuffix(readString(p), "ACTIVE") {
+			return true
+		}
+	}
+	return false
+}
+
 func readPorts(dir string) []PortInfo {
 	ents, err := os.ReadDir(dir)
 	if err != nil {

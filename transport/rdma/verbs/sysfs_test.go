@@ -58,6 +58,9 @@ func TestDevicesAtFakeSysfs(t *testing.T) {
 	if len(mlx.Ports) != 2 || mlx.Ports[0].Active() || !mlx.Ports[1].Active() || !mlx.Usable() {
 		t.Errorf("mlx5_0 ports %+v", mlx.Ports)
 	}
+	if !hasActivePort(root, "mlx5_0") || hasActivePort(root, "broken0") {
+		t.Error("hasActivePort disagrees with Usable")
+	}
 	if devs[0].Usable() {
 		t.Error("broken0 is usable")
 	}

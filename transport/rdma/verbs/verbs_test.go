@@ -126,3 +126,56 @@ func TestSendRecv(t *testing.T) {
 		t.Fatalf("post with a deregistered MR: %v", err)
 	}
 }
+
+// TestSetupTimings logs what connection setup and teardown cost (under TCG
+// they dominate the conformance suite's time).
+func TestSetupTimings(t *testing.T) {
+	vmIP(t)
+	t0 := time.Now()
+	Devices()
+	tDevs := time.Since(t0)
+	t0 = time.Now()
+	deviceList()
+	tList := time.Since(t0)
+	t.Logf("Devices %v, rdma_get_devices %v", tDevs, tList)
+	t0 = time.Now()
+	openDev(t, rdma.Config{}).Close()
+	tFirst := time.Since(t0)
+	t0 = time.Now()
+	d := openDev(t, rdma.Config{})
+	t1 := time.Now()
+	cli, srv := pair(t, d)
+	t2 := time.Now()
+	cli.Close()
+	t3 := time.Now()
+	srv.Close()
+	t4 := time.Now()
+	d.Close()
+	t.Logf("first open %v, open %v, listen+dial+accept %v, close %v, peer close %v, device close %v",
+		tFirst, t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3), time.Since(t4))
+}
+
+// TestRecvTooSmall: the receiver's completion and Conn.Err say why.
+func TestRecvTooSmall(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	ctx := ctxT(t)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	sb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	if err := srv.PostRecv(1, rb.Bytes()[:16], rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.PostSend(2, sb.Bytes(), sb, rdma.FlagSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := srv.GetRecvComp(ctx)
+	t.Logf("receiver: %+v %v; Err: %v", wc, err, srv.Err())
+	swc, err := cli.GetSendComp(ctx)
+	t.Logf("sender: %+v %v; Err: %v", swc, err, cli.Err())
+	if wc.Status != rdma.StatusLocalLengthError {
+		t.Errorf("receiver status %v, want %v", wc.Status, rdma.StatusLocalLengthError)
+	}
+	if swc.Status == rdma.StatusSuccess {
+		t.Error("sender's send succeeded")
+	}
+}
