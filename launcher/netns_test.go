@@ -103,6 +103,7 @@ func TestTwoHostsInNetworkNamespaces(t *testing.T) {
 		}
 		return nil
 	}
+	run("netns", "del", ns) // left over from a killed run, if any
 	if err := run("netns", "add", ns); err != nil {
 		t.Skipf("cannot create a network namespace (needs root and iproute2): %v", err)
 	}
