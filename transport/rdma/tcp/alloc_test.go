@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -13,7 +14,13 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	a, b, devA, devB := pair(t, rdma.Config{})
+	for _, cfg := range []rdma.Config{{}, {Checksum: true}} {
+		t.Run(fmt.Sprintf("checksum=%v", cfg.Checksum), func(t *testing.T) { hotPath(t, cfg) })
+	}
+}
+
+func hotPath(t *testing.T, cfg rdma.Config) {
+	a, b, devA, devB := pair(t, cfg)
 	src := make([]byte, 4096)
 	sMR := mustReg(t, devA, src, rdma.AccessLocalWrite)
 	dst := make([]byte, 4096)

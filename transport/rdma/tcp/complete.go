@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"fmt"
-	"io"
 	"math/bits"
 	"sync"
 
@@ -50,7 +49,19 @@ func (c *conn) onNak(h *header) error {
 	if st == rdma.StatusSuccess || st > rdma.StatusFatal {
 		return fmt.Errorf("%w: NAK with status %d", errProtocol, h.status)
 	}
+	crc := h.imm == nakChecksum
 	c.mu.Lock()
+	if crc && h.seq == c.tx {
+		// The peer found a damaged response or header: no request of ours
+		// is named, every earlier one was served.
+		err := c.completeUpTo(h.seq)
+		if err == nil {
+			c.setErrorLocked(opErr("conn", &peerError{peer: c.peer, err: fmt.Errorf("the peer reports a %w", errChecksum)}))
+		}
+		c.mu.Unlock()
+		kick(c.wake)
+		return err
+	}
 	if err := c.checkSeq(h); err != nil {
 		c.mu.Unlock()
 		return err
@@ -66,7 +77,11 @@ func (c *conn) onNak(h *header) error {
 	// Enter the error state before the failure is visible, so whoever
 	// sees the completion also sees Err.
 	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.opcode}
-	c.setErrorLocked(opErr(opName(w.op), &peerError{peer: c.peer, err: &rdma.WCError{WC: wc}}))
+	var cause error = &rdma.WCError{WC: wc}
+	if crc {
+		cause = fmt.Errorf("the peer reports a %w: %w", errChecksum, cause)
+	}
+	c.setErrorLocked(opErr(opName(w.op), &peerError{peer: c.peer, err: cause}))
 	c.finish(w, st)
 	c.head++
 	c.mu.Unlock()
@@ -93,24 +108,42 @@ func (c *conn) onReadResp(h *header) error {
 	// The slot stays ours: only this goroutine completes requests while
 	// the conn is working, and the reaper waits for it to exit.
 	left := w.length
+	var crc uint32
 	for _, s := range w.sgl {
 		if left == 0 {
 			break
 		}
 		k := min(left, len(s.Buf))
-		if _, err := io.ReadFull(c.r, s.Buf[:k]); err != nil {
+		var err error
+		if crc, err = c.readInto(s.Buf[:k], crc); err != nil {
 			return err
 		}
 		left -= k
 	}
+	st := rdma.StatusSuccess
+	var bad error
+	if c.badCRC(h, crc) {
+		// The data is in place but damaged: the read fails, and the peer
+		// learns it from a NAK at its next request.
+		st = rdma.StatusRetryExceeded
+		bad = opErr("read", &peerError{peer: c.peer,
+			err: fmt.Errorf("response to read %d of %d bytes: payload %w", h.seq, h.length, errChecksum)})
+		c.dev.counts.checksum.Add(1)
+	}
 	c.mu.Lock()
-	c.finish(w, rdma.StatusSuccess)
+	if bad != nil {
+		c.setErrorLocked(bad)
+	}
+	c.finish(w, st)
 	c.head++
 	c.readsInFlight--
 	fenced := c.readsInFlight == 0
 	c.mu.Unlock()
-	if fenced {
+	if fenced || bad != nil {
 		kick(c.wake)
+	}
+	if bad != nil {
+		c.queueResp(header{op: opNak, seq: c.expect, status: uint16(rdma.StatusRetryExceeded), imm: nakChecksum}, nil, nil)
 	}
 	return nil
 }

@@ -23,3 +23,9 @@ func TestConformanceToken(t *testing.T) {
 	}
 	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true, Config: rdma.Config{Token: []byte("conformance")}})
 }
+
+// The suite again with CRC32C on every frame (GORUN_CHECKSUM=1), the
+// child peer included.
+func TestConformanceChecksum(t *testing.T) {
+	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true, Config: rdma.Config{Checksum: true}})
+}

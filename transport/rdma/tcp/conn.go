@@ -37,7 +37,7 @@ type wr struct {
 	one      [1]rdma.SGE
 	many     []rdma.SGE // reused storage for longer lists
 	ibuf     []byte     // inline payload, allocated on first use
-	hdr      [hdrLen]byte
+	hdr      [maxHdr]byte
 }
 
 // recvWR is a receive-queue slot.
@@ -52,9 +52,17 @@ type recvWR struct {
 // response is a frame the reader queues for the writer.
 type response struct {
 	h      header
-	hdr    [hdrLen]byte
+	hdr    [maxHdr]byte
 	data   []byte
+	crc    uint32 // of data, with Config.Checksum
 	pooled *[]byte
+}
+
+// sealing is a request the writer has taken whose header still needs its
+// CRCs (Config.Checksum): iov[lo:hi] is its payload.
+type sealing struct {
+	hdr    *[maxHdr]byte
+	lo, hi int
 }
 
 type conn struct {
@@ -63,6 +71,7 @@ type conn struct {
 	r         io.Reader // what the reader reads frames from
 	peer      string
 	cfg       rdma.Config
+	hlen      int // frame header bytes: hdrLen, or maxHdr with Config.Checksum
 	ackEvery  uint64
 	sendCQ    *soft.CQ
 	recvCQ    *soft.CQ
@@ -90,9 +99,10 @@ type conn struct {
 	// Writer-owned.
 	iov   [][]byte
 	wbufs net.Buffers
+	seals []sealing
 
 	// Reader-owned.
-	rhdr     [hdrLen]byte
+	rhdr     [maxHdr]byte
 	expect   uint64 // seq of the peer's next request
 	discard  bool   // the reader entered stateError: skip every frame
 	scratch  []byte
@@ -105,8 +115,12 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 	every = max(1, min(every, 64))
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	hlen := hdrLen
+	if cfg.Checksum {
+		hlen = maxHdr
+	}
 	return &conn{
-		dev: d, nc: nc, r: r, peer: peer, cfg: cfg, ackEvery: every,
+		dev: d, nc: nc, r: r, peer: peer, cfg: cfg, hlen: hlen, ackEvery: every,
 		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
 		wake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1),
 		done: make(chan struct{}), readDone: make(chan struct{}),

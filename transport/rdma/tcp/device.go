@@ -29,8 +29,9 @@ func init() {
 }
 
 type device struct {
-	cfg rdma.Config
-	pd  *soft.PD
+	cfg    rdma.Config
+	pd     *soft.PD
+	counts counts
 
 	mu     sync.Mutex
 	closed bool
@@ -116,8 +117,12 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 // setup tunes the socket, authenticates the peer and starts the conn.
 func (d *device) setup(ctx context.Context, nc *net.TCPConn, r role) (*conn, error) {
 	tuneSocket(nc)
-	if err := handshake(ctx, nc, d.cfg.Token, r); err != nil {
+	if err := handshake(ctx, nc, d.cfg.Token, d.cfg.Checksum, r); err != nil {
 		nc.Close()
+		var no *refusal
+		if errors.As(err, &no) {
+			d.counts.auth.Add(1)
+		}
 		return nil, &peerError{peer: nc.RemoteAddr().String(), err: err}
 	}
 	c := newConn(d, nc, nc, nc.RemoteAddr().String())

@@ -13,6 +13,18 @@
 // write is delivered after the write's data is in place. A send that finds
 // no posted receive holds the stream while it waits (RNRRetry × RNRTimer).
 //
+// With Config.Checksum (GORUN_CHECKSUM=1) every frame carries a CRC32C of
+// its header and of its payload (checksum.go). The receiver checks the
+// header before using any field and the payload before acknowledging the
+// request or completing a receive or a read; a mismatch fails the request
+// and moves both ends to the error state, so damaged bytes that already
+// reached a region are never reported as delivered. Both ends must agree
+// on the option: the handshake refuses a mismatch.
+//
+// The device counts refused work (rdma.CounterSource): handshakes it
+// refused, requests it refused for access, checksum mismatches it found
+// and malformed streams it read.
+//
 // A handshake precedes all frames: protocol version, and when
 // Config.Token is set a mutual HMAC-SHA256 challenge-response (see
 // handshake.go); a peer that fails it never reaches registered memory. A

@@ -246,7 +246,7 @@ func FuzzHandshake(f *testing.F) {
 			io.Reader
 			io.Writer
 		}{bytes.NewReader(in), io.Discard}
-		if exchange(rw, []byte("token"), roleAccept) == nil {
+		if exchange(rw, []byte("token"), false, roleAccept) == nil {
 			t.Fatal("authenticated without the token")
 		}
 	})

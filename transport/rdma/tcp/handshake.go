@@ -15,7 +15,8 @@ import (
 )
 
 // The handshake runs before any frame: both ends send a hello (magic,
-// protocol version, whether they hold a token, a fresh nonce). When both
+// protocol version, whether they hold a token and whether they checksum
+// frames, a fresh nonce). Both must agree on checksums (Config.Checksum). When both
 // hold a token each proves it with HMAC-SHA256(token, role‖own nonce‖peer
 // nonce) — the token never crosses the wire and a proof cannot be replayed
 // or reflected — then each sends a one-byte verdict on the other's proof.
@@ -26,6 +27,7 @@ const (
 	nonceLen     = 32
 	helloLen     = 8 + 2 + 2 + nonceLen
 	helloAuth    = 1 << 0
+	helloCRC     = 1 << 1 // Config.Checksum: frames carry CRC32Cs
 
 	// handshakeTimeout bounds a handshake whose ctx has no deadline, so a
 	// stray client cannot hold Accept forever.
@@ -42,13 +44,14 @@ const (
 )
 
 // handshake authenticates nc under ctx; the error is an rdma sentinel
-// (ErrAuth, ErrNotSupported) or the I/O error, not yet wrapped.
-func handshake(ctx context.Context, nc net.Conn, token []byte, me role) error {
+// (ErrAuth, ErrNotSupported) or the I/O error, not yet wrapped. A refusal
+// of the peer by this end is a *refusal.
+func handshake(ctx context.Context, nc net.Conn, token []byte, crc bool, me role) error {
 	// ctx's own deadline is left to AfterFunc, so that a cancelled
 	// handshake reports ctx.Err() rather than a socket timeout.
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(longAgo) })
-	err := exchange(nc, token, me)
+	err := exchange(nc, token, crc, me)
 	if !stop() {
 		return ctx.Err()
 	}
@@ -58,13 +61,35 @@ func handshake(ctx context.Context, nc net.Conn, token []byte, me role) error {
 	return nc.SetDeadline(time.Time{})
 }
 
-func exchange(rw io.ReadWriter, token []byte, me role) error {
+// refusal is a handshake this end refused: the peer presented a wrong
+// token, none, or no gorun hello at all. Devices count them.
+type refusal struct{ error }
+
+func (r *refusal) Unwrap() error { return r.error }
+
+func refuse(format string, args ...any) error {
+	return &refusal{fmt.Errorf("%w: "+format, append([]any{rdma.ErrAuth}, args...)...)}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func exchange(rw io.ReadWriter, token []byte, crc bool, me role) error {
 	var mine, theirs [helloLen]byte
 	copy(mine[:], helloMagic[:])
 	binary.LittleEndian.PutUint16(mine[8:], protoVersion)
+	var flags uint16
 	if len(token) > 0 {
-		binary.LittleEndian.PutUint16(mine[10:], helloAuth)
+		flags |= helloAuth
 	}
+	if crc {
+		flags |= helloCRC
+	}
+	binary.LittleEndian.PutUint16(mine[10:], flags)
 	if _, err := rand.Read(mine[12:]); err != nil {
 		return err
 	}
@@ -75,23 +100,28 @@ func exchange(rw io.ReadWriter, token []byte, me role) error {
 		return err
 	}
 	if [8]byte(theirs[:8]) != helloMagic {
-		return fmt.Errorf("%w: not a gorun tcp peer", rdma.ErrAuth)
+		return refuse("not a gorun tcp peer")
 	}
 	if v := binary.LittleEndian.Uint16(theirs[8:]); v != protoVersion {
 		return fmt.Errorf("%w: peer speaks protocol version %d, want %d", rdma.ErrNotSupported, v, protoVersion)
 	}
-	peerAuth := binary.LittleEndian.Uint16(theirs[10:])&helloAuth != 0
+	peerFlags := binary.LittleEndian.Uint16(theirs[10:])
+	if peerCRC := peerFlags&helloCRC != 0; peerCRC != crc {
+		return fmt.Errorf("%w: frame checksums (Config.Checksum, GORUN_CHECKSUM) are %s here and %s on the peer; both ends must agree",
+			rdma.ErrNotSupported, onOff(crc), onOff(peerCRC))
+	}
+	peerAuth := peerFlags&helloAuth != 0
 	switch {
 	case len(token) == 0 && !peerAuth:
 		return nil
 	case len(token) == 0:
 		return fmt.Errorf("%w: peer requires a token and none is configured", rdma.ErrAuth)
 	case !peerAuth:
-		return fmt.Errorf("%w: peer has no token", rdma.ErrAuth)
+		return refuse("peer has no token")
 	}
 	myNonce, peerNonce := mine[12:], theirs[12:]
 	if hmac.Equal(myNonce, peerNonce) {
-		return fmt.Errorf("%w: peer echoed our nonce", rdma.ErrAuth)
+		return refuse("peer echoed our nonce")
 	}
 	peer := roleAccept
 	if me == roleAccept {
@@ -114,7 +144,7 @@ func exchange(rw io.ReadWriter, token []byte, me role) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: peer's proof does not match our token", rdma.ErrAuth)
+		return refuse("peer's proof does not match our token")
 	}
 	if _, err := io.ReadFull(rw, verdict[:]); err != nil {
 		return err

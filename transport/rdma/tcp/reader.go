@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"cmp"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 
@@ -13,7 +15,11 @@ import (
 // writer; the only waits are the bounded receiver-not-ready ones.
 func (c *conn) readLoop() {
 	defer close(c.readDone)
-	c.fail(c.serve())
+	err := c.serve()
+	if errors.Is(err, errProtocol) {
+		c.dev.counts.protocol.Add(1)
+	}
+	c.fail(err)
 }
 
 // serve reads and handles frames until the stream ends or breaks the
@@ -22,10 +28,16 @@ func (c *conn) readLoop() {
 func (c *conn) serve() error {
 	var h header
 	for {
-		if _, err := io.ReadFull(c.r, c.rhdr[:]); err != nil {
+		if _, err := io.ReadFull(c.r, c.rhdr[:c.hlen]); err != nil {
 			return err
 		}
-		if err := h.decode(&c.rhdr); err != nil {
+		if c.cfg.Checksum {
+			if !intact(&c.rhdr) {
+				return c.corruptHeader()
+			}
+			h.crc = binary.LittleEndian.Uint32(c.rhdr[hdrLen:])
+		}
+		if err := h.decode(head(&c.rhdr)); err != nil {
 			return err
 		}
 		if h.op <= opReadReq {
@@ -93,6 +105,9 @@ func (c *conn) ack(h *header) {
 // remoteError answers request h with a NAK and moves this end to the error
 // state; the initiator moves there when the NAK arrives.
 func (c *conn) remoteError(h *header, st rdma.Status, op string, cause error) {
+	if st == rdma.StatusRemoteAccessError {
+		c.dev.counts.access.Add(1)
+	}
 	c.setError(opErr(op, &peerError{peer: c.peer, err: cause}))
 	c.queueResp(header{op: opNak, seq: h.seq, status: uint16(st)}, nil, nil)
 }
@@ -137,10 +152,14 @@ func (c *conn) serveWrite(h *header) error {
 			return c.rnrExceeded(h, err)
 		}
 	}
-	_, err := io.ReadFull(c.r, b)
+	crc, err := c.readInto(b, 0)
 	mr.Release()
 	if err != nil {
 		return err
+	}
+	if c.badCRC(h, crc) {
+		c.badPayload(h, "serve_write")
+		return nil
 	}
 	if rw != nil {
 		c.consumeRecv(rdma.WC{WRID: rw.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: n, Imm: h.imm, HasImm: true})
@@ -177,19 +196,32 @@ func (c *conn) serveSend(h *header) error {
 		return nil
 	}
 	left := n
+	var crc uint32
 	for _, s := range rw.sgl {
 		if left == 0 {
 			break
 		}
 		k := min(left, len(s.Buf))
-		if _, err := io.ReadFull(c.r, s.Buf[:k]); err != nil {
+		if crc, err = c.readInto(s.Buf[:k], crc); err != nil {
 			return err
 		}
 		left -= k
 	}
+	if c.badCRC(h, crc) {
+		c.badPayload(h, "serve_send") // the receive is flushed, never delivered
+		return nil
+	}
 	c.consumeRecv(rdma.WC{WRID: rw.wrid, Opcode: rdma.OpRecv, ByteLen: n})
 	c.ack(h)
 	return nil
+}
+
+// badPayload fails request h, whose payload is in place but failed its
+// CRC32C: the NAK fails it on the initiator, and the error state flushes
+// the receive it would have completed.
+func (c *conn) badPayload(h *header, op string) {
+	c.checksumError(h.seq, opErr(op, &peerError{peer: c.peer,
+		err: fmt.Errorf("%s %d of %d bytes at %#x: payload %w", opName(h.op), h.seq, h.length, h.addr, errChecksum)}))
 }
 
 func (c *conn) rnrExceeded(h *header, err error) error {

@@ -54,6 +54,7 @@ type header struct {
 	length uint32
 	seq    uint64
 	addr   uint64
+	crc    uint32 // payload CRC32C (Config.Checksum); not in encode
 }
 
 func (h *header) encode(b *[hdrLen]byte) {

@@ -1,5 +1,7 @@
 package tcp
 
+import "hash/crc32"
+
 // Batch bounds for one writev: enough frames to amortise the system call
 // for small messages, and few enough iovecs to stay under IOV_MAX (1024)
 // even when every request has a full scatter-gather list.
@@ -20,8 +22,9 @@ func (c *conn) writeLoop() {
 		resp := c.resp
 		c.resp = c.respSpare[:0]
 		iov := c.iov[:0]
+		c.seals = c.seals[:0]
 		for i := range resp {
-			iov = append(iov, resp[i].hdr[:])
+			iov = append(iov, resp[i].hdr[:c.hlen])
 			if len(resp[i].data) > 0 {
 				iov = append(iov, resp[i].data)
 			}
@@ -36,6 +39,9 @@ func (c *conn) writeLoop() {
 		}
 		c.mu.Unlock()
 
+		for _, s := range c.seals {
+			seal(s.hdr, crcOf(iov[s.lo:s.hi]))
+		}
 		if len(iov) > 0 {
 			c.wbufs = iov
 			raceReleaseIO()
@@ -63,7 +69,9 @@ func (c *conn) writeLoop() {
 }
 
 // takeRequests appends the next sendable requests to iov and marks them as
-// on the wire. Called with c.mu held.
+// on the wire; with Config.Checksum the writer seals their headers after
+// releasing c.mu (c.seals), so the CRC of a large payload holds no lock.
+// Called with c.mu held.
 func (c *conn) takeRequests(iov [][]byte) [][]byte {
 	for n := 0; c.tx < c.tail && n < maxBatch && len(iov) < maxIov; n++ {
 		w := c.slot(c.tx)
@@ -77,8 +85,9 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 		if w.signaled || (c.tx+1)%c.ackEvery == 0 || c.tx+1 == c.tail && c.tail-c.head >= uint64(c.cfg.SendQueueDepth)/2 {
 			h.flags |= fAck
 		}
-		h.encode(&w.hdr)
-		iov = append(iov, w.hdr[:])
+		h.encode(head(&w.hdr))
+		iov = append(iov, w.hdr[:c.hlen])
+		lo := len(iov)
 		if w.op != opReadReq {
 			for _, s := range w.sgl {
 				if len(s.Buf) > 0 {
@@ -88,6 +97,9 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 		} else {
 			c.readsInFlight++
 		}
+		if c.cfg.Checksum {
+			c.seals = append(c.seals, sealing{hdr: &w.hdr, lo: lo, hi: len(iov)})
+		}
 		c.tx++
 	}
 	return iov
@@ -96,17 +108,27 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 // queueResp hands a response frame to the writer. Consecutive ACKs merge:
 // they are cumulative.
 func (c *conn) queueResp(h header, data []byte, pooled *[]byte) {
+	var crc uint32
+	if c.cfg.Checksum && len(data) > 0 {
+		crc = crc32.Checksum(data, castagnoli)
+	}
 	c.mu.Lock()
 	if n := len(c.resp); h.op == opAck && n > 0 && c.resp[n-1].h.op == opAck {
 		r := &c.resp[n-1]
 		r.h.seq = h.seq
-		r.h.encode(&r.hdr)
+		c.encodeResp(r)
 		c.mu.Unlock()
 		return
 	}
-	c.resp = append(c.resp, response{h: h, data: data, pooled: pooled})
-	r := &c.resp[len(c.resp)-1]
-	r.h.encode(&r.hdr)
+	c.resp = append(c.resp, response{h: h, data: data, crc: crc, pooled: pooled})
+	c.encodeResp(&c.resp[len(c.resp)-1])
 	c.mu.Unlock()
 	kick(c.wake)
+}
+
+func (c *conn) encodeResp(r *response) {
+	r.h.encode(head(&r.hdr))
+	if c.cfg.Checksum {
+		seal(&r.hdr, r.crc)
+	}
 }

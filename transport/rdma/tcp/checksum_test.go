@@ -1,0 +1,272 @@
+package tcp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
+)
+
+// proxied connects a dialing device (a) to an accepting one (b) through a
+// faulty.Proxy that flips the low bit of the forward (a → b) byte at
+// corruptAt, counted from 1 and including the handshake.
+func proxied(t *testing.T, cfg rdma.Config, corruptAt int64) (a, b rdma.Conn, devA, devB rdma.Device, px *faulty.Proxy) {
+	t.Helper()
+	ctx := testCtx(t)
+	devA, _ = rdma.OpenConfig("tcp", cfg)
+	devB, _ = rdma.OpenConfig("tcp", cfg)
+	t.Cleanup(func() { devA.Close(); devB.Close() })
+	ln, err := devB.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	px = &faulty.Proxy{Target: ln.Addr().String(), CorruptAt: corruptAt}
+	if err := px.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	ch := make(chan rdma.Conn, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	if a, err = devA.Dial(ctx, px.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if b = <-ch; b == nil {
+		t.FailNow()
+	}
+	return a, b, devA, devB, px
+}
+
+// firstPayload is the forward offset of byte k of the payload of the
+// dialer's first frame (no token: the handshake is one hello).
+func firstPayload(cfg rdma.Config, k int) int64 {
+	hlen := hdrLen
+	if cfg.Checksum {
+		hlen = maxHdr
+	}
+	return int64(helloLen + hlen + k + 1)
+}
+
+// waitErr waits for c to enter the error state and returns why.
+func waitErr(t *testing.T, c rdma.Conn) error {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return c.Err()
+}
+
+// corruption is one place a flipped bit can land: run posts the request
+// whose frame is damaged and returns the initiator's conn.
+type corruption struct {
+	name string
+	at   func(rdma.Config) int64
+	// run posts on a or b; the returned conn is the initiator, the other
+	// the end whose receive must never succeed.
+	run func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (init, target rdma.Conn, detector rdma.Device)
+}
+
+const corruptLen = 4096
+
+var corruptions = []corruption{
+	{"write-payload", func(c rdma.Config) int64 { return firstPayload(c, 1000) },
+		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
+			must(t, a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()))
+			return a, b, devB
+		}},
+	{"write-imm-payload", func(c rdma.Config) int64 { return firstPayload(c, 4095) },
+		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
+			must(t, a.PostWriteImm(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey(), 77))
+			return a, b, devB
+		}},
+	{"send-payload", func(c rdma.Config) int64 { return firstPayload(c, 0) },
+		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
+			must(t, a.PostSend(1, src.Bytes(), src, rdma.FlagSignaled))
+			return a, b, devB
+		}},
+	// Byte 24 of the header is the low byte of addr: without a CRC the
+	// write would land one byte off, inside the region.
+	{"header", func(rdma.Config) int64 { return helloLen + 24 + 1 },
+		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
+			must(t, a.PostWrite(1, src.Bytes()[:100], src, rdma.FlagSignaled, dst.Addr()+8, dst.RKey()))
+			return a, b, devB
+		}},
+	// The proxy damages a → b bytes, so b reads from a: a's first frame
+	// is the read response.
+	{"read-response", func(c rdma.Config) int64 { return firstPayload(c, 2000) },
+		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
+			must(t, b.PostRead(1, dst.Bytes(), dst, rdma.FlagSignaled, src.Addr(), src.RKey()))
+			return b, a, devB
+		}},
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// regions gives a a source (remote-readable, for the read case) and b a
+// destination, page-aligned, and a receive buffer on each end.
+func regions(t *testing.T, devA, devB rdma.Device) (src, dst, recvA, recvB *rdma.MR) {
+	t.Helper()
+	alloc := func(d rdma.Device, acc rdma.Access) *rdma.MR {
+		mr, err := d.Alloc(corruptLen, acc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mr
+	}
+	src = alloc(devA, rdma.AccessLocalWrite|rdma.AccessRemoteRead)
+	fill(src.Bytes(), 5)
+	dst = alloc(devB, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	return src, dst, alloc(devA, rdma.AccessLocalWrite), alloc(devB, rdma.AccessLocalWrite)
+}
+
+// With Checksum, a bit flipped anywhere in a frame is caught: the request
+// fails on its initiator, both ends enter the error state, no receive
+// completes successfully, and the end that found it counts it.
+func TestChecksumDetectsCorruption(t *testing.T) {
+	for _, tc := range corruptions {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := rdma.Config{Checksum: true}
+			a, b, devA, devB, px := proxied(t, cfg, tc.at(cfg))
+			src, dst, recvA, recvB := regions(t, devA, devB)
+			must(t, a.PostRecv(8, recvA.Bytes(), recvA))
+			must(t, b.PostRecv(9, recvB.Bytes(), recvB))
+			init, _, detector := tc.run(t, a, b, devA, devB, src, dst)
+			if wc := sendComp(t, init); wc.WRID != 1 || wc.Status != rdma.StatusRetryExceeded {
+				t.Fatalf("initiator's completion %+v, want %v", wc, rdma.StatusRetryExceeded)
+			}
+			for _, c := range []rdma.Conn{a, b} {
+				if err := waitErr(t, c); !errors.Is(err, errChecksum) {
+					t.Fatalf("Err() = %v, want a checksum error", err)
+				}
+				if wc := recvComp(t, c); wc.Status != rdma.StatusFlushed {
+					t.Fatalf("receive %+v, want flushed", wc)
+				}
+			}
+			if n := px.Corrupted.Load(); n != 1 {
+				t.Fatalf("proxy corrupted %d bytes, want 1", n)
+			}
+			for _, d := range []rdma.Device{devA, devB} {
+				want := rdma.Counters{}
+				if d == detector {
+					want.ChecksumErrors = 1
+				}
+				if got := d.(rdma.CounterSource).Counters(); got != want {
+					t.Fatalf("counters %+v, want %+v", got, want)
+				}
+			}
+			if tc.name == "header" && !bytes.Equal(dst.Bytes(), make([]byte, corruptLen)) {
+				t.Fatal("a write with a damaged header reached memory")
+			}
+			// Later requests are flushed, on both ends.
+			must(t, a.PostSend(2, []byte("x"), nil, rdma.FlagInline|rdma.FlagSignaled))
+			if wc := sendComp(t, a); wc.WRID != 2 || wc.Status != rdma.StatusFlushed {
+				t.Fatalf("post after the error: %+v", wc)
+			}
+		})
+	}
+}
+
+// Without Checksum the same flipped bit is delivered as good data: this
+// is why the option exists.
+func TestCorruptionLandsWithoutChecksum(t *testing.T) {
+	for _, tc := range corruptions {
+		if tc.name == "write-imm-payload" {
+			continue // the same path as write-payload
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := rdma.Config{}
+			a, b, devA, devB, _ := proxied(t, cfg, tc.at(cfg))
+			src, dst, _, recvB := regions(t, devA, devB)
+			must(t, b.PostRecv(9, recvB.Bytes(), recvB))
+			init, _, _ := tc.run(t, a, b, devA, devB, src, dst)
+			if wc := sendComp(t, init); wc.WRID != 1 || wc.Status != rdma.StatusSuccess {
+				t.Fatalf("completion %+v", wc)
+			}
+			want := bytes.Clone(src.Bytes())
+			got := dst.Bytes()
+			switch tc.name {
+			case "send-payload":
+				if wc := recvComp(t, b); wc.Status != rdma.StatusSuccess {
+					t.Fatalf("receive %+v", wc)
+				}
+				want[0] ^= 1
+				got = recvB.Bytes()
+			case "header":
+				// The write of 100 bytes to dst+8 went to dst+9.
+				want = make([]byte, corruptLen)
+				copy(want[9:], src.Bytes()[:100])
+			case "read-response":
+				want[2000] ^= 1
+			default:
+				want[1000] ^= 1
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("the corrupted data did not land as predicted")
+			}
+			if a.Err() != nil || b.Err() != nil {
+				t.Fatalf("errors without checksums: %v / %v", a.Err(), b.Err())
+			}
+		})
+	}
+}
+
+// handshakePair dials from a device opened with dial to one opened with
+// accept, and returns both devices and both ends' errors.
+func handshakePair(t *testing.T, dial, accept rdma.Config) (devA, devB rdma.Device, errA, errB error) {
+	t.Helper()
+	ctx := testCtx(t)
+	devA, _ = rdma.OpenConfig("tcp", dial)
+	devB, _ = rdma.OpenConfig("tcp", accept)
+	t.Cleanup(func() { devA.Close(); devB.Close() })
+	ln, err := devB.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept(ctx)
+		ch <- err
+	}()
+	_, errA = devA.Dial(ctx, ln.Addr().String())
+	return devA, devB, errA, <-ch
+}
+
+// Ends that disagree on checksums refuse each other at the handshake,
+// saying so, rather than misreading each other's frames.
+func TestChecksumHandshakeMismatch(t *testing.T) {
+	on, off := rdma.Config{Checksum: true}, rdma.Config{}
+	for _, tc := range []struct {
+		name         string
+		dial, accept rdma.Config
+	}{{"dial-on", on, off}, {"accept-on", off, on}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, errA, errB := handshakePair(t, tc.dial, tc.accept)
+			for _, err := range []error{errA, errB} {
+				if !errors.Is(err, rdma.ErrNotSupported) || !strings.Contains(fmt.Sprint(err), "checksums") {
+					t.Fatalf("dial: %v; accept: %v; want a checksum mismatch on both", errA, errB)
+				}
+			}
+		})
+	}
+	if _, _, errA, errB := handshakePair(t, on, on); errA != nil || errB != nil {
+		t.Fatalf("matching configs refused: %v / %v", errA, errB)
+	}
+}
