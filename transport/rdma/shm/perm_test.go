@@ -41,6 +41,37 @@ func TestModes(t *testing.T) {
 	if st.Mode&0o777 != 0o600 || int(st.Uid) != os.Getuid() {
 		t.Fatalf("arena memfd mode %o uid %d, want 0600 uid %d", st.Mode&0o777, st.Uid, os.Getuid())
 	}
+	// Every memfd this process holds (arenas; segments are closed once
+	// mapped, so look at the mappings too) is 0600.
+	pair(t, rdma.Config{})
+	checked := 0
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		p := filepath.Join("/proc/self/fd", e.Name())
+		if l, _ := os.Readlink(p); strings.HasPrefix(l, "/memfd:gorun-shm") {
+			var st unix.Stat_t
+			if unix.Stat(p, &st) == nil {
+				checked++
+				if st.Mode&0o777 != 0o600 {
+					t.Errorf("%s: mode %o", l, st.Mode&0o777)
+				}
+			}
+		}
+	}
+	if checked < 3 { // this device's arena and the pair's two
+		t.Errorf("only %d gorun-shm memfds found", checked)
+	}
+	// A segment's fd is closed once both sides have mapped it: check one
+	// as created.
+	seg, fd, err := newSegment(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&0o777 != 0o600 {
+		t.Errorf("segment memfd mode %o (%v)", st.Mode&0o777, err)
+	}
+	unix.Close(fd)
+	seg.unmap()
 	ln.Close()
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind after Close: %v", err)
