@@ -94,7 +94,7 @@ type Engine struct {
 	closed  bool
 	failed  atomic.Bool
 	timer   *time.Timer
-	running atomic.Bool
+	loops   sync.WaitGroup // the links' progress goroutines
 
 	st runState
 }
@@ -119,7 +119,9 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 	e.timer.Stop()
 	for _, l := range links {
 		if l != nil {
-			go l.run(ctx, e)
+			e.loops.Add(2)
+			go l.recvLoop(ctx, e)
+			go l.sendLoop(ctx, e)
 		}
 	}
 	return e
@@ -214,6 +216,11 @@ func (e *Engine) Close() error {
 			if err := l.conn.Close(); err != nil && first == nil {
 				first = err
 			}
+		}
+	}
+	e.loops.Wait() // nothing touches the links' memory any more
+	for _, l := range e.links {
+		if l != nil {
 			l.free()
 		}
 	}

@@ -176,14 +176,10 @@ func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
 	return l.conn.PostSend(0, l.ctrl[:16], nil, rdma.FlagInline)
 }
 
-// run is the link's progress: it drains both completion queues until ctx
-// ends or the connection fails, reporting to e.
-func (l *Link) run(ctx context.Context, e *Engine) {
-	go l.sendLoop(ctx, e)
-	l.recvLoop(ctx, e)
-}
-
+// recvLoop and sendLoop are the link's progress: they drain the completion
+// queues until ctx ends or the connection fails, reporting to e.
 func (l *Link) recvLoop(ctx context.Context, e *Engine) {
+	defer e.loops.Done()
 	for {
 		wc, err := l.conn.GetRecvComp(ctx)
 		if err == nil {
@@ -225,6 +221,7 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 }
 
 func (l *Link) sendLoop(ctx context.Context, e *Engine) {
+	defer e.loops.Done()
 	for {
 		wc, err := l.conn.GetSendComp(ctx)
 		if err == nil {

@@ -7,12 +7,18 @@ package comm
 //	             (see faulty.ParsePlan): e.g. "rank=2:kill:write:40" SIGKILLs
 //	             rank 2 at its 40th write; unset or empty: no faults
 //
-// Rules are counted per device (one per provider a rank opens), over every
-// connection of the communicator, including the posts of connection setup.
+// rank=R names the job rank (GORUN_RANK) in a process the launcher started,
+// so that a rule follows the process into every communicator it makes
+// (Split, or a NewLocal world after a failure); in a process without
+// GORUN_RANK it names the communicator rank (NewLocal worlds in tests).
+// Rules are counted per device (one per provider a communicator opens),
+// over all its connections, including the posts of connection setup.
 // This file is owned by the reliability maintainer.
 
 import (
 	"log"
+	"strconv"
+	"strings"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
@@ -28,6 +34,9 @@ func withFault(dev rdma.Device, rank int) (rdma.Device, error) {
 	spec := osGetenv(envFault)
 	if spec == "" {
 		return dev, nil
+	}
+	if job, err := strconv.Atoi(strings.TrimSpace(osGetenv("GORUN_RANK"))); err == nil && job >= 0 {
+		rank = job
 	}
 	plan, err := faulty.ParsePlan(spec, rank)
 	if err != nil {

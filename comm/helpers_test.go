@@ -1,0 +1,228 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/internal/kernels"
+)
+
+// newLocal returns n in-process ranks closed at the end of the test.
+func newLocal(t testing.TB, n int, opts ...Option) []*Comm {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := NewLocal(ctx, n, opts...)
+	if err != nil {
+		t.Fatalf("NewLocal(%d): %v", n, err)
+	}
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	return cs
+}
+
+// onAll runs f on every rank concurrently and returns the errors by rank.
+func onAll(cs []*Comm, f func(c *Comm) error) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(c)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// mustAll fails the test if any rank failed.
+func mustAll(t testing.TB, what string, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: rank %d: %v", what, r, err)
+		}
+	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func isFloat[T Number]() bool {
+	switch DTypeOf[T]() {
+	case kernels.Float32, kernels.Float64, kernels.F16, kernels.BF16:
+		return true
+	}
+	return false
+}
+
+func isUnsigned[T Number]() bool {
+	switch DTypeOf[T]() {
+	case kernels.Uint8, kernels.Uint16, kernels.Uint32, kernels.Uint64:
+		return true
+	}
+	return false
+}
+
+// fromInt converts a small integer to T (fp16/bf16 by value, not bits).
+func fromInt[T Number](v int) T {
+	var z T
+	switch any(z).(type) {
+	case Float16:
+		return any(F16From(float32(v))).(T)
+	case BFloat16:
+		return any(BF16From(float32(v))).(T)
+	case float32:
+		return any(float32(v)).(T)
+	case float64:
+		return any(float64(v)).(T)
+	case int8:
+		return any(int8(v)).(T)
+	case int16:
+		return any(int16(v)).(T)
+	case int32:
+		return any(int32(v)).(T)
+	case int64:
+		return any(int64(v)).(T)
+	case uint8:
+		return any(uint8(v)).(T)
+	case uint16:
+		return any(uint16(v)).(T)
+	case uint32:
+		return any(uint32(v)).(T)
+	case uint64:
+		return any(uint64(v)).(T)
+	}
+	panic("unreachable")
+}
+
+func toF64[T Number](x T) float64 {
+	switch v := any(x).(type) {
+	case Float16:
+		return float64(v.Float32())
+	case BFloat16:
+		return float64(v.Float32())
+	case float32:
+		return float64(v)
+	case float64:
+		return v
+	case int8:
+		return float64(v)
+	case int16:
+		return float64(v)
+	case int32:
+		return float64(v)
+	case int64:
+		return float64(v)
+	case uint8:
+		return float64(v)
+	case uint16:
+		return float64(v)
+	case uint32:
+		return float64(v)
+	case uint64:
+		return float64(v)
+	}
+	panic("unreachable")
+}
+
+// gen is rank r's input element i for op: small integers, so that float
+// sums are exact in float32/float64 and products stay powers of two.
+func gen[T Number](r, i int, op Op) T {
+	if op == Prod {
+		switch {
+		case (r+i)%13 == 0:
+			return fromInt[T](2)
+		case !isUnsigned[T]() && (r*3+i)%5 == 0:
+			return fromInt[T](-1)
+		}
+		return fromInt[T](1)
+	}
+	if isUnsigned[T]() {
+		return fromInt[T]((r*7 + i*13 + 3) % 11)
+	}
+	return fromInt[T]((r*7+i*13+3)%11 - 5)
+}
+
+// epsOf is the relative rounding error of T's arithmetic.
+func epsOf[T Number]() float64 {
+	switch DTypeOf[T]() {
+	case kernels.Float32:
+		return 1.2e-7
+	case kernels.Float64:
+		return 2.3e-16
+	case kernels.F16:
+		return 1.0 / 1024
+	case kernels.BF16:
+		return 1.0 / 128
+	}
+	return 0
+}
+
+// checker compares a reduction of n ranks' gen inputs at positions
+// [base, base+len(got)). Integers, Min and Max must be exact; float sums
+// and averages are within n·eps·Σ|x| + eps·|ref| (reassociation and the
+// final rounding to T).
+func checkReduced[T Number](n int, op Op, base int, got []T) error {
+	for j, g := range got {
+		i := base + j
+		if !isFloat[T]() {
+			acc := []T{gen[T](0, i, op)}
+			for r := 1; r < n; r++ {
+				kernels.Reduce(op, acc, []T{gen[T](r, i, op)})
+			}
+			if op == Avg {
+				kernels.Scale(acc, n)
+			}
+			if g != acc[0] {
+				return fmt.Errorf("element %d = %v, want %v", i, g, acc[0])
+			}
+			continue
+		}
+		ref, abs := toF64(gen[T](0, i, op)), math.Abs(toF64(gen[T](0, i, op)))
+		for r := 1; r < n; r++ {
+			x := toF64(gen[T](r, i, op))
+			abs += math.Abs(x)
+			switch op {
+			case Sum, Avg:
+				ref += x
+			case Prod:
+				ref *= x
+			case Min:
+				ref = math.Min(ref, x)
+			case Max:
+				ref = math.Max(ref, x)
+			}
+		}
+		if op == Avg {
+			ref /= float64(n)
+			abs /= float64(n)
+		}
+		eps := epsOf[T]()
+		tol := float64(n)*eps*abs + eps*math.Abs(ref)
+		if op == Min || op == Max || op == Prod {
+			tol = 0
+		}
+		if d := math.Abs(toF64(g) - ref); !(d <= tol) {
+			return fmt.Errorf("element %d = %v, want %v ± %g", i, toF64(g), ref, tol)
+		}
+	}
+	return nil
+}
+
+// pattern is a bit pattern for data-movement checks: exact, and distinct
+// per rank and position.
+func pattern[T Number](r, i int) T {
+	return fromInt[T]((r*31 + i*7 + 1) % 97)
+}
