@@ -23,7 +23,8 @@ type Device struct {
 	// cma says whether registered Go memory may be reached with
 	// process_vm_writev/readv; GORUN_SHM_CMA=0 turns it off (the peer then
 	// copies, see fallback.go). Each connection also probes it.
-	cma bool
+	cma     bool
+	cmaWarn sync.Once // the fallback is logged once per device
 
 	mu        sync.Mutex
 	closed    bool

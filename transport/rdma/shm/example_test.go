@@ -39,7 +39,7 @@ func Example() {
 	src, _ := initiator.Alloc(4096, rdma.AccessLocalWrite)
 	copy(src.Bytes(), "hello, same host")
 	a.PostWrite(1, src.Bytes()[:16], src, 0, region.Addr(), region.RKey()) // one memcpy
-	a.PostSend(2, src.Bytes()[:5], src, rdma.FlagSignaled)                // after the write's data
+	a.PostSend(2, src.Bytes()[:5], src, rdma.FlagSignaled)                 // after the write's data
 	a.GetSendComp(ctx)
 	wc, _ := b.GetRecvComp(ctx)
 	fmt.Printf("%d-byte message; region holds %q\n", wc.ByteLen, region.Bytes()[:16])

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"time"
@@ -136,6 +137,12 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 		return nil, err
 	}
 	c.cma = d.cma && probeCMA(c.peerPid, binary.LittleEndian.Uint64(peerSetup[8:]))
+	if d.cma && !c.cma {
+		d.cmaWarn.Do(func() {
+			log.Printf("gorun shm: cross-memory attach to pid %d is not permitted (Yama ptrace_scope? seccomp?): "+
+				"writes and reads of registered Go memory go through the peer, slower; Alloc'd memory is not affected", c.peerPid)
+		})
+	}
 	if fd, err := unix.PidfdOpen(c.peerPid, unix.PIDFD_NONBLOCK); err == nil {
 		unix.CloseOnExec(fd)
 		c.pidfd = fd
