@@ -310,7 +310,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 				ps.recvPiece = 0
 			}
 		}
-		if remaining == 0 {
+		if remaining == 0 && e.acked(p) {
 			return nil
 		}
 		if progress {
@@ -330,12 +330,38 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 }
 
-// waitingFor names the first peer the stuck plan is waiting on.
+// acked reports whether every peer of p has consumed every message sent to
+// it, so that a receiver that found the call mismatched has had the chance
+// to fail the sender too before the sender returns.
+func (e *Engine) acked(p *Plan) bool {
+	for i := range p.peers {
+		l := e.links[p.peers[i].peer]
+		if len(p.peers[i].sends) > 0 && l.credits.Load() < l.posted {
+			return false
+		}
+	}
+	return true
+}
+
+// waitingFor names the peer a stuck plan waits for: first one whose data
+// a ready receive awaits, then one that owes credits, then any unfinished.
 func (e *Engine) waitingFor(p *Plan) int {
 	for i := range p.peers {
-		ps := &e.st.pp[i]
-		if ps.recvCur < len(p.peers[i].recvs) || ps.sendFin < len(p.peers[i].sends) {
-			return p.peers[i].peer
+		pp, ps := &p.peers[i], &e.st.pp[i]
+		if ps.recvCur < len(pp.recvs) && e.st.ready(&p.S.Ops[pp.recvs[ps.recvCur]]) {
+			return pp.peer
+		}
+	}
+	for i := range p.peers {
+		pp, ps := &p.peers[i], &e.st.pp[i]
+		if l := e.links[pp.peer]; l.credits.Load() < l.posted || ps.sendFin < ps.sendCur {
+			return pp.peer
+		}
+	}
+	for i := range p.peers {
+		pp, ps := &p.peers[i], &e.st.pp[i]
+		if ps.recvCur < len(pp.recvs) || ps.sendFin < len(pp.sends) {
+			return pp.peer
 		}
 	}
 	return e.Rank
@@ -423,6 +449,12 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		off := ps.recvPiece * payload
 		want := min(payload, nbytes-off)
 		if why := checkHeader(stage[base:base+hdrSize], call, want); why != "" {
+			// The peer may have aborted after sending: its notice follows
+			// its data on this connection. Give it a moment to land.
+			select {
+			case <-e.dead:
+			case <-time.After(50 * time.Millisecond):
+			}
 			e.Abort(l.Peer, fmt.Errorf("%w: %s", ErrMismatch, why))
 			return moved, false, ErrMismatch
 		}

@@ -263,6 +263,9 @@ func parseAlgoSpec(s string) (map[collectives.Collective]collectives.Algo, error
 		if err != nil {
 			return nil, err
 		}
+		if strings.TrimSpace(algo) == "" {
+			return nil, fmt.Errorf("no algorithm after %q", name+":")
+		}
 		a, err := collectives.ParseAlgo(algo)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,128 @@
+package comm
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestReadJobEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want jobEnv
+		err  string // substring of the error; "" = no error
+	}{
+		{name: "none", env: map[string]string{}, want: jobEnv{Rank: -1, Size: -1, LocalRank: -1, LocalSize: -1}},
+		{name: "gorun", env: map[string]string{"GORUN_RANK": "3", "GORUN_SIZE": "8", "GORUN_LOCAL_RANK": "1", "GORUN_LOCAL_SIZE": "2",
+			"GORUN_SEEDS": "10.0.0.1:7946, 10.0.0.2:7946", "GORUN_JOB_ID": "j1", "GORUN_JOB_TOKEN": "s3cret"},
+			want: jobEnv{Source: "gorun", Rank: 3, Size: 8, LocalRank: 1, LocalSize: 2, Seeds: []string{"10.0.0.1:7946", "10.0.0.2:7946"}, JobID: "j1", Token: "s3cret"}},
+		{name: "gorun wins over slurm", env: map[string]string{"GORUN_RANK": "0", "GORUN_SIZE": "2", "SLURM_PROCID": "5", "SLURM_NTASKS": "9"},
+			want: jobEnv{Source: "gorun", Rank: 0, Size: 2, LocalRank: -1, LocalSize: -1}},
+		{name: "openmpi", env: map[string]string{"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "GORUN_SEEDS": "h:1"},
+			want: jobEnv{Source: "openmpi", Rank: 2, Size: 4, LocalRank: 0, LocalSize: 2, Seeds: []string{"h:1"}}},
+		{name: "slurm", env: map[string]string{"SLURM_PROCID": "7", "SLURM_NTASKS": "16", "SLURM_LOCALID": "3", "SLURM_NODELIST": "node[01-04]", "SLURM_JOB_ID": "123"},
+			want: jobEnv{Source: "slurm", Rank: 7, Size: 16, LocalRank: 3, LocalSize: -1, JobID: "123", NodeList: "node[01-04]"}},
+		{name: "torchrun", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "r9"},
+			want: jobEnv{Source: "torchrun", Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, Seeds: []string{"10.1.1.1:29500"}, JobID: "r9"}},
+		{name: "torchrun ipv6 master", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "fe80::1", "MASTER_PORT": "1"},
+			want: jobEnv{Source: "torchrun", Rank: 0, Size: 1, LocalRank: -1, LocalSize: -1, Seeds: []string{"[fe80::1]:1"}}},
+		{name: "rank not a number", env: map[string]string{"GORUN_RANK": "x", "GORUN_SIZE": "2"}, err: "GORUN_RANK=\"x\": not an integer"},
+		{name: "rank missing", env: map[string]string{"GORUN_SIZE": "2"}, err: "GORUN_RANK"},
+		{name: "rank too big", env: map[string]string{"GORUN_RANK": "2", "GORUN_SIZE": "2"}, err: "not below GORUN_SIZE=2"},
+		{name: "negative rank", env: map[string]string{"SLURM_PROCID": "-1", "SLURM_NTASKS": "2"}, err: "SLURM_PROCID=\"-1\": must be at least 0"},
+		{name: "zero size", env: map[string]string{"GORUN_RANK": "0", "GORUN_SIZE": "0"}, err: "GORUN_SIZE=\"0\": must be at least 1"},
+		{name: "local rank too big", env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, err: "OMPI_COMM_WORLD_LOCAL_RANK"},
+		{name: "bad seed", env: map[string]string{"GORUN_RANK": "0", "GORUN_SIZE": "1", "GORUN_SEEDS": "a:1,noport"}, err: "\"noport\" is not host:port"},
+		{name: "empty seed", env: map[string]string{"GORUN_RANK": "0", "GORUN_SIZE": "1", "GORUN_SEEDS": "a:1,,b:2"}, err: "empty address"},
+		{name: "master port alone", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "1"}, err: "MASTER_ADDR"},
+		{name: "master port not a number", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "h", "MASTER_PORT": "http"}, err: "MASTER_PORT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := readJobEnv(mapEnv(tt.env))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", err, tt.err)
+				}
+				var ee *envError
+				if !errors.As(err, &ee) {
+					t.Fatalf("error %T is not an *envError", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadTunables(t *testing.T) {
+	tests := []struct {
+		env  map[string]string
+		want tunables
+		err  string
+	}{
+		{env: map[string]string{}, want: tunables{}},
+		{env: map[string]string{"GORUN_TRANSPORT": "TCP", "GORUN_TIMEOUT": "90s", "GORUN_DEBUG": "trace", "GORUN_SOCKET_IFNAME": "eth1"},
+			want: tunables{Transport: "tcp", Timeout: 90 * time.Second, HasTimeout: true, Debug: debugTrace, SocketIfname: "eth1"}},
+		{env: map[string]string{"GORUN_TIMEOUT": "2.5"}, want: tunables{Timeout: 2500 * time.Millisecond, HasTimeout: true}},
+		{env: map[string]string{"GORUN_TIMEOUT": "0"}, want: tunables{HasTimeout: true}},
+		{env: map[string]string{"GORUN_ALGO": "allreduce:ring,broadcast:chain"},
+			want: tunables{Algos: map[collectives.Collective]collectives.Algo{collectives.AllReduce: collectives.Ring, collectives.Broadcast: collectives.Chain}}},
+		{env: map[string]string{"GORUN_TRANSPORT": "infiniband"}, err: "GORUN_TRANSPORT"},
+		{env: map[string]string{"GORUN_TIMEOUT": "soon"}, err: "GORUN_TIMEOUT"},
+		{env: map[string]string{"GORUN_TIMEOUT": "-1s"}, err: "negative"},
+		{env: map[string]string{"GORUN_DEBUG": "loud"}, err: "GORUN_DEBUG"},
+		{env: map[string]string{"GORUN_ALGO": "allreduce:chain"}, err: "allreduce has no algorithm"},
+		{env: map[string]string{"GORUN_ALGO": "allreduce:"}, err: "GORUN_ALGO"},
+		{env: map[string]string{"GORUN_ALGO": "frobnicate:ring"}, err: "unknown collective"},
+	}
+	for _, tt := range tests {
+		got, err := readTunables(mapEnv(tt.env))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%v: error %v, want one containing %q", tt.env, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tt.env, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%v: got %+v, want %+v", tt.env, got, tt.want)
+		}
+	}
+}
+
+func TestNewConfigOrder(t *testing.T) {
+	old := osGetenv
+	defer func() { osGetenv = old }()
+	osGetenv = mapEnv(map[string]string{"GORUN_TIMEOUT": "7s", "GORUN_ALGO": "allreduce:tree", "GORUN_TRANSPORT": "shm"})
+	c, err := newConfig(WithTimeout(3 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.timeout != 3*time.Second || c.algos[collectives.AllReduce] != collectives.Tree || c.transport != "shm" {
+		t.Fatalf("config %+v: option must win over env, env over default", c)
+	}
+	if _, err := newConfig(WithTransport("carrier-pigeon")); err == nil {
+		t.Fatal("bad transport accepted")
+	}
+	if _, err := newConfig(WithAlgorithm("broadcast:ring")); err == nil {
+		t.Fatal("broadcast:ring accepted")
+	}
+}

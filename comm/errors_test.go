@@ -1,0 +1,303 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// checkAll requires every rank's error to be a *RankError wrapping want
+// whose Rank is one of culprits.
+func checkAll(t *testing.T, what string, errs []error, want error, culprits ...int) {
+	t.Helper()
+	for r, err := range errs {
+		var re *RankError
+		if !errors.As(err, &re) || !errors.Is(err, want) {
+			t.Fatalf("%s: rank %d: got %v, want a *RankError wrapping %v", what, r, err, want)
+		}
+		ok := len(culprits) == 0
+		for _, c := range culprits {
+			ok = ok || re.Rank == c
+		}
+		if !ok {
+			t.Fatalf("%s: rank %d: error names rank %d, want one of %v: %v", what, r, re.Rank, culprits, err)
+		}
+	}
+}
+
+func TestMismatchCount(t *testing.T) {
+	cs := newLocal(t, 4)
+	ctx := testCtx(t)
+	errs := onAll(cs, func(c *Comm) error {
+		n := 8
+		if c.Rank() == 2 {
+			n = 10
+		}
+		buf := make([]float32, n)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+	checkAll(t, "count", errs, ErrMismatch, 1, 2, 3)
+	// later operations fail too
+	errs = onAll(cs, func(c *Comm) error { return c.Barrier(ctx) })
+	checkAll(t, "barrier after mismatch", errs, ErrMismatch, 1, 2, 3)
+}
+
+func TestMismatchOpAndCollective(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 3, WithAlgorithm("allreduce:ring"))
+	errs := onAll(cs, func(c *Comm) error {
+		op := Sum
+		if c.Rank() == 1 {
+			op = Max
+		}
+		buf := make([]int32, 30)
+		return AllReduce(ctx, c, buf, buf, op)
+	})
+	checkAll(t, "op", errs, ErrMismatch)
+
+	cs = newLocal(t, 3)
+	errs = onAll(cs, func(c *Comm) error {
+		buf := make([]int32, 30)
+		if c.Rank() == 0 {
+			return Broadcast(ctx, c, buf, 0)
+		}
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+	checkAll(t, "collective", errs, ErrMismatch)
+
+	cs = newLocal(t, 3)
+	errs = onAll(cs, func(c *Comm) error {
+		buf := make([]float32, 30)
+		if c.Rank() == 2 {
+			b := make([]float64, 30)
+			return AllReduce(ctx, c, b, b, Sum)
+		}
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+	checkAll(t, "type", errs, ErrMismatch)
+}
+
+func TestInvalidArguments(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4)
+	errs := onAll(cs, func(c *Comm) error {
+		root := 0
+		if c.Rank() == 1 {
+			root = 7
+		}
+		return Broadcast(ctx, c, make([]uint8, 100), root)
+	})
+	checkAll(t, "root out of range", errs, ErrInvalid, 1)
+
+	cs = newLocal(t, 4)
+	errs = onAll(cs, func(c *Comm) error {
+		send, recv := make([]int64, 5), make([]int64, 5)
+		if c.Rank() == 3 {
+			recv = recv[:4]
+		}
+		return AllReduce(ctx, c, send, recv, Sum)
+	})
+	checkAll(t, "lengths", errs, ErrInvalid, 3)
+}
+
+func TestAbortWakesPeers(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4)
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 0 {
+			time.Sleep(50 * time.Millisecond) // the others are waiting for it
+			c.Abort(errors.New("user gave up"))
+			return c.Err()
+		}
+		buf := make([]float32, 1000)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+	checkAll(t, "abort", errs, ErrAborted, 0)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("abort took %v", d)
+	}
+	if err := AllReduce(ctx, cs[2], []int8{1}, []int8{0}, Sum); !errors.Is(err, ErrAborted) {
+		t.Fatalf("operation after abort: %v", err)
+	}
+}
+
+func TestTimeoutNamesPeer(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4, WithTimeout(300*time.Millisecond), WithAlgorithm("allreduce:ring"))
+	start := time.Now()
+	errs := onAll(cs[1:], func(c *Comm) error {
+		buf := make([]float32, 64)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+	// Each rank names the neighbour it waited for; the first to time out
+	// aborts the others with its own attribution, so any of 0, 1, 2.
+	checkAll(t, "timeout", errs, ErrTimeout, 0, 1, 2)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+	// rank 0 finds the communicator aborted
+	if err := cs[0].Barrier(ctx); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("rank 0 after the others timed out: %v", err)
+	}
+}
+
+func TestContextCancel(t *testing.T) {
+	cs := newLocal(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	err := AllReduce(ctx, cs[0], []float64{1}, []float64{0}, Sum)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	if err := cs[1].Barrier(testCtx(t)); err == nil {
+		t.Fatal("peer's barrier succeeded after rank 0 cancelled")
+	}
+}
+
+func TestSendRecvTags(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 3)
+	errs := onAll(cs, func(c *Comm) error {
+		switch c.Rank() {
+		case 0:
+			if err := Send(ctx, c, []int32{1, 2, 3}, 2, 7); err != nil {
+				return err
+			}
+			return Send(ctx, c, make([]int32, 100000), 1, 8)
+		case 1:
+			buf := make([]int32, 100000)
+			return Recv(ctx, c, buf, 0, 8)
+		default:
+			buf := make([]int32, 3)
+			if err := Recv(ctx, c, buf, 0, 7); err != nil {
+				return err
+			}
+			if buf[2] != 3 {
+				return errors.New("wrong data")
+			}
+			return nil
+		}
+	})
+	mustAll(t, "send/recv", errs)
+	errs = onAll(cs[:2], func(c *Comm) error {
+		if c.Rank() == 0 {
+			return Send(ctx, c, []int32{1}, 1, 1)
+		}
+		return Recv(ctx, c, []int32{0}, 0, 2)
+	})
+	if !errors.Is(errs[1], ErrMismatch) {
+		t.Fatalf("tag mismatch: receiver got %v", errs[1])
+	}
+}
+
+func TestRequests(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4)
+	errs := onAll(cs, func(c *Comm) error {
+		a := []float32{float32(c.Rank())}
+		b := make([]float32, 8)
+		if c.Rank() == 1 {
+			for i := range b {
+				b[i] = 5
+			}
+		}
+		g := make([]int16, 4)
+		r1 := IAllReduce(ctx, c, a, a, Sum)
+		r2 := IBroadcast(ctx, c, b, 1)
+		r3 := IAllGather(ctx, c, []int16{int16(c.Rank())}, g)
+		rs := make([]int64, 2)
+		r4 := IReduceScatter(ctx, c, []int64{1, 1, 1, 1, 1, 1, 1, 1}, rs, Sum)
+		for _, r := range []*Request{r1, r2, r3, r4} {
+			if err := r.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		if done, err := r1.Test(); !done || err != nil {
+			return errors.New("Test after Wait")
+		}
+		if a[0] != 6 || b[7] != 5 || g[3] != 3 || rs[1] != 4 {
+			return errors.New("wrong results")
+		}
+		return nil
+	})
+	mustAll(t, "requests", errs)
+}
+
+func TestSplitAndDup(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 5)
+	subs := make([]*Comm, 5)
+	errs := onAll(cs, func(c *Comm) error {
+		color := c.Rank() % 2
+		if c.Rank() == 4 {
+			color = -1
+		}
+		s, err := c.Split(ctx, color, -c.Rank())
+		if err != nil {
+			return err
+		}
+		subs[c.Rank()] = s
+		if s == nil {
+			return nil
+		}
+		buf := []int32{int32(c.Rank())}
+		return AllReduce(ctx, s, buf, buf, Sum)
+	})
+	mustAll(t, "split", errs)
+	if subs[4] != nil {
+		t.Fatal("negative color got a communicator")
+	}
+	// even: ranks 0, 2 (keys 0, -2: rank 2 first); odd: 1, 3
+	if subs[2].Rank() != 0 || subs[0].Rank() != 1 || subs[0].Size() != 2 || subs[3].Rank() != 0 {
+		t.Fatalf("split ranks: %d %d %d", subs[0].Rank(), subs[2].Rank(), subs[3].Rank())
+	}
+	for _, s := range subs {
+		if s != nil {
+			s.Close()
+		}
+	}
+	dups := make([]*Comm, 5)
+	mustAll(t, "dup", onAll(cs, func(c *Comm) error {
+		d, err := c.Dup(ctx)
+		dups[c.Rank()] = d
+		if err != nil {
+			return err
+		}
+		return d.Barrier(ctx)
+	}))
+	for _, d := range dups {
+		if d.Size() != 5 || d.LocalSize() != 5 {
+			t.Fatalf("dup: size %d local %d", d.Size(), d.LocalSize())
+		}
+		d.Close()
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	ctx := testCtx(t)
+	run := func() [][]float32 {
+		cs := newLocal(t, 5, Deterministic())
+		out := make([][]float32, 5)
+		mustAll(t, "deterministic", onAll(cs, func(c *Comm) error {
+			buf := make([]float32, 3000)
+			x := uint32(c.Rank()*7919 + 1)
+			for i := range buf {
+				x = x*1664525 + 1013904223
+				buf[i] = float32(x>>8) / (1 << 20) * 1e-3 * float32(1+i%7)
+			}
+			out[c.Rank()] = buf
+			return AllReduce(ctx, c, buf, buf, Sum)
+		}))
+		return out
+	}
+	a, b := run(), run()
+	for r := range a {
+		for i := range a[r] {
+			if a[r][i] != a[0][i] || b[r][i] != a[r][i] {
+				t.Fatalf("rank %d element %d: %v, %v, rank 0 %v", r, i, a[r][i], b[r][i], a[0][i])
+			}
+		}
+	}
+}
