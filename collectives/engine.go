@@ -89,12 +89,12 @@ type Engine struct {
 	wake   chan struct{}
 	dead   chan struct{}
 
-	mu      sync.Mutex
-	err     error
-	closed  bool
-	failed  atomic.Bool
-	timer   *time.Timer
-	loops   sync.WaitGroup // the links' progress goroutines
+	mu     sync.Mutex
+	err    error
+	closed bool
+	failed atomic.Bool
+	timer  *time.Timer
+	loops  sync.WaitGroup // the links' progress goroutines
 
 	st runState
 }
