@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
@@ -58,16 +57,6 @@ func firstPayload(cfg rdma.Config, k int) int64 {
 	return int64(helloLen + hlen + k + 1)
 }
 
-// waitErr waits for c to enter the error state and returns why.
-func waitErr(t *testing.T, c rdma.Conn) error {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	return c.Err()
-}
-
 // corruption is one place a flipped bit can land: run posts the request
 // whose frame is damaged and returns the initiator's conn.
 type corruption struct {
@@ -110,13 +99,6 @@ var corruptions = []corruption{
 			must(t, b.PostRead(1, dst.Bytes(), dst, rdma.FlagSignaled, src.Addr(), src.RKey()))
 			return b, a, devB
 		}},
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // regions gives a a source (remote-readable, for the read case) and b a
@@ -225,28 +207,6 @@ func TestCorruptionLandsWithoutChecksum(t *testing.T) {
 			}
 		})
 	}
-}
-
-// handshakePair dials from a device opened with dial to one opened with
-// accept, and returns both devices and both ends' errors.
-func handshakePair(t *testing.T, dial, accept rdma.Config) (devA, devB rdma.Device, errA, errB error) {
-	t.Helper()
-	ctx := testCtx(t)
-	devA, _ = rdma.OpenConfig("tcp", dial)
-	devB, _ = rdma.OpenConfig("tcp", accept)
-	t.Cleanup(func() { devA.Close(); devB.Close() })
-	ln, err := devB.Listen(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan error, 1)
-	go func() {
-		_, err := ln.Accept(ctx)
-		ch <- err
-	}()
-	_, errA = devA.Dial(ctx, ln.Addr().String())
-	return devA, devB, errA, <-ch
 }
 
 // Ends that disagree on checksums refuse each other at the handshake,

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -85,4 +86,43 @@ func TestCounters(t *testing.T) {
 			t.Fatalf("peer counters %+v", got)
 		}
 	})
+}
+
+// handshakePair dials from a device opened with dial to one opened with
+// accept, and returns both devices and both ends' errors.
+func handshakePair(t *testing.T, dial, accept rdma.Config) (devA, devB rdma.Device, errA, errB error) {
+	t.Helper()
+	ctx := testCtx(t)
+	devA, _ = rdma.OpenConfig("tcp", dial)
+	devB, _ = rdma.OpenConfig("tcp", accept)
+	t.Cleanup(func() { devA.Close(); devB.Close() })
+	ln, err := devB.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept(ctx)
+		ch <- err
+	}()
+	_, errA = devA.Dial(ctx, ln.Addr().String())
+	return devA, devB, errA, <-ch
+}
+
+// waitErr waits for c to enter the error state and returns why.
+func waitErr(t *testing.T, c rdma.Conn) error {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	return c.Err()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }
