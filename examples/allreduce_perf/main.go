@@ -1,0 +1,170 @@
+// Command allreduce_perf measures AllReduce the way nccl-tests'
+// all_reduce_perf does and prints the same table: for each size, the time,
+// algorithm bandwidth (bytes/time) and bus bandwidth (algbw·2(n-1)/n) of an
+// out-of-place and an in-place AllReduce, and the number of wrong elements.
+//
+// Standalone it runs -np ranks in this process (comm.NewLocal over -t,
+// default mem). Started by a launcher (GORUN_SIZE, OMPI_COMM_WORLD_SIZE,
+// SLURM_NTASKS or WORLD_SIZE set) it joins the job with comm.Init and rank 0
+// prints the table. It exits 1 if any result is wrong.
+//
+//	allreduce_perf -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 -d float -o sum -np 4
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+type options struct {
+	minBytes, maxBytes int64
+	factor             int
+	iters, warmup      int
+	check              bool
+	dtype, op, algo    string
+	np                 int
+	transport          string
+}
+
+func main() {
+	var o options
+	var minB, maxB string
+	flag.StringVar(&minB, "b", "8", "minimum size in bytes (K, M, G suffixes)")
+	flag.StringVar(&maxB, "e", "32M", "maximum size in bytes")
+	flag.IntVar(&o.factor, "f", 2, "multiplication factor between sizes")
+	flag.IntVar(&o.iters, "n", 20, "iterations per size")
+	flag.IntVar(&o.warmup, "w", 5, "warmup iterations per size")
+	check := flag.Int("c", 1, "check results (0/1)")
+	flag.StringVar(&o.dtype, "d", "float", "type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double (or int16 uint16)")
+	flag.StringVar(&o.op, "o", "sum", "op: sum prod min max avg")
+	flag.StringVar(&o.algo, "a", "", "allreduce algorithm: ring tree rd hd (default: the selection table)")
+	flag.IntVar(&o.np, "np", 4, "ranks in this process when not started by a launcher")
+	flag.StringVar(&o.transport, "t", "mem", "transport for -np ranks in this process")
+	flag.Parse()
+	o.check = *check != 0
+	var err error
+	if o.minBytes, err = parseSize(minB); err == nil {
+		o.maxBytes, err = parseSize(maxB)
+	}
+	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) {
+		err = fmt.Errorf("bad -f, -n, -w, -b or -e")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce_perf:", err)
+		os.Exit(2)
+	}
+	wrong, err := run(context.Background(), o, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce_perf:", err)
+		os.Exit(1)
+	}
+	if wrong > 0 {
+		os.Exit(1)
+	}
+}
+
+func launched() bool {
+	for _, v := range []string{"GORUN_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"} {
+		if os.Getenv(v) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// run makes the communicator(s) and runs the table; it returns the total
+// number of wrong elements.
+func run(ctx context.Context, o options, out io.Writer) (int64, error) {
+	var opts []comm.Option
+	if o.algo != "" {
+		opts = append(opts, comm.WithAlgorithm("allreduce:"+o.algo))
+	}
+	var comms []*comm.Comm
+	if launched() {
+		c, err := comm.Init(ctx, opts...)
+		if err != nil {
+			return 0, err
+		}
+		comms = []*comm.Comm{c}
+	} else {
+		cs, err := comm.NewLocal(ctx, o.np, append(opts, comm.WithTransport(o.transport))...)
+		if err != nil {
+			return 0, err
+		}
+		comms = cs
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	bench, ok := benches[o.dtype]
+	if !ok {
+		return 0, fmt.Errorf("unknown type %q", o.dtype)
+	}
+	op, ok := ops[o.op]
+	if !ok {
+		return 0, fmt.Errorf("unknown op %q", o.op)
+	}
+	var wrong int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := io.Discard
+			if c.Rank() == 0 {
+				w = out
+			}
+			n, err := bench(ctx, c, o, op, w)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = fmt.Errorf("rank %d: %w", c.Rank(), err)
+			}
+			if c.Rank() == 0 {
+				wrong = n
+			}
+		}()
+	}
+	wg.Wait()
+	return wrong, first
+}
+
+var ops = map[string]comm.Op{"sum": comm.Sum, "prod": comm.Prod, "min": comm.Min, "max": comm.Max, "avg": comm.Avg}
+
+type benchFunc func(ctx context.Context, c *comm.Comm, o options, op comm.Op, w io.Writer) (int64, error)
+
+var benches = map[string]benchFunc{
+	"int8": perf[int8], "uint8": perf[uint8], "int16": perf[int16], "uint16": perf[uint16],
+	"int32": perf[int32], "int": perf[int32], "uint32": perf[uint32], "int64": perf[int64], "uint64": perf[uint64],
+	"half": perf[comm.Float16], "float16": perf[comm.Float16], "bfloat16": perf[comm.BFloat16],
+	"float": perf[float32], "float32": perf[float32], "double": perf[float64], "float64": perf[float64],
+}
+
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	switch {
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, strings.TrimSuffix(s, "K")
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestTable(t *testing.T) {
+	for _, dt := range []string{"float", "bfloat16", "int8", "double"} {
+		for _, op := range []string{"sum", "avg", "prod", "max"} {
+			var out bytes.Buffer
+			o := options{minBytes: 8, maxBytes: 4096, factor: 8, iters: 2, warmup: 1, check: true, dtype: dt, op: op, np: 3, transport: "mem"}
+			wrong, err := run(context.Background(), o, &out)
+			if err != nil {
+				t.Fatalf("%s %s: %v", dt, op, err)
+			}
+			if wrong != 0 || !strings.Contains(out.String(), "Out of bounds values : 0 OK") {
+				t.Fatalf("%s %s: %d wrong:\n%s", dt, op, wrong, out.String())
+			}
+			if rows := strings.Count(out.String(), "\n "); rows != 4 {
+				t.Fatalf("%s %s: %d rows, want 4:\n%s", dt, op, rows, out.String())
+			}
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"8": 8, "4K": 4096, "32M": 32 << 20, "1G": 1 << 30} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	if _, err := parseSize("lots"); err == nil {
+		t.Error("parseSize(lots) succeeded")
+	}
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// perf runs the size sweep on one rank; rank 0's w gets the table.
+func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.Op, w io.Writer) (int64, error) {
+	var z T
+	es := int64(unsafe.Sizeof(z))
+	n := c.Size()
+	fmt.Fprintf(w, "# gorun allreduce_perf: %d ranks, type %s, op %s, algorithm %s\n", n, o.dtype, o.op, orDefault(o.algo, "auto"))
+	fmt.Fprintf(w, "#\n#%52s %31s %31s\n", "", "out-of-place", "in-place")
+	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	var total int64
+	var sumBus float64
+	var rows int
+	for size := o.minBytes; size <= o.maxBytes; size *= int64(o.factor) {
+		count := int(size / es)
+		send, recv := make([]T, count), make([]T, count)
+		var res [2]struct {
+			us    float64
+			wrong int64
+		}
+		for mode := range 2 { // 0 out of place, 1 in place
+			dst := recv
+			if mode == 1 {
+				dst = send
+			}
+			for i := 0; i < o.warmup+o.iters; i++ {
+				if i == o.warmup {
+					if err := c.Barrier(ctx); err != nil {
+						return total, err
+					}
+				}
+				fill(send, c.Rank(), op)
+				start := time.Now()
+				if err := comm.AllReduce(ctx, c, send, dst, op); err != nil {
+					return total, err
+				}
+				if i >= o.warmup {
+					res[mode].us += float64(time.Since(start).Microseconds())
+				}
+			}
+			res[mode].us /= float64(o.iters)
+			if o.check {
+				res[mode].wrong = countWrong(dst, n, op)
+			}
+			// the slowest rank's time, every rank's wrong elements
+			t := []float64{res[mode].us}
+			if err := comm.AllReduce(ctx, c, t, t, comm.Max); err != nil {
+				return total, err
+			}
+			wr := []int64{res[mode].wrong}
+			if err := comm.AllReduce(ctx, c, wr, wr, comm.Sum); err != nil {
+				return total, err
+			}
+			res[mode].us, res[mode].wrong = t[0], wr[0]
+			total += wr[0]
+		}
+		algbw := func(us float64) float64 {
+			if us <= 0 {
+				return 0
+			}
+			return float64(int64(count)*es) / us / 1e3
+		}
+		factor := 2 * float64(n-1) / float64(n)
+		fmt.Fprintf(w, " %12d %12d %8s %6s %9.1f %7.2f %7.2f %6d %9.1f %7.2f %7.2f %6d\n",
+			int64(count)*es, count, o.dtype, o.op,
+			res[0].us, algbw(res[0].us), algbw(res[0].us)*factor, res[0].wrong,
+			res[1].us, algbw(res[1].us), algbw(res[1].us)*factor, res[1].wrong)
+		sumBus += algbw(res[1].us) * factor
+		rows++
+		if size == 0 {
+			break
+		}
+	}
+	fmt.Fprintf(w, "# Out of bounds values : %d %s\n", total, map[bool]string{true: "OK", false: "FAILED"}[total == 0])
+	if rows > 0 {
+		fmt.Fprintf(w, "# Avg bus bandwidth    : %.4f\n#\n", sumBus/float64(rows))
+	}
+	return total, nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// value is rank r's element i: small integers, so every type and op gives
+// an exact, known result.
+func value(r, i int, op comm.Op) int {
+	if op == comm.Prod {
+		if (r+i)%8 == 0 {
+			return 2
+		}
+		return 1
+	}
+	return (r+i)%3 + 1
+}
+
+func expect(n, i int, op comm.Op) float64 {
+	acc := float64(value(0, i, op))
+	for r := 1; r < n; r++ {
+		v := float64(value(r, i, op))
+		switch op {
+		case comm.Sum, comm.Avg:
+			acc += v
+		case comm.Prod:
+			acc *= v
+		case comm.Min:
+			acc = min(acc, v)
+		case comm.Max:
+			acc = max(acc, v)
+		}
+	}
+	return acc
+}
+
+func fill[T comm.Number](buf []T, r int, op comm.Op) {
+	for i := range buf {
+		buf[i] = from[T](value(r, i, op))
+	}
+}
+
+func countWrong[T comm.Number](buf []T, n int, op comm.Op) int64 {
+	var wrong int64
+	for i, v := range buf {
+		want := expect(n, i, op)
+		got := toF64(v)
+		if op == comm.Avg {
+			if isInt[T]() {
+				want = float64(int64(want) / int64(n))
+			} else {
+				want /= float64(n)
+			}
+		}
+		tol := 0.0
+		if op == comm.Avg && !isInt[T]() {
+			tol = 1e-2 * want // fp16/bf16 rounding of the quotient
+		}
+		if d := got - want; d > tol || d < -tol {
+			wrong++
+		}
+	}
+	return wrong
+}
+
+func isInt[T comm.Number]() bool {
+	switch any(*new(T)).(type) {
+	case float32, float64, comm.Float16, comm.BFloat16:
+		return false
+	}
+	return true
+}
+
+func from[T comm.Number](v int) T {
+	var z T
+	switch any(z).(type) {
+	case comm.Float16:
+		return any(comm.F16From(float32(v))).(T)
+	case comm.BFloat16:
+		return any(comm.BF16From(float32(v))).(T)
+	}
+	return fromNative[T](v)
+}
+
+func fromNative[T comm.Number](v int) T {
+	var z T
+	switch any(z).(type) {
+	case int8:
+		return any(int8(v)).(T)
+	case int16:
+		return any(int16(v)).(T)
+	case int32:
+		return any(int32(v)).(T)
+	case int64:
+		return any(int64(v)).(T)
+	case uint8:
+		return any(uint8(v)).(T)
+	case uint16:
+		return any(uint16(v)).(T)
+	case uint32:
+		return any(uint32(v)).(T)
+	case uint64:
+		return any(uint64(v)).(T)
+	case float32:
+		return any(float32(v)).(T)
+	case float64:
+		return any(float64(v)).(T)
+	}
+	return z
+}
+
+func toF64[T comm.Number](x T) float64 {
+	switch v := any(x).(type) {
+	case comm.Float16:
+		return float64(v.Float32())
+	case comm.BFloat16:
+		return float64(v.Float32())
+	case float32:
+		return float64(v)
+	case float64:
+		return v
+	case int8:
+		return float64(v)
+	case int16:
+		return float64(v)
+	case int32:
+		return float64(v)
+	case int64:
+		return float64(v)
+	case uint8:
+		return float64(v)
+	case uint16:
+		return float64(v)
+	case uint32:
+		return float64(v)
+	case uint64:
+		return float64(v)
+	}
+	return 0
+}
