@@ -10,22 +10,29 @@ import (
 // DefaultAgent starts ranks on remote hosts.
 var DefaultAgent = []string{"ssh"}
 
+// tokenScript runs on the remote host: it reads the job token from the
+// first line of stdin, so the secret never appears in a command line (ps
+// shows those to every user, here and there), then runs its arguments.
+const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + `; exec "$@"`
+
 // remoteArgv is the command that starts argv on host through agent with
-// the given environment ("K=V" each) and working directory.
+// the given environment ("K=V" each) and working directory; the job token
+// goes to the command's stdin, first line.
 //
 // The agent gets the host appended and then the command, as ssh does:
 //
-//	AGENT... HOST env K=V... PROGRAM ARGS...
+//	AGENT... HOST sh -c 'IFS= read -r GORUN_JOB_TOKEN; …; exec "$@"' sh env K=V... PROGRAM ARGS...
 //
-// No shell runs on this side. An agent whose program is ssh or rsh hands
-// its arguments to the remote user's shell joined with spaces, so for those
-// the command is one string in which every word is quoted for a POSIX shell
-// (and the remote shell first changes to dir). Any other agent (e.g.
-// "ip netns exec", "docker exec", "kubectl exec") gets the words as separate
-// arguments and must run them without a shell.
+// No shell runs on this side, and the remote sh only expands "$@": the
+// user's words are its arguments, never its script. An agent whose program
+// is ssh or rsh hands its arguments to the remote user's shell joined with
+// spaces, so for those the command is one string in which every word is
+// quoted for a POSIX shell (and the remote shell first changes to dir).
+// Any other agent (e.g. "ip netns exec", "docker exec -i") gets the words
+// as separate arguments and must run them without a shell, with stdin.
 func remoteArgv(agent []string, host, dir string, env, argv []string) []string {
-	words := make([]string, 0, 2+len(env)+len(argv))
-	words = append(words, "env")
+	words := make([]string, 0, 5+len(env)+len(argv))
+	words = append(words, "sh", "-c", tokenScript, "sh", "env")
 	words = append(words, env...)
 	words = append(words, argv...)
 	out := append(append([]string(nil), agent...), host)

@@ -47,6 +47,18 @@ type jobEnv struct {
 	extra   []string // -x and tunables, "K=V"
 }
 
+// remoteVars is rankVars without the token, which remote ranks read from
+// stdin (see remoteArgv).
+func (j *jobEnv) remoteVars(s Slot) []string {
+	var out []string
+	for _, kv := range j.rankVars(s) {
+		if !strings.HasPrefix(kv, EnvJobToken+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // rankVars is the contract for one rank, "K=V" each.
 func (j *jobEnv) rankVars(s Slot) []string {
 	v := []string{

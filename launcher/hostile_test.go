@@ -38,12 +38,16 @@ func TestHostileStringsAreNotInterpreted(t *testing.T) {
 			work := t.TempDir()
 			t.Chdir(work) // PWNED would appear here (or in the rank's cwd, the same)
 			hostileValue := strings.Join(hostile, "|")
+			logs := t.TempDir()
+			t.Setenv("GORUN_TEST_SSH_LOG", logs)
 			out, stderr, err := runJob(t, "args", Config{NP: 2, Hosts: tc.hosts, LaunchAgent: tc.agent,
-				Args: hostile, Export: []string{"TESTVAR_HOSTILE=" + hostileValue}})
+				Args: hostile, Export: []string{"TESTVAR_HOSTILE=" + hostileValue},
+				Stdin: strings.NewReader("to rank 0\n$(touch PWNED)\n")})
 			if err != nil {
 				t.Fatalf("Run: %v\n%s", err, stderr)
 			}
 			lines := rankLines(t, out)
+			tokens := map[string]bool{}
 			for r := 0; r < 2; r++ {
 				if len(lines[r]) != 1 {
 					t.Fatalf("rank %d printed %q", r, lines[r])
@@ -52,6 +56,8 @@ func TestHostileStringsAreNotInterpreted(t *testing.T) {
 					Args    []string
 					Hostile string
 					Cwd     string
+					Token   string
+					Stdin   string
 				}
 				if err := json.Unmarshal([]byte(lines[r][0]), &got); err != nil {
 					t.Fatal(err)
@@ -62,8 +68,35 @@ func TestHostileStringsAreNotInterpreted(t *testing.T) {
 				if got.Hostile != hostileValue {
 					t.Errorf("rank %d -x value:\n got %q\nwant %q", r, got.Hostile, hostileValue)
 				}
+				wantIn := ""
+				if r == 0 {
+					wantIn = "to rank 0\n$(touch PWNED)\n"
+				}
+				if got.Stdin != wantIn {
+					t.Errorf("rank %d read %q from stdin, want %q", r, got.Stdin, wantIn)
+				}
+				if len(got.Token) != 64 {
+					t.Errorf("rank %d token %q", r, got.Token)
+				}
+				tokens[got.Token] = true
 				if got.Cwd != work {
 					t.Errorf("rank %d runs in %q, want gorun's directory %q", r, got.Cwd, work)
+				}
+			}
+			if len(tokens) != 1 {
+				t.Errorf("ranks got %d different tokens", len(tokens))
+			}
+			// The token never travels in a command line.
+			cmds, _ := filepath.Glob(filepath.Join(logs, "host-*"))
+			if tc.hosts != nil && len(cmds) != 2 {
+				t.Errorf("fake ssh ran %d times, want 2", len(cmds))
+			}
+			for _, f := range cmds {
+				b, _ := os.ReadFile(f)
+				for tok := range tokens {
+					if strings.Contains(string(b), tok) {
+						t.Errorf("the job token is in the ssh command line %q", b)
+					}
 				}
 			}
 			if _, err := os.Stat(filepath.Join(work, "PWNED")); err == nil {

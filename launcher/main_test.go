@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -68,11 +69,14 @@ func fakeRank(mode string, args []string) int {
 		}
 		return 0
 	case "args":
+		in, _ := io.ReadAll(os.Stdin)
 		b, _ := json.Marshal(struct {
 			Args    []string
 			Hostile string
 			Cwd     string
-		}{args, os.Getenv("TESTVAR_HOSTILE"), mustGetwd()})
+			Token   string
+			Stdin   string
+		}{args, os.Getenv("TESTVAR_HOSTILE"), mustGetwd(), os.Getenv(EnvJobToken), string(in)})
 		fmt.Printf("%s\n", b)
 		return 0
 	case "lines":

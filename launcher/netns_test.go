@@ -41,6 +41,10 @@ func netnsAgent(args []string) int {
 func netnsRank() int {
 	rank := os.Getenv(EnvRank)
 	netns, _ := os.Readlink("/proc/self/ns/net")
+	if tok := os.Getenv(EnvJobToken); len(tok) != 64 {
+		fmt.Printf("job token %q did not arrive through the agent's stdin\n", tok)
+		return 1
+	}
 	if c, err := net.DialTimeout("tcp", os.Getenv(EnvControl), 5*time.Second); err != nil {
 		fmt.Println("control unreachable:", err)
 		return 1

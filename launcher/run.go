@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -122,24 +123,30 @@ func Run(ctx context.Context, cfg Config) error {
 
 // rankProc prepares the command of one rank.
 func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
-	vars := j.rankVars(s)
-	argv := append([]string{prog}, cfg.Args...)
 	var cmd *exec.Cmd
+	var stdin io.Reader
+	if s.Rank == 0 {
+		stdin = cfg.Stdin
+	}
 	if isLocalHost(s.Host) {
 		cmd = exec.Command(prog, cfg.Args...)
-		cmd.Env = localEnv(vars)
+		cmd.Env = localEnv(j.rankVars(s))
+		cmd.Stdin = stdin
 	} else {
 		agent := cfg.LaunchAgent
 		if agent == nil {
 			agent = DefaultAgent
 		}
 		dir, _ := os.Getwd()
-		a := remoteArgv(agent, s.Host, dir, vars, argv)
+		a := remoteArgv(agent, s.Host, dir, j.remoteVars(s), append([]string{prog}, cfg.Args...))
 		cmd = exec.Command(a[0], a[1:]...)
 		cmd.Env = localEnv(nil)
-	}
-	if s.Rank == 0 && cfg.Stdin != nil {
-		cmd.Stdin = cfg.Stdin
+		// The token's line, then rank 0's input.
+		in := []io.Reader{strings.NewReader(j.token + "\n")}
+		if stdin != nil {
+			in = append(in, stdin)
+		}
+		cmd.Stdin = io.MultiReader(in...)
 	}
 	p := &proc{rank: s.Rank, host: s.Host, cmd: cmd}
 	p.stdout = newRankWriter(con, cfg.Stdout, s.Rank, !cfg.NoTag)
