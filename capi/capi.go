@@ -1,0 +1,226 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+typedef int64_t gorun_comm;
+typedef int64_t gorun_request;
+
+void gorun_set_error(char *msg);
+const char *gorun_get_error(void);
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// Status codes, as in gorun.h.
+const (
+	statusOK       = 0
+	statusInvalid  = 1
+	statusPeer     = 2
+	statusTimeout  = 3
+	statusClosed   = 4
+	statusInit     = 5
+	statusInternal = 6
+)
+
+var statusText = [...]string{
+	statusOK:       "success",
+	statusInvalid:  "invalid argument",
+	statusPeer:     "a peer rank failed or disagreed",
+	statusTimeout:  "timed out",
+	statusClosed:   "communicator closed or aborted",
+	statusInit:     "could not join the job",
+	statusInternal: "internal error",
+}
+
+var cStatusText = func() []*C.char {
+	out := make([]*C.char, len(statusText))
+	for i, s := range statusText {
+		out[i] = C.CString(s) // lives for the process, as strerror's do
+	}
+	return out
+}()
+
+var unknownStatus = C.CString("unknown status")
+
+var (
+	mu     sync.Mutex
+	comms  = map[int64]*comm.Comm{}
+	nextID int64
+)
+
+func put[V any](m map[int64]V, v V) int64 {
+	mu.Lock()
+	defer mu.Unlock()
+	nextID++
+	m[nextID] = v
+	return nextID
+}
+
+func get[V any](m map[int64]V, id int64) (V, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	v, ok := m[id]
+	return v, ok
+}
+
+func del[V any](m map[int64]V, id int64) {
+	mu.Lock()
+	defer mu.Unlock()
+	delete(m, id)
+}
+
+// opTimeout bounds every blocking call: GORUN_TIMEOUT, default 10 minutes
+// (long enough for a first large collective on a slow link, short enough
+// that a hung job ends).
+func opTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("GORUN_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 10 * time.Minute
+}
+
+// fail records err as the thread's last error and maps it to a status.
+func fail(status int, err error) C.int {
+	C.gorun_set_error(C.CString(err.Error()))
+	return C.int(status)
+}
+
+// classify maps an error from comm to a status code.
+func classify(err error) C.int {
+	if err == nil {
+		return statusOK
+	}
+	status := statusInternal
+	var re *comm.RankError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		status = statusTimeout
+	case errors.As(err, &re):
+		status = statusPeer
+	case errors.Is(err, comm.ErrClosed):
+		status = statusClosed
+	case errors.Is(err, comm.ErrInvalid):
+		status = statusInvalid
+	}
+	return fail(status, err)
+}
+
+// guard turns a panic into statusInternal: a library must not crash its host.
+func guard(rc *C.int) {
+	if p := recover(); p != nil {
+		*rc = fail(statusInternal, fmt.Errorf("gorun: internal error: %v", p))
+	}
+}
+
+func lookup(h C.gorun_comm) (*comm.Comm, C.int) {
+	c, ok := get(comms, int64(h))
+	if !ok {
+		return nil, fail(statusInvalid, fmt.Errorf("gorun: no communicator with handle %d", int64(h)))
+	}
+	return c, statusOK
+}
+
+//export gorun_init
+func gorun_init(out *C.gorun_comm) (rc C.int) {
+	defer guard(&rc)
+	if out == nil {
+		return fail(statusInvalid, errors.New("gorun_init: comm is NULL"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	defer cancel()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return fail(statusInit, err)
+	}
+	*out = C.gorun_comm(put(comms, c))
+	return statusOK
+}
+
+//export gorun_finalize
+func gorun_finalize(h C.gorun_comm) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	del(comms, int64(h))
+	return classify(c.Close())
+}
+
+//export gorun_abort
+func gorun_abort(h C.gorun_comm, reason *C.char) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	msg := "aborted by the application"
+	if reason != nil {
+		msg = C.GoString(reason)
+	}
+	c.Abort(errors.New(msg))
+	return statusOK
+}
+
+func query(h C.gorun_comm, out *C.int, f func(*comm.Comm) int) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	if out == nil {
+		return fail(statusInvalid, errors.New("gorun: output pointer is NULL"))
+	}
+	*out = C.int(f(c))
+	return statusOK
+}
+
+//export gorun_rank
+func gorun_rank(h C.gorun_comm, out *C.int) C.int { return query(h, out, (*comm.Comm).Rank) }
+
+//export gorun_size
+func gorun_size(h C.gorun_comm, out *C.int) C.int { return query(h, out, (*comm.Comm).Size) }
+
+//export gorun_local_rank
+func gorun_local_rank(h C.gorun_comm, out *C.int) C.int {
+	return query(h, out, (*comm.Comm).LocalRank)
+}
+
+//export gorun_local_size
+func gorun_local_size(h C.gorun_comm, out *C.int) C.int {
+	return query(h, out, (*comm.Comm).LocalSize)
+}
+
+//export gorun_strerror
+func gorun_strerror(status C.int) *C.char {
+	if status >= 0 && int(status) < len(cStatusText) {
+		return cStatusText[status]
+	}
+	return unknownStatus
+}
+
+//export gorun_last_error
+func gorun_last_error() *C.char { return C.gorun_get_error() }
+
+//export gorun_barrier
+func gorun_barrier(h C.gorun_comm) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	defer cancel()
+	return classify(c.Barrier(ctx))
+}

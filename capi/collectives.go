@@ -1,0 +1,231 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+typedef int64_t gorun_comm;
+typedef int64_t gorun_request;
+typedef int gorun_dtype;
+typedef int gorun_op;
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+type kind int
+
+const (
+	kAllReduce kind = iota
+	kBroadcast
+	kAllGather
+	kReduceScatter
+)
+
+// call is one collective as C described it.
+type call struct {
+	kind       kind
+	send, recv unsafe.Pointer
+	count      int // elements: per rank for allgather's send and reduce-scatter's recv
+	op         comm.Op
+	root       int
+}
+
+func view[T comm.Number](p unsafe.Pointer, n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(p), n)
+}
+
+// start runs a call of element type T, blocking (async false) or returning
+// a request.
+func start[T comm.Number](ctx context.Context, c *comm.Comm, k call, async bool) (*comm.Request, error) {
+	n, size := k.count, c.Size()
+	switch k.kind {
+	case kAllReduce:
+		s, r := view[T](k.send, n), view[T](k.recv, n)
+		if async {
+			return comm.IAllReduce(ctx, c, s, r, k.op), nil
+		}
+		return nil, comm.AllReduce(ctx, c, s, r, k.op)
+	case kBroadcast:
+		b := view[T](k.recv, n)
+		if async {
+			return comm.IBroadcast(ctx, c, b, k.root), nil
+		}
+		return nil, comm.Broadcast(ctx, c, b, k.root)
+	case kAllGather:
+		s, r := view[T](k.send, n), view[T](k.recv, n*size)
+		if async {
+			return comm.IAllGather(ctx, c, s, r), nil
+		}
+		return nil, comm.AllGather(ctx, c, s, r)
+	case kReduceScatter:
+		s, r := view[T](k.send, n*size), view[T](k.recv, n)
+		if async {
+			return comm.IReduceScatter(ctx, c, s, r, k.op), nil
+		}
+		return nil, comm.ReduceScatter(ctx, c, s, r, k.op)
+	}
+	return nil, fmt.Errorf("gorun: unknown collective %d", k.kind)
+}
+
+func startAny(ctx context.Context, c *comm.Comm, dt C.gorun_dtype, k call, async bool) (*comm.Request, error) {
+	switch dt {
+	case 0:
+		return start[int8](ctx, c, k, async)
+	case 1:
+		return start[int16](ctx, c, k, async)
+	case 2:
+		return start[int32](ctx, c, k, async)
+	case 3:
+		return start[int64](ctx, c, k, async)
+	case 4:
+		return start[uint8](ctx, c, k, async)
+	case 5:
+		return start[uint16](ctx, c, k, async)
+	case 6:
+		return start[uint32](ctx, c, k, async)
+	case 7:
+		return start[uint64](ctx, c, k, async)
+	case 8:
+		return start[float32](ctx, c, k, async)
+	case 9:
+		return start[float64](ctx, c, k, async)
+	case 10:
+		return start[comm.Float16](ctx, c, k, async)
+	case 11:
+		return start[comm.BFloat16](ctx, c, k, async)
+	}
+	return nil, fmt.Errorf("gorun: unknown dtype %d: %w", int(dt), comm.ErrInvalid)
+}
+
+// pending keeps the context of a non-blocking call alive until its wait.
+type pending struct {
+	req    *comm.Request
+	cancel context.CancelFunc
+}
+
+var pendings = map[int64]*pending{}
+
+func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.gorun_request) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	if k.count < 0 || (k.count > 0 && (k.recv == nil || (k.kind != kBroadcast && k.send == nil))) {
+		return fail(statusInvalid, errors.New("gorun: NULL buffer with a non-zero count"))
+	}
+	if op < 0 || op > 4 {
+		return fail(statusInvalid, fmt.Errorf("gorun: unknown op %d", int(op)))
+	}
+	k.op = comm.Op(op)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	if out == nil {
+		defer cancel()
+		_, err := startAny(ctx, c, dt, k, false)
+		return classify(err)
+	}
+	req, err := startAny(ctx, c, dt, k, true)
+	if err != nil {
+		cancel()
+		return classify(err)
+	}
+	*out = C.gorun_request(put(pendings, &pending{req: req, cancel: cancel}))
+	return statusOK
+}
+
+//export gorun_allreduce
+func gorun_allreduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op) C.int {
+	return collective(h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: int(n)}, nil)
+}
+
+//export gorun_broadcast
+func gorun_broadcast(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int) C.int {
+	return collective(h, dt, 0, call{kind: kBroadcast, recv: buf, count: int(n), root: int(root)}, nil)
+}
+
+//export gorun_allgather
+func gorun_allgather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype) C.int {
+	return collective(h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: int(n)}, nil)
+}
+
+//export gorun_reduce_scatter
+func gorun_reduce_scatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op) C.int {
+	return collective(h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: int(n)}, nil)
+}
+
+//export gorun_iallreduce
+func gorun_iallreduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op, req *C.gorun_request) C.int {
+	if req == nil {
+		return fail(statusInvalid, errors.New("gorun_iallreduce: req is NULL"))
+	}
+	return collective(h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: int(n)}, req)
+}
+
+//export gorun_ibroadcast
+func gorun_ibroadcast(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request) C.int {
+	if req == nil {
+		return fail(statusInvalid, errors.New("gorun_ibroadcast: req is NULL"))
+	}
+	return collective(h, dt, 0, call{kind: kBroadcast, recv: buf, count: int(n), root: int(root)}, req)
+}
+
+//export gorun_iallgather
+func gorun_iallgather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, req *C.gorun_request) C.int {
+	if req == nil {
+		return fail(statusInvalid, errors.New("gorun_iallgather: req is NULL"))
+	}
+	return collective(h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: int(n)}, req)
+}
+
+//export gorun_ireduce_scatter
+func gorun_ireduce_scatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op, req *C.gorun_request) C.int {
+	if req == nil {
+		return fail(statusInvalid, errors.New("gorun_ireduce_scatter: req is NULL"))
+	}
+	return collective(h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: int(n)}, req)
+}
+
+//export gorun_wait
+func gorun_wait(h C.gorun_request) (rc C.int) {
+	defer guard(&rc)
+	p, ok := get(pendings, int64(h))
+	if !ok {
+		return fail(statusInvalid, fmt.Errorf("gorun_wait: no request with handle %d", int64(h)))
+	}
+	del(pendings, int64(h))
+	defer p.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	defer cancel()
+	return classify(p.req.Wait(ctx))
+}
+
+//export gorun_test
+func gorun_test(h C.gorun_request, done *C.int) (rc C.int) {
+	defer guard(&rc)
+	if done == nil {
+		return fail(statusInvalid, errors.New("gorun_test: done is NULL"))
+	}
+	p, ok := get(pendings, int64(h))
+	if !ok {
+		return fail(statusInvalid, fmt.Errorf("gorun_test: no request with handle %d", int64(h)))
+	}
+	fin, err := p.req.Test()
+	if !fin {
+		*done = 0
+		return statusOK
+	}
+	*done = 1
+	del(pendings, int64(h))
+	p.cancel()
+	return classify(err)
+}

@@ -1,0 +1,11 @@
+// Command capi is gorun's C ABI, built as a shared library:
+//
+//	go build -buildmode=c-shared -o libgorun.so ./capi
+//
+// include/gorun.h (written by hand, stable) declares what it exports. Handles
+// are integers into tables kept here, so C never holds Go pointers. Every
+// exported function recovers panics and returns codes; the message of a
+// thread's last failure is kept in C thread-local storage.
+package main
+
+func main() {} // required by -buildmode=c-shared; never run

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// runWorld trains cfg on n in-process ranks and returns every rank's model.
+func runWorld(tb testing.TB, n int, cfg trainConfig, opts ...comm.Option) []*mlp {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, n, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	models := make([]*mlp, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			models[i], _, errs[i] = train(ctx, c, cfg, nil)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return models
+}
+
+func small() trainConfig {
+	cfg := defaultTrainConfig()
+	cfg.epochs, cfg.steps, cfg.batch = 3, 8, 8
+	cfg.ddp.FirstBucketBytes, cfg.ddp.BucketBytes = 2048, 8192 // several buckets
+	return cfg
+}
+
+// Four ranks with batch B must end where one rank with batch 4B ends: the
+// averaged gradient of equal shards is the combined batch's gradient. Only
+// float32 reassociation separates them; the tolerance is relative 1e-4 of
+// the parameter scale after 24 steps.
+func TestDataParallelMatchesCombinedBatch(t *testing.T) {
+	cfg := small()
+	four := runWorld(t, 4, cfg)
+	one := cfg
+	one.batch = 4 * cfg.batch
+	ref := runWorld(t, 1, one)[0]
+
+	for r, m := range four {
+		for i, p := range m.params {
+			q := ref.params[i]
+			for j := range p.Value {
+				if r > 0 && p.Value[j] != four[0].params[i].Value[j] {
+					t.Fatalf("rank %d %s[%d] = %v differs from rank 0's %v: replicas diverged", r, p.Name, j, p.Value[j], four[0].params[i].Value[j])
+				}
+				if d := math.Abs(float64(p.Value[j] - q.Value[j])); d > 1e-4*(1+math.Abs(float64(q.Value[j]))) {
+					t.Fatalf("%s[%d]: 4 ranks %v, 1 rank %v (|Δ| %.3g)", p.Name, j, p.Value[j], q.Value[j], d)
+				}
+			}
+		}
+	}
+	if ref.params[0].Value[0] == newMLP(cfg.dims, cfg.seed).params[0].Value[0] {
+		t.Fatal("training did not change the parameters")
+	}
+}
+
+// With the Deterministic option float sums are bitwise reproducible, so two
+// runs of the same world end with identical parameters.
+func TestDeterministicRunsAreBitwiseEqual(t *testing.T) {
+	cfg := small()
+	a := runWorld(t, 4, cfg, comm.Deterministic())
+	b := runWorld(t, 4, cfg, comm.Deterministic())
+	for i, p := range a[0].params {
+		for j, v := range p.Value {
+			if math.Float32bits(v) != math.Float32bits(b[0].params[i].Value[j]) {
+				t.Fatalf("%s[%d]: %v vs %v between two deterministic runs", p.Name, j, v, b[0].params[i].Value[j])
+			}
+		}
+	}
+}
+
+func TestLossDecreases(t *testing.T) {
+	cfg := small()
+	cfg.epochs = 6
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	_, st, err := train(ctx, cs[0], cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.loss[len(st.loss)-1] >= st.loss[0]*0.8 {
+		t.Fatalf("loss per epoch %v: not learning", st.loss)
+	}
+}
+
+// BenchmarkStep compares reducing buckets during the backward pass with
+// reducing them all after it, on a model big enough to have many buckets.
+func BenchmarkStep(b *testing.B) {
+	for _, overlap := range []bool{true, false} {
+		name := "overlap=false"
+		if overlap {
+			name = "overlap=true"
+		}
+		b.Run(name+"/ranks=2", func(b *testing.B) {
+			cfg := defaultTrainConfig()
+			cfg.dims = []int{16, 512, 512, 512, 4}
+			cfg.batch, cfg.epochs, cfg.steps = 16, 1, b.N
+			cfg.overlap = overlap
+			cfg.ddp.FirstBucketBytes, cfg.ddp.BucketBytes = 256<<10, 1<<20
+			b.ResetTimer()
+			runWorld(b, 2, cfg)
+		})
+	}
+}

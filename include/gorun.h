@@ -1,0 +1,106 @@
+/*
+ * gorun.h: the C ABI of gorun, a collective communication runtime.
+ *
+ * Build the library:  go build -buildmode=c-shared -o libgorun.so ./capi
+ * Link:               cc prog.c -Iinclude -L. -lgorun
+ *
+ * A process joins the job its launcher started (gorun, srun, mpirun or
+ * torchrun variables; see the README) with gorun_init, which returns a
+ * communicator handle. Every call returns GORUN_OK or an error code; the
+ * message of the calling thread's last error is gorun_last_error(). No call
+ * aborts or crashes the host process: Go panics are caught and returned as
+ * GORUN_ERR_INTERNAL.
+ *
+ * Buffers are plain host memory. They must stay valid until the call, or for
+ * non-blocking calls the matching gorun_wait, returns. Counts are element
+ * counts. In-place operations pass the same pointer as send and recv.
+ *
+ * This header is written by hand and is stable: enums and signatures only
+ * grow.
+ */
+#ifndef GORUN_H
+#define GORUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int64_t gorun_comm;    /* communicator handle, > 0 */
+typedef int64_t gorun_request; /* non-blocking operation handle, > 0 */
+
+typedef enum {
+	GORUN_INT8 = 0,
+	GORUN_INT16 = 1,
+	GORUN_INT32 = 2,
+	GORUN_INT64 = 3,
+	GORUN_UINT8 = 4,
+	GORUN_UINT16 = 5,
+	GORUN_UINT32 = 6,
+	GORUN_UINT64 = 7,
+	GORUN_FLOAT32 = 8,
+	GORUN_FLOAT64 = 9,
+	GORUN_FLOAT16 = 10,  /* IEEE half; accumulates in float32 */
+	GORUN_BFLOAT16 = 11, /* bfloat16; accumulates in float32 */
+} gorun_dtype;
+
+typedef enum {
+	GORUN_SUM = 0,
+	GORUN_PROD = 1,
+	GORUN_MIN = 2,
+	GORUN_MAX = 3,
+	GORUN_AVG = 4,
+} gorun_op;
+
+typedef enum {
+	GORUN_OK = 0,
+	GORUN_ERR_INVALID = 1,   /* bad argument: handle, dtype, op, count, root */
+	GORUN_ERR_PEER = 2,      /* a peer rank failed or disagreed; the message names it */
+	GORUN_ERR_TIMEOUT = 3,   /* the operation did not finish within GORUN_TIMEOUT */
+	GORUN_ERR_CLOSED = 4,    /* the communicator was finalized or aborted */
+	GORUN_ERR_INIT = 5,      /* the job could not be joined */
+	GORUN_ERR_INTERNAL = 6,  /* anything else, including a caught Go panic */
+} gorun_status;
+
+/* Join the job described by the environment; *comm receives the handle. */
+int gorun_init(gorun_comm *comm);
+/* Leave the job and free the handle. */
+int gorun_finalize(gorun_comm comm);
+/* Make every rank's pending and later operations fail with reason. */
+int gorun_abort(gorun_comm comm, const char *reason);
+
+int gorun_rank(gorun_comm comm, int *rank);
+int gorun_size(gorun_comm comm, int *size);
+int gorun_local_rank(gorun_comm comm, int *local_rank);
+int gorun_local_size(gorun_comm comm, int *local_size);
+
+int gorun_barrier(gorun_comm comm);
+int gorun_allreduce(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
+int gorun_broadcast(gorun_comm comm, void *buf, size_t count, gorun_dtype dtype, int root);
+/* recv holds size * send_count elements. */
+int gorun_allgather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype);
+/* send holds size * recv_count elements. */
+int gorun_reduce_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, gorun_op op);
+
+/* Non-blocking variants: *req receives a handle for gorun_wait/gorun_test. */
+int gorun_iallreduce(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+int gorun_ibroadcast(gorun_comm comm, void *buf, size_t count, gorun_dtype dtype, int root, gorun_request *req);
+int gorun_iallgather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype, gorun_request *req);
+int gorun_ireduce_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+/* Wait for req and free it; returns the operation's status. */
+int gorun_wait(gorun_request req);
+/* *done = 1 when req finished (then req is freed and its status returned), 0 otherwise. */
+int gorun_test(gorun_request req, int *done);
+
+/* A static description of a status code. */
+const char *gorun_strerror(int status);
+/* The message of the calling thread's last failed call ("" if none). Valid
+ * until the thread's next gorun call. */
+const char *gorun_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GORUN_H */

@@ -1,0 +1,240 @@
+"""gorun for Python: collectives on numpy arrays and PyTorch tensors.
+
+    import gorun
+    gorun.init()                      # joins the job gorun/srun/mpirun/torchrun started
+    gorun.allreduce_(tensor, op="sum")
+    gorun.broadcast_(tensor, root=0)
+
+Start one process per rank with the launcher:
+
+    gorun -np 2 /usr/bin/python3 train.py
+
+Operations work in place on C-contiguous CPU tensors and arrays. The shared
+library (libgorun.so, the C ABI in include/gorun.h) is found beside this
+checkout and built with the go tool when it is missing or stale; set
+GORUN_LIB to use another.
+"""
+import ctypes
+import threading
+
+from . import _lib
+
+__all__ = [
+    "GorunError", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
+    "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
+]
+
+_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4}
+
+
+class GorunError(RuntimeError):
+    """A failed gorun call: .status is the C status code."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+_state = threading.local()
+_lib_handle = None
+_comm = None
+_lock = threading.Lock()
+
+
+def _L():
+    global _lib_handle
+    if _lib_handle is None:
+        _lib_handle = _lib.load()
+    return _lib_handle
+
+
+def _check(rc):
+    if rc != 0:
+        L = _L()
+        msg = L.gorun_last_error().decode(errors="replace") or L.gorun_strerror(rc).decode()
+        raise GorunError(rc, "gorun: " + msg)
+
+
+def init():
+    """Join the job described by the environment (idempotent)."""
+    global _comm
+    with _lock:
+        if _comm is None:
+            h = ctypes.c_int64()
+            _check(_L().gorun_init(ctypes.byref(h)))
+            _comm = h.value
+    return _comm
+
+
+def is_initialized():
+    return _comm is not None
+
+
+def finalize():
+    global _comm
+    with _lock:
+        if _comm is not None:
+            h, _comm = _comm, None
+            _check(_L().gorun_finalize(h))
+
+
+def _c():
+    if _comm is None:
+        raise GorunError(5, "gorun: call gorun.init() first")
+    return _comm
+
+
+def _query(fn):
+    out = ctypes.c_int()
+    _check(fn(_c(), ctypes.byref(out)))
+    return out.value
+
+
+def rank():
+    return _query(_L().gorun_rank)
+
+
+def size():
+    return _query(_L().gorun_size)
+
+
+def local_rank():
+    return _query(_L().gorun_local_rank)
+
+
+def local_size():
+    return _query(_L().gorun_local_size)
+
+
+def barrier():
+    _check(_L().gorun_barrier(_c()))
+
+
+# --- buffers -------------------------------------------------------------
+
+def _dtype_code(x):
+    """gorun_dtype of a torch tensor or numpy array."""
+    name = str(x.dtype).replace("torch.", "")
+    codes = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5, "uint32": 6,
+             "uint64": 7, "float32": 8, "float64": 9, "float16": 10, "bfloat16": 11}
+    if name not in codes:
+        raise TypeError("gorun: unsupported element type %s" % x.dtype)
+    return codes[name]
+
+
+def _buffer(x):
+    """(pointer, element count, dtype code) of a C-contiguous CPU tensor or array."""
+    if hasattr(x, "data_ptr"):  # torch
+        if x.device.type != "cpu":
+            raise ValueError("gorun: tensor must be on the CPU, not %s" % x.device)
+        if not x.is_contiguous():
+            raise ValueError("gorun: tensor must be contiguous (call .contiguous())")
+        return ctypes.c_void_p(x.data_ptr()), x.numel(), _dtype_code(x)
+    if hasattr(x, "ctypes"):  # numpy
+        if not x.flags["C_CONTIGUOUS"]:
+            raise ValueError("gorun: array must be C-contiguous")
+        if not x.flags["WRITEABLE"]:
+            raise ValueError("gorun: array must be writeable")
+        return ctypes.c_void_p(x.ctypes.data), x.size, _dtype_code(x)
+    raise TypeError("gorun: expected a torch.Tensor or numpy.ndarray, got %s" % type(x).__name__)
+
+
+def _op(op):
+    try:
+        return _OPS[op.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError("gorun: unknown op %r (sum, prod, min, max, avg)" % (op,))
+
+
+def _empty_like(x, n):
+    if hasattr(x, "data_ptr"):
+        import torch
+        return torch.empty(n, dtype=x.dtype)
+    import numpy
+    return numpy.empty(n, dtype=x.dtype)
+
+
+# --- blocking collectives -----------------------------------------------------
+
+def allreduce_(x, op="sum"):
+    """Reduce x across ranks in place; returns x."""
+    p, n, dt = _buffer(x)
+    _check(_L().gorun_allreduce(_c(), p, p, n, dt, _op(op)))
+    return x
+
+
+def allreduce(x, op="sum"):
+    """A reduced copy of x."""
+    y = x.clone() if hasattr(x, "clone") else x.copy()
+    return allreduce_(y, op)
+
+
+def broadcast_(x, root=0):
+    """Copy root's x to every rank in place; returns x."""
+    p, n, dt = _buffer(x)
+    _check(_L().gorun_broadcast(_c(), p, n, dt, int(root)))
+    return x
+
+
+def allgather(x):
+    """Every rank's x, concatenated in rank order (a flat tensor/array)."""
+    p, n, dt = _buffer(x)
+    out = _empty_like(x, n * size())
+    q, _, _ = _buffer(out)
+    _check(_L().gorun_allgather(_c(), p, q, n, dt))
+    return out
+
+
+def reduce_scatter(x, op="sum"):
+    """Reduce x across ranks and return this rank's 1/size block."""
+    p, n, dt = _buffer(x)
+    s = size()
+    if n % s:
+        raise ValueError("gorun: reduce_scatter needs a length divisible by size (%d %% %d)" % (n, s))
+    out = _empty_like(x, n // s)
+    q, _, _ = _buffer(out)
+    _check(_L().gorun_reduce_scatter(_c(), p, q, n // s, dt, _op(op)))
+    return out
+
+
+# --- non-blocking -------------------------------------------------------------
+
+class Handle:
+    """A non-blocking operation; keeps its buffer alive until wait()."""
+
+    def __init__(self, req, buf):
+        self._req, self._buf = req, buf
+
+    def wait(self):
+        if self._req is not None:
+            req, self._req = self._req, None
+            _check(_L().gorun_wait(req))
+        return self._buf
+
+    def test(self):
+        if self._req is None:
+            return True
+        done = ctypes.c_int()
+        rc = _L().gorun_test(self._req, ctypes.byref(done))
+        if done.value:
+            self._req = None
+        _check(rc)
+        return bool(done.value)
+
+
+def iallreduce_(x, op="sum"):
+    p, n, dt = _buffer(x)
+    req = ctypes.c_int64()
+    _check(_L().gorun_iallreduce(_c(), p, p, n, dt, _op(op), ctypes.byref(req)))
+    return Handle(req.value, x)
+
+
+def ibroadcast_(x, root=0):
+    p, n, dt = _buffer(x)
+    req = ctypes.c_int64()
+    _check(_L().gorun_ibroadcast(_c(), p, n, dt, int(root), ctypes.byref(req)))
+    return Handle(req.value, x)
+
+
+from .torch_support import broadcast_parameters, DistributedOptimizer  # noqa: E402

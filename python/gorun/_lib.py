@@ -1,0 +1,91 @@
+"""Finding, building and loading libgorun.so (the C ABI, ../../capi)."""
+import ctypes
+import os
+import subprocess
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_REPO = os.path.dirname(os.path.dirname(_HERE))
+
+
+def _newest_source(root):
+    newest = 0.0
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in ("python", "build")]
+        for f in files:
+            if f.endswith((".go", ".c", ".h")) or f in ("go.mod", "go.sum"):
+                newest = max(newest, os.path.getmtime(os.path.join(d, f)))
+    return newest
+
+
+def _build_dir():
+    d = os.environ.get("GORUN_BUILD_DIR") or os.path.join(_REPO, "build")
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    d = os.path.join(os.path.expanduser("~"), ".cache", "gorun")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def library_path():
+    """The shared library to load: $GORUN_LIB, or one built from this checkout
+    (rebuilt with the go tool when a source file is newer)."""
+    explicit = os.environ.get("GORUN_LIB")
+    if explicit:
+        return explicit
+    if not os.path.exists(os.path.join(_REPO, "capi")):
+        raise ImportError("gorun: set GORUN_LIB to libgorun.so (no checkout found beside the package)")
+    out = os.path.join(_build_dir(), "libgorun.so")
+    if not os.path.exists(out) or os.path.getmtime(out) < _newest_source(_REPO):
+        go = os.environ.get("GO", "go")
+        tmp = out + ".%d.tmp" % os.getpid()
+        try:
+            subprocess.run([go, "build", "-buildmode=c-shared", "-o", tmp, "./capi"],
+                           cwd=_REPO, check=True, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise ImportError("gorun: libgorun.so is missing and the go tool is not on PATH")
+        except subprocess.CalledProcessError as e:
+            raise ImportError("gorun: building libgorun.so failed:\n" + e.stderr)
+        os.replace(tmp, out)  # atomic, so concurrent ranks never load a half-written file
+        for extra in (tmp[:-3] + "h", os.path.splitext(tmp)[0] + ".h"):
+            if os.path.exists(extra):
+                os.remove(extra)
+    return out
+
+
+def load():
+    lib = ctypes.CDLL(library_path())
+    i64, c_int, vp, sz = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
+    p_i64, p_int = ctypes.POINTER(i64), ctypes.POINTER(c_int)
+    sig = {
+        "gorun_init": [p_i64],
+        "gorun_finalize": [i64],
+        "gorun_abort": [i64, ctypes.c_char_p],
+        "gorun_rank": [i64, p_int],
+        "gorun_size": [i64, p_int],
+        "gorun_local_rank": [i64, p_int],
+        "gorun_local_size": [i64, p_int],
+        "gorun_barrier": [i64],
+        "gorun_allreduce": [i64, vp, vp, sz, c_int, c_int],
+        "gorun_broadcast": [i64, vp, sz, c_int, c_int],
+        "gorun_allgather": [i64, vp, vp, sz, c_int],
+        "gorun_reduce_scatter": [i64, vp, vp, sz, c_int, c_int],
+        "gorun_iallreduce": [i64, vp, vp, sz, c_int, c_int, p_i64],
+        "gorun_ibroadcast": [i64, vp, sz, c_int, c_int, p_i64],
+        "gorun_iallgather": [i64, vp, vp, sz, c_int, p_i64],
+        "gorun_ireduce_scatter": [i64, vp, vp, sz, c_int, c_int, p_i64],
+        "gorun_wait": [i64],
+        "gorun_test": [i64, p_int],
+    }
+    for name, args in sig.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = c_int
+    lib.gorun_strerror.argtypes = [c_int]
+    lib.gorun_strerror.restype = ctypes.c_char_p
+    lib.gorun_last_error.argtypes = []
+    lib.gorun_last_error.restype = ctypes.c_char_p
+    return lib

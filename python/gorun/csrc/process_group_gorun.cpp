@@ -1,0 +1,262 @@
+// ProcessGroupGorun: a torch.distributed (c10d, torch 1.13) backend that
+// forwards to gorun's C ABI (include/gorun.h). Registered from Python by
+// gorun.torch_backend as backend "gorun".
+//
+// Collectives start non-blocking in gorun (gorun_i*) from the caller's
+// thread; one completer thread per process group waits for them in order
+// and completes each Work and its Future, so DDP's bucketed allreduces
+// overlap the backward pass exactly as they do with Gloo.
+#include <torch/extension.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "gorun.h"
+
+namespace {
+
+std::string gorunError(int rc) {
+  std::string msg = gorun_last_error();
+  if (msg.empty()) msg = gorun_strerror(rc);
+  return "gorun: " + msg;
+}
+
+gorun_dtype toDType(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kChar: return GORUN_INT8;
+    case at::kShort: return GORUN_INT16;
+    case at::kInt: return GORUN_INT32;
+    case at::kLong: return GORUN_INT64;
+    case at::kByte: return GORUN_UINT8;
+    case at::kFloat: return GORUN_FLOAT32;
+    case at::kDouble: return GORUN_FLOAT64;
+    case at::kHalf: return GORUN_FLOAT16;
+    case at::kBFloat16: return GORUN_BFLOAT16;
+    default:
+      TORCH_CHECK(false, "gorun backend: unsupported dtype ", t.scalar_type());
+  }
+}
+
+gorun_op toOp(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return GORUN_SUM;
+    case c10d::ReduceOp::PRODUCT: return GORUN_PROD;
+    case c10d::ReduceOp::MIN: return GORUN_MIN;
+    case c10d::ReduceOp::MAX: return GORUN_MAX;
+    case c10d::ReduceOp::AVG: return GORUN_AVG;
+    default:
+      TORCH_CHECK(false, "gorun backend: unsupported reduce op");
+  }
+}
+
+const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
+  TORCH_CHECK(ts.size() == 1, "gorun backend: ", what, " takes exactly one tensor per process");
+  const at::Tensor& t = ts[0];
+  TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+  TORCH_CHECK(t.is_contiguous(), "gorun backend: tensors must be contiguous");
+  return t;
+}
+
+}  // namespace
+
+namespace c10d {
+
+class WorkGorun : public Work {
+ public:
+  WorkGorun(int rank, OpType type, std::vector<at::Tensor> outputs)
+      : Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "gorun backend: operation timed out after ", timeout.count(), " ms");
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+
+  // complete runs on the completer thread once gorun finished the request.
+  void complete(int rc) {
+    std::exception_ptr err;
+    if (rc == GORUN_OK) {
+      try {
+        if (after) after();
+      } catch (...) {
+        err = std::current_exception();
+      }
+    } else {
+      err = std::make_exception_ptr(std::runtime_error(gorunError(rc)));
+    }
+    finish(err);
+    if (err) {
+      future_->setError(err);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  }
+
+  gorun_request req = 0;
+  std::function<void()> after;  // e.g. unpack a gathered buffer
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupGorun : public ProcessGroup {
+ public:
+  ProcessGroupGorun(int64_t comm, int rank, int size) : ProcessGroup(rank, size), comm_(comm) {
+    int r = -1, s = -1;
+    check(gorun_rank(comm_, &r));
+    check(gorun_size(comm_, &s));
+    TORCH_CHECK(r == rank && s == size, "gorun backend: torch says rank ", rank, " of ", size,
+                " but gorun's job says rank ", r, " of ", s);
+    completer_ = std::thread([this] { run(); });
+  }
+
+  ~ProcessGroupGorun() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    completer_.join();
+  }
+
+  const std::string getBackendName() const override { return "gorun"; }
+
+  c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
+    const at::Tensor& t = single(ts, "allreduce");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE, ts);
+    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), toOp(opts.reduceOp), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
+                                               const AllreduceCoalescedOptions& opts) override {
+    TORCH_CHECK(!ts.empty(), "gorun backend: allreduce_coalesced of no tensors");
+    for (auto& t : ts) TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "gorun backend: coalesced tensors differ in dtype");
+    std::vector<at::Tensor> flat;
+    for (auto& t : ts) flat.push_back(t.reshape(-1));
+    at::Tensor buf = at::cat(flat);
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE_COALESCED, ts);
+    check(gorun_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), toDType(buf), toOp(opts.reduceOp), &w->req));
+    std::vector<at::Tensor> outs = ts;
+    w->after = [buf, outs]() mutable {
+      int64_t off = 0;
+      for (auto& t : outs) {
+        t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
+        off += t.numel();
+      }
+    };
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const BroadcastOptions& opts) override {
+    const at::Tensor& t = single(ts, "broadcast");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BROADCAST, ts);
+    check(gorun_ibroadcast(comm_, t.data_ptr(), t.numel(), toDType(t), int(opts.rootRank), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                     const AllgatherOptions&) override {
+    const at::Tensor& in = single(ins, "allgather");
+    TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
+                "gorun backend: allgather needs one list of ", getSize(), " output tensors");
+    for (auto& o : outs[0]) {
+      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                  "gorun backend: allgather output tensors must match the input");
+    }
+    at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLGATHER, outs[0]);
+    check(gorun_iallgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), toDType(in), &w->req));
+    std::vector<at::Tensor> targets = outs[0];
+    int64_t n = in.numel();
+    w->after = [flat, targets, n]() mutable {
+      for (size_t r = 0; r < targets.size(); r++) targets[r].copy_(flat.narrow(0, r * n, n).view_as(targets[r]));
+    };
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const AllgatherOptions&) override {
+    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+    TORCH_CHECK(out.numel() == in.numel() * getSize(), "gorun backend: output must be size × input");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{out});
+    check(gorun_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), toDType(in), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                const ReduceScatterOptions& opts) override {
+    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+    TORCH_CHECK(in.numel() == out.numel() * getSize(), "gorun backend: input must be size × output");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{out});
+    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(in), toOp(opts.reduceOp), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> barrier(const BarrierOptions&) override {
+    // A barrier must also order after every collective this rank started.
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BARRIER, std::vector<at::Tensor>{});
+    w->after = [this]() { check(gorun_barrier(comm_)); };
+    return enqueue(w);  // req 0: the completer runs `after` in order
+  }
+
+ private:
+  static void check(int rc) { TORCH_CHECK(rc == GORUN_OK, gorunError(rc)); }
+
+  c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(w);
+    }
+    cv_.notify_one();
+    return w;
+  }
+
+  void run() {
+    for (;;) {
+      c10::intrusive_ptr<WorkGorun> w;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        w = queue_.front();
+        queue_.pop_front();
+      }
+      w->complete(w->req ? gorun_wait(w->req) : GORUN_OK);
+    }
+  }
+
+  int64_t comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<WorkGorun>> queue_;
+  bool stop_ = false;
+  std::thread completer_;
+};
+
+}  // namespace c10d
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<c10d::ProcessGroupGorun, c10d::ProcessGroup, c10::intrusive_ptr<c10d::ProcessGroupGorun>>(
+      m, "ProcessGroupGorun")
+      .def(py::init<int64_t, int, int>(), py::call_guard<py::gil_scoped_release>());
+}

@@ -1,0 +1,71 @@
+"""torch.distributed backend "gorun".
+
+    import gorun.torch_backend          # registers the backend
+    import torch.distributed as dist
+    dist.init_process_group("gorun")    # under `gorun -np N` or torchrun
+
+The backend is a C++ extension (csrc/process_group_gorun.cpp) built against
+Debian's torch headers (libtorch-dev) on first import and cached in the
+build directory; `python3 -m gorun.torch_backend` builds it ahead of time.
+It forwards to gorun's C ABI. Under the gorun launcher, torch's env://
+rendezvous variables are derived from gorun's (RANK, WORLD_SIZE,
+LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
+MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged.
+"""
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _lib, init as _gorun_init
+
+_ext = None
+
+
+def _derive_env():
+    g = os.environ
+    if "GORUN_RANK" not in g:
+        return
+    g.setdefault("RANK", g["GORUN_RANK"])
+    g.setdefault("WORLD_SIZE", g.get("GORUN_SIZE", "1"))
+    g.setdefault("LOCAL_RANK", g.get("GORUN_LOCAL_RANK", "0"))
+    seed = g.get("GORUN_SEEDS", "").split(",")[0]
+    if seed and "MASTER_ADDR" not in g:
+        host, _, port = seed.rpartition(":")
+        g["MASTER_ADDR"] = host.strip("[]") or "127.0.0.1"
+        g.setdefault("MASTER_PORT", str(int(port) + 1))
+
+
+def load_extension(verbose=False):
+    """Build (once, cached) and load the C++ extension."""
+    global _ext
+    if _ext is None:
+        from torch.utils.cpp_extension import load
+        libdir = os.path.dirname(_lib.library_path())
+        here = os.path.dirname(os.path.abspath(__file__))
+        repo = os.path.dirname(os.path.dirname(here))
+        build = os.path.join(libdir, "torch_ext")
+        os.makedirs(build, exist_ok=True)
+        _ext = load(
+            name="gorun_c10d",
+            sources=[os.path.join(here, "csrc", "process_group_gorun.cpp")],
+            extra_include_paths=[os.path.join(repo, "include")],
+            extra_ldflags=["-L" + libdir, "-lgorun", "-Wl,-rpath," + libdir],
+            build_directory=build,
+            verbose=verbose,
+        )
+    return _ext
+
+
+def _create(store, rank, size, timeout):
+    ext = load_extension()
+    return ext.ProcessGroupGorun(_gorun_init(), rank, size)
+
+
+_derive_env()
+if "GORUN" not in dist.Backend._plugins:
+    dist.Backend.register_backend("gorun", _create)
+
+if __name__ == "__main__":
+    load_extension(verbose=True)
+    print("gorun torch backend built")

@@ -1,0 +1,111 @@
+// Package python_test runs gorun's Python package (python/gorun) and the
+// torch.distributed backend under the launcher, with Debian's /usr/bin/python3
+// (python3-numpy, python3-torch, libtorch-dev for the backend). Tests skip
+// with the reason where those are missing.
+package python_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+const python = "/usr/bin/python3"
+
+var (
+	buildOnce sync.Once
+	gorunBin  string
+	buildErr  error
+	workDir   string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorun-python-test")
+	if err != nil {
+		panic(err)
+	}
+	workDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func need(t *testing.T, modules ...string) {
+	t.Helper()
+	for _, m := range modules {
+		if err := exec.Command(python, "-c", "import "+m).Run(); err != nil {
+			t.Skipf("%s cannot import %s (apt-get install python3-numpy python3-torch): %v", python, m, err)
+		}
+	}
+}
+
+// gorun runs `gorun -np n PROGRAM ARGS` from the repository root.
+func gorun(t *testing.T, n int, args ...string) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		gorunBin = filepath.Join(workDir, "gorun")
+		out, err := exec.Command("go", "build", "-o", gorunBin, "../cmd/gorun").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gorunBin, append([]string{"-np", itoa(n)}, args...)...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gorun -np %d %s: %v\n%s", n, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func itoa(n int) string { return string(rune('0' + n)) }
+
+func compare(t *testing.T, a, b, rtol string) {
+	t.Helper()
+	out, err := exec.Command(python, "tests/compare_params.py", a, b, rtol).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+// Two ranks with gorun.DistributedOptimizer end where one process training
+// on the combined batch ends (float32 reassociation only: rtol 1e-4).
+func TestDistributedOptimizerMatchesSingleProcess(t *testing.T) {
+	need(t, "torch")
+	dist := filepath.Join(workDir, "dist.pt")
+	single := filepath.Join(workDir, "single.pt")
+	gorun(t, 2, python, "examples/torch_train.py", "--mode", "gorun", "--out", dist)
+	cmd := exec.Command(python, "examples/torch_train.py", "--mode", "single", "--ranks", "2", "--out", single)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("single-process reference: %v\n%s", err, out)
+	}
+	compare(t, dist, single, "1e-4")
+}
+
+// An unmodified DistributedDataParallel model on backend "gorun" matches
+// the same model on backend "gloo".
+func TestDDPBackendMatchesGloo(t *testing.T) {
+	need(t, "torch")
+	if _, err := os.Stat("/usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp"); err != nil {
+		t.Skip("torch's c10d headers are missing (apt-get install libtorch-dev pybind11-dev): the backend cannot be built")
+	}
+	g := filepath.Join(workDir, "ddp_gorun.pt")
+	l := filepath.Join(workDir, "ddp_gloo.pt")
+	gorun(t, 2, python, "examples/torch_train.py", "--mode", "ddp", "--backend", "gorun", "--out", g)
+	gorun(t, 2, python, "examples/torch_train.py", "--mode", "ddp", "--backend", "gloo", "--out", l)
+	compare(t, g, l, "1e-4")
+}
