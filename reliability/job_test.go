@@ -59,6 +59,7 @@ type jobSpec struct {
 	rankEnv   map[int][]string
 	wrap      func(rank int) []string // argv prefix per rank (e.g. ip netns exec)
 	seedHost  string                  // default 127.0.0.1
+	seedPort  int                     // default: a free port on seedHost (which must be local)
 }
 
 // rank is one running rank program.
@@ -139,9 +140,12 @@ func startJob(t testing.TB, spec jobSpec) *job {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	port, err := freePort(host)
-	if err != nil {
-		t.Fatalf("no free seed port: %v", err)
+	port := spec.seedPort
+	if port == 0 {
+		var err error
+		if port, err = freePort(host); err != nil {
+			t.Fatalf("no free seed port: %v", err)
+		}
 	}
 	if spec.timeout == 0 {
 		spec.timeout = 5 * time.Second

@@ -1,0 +1,135 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// netnsPair is two network namespaces ("hosts") joined by a veth pair.
+type netnsPair struct {
+	ns, veth, ip [2]string
+}
+
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// newNetnsPair creates the namespaces, or skips the test saying why; they
+// are deleted when the test ends.
+func newNetnsPair(t *testing.T) *netnsPair {
+	id := os.Getpid()%10000 + rand.IntN(1000)*10000
+	p := &netnsPair{}
+	for i := range 2 {
+		p.ns[i] = fmt.Sprintf("grrel%d%c", id, 'a'+i)
+		p.veth[i] = fmt.Sprintf("gv%d%c", id%100000, 'a'+i)
+		p.ip[i] = fmt.Sprintf("10.232.%d.%d", id%250, i+1)
+	}
+	for i := range 2 {
+		if err := ipCmd("netns", "add", p.ns[i]); err != nil {
+			t.Skipf("cannot create a network namespace (needs root and iproute2): %v", err)
+		}
+		ns := p.ns[i]
+		t.Cleanup(func() {
+			if err := ipCmd("netns", "del", ns); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"link", "add", p.veth[0], "netns", p.ns[0], "type", "veth", "peer", "name", p.veth[1], "netns", p.ns[1]},
+		{"-n", p.ns[0], "addr", "add", p.ip[0] + "/24", "dev", p.veth[0]},
+		{"-n", p.ns[1], "addr", "add", p.ip[1] + "/24", "dev", p.veth[1]},
+		{"-n", p.ns[0], "link", "set", p.veth[0], "up"},
+		{"-n", p.ns[1], "link", "set", p.veth[1], "up"},
+		{"-n", p.ns[0], "link", "set", "lo", "up"},
+		{"-n", p.ns[1], "link", "set", "lo", "up"},
+	} {
+		if err := ipCmd(args...); err != nil {
+			t.Skipf("cannot set up the veth pair: %v", err)
+		}
+	}
+	return p
+}
+
+// netem applies a netem qdisc to host i's end of the link.
+func (p *netnsPair) netem(i int, args ...string) error {
+	a := append([]string{"netns", "exec", p.ns[i], "tc", "qdisc", "replace", "dev", p.veth[i], "root", "netem"}, args...)
+	out, err := exec.Command("ip", a...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("tc %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// TestPartitionBetweenHosts runs 4 ranks on two "hosts" (ranks 0-1 and
+// 2-3) over tcp: first through a lossy, slow, corrupting link (tc netem
+// delay 2ms, loss 2%, corrupt 1%: TCP's own checksum and retransmission
+// must keep every result right), then with the link down. Both sides must
+// fail within the timeout, each naming a rank on the other side.
+func TestPartitionBetweenHosts(t *testing.T) {
+	p := newNetnsPair(t)
+	netem := p.netem(0, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil && p.netem(1, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil
+	if !netem {
+		t.Log("tc netem unavailable (sch_netem?): the lossy phase runs on a clean link")
+	}
+	const timeout = 5 * time.Second
+	host := func(r int) int { return r / 2 }
+	j := startJob(t, jobSpec{n: 4, role: "coll", transport: "tcp", timeout: timeout, seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000),
+		env:     []string{"REL_OP=allreduce", "REL_COUNT=4096", "REL_REINIT=0"},
+		rankEnv: map[int][]string{0: {"GORUN_SOCKET_IFNAME=" + p.veth[0]}, 1: {"GORUN_SOCKET_IFNAME=" + p.veth[0]}, 2: {"GORUN_SOCKET_IFNAME=" + p.veth[1]}, 3: {"GORUN_SOCKET_IFNAME=" + p.veth[1]}},
+		wrap:    func(r int) []string { return []string{"ip", "netns", "exec", p.ns[host(r)]} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, rk := range j.ranks {
+		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+		}
+	}
+	time.Sleep(3 * time.Second) // allreduce after allreduce over the lossy link
+	for _, rk := range j.ranks {
+		if e, ok := rk.event("wrong"); ok {
+			t.Fatalf("rank %d: WRONG RESULT over the lossy link: %s", rk.id, e.Err)
+		}
+		if e, ok := rk.event("error"); ok {
+			t.Fatalf("rank %d failed over the lossy link: %s\n%s", rk.id, e.Err, j.logs())
+		}
+	}
+	cut := time.Now()
+	if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "down"); err != nil {
+		t.Fatal(err)
+	}
+	var ds []time.Duration
+	for _, rk := range j.ranks {
+		e, ok := rk.waitEvent(ctx, "error")
+		if !ok {
+			t.Errorf("rank %d: no error after the partition (hang)\n%s", rk.id, rk.log())
+			continue
+		}
+		d := time.Unix(0, e.T).Sub(cut)
+		ds = append(ds, d)
+		if d > timeout+2*time.Second {
+			t.Errorf("rank %d: error %v after the partition, timeout %v", rk.id, d, timeout)
+		}
+		if e.ErrRank < 0 || host(e.ErrRank) == host(rk.id) {
+			t.Errorf("rank %d (host %d) names rank %d, not one across the partition: %s", rk.id, host(rk.id), e.ErrRank, e.Err)
+		} else {
+			t.Logf("rank %d (host %d) after %v: %s", rk.id, host(rk.id), d.Round(time.Millisecond), e.Err)
+		}
+	}
+	report(t, "partition", map[string][]time.Duration{"tcp netns": ds})
+	for _, rk := range j.ranks {
+		if _, _, ok := rk.exit(10 * time.Second); !ok {
+			t.Errorf("rank %d did not exit after its error", rk.id)
+		}
+	}
+}
