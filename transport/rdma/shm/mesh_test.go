@@ -22,7 +22,7 @@ func TestRingOfRanks(t *testing.T) {
 	devs := make([]rdma.Device, ranks)
 	lns := make([]rdma.Listener, ranks)
 	for i := range devs {
-		d, err := rdma.Open("shm")
+		d, err := rdma.OpenConfig("shm", rdma.Config{RNRRetry: -1}) // a rank may send before its successor posts
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,8 @@ func TestRingOfRanks(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			errs <- runRank(ctx, i, devs[i], next[i], prev[i], regions[(i+1)%ranks], regions[i], rounds)
+			succ := regions[(i+1)%ranks]
+			errs <- runRank(ctx, i, ranks, devs[i], next[i], prev[i], succ.Addr(), succ.RKey(), regions[i], rounds)
 		}(i)
 	}
 	wg.Wait()
@@ -80,7 +81,10 @@ func TestRingOfRanks(t *testing.T) {
 	}
 }
 
-func runRank(ctx context.Context, rank int, dev rdma.Device, next, prev rdma.Conn, succ, own *rdma.MR, rounds int) error {
+// runRank is one rank's part: each round, write into the successor's
+// region, then send it a message; receive the predecessor's message and
+// check that its write is already in place.
+func runRank(ctx context.Context, rank, ranks int, dev rdma.Device, next, prev rdma.Conn, succAddr uint64, succKey uint32, own *rdma.MR, rounds int) error {
 	buf, _ := dev.Alloc(4096, rdma.AccessLocalWrite)
 	b := buf.Bytes()
 	const depth = 8
@@ -89,7 +93,7 @@ func runRank(ctx context.Context, rank int, dev rdma.Device, next, prev rdma.Con
 	}
 	for r := 0; r < rounds; r++ {
 		binary.LittleEndian.PutUint64(b[0:], uint64(rank*1e6+r))
-		if err := next.PostWrite(0, b[:8], buf, 0, succ.Addr()+uint64(r*8), succ.RKey()); err != nil {
+		if err := next.PostWrite(0, b[:8], buf, 0, succAddr+uint64(r*8), succKey); err != nil {
 			return err
 		}
 		// The send follows the write: the successor may check the write
@@ -110,7 +114,7 @@ func runRank(ctx context.Context, rank int, dev rdma.Device, next, prev rdma.Con
 		if got := binary.LittleEndian.Uint64(slot); got != uint64(r) {
 			return fmt.Errorf("rank %d: message %d in round %d", rank, got, r)
 		}
-		predRank := (rank + 5) % 6
+		predRank := (rank + ranks - 1) % ranks
 		if got := binary.LittleEndian.Uint64(own.Bytes()[r*8:]); got != uint64(predRank*1e6+r) {
 			return fmt.Errorf("rank %d round %d: write not in place before the send (%d)", rank, r, got)
 		}

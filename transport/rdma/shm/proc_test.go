@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,11 +45,15 @@ func TestShmChild(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken)})
+	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dev.Close()
+	if role == "ring" {
+		childRing(ctx, t, dev)
+		return
+	}
 	c, err := dev.Dial(ctx, os.Getenv("GORUN_SHM_ADDR"))
 	if err != nil {
 		t.Fatal(err)
@@ -242,5 +249,88 @@ func TestCloseWaitsForPeerCopy(t *testing.T) {
 	}
 	if err := buf.Deregister(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// childRing is one rank of TestProcessRing: listen on its own path, dial
+// the next rank's, accept the previous one, swap region addresses, then
+// run the ring rounds of TestRingOfRanks.
+func childRing(ctx context.Context, t *testing.T, dev rdma.Device) {
+	rank, _ := strconv.Atoi(os.Getenv("GORUN_SHM_RANK"))
+	ranks, _ := strconv.Atoi(os.Getenv("GORUN_SHM_RANKS"))
+	dir := os.Getenv("GORUN_SHM_ADDR")
+	path := func(r int) string { return filepath.Join(dir, fmt.Sprintf("rank%d.sock", r)) }
+	ln, err := dev.Listen(ctx, path(rank))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var next rdma.Conn
+	for next == nil {
+		if next, err = dev.Dial(ctx, path((rank+1)%ranks)); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			next = nil
+			time.Sleep(5 * time.Millisecond) // the next rank is not listening yet
+		}
+	}
+	prev, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, _ := dev.Alloc(ringRounds*8, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	ctl, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+	next.PostRecv(0, ctl.Bytes()[32:44], ctl)
+	binary.LittleEndian.PutUint64(ctl.Bytes()[0:], own.Addr())
+	binary.LittleEndian.PutUint32(ctl.Bytes()[8:], own.RKey())
+	prev.PostSend(0, ctl.Bytes()[:12], ctl, rdma.FlagSignaled)
+	if wc, err := prev.GetSendComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+		t.Fatalf("rank %d: address send: %+v %v", rank, wc, err)
+	}
+	if wc, err := next.GetRecvComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+		t.Fatalf("rank %d: address receive: %+v %v", rank, wc, err)
+	}
+	succAddr := binary.LittleEndian.Uint64(ctl.Bytes()[32:])
+	succKey := binary.LittleEndian.Uint32(ctl.Bytes()[40:])
+	if err := runRank(ctx, rank, ranks, dev, next, prev, succAddr, succKey, own, ringRounds); err != nil {
+		t.Fatal(err)
+	}
+	// Closing now is safe: our last send completed, so it was published,
+	// and a peer's close delivers what was published before it.
+}
+
+const ringRounds = 300
+
+// TestProcessRing is TestRingOfRanks with 4 processes (twice as many as
+// cores): real futex sleeps and wake-ups across address spaces.
+func TestProcessRing(t *testing.T) {
+	const ranks = 4
+	dir := t.TempDir()
+	cmds := make([]*exec.Cmd, ranks)
+	outs := make([]*bytes.Buffer, ranks)
+	for r := 0; r < ranks; r++ {
+		cmds[r], outs[r] = startChild(t, "ring", dir, fmt.Sprintf("GORUN_SHM_RANK=%d", r), fmt.Sprintf("GORUN_SHM_RANKS=%d", ranks))
+	}
+	done := make(chan int, ranks)
+	for r := range cmds {
+		go func() {
+			cmds[r].Wait()
+			done <- r
+		}()
+	}
+	timeout := time.After(60 * time.Second)
+	for range ranks {
+		select {
+		case r := <-done:
+			if !cmds[r].ProcessState.Success() {
+				t.Fatalf("rank %d: %v\n%s", r, cmds[r].ProcessState, outs[r])
+			}
+		case <-timeout:
+			for r := range outs {
+				t.Logf("rank %d:\n%s", r, outs[r])
+			}
+			t.Fatal("ring did not finish in 60s")
+		}
 	}
 }
