@@ -203,11 +203,23 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	// Say bye on every link and wait (briefly) until the byes have gone
+	// out: an abort notice posted before must reach the peers before the
+	// connections close, or they would blame this rank instead.
+	var sent []chan struct{}
 	for _, l := range e.links {
-		if l != nil && !e.failed.Load() {
-			l.sendCtrl(ctrlBye, 0, 0)
+		if l != nil && !l.broken.Load() && l.conn.Err() == nil && l.sendCtrl(ctrlBye, 0, 0) == nil {
+			sent = append(sent, l.byeSent)
 		}
 	}
+	grace := time.NewTimer(500 * time.Millisecond)
+	for _, ch := range sent {
+		select {
+		case <-ch:
+		case <-grace.C:
+		}
+	}
+	grace.Stop()
 	e.cancel()
 	e.fail(&PeerError{Rank: e.Rank, Err: ErrAborted})
 	var first error

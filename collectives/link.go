@@ -82,13 +82,18 @@ type Link struct {
 	credits  atomic.Uint64 // our messages the peer has consumed
 	sendDone atomic.Uint64 // our messages whose header write completed
 	closed   atomic.Bool   // the peer said bye
+	broken   atomic.Bool   // a progress loop saw the connection fail
 
 	posted   uint64 // engine: data messages posted
 	consumed uint64 // engine: data messages applied
 	ctrl     [ctrlSize]byte
 
-	sendMu sync.Mutex // serialises control sends from several goroutines
+	sendMu  sync.Mutex    // serialises control sends from several goroutines
+	byeSent chan struct{} // closed when the signaled bye has completed
 }
+
+// wridBye marks the signaled bye among send completions.
+const wridBye = 1 << 63
 
 // Establish runs the hello exchange on a connected conn and returns the
 // link, which then knows its peer's rank.
@@ -97,7 +102,7 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
-	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes}
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, byeSent: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			l.free()
@@ -173,7 +178,11 @@ func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
 	binary.LittleEndian.PutUint32(l.ctrl[0:], typ)
 	binary.LittleEndian.PutUint32(l.ctrl[4:], a)
 	binary.LittleEndian.PutUint64(l.ctrl[8:], b)
-	return l.conn.PostSend(0, l.ctrl[:16], nil, rdma.FlagInline)
+	flags, wrid := rdma.FlagInline, uint64(0)
+	if typ == ctrlBye {
+		flags, wrid = flags|rdma.FlagSignaled, wridBye
+	}
+	return l.conn.PostSend(wrid, l.ctrl[:16], nil, flags)
 }
 
 // recvLoop and sendLoop are the link's progress: they drain the completion
@@ -186,6 +195,7 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 			err = wc.Err()
 		}
 		if err != nil {
+			l.broken.Store(true)
 			if ctx.Err() == nil {
 				e.linkFailed(l, err)
 			}
@@ -228,10 +238,15 @@ func (l *Link) sendLoop(ctx context.Context, e *Engine) {
 			err = wc.Err()
 		}
 		if err != nil {
+			l.broken.Store(true)
 			if ctx.Err() == nil {
 				e.linkFailed(l, err)
 			}
 			return
+		}
+		if wc.WRID == wridBye {
+			close(l.byeSent)
+			continue
 		}
 		l.sendDone.Store(wc.WRID + 1)
 		e.poke()

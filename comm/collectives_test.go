@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"fmt"
 	"testing"
 )
@@ -142,174 +143,171 @@ func wants(only, what string) bool {
 	return false
 }
 
-// exercise runs the collectives selected by only on cs with element type T.
+// exercise runs the collectives selected by only on cs with element type T;
+// every rank checks its own results.
 func exercise[T Number](t *testing.T, cs []*Comm, counts []int, ops []Op, only string) {
-	n := len(cs)
 	ctx := testCtx(t)
 	for ci, count := range counts {
-		inPlace := ci%2 == 0
-		root := (count + ci) % n
-		for _, op := range ops {
-			if wants(only, "allreduce") {
-				got := make([][]T, n)
-				mustAll(t, fmt.Sprintf("allreduce count=%d op=%s", count, op), onAll(cs, func(c *Comm) error {
-					send := make([]T, count)
-					for i := range send {
-						send[i] = gen[T](c.Rank(), i, op)
-					}
-					recv := send
-					if !inPlace {
-						recv = make([]T, count)
-					}
-					got[c.Rank()] = recv
-					return AllReduce(ctx, c, send, recv, op)
-				}))
-				for r := range n {
-					if err := checkReduced(n, op, 0, got[r]); err != nil {
-						t.Fatalf("allreduce count=%d op=%s in-place=%v rank %d: %v", count, op, inPlace, r, err)
-					}
-				}
-			}
-			if wants(only, "reducescatter") {
-				got := make([][]T, n)
-				mustAll(t, fmt.Sprintf("reducescatter count=%d op=%s", count, op), onAll(cs, func(c *Comm) error {
-					send := make([]T, n*count)
-					for i := range send {
-						send[i] = gen[T](c.Rank(), i, op)
-					}
-					got[c.Rank()] = make([]T, count)
-					return ReduceScatter(ctx, c, send, got[c.Rank()], op)
-				}))
-				for r := range n {
-					if err := checkReduced(n, op, r*count, got[r]); err != nil {
-						t.Fatalf("reducescatter count=%d op=%s rank %d: %v", count, op, r, err)
-					}
-				}
-			}
-			if wants(only, "reduce") {
-				got := make([]T, count)
-				mustAll(t, fmt.Sprintf("reduce count=%d op=%s", count, op), onAll(cs, func(c *Comm) error {
-					send := make([]T, count)
-					for i := range send {
-						send[i] = gen[T](c.Rank(), i, op)
-					}
-					var recv []T
-					if c.Rank() == root {
-						recv = got
-						if inPlace {
-							copy(recv, send)
-							send = recv
-						}
-					}
-					return Reduce(ctx, c, send, recv, op, root)
-				}))
-				if err := checkReduced(n, op, 0, got); err != nil {
-					t.Fatalf("reduce count=%d op=%s root=%d: %v", count, op, root, err)
-				}
-			}
-		}
-		moveData[T](t, cs, count, root, only)
+		errs := onAll(cs, func(c *Comm) error { return rankRound[T](ctx, c, ci, count, ops, only) })
+		mustAll(t, fmt.Sprintf("count=%d", count), errs)
 	}
 }
 
-// moveData checks the data-movement collectives bit for bit.
-func moveData[T Number](t *testing.T, cs []*Comm, count, root int, only string) {
-	n := len(cs)
-	ctx := testCtx(t)
-	check := func(what string, r int, got []T, want func(i int) T) {
-		t.Helper()
-		for i, g := range got {
-			if w := want(i); g != w {
-				t.Fatalf("%s count=%d root=%d rank %d: element %d = %v, want %v", what, count, root, r, i, g, w)
+// rankRound is one rank's part of a round of collectives on count elements
+// (round ci picks in place or not, and the root); it checks this rank's
+// results against the serial reference.
+func rankRound[T Number](ctx context.Context, c *Comm, ci, count int, ops []Op, only string) error {
+	n, r := c.Size(), c.Rank()
+	inPlace := ci%2 == 0
+	root := (count + ci) % n
+	for _, op := range ops {
+		if wants(only, "allreduce") {
+			send := make([]T, count)
+			for i := range send {
+				send[i] = gen[T](r, i, op)
+			}
+			recv := send
+			if !inPlace {
+				recv = make([]T, count)
+			}
+			if err := AllReduce(ctx, c, send, recv, op); err != nil {
+				return err
+			}
+			if err := checkReduced(n, op, 0, recv); err != nil {
+				return fmt.Errorf("allreduce op=%s in-place=%v: %w", op, inPlace, err)
+			}
+		}
+		if wants(only, "reducescatter") {
+			send := make([]T, n*count)
+			for i := range send {
+				send[i] = gen[T](r, i, op)
+			}
+			recv := make([]T, count)
+			if err := ReduceScatter(ctx, c, send, recv, op); err != nil {
+				return err
+			}
+			if err := checkReduced(n, op, r*count, recv); err != nil {
+				return fmt.Errorf("reducescatter op=%s: %w", op, err)
+			}
+		}
+		if wants(only, "reduce") {
+			send := make([]T, count)
+			for i := range send {
+				send[i] = gen[T](r, i, op)
+			}
+			var recv []T
+			if r == root {
+				recv = make([]T, count)
+				if inPlace {
+					copy(recv, send)
+					send = recv
+				}
+			}
+			if err := Reduce(ctx, c, send, recv, op, root); err != nil {
+				return err
+			}
+			if r == root {
+				if err := checkReduced(n, op, 0, recv); err != nil {
+					return fmt.Errorf("reduce op=%s root=%d: %w", op, root, err)
+				}
 			}
 		}
 	}
+	return moveData[T](ctx, c, count, root, only)
+}
+
+func checkBits[T Number](what string, got []T, want func(i int) T) error {
+	for i, g := range got {
+		if w := want(i); g != w {
+			return fmt.Errorf("%s: element %d = %v, want %v", what, i, g, w)
+		}
+	}
+	return nil
+}
+
+// moveData is one rank's part of the data-movement collectives, checked
+// bit for bit.
+func moveData[T Number](ctx context.Context, c *Comm, count, root int, only string) error {
+	n, r := c.Size(), c.Rank()
+	blk := max(count, 1)
 	if wants(only, "broadcast") {
-		got := make([][]T, n)
-		mustAll(t, "broadcast", onAll(cs, func(c *Comm) error {
-			buf := make([]T, count)
-			if c.Rank() == root {
-				for i := range buf {
-					buf[i] = pattern[T](root, i)
-				}
+		buf := make([]T, count)
+		if r == root {
+			for i := range buf {
+				buf[i] = pattern[T](root, i)
 			}
-			got[c.Rank()] = buf
-			return Broadcast(ctx, c, buf, root)
-		}))
-		for r := range n {
-			check("broadcast", r, got[r], func(i int) T { return pattern[T](root, i) })
+		}
+		if err := Broadcast(ctx, c, buf, root); err != nil {
+			return err
+		}
+		if err := checkBits("broadcast", buf, func(i int) T { return pattern[T](root, i) }); err != nil {
+			return err
 		}
 	}
 	if wants(only, "allgather") {
-		got := make([][]T, n)
-		mustAll(t, "allgather", onAll(cs, func(c *Comm) error {
-			recv := make([]T, n*count)
-			send := make([]T, count)
-			if count%2 == 1 { // in place: send is recv's own block
-				send = recv[c.Rank()*count : (c.Rank()+1)*count]
-			}
-			for i := range send {
-				send[i] = pattern[T](c.Rank(), i)
-			}
-			got[c.Rank()] = recv
-			return AllGather(ctx, c, send, recv)
-		}))
-		for r := range n {
-			check("allgather", r, got[r], func(i int) T { return pattern[T](i/max(count, 1), i%max(count, 1)) })
+		recv := make([]T, n*count)
+		send := make([]T, count)
+		if count%2 == 1 { // in place: send is recv's own block
+			send = recv[r*count : (r+1)*count]
+		}
+		for i := range send {
+			send[i] = pattern[T](r, i)
+		}
+		if err := AllGather(ctx, c, send, recv); err != nil {
+			return err
+		}
+		if err := checkBits("allgather", recv, func(i int) T { return pattern[T](i/blk, i%blk) }); err != nil {
+			return err
 		}
 	}
 	if wants(only, "gather") {
-		got := make([]T, n*count)
-		mustAll(t, "gather", onAll(cs, func(c *Comm) error {
-			send := make([]T, count)
-			for i := range send {
-				send[i] = pattern[T](c.Rank(), i)
-			}
-			var recv []T
-			if c.Rank() == root {
-				recv = got
-			}
-			return Gather(ctx, c, send, recv, root)
-		}))
-		check("gather", root, got, func(i int) T { return pattern[T](i/max(count, 1), i%max(count, 1)) })
+		send := make([]T, count)
+		for i := range send {
+			send[i] = pattern[T](r, i)
+		}
+		var recv []T
+		if r == root {
+			recv = make([]T, n*count)
+		}
+		if err := Gather(ctx, c, send, recv, root); err != nil {
+			return err
+		}
+		if err := checkBits("gather", recv, func(i int) T { return pattern[T](i/blk, i%blk) }); err != nil {
+			return err
+		}
 	}
 	if wants(only, "scatter") {
-		got := make([][]T, n)
-		mustAll(t, "scatter", onAll(cs, func(c *Comm) error {
-			var send []T
-			if c.Rank() == root {
-				send = make([]T, n*count)
-				for i := range send {
-					send[i] = pattern[T](root, i)
-				}
+		var send []T
+		if r == root {
+			send = make([]T, n*count)
+			for i := range send {
+				send[i] = pattern[T](root, i)
 			}
-			got[c.Rank()] = make([]T, count)
-			return Scatter(ctx, c, send, got[c.Rank()], root)
-		}))
-		for r := range n {
-			check("scatter", r, got[r], func(i int) T { return pattern[T](root, r*count+i) })
+		}
+		recv := make([]T, count)
+		if err := Scatter(ctx, c, send, recv, root); err != nil {
+			return err
+		}
+		if err := checkBits("scatter", recv, func(i int) T { return pattern[T](root, r*count+i) }); err != nil {
+			return err
 		}
 	}
 	if wants(only, "alltoall") {
-		got := make([][]T, n)
-		mustAll(t, "alltoall", onAll(cs, func(c *Comm) error {
-			send := make([]T, n*count)
-			for i := range send {
-				send[i] = pattern[T](c.Rank(), i)
-			}
-			recv := send
-			if count%2 == 0 {
-				recv = make([]T, n*count)
-			}
-			got[c.Rank()] = recv
-			return AllToAll(ctx, c, send, recv)
-		}))
-		for r := range n {
-			// block s of rank r's recv is block r of rank s's send
-			check("alltoall", r, got[r], func(i int) T {
-				s, j := i/max(count, 1), i%max(count, 1)
-				return pattern[T](s, r*count+j)
-			})
+		send := make([]T, n*count)
+		for i := range send {
+			send[i] = pattern[T](r, i)
+		}
+		recv := send
+		if count%2 == 0 {
+			recv = make([]T, n*count)
+		}
+		if err := AllToAll(ctx, c, send, recv); err != nil {
+			return err
+		}
+		// block s of rank r's recv is block r of rank s's send
+		if err := checkBits("alltoall", recv, func(i int) T { return pattern[T](i/blk, r*count+i%blk) }); err != nil {
+			return err
 		}
 	}
+	return nil
 }
