@@ -106,106 +106,147 @@ func digestOf(job string, epoch uint32, members []Member) [digestLen]byte {
 }
 
 // agree runs the agreement for epoch (see doc.go): derive the table from
-// the current view; the table's rank 0 coordinates. A member proposes the
-// table's digest to the coordinator and finishes when the coordinator
-// commits that digest; the coordinator commits once every member proposed
-// the digest of its own table. Proposals are resent until committed.
+// the current view; the table's rank 0 coordinates a two-phase commit of
+// its digest D. Members propose D; once all proposed D the coordinator
+// sends prepare(D); a member whose table still hashes to D locks on it for
+// good and acks; once all acked, the coordinator commits. Every message is
+// resent until answered.
 func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]peer) proposal) (World, error) {
 	tick := time.NewTicker(max(5*n.cfg.GossipInterval, 50*time.Millisecond))
 	defer tick.Stop()
 	resend := max(10*n.cfg.GossipInterval, 100*time.Millisecond)
 	var (
-		last     proposal
-		disagree []int
-		coord    string
-		sent     [digestLen]byte
-		sentAt   time.Time
-	)
-	var (
-		gen   uint64
-		view  []peer
-		peers map[string]peer
-		p     proposal
-		ok    []bool
-		me    int
-		d     [digestLen]byte
+		gen    uint64
+		view   []peer
+		peers  map[string]peer
+		p      proposal
+		me     int
+		d      [digestLen]byte
+		sent   message // last message sent to the coordinator (member)
+		sentAt time.Time
+		locked *World // the world this node locked on: final
+		miss   []int  // coordinator: ranks whose proposal or ack is missing
 	)
 	for {
-		n.viewMu.Lock()
-		changed := peers == nil || gen != n.viewGen
-		if changed {
-			gen, view = n.viewGen, view[:0]
-			for _, q := range n.peers {
-				view = append(view, q)
+		if locked == nil {
+			n.viewMu.Lock()
+			changed := peers == nil || gen != n.viewGen
+			if changed {
+				gen, view = n.viewGen, view[:0]
+				for _, q := range n.peers {
+					view = append(view, q)
+				}
+			}
+			n.viewMu.Unlock()
+			if changed {
+				peers = make(map[string]peer, len(view))
+				for _, q := range view {
+					peers[q.name] = q
+				}
+				p = table(peers)
+				me = slices.IndexFunc(p.members, func(m Member) bool { return m.Name == n.name })
+				if p.ok && me >= 0 {
+					d = digestOf(n.cfg.JobID, epoch, p.members)
+				}
 			}
 		}
-		n.viewMu.Unlock()
-		if changed {
-			peers = make(map[string]peer, len(view))
-			for _, q := range view {
-				peers[q.name] = q
-			}
-			p = table(peers)
-			me = slices.IndexFunc(p.members, func(m Member) bool { return m.Name == n.name })
-			if p.ok && me >= 0 {
-				d = digestOf(n.cfg.JobID, epoch, p.members)
-			}
-		}
-		last, disagree, coord = p, nil, ""
-		if p.ok && me >= 0 {
-			w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
-			coord = p.members[0].Name
-			if me == 0 {
-				ok = slices.Grow(ok[:0], len(p.members))[:len(p.members)]
-				all := true
+		switch {
+		case locked != nil && locked.Rank == 0:
+			// Coordinator, prepared: commit once every member acked.
+			miss = n.missing(n.acks, epoch, locked)
+			if len(miss) == 0 {
 				n.mu.Lock()
-				props := n.proposals[epoch]
-				for i, m := range p.members[1:] {
-					got, have := props[m.Name]
-					ok[i] = have && got == d
-					all = all && ok[i]
-				}
-				if all {
-					n.committed[epoch] = d
-				}
+				n.committed[epoch] = locked.Digest
 				n.mu.Unlock()
-				for i, m := range p.members[1:] {
-					if !ok[i] {
-						disagree = append(disagree, m.Rank)
-					}
-				}
-				if len(disagree) == 0 {
-					c := message{kind: msgCommit, epoch: epoch, digest: d, from: n.name}
-					for _, m := range p.members[1:] {
-						n.send(m.Name, m.Addr, c)
-					}
-					return w, nil
-				}
-			} else {
-				n.mu.Lock()
-				c, have := n.commits[epoch]
-				n.mu.Unlock()
-				if have && c.digest == d && c.from == coord {
-					return w, nil
-				}
-				if d != sent || time.Since(sentAt) >= resend {
-					n.send(coord, p.members[0].Addr, message{kind: msgPropose, epoch: epoch, digest: d, from: n.name})
-					sent, sentAt = d, time.Now()
-				}
+				n.sendAll(locked, msgCommit)
+				return *locked, nil
+			}
+			if time.Since(sentAt) >= resend {
+				n.sendTo(locked, miss, msgPrepare)
+				sentAt = time.Now()
+			}
+		case locked != nil:
+			// Member, locked: wait for the commit; repeat the ack.
+			n.mu.Lock()
+			c, have := n.commits[epoch]
+			n.mu.Unlock()
+			if have && c.digest == locked.Digest && c.from == locked.Members[0].Name {
+				return *locked, nil
+			}
+			if time.Since(sentAt) >= resend {
+				n.send(locked.Members[0].Name, locked.Members[0].Addr, sent)
+				sentAt = time.Now()
+			}
+		case p.ok && me == 0:
+			// Coordinator: prepare once every member proposed our digest.
+			w := World{Rank: 0, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
+			if miss = n.missing(n.proposals, epoch, &w); len(miss) == 0 {
+				locked = &w
+				n.sendAll(locked, msgPrepare)
+				sentAt = time.Now()
+				continue
+			}
+		case p.ok && me > 0:
+			// Member: lock on a prepare of our digest, else propose it.
+			coord := p.members[0]
+			n.mu.Lock()
+			pr, have := n.prepares[epoch]
+			prepared := have && pr.digest == d && pr.from == coord.Name
+			if prepared {
+				n.locked[epoch] = d
+			}
+			n.mu.Unlock()
+			kind := byte(msgPropose)
+			if prepared {
+				w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
+				locked, kind = &w, msgAck
+			}
+			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent || time.Since(sentAt) >= resend {
+				n.send(coord.Name, coord.Addr, m)
+				sent, sentAt = m, time.Now()
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return World{}, n.formError(epoch, last, disagree, coord, ctx.Err())
+			return World{}, n.formError(epoch, p, miss, locked, ctx.Err())
 		case <-n.done:
-			return World{}, n.formError(epoch, last, disagree, coord, ErrClosed)
+			return World{}, n.formError(epoch, p, miss, locked, ErrClosed)
 		case <-n.changed:
 		case <-tick.C:
 		}
 	}
 }
 
-func (n *Node) formError(epoch uint32, p proposal, disagree []int, coord string, cause error) error {
+// missing lists the ranks of w (but 0) whose entry in book (proposals or
+// acks) for epoch is not w's digest.
+func (n *Node) missing(book map[uint32]map[string][digestLen]byte, epoch uint32, w *World) []int {
+	var miss []int
+	n.mu.Lock()
+	got := book[epoch]
+	for _, m := range w.Members[1:] {
+		if d, ok := got[m.Name]; !ok || d != w.Digest {
+			miss = append(miss, m.Rank)
+		}
+	}
+	n.mu.Unlock()
+	return miss
+}
+
+func (n *Node) sendAll(w *World, kind byte) {
+	m := message{kind: kind, epoch: w.Epoch, digest: w.Digest, from: n.name}
+	for _, q := range w.Members[1:] {
+		n.send(q.Name, q.Addr, m)
+	}
+}
+
+func (n *Node) sendTo(w *World, ranks []int, kind byte) {
+	m := message{kind: kind, epoch: w.Epoch, digest: w.Digest, from: n.name}
+	for _, r := range ranks {
+		n.send(w.Members[r].Name, w.Members[r].Addr, m)
+	}
+}
+
+func (n *Node) formError(epoch uint32, p proposal, miss []int, locked *World, cause error) error {
 	n.mu.Lock()
 	joinErr := n.joinErr
 	n.mu.Unlock()
@@ -214,9 +255,17 @@ func (n *Node) formError(epoch uint32, p proposal, disagree []int, coord string,
 		size = len(p.members)
 	}
 	e := &FormError{JobID: n.cfg.JobID, Size: size, Epoch: epoch, Seen: p.seen, Missing: p.missing,
-		Unassigned: p.unassigned, Disagree: disagree, Notes: p.notes, Cause: cause}
-	if p.ok && coord != n.name && coord != "" {
-		e.Notes = append(e.Notes, "no commit from the coordinator, rank 0 ("+coord+")")
+		Unassigned: p.unassigned, Notes: p.notes, Cause: cause}
+	switch {
+	case locked != nil && locked.Rank == 0:
+		e.Disagree = miss
+		e.Notes = append(e.Notes, "prepared; waiting for acks")
+	case locked != nil:
+		e.Notes = append(e.Notes, "locked on a view; no commit from the coordinator, rank 0 ("+locked.Members[0].Name+")")
+	case p.ok && len(p.members) > 0 && p.members[0].Name == n.name:
+		e.Disagree = miss
+	case p.ok && len(p.members) > 0:
+		e.Notes = append(e.Notes, "no prepare from the coordinator, rank 0 ("+p.members[0].Name+")")
 	}
 	if joinErr != nil {
 		e.Notes = append(e.Notes, "joining the seeds failed: "+joinErr.Error())

@@ -33,14 +33,16 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
 
-// check accepts a node only if its meta decodes and names our job.
+// check accepts a node only if its meta names our job. It does not
+// allocate: memberlist calls it for every alive message under its lock.
+// The full decode happens in update, on actual changes.
 func (d *delegate) check(node *memberlist.Node) error {
-	m, err := decodeMeta(node.Meta)
-	if err != nil {
-		return fmt.Errorf("node %s: %w", node.Name, err)
+	job, ok := metaJob(node.Meta)
+	if !ok {
+		return fmt.Errorf("node %s: %w", node.Name, ErrBadMeta)
 	}
-	if m.JobID != d.n.cfg.JobID {
-		return fmt.Errorf("node %s: %w: %q", node.Name, ErrWrongJob, m.JobID)
+	if string(job) != d.n.cfg.JobID {
+		return fmt.Errorf("node %s: %w: %q", node.Name, ErrWrongJob, job)
 	}
 	return nil
 }

@@ -45,26 +45,30 @@
 //     wins); unassigned nodes, sorted by (host, name), fill the free ranks
 //     in order. The table is complete when all Size ranks are filled.
 //  2. The node hashes the complete table (SHA-256 of a canonical encoding,
-//     with job id and epoch) into a digest, and sends the digest to the
-//     table's rank 0, the coordinator, in a propose message (a memberlist
-//     user message: UDP, encrypted). It resends it until answered.
-//  3. The coordinator commits digest D when its own table hashes to D and
-//     every member has proposed D; it then sends commit(D) to every member
-//     and answers any later proposal of D with commit(D).
-//  4. A member finishes when it receives commit(D) from its table's
-//     coordinator and its own table still hashes to D.
+//     with job id and epoch) into a digest D and sends propose(D) to the
+//     table's rank 0, the coordinator (a memberlist user message: UDP,
+//     encrypted like all gossip).
+//  3. When every member proposed the digest of the coordinator's own
+//     table, the coordinator locks on D and sends prepare(D) to all.
+//  4. A member whose table still hashes to D when prepare(D) arrives from
+//     its table's coordinator locks on D — from then on it takes no other
+//     table in this epoch, whatever it later sees — and answers ack(D).
+//  5. When every member acked, the coordinator commits: it sends commit(D)
+//     to all and finishes; a locked member finishes on commit(D).
 //
-// Because the coordinator commits only when every member proposed D, and
-// a member finishes only on a commit of its own current digest, every rank
-// that finishes holds the same table. The digest covers the blobs, so
-// all ranks connect to the same endpoints. This takes 2·(Size−1) messages
-// once the view is complete, instead of waiting for Size meta updates to
-// gossip to every node. Limitation: a proposal is not withdrawn when a
-// member's view changes after proposing, so if the membership changes
-// during agreement (a rank crashes and a new process takes its rank within
-// the few hundred milliseconds of step 2-3), the coordinator may commit a
-// table that a member no longer holds; that member then does not finish
-// and times out with a *FormError, rather than using another table.
+// Every message is resent until the next step arrives, and repeats are
+// answered (a committed coordinator answers a late propose or ack with
+// the commit; a locked member answers a repeated prepare with its ack), so
+// lost UDP packets only cost time. This is two-phase commit: a commit of D
+// needs every member locked on D, and a locked node never locks on
+// another digest, so two committed tables of one epoch cannot share a
+// member, and every rank that finishes holds the same table, blobs
+// included (the digest covers them). It costs 4·(Size−1) one-hop
+// messages once the view is complete, instead of waiting for Size meta
+// updates to gossip to every node. If the membership changes during the
+// few milliseconds between prepare and commit, or the coordinator dies,
+// the locked ranks do not finish and fail with a *FormError at the
+// deadline: agreement is safe, not live, under failures, as it must be.
 //
 // If the world does not form before the context is done (or
 // Config.Timeout passes), Join returns a *FormError naming the ranks seen,

@@ -57,7 +57,7 @@ type FormError struct {
 	Seen       []int    // ranks seen alive (after deterministic assignment)
 	Missing    []int    // ranks never seen
 	Unassigned int      // members seen without a rank that got no slot yet
-	Disagree   []int    // (coordinator only) ranks that did not propose its view
+	Disagree   []int    // (coordinator only) ranks that did not propose or ack its view
 	Notes      []string // e.g. members of the job with a different size
 	Cause      error    // ctx.Err() or ErrClosed
 }
@@ -70,7 +70,7 @@ func (e *FormError) Error() string {
 	} else {
 		fmt.Fprintf(&b, "all %d ranks seen but not agreed", e.Size)
 		if len(e.Disagree) > 0 {
-			fmt.Fprintf(&b, " (ranks %s did not propose the coordinator's view)", ranges(e.Disagree))
+			fmt.Fprintf(&b, " (ranks %s have not confirmed the coordinator's view)", ranges(e.Disagree))
 		}
 	}
 	if e.Unassigned > 0 {

@@ -106,6 +106,22 @@ func decodeMeta(buf []byte) (meta, error) {
 	return m, nil
 }
 
+// metaJob returns the job id field of an encoded meta without copying
+// it, or false if buf is not a version-1 meta up to that field. memberlist
+// calls the alive delegate for every alive message, duplicates included,
+// with its node lock held; this is the cheap check for that path.
+func metaJob(buf []byte) ([]byte, bool) {
+	if len(buf) < 2 || buf[0] != metaVersion {
+		return nil, false
+	}
+	d := decoder{buf: buf[2:]}
+	d.varint()
+	d.uvarint(math.MaxInt32)
+	n := d.uvarint(MaxJobID)
+	job := d.fixed(int(n))
+	return job, d.err == nil
+}
+
 // decoder reads fields until the first error, which sticks.
 type decoder struct {
 	buf []byte

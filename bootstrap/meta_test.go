@@ -106,3 +106,18 @@ func FuzzMeta(f *testing.F) {
 		}
 	})
 }
+
+func TestMetaJob(t *testing.T) {
+	b, _ := (&meta{Rank: -1, Size: 300, JobID: "the-job", Blob: []byte("x")}).encode()
+	if job, ok := metaJob(b); !ok || string(job) != "the-job" {
+		t.Errorf("metaJob = %q, %v", job, ok)
+	}
+	for _, bad := range [][]byte{nil, {1}, {2, 0, 0, 1, 0}, b[:4]} {
+		if _, ok := metaJob(bad); ok {
+			t.Errorf("metaJob(%x) accepted", bad)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { metaJob(b) }); n != 0 {
+		t.Errorf("metaJob allocates %v times", n)
+	}
+}

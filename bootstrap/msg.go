@@ -13,7 +13,9 @@ import (
 // bytes) | len(sender) sender.
 const (
 	msgPropose = 1 // member → coordinator: my table for epoch has digest D
-	msgCommit  = 2 // coordinator → member: every member proposed D; it is the world
+	msgPrepare = 2 // coordinator → member: every member proposed D; lock on it?
+	msgAck     = 3 // member → coordinator: locked on D; I will take no other table
+	msgCommit  = 4 // coordinator → member: every member locked on D; it is the world
 
 	digestLen = 16
 )
@@ -35,7 +37,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || (buf[0] != msgPropose && buf[0] != msgCommit) {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgCommit {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -61,35 +63,47 @@ func (n *Node) send(name, addr string, m message) {
 	_ = n.ml.SendBestEffort(to, m.encode())
 }
 
-// NotifyMsg receives agreement messages. A coordinator that already
-// committed epoch e answers a late proposal for e that matches with the
-// commit (the member lost it).
+// NotifyMsg records agreement messages for the agreement loop (agree.go)
+// and answers the repeats that mean a reply was lost: a coordinator that
+// committed D answers a proposal or ack of D with the commit; a member
+// locked on D answers a prepare of D with its ack.
 func (d *delegate) NotifyMsg(buf []byte) {
 	m, ok := decodeMessage(buf)
 	if !ok {
 		return
 	}
 	n := d.n
-	var replyTo peer
-	reply := false
+	reply := byte(0)
 	n.mu.Lock()
 	switch m.kind {
-	case msgPropose:
-		if n.proposals[m.epoch] == nil {
-			n.proposals[m.epoch] = make(map[string][digestLen]byte)
+	case msgPropose, msgAck:
+		book := n.proposals
+		if m.kind == msgAck {
+			book = n.acks
 		}
-		n.proposals[m.epoch][m.from] = m.digest
+		if book[m.epoch] == nil {
+			book[m.epoch] = make(map[string][digestLen]byte)
+		}
+		book[m.epoch][m.from] = m.digest
 		if c, ok := n.committed[m.epoch]; ok && c == m.digest {
-			n.viewMu.Lock()
-			replyTo, reply = n.peers[m.from]
-			n.viewMu.Unlock()
+			reply = msgCommit
+		}
+	case msgPrepare:
+		n.prepares[m.epoch] = m
+		if l, ok := n.locked[m.epoch]; ok && l == m.digest {
+			reply = msgAck
 		}
 	case msgCommit:
 		n.commits[m.epoch] = m
 	}
 	n.mu.Unlock()
-	if reply {
-		n.send(replyTo.name, replyTo.addr, message{kind: msgCommit, epoch: m.epoch, digest: m.digest, from: n.name})
+	if reply != 0 {
+		n.viewMu.Lock()
+		to, ok := n.peers[m.from]
+		n.viewMu.Unlock()
+		if ok {
+			n.send(to.name, to.addr, message{kind: reply, epoch: m.epoch, digest: m.digest, from: n.name})
+		}
 	}
 	n.signal()
 }

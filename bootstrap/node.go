@@ -73,7 +73,10 @@ type Node struct {
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
+	acks      map[uint32]map[string][digestLen]byte // as coordinator: member → acknowledged digest
 	committed map[uint32][digestLen]byte            // as coordinator: the digest committed
+	prepares  map[uint32]message                    // as member: the last prepare received
+	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
 }
 
@@ -124,7 +127,10 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
+		acks:      make(map[uint32]map[string][digestLen]byte),
 		committed: make(map[uint32][digestLen]byte),
+		prepares:  make(map[uint32]message),
+		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
@@ -277,7 +283,7 @@ func isSelf(seed string, ip net.IP, port int) bool {
 // with them (a full push/pull) while this node sees fewer than Size members,
 // until the world forms or the node closes. Seeds start at the same time
 // as everyone else, so failures are retried with a doubling delay (at most
-// one second). The re-syncs matter for ranks that joined early: the seed
+// two seconds). The re-syncs matter for ranks that joined early: the seed
 // learns every rank at its join, while gossip alone takes many rounds to
 // spread a burst of joins when the hosts are loaded.
 func (n *Node) joinLoop(seeds []string) {
@@ -317,7 +323,7 @@ func (n *Node) joinLoop(seeds []string) {
 			return
 		case <-t.C:
 		}
-		delay = min(2*delay, time.Second)
+		delay = min(2*delay, 2*time.Second)
 	}
 }
 
