@@ -57,48 +57,50 @@ func firstPayload(cfg rdma.Config, k int) int64 {
 	return int64(helloLen + hlen + k + 1)
 }
 
-// corruption is one place a flipped bit can land: run posts the request
-// whose frame is damaged and returns the initiator's conn.
+// corruption is one place a flipped bit can land: byte k of the payload
+// of the dialer's first frame, or (k < 0) the low byte of its header's
+// addr. run posts the request that frame carries and returns its
+// initiator. b, which receives the frame, must find the damage.
 type corruption struct {
 	name string
-	at   func(rdma.Config) int64
-	// run posts on a or b; the returned conn is the initiator, the other
-	// the end whose receive must never succeed.
-	run func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (init, target rdma.Conn, detector rdma.Device)
+	k    int
+	run  func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) (init rdma.Conn)
 }
 
-const corruptLen = 4096
+func (c corruption) at(cfg rdma.Config) int64 {
+	if c.k < 0 {
+		return helloLen + 24 + 1
+	}
+	return firstPayload(cfg, c.k)
+}
+
+// corruptLen spans several CRC chunks (crcChunk) and proxy reads.
+const corruptLen = 1 << 20
 
 var corruptions = []corruption{
-	{"write-payload", func(c rdma.Config) int64 { return firstPayload(c, 1000) },
-		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
-			must(t, a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()))
-			return a, b, devB
-		}},
-	{"write-imm-payload", func(c rdma.Config) int64 { return firstPayload(c, 4095) },
-		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
-			must(t, a.PostWriteImm(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey(), 77))
-			return a, b, devB
-		}},
-	{"send-payload", func(c rdma.Config) int64 { return firstPayload(c, 0) },
-		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
-			must(t, a.PostSend(1, src.Bytes(), src, rdma.FlagSignaled))
-			return a, b, devB
-		}},
-	// Byte 24 of the header is the low byte of addr: without a CRC the
-	// write would land one byte off, inside the region.
-	{"header", func(rdma.Config) int64 { return helloLen + 24 + 1 },
-		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
-			must(t, a.PostWrite(1, src.Bytes()[:100], src, rdma.FlagSignaled, dst.Addr()+8, dst.RKey()))
-			return a, b, devB
-		}},
+	{"write-payload", 700_000, func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) rdma.Conn {
+		must(t, a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()))
+		return a
+	}},
+	{"write-imm-payload", corruptLen - 1, func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) rdma.Conn {
+		must(t, a.PostWriteImm(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey(), 77))
+		return a
+	}},
+	{"send-payload", 0, func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) rdma.Conn {
+		must(t, a.PostSend(1, src.Bytes(), src, rdma.FlagSignaled))
+		return a
+	}},
+	// Without a CRC the write would land one byte off, inside the region.
+	{"header", -1, func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) rdma.Conn {
+		must(t, a.PostWrite(1, src.Bytes()[:100], src, rdma.FlagSignaled, dst.Addr()+8, dst.RKey()))
+		return a
+	}},
 	// The proxy damages a → b bytes, so b reads from a: a's first frame
 	// is the read response.
-	{"read-response", func(c rdma.Config) int64 { return firstPayload(c, 2000) },
-		func(t *testing.T, a, b rdma.Conn, devA, devB rdma.Device, src, dst *rdma.MR) (rdma.Conn, rdma.Conn, rdma.Device) {
-			must(t, b.PostRead(1, dst.Bytes(), dst, rdma.FlagSignaled, src.Addr(), src.RKey()))
-			return b, a, devB
-		}},
+	{"read-response", 300_000, func(t *testing.T, a, b rdma.Conn, src, dst *rdma.MR) rdma.Conn {
+		must(t, b.PostRead(1, dst.Bytes(), dst, rdma.FlagSignaled, src.Addr(), src.RKey()))
+		return b
+	}},
 }
 
 // regions gives a a source (remote-readable, for the read case) and b a
@@ -129,7 +131,7 @@ func TestChecksumDetectsCorruption(t *testing.T) {
 			src, dst, recvA, recvB := regions(t, devA, devB)
 			must(t, a.PostRecv(8, recvA.Bytes(), recvA))
 			must(t, b.PostRecv(9, recvB.Bytes(), recvB))
-			init, _, detector := tc.run(t, a, b, devA, devB, src, dst)
+			init := tc.run(t, a, b, src, dst)
 			if wc := sendComp(t, init); wc.WRID != 1 || wc.Status != rdma.StatusRetryExceeded {
 				t.Fatalf("initiator's completion %+v, want %v", wc, rdma.StatusRetryExceeded)
 			}
@@ -144,14 +146,11 @@ func TestChecksumDetectsCorruption(t *testing.T) {
 			if n := px.Corrupted.Load(); n != 1 {
 				t.Fatalf("proxy corrupted %d bytes, want 1", n)
 			}
-			for _, d := range []rdma.Device{devA, devB} {
-				want := rdma.Counters{}
-				if d == detector {
-					want.ChecksumErrors = 1
-				}
-				if got := d.(rdma.CounterSource).Counters(); got != want {
-					t.Fatalf("counters %+v, want %+v", got, want)
-				}
+			if got := counters(devA); got != (rdma.Counters{}) {
+				t.Fatalf("dialer's counters %+v", got)
+			}
+			if got := counters(devB); got != (rdma.Counters{ChecksumErrors: 1}) {
+				t.Fatalf("acceptor's counters %+v, want one checksum error", got)
 			}
 			if tc.name == "header" && !bytes.Equal(dst.Bytes(), make([]byte, corruptLen)) {
 				t.Fatal("a write with a damaged header reached memory")
@@ -177,7 +176,7 @@ func TestCorruptionLandsWithoutChecksum(t *testing.T) {
 			a, b, devA, devB, _ := proxied(t, cfg, tc.at(cfg))
 			src, dst, _, recvB := regions(t, devA, devB)
 			must(t, b.PostRecv(9, recvB.Bytes(), recvB))
-			init, _, _ := tc.run(t, a, b, devA, devB, src, dst)
+			init := tc.run(t, a, b, src, dst)
 			if wc := sendComp(t, init); wc.WRID != 1 || wc.Status != rdma.StatusSuccess {
 				t.Fatalf("completion %+v", wc)
 			}
@@ -188,16 +187,14 @@ func TestCorruptionLandsWithoutChecksum(t *testing.T) {
 				if wc := recvComp(t, b); wc.Status != rdma.StatusSuccess {
 					t.Fatalf("receive %+v", wc)
 				}
-				want[0] ^= 1
+				want[tc.k] ^= 1
 				got = recvB.Bytes()
 			case "header":
 				// The write of 100 bytes to dst+8 went to dst+9.
 				want = make([]byte, corruptLen)
 				copy(want[9:], src.Bytes()[:100])
-			case "read-response":
-				want[2000] ^= 1
 			default:
-				want[1000] ^= 1
+				want[tc.k] ^= 1
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatal("the corrupted data did not land as predicted")
