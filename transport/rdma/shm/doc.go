@@ -60,8 +60,8 @@
 //
 // Listen("127.0.0.1:0") (any address but an absolute path, which is used
 // as given) creates a socket, mode 0600, in a private directory:
-// $XDG_RUNTIME_DIR/gorun or $TMPDIR/gorun-<uid>, created 0700 and refused
-// if it is a symlink, another user's, or open to group or others. The
+// $XDG_RUNTIME_DIR/gorun, else $TMPDIR/gorun-<uid>, created 0700 and
+// refused if it is a symlink, another user's, or open to group or others. The
 // handshake exchanges nonces, then, when Config.Token is set, HMAC-SHA256
 // proofs bound to the role and both nonces (the token is never sent), and
 // checks the peer's uid with SO_PEERCRED; then each side passes its segment

@@ -17,29 +17,44 @@ import (
 )
 
 // socketDir is the private directory that holds the listeners' sockets:
-// $XDG_RUNTIME_DIR/gorun if that is set, else $TMPDIR/gorun-<uid>. It is
-// created 0700 and rejected if it is a symlink, is owned by another user
-// or is open to group or others.
+// $XDG_RUNTIME_DIR/gorun if that is set and usable, else
+// $TMPDIR/gorun-<uid>. It is created 0700 and rejected if it is a symlink,
+// is owned by another user or is open to group or others.
 func socketDir() (string, error) {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%d", os.Getuid()))
+	var dirs []string
 	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-		dir = filepath.Join(x, "gorun")
+		dirs = append(dirs, filepath.Join(x, "gorun"))
 	}
+	dirs = append(dirs, filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%d", os.Getuid())))
+	var first error
+	for _, dir := range dirs {
+		err := privateDir(dir)
+		if err == nil {
+			return dir, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return "", first
+}
+
+func privateDir(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return "", err
+		return err
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return "", err
+		return err
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !fi.IsDir() || fi.Mode()&os.ModeSymlink != 0 || !ok || int(st.Uid) != os.Getuid() {
-		return "", fmt.Errorf("socket directory %s is not a directory owned by uid %d", dir, os.Getuid())
+		return fmt.Errorf("socket directory %s is not a directory owned by uid %d", dir, os.Getuid())
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("socket directory %s has mode %v, want 0700", dir, fi.Mode().Perm())
+		return fmt.Errorf("socket directory %s has mode %v, want 0700", dir, fi.Mode().Perm())
 	}
-	return dir, nil
+	return nil
 }
 
 // socketPath maps a Listen address to a socket path: an absolute path is

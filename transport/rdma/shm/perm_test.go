@@ -3,6 +3,7 @@ package shm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -81,6 +82,13 @@ func TestModes(t *testing.T) {
 func TestUnsafeSocketDir(t *testing.T) {
 	x := t.TempDir()
 	t.Setenv("XDG_RUNTIME_DIR", x)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	// The fallback, $TMPDIR/gorun-<uid>, is unsafe too.
+	if err := os.Mkdir(filepath.Join(tmp, fmt.Sprintf("gorun-%d", os.Getuid())), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(tmp, fmt.Sprintf("gorun-%d", os.Getuid())), 0o777)
 	if err := os.Mkdir(filepath.Join(x, "gorun"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -259,5 +267,17 @@ func TestNoLeak(t *testing.T) {
 	}
 	if g := runtime.NumGoroutine(); g > goroutines {
 		t.Errorf("goroutines: %d before, %d after", goroutines, g)
+	}
+}
+
+// TestSocketDirFallback: an unusable $XDG_RUNTIME_DIR falls back to a
+// private directory under $TMPDIR.
+func TestSocketDirFallback(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/proc/nonexistent")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	_, ln := listenOne(t, rdma.Config{})
+	if want := filepath.Join(tmp, fmt.Sprintf("gorun-%d", os.Getuid())); filepath.Dir(ln.Addr().String()) != want {
+		t.Fatalf("socket %s, want it in %s", ln.Addr(), want)
 	}
 }
