@@ -10,29 +10,40 @@ import (
 // DefaultAgent starts ranks on remote hosts.
 var DefaultAgent = []string{"ssh"}
 
-// tokenScript runs on the remote host: it reads the job token from the
-// first line of stdin, so the secret never appears in a command line (ps
-// shows those to every user, here and there), then runs its arguments.
-const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + `; exec "$@"`
+// tokenScript runs on the remote host as sh -c SCRIPT sh DIR ARGV... It
+// reads the job token from the first line of stdin, so the secret never
+// appears in a command line (ps shows those to every user, here and
+// there), changes to DIR when it exists there, and execs ARGV (the rank
+// keeps the script's pid, stdin and signal dispositions). A watcher sends
+// the rank SIGTERM when the agent that started the script goes away:
+// killing an ssh client does not kill the remote command, but it ends the
+// sshd process that is the script's parent; the watcher ends with the
+// rank. One line, no "!", so csh login shells pass it on unchanged too.
+const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + `; ` +
+	`[ -n "$1" ] && cd "$1" 2>/dev/null; shift; ` +
+	`if [ "$PPID" -gt 1 ]; then me=$$; ( ` +
+	`up() { if [ -d /proc/self ]; then [ -e "/proc/$1" ]; else kill -0 "$1"; fi 2>/dev/null; }; ` +
+	`while up "$me" && up "$PPID"; do sleep 1; done; up "$me" && kill -TERM "$me" ` +
+	`) </dev/null >/dev/null 2>&1 & fi; exec "$@"`
 
 // remoteArgv is the command that starts argv on host through agent with
-// the given environment ("K=V" each) and working directory; the job token
-// goes to the command's stdin, first line.
+// the given environment ("K=V" each) in directory dir; the job token goes
+// to the command's stdin, first line (see tokenScript).
 //
 // The agent gets the host appended and then the command, as ssh does:
 //
-//	AGENT... HOST sh -c 'IFS= read -r GORUN_JOB_TOKEN; …; exec "$@"' sh env K=V... PROGRAM ARGS...
+//	AGENT... HOST sh -c SCRIPT sh DIR env K=V... PROGRAM ARGS...
 //
 // No shell runs on this side, and the remote sh only expands "$@": the
 // user's words are its arguments, never its script. An agent whose program
 // is ssh or rsh hands its arguments to the remote user's shell joined with
-// spaces, so for those the command is one string in which every word is
-// quoted for a POSIX shell (and the remote shell first changes to dir).
-// Any other agent (e.g. "ip netns exec", "docker exec -i") gets the words
-// as separate arguments and must run them without a shell, with stdin.
+// spaces, so for those the command is one string, "exec" and every word
+// quoted for a POSIX shell. Any other agent (e.g. "ip netns exec",
+// "docker exec -i") gets the words as separate arguments and must run them
+// without a shell, passing stdin through.
 func remoteArgv(agent []string, host, dir string, env, argv []string) []string {
-	words := make([]string, 0, 5+len(env)+len(argv))
-	words = append(words, "sh", "-c", tokenScript, "sh", "env")
+	words := make([]string, 0, 6+len(env)+len(argv))
+	words = append(words, "sh", "-c", tokenScript, "sh", dir, "env")
 	words = append(words, env...)
 	words = append(words, argv...)
 	out := append(append([]string(nil), agent...), host)
@@ -40,9 +51,6 @@ func remoteArgv(agent []string, host, dir string, env, argv []string) []string {
 		return append(out, words...)
 	}
 	var b strings.Builder
-	if dir != "" {
-		b.WriteString("cd " + shellQuote(dir) + " 2>/dev/null; ")
-	}
 	b.WriteString("exec")
 	for _, w := range words {
 		b.WriteString(" " + shellQuote(w))

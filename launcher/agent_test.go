@@ -3,6 +3,7 @@ package launcher
 import (
 	"os/exec"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -10,15 +11,18 @@ func TestRemoteArgv(t *testing.T) {
 	env := []string{"GORUN_RANK=2", "X=a b"}
 	argv := []string{"/bin/prog", "it's", ""}
 	got := remoteArgv([]string{"ip", "netns", "exec"}, "ns1", "/work", env, argv)
-	want := []string{"ip", "netns", "exec", "ns1", "sh", "-c", tokenScript, "sh", "env", "GORUN_RANK=2", "X=a b", "/bin/prog", "it's", ""}
+	want := []string{"ip", "netns", "exec", "ns1", "sh", "-c", tokenScript, "sh", "/work", "env", "GORUN_RANK=2", "X=a b", "/bin/prog", "it's", ""}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("agent argv = %q\nwant %q", got, want)
 	}
 	got = remoteArgv([]string{"/usr/bin/ssh", "-p", "2222"}, "n1", "/my dir", env, argv)
 	want = []string{"/usr/bin/ssh", "-p", "2222", "n1",
-		`cd '/my dir' 2>/dev/null; exec sh -c 'IFS= read -r GORUN_JOB_TOKEN; export GORUN_JOB_TOKEN; exec "$@"' sh env GORUN_RANK=2 'X=a b' /bin/prog 'it'\''s' ''`}
+		"exec sh -c " + shellQuote(tokenScript) + ` sh '/my dir' env GORUN_RANK=2 'X=a b' /bin/prog 'it'\''s' ''`}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ssh argv = %q\nwant %q", got, want)
+	}
+	if strings.ContainsAny(tokenScript, "\n!") {
+		t.Errorf("the script has a newline or '!', which csh login shells mangle")
 	}
 }
 

@@ -2,10 +2,13 @@ package launcher
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // hostile are strings a shell would interpret.
@@ -114,6 +117,43 @@ func TestHostileHostNames(t *testing.T) {
 		}
 		if _, err := ParseHostfile(strings.NewReader(h + " slots=1\n")); err == nil && !strings.ContainsAny(h, " \t") {
 			t.Errorf("ParseHostfile accepted %q", h)
+		}
+	}
+}
+
+// Stopping an ssh rank stops the ssh client only; the remote rank must
+// notice its agent is gone and stop too (tokenScript's watcher).
+func TestRemoteRanksStopWithTheirAgent(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, stderr, err := runJob(t, "fail", Config{NP: 3, Hosts: []Host{{Name: "node1", Slots: 3}},
+		LaunchAgent: []string{filepath.Join(bin, "ssh")},
+		Export:      []string{"GORUN_TEST_DIR=" + dir, "GORUN_TEST_FAIL=1"}})
+	if ExitStatus(err) != 7 {
+		t.Fatalf("Run = %v, want rank 1's status 7\n%s", err, stderr)
+	}
+	for _, r := range []string{"0", "2"} {
+		b, err := os.ReadFile(filepath.Join(dir, "pid-"+r))
+		if err != nil {
+			t.Fatalf("rank %s never started: %v", r, err)
+		}
+		pid := mustAtoi(string(b))
+		gone := false
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+				gone = true
+				break
+			}
+		}
+		if !gone {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("remote rank %s (pid %d) outlived its ssh client", r, pid)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
+			t.Errorf("remote rank %s was not stopped with SIGTERM", r)
 		}
 	}
 }

@@ -47,6 +47,9 @@ func fakeSSH(args []string) int {
 	}
 	cmd := exec.Command("/bin/sh", "-c", args[1])
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	// "Remote" processes are out of reach of signals to ssh's group, as
+	// they are on a real remote host.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
