@@ -90,7 +90,7 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	if ok {
 		n.mu.Lock()
 		if n.formed {
-			n.reportLocked(node.Name, p.meta.Leaving)
+			n.reportLocked(node.Name, p.meta.Leaving || n.leaving[node.Name])
 		}
 		n.mu.Unlock()
 	}

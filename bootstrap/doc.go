@@ -79,8 +79,9 @@
 //
 // Once formed, memberlist's dead and left events for a member of the
 // world become Failure values on Failures(): ErrPeerDead for a crash
-// detected by probes, ErrPeerLeft for a rank that Closed (it sets a
-// leaving flag in its meta before it leaves). Failure detection is tuned
+// detected by probes, ErrPeerLeft for a rank that Closed (before it
+// leaves it tells the world's members directly and sets a leaving flag in
+// its meta, so that the gossiped departure is not taken for a crash). Failure detection is tuned
 // in DefaultLANConfig (see its comment): a killed rank is reported within
 // 2-4 s on a LAN or loopback.
 //

@@ -16,6 +16,7 @@ const (
 	msgPrepare = 2 // coordinator → member: every member proposed D; lock on it?
 	msgAck     = 3 // member → coordinator: locked on D; I will take no other table
 	msgCommit  = 4 // coordinator → member: every member locked on D; it is the world
+	msgLeaving = 5 // a member closes: its departure is not a failure
 
 	digestLen = 16
 )
@@ -37,7 +38,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgCommit {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgLeaving {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -95,6 +96,8 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		}
 	case msgCommit:
 		n.commits[m.epoch] = m
+	case msgLeaving:
+		n.leaving[m.from] = true
 	}
 	n.mu.Unlock()
 	if reply != 0 {

@@ -67,6 +67,7 @@ type Node struct {
 	formed   bool
 	inWorld  map[string]int // name → rank in world
 	reported map[string]bool
+	leaving  map[string]bool // members that announced they close
 	failures chan Failure
 	closed   bool
 	joinErr  error // last failed attempt to join the seeds
@@ -124,6 +125,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
 		reported: make(map[string]bool),
+		leaving:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
@@ -226,10 +228,18 @@ func (n *Node) shutdown(leave bool) {
 	n.closed = true
 	close(n.done)
 	close(n.failures)
+	w := n.world
 	n.mu.Unlock()
 
 	n.wg.Wait() // the join loop
 	if leave {
+		// Tell the world directly first: gossip may deliver the dead
+		// message before the meta update below.
+		for _, m := range w.Members {
+			if m.Name != n.name {
+				n.send(m.Name, m.Addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
+			}
+		}
 		n.metaMu.Lock()
 		n.meta.Leaving = true
 		if buf, err := n.meta.encode(); err == nil {
@@ -267,12 +277,14 @@ func isSelf(seed string, ip net.IP, port int) bool {
 	if p, err := strconv.Atoi(ps); err != nil || p != port {
 		return false
 	}
-	addrs, err := net.LookupIP(host)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
 	if err != nil {
 		return false
 	}
 	for _, a := range addrs {
-		if a.Equal(ip) {
+		if a.IP.Equal(ip) {
 			return true
 		}
 	}
