@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"strings"
 	"testing"
 
@@ -225,5 +227,71 @@ func TestChecksumHandshakeMismatch(t *testing.T) {
 	}
 	if _, _, errA, errB := handshakePair(t, on, on); errA != nil || errB != nil {
 		t.Fatalf("matching configs refused: %v / %v", errA, errB)
+	}
+}
+
+// sealedFrame is a frame as a checksumming peer sends it; damage spoils
+// the payload CRC (the bytes as they would arrive after a flipped bit).
+func sealedFrame(h header, payload []byte, damage bool) []byte {
+	var b [maxHdr]byte
+	h.length = uint32(len(payload))
+	h.encode(head(&b))
+	crc := crc32.Checksum(payload, castagnoli)
+	if damage {
+		crc ^= 1
+	}
+	seal(&b, crc)
+	return append(b[:], payload...)
+}
+
+// The decoder with Checksum: a good frame is delivered and acknowledged;
+// a damaged payload or header is answered with a checksum NAK, its
+// receive is flushed, and a damaged header stops the parsing.
+func TestDecodeChecksum(t *testing.T) {
+	p := bytes.Repeat([]byte{7}, 16)
+	good := sealedFrame(header{op: opSend, flags: fAck}, p, false)
+	badHeader := sealedFrame(header{op: opSend, seq: 1, flags: fAck}, p, false)
+	badHeader[12] ^= 4 // length 16 → 20
+	for _, tc := range []struct {
+		name string
+		in   []byte
+	}{
+		{"payload", cat(good, sealedFrame(header{op: opSend, seq: 1, flags: fAck}, p, true), sealedFrame(header{op: opSend, seq: 2}, p, false))},
+		{"header", cat(good, badHeader, good)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ft := newFuzzTargetConfig(t, tc.in, true)
+			c := ft.c
+			// The stream ends: cleanly, or inside what the damaged header
+			// made the reader drop unparsed.
+			if err := c.serve(); err != io.EOF && err != io.ErrUnexpectedEOF {
+				t.Fatalf("serve: %v", err)
+			}
+			if wc, ok, _ := c.recvCQ.Poll(); !ok || wc.WRID != 100 || wc.Status != rdma.StatusSuccess || wc.ByteLen != 16 {
+				t.Fatalf("good send: %+v", wc)
+			}
+			if wc, ok, _ := c.recvCQ.Poll(); !ok || wc.WRID != 101 || wc.Status != rdma.StatusFlushed {
+				t.Fatalf("damaged send's receive: %+v, want flushed", wc)
+			}
+			if !errors.Is(c.Err(), errChecksum) {
+				t.Fatalf("Err() = %v", c.Err())
+			}
+			if got := c.dev.Counters(); got != (rdma.Counters{ChecksumErrors: 1}) {
+				t.Fatalf("counters %+v", got)
+			}
+			c.mu.Lock()
+			resp := append([]response(nil), c.resp...)
+			c.mu.Unlock()
+			if len(resp) != 2 || resp[0].h.op != opAck || resp[0].h.seq != 0 ||
+				resp[1].h != (header{op: opNak, seq: 1, status: uint16(rdma.StatusRetryExceeded), imm: nakChecksum}) {
+				t.Fatalf("responses %+v, want ACK 0 then a checksum NAK at 1", resp)
+			}
+			for _, r := range resp {
+				if !intact(&r.hdr) {
+					t.Fatal("a response went out without its CRC")
+				}
+			}
+			ft.check(t)
+		})
 	}
 }

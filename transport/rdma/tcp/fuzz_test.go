@@ -40,7 +40,13 @@ type fuzzTarget struct {
 }
 
 func newFuzzTarget(t testing.TB, input []byte) *fuzzTarget {
-	d := newDevice(rdma.Config{RNRRetry: 1, RNRTimer: time.Microsecond, SendQueueDepth: 16, RecvQueueDepth: 4}.WithDefaults())
+	return newFuzzTargetConfig(t, input, false)
+}
+
+// newFuzzTargetConfig is newFuzzTarget with Config.Checksum set as given;
+// with it, input is framed with CRCs already and used unpatched.
+func newFuzzTargetConfig(t testing.TB, input []byte, checksum bool) *fuzzTarget {
+	d := newDevice(rdma.Config{RNRRetry: 1, RNRTimer: time.Microsecond, SendQueueDepth: 16, RecvQueueDepth: 4, Checksum: checksum}.WithDefaults())
 	ft := &fuzzTarget{mem: bytes.Repeat([]byte{guardByte}, 5*guardLen+wLen+rLen+recvLen+localLen)}
 	off := guardLen
 	cut := func(n int) []byte {
@@ -59,7 +65,10 @@ func newFuzzTarget(t testing.TB, input []byte) *fuzzTarget {
 	ft.recvMR = d.pd.Add(ft.recv, rdma.AccessLocalWrite, nil, nil)
 	ft.lMR = d.pd.Add(ft.local, rdma.AccessLocalWrite, nil, nil)
 
-	ft.c = newConn(d, nil, bytes.NewReader(ft.patch(input)), "fuzz")
+	if !checksum {
+		input = ft.patch(input)
+	}
+	ft.c = newConn(d, nil, bytes.NewReader(input), "fuzz")
 	c := ft.c
 	must := func(err error) {
 		if err != nil {
