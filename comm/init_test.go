@@ -432,3 +432,32 @@ func TestInitStoppedRank(t *testing.T) {
 		}
 	}
 }
+
+// TestInitTorchrun: torchrun's variables alone form the job; rank 0's
+// gossip port is MASTER_PORT+1.
+func TestInitTorchrun(t *testing.T) {
+	port := freeGossipPort(t)
+	comms := make([]*Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		vars := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "LOCAL_RANK": strconv.Itoa(r),
+			"LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(port - 1),
+			"TORCHELASTIC_RUN_ID": "torch-" + strconv.Itoa(port)}
+		wg.Go(func() {
+			comms[r], errs[r] = initFromEnv(initTestCtx(t), jobVars(vars), WithTimeout(20*time.Second))
+		})
+	}
+	wg.Wait()
+	for r, c := range comms {
+		if c != nil {
+			defer c.Close()
+		}
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if c.Rank() != r || c.Size() != 2 {
+			t.Errorf("rank %d: got rank %d of %d", r, c.Rank(), c.Size())
+		}
+	}
+}
