@@ -70,6 +70,18 @@ func pair(t *testing.T, prov string, plan *Plan) (a, b rdma.Conn, devA, devB rdm
 	return a, <-got, devA, devB
 }
 
+func TestWrapKeepsCounters(t *testing.T) {
+	dev, err := rdma.Open("tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	w := Wrap(dev, &Plan{Rules: []*Rule{{Action: Delay}}})
+	if _, ok := w.(rdma.CounterSource); !ok {
+		t.Fatal("a wrapped tcp device hides its counters")
+	}
+}
+
 func TestDropSwallowsOneSend(t *testing.T) {
 	a, b, devA, devB := pair(t, "mem", &Plan{Rules: []*Rule{{Op: "send", After: 2, Action: Drop}}})
 	src, _ := devA.Register(make([]byte, 8), rdma.AccessLocalWrite)

@@ -22,6 +22,14 @@ type device struct {
 	plan *Plan
 }
 
+// Counters passes the wrapped device's counters through, if it keeps any.
+func (d *device) Counters() rdma.Counters {
+	if cs, ok := d.Device.(rdma.CounterSource); ok {
+		return cs.Counters()
+	}
+	return rdma.Counters{}
+}
+
 func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
 	ln, err := d.Device.Listen(ctx, addr)
 	if err != nil {
