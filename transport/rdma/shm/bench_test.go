@@ -164,27 +164,36 @@ func BenchmarkLatency(b *testing.B) {
 		}()
 		pingPong(b, a, da)
 	})
-	b.Run("peer=process", func(b *testing.B) {
-		dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer dev.Close()
-		ln, err := dev.Listen(context.Background(), "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ln.Close()
-		_, out := startChild(b, "pong", ln.Addr().String())
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		a, err := ln.Accept(ctx)
-		if err != nil {
-			b.Fatalf("accept: %v\nchild:\n%s", err, out)
-		}
-		defer a.Close()
-		pingPong(b, a, dev)
-	})
+	for _, after := range []time.Duration{spinAfterWake, spinFor} {
+		b.Run(fmt.Sprintf("peer=process/spin-after-wake=%v", after), func(b *testing.B) {
+			defer func(d time.Duration) { spinAfterWake = d }(spinAfterWake)
+			spinAfterWake = after
+			latencyProcess(b, "GORUN_SHM_SPIN_AFTER_WAKE="+after.String())
+		})
+	}
+}
+
+// latencyProcess is the ping-pong with this test binary re-run as the peer.
+func latencyProcess(b *testing.B, env ...string) {
+	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	ln, err := dev.Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	_, out := startChild(b, "pong", ln.Addr().String(), env...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := ln.Accept(ctx)
+	if err != nil {
+		b.Fatalf("accept: %v\nchild:\n%s", err, out)
+	}
+	defer a.Close()
+	pingPong(b, a, dev)
 }
 
 func pingPong(b *testing.B, a rdma.Conn, dev rdma.Device) {

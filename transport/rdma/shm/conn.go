@@ -69,7 +69,9 @@ type conn struct {
 	// senders skip FUTEX_WAKE.
 	pollers  atomic.Int32
 	pollIdle chan struct{}
-	rxTail   uint64 // ring consumer position (under progMu)
+	slept    atomic.Bool // the receive poller's last wait slept: spin longer next
+
+	rxTail uint64 // ring consumer position (under progMu)
 
 	wMu    sync.Mutex // serializes socket writes
 	respCh chan fallbackResp

@@ -38,7 +38,10 @@
 // syscalls. GetRecvComp drains the peer's ring itself and sleeps on its
 // doorbell, so a message costs at most one wake-up; while it does, the
 // progress goroutine stays off the futex, and it takes over when nobody
-// polls, so the ring always drains.
+// polls, so the ring always drains. After a wait that slept, the receive
+// poller's next spin is longer (25µs, yielding the CPU with sched_yield):
+// a wake-up across vCPUs costs more than the short spin, and without it a
+// ping-pong that once fell asleep would pay a wake-up per message for ever.
 //
 // # Remote checks and deregistration
 //

@@ -23,6 +23,15 @@ const (
 // the peer needs. The spin yields (runtime.Gosched) between polls.
 const spinFor = 4 * time.Microsecond
 
+// spinAfterWake is the receive poller's spin right after a wait that had
+// to sleep. A wake-up across vCPUs costs 13-20µs here, longer than
+// spinFor: once one side sleeps, the reply to its wake-up would find the
+// other side asleep too, and a ping-pong would pay a wake-up per message
+// for ever. One longer spin after a sleep lets the pair fall back into
+// spinning; it yields the CPU to other processes (sched_yield) as it goes.
+// (A variable only so that the latency benchmark can compare.)
+var spinAfterWake = 25 * time.Microsecond
+
 // doorbell is a futex word plus a "somebody sleeps" flag, both in shared
 // memory: the waiter sets the flag before its last check, the ringer bumps
 // the word and only calls FUTEX_WAKE when the flag is set. With sequentially
@@ -66,6 +75,28 @@ func (d doorbell) wait(ready func() bool, timeout time.Duration) bool {
 	futex(d.seq, futexWait, s, ts)
 	return ready()
 }
+
+// waitNoSpin is wait without the spin (the caller has spun), and also
+// reports whether it slept in the kernel.
+func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slept bool) {
+	d.waiters.Add(1)
+	defer d.waiters.Add(^uint32(0))
+	s := d.seq.Load()
+	if ready() {
+		return true, false
+	}
+	var ts *unix.Timespec
+	if timeout > 0 {
+		t := unix.NsecToTimespec(int64(timeout))
+		ts = &t
+	}
+	futex(d.seq, futexWait, s, ts)
+	return ready(), true
+}
+
+// yieldCPU lets another process run on this CPU (runtime.Gosched only
+// yields to this process's goroutines).
+func yieldCPU() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // spin polls ready for up to spinFor, yielding between polls.
 func spin(ready func() bool) bool {

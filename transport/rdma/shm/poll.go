@@ -20,7 +20,7 @@ import (
 // leaves, so that the ring keeps draining when nobody polls.
 
 func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
-	wc, ok, err := c.spinComp(c.sendCQ, false)
+	wc, ok, err := c.spinComp(c.sendCQ, false, spinFor)
 	if ok || err != nil {
 		return wc, err
 	}
@@ -38,7 +38,11 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 		}
 	}
 	for {
-		wc, ok, err := c.spinComp(c.recvCQ, true)
+		window := spinFor
+		if c.slept.Swap(false) {
+			window = spinAfterWake
+		}
+		wc, ok, err := c.spinComp(c.recvCQ, true, window)
 		if ok || err != nil {
 			leave()
 			return wc, err
@@ -56,7 +60,7 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 	}
 }
 
-func (c *conn) spinComp(q *soft.CQ, drain bool) (rdma.WC, bool, error) {
+func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, bool, error) {
 	start := time.Time{}
 	for i := 0; ; i++ {
 		wc, ok, err := q.Poll()
@@ -68,8 +72,15 @@ func (c *conn) spinComp(q *soft.CQ, drain bool) (rdma.WC, bool, error) {
 		}
 		if i == 0 {
 			start = time.Now()
-		} else if i&3 == 3 && time.Since(start) > spinFor {
-			return rdma.WC{}, false, nil
+		} else if i&3 == 3 {
+			el := time.Since(start)
+			if el > window {
+				return rdma.WC{}, false, nil
+			}
+			if el > spinFor {
+				yieldCPU() // a long spin: let other processes run
+				continue
+			}
 		}
 		runtime.Gosched()
 	}
@@ -113,7 +124,9 @@ func (c *conn) sleepRecv(ctx context.Context) bool {
 		bell.wake()
 		close(fired)
 	})
-	bell.wait(ready, 0)
+	if _, slept := bell.waitNoSpin(ready, 0); slept {
+		c.slept.Store(true)
+	}
 	if !stop() && ctx.Err() != nil {
 		<-fired // the wake touches the segment: finish it while it is mapped
 	}

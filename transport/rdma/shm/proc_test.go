@@ -43,6 +43,9 @@ func TestShmChild(t *testing.T) {
 	if role == "" {
 		t.Skip("the peer process of the cross-process tests")
 	}
+	if d, err := time.ParseDuration(os.Getenv("GORUN_SHM_SPIN_AFTER_WAKE")); err == nil {
+		spinAfterWake = d
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
