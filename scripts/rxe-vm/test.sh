@@ -8,7 +8,9 @@
 # with rdma_rxe (TCG; KVM with GORUN_RXE_VM_ACCEL=kvm), binds rxe0 to the
 # VM's virtio NIC and runs every binary inside, all ranks talking over rxe0.
 # By default the tests run with -test.short (TCG moves ~25 MB/s, so the
-# 64 MiB cases take minutes); -long runs them all.
+# 64 MiB cases take minutes); -long runs them all. -bench also runs the
+# bandwidth comparison with ib_write_bw (about 20 s more) and prints its
+# BANDWIDTH line.
 # Exit status: the tests' (non-zero on failure); 0 with "SKIP: reason" when
 # qemu, the kernel or the packages cannot be had.
 #

@@ -119,12 +119,11 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 		maxWR:  int(attr.max_qp_wr),
 		maxCQE: int(attr.max_cqe),
 		rdAtom: min(int(attr.max_qp_rd_atom), int(attr.max_qp_init_rd_atom), 16),
-		rnr:    rnrRetryCount(cfg.RNRRetry),
 		conns:  map[*conn]struct{}{},
 		lns:    map[*listener]struct{}{},
 		mrs:    map[*rdma.MR]struct{}{},
 	}
-	d.rnrCode = rnrTimerCode(cfg.RNRTimer.Seconds() * 1000)
+	d.rnr, d.rnrCode = rnrParams(cfg.RNRRetry, cfg.RNRTimer.Seconds()*1000)
 	return d, nil
 }
 
@@ -160,14 +159,23 @@ func deviceList() (**C.struct_ibv_context, int, error) {
 	return list, int(n), nil
 }
 
-// rnrRetryCount maps Config.RNRRetry onto the 3-bit rnr_retry_count, in
-// which 7 means "retry forever": -1 becomes 7, and finite counts of 7 or
-// more become 6, the largest finite one.
-func rnrRetryCount(n int) int {
-	if n < 0 {
-		return 7
+// rnrParams maps Config.RNRRetry and RNRTimer onto the 3-bit
+// rnr_retry_count (7 means "retry forever") and the min_rnr_timer code,
+// keeping the total patience, retries × timer: up to 6 retries are used as
+// they are; more are folded into 6 longer waits while the IB timer table
+// allows (6 × 491 ms), and beyond that, or for -1, the QP retries forever.
+func rnrParams(retry int, timerMS float64) (count, code int) {
+	switch {
+	case retry < 0:
+		return 7, rnrTimerCode(timerMS)
+	case retry <= 6:
+		return retry, rnrTimerCode(timerMS)
 	}
-	return min(n, 6)
+	total := float64(retry) * timerMS
+	if total/6 > rnrTimerMillis[31] {
+		return 7, rnrTimerCode(timerMS)
+	}
+	return 6, rnrTimerCode(total / 6)
 }
 
 // rnrTimerMillis is the IB spec's table of min_rnr_timer codes (code 0 is
