@@ -68,8 +68,8 @@ func TestInitChild(t *testing.T) {
 	fmt.Printf("RANK %d CLOSED\n", c.Rank())
 }
 
-// freeGossipPort finds a port free for TCP and UDP on 127.0.0.1.
-func freeGossipPort(t *testing.T) int {
+// initFreePort finds a port free for TCP and UDP on 127.0.0.1.
+func initFreePort(t *testing.T) int {
 	t.Helper()
 	for range 20 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -88,14 +88,14 @@ func freeGossipPort(t *testing.T) int {
 	return 0
 }
 
-func randomID() string {
+func initRandomID() string {
 	b := make([]byte, 8)
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
 
-// cleanEnv is the environment without any launcher variables.
-func cleanEnv() []string {
+// initCleanEnv is the environment without any launcher variables.
+func initCleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -113,10 +113,10 @@ func TestInitProcesses(t *testing.T) {
 		t.Skip("starts 4 processes")
 	}
 	const n = 4
-	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
-	common := append(cleanEnv(), initChildEnv+"=1", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
-		"GORUN_JOB_ID=init-test-"+randomID(), "GORUN_JOB_TOKEN="+randomID(), "GORUN_TIMEOUT=60s")
-	outs := make([]lockedBuffer, n)
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	common := append(initCleanEnv(), initChildEnv+"=1", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=init-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=60s")
+	outs := make([]initOutput, n)
 	cmds := make([]*exec.Cmd, n)
 	stdins := make([]io.WriteCloser, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -170,43 +170,43 @@ func TestInitProcesses(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
+// initOutput collects a child's output while the test reads it.
+type initOutput struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *initOutput) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *initOutput) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-// jobVars is a rank's environment as a getenv function.
-func jobVars(vars map[string]string) func(string) string {
+// initVars is a rank's environment as a getenv function.
+func initVars(vars map[string]string) func(string) string {
 	return func(k string) string { return vars[k] }
 }
 
-func rankVars(rank, size int, seed, job, token string) map[string]string {
+func initRankVars(rank, size int, seed, job, token string) map[string]string {
 	return map[string]string{"GORUN_RANK": strconv.Itoa(rank), "GORUN_SIZE": strconv.Itoa(size),
 		"GORUN_SEEDS": seed, "GORUN_JOB_ID": job, "GORUN_JOB_TOKEN": token}
 }
 
 func TestInitMissingRank(t *testing.T) {
-	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
-	job, token := "missing-"+randomID(), randomID()
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	job, token := "missing-"+initRandomID(), initRandomID()
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for r := range 2 {
 		wg.Go(func() {
-			c, err := initFromEnv(context.Background(), jobVars(rankVars(r, 3, seed, job, token)), WithTimeout(2*time.Second))
+			c, err := initFromEnv(context.Background(), initVars(initRankVars(r, 3, seed, job, token)), WithTimeout(2*time.Second))
 			if err == nil {
 				c.Close()
 			}
@@ -229,13 +229,13 @@ func TestInitMissingRank(t *testing.T) {
 }
 
 func TestInitWrongTokenRefused(t *testing.T) {
-	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
-	job, token := "token-"+randomID(), randomID()
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	job, token := "token-"+initRandomID(), initRandomID()
 	// Rank 1 twice: the impostor has the job id but not the token.
 	envs := []map[string]string{
-		rankVars(0, 2, seed, job, token),
-		rankVars(1, 2, seed, job, token),
-		rankVars(1, 2, seed, job, "not-"+token),
+		initRankVars(0, 2, seed, job, token),
+		initRankVars(1, 2, seed, job, token),
+		initRankVars(1, 2, seed, job, "not-"+token),
 	}
 	comms := make([]*Comm, 3)
 	errs := make([]error, 3)
@@ -246,7 +246,7 @@ func TestInitWrongTokenRefused(t *testing.T) {
 			if i == 2 {
 				timeout = 2 * time.Second
 			}
-			comms[i], errs[i] = initFromEnv(context.Background(), jobVars(vars), WithTimeout(timeout))
+			comms[i], errs[i] = initFromEnv(context.Background(), initVars(vars), WithTimeout(timeout))
 		})
 	}
 	wg.Wait()
@@ -276,7 +276,7 @@ func TestInitWrongTokenRefused(t *testing.T) {
 }
 
 func TestInitSingleton(t *testing.T) {
-	c, err := initFromEnv(initTestCtx(t), jobVars(nil))
+	c, err := initFromEnv(initTestCtx(t), initVars(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,17 +302,17 @@ func TestSeedsFromLaunchers(t *testing.T) {
 		{map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, nil},
 	}
 	for _, tc := range cases {
-		job, err := readJobEnv(jobVars(tc.vars))
+		job, err := readJobEnv(initVars(tc.vars))
 		if err != nil {
 			t.Fatalf("%v: %v", tc.vars, err)
 		}
-		got, err := seedsFor(job, jobVars(tc.vars))
+		got, err := seedsFor(job, initVars(tc.vars))
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("%v: seeds %v (%v), want %v", tc.vars, got, err, tc.want)
 		}
 	}
 	// Open MPI without GORUN_SEEDS: a clear error, not a hang.
-	_, err := initFromEnv(initTestCtx(t), jobVars(map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}))
+	_, err := initFromEnv(initTestCtx(t), initVars(map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}))
 	if err == nil || !strings.Contains(err.Error(), "GORUN_SEEDS") {
 		t.Errorf("Open MPI without seeds: err = %v", err)
 	}
@@ -364,10 +364,10 @@ func TestInitStoppedRank(t *testing.T) {
 		t.Skip("starts 3 processes")
 	}
 	const n = 3
-	seed := "127.0.0.1:" + strconv.Itoa(freeGossipPort(t))
-	common := append(cleanEnv(), initChildEnv+"=stall", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
-		"GORUN_JOB_ID=stall-test-"+randomID(), "GORUN_JOB_TOKEN="+randomID(), "GORUN_TIMEOUT=60s")
-	outs := make([]lockedBuffer, n)
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	common := append(initCleanEnv(), initChildEnv+"=stall", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=stall-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=60s")
+	outs := make([]initOutput, n)
 	cmds := make([]*exec.Cmd, n)
 	stdins := make([]io.WriteCloser, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -436,7 +436,7 @@ func TestInitStoppedRank(t *testing.T) {
 // TestInitTorchrun: torchrun's variables alone form the job; rank 0's
 // gossip port is MASTER_PORT+1.
 func TestInitTorchrun(t *testing.T) {
-	port := freeGossipPort(t)
+	port := initFreePort(t)
 	comms := make([]*Comm, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -445,7 +445,7 @@ func TestInitTorchrun(t *testing.T) {
 			"LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(port - 1),
 			"TORCHELASTIC_RUN_ID": "torch-" + strconv.Itoa(port)}
 		wg.Go(func() {
-			comms[r], errs[r] = initFromEnv(initTestCtx(t), jobVars(vars), WithTimeout(20*time.Second))
+			comms[r], errs[r] = initFromEnv(initTestCtx(t), initVars(vars), WithTimeout(20*time.Second))
 		})
 	}
 	wg.Wait()
