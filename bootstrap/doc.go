@@ -79,11 +79,13 @@
 //
 // Once formed, memberlist's dead and left events for a member of the
 // world become Failure values on Failures(): ErrPeerDead for a crash
-// detected by probes, ErrPeerLeft for a rank that Closed (before it
-// leaves it tells the world's members directly and sets a leaving flag in
-// its meta, so that the gossiped departure is not taken for a crash). Failure detection is tuned
-// in DefaultLANConfig (see its comment): a killed rank is reported within
-// 2-4 s on a LAN or loopback.
+// detected by probes, ErrPeerLeft for a rank that Closed (before it leaves
+// it tells the world's members directly and sets a leaving flag in its
+// meta, so that the gossiped departure is not taken for a crash). Failure
+// detection is tuned in DefaultLANConfig (see its comment): a killed rank
+// is reported within 2-4 s on a LAN or loopback (measured: 1-2.5 s for 3-4
+// ranks on loopback, TestKilledRankReported and comm's
+// TestInitStoppedRank).
 //
 // Shrink lets the survivors agree on the next world: the members of the
 // current world still alive, renumbered in the order of their old ranks,
