@@ -32,7 +32,9 @@ func run(args []string) int {
 	cfg.Signals = sigs
 	// Rank 0 reads gorun's stdin through a pipe gorun fills, so a rank in
 	// its own process group never reads the terminal itself.
-	cfg.Stdin = struct{ io.Reader }{os.Stdin}
+	if forwardStdin(os.Stdin) {
+		cfg.Stdin = struct{ io.Reader }{os.Stdin}
+	}
 	cfg.Terminal = isTerminal(os.Stderr)
 	err = launcher.Run(context.Background(), cfg)
 	var re *launcher.RankError

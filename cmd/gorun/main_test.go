@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +36,11 @@ func TestMain(m *testing.M) {
 // exit with that status at once instead.
 func rank() int {
 	r := os.Getenv("GORUN_RANK")
+	if os.Getenv("GORUN_TEST_STDIN") != "" {
+		b, _ := io.ReadAll(os.Stdin)
+		fmt.Printf("stdin %q\n", b)
+		return 0
+	}
 	if dir := os.Getenv("GORUN_TEST_PIDDIR"); dir != "" {
 		os.WriteFile(filepath.Join(dir, r), []byte(fmt.Sprint(os.Getpid())), 0o644)
 		time.Sleep(20 * time.Second)
@@ -246,5 +252,21 @@ func TestRanksDieWithGorun(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Errorf("rank pid %d outlived gorun", pid)
 		}
+	}
+}
+
+// gorun's stdin goes to rank 0 only.
+func TestStdinGoesToRankZero(t *testing.T) {
+	cmd := gorun(t, "-np", "2", "-x", "GORUN_TEST_STDIN=1")
+	cmd.Stdin = strings.NewReader("line 1\nline 2\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gorun: %v", err)
+	}
+	got := strings.Split(strings.TrimSpace(string(out)), "\n")
+	slices.Sort(got)
+	want := []string{`[0] stdin "line 1\nline 2\n"`, `[1] stdin ""`}
+	if !slices.Equal(got, want) {
+		t.Fatalf("output %q, want %q", got, want)
 	}
 }

@@ -11,3 +11,14 @@ func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }
+
+// forwardStdin reports whether gorun should read f for rank 0: always for
+// pipes and files, for a terminal only while gorun is in the foreground
+// (a background gorun reading its terminal would be stopped by SIGTTIN).
+func forwardStdin(f *os.File) bool {
+	if !isTerminal(f) {
+		return true
+	}
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
+}

@@ -10,3 +10,7 @@ func isTerminal(f *os.File) bool {
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
+
+// forwardStdin reports whether gorun should read f for rank 0: pipes and
+// files only, so a background gorun is never stopped reading a terminal.
+func forwardStdin(f *os.File) bool { return !isTerminal(f) }
