@@ -104,8 +104,8 @@ func Run(ctx context.Context, cfg Config) error {
 		if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
 			return err
 		}
-		// Local ranks are bound here, at fork; remote ranks bind
-		// themselves in comm.Init from GORUN_BIND.
+		// Local ranks are bound here, at fork; remote ranks get
+		// GORUN_BIND for comm.Init.
 		sets, err := cpuSets(slots, cfg.Bind)
 		if err != nil {
 			con.message(fmt.Sprintf("gorun: --bind-to %s: %v; local ranks start unbound", cfg.Bind, err))

@@ -31,10 +31,17 @@ func useSrun(cfg Config) (bool, error) {
 
 // srunArgv is the srun command for the job. srun places the ranks and
 // sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;
-// --kill-on-bad-exit makes Slurm stop the job when a rank fails, and
-// --label prefixes each output line with "RANK: ".
+// --kill-on-bad-exit makes Slurm stop the job when a rank fails,
+// --cpu-bind carries out --bind-to, and --label prefixes each output line
+// with "RANK: ".
 func srunArgv(cfg Config, prog string) []string {
 	a := []string{"srun", "-n", strconv.Itoa(cfg.NP), "--kill-on-bad-exit=1"}
+	switch cfg.Bind { // Slurm binds its tasks itself
+	case "core":
+		a = append(a, "--cpu-bind=cores")
+	case "numa":
+		a = append(a, "--cpu-bind=ldoms")
+	}
 	if !cfg.NoTag {
 		a = append(a, "--label")
 	}

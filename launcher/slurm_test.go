@@ -20,6 +20,13 @@ func fakeSrun(args []string) int {
 		fmt.Fprintf(os.Stderr, "fake srun: unexpected arguments %q\n", args)
 		return 1
 	}
+	if want := os.Getenv("GORUN_TEST_SRUN_BIND"); want != "" {
+		if args[3] != want {
+			fmt.Fprintf(os.Stderr, "fake srun: got %q, want %s\n", args[3], want)
+			return 1
+		}
+		args = append(args[:3], args[4:]...)
+	}
 	n, _ := strconv.Atoi(args[1])
 	label := args[3] == "--label"
 	prog := args[3:]
@@ -78,7 +85,8 @@ func TestSrunInsideSlurm(t *testing.T) {
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	t.Setenv("SLURM_JOB_ID", "4242")
 	t.Setenv("SLURM_JOB_NODELIST", "127.0.0.[1-2]")
-	cfg := Config{NP: 2, GossipPort: 29500}
+	t.Setenv("GORUN_TEST_SRUN_BIND", "--cpu-bind=cores")
+	cfg := Config{NP: 2, GossipPort: 29500, Bind: "core"}
 	cfg.Program = testBinary(t)
 	cfg.Export = []string{"GORUN_TEST_ROLE=rank", "GORUN_TEST_MODE=env"}
 	var out, errb strings.Builder
