@@ -83,7 +83,7 @@
 // it tells the world's members directly and sets a leaving flag in its
 // meta, so that the gossiped departure is not taken for a crash). Failure
 // detection is tuned in DefaultLANConfig (see its comment): a killed rank
-// is reported within 2-4 s on a LAN or loopback (measured: 1-2.5 s for 3-4
+// is reported within 2-4 s on a LAN or loopback (measured: about 2.5 s for 3-4
 // ranks on loopback, TestKilledRankReported and comm's
 // TestInitStoppedRank).
 //
