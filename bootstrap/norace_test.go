@@ -1,5 +1,0 @@
-//go:build !race
-
-package bootstrap
-
-const raceEnabled = false
