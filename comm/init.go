@@ -186,7 +186,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 		if bc.BindPort, err = strconv.Atoi(port); err != nil {
 			return bc, fmt.Errorf("seed %q: bad port", seeds[job.Rank])
 		}
-		if bc.BindAddr != "127.0.0.1" {
+		if !net.ParseIP(ip).IsLoopback() {
 			bc.BindAddr, bc.AdvertiseAddr = "0.0.0.0", ip
 		}
 	}
@@ -260,8 +260,11 @@ func gossipIP(seed, ifname string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("seed %q: %w", seed, err)
 	}
-	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+	if host == "localhost" {
 		return "127.0.0.1", nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return ip.String(), nil
 	}
 	if ifname != "" {
 		return advertiseIP(ifname)

@@ -461,3 +461,14 @@ func TestInitTorchrun(t *testing.T) {
 		}
 	}
 }
+
+func TestGossipIP(t *testing.T) {
+	for seed, want := range map[string]string{"127.0.0.1:5": "127.0.0.1", "localhost:5": "127.0.0.1", "[::1]:5": "::1", "127.0.0.9:5": "127.0.0.9"} {
+		if got, err := gossipIP(seed, ""); err != nil || got != want {
+			t.Errorf("gossipIP(%q) = %q, %v; want %q", seed, got, err, want)
+		}
+	}
+	if _, err := gossipIP("no-port", ""); err == nil {
+		t.Error("gossipIP accepted a seed without a port")
+	}
+}
