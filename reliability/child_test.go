@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,9 +136,25 @@ func childColl(rank int) int {
 // whether a new communicator works.
 func after(rank int, base snapshot, c *comm.Comm) int {
 	if c != nil {
-		c.Close()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			c.Close()
+		}()
+		select {
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			// Close must not hang; report where it is stuck and stop.
+			buf := make([]byte, 1<<16)
+			buf = buf[:runtime.Stack(buf, true)]
+			emit(event{Kind: "closehang", Rank: rank, Err: closeStack(string(buf))})
+			return 4
+		}
 	}
-	ev := event{Kind: "after", Rank: rank, Leak: leaksSince(base, 3*time.Second)}
+	// memberlist stops its goroutines asynchronously after Shutdown; on a
+	// loaded machine that takes seconds, so allow 10 s and report the wait.
+	leak, waited := leaksSince(base, 10*time.Second)
+	ev := event{Kind: "after", Rank: rank, Leak: leak, LeakWaitMS: waited.Milliseconds()}
 	if os.Getenv("REL_REINIT") != "0" {
 		ev.Reinit = reinit()
 	}
@@ -145,16 +162,25 @@ func after(rank int, base snapshot, c *comm.Comm) int {
 	return 0
 }
 
-// reinit builds a 2-rank in-process communicator on this job's transport
-// and runs an allreduce on it; "" means it worked.
+// closeStack picks the stuck Close's goroutine out of a full dump.
+func closeStack(dump string) string {
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g, "(*Comm).Close") {
+			return g
+		}
+	}
+	return dump
+}
+
+// reinit builds a 2-rank in-process communicator and runs an allreduce on
+// it; "" means it worked.
 func reinit() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var opts []comm.Option
-	if tr := os.Getenv("GORUN_TRANSPORT"); tr != "" && tr != "auto" {
-		opts = append(opts, comm.WithTransport(tr))
-	}
-	cs, err := comm.NewLocal(ctx, 2, opts...)
+	// Over tcp, whatever the job used: two shm ranks in one process trip
+	// the race detector (see RELIABILITY.md), and tcp opens new sockets
+	// and devices just as a fresh Init would.
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTransport("tcp"))
 	if err != nil {
 		return "NewLocal: " + err.Error()
 	}

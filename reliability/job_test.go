@@ -37,14 +37,15 @@ func TestMain(m *testing.M) {
 
 // event is one line a rank program reports on stdout ("RELEVENT {json}").
 type event struct {
-	Kind    string `json:"kind"` // ready, error, done, wrong, after
-	Rank    int    `json:"rank"`
-	T       int64  `json:"t"` // wall clock, Unix nanoseconds
-	Iter    int    `json:"iter,omitempty"`
-	Err     string `json:"err,omitempty"`
-	ErrRank int    `json:"err_rank"`       // the rank a *comm.RankError names
-	Leak    string `json:"leak,omitempty"` // after Close: what was not given back
-	Reinit  string `json:"reinit,omitempty"`
+	Kind       string `json:"kind"` // ready, error, done, wrong, after
+	Rank       int    `json:"rank"`
+	T          int64  `json:"t"` // wall clock, Unix nanoseconds
+	Iter       int    `json:"iter,omitempty"`
+	Err        string `json:"err,omitempty"`
+	ErrRank    int    `json:"err_rank"`               // the rank a *comm.RankError names
+	Leak       string `json:"leak,omitempty"`         // after Close: what was not given back
+	LeakWaitMS int64  `json:"leak_wait_ms,omitempty"` // how long until everything was given back
+	Reinit     string `json:"reinit,omitempty"`
 }
 
 const eventPrefix = "RELEVENT "

@@ -101,9 +101,11 @@ func fdKind(target string) string {
 
 // leaksSince compares the process with base, retrying for up to within
 // (goroutines and sockets take a moment to wind down after Close), and
-// describes what is still held beyond base, or "" when nothing is.
-func leaksSince(base snapshot, within time.Duration) string {
-	deadline := time.Now().Add(within)
+// describes what is still held beyond base, or "" when nothing is, and how
+// long it waited.
+func leaksSince(base snapshot, within time.Duration) (string, time.Duration) {
+	start := time.Now()
+	deadline := start.Add(within)
 	for {
 		now := takeSnapshot()
 		var leaks []string
@@ -121,11 +123,11 @@ func leaksSince(base snapshot, within time.Duration) string {
 			leaks = append(leaks, fmt.Sprintf("%d memfd mapping(s)", now.memfdMaps-base.memfdMaps))
 		}
 		if len(leaks) == 0 {
-			return ""
+			return "", time.Since(start)
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(leaks)
-			return strings.Join(leaks, "; ")
+			return strings.Join(leaks, "; "), time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
