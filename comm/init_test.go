@@ -472,3 +472,33 @@ func TestGossipIP(t *testing.T) {
 		t.Error("gossipIP accepted a seed without a port")
 	}
 }
+
+// TestInitMissingRankProcesses: ranks 0 and 1 of a job of 3 start as
+// processes, rank 2 never does; both fail within GORUN_TIMEOUT with an
+// error that names rank 2 as missing.
+func TestInitMissingRankProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 2 processes")
+	}
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	common := append(initCleanEnv(), initChildEnv+"=1", "GORUN_SIZE=3", "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=missing-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=2s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInitChild$", "-test.v")
+			cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "INIT ERROR") || !strings.Contains(string(out), "missing ranks [2]") {
+				t.Errorf("rank %d: %v\n%s", r, err, out)
+			}
+		})
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("ranks gave up after %v with GORUN_TIMEOUT=2s", d)
+	}
+}
