@@ -38,9 +38,15 @@ func formTable(peers map[string]peer, size int) proposal {
 			free = append(free, q)
 		case m.Rank >= size:
 			p.notes = append(p.notes, fmt.Sprintf("node %s has rank %d ≥ size", q.name, m.Rank))
-		case !filled[m.Rank] || q.name < p.members[m.Rank].Name:
+		case !filled[m.Rank]:
 			filled[m.Rank] = true
 			p.members[m.Rank] = member(m.Rank, q)
+		default:
+			old := p.members[m.Rank].Name
+			p.notes = append(p.notes, fmt.Sprintf("rank %d claimed by %s and %s", m.Rank, min(old, q.name), max(old, q.name)))
+			if q.name < old {
+				p.members[m.Rank] = member(m.Rank, q)
+			}
 		}
 	}
 	slices.SortFunc(free, func(a, b peer) int {

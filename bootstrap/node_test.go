@@ -189,3 +189,18 @@ func TestWrongTokenRefused(t *testing.T) {
 }
 
 func withRank(c Config, r int) Config { c.Rank = r; return c }
+
+func TestDuplicateRank(t *testing.T) {
+	peers := map[string]peer{}
+	for _, name := range []string{"r1-b", "r1-a", "r0-x"} {
+		rank := 1
+		if name == "r0-x" {
+			rank = 0
+		}
+		peers[name] = peer{name: name, meta: meta{Rank: rank, Size: 2}}
+	}
+	p := formTable(peers, 2)
+	if !p.ok || p.members[1].Name != "r1-a" || len(p.notes) != 1 || !strings.Contains(p.notes[0], "rank 1 claimed by r1-a and r1-b") {
+		t.Errorf("table %+v, notes %q", p.members, p.notes)
+	}
+}
