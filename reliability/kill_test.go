@@ -311,7 +311,7 @@ func report(t *testing.T, what string, byKey map[string][]time.Duration) {
 			continue
 		}
 		slices.Sort(ds)
-		t.Logf("%s %-16s survivors=%3d detection median %v worst %v", what, k, len(ds),
+		t.Logf("%s %-16s n=%3d median %v worst %v", what, k, len(ds),
 			ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 }

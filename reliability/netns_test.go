@@ -127,9 +127,14 @@ func TestPartitionBetweenHosts(t *testing.T) {
 		}
 	}
 	report(t, "partition", map[string][]time.Duration{"tcp netns": ds})
+	var hangs []string
 	for _, rk := range j.ranks {
-		if _, _, ok := rk.exit(10 * time.Second); !ok {
+		if _, _, ok := rk.exit(20 * time.Second); !ok {
 			t.Errorf("rank %d did not exit after its error", rk.id)
 		}
+		if h, ok := rk.event("closehang"); ok {
+			hangs = append(hangs, fmt.Sprintf("rank %d: %s", rk.id, h.Err))
+		}
 	}
+	knownCloseHangs(t, hangs)
 }
