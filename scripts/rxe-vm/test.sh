@@ -2,7 +2,7 @@
 # scripts/rxe-vm/test.sh: run gorun's RDMA tests against real verbs (the kernel's
 # soft-RoCE driver, rdma_rxe) inside a throw-away qemu VM.
 #
-#   scripts/rxe-vm/test.sh [-run REGEX] [-v] [-long] [-bench]
+#   scripts/rxe-vm/test.sh [-run REGEX] [-v] [-long] [-bench] [-race]
 #
 # It builds the test binaries with cgo and -tags rdma, boots the Debian kernel
 # with rdma_rxe (TCG; KVM with GORUN_RXE_VM_ACCEL=kvm), binds rxe0 to the
@@ -10,7 +10,7 @@
 # By default the tests run with -test.short (TCG moves ~25 MB/s, so the
 # 64 MiB cases take minutes); -long runs them all. -bench also runs the
 # bandwidth comparison with ib_write_bw (about 20 s more) and prints its
-# BANDWIDTH line.
+# BANDWIDTH line. -race builds the binaries with the race detector (slower).
 # Exit status: the tests' (non-zero on failure); 0 with "SKIP: reason" when
 # qemu, the kernel or the packages cannot be had.
 #
@@ -25,12 +25,13 @@ CACHE=${GORUN_RXE_VM_CACHE:-${HOME:-/root}/.cache/gorun-rxe-vm}
 TIMEOUT=${GORUN_RXE_VM_TIMEOUT:-300}
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
-RUN_RE= VERBOSE= BENCH=0 SHORT=1
+RUN_RE= VERBOSE= BENCH=0 SHORT=1 RACE=
 while [ $# -gt 0 ]; do
   case "$1" in
     -run) RUN_RE=$2; shift 2 ;;
     -v) VERBOSE=-test.v; shift ;;
     -bench) BENCH=1; shift ;;
+    -race) RACE=-race; shift ;;
     -long) SHORT=0; TIMEOUT=${GORUN_RXE_VM_TIMEOUT:-900}; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument $1" >&2; exit 2 ;;
@@ -80,7 +81,7 @@ cd "$ROOT"
 TESTPKGS=(./transport/rdma/verbs)
 for p in "${TESTPKGS[@]}"; do
   name=$(basename "$p")
-  CGO_ENABLED=1 go test -c -tags rdma -o "$RUN/ov/opt/gorun/$name.test" "$p" ||
+  CGO_ENABLED=1 go test -c $RACE -tags rdma -o "$RUN/ov/opt/gorun/$name.test" "$p" ||
     { echo "rxe-vm: building $p with -tags rdma failed"; exit 1; }
 done
 note "built ${#TESTPKGS[@]} test binaries in $(elapsed)s"

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"net"
@@ -51,6 +52,7 @@ type cmEvent struct {
 	typ, status        int
 	id                 *C.struct_rdma_cm_id
 	respRes, initDepth int
+	priv               []byte // private data (requests, replies, rejects)
 }
 
 // next returns the next event (already acked). Errors: ctx's, errKicked,
@@ -76,7 +78,8 @@ func (c *cmChannel) next(ctx context.Context) (cmEvent, error) {
 		return cmEvent{}, err
 	}
 	return cmEvent{typ: int(ev.event), status: int(ev.status), id: ev.id,
-		respRes: int(ev.responder_resources), initDepth: int(ev.initiator_depth)}, nil
+		respRes: int(ev.responder_resources), initDepth: int(ev.initiator_depth),
+		priv: C.GoBytes(unsafe.Pointer(&ev.priv[0]), ev.priv_len)}, nil
 }
 
 // expect waits for event want on id and maps the failure events onto errors.
@@ -94,7 +97,7 @@ func (c *cmChannel) expect(ctx context.Context, want int) (cmEvent, error) {
 		}
 		switch ev.typ {
 		case C.RDMA_CM_EVENT_REJECTED:
-			return ev, fmt.Errorf("connection rejected (status %d): %w", ev.status, syscall.ECONNREFUSED)
+			return ev, fmt.Errorf("connection rejected (status %d): %w", ev.status, errRejected)
 		case C.RDMA_CM_EVENT_UNREACHABLE, C.RDMA_CM_EVENT_ADDR_ERROR, C.RDMA_CM_EVENT_ROUTE_ERROR,
 			C.RDMA_CM_EVENT_CONNECT_ERROR:
 			return ev, fmt.Errorf("%s (status %d): %w", C.GoString(C.rdma_event_str(uint32(ev.typ))),
@@ -132,60 +135,108 @@ func addrString(id *C.struct_rdma_cm_id, peer bool) string {
 	return C.GoString(&buf[0])
 }
 
-// dial is rdma_resolve_addr, rdma_resolve_route, rdma_create_qp and
-// rdma_connect on a fresh id with its own event channel.
+// errRejected is a connect request the peer rejected (no listener, or an
+// authentication step).
+var errRejected = fmt.Errorf("rejected: %w", syscall.ECONNREFUSED)
+
+// dial connects, authenticating with Config.Token when either side has one
+// (see auth.go): a server with a token answers the first request with a
+// challenge, and the second request carries the proof.
 func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	op := "dial " + addr
 	host, port, err := splitAddr(addr)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
-	ch, err := newCMChannel()
+	c, ev, err := d.connect(ctx, host, port, nil)
+	if errors.Is(err, errRejected) {
+		if m, ok := parseAuth(ev.priv); ok {
+			if m.kind != authChallenge {
+				return nil, opErr(op, fmt.Errorf("%w: the peer refused the connection", rdma.ErrAuth))
+			}
+			if len(d.cfg.Token) == 0 {
+				return nil, opErr(op, fmt.Errorf("%w: the peer wants a token and this device has none", rdma.ErrAuth))
+			}
+			nonceC := newNonce()
+			proof := authMsg{kind: authProof, nonceS: m.nonceS, nonceC: nonceC,
+				mac: authMAC(d.cfg.Token, "client", m.nonceS, nonceC)}.encode()
+			c, ev, err = d.connect(ctx, host, port, proof)
+			if err == nil {
+				a, ok := parseAuth(ev.priv)
+				if !ok || a.kind != authAccept || !hmac.Equal(a.mac, authMAC(d.cfg.Token, "server", nonceC, m.nonceS)) {
+					c.abort()
+					return nil, opErr(op, fmt.Errorf("%w: the peer's proof is wrong", rdma.ErrAuth))
+				}
+			} else if m2, ok := parseAuth(ev.priv); ok && m2.kind == authRefused {
+				return nil, opErr(op, fmt.Errorf("%w: the peer refused the proof (different token)", rdma.ErrAuth))
+			}
+		}
+	} else if err == nil && len(d.cfg.Token) > 0 {
+		c.abort()
+		return nil, opErr(op, fmt.Errorf("%w: the peer accepted without authenticating", rdma.ErrAuth))
+	}
 	if err != nil {
-		return nil, opErr(op, err)
-	}
-	var id *C.struct_rdma_cm_id
-	if r, err := C.rdma_create_id(ch.ch, &id, nil, C.RDMA_PS_TCP); r != 0 {
-		ch.destroy()
-		return nil, opErr(op, errnoErr(err))
-	}
-	fail := func(err error) (rdma.Conn, error) {
-		C.rdma_destroy_id(id)
-		ch.destroy()
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
 		return nil, opErr(op, err)
+	}
+	return d.established(c, op)
+}
+
+// connect is rdma_resolve_addr, rdma_resolve_route, rdma_create_qp and
+// rdma_connect on a fresh id with its own event channel. On an error the
+// id is gone; the event says why (a reject's private data).
+func (d *device) connect(ctx context.Context, host, port string, priv []byte) (*conn, cmEvent, error) {
+	ch, err := newCMChannel()
+	if err != nil {
+		return nil, cmEvent{}, err
+	}
+	var id *C.struct_rdma_cm_id
+	if r, err := C.rdma_create_id(ch.ch, &id, nil, C.RDMA_PS_TCP); r != 0 {
+		ch.destroy()
+		return nil, cmEvent{}, errnoErr(err)
+	}
+	var c *conn
+	fail := func(ev cmEvent, err error) (*conn, cmEvent, error) {
+		if c != nil {
+			c.destroy()
+		}
+		C.rdma_destroy_id(id)
+		ch.destroy()
+		return nil, ev, err
 	}
 	chost, cport := C.CString(host), C.CString(port)
 	r, cerr := C.gorun_resolve_addr(id, chost, cport, resolveTimeoutMS)
 	C.free(unsafe.Pointer(chost))
 	C.free(unsafe.Pointer(cport))
 	if r != 0 {
-		return fail(errnoErr(cerr))
+		return fail(cmEvent{}, errnoErr(cerr))
 	}
-	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ADDR_RESOLVED); err != nil {
-		return fail(err)
+	if ev, err := ch.expect(ctx, C.RDMA_CM_EVENT_ADDR_RESOLVED); err != nil {
+		return fail(ev, err)
 	}
 	if r, err := C.rdma_resolve_route(id, resolveTimeoutMS); r != 0 {
-		return fail(errnoErr(err))
+		return fail(cmEvent{}, errnoErr(err))
 	}
-	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
-		return fail(err)
+	if ev, err := ch.expect(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
+		return fail(ev, err)
 	}
-	c, err := d.newConn(id, ch)
+	if c, err = d.newConn(id, ch); err != nil {
+		return fail(cmEvent{}, err)
+	}
+	var p unsafe.Pointer
+	if len(priv) > 0 {
+		p = unsafe.Pointer(&priv[0])
+	}
+	if r, err := C.gorun_connect(id, C.int(d.rdAtom), C.int(d.rnr), p, C.int(len(priv))); r != 0 {
+		return fail(cmEvent{}, errnoErr(err))
+	}
+	ev, err := ch.expect(ctx, C.RDMA_CM_EVENT_ESTABLISHED)
 	if err != nil {
-		return fail(err)
+		return fail(ev, err)
 	}
-	if r, err := C.gorun_connect(id, C.int(d.rdAtom), C.int(d.rnr)); r != 0 {
-		c.destroy()
-		return fail(errnoErr(err))
-	}
-	if _, err := ch.expect(ctx, C.RDMA_CM_EVENT_ESTABLISHED); err != nil {
-		c.destroy()
-		return fail(err)
-	}
-	return d.established(c, op)
+	return c, ev, nil
 }
 
 // established finishes a connection on either side.
@@ -210,6 +261,7 @@ type listener struct {
 	ch   *cmChannel
 	addr *net.TCPAddr
 
+	nonces    challenges // issued authentication challenges
 	acceptMu  sync.Mutex // one Accept reads the channel at a time
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -293,7 +345,17 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 		if ev.typ != C.RDMA_CM_EVENT_CONNECT_REQUEST {
 			continue
 		}
-		c, err := l.accept(ctx, ev)
+		reply, ok := l.authenticate(ev)
+		if !ok {
+			var p unsafe.Pointer
+			if len(reply) > 0 {
+				p = unsafe.Pointer(&reply[0])
+			}
+			C.rdma_reject(ev.id, p, C.uint8_t(len(reply)))
+			C.rdma_destroy_id(ev.id)
+			continue
+		}
+		c, err := l.accept(ctx, ev, reply)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, opErr(op, ctx.Err())
@@ -304,7 +366,27 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 	}
 }
 
-func (l *listener) accept(ctx context.Context, ev cmEvent) (*conn, error) {
+// authenticate checks a connect request against Config.Token. It returns
+// the private data to accept with, or (ok false) to reject with.
+func (l *listener) authenticate(ev cmEvent) (reply []byte, ok bool) {
+	tok := l.d.cfg.Token
+	if len(tok) == 0 {
+		return nil, true
+	}
+	m, ok := parseAuth(ev.priv)
+	if !ok || m.kind != authProof {
+		if n := l.nonces.issue(); n != nil {
+			return authMsg{kind: authChallenge, nonceS: n}.encode(), false
+		}
+		return authMsg{kind: authRefused}.encode(), false
+	}
+	if !l.nonces.take(m.nonceS) || !hmac.Equal(m.mac, authMAC(tok, "client", m.nonceS, m.nonceC)) {
+		return authMsg{kind: authRefused}.encode(), false
+	}
+	return authMsg{kind: authAccept, mac: authMAC(tok, "server", m.nonceC, m.nonceS)}.encode(), true
+}
+
+func (l *listener) accept(ctx context.Context, ev cmEvent, priv []byte) (*conn, error) {
 	id := ev.id
 	if C.gorun_id_verbs(id) != l.d.ctx {
 		C.rdma_reject(id, nil, 0)
@@ -333,7 +415,11 @@ func (l *listener) accept(ctx context.Context, ev cmEvent) (*conn, error) {
 	}
 	respRes := min(ev.initDepth, l.d.rdAtom)
 	initDepth := min(ev.respRes, l.d.rdAtom)
-	if r, err := C.gorun_accept(id, C.int(respRes), C.int(initDepth), C.int(l.d.rnr)); r != 0 {
+	var p unsafe.Pointer
+	if len(priv) > 0 {
+		p = unsafe.Pointer(&priv[0])
+	}
+	if r, err := C.gorun_accept(id, C.int(respRes), C.int(initDepth), C.int(l.d.rnr), p, C.int(len(priv))); r != 0 {
 		c.destroy()
 		return fail(errnoErr(err))
 	}

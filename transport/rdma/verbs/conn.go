@@ -85,6 +85,14 @@ func (c *conn) destroy() {
 	C.gorun_destroy_qp(c.id, &c.qp)
 }
 
+// abort frees a connection that never reached the caller.
+func (c *conn) abort() {
+	C.rdma_disconnect(c.id)
+	c.destroy()
+	C.rdma_destroy_id(c.id)
+	c.ch.destroy()
+}
+
 // start runs the connection's event loop: a peer's disconnect moves the QP
 // to the error state (rdma_disconnect, which also answers the DREQ), so
 // outstanding requests flush and waiters learn that nothing more can come.

@@ -185,6 +185,8 @@ struct gorun_cm_event {
 	struct rdma_cm_id *id;
 	int responder_resources;
 	int initiator_depth;
+	int priv_len;
+	unsigned char priv[64]; // private data of a request, reply or reject
 };
 
 static inline int gorun_get_cm_event(struct rdma_event_channel *ch, struct gorun_cm_event *out) {
@@ -196,6 +198,15 @@ static inline int gorun_get_cm_event(struct rdma_event_channel *ch, struct gorun
 	out->id = ev->id;
 	out->responder_resources = ev->param.conn.responder_resources;
 	out->initiator_depth = ev->param.conn.initiator_depth;
+	out->priv_len = 0;
+	if ((ev->event == RDMA_CM_EVENT_CONNECT_REQUEST || ev->event == RDMA_CM_EVENT_ESTABLISHED ||
+	     ev->event == RDMA_CM_EVENT_REJECTED) && ev->param.conn.private_data) {
+		int n = ev->param.conn.private_data_len;
+		if (n > (int)sizeof out->priv)
+			n = sizeof out->priv;
+		memcpy(out->priv, ev->param.conn.private_data, n);
+		out->priv_len = n;
+	}
 	rdma_ack_cm_event(ev);
 	return 0;
 }
@@ -227,9 +238,11 @@ static inline int gorun_bind_addr(struct rdma_cm_id *id, const char *host, const
 	return r;
 }
 
-static inline int gorun_connect(struct rdma_cm_id *id, int rd_atom, int rnr_retry) {
+static inline int gorun_connect(struct rdma_cm_id *id, int rd_atom, int rnr_retry, const void *priv, int priv_len) {
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof p);
+	p.private_data = priv;
+	p.private_data_len = priv_len;
 	p.responder_resources = rd_atom;
 	p.initiator_depth = rd_atom;
 	p.retry_count = 7;
@@ -237,9 +250,12 @@ static inline int gorun_connect(struct rdma_cm_id *id, int rd_atom, int rnr_retr
 	return rdma_connect(id, &p);
 }
 
-static inline int gorun_accept(struct rdma_cm_id *id, int resp_res, int init_depth, int rnr_retry) {
+static inline int gorun_accept(struct rdma_cm_id *id, int resp_res, int init_depth, int rnr_retry,
+			       const void *priv, int priv_len) {
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof p);
+	p.private_data = priv;
+	p.private_data_len = priv_len;
 	p.responder_resources = resp_res;
 	p.initiator_depth = init_depth;
 	p.retry_count = 7;

@@ -179,3 +179,68 @@ func TestRecvTooSmall(t *testing.T) {
 		t.Error("sender's send succeeded")
 	}
 }
+
+// TestTokenAuth: with Config.Token, only peers with the same token connect.
+func TestTokenAuth(t *testing.T) {
+	ip := vmIP(t)
+	ctx := ctxT(t)
+	srv := openDev(t, rdma.Config{Token: []byte("job-42")})
+	ln, err := srv.Listen(ctx, ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan rdma.Conn, 1)
+	go func() {
+		c, err := ln.Accept(ctx) // skips the requests that fail authentication
+		if err != nil {
+			t.Error("accept:", err)
+		}
+		accepted <- c
+	}()
+	for _, tc := range []struct {
+		name  string
+		token string
+	}{{"wrong token", "job-43"}, {"no token", ""}} {
+		d := openDev(t, rdma.Config{Token: []byte(tc.token)})
+		if c, err := d.Dial(ctx, ln.Addr().String()); !errors.Is(err, rdma.ErrAuth) {
+			t.Errorf("%s: dial = %v, %v; want ErrAuth", tc.name, c, err)
+		}
+	}
+	good := openDev(t, rdma.Config{Token: []byte("job-42")})
+	c, err := good.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal("same token:", err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		t.Fatal("no accepted conn")
+	}
+	defer s.Close()
+	rb, _ := srv.Alloc(64, rdma.AccessLocalWrite)
+	if err := s.PostRecv(1, rb.Bytes(), rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PostSend(2, []byte("authenticated"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := s.GetRecvComp(ctx)
+	mustWC(t, wc, err, 1, rdma.OpRecv)
+
+	// A client with a token meets a server without one.
+	plain := openDev(t, rdma.Config{})
+	pln, err := plain.Listen(ctx, ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pln.Close()
+	go func() {
+		if c, err := pln.Accept(ctx); err == nil {
+			c.Close()
+		}
+	}()
+	if c, err := good.Dial(ctx, pln.Addr().String()); !errors.Is(err, rdma.ErrAuth) {
+		t.Errorf("token client to plain server: dial = %v, %v; want ErrAuth", c, err)
+	}
+}
