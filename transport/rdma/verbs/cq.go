@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -271,10 +270,8 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 			return rdma.WC{}, q.c.opErr(op, ctx.Err())
 		case err == nil && cerr != nil:
 			return rdma.WC{}, q.c.opErr(op, errnoErr(cerr))
-		case err == nil, errors.Is(err, errKicked), errors.Is(err, context.DeadlineExceeded):
-			spins = spinPolls / 2 // woken, kicked, or the flush grace tick
-		default:
-			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
+		default: // woken, kicked, the flush grace tick, or closed (the loop's top says)
+			spins = spinPolls / 2
 		}
 	}
 }

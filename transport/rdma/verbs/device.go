@@ -47,6 +47,7 @@ type device struct {
 	rdAtom  int // initiator depth / responder resources for RDMA reads
 	rnr     int // rnr_retry_count for rdma_connect/rdma_accept
 	rnrCode int // min_rnr_timer code for Config.RNRTimer
+	node    int // NUMA node for Alloc: Config.NUMANode, else the device's, else -1
 
 	mu     sync.Mutex
 	closed bool
@@ -124,6 +125,9 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 		mrs:    map[*rdma.MR]struct{}{},
 	}
 	d.rnr, d.rnrCode = rnrParams(cfg.RNRRetry, cfg.RNRTimer.Seconds()*1000)
+	if d.node = cfg.NUMANode; d.node < 0 {
+		d.node = numaNode("/", d.name)
+	}
 	return d, nil
 }
 
@@ -219,12 +223,13 @@ func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
 	return d.register("register", buf, access, nil)
 }
 
-// Alloc registers n bytes of mmap'd memory (soft.Mmap) outside the Go heap.
+// Alloc registers n bytes of mmap'd memory outside the Go heap, placed on
+// the device's NUMA node (or Config.NUMANode) with soft.MmapNode.
 func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if n <= 0 {
 		return nil, opErr("alloc", rdma.ErrInvalid)
 	}
-	buf, err := soft.Mmap(n)
+	buf, err := soft.MmapNode(n, d.node)
 	if err != nil {
 		return nil, opErr("alloc", err)
 	}

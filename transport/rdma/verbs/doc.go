@@ -41,6 +41,44 @@
 // SendQueueDepth/4-th of them internally so the send queue drains; those
 // internal completions are never delivered.
 //
+// # Mapping of the contract onto verbs
+//
+//   - Post-time checks (ErrNotRegistered, ErrAccess, ErrInvalid) are made by
+//     the provider as the software providers make them; the NIC would only
+//     report them as completions.
+//   - Config.RNRRetry and RNRTimer become rnr_retry_count and min_rnr_timer,
+//     keeping retries × timer: up to 6 retries as given, more folded into 6
+//     longer waits (at most 6 × 491 ms), beyond that or for -1 "forever"
+//     (rnr_retry_count 7). min_rnr_timer is set on the connected QP (RTS).
+//   - Error completions map onto rdma.Status; a receive with
+//     IBV_WC_LOC_QP_OP_ERR is reported as StatusLocalLengthError (that is how
+//     rxe reports a receive too small). The first error is kept in Conn.Err
+//     with the ibv_wc_status and vendor_err.
+//   - In the error state every request completes flushed. Devices flush by
+//     themselves; rxe before Linux 6.3 drops posted receives silently, so a
+//     request outstanding 100 ms after the connection failed (flushGrace) is
+//     flushed by the provider. Posts after the peer disconnected are not
+//     given to the device and flush the same way. Close flushes everything
+//     outstanding; GetSendComp/GetRecvComp return those, then ErrClosed.
+//   - Config.Token authenticates connections through rdma_cm private data,
+//     challenge-response (auth.go); peers without gorun (rdma_client,
+//     rdma_server) interoperate only without a token.
+//   - Alloc places memory on the device's NUMA node (sysfs) or
+//     Config.NUMANode. There is no registration cache here: collectives'
+//     RegCache sits above every provider.
+//   - GORUN_VERBS_DEVICE picks the device; by default the first with an
+//     active port.
+//
+// # Testing
+//
+// The host has no RDMA; scripts/rxe-vm/test.sh builds the tests with
+// -tags rdma, boots a qemu VM with the kernel's soft-RoCE driver (rdma_rxe on
+// the VM's NIC) and runs them there: the conformance suite
+// (transport/rdma/rdmatest, peers in-process and in a child process),
+// focused tests, interop with rdmacm-utils' rdma_server/rdma_client, comm's
+// collectives over verbs, and with -bench a bandwidth comparison with
+// perftest's ib_write_bw. Elsewhere those tests skip (RXE_VM_IP unset).
+//
 // Ownership and concurrency follow transport/rdma: Device, Listener and Conn
 // methods are safe for concurrent use; posts on one Conn are serialised by a
 // mutex (their order is the order in which the Post calls return);

@@ -71,16 +71,22 @@ func DevicesAt(root string) ([]DeviceInfo, error) {
 			Name:     e.Name(),
 			NodeGUID: readString(filepath.Join(dir, "node_guid")),
 			NodeType: readString(filepath.Join(dir, "node_type")),
-			NUMANode: -1,
 		}
-		if n, err := strconv.Atoi(readString(filepath.Join(dir, "device", "numa_node"))); err == nil && n >= 0 {
-			d.NUMANode = n
-		}
+		d.NUMANode = numaNode(root, e.Name())
 		d.Ports = readPorts(filepath.Join(dir, "ports"))
 		devs = append(devs, d)
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].Name < devs[j].Name })
 	return devs, nil
+}
+
+// numaNode is the device's NUMA node, or -1 when sysfs does not say.
+func numaNode(root, dev string) int {
+	n, err := strconv.Atoi(readString(filepath.Join(root, "sys", "class", "infiniband", dev, "device", "numa_node")))
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // hasActivePort reads only the ports' state files (Devices also reads the

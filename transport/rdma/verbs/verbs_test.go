@@ -244,3 +244,65 @@ func TestTokenAuth(t *testing.T) {
 		t.Errorf("token client to plain server: dial = %v, %v; want ErrAuth", c, err)
 	}
 }
+
+// TestPostNoAlloc: the post path does not allocate.
+func TestPostNoAlloc(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, _ := pair(t, d)
+	src, _ := d.Alloc(4096, rdma.AccessLocalWrite)
+	dst, _ := d.Alloc(4096, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	n := testing.AllocsPerRun(200, func() {
+		if err := cli.PostWrite(1, src.Bytes(), src, 0, dst.Addr(), dst.RKey()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("PostWrite allocates %v times per call", n)
+	}
+	if err := cli.PostWrite(2, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := cli.GetSendComp(ctxT(t))
+	mustWC(t, wc, err, 2, rdma.OpWrite)
+}
+
+// TestWaitersEnd: a waiter ends with its context, and Close hands a
+// blocked waiter its flushed receive, then ErrClosed.
+func TestWaitersEnd(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, _ := pair(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := cli.GetSendComp(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("GetSendComp with nothing outstanding: %v, want DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("ctx ended the wait after %v", el)
+	}
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	if err := cli.PostRecv(5, rb.Bytes(), rb); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		wc  rdma.WC
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		wc, err := cli.GetRecvComp(ctxT(t))
+		got <- res{wc, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // let it sleep in the netpoller
+	cli.Close()
+	r := <-got
+	if r.err != nil || r.wc.WRID != 5 || r.wc.Status != rdma.StatusFlushed {
+		t.Fatalf("blocked waiter after Close: %+v %v, want wrid 5 flushed", r.wc, r.err)
+	}
+	if _, err := cli.GetRecvComp(ctxT(t)); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("GetRecvComp after the flush: %v, want ErrClosed", err)
+	}
+	if err := rb.Deregister(); err != nil {
+		t.Fatalf("deregister after Close: %v", err)
+	}
+}
