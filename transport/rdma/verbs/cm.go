@@ -326,6 +326,16 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 	op := "accept " + l.addr.String()
 	l.acceptMu.Lock()
 	defer l.acceptMu.Unlock()
+	// Close must not wait for a handshake in progress.
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-l.closed:
+			cancel()
+		case <-actx.Done():
+		}
+	}()
 	for {
 		select {
 		case <-l.closed:
@@ -355,7 +365,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 			C.rdma_destroy_id(ev.id)
 			continue
 		}
-		c, err := l.accept(ctx, ev, reply)
+		c, err := l.accept(actx, ev, reply)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, opErr(op, ctx.Err())
