@@ -50,6 +50,8 @@ type Comm struct {
 
 	// ctl reports progress to the launcher (Init only; nil is a no-op).
 	ctl *jobctl.Client
+
+	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.

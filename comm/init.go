@@ -86,6 +86,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	ctl.Joined(c.rank)
 	ctl.Phase(c.rank, "ready")
 	node := rv.node
+	c.shrink.node = node // for Shrink (shrink.go)
 	done := make(chan struct{})
 	go forwardFailures(c, node, done)
 	c.onClose = append(c.onClose, func() {

@@ -56,6 +56,8 @@ func runChild(role string) int {
 		return childMismatch(rank)
 	case "echo":
 		return childEcho()
+	case "shrink":
+		return childShrink(rank)
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2

@@ -1,0 +1,209 @@
+package comm
+
+// Shrink: elastic recovery after a rank failure, as ULFM's
+// MPIX_Comm_shrink and ncclCommShrink. This file is owned by the
+// reliability maintainer.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// shrinkState is what Shrink needs from Init.
+type shrinkState struct {
+	node *bootstrap.Node // Init's gossip membership; nil for NewLocal and Split
+}
+
+// Shrink returns a communicator of the ranks of c that are still alive,
+// renumbered 0..n-1 in the order of their ranks in c. Every surviving rank
+// must call it, typically after an operation failed with ErrPeerFailed;
+// they agree on the survivors through the gossip bootstrap, then connect
+// again over the providers and listeners c already had open (no new
+// ports). c is left closed: Shrink takes over its transport and its
+// membership, and c's later operations fail with ErrClosed.
+//
+// Only communicators made by Init can shrink. After Shrink, a survivor
+// that dies is noticed through its connections (ErrPeerFailed when an
+// operation needs it); the gossip failure reports stay with c.
+func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
+	const op = "shrink"
+	node := c.shrink.node
+	if node == nil {
+		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can shrink", ErrInvalid)}
+	}
+	if c.closed.Load() {
+		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
+	}
+	if c.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+		defer cancel()
+	}
+	// Stop every operation on c, wait for the one running, and close its
+	// links; the devices and listeners stay open for the new world.
+	c.eng.Abort(c.rank, fmt.Errorf("%w: shrinking", ErrAborted))
+	t := c.ticket()
+	c.wait(t)
+	defer c.release()
+	if c.closed.Swap(true) {
+		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
+	}
+	c.eng.Close()
+
+	w, err := node.Shrink(ctx)
+	if err != nil {
+		c.releaseTransport()
+		return nil, &RankError{Rank: c.rank, Op: op, Err: err}
+	}
+	eps := make([]*endpoint, w.Size)
+	for r, m := range w.Members {
+		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
+			c.releaseTransport()
+			return nil, &RankError{Rank: r, Op: op, Err: err}
+		}
+	}
+	cfg := *c.cfg
+	n := &Comm{rank: w.Rank, size: w.Size, cfg: &cfg, sendSeq: make([]uint32, w.Size), recvSeq: make([]uint32, w.Size),
+		plans: map[planKey]*collectives.Plan{}, devs: c.devs, lns: c.lns,
+		onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
+	n.turn = sync.NewCond(&n.turnMu)
+	c.devs, c.lns, c.onClose, c.ctl, c.shrink = nil, nil, nil, nil, shrinkState{}
+	if err := n.reconnect(ctx, eps); err != nil {
+		n.releaseTransport()
+		for _, f := range n.onClose {
+			f()
+		}
+		return nil, &RankError{Rank: -1, Op: op, Err: err}
+	}
+	n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
+	return n, nil
+}
+
+// releaseTransport closes the listeners and devices c still holds.
+func (c *Comm) releaseTransport() {
+	for _, ln := range c.lns {
+		ln.Close()
+	}
+	for _, d := range c.devs {
+		d.Cache.Close()
+		d.Dev.Close()
+	}
+	c.lns, c.devs = nil, nil
+}
+
+// reconnect connects c to the ranks described by eps over its open
+// devices and listeners, as newComm does after its rendezvous: each rank
+// dials the lower ranks and accepts the higher ones.
+func (c *Comm) reconnect(ctx context.Context, eps []*endpoint) error {
+	rank, size := c.rank, c.size
+	me := eps[rank]
+	devByName := map[string]*collectives.Device{}
+	lnByName := map[string]rdma.Listener{}
+	for i, d := range c.devs {
+		devByName[d.Dev.Name()] = d
+		lnByName[d.Dev.Name()] = c.lns[i]
+	}
+	for r, ep := range eps {
+		if ep.host == me.host {
+			if r < rank {
+				c.localRank++
+			}
+			c.localSize++
+		}
+	}
+	prov := make([]string, size)
+	accepts := map[string]int{}
+	for q, ep := range eps {
+		if q == rank {
+			continue
+		}
+		if prov[q] = pickProvider(c.cfg.transport, me, ep); prov[q] == "" || devByName[prov[q]] == nil {
+			return &RankError{Rank: q, Op: "shrink", Err: fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))}
+		}
+		if q > rank {
+			accepts[prov[q]]++
+		}
+	}
+	params := stagingFor(c.cfg, size)
+	links := make([]*collectives.Link, size)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	record := func(l *collectives.Link, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && (l.Peer < 0 || l.Peer >= size || l.Peer == rank || links[l.Peer] != nil) {
+			err = fmt.Errorf("gorun: unexpected connection from rank %d", l.Peer)
+			l.Close()
+		}
+		if err != nil {
+			errs = append(errs, err)
+			cancel()
+			return
+		}
+		links[l.Peer] = l
+	}
+	for q := 0; q < rank; q++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := devByName[prov[q]]
+			conn, err := d.Dev.Dial(cctx, eps[q].addrs[prov[q]])
+			if err != nil {
+				record(nil, &RankError{Rank: q, Op: "shrink", Err: fmt.Errorf("dial %s: %w", prov[q], err)})
+				return
+			}
+			l, err := collectives.Establish(cctx, conn, d, rank, params)
+			if err == nil && l.Peer != q {
+				l.Close()
+				err = fmt.Errorf("dialed rank %d, reached rank %d", q, l.Peer)
+			}
+			if err != nil {
+				conn.Close()
+				record(nil, &RankError{Rank: q, Op: "shrink", Err: err})
+				return
+			}
+			record(l, nil)
+		}()
+	}
+	for name, k := range accepts {
+		ln, d := lnByName[name], devByName[name]
+		for range k {
+			conn, err := ln.Accept(cctx)
+			if err != nil {
+				record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l, err := collectives.Establish(cctx, conn, d, rank, params)
+				if err != nil {
+					conn.Close()
+					record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
+					return
+				}
+				record(l, nil)
+			}()
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		for _, l := range links {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return errors.Join(errs...)
+	}
+	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	return nil
+}
