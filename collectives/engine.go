@@ -108,7 +108,15 @@ type runState struct {
 type peerState struct {
 	sendCur, sendFin, recvCur int
 	sendPiece, recvPiece      int
+	ctsSent                   bool
 }
+
+// DirectMin is the smallest op (in bytes) sent directly into the receiver's
+// buffer rather than through its staging slots.
+const DirectMin = 64 << 10
+
+// maxWrite bounds one posted write of a direct message.
+const maxWrite = 4 << 20
 
 // NewEngine starts the progress goroutines of links (indexed by rank).
 func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
@@ -181,13 +189,26 @@ func (e *Engine) PeerFailed(rank int, err error) {
 	e.Abort(rank, err)
 }
 
+// remoteAbort handles a peer's abort notice. It is passed on to every
+// peer (once: only the first failure is), so that all ranks agree on the
+// culprit even if the notifier's own notices are cut short.
 func (e *Engine) remoteAbort(l *Link, culprit int, code uint32) {
-	e.fail(&PeerError{Rank: culprit, Err: reasonErr(code)})
+	e.Abort(culprit, reasonErr(code))
 }
 
 func (e *Engine) linkFailed(l *Link, err error) {
+	l.broken.Store(true)
+	// A peer that closed gracefully said bye after everything else it sent;
+	// if the send queue noticed the closed connection first, give the
+	// receive loop a moment to get there.
+	for i := 0; i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
+		time.Sleep(2 * time.Millisecond)
+	}
 	if l.closed.Load() {
-		e.fail(&PeerError{Rank: l.Peer, Err: ErrPeerClosed})
+		// The peer said bye: it finished every call it made, and all it
+		// sent before the bye has arrived (in order). That is no failure;
+		// only an operation that still needs this peer fails (Run).
+		e.poke()
 		return
 	}
 	e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
@@ -212,14 +233,16 @@ func (e *Engine) Close() error {
 			sent = append(sent, l.byeSent)
 		}
 	}
-	grace := time.NewTimer(500 * time.Millisecond)
+	// One deadline for all byes (a timer's channel fires once, and a bye to
+	// a peer that already closed never completes).
+	grace, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	for _, ch := range sent {
 		select {
 		case <-ch:
-		case <-grace.C:
+		case <-grace.Done():
 		}
 	}
-	grace.Stop()
+	stop()
 	e.cancel()
 	e.fail(&PeerError{Rank: e.Rank, Err: ErrAborted})
 	var first error
@@ -275,7 +298,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 			}
 			for ps.sendFin < ps.sendCur {
 				op := pp.sends[ps.sendFin]
-				if l.sendDone.Load() < st.sendLast[op] {
+				// Done once the transport completed it or the peer consumed
+				// it (a peer that then closed may flush the completion).
+				if l.sendDone.Load() < st.sendLast[op] && l.credits.Load() < st.sendLast[op] {
 					break
 				}
 				st.done[op] = true
@@ -291,6 +316,11 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 				}
 				moved, complete, err := e.post(l, o, call, ps, es)
 				if err != nil {
+					if l.closed.Load() {
+						err = ErrPeerClosed
+					} else {
+						err = fmt.Errorf("%w: %w", ErrPeerFailed, err)
+					}
 					e.Abort(l.Peer, err)
 					return e.Err()
 				}
@@ -320,6 +350,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 				remaining--
 				ps.recvCur++
 				ps.recvPiece = 0
+				ps.ctsSent = false
 			}
 		}
 		if remaining == 0 && e.acked(p) {
@@ -327,6 +358,10 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		}
 		if progress {
 			continue
+		}
+		if peer, ok := e.needsClosedPeer(p); ok {
+			e.Abort(peer, ErrPeerClosed) // the others may wait on this rank
+			return e.Err()
 		}
 		select {
 		case <-e.wake:
@@ -340,6 +375,26 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 			return e.Err()
 		}
 	}
+}
+
+// needsClosedPeer names a peer that has closed the communicator while p
+// still needs it: data it never sent, credits for messages it never
+// consumed, or sends p has yet to post to it. A peer's bye follows all it
+// sent, in order, so once closed is seen every message it sent is counted
+// in arrived; a receive that has consumed them all can get no more.
+func (e *Engine) needsClosedPeer(p *Plan) (int, bool) {
+	for i := range p.peers {
+		pp, ps := &p.peers[i], &e.st.pp[i]
+		l := e.links[pp.peer]
+		if !l.closed.Load() {
+			continue
+		}
+		awaitsData := ps.recvCur < len(pp.recvs) && l.consumed >= l.arrived.Load()
+		if awaitsData || ps.sendCur < len(pp.sends) || l.credits.Load() < l.posted {
+			return pp.peer, true
+		}
+	}
+	return 0, false
 }
 
 // acked reports whether every peer of p has consumed every message sent to
@@ -420,10 +475,37 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		buf = call.Input
 	}
 	rs := uint64(l.rSlots)
+	direct := o.ToCopy && nbytes >= DirectMin
+	if direct {
+		np = 1
+	}
 	for ps.sendPiece < np {
 		m := l.posted
 		if m-l.credits.Load() >= rs || (m >= rs && l.sendDone.Load() < m-rs+1) {
 			return moved, false, nil
+		}
+		if direct {
+			if l.ctsArrived.Load() <= l.ctsUsed {
+				return moved, false, nil
+			}
+			cts := l.cts[l.ctsUsed%ctsDepth]
+			src := buf[o.Off*es : o.Off*es+nbytes]
+			for off := 0; off < nbytes; off += maxWrite {
+				part := src[off:min(nbytes, off+maxWrite)]
+				if err := l.conn.PostWrite(0, part, l.dev.cur[o.Buf], 0, cts.addr+uint64(off), cts.rkey); err != nil {
+					return moved, false, err
+				}
+			}
+			slot := m % rs
+			h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
+			putHeader(h, call, nbytes, true)
+			if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, l.rAddr+slot*uint64(l.rSlotSize), l.rKey, uint32(m)); err != nil {
+				return moved, false, err
+			}
+			l.ctsUsed++
+			l.posted++
+			ps.sendPiece++
+			return true, true, nil
 		}
 		off := ps.sendPiece * payload
 		n := min(payload, nbytes-off)
@@ -436,7 +518,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			}
 		}
 		h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
-		putHeader(h, call, n)
+		putHeader(h, call, n, false)
 		if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
 			return moved, false, err
 		}
@@ -452,6 +534,20 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 	nbytes := o.Len * es
 	payload := l.slotSize - hdrSize
 	np := pieces(nbytes, payload)
+	direct := o.Kind == Recv && nbytes >= DirectMin
+	if direct {
+		np = 1
+		if !ps.ctsSent {
+			mr := l.dev.cur[Work]
+			dst := call.Work[o.Off*es : o.Off*es+nbytes]
+			if err := l.sendCtrl(ctrlCTS, mr.RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
+				e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+				return moved, false, err
+			}
+			ps.ctsSent = true
+			moved = true
+		}
+	}
 	stage := l.stage.Bytes()
 	for ps.recvPiece < np {
 		if l.consumed >= l.arrived.Load() {
@@ -460,7 +556,10 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		base := int(l.consumed%uint64(l.slots)) * l.slotSize
 		off := ps.recvPiece * payload
 		want := min(payload, nbytes-off)
-		if why := checkHeader(stage[base:base+hdrSize], call, want); why != "" {
+		if direct {
+			want = nbytes
+		}
+		if why := checkHeader(stage[base:base+hdrSize], call, want, direct); why != "" {
 			// The peer may have aborted after sending: its notice follows
 			// its data on this connection. Give it a moment to land.
 			select {
@@ -470,7 +569,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			e.Abort(l.Peer, fmt.Errorf("%w: %s", ErrMismatch, why))
 			return moved, false, ErrMismatch
 		}
-		if want > 0 {
+		if want > 0 && !direct {
 			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
 			src := stage[base+hdrSize : base+hdrSize+want]
 			if o.Kind == RecvReduce {
@@ -491,11 +590,15 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 }
 
 // Header layout (little endian): magic u32, seq u32, coll u8, dtype u8,
-// op u8, pad u8, root i32, len u32, pad u32, count u64.
-func putHeader(h []byte, c *Call, n int) {
+// op u8, direct u8, root i32, len u32, pad u32, count u64.
+func putHeader(h []byte, c *Call, n int, direct bool) {
 	binary.LittleEndian.PutUint32(h[0:], hdrMagic)
 	binary.LittleEndian.PutUint32(h[4:], c.Seq)
-	h[8], h[9], h[10], h[11] = byte(c.Coll), byte(c.DType), byte(c.Op), 0
+	var d byte
+	if direct {
+		d = 1
+	}
+	h[8], h[9], h[10], h[11] = byte(c.Coll), byte(c.DType), byte(c.Op), d
 	binary.LittleEndian.PutUint32(h[12:], uint32(int32(c.Root)))
 	binary.LittleEndian.PutUint32(h[16:], uint32(n))
 	binary.LittleEndian.PutUint64(h[24:], uint64(c.Count))
@@ -503,7 +606,7 @@ func putHeader(h []byte, c *Call, n int) {
 
 // checkHeader returns "" if h matches c and a payload of want bytes, or
 // what differs.
-func checkHeader(h []byte, c *Call, want int) string {
+func checkHeader(h []byte, c *Call, want int, direct bool) string {
 	if binary.LittleEndian.Uint32(h[0:]) != hdrMagic {
 		return "corrupt header"
 	}
@@ -525,6 +628,8 @@ func checkHeader(h []byte, c *Call, want int) string {
 		return fmt.Sprintf("%s %d, this rank %d", what, int32(binary.LittleEndian.Uint32(h[12:])), c.Root)
 	case binary.LittleEndian.Uint64(h[24:]) != uint64(c.Count):
 		return fmt.Sprintf("count %d, this rank %d", binary.LittleEndian.Uint64(h[24:]), c.Count)
+	case (h[11] == 1) != direct:
+		return "it sent a direct message where this rank expects a staged one, or the reverse"
 	case int(binary.LittleEndian.Uint32(h[16:])) != want:
 		return fmt.Sprintf("message of %d bytes, this rank expects %d", binary.LittleEndian.Uint32(h[16:]), want)
 	}

@@ -57,7 +57,9 @@ func (f fold) foldIn(s *Schedule, count, chunk int) int {
 	a := f.active(r)
 	if r < 2*f.rem {
 		if a < 0 {
+			s.reducing = true
 			s.addChunked(Send, Work, r+1, 0, count, chunk)
+			s.reducing = false
 		} else {
 			s.addChunked(RecvReduce, Work, r-1, 0, count, chunk)
 		}

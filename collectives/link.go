@@ -2,6 +2,15 @@ package collectives
 
 // Link: the wire protocol between two ranks over one rdma.Conn.
 //
+// Direct (zero-copy) messages: a large send whose matching receive only
+// stores the data (Op.ToCopy) skips the staging area. When such a receive
+// becomes ready (its deps are done, so nothing reads or writes that range
+// any more), the receiver sends a clear-to-send with the address and rkey
+// of the destination inside its registered working buffer; the sender
+// writes the payload there directly, then the usual header (marked direct)
+// with immediate into a staging slot. Both sides decide "direct" from the
+// op's length alone (DirectMin), so they agree without negotiation.
+//
 // Each side allocates a receive staging area of Slots slots of SlotBytes
 // (registered for remote write) and tells the peer its address and rkey in
 // a hello message. A data message k (counted from 0 per direction) goes to
@@ -20,6 +29,7 @@ package collectives
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -39,7 +49,13 @@ const (
 	ctrlCredit
 	ctrlAbort
 	ctrlBye
+	ctrlCTS // clear to send: the next direct message goes to address b, rkey a
 )
+
+// ctsDepth bounds outstanding clear-to-send messages per link; the
+// protocol never has more than one (a receiver clears the next direct
+// receive only after the previous one has arrived).
+const ctsDepth = 8
 
 // Device is one opened provider with its registration cache.
 type Device struct {
@@ -83,6 +99,14 @@ type Link struct {
 	sendDone atomic.Uint64 // our messages whose header write completed
 	closed   atomic.Bool   // the peer said bye
 	broken   atomic.Bool   // a progress loop saw the connection fail
+	recvOut  atomic.Bool   // the receive loop has exited
+
+	cts [ctsDepth]struct {
+		addr uint64
+		rkey uint32
+	}
+	ctsArrived atomic.Uint64 // clear-to-send messages received
+	ctsUsed    uint64        // engine: clear-to-send messages used
 
 	posted   uint64 // engine: data messages posted
 	consumed uint64 // engine: data messages applied
@@ -189,6 +213,7 @@ func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
 // queues until ctx ends or the connection fails, reporting to e.
 func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 	defer e.loops.Done()
+	defer l.recvOut.Store(true)
 	for {
 		wc, err := l.conn.GetRecvComp(ctx)
 		if err == nil {
@@ -218,9 +243,20 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 				e.remoteAbort(l, int(int32(a)), uint32(b))
 			case ctrlBye:
 				l.closed.Store(true)
+			case ctrlCTS:
+				n := l.ctsArrived.Load()
+				l.cts[n%ctsDepth].addr, l.cts[n%ctsDepth].rkey = b, a
+				l.ctsArrived.Store(n + 1)
 			}
 		}
 		if err := l.postRecv(wc.WRID); err != nil {
+			if errors.Is(err, rdma.ErrClosed) {
+				// The connection ended: keep draining what already
+				// arrived (the peer's bye may be next); the loop ends on
+				// the receive queue's own error.
+				e.poke()
+				continue
+			}
 			if ctx.Err() == nil {
 				e.linkFailed(l, err)
 			}
@@ -239,9 +275,15 @@ func (l *Link) sendLoop(ctx context.Context, e *Engine) {
 		}
 		if err != nil {
 			l.broken.Store(true)
-			if ctx.Err() == nil {
+			// A connection that ended (closed, or flushed) is judged by the
+			// receive loop, which sees the peer's bye, if it said one, first:
+			// it always ends with an error of its own then.
+			var wce *rdma.WCError
+			ended := errors.Is(err, rdma.ErrClosed) || (errors.As(err, &wce) && wce.WC.Status == rdma.StatusFlushed)
+			if ctx.Err() == nil && !ended {
 				e.linkFailed(l, err)
 			}
+			e.poke()
 			return
 		}
 		if wc.WRID == wridBye {
@@ -266,4 +308,12 @@ func (l *Link) free() {
 func (l *Link) Close() {
 	l.conn.Close()
 	l.free()
+}
+
+// Window is the payload bytes a peer with staging p accepts before it must
+// return credits: a schedule op larger than this is split across credit
+// round trips, so chunks should not exceed it.
+func Window(p LinkParams) int {
+	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
+	return max(1, p.Slots) * (p.SlotBytes - hdrSize)
 }

@@ -40,7 +40,11 @@ func ringAllGather(s *Schedule, seg func(i int) (int, int), shift, chunk int) {
 
 // interleave appends a send and a receive of one step, piece by piece, so
 // that piece p of the send is posted next to piece p of the receive.
+// The algorithms using it are symmetric: the peer receives what this rank
+// sends with the same kind as this rank's receive (rk).
 func interleave(s *Schedule, sk Kind, sp, so, sn int, rk Kind, rp, ro, rn, chunk int) {
+	defer func(r bool) { s.reducing = r }(s.reducing)
+	s.reducing = rk == RecvReduce
 	for p := 0; p < max(sn, rn); p += chunk {
 		if p < sn {
 			s.add(sk, Work, sp, so+p, min(chunk, sn-p))

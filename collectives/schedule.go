@@ -44,6 +44,10 @@ type Op struct {
 	Peer int
 	Off  int
 	Len  int
+	// ToCopy (sends only) says the matching receive is a Recv, not a
+	// RecvReduce, so the executor may write the payload straight into the
+	// receiver's buffer (zero copy) once the receiver says where.
+	ToCopy bool
 	// Deps are indices of earlier ops of the same schedule that must have
 	// completed before this op may start (a send: be posted; a receive: be
 	// applied to Work). Finalize derives them from range overlaps; builders
@@ -52,7 +56,7 @@ type Op struct {
 }
 
 func (o Op) String() string {
-	return fmt.Sprintf("%s peer=%d buf=%d [%d,+%d) deps=%v", o.Kind, o.Peer, o.Buf, o.Off, o.Len, o.Deps)
+	return fmt.Sprintf("%s peer=%d buf=%d [%d,+%d) copy=%v deps=%v", o.Kind, o.Peer, o.Buf, o.Off, o.Len, o.ToCopy, o.Deps)
 }
 
 // Schedule is one rank's part of a collective: its ops in program order.
@@ -66,11 +70,13 @@ func (o Op) String() string {
 type Schedule struct {
 	Rank, Size int
 	Ops        []Op
+
+	reducing bool // builders: sends appended now go to RecvReduce ops
 }
 
 // add appends an op and returns its index.
 func (s *Schedule) add(k Kind, b Buf, peer, off, n int) int {
-	s.Ops = append(s.Ops, Op{Kind: k, Buf: b, Peer: peer, Off: off, Len: n})
+	s.Ops = append(s.Ops, Op{Kind: k, Buf: b, Peer: peer, Off: off, Len: n, ToCopy: k == Send && !s.reducing})
 	return len(s.Ops) - 1
 }
 

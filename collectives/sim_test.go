@@ -80,6 +80,9 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 					if sr.sendQ[o.Peer][0] != i || len(queues[key]) >= capacity {
 						continue
 					}
+					if o.ToCopy && !peerReady(ranks[o.Peer], r) {
+						continue // direct: wait for the receiver's clear-to-send
+					}
 					src := sr.work
 					if o.Buf == Input {
 						src = sr.input
@@ -97,6 +100,9 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 					sr.recvQ[o.Peer] = sr.recvQ[o.Peer][1:]
 					if len(m.data) != o.Len {
 						return fmt.Errorf("rank %d op %d (%v): got %d elements from rank %d op %d", r, i, o, len(m.data), m.from, m.op)
+					}
+					if so := scheds[m.from].Ops[m.op]; so.ToCopy != (o.Kind == Recv) {
+						return fmt.Errorf("rank %d op %d (%v) matches rank %d op %d (%v): ToCopy must say whether the receive stores", r, i, o, m.from, m.op, so)
 					}
 					dst := sr.work[o.Off : o.Off+o.Len]
 					for j, e := range m.data {
@@ -136,6 +142,21 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 			return fmt.Errorf("deadlock")
 		}
 	}
+}
+
+// peerReady reports whether receiver pr's next receive from rank from has
+// its deps done, i.e. whether it would have sent a clear-to-send.
+func peerReady(pr *simRank, from int) bool {
+	q := pr.recvQ[from]
+	if len(q) == 0 {
+		return false
+	}
+	for _, d := range pr.s.Ops[q[0]].Deps {
+		if !pr.done[d] {
+			return false
+		}
+	}
+	return true
 }
 
 func one(rank, idx int) elem {

@@ -85,7 +85,9 @@ func BinomialReduce(rank, size, root, count, chunk int) *Schedule {
 			s.add(RecvReduce, Work, abs(children[i]), p, n)
 		}
 		if parent >= 0 {
+			s.reducing = true
 			s.add(Send, Work, abs(parent), p, n)
+			s.reducing = false
 		}
 	}
 	return s.Finalize()
@@ -175,7 +177,9 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 				}
 			}
 			if up >= 0 {
+				s.reducing = true
 				s.add(Send, Work, up, off, n)
+				s.reducing = false
 				s.add(Recv, Work, up, off, n)
 			}
 			for _, c := range [2]int{d0, d1} {

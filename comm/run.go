@@ -111,7 +111,10 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 		k.algo = c.algoFor(s.coll, s.count*es)
 		c.seq++
 	}
-	k.chunk = max(1, collectives.ChunkBytes(k.algo, s.count*es)/es)
+	// An op must fit in the peer's staging window, or two ranks that each
+	// wait for their own send before applying the other's (recursive
+	// doubling) would deadlock on credits.
+	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, s.count*es), collectives.Window(stagingFor(c.cfg, c.size)))/es)
 	p, err := c.plan(k)
 	if err != nil {
 		return err
