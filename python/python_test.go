@@ -72,6 +72,16 @@ func gorun(t *testing.T, n int, args ...string) string {
 
 func itoa(n int) string { return string(rune('0' + n)) }
 
+func TestCollectives(t *testing.T) {
+	need(t, "numpy", "torch")
+	out := gorun(t, 3, python, "python/tests/collectives_check.py")
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out, "collectives_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
 func compare(t *testing.T, a, b, rtol string) {
 	t.Helper()
 	out, err := exec.Command(python, "tests/compare_params.py", a, b, rtol).CombinedOutput()

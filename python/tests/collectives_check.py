@@ -61,13 +61,20 @@ def main():
         expect(False, "complex accepted")
     except TypeError:
         pass
+    gorun.barrier()
+    # Last: a bad root is an error on every rank (naming the rank that found
+    # it), and it aborts the communicator, since a rank cannot know whether
+    # its peers passed the same root: returning alone could leave them hung.
     try:
         gorun.broadcast_(torch.ones(2), root=n + 5)
         expect(False, "a root out of range was accepted")
     except gorun.GorunError as e:
-        expect("root" in str(e), "root error message: %s" % e)
-
-    gorun.barrier()
+        expect("invalid argument" in str(e), "root error message: %s" % e)
+    try:
+        gorun.barrier()
+        expect(False, "the communicator still worked after the abort")
+    except gorun.GorunError:
+        pass
     gorun.finalize()
     print("collectives_check: rank %d ok" % r, flush=True)
 
