@@ -75,7 +75,7 @@ func (d *Device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if closed {
 		return nil, rdma.NewOpError(provider, "alloc", rdma.ErrClosed)
 	}
-	mem, off, err := d.arena.alloc(n, d.cfg.NUMANode)
+	mem, off, err := d.arena.alloc(n, d.cfg.AllocNode())
 	if err != nil {
 		return nil, rdma.NewOpError(provider, "alloc", err)
 	}

@@ -85,6 +85,6 @@
 //
 // Limits: at most 4096 remotely accessible regions per device; at most
 // 64 GiB Alloc'd at once per device. Alloc places its pages on
-// Config.NUMANode (mbind, preferred) or, by default, on the allocating
+// Config.NUMANode when PlaceNUMA is set (mbind, preferred) or, by default, on the allocating
 // thread's node, by faulting them in at Alloc time; mlock is best effort.
 package shm

@@ -150,7 +150,7 @@ func TestDirectSendVersusClose(t *testing.T) {
 // TestAllocNUMANode: Alloc places memory with mbind; a node that does not
 // exist is an error, not silently ignored.
 func TestAllocNUMANode(t *testing.T) {
-	dev, err := rdma.OpenConfig("shm", rdma.Config{NUMANode: 1000})
+	dev, err := rdma.OpenConfig("shm", rdma.Config{NUMANode: 1000, PlaceNUMA: true})
 	if err != nil {
 		t.Fatal(err)
 	}
