@@ -27,11 +27,29 @@
 // control deadlocks are caught) and check exactly which rank contributed to
 // which position.
 //
+// Mark a send ToCopy when its matching receive is a Recv (the simulator
+// checks it): large ToCopy sends then go straight into the receiver's
+// buffer. The executor splits an op into staging-slot messages; comm caps
+// the chunk at the staging window (Window) so that two ranks that each wait
+// for their own send before applying the other's cannot run out of credits.
+//
 // # Executor
 //
-// The executor (engine.go, link.go) runs schedules over transport/rdma; see
-// the comments there. Package comm builds schedules (and caches them) and
-// owns the links; an engine runs one schedule at a time.
+// The executor (engine.go, link.go) runs schedules over transport/rdma. Per
+// peer connection (Link), each side has a staging area registered for
+// remote write; a message is a one-sided write of the payload into a
+// staging slot plus a write-with-immediate of a 32-byte header carrying the
+// call's signature, and the receiver returns a credit per consumed slot.
+// Large stores are zero copy: the receiver sends a clear-to-send with the
+// address and rkey of the destination in its registered buffer, and the
+// sender writes there. The Engine runs one Plan (a compiled Schedule) at a
+// time on the caller's goroutine, posting sends whose deps are done and
+// applying arrivals (kernels.ReduceBytes or copy) to receives whose deps
+// are done; progress goroutines per link only count completions. A
+// mismatched header, a failed connection, a timeout or Abort fails the
+// engine and sends abort notices to every peer. Package comm builds
+// schedules (and caches them), registers buffers (RegCache, bounded LRU)
+// and owns the links.
 //
 // Ownership and concurrency: schedules are immutable once Finalized and may
 // be shared between goroutines. An Engine runs one operation at a time (the

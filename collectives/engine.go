@@ -95,6 +95,7 @@ type Engine struct {
 	failed atomic.Bool
 	timer  *time.Timer
 	loops  sync.WaitGroup // the links' progress goroutines
+	runMu  sync.Mutex     // held by Run; Close waits for it
 
 	st runState
 }
@@ -224,6 +225,23 @@ func (e *Engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	// Stop a running operation (it returns at its next wakeup) and wait for
+	// it: Run uses the links' memory, which Close frees.
+	failedBefore := e.Err()
+	e.fail(&PeerError{Rank: e.Rank, Err: ErrClosed})
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	// A rank that failed before closing passes the failure on ahead of its
+	// bye (in order on each link), so that a peer still waiting on this
+	// rank blames the culprit, not this rank's departure.
+	var pe *PeerError
+	if errors.As(failedBefore, &pe) && pe.Rank != e.Rank {
+		for _, l := range e.links {
+			if l != nil && !l.closed.Load() && !l.broken.Load() {
+				l.sendCtrl(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err))) // best effort
+			}
+		}
+	}
 	// Say bye on every link and wait (briefly) until the byes have gone
 	// out: an abort notice posted before must reach the peers before the
 	// connections close, or they would blame this rank instead.
@@ -244,7 +262,6 @@ func (e *Engine) Close() error {
 	}
 	stop()
 	e.cancel()
-	e.fail(&PeerError{Rank: e.Rank, Err: ErrAborted})
 	var first error
 	for _, l := range e.links {
 		if l != nil {
@@ -265,6 +282,8 @@ func (e *Engine) Close() error {
 // Run executes plan p for call; timeout > 0 bounds it. Errors are
 // *PeerError values naming the rank at fault (or being waited for).
 func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Duration) error {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
 	if err := e.Err(); err != nil {
 		return err
 	}

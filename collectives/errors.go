@@ -14,6 +14,7 @@ var (
 	ErrPeerFailed = errors.New("peer failed")
 	ErrPeerClosed = errors.New("peer closed the communicator")
 	ErrProtocol   = errors.New("protocol violation")
+	ErrClosed     = errors.New("communicator closed")
 )
 
 // PeerError attributes Err to Rank.

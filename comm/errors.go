@@ -15,7 +15,7 @@ var (
 	ErrTimeout    = collectives.ErrTimeout    // the communicator's timeout elapsed
 	ErrPeerFailed = collectives.ErrPeerFailed // a peer's connection failed or the peer died
 	ErrPeerClosed = collectives.ErrPeerClosed // a peer closed its communicator
-	ErrClosed     = errors.New("communicator closed")
+	ErrClosed     = collectives.ErrClosed     // Close was called
 )
 
 // RankError is the error of a failed operation: Op is the operation

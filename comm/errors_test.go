@@ -301,3 +301,23 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseDuringOperation closes a rank while its operation waits for a
+// peer that never comes: the operation ends with ErrClosed, nothing
+// crashes, and later operations fail too.
+func TestCloseDuringOperation(t *testing.T) {
+	cs := newLocal(t, 2)
+	ctx := testCtx(t)
+	buf := make([]float32, 1<<18)
+	req := IAllReduce(ctx, cs[0], buf, buf, Sum)
+	time.Sleep(20 * time.Millisecond)
+	if err := cs[0].Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	if err := req.Wait(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("pending allreduce after Close: %v", err)
+	}
+	if err := cs[0].Barrier(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("barrier after Close: %v", err)
+	}
+}
