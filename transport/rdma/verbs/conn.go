@@ -115,8 +115,8 @@ func (c *conn) start() {
 				C.rdma_disconnect(c.id)
 				c.cmMu.Unlock()
 				c.discOnce.Do(func() { close(c.disconnected) })
-				c.send.w.kick()
-				c.recv.w.kick()
+				c.send.kick()
+				c.recv.kick()
 			}
 		}
 	}()

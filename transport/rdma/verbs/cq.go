@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -49,7 +50,15 @@ type queue struct {
 	ch   *C.struct_ibv_comp_channel
 	w    *fdWaiter
 	wr   *C.struct_gorun_wr // scratch work request (C memory)
-	wcs  *C.struct_gorun_wc // poll buffer (C memory)
+
+	// The waker goroutine sleeps on the completion channel in the
+	// netpoller and signals wake; waiters select on wake, done and their
+	// context, which allocates nothing.
+	wake      chan struct{}
+	done      chan struct{} // closed by close
+	wakerDone chan struct{}
+	chanErr   atomic.Pointer[error] // the completion channel failed
+	wcs       *C.struct_gorun_wc    // poll buffer (C memory)
 
 	mu          sync.Mutex
 	slots       []slot
@@ -69,10 +78,50 @@ func newQueue(c *conn, recv bool, cq *C.struct_ibv_cq, ch *C.struct_ibv_comp_cha
 		return nil, err
 	}
 	q := &queue{c: c, recv: recv, cq: cq, ch: ch, w: w, slots: make([]slot, depth),
-		signalEvery: max(depth/4, 1)}
+		signalEvery: max(depth/4, 1), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		wakerDone: make(chan struct{})}
 	q.wr = (*C.struct_gorun_wr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gorun_wr{}))))
 	q.wcs = (*C.struct_gorun_wc)(C.calloc(C.GORUN_POLL_BATCH, C.size_t(unsafe.Sizeof(C.struct_gorun_wc{}))))
+	go q.waker()
 	return q, nil
+}
+
+// waker reads completion events (ibv_get_cq_event, acked at once) as the
+// netpoller reports the channel readable, and wakes the waiter.
+func (q *queue) waker() {
+	defer close(q.wakerDone)
+	var cerr error
+	try := func(uintptr) bool {
+		r, err := C.gorun_get_cq_event(q.ch)
+		if r == 0 {
+			return true
+		}
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			return false
+		}
+		cerr = err
+		return true
+	}
+	for {
+		if err := q.w.raw.Read(try); err != nil {
+			return // closed
+		}
+		if cerr != nil {
+			err := errnoErr(cerr)
+			q.chanErr.Store(&err)
+			q.kick()
+			return
+		}
+		q.kick()
+	}
+}
+
+// kick wakes the waiter (or the next one) to re-check the queue.
+func (q *queue) kick() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
 }
 
 // free releases C memory; the CQ itself belongs to the conn's gorun_qp.
@@ -190,8 +239,8 @@ func mapStatus(s uint32) rdma.Status {
 	return rdma.StatusFatal
 }
 
-// get returns the next completion: polled for a while, then waited for on
-// the completion channel through the netpoller.
+// get returns the next completion: polled for a while, then (armed)
+// waited for through the waker.
 func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 	spins := 0
 	for {
@@ -248,31 +297,29 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 		}
 		inErr := q.outstanding() > 0 && q.c.Err() != nil
 		q.mu.Unlock()
-		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if e := q.chanErr.Load(); e != nil {
+			return rdma.WC{}, q.c.opErr(op, *e)
+		}
+		var grace <-chan time.Time
+		var t *time.Timer
 		if inErr {
-			wctx, cancel = context.WithTimeout(ctx, flushGrace/2)
+			t = time.NewTimer(flushGrace / 2)
+			grace = t.C
 		}
-		var cerr error
-		err := q.w.wait(wctx, func() bool {
-			r, err := C.gorun_get_cq_event(q.ch)
-			if r == 0 {
-				return true
+		select {
+		case <-q.wake:
+		case <-q.done:
+		case <-grace:
+		case <-ctx.Done():
+			if t != nil {
+				t.Stop()
 			}
-			if err == syscall.EAGAIN || err == syscall.EINTR {
-				return false
-			}
-			cerr = err
-			return true
-		})
-		cancel()
-		switch {
-		case ctx.Err() != nil:
 			return rdma.WC{}, q.c.opErr(op, ctx.Err())
-		case err == nil && cerr != nil:
-			return rdma.WC{}, q.c.opErr(op, errnoErr(cerr))
-		default: // woken, kicked, the flush grace tick, or closed (the loop's top says)
-			spins = spinPolls / 2
 		}
+		if t != nil {
+			t.Stop()
+		}
+		spins = spinPolls / 2
 	}
 }
 
@@ -292,8 +339,14 @@ func (q *queue) flushLocked() {
 // ErrClosed) and waits until no waiter is inside C.
 func (q *queue) close() {
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
 	q.closed = true
 	q.flushLocked()
 	q.mu.Unlock()
-	q.w.close()
+	close(q.done)
+	q.w.close() // returns once the waker is out of C
+	<-q.wakerDone
 }

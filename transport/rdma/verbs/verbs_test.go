@@ -262,8 +262,22 @@ func TestPostNoAlloc(t *testing.T) {
 	if err := cli.PostWrite(2, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()); err != nil {
 		t.Fatal(err)
 	}
-	wc, err := cli.GetSendComp(ctxT(t))
+	ctx := ctxT(t)
+	wc, err := cli.GetSendComp(ctx)
 	mustWC(t, wc, err, 2, rdma.OpWrite)
+	// A signaled write and its completion, waited for (and slept on under
+	// an emulated CPU), allocate nothing either.
+	n = testing.AllocsPerRun(50, func() {
+		if err := cli.PostWrite(3, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()); err != nil {
+			t.Fatal(err)
+		}
+		if wc, err := cli.GetSendComp(ctx); err != nil || wc.WRID != 3 {
+			t.Fatal(wc, err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("PostWrite+GetSendComp allocates %v times", n)
+	}
 }
 
 // TestWaitersEnd: a waiter ends with its context, and Close hands a
