@@ -33,13 +33,19 @@
 //
 // # Completions
 //
-// A waiter polls its CQ for a short while, then arms it with
-// ibv_req_notify_cq and sleeps on the completion channel's descriptor through
-// the Go netpoller (the fd is non-blocking), so no OS thread is held while
-// waiting; ibv_get_cq_event and ibv_ack_cq_events follow the wake-up.
+// A waiter polls its CQ for a short while (yielding between polls), then
+// arms it with ibv_req_notify_cq, polls once more and sleeps. Each CQ has a
+// waker goroutine that sleeps on the completion channel's descriptor
+// (non-blocking) in the Go netpoller, so no OS thread is held while waiting;
+// when it is readable the waker calls ibv_get_cq_event and
+// ibv_ack_cq_events and wakes the waiter through a channel, on which the
+// waiter selects together with its context: waiting allocates nothing.
 // Unsignaled requests produce no completion, but the provider signals every
 // SendQueueDepth/4-th of them internally so the send queue drains; those
-// internal completions are never delivered.
+// internal completions are never delivered. A completion's wr_id is the
+// request's sequence number, which maps back to the caller's wrid and the
+// MRs the request holds (released on completion, so Deregister reports
+// ErrBusy only while a request is outstanding).
 //
 // # Mapping of the contract onto verbs
 //
@@ -75,8 +81,9 @@
 // -tags rdma, boots a qemu VM with the kernel's soft-RoCE driver (rdma_rxe on
 // the VM's NIC) and runs them there: the conformance suite
 // (transport/rdma/rdmatest, peers in-process and in a child process),
-// focused tests, interop with rdmacm-utils' rdma_server/rdma_client, comm's
-// collectives over verbs, and with -bench a bandwidth comparison with
+// focused tests, interop with rdmacm-utils' rdma_server/rdma_client,
+// collectives of package comm over verbs, a selection of comm's own tests
+// with GORUN_TRANSPORT=verbs, and with -bench a bandwidth comparison with
 // perftest's ib_write_bw. Elsewhere those tests skip (RXE_VM_IP unset).
 //
 // Ownership and concurrency follow transport/rdma: Device, Listener and Conn
