@@ -1,0 +1,137 @@
+package collectives
+
+// Failure handling: the engine's first error wins and is final; abort
+// notices carry it to every peer; Close says bye.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// fail records err (the first one wins) and wakes the run loop.
+func (e *Engine) fail(err error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return false
+	}
+	e.err = err
+	e.failed.Store(true)
+	close(e.dead)
+	return true
+}
+
+// Abort fails the engine with a *PeerError{culprit, err} and sends an abort
+// notice to every peer, whose operations then fail with the same culprit.
+func (e *Engine) Abort(culprit int, err error) {
+	if !e.fail(&PeerError{Rank: culprit, Err: err}) {
+		return
+	}
+	code := reasonOf(err)
+	for _, l := range e.links {
+		if l != nil && !l.closed.Load() {
+			l.sendCtrl(ctrlAbort, uint32(int32(culprit)), uint64(code)) // best effort
+		}
+	}
+}
+
+// PeerFailed reports from outside (the bootstrap) that rank died.
+func (e *Engine) PeerFailed(rank int, err error) {
+	if err == nil {
+		err = ErrPeerFailed
+	} else if !errors.Is(err, ErrPeerFailed) {
+		err = fmt.Errorf("%w: %w", ErrPeerFailed, err)
+	}
+	e.Abort(rank, err)
+}
+
+// remoteAbort handles a peer's abort notice. It is passed on to every
+// peer (once: only the first failure is), so that all ranks agree on the
+// culprit even if the notifier's own notices are cut short.
+func (e *Engine) remoteAbort(l *Link, culprit int, code uint32) {
+	e.Abort(culprit, reasonErr(code))
+}
+
+func (e *Engine) linkFailed(l *Link, err error) {
+	l.broken.Store(true)
+	// A peer that closed gracefully said bye after everything else it sent;
+	// if the send queue noticed the closed connection first, give the
+	// receive loop a moment to get there.
+	for i := 0; i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if l.closed.Load() {
+		// The peer said bye: it finished every call it made, and all it
+		// sent before the bye has arrived (in order). That is no failure;
+		// only an operation that still needs this peer fails (Run).
+		e.poke()
+		return
+	}
+	e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+}
+
+// Close says bye to every peer, stops the progress goroutines and closes
+// the connections and the links' memory. It does not close the devices.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	// Stop a running operation (it returns at its next wakeup) and wait for
+	// it: Run uses the links' memory, which Close frees.
+	failedBefore := e.Err()
+	e.fail(&PeerError{Rank: e.Rank, Err: ErrClosed})
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	// A rank that failed before closing passes the failure on ahead of its
+	// bye (in order on each link), so that a peer still waiting on this
+	// rank blames the culprit, not this rank's departure.
+	var pe *PeerError
+	if errors.As(failedBefore, &pe) && pe.Rank != e.Rank {
+		for _, l := range e.links {
+			if l != nil && !l.closed.Load() && !l.broken.Load() {
+				l.sendCtrl(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err))) // best effort
+			}
+		}
+	}
+	// Say bye on every link and wait (briefly) until the byes have gone
+	// out: an abort notice posted before must reach the peers before the
+	// connections close, or they would blame this rank instead.
+	var sent []chan struct{}
+	for _, l := range e.links {
+		if l != nil && !l.broken.Load() && l.conn.Err() == nil && l.sendCtrl(ctrlBye, 0, 0) == nil {
+			sent = append(sent, l.byeSent)
+		}
+	}
+	// One deadline for all byes (a timer's channel fires once, and a bye to
+	// a peer that already closed never completes).
+	grace, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	for _, ch := range sent {
+		select {
+		case <-ch:
+		case <-grace.Done():
+		}
+	}
+	stop()
+	e.cancel()
+	var first error
+	for _, l := range e.links {
+		if l != nil {
+			if err := l.conn.Close(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	e.loops.Wait() // nothing touches the links' memory any more
+	for _, l := range e.links {
+		if l != nil {
+			l.free()
+		}
+	}
+	return first
+}

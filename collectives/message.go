@@ -1,0 +1,191 @@
+package collectives
+
+// Messages: how one schedule op becomes staging-slot messages (or one
+// direct write), and the header that carries the call's signature.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/gorun-hpc/gorun/internal/kernels"
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+func pieces(nbytes, payload int) int {
+	if nbytes == 0 {
+		return 1
+	}
+	return (nbytes + payload - 1) / payload
+}
+
+// post posts as many pieces of send o as the peer's credits allow.
+func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
+	nbytes := o.Len * es
+	payload := l.payload()
+	np := pieces(nbytes, payload)
+	buf := call.Work
+	if o.Buf == Input {
+		buf = call.Input
+	}
+	rs := uint64(l.rSlots)
+	direct := o.ToCopy && nbytes >= DirectMin
+	if direct {
+		np = 1
+	}
+	for ps.sendPiece < np {
+		m := l.posted
+		if m-l.credits.Load() >= rs || (m >= rs && l.sendDone.Load() < m-rs+1) {
+			return moved, false, nil
+		}
+		if direct {
+			if l.ctsArrived.Load() <= l.ctsUsed {
+				return moved, false, nil
+			}
+			cts := l.cts[l.ctsUsed%ctsDepth]
+			src := buf[o.Off*es : o.Off*es+nbytes]
+			for off := 0; off < nbytes; off += maxWrite {
+				part := src[off:min(nbytes, off+maxWrite)]
+				if err := l.conn.PostWrite(0, part, l.dev.cur[o.Buf], 0, cts.addr+uint64(off), cts.rkey); err != nil {
+					return moved, false, err
+				}
+			}
+			slot := m % rs
+			h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
+			putHeader(h, call, nbytes, true)
+			if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, l.rAddr+slot*uint64(l.rSlotSize), l.rKey, uint32(m)); err != nil {
+				return moved, false, err
+			}
+			l.ctsUsed++
+			l.posted++
+			ps.sendPiece++
+			return true, true, nil
+		}
+		off := ps.sendPiece * payload
+		n := min(payload, nbytes-off)
+		slot := m % rs
+		raddr := l.rAddr + slot*uint64(l.rSlotSize)
+		if n > 0 {
+			src := buf[o.Off*es+off : o.Off*es+off+n]
+			if err := l.conn.PostWrite(0, src, l.dev.cur[o.Buf], 0, raddr+hdrSize, l.rKey); err != nil {
+				return moved, false, err
+			}
+		}
+		h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
+		putHeader(h, call, n, false)
+		if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
+			return moved, false, err
+		}
+		l.posted++
+		ps.sendPiece++
+		moved = true
+	}
+	return moved, true, nil
+}
+
+// consume applies arrived messages to receive o.
+func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
+	nbytes := o.Len * es
+	payload := l.slotSize - hdrSize
+	np := pieces(nbytes, payload)
+	direct := o.Kind == Recv && nbytes >= DirectMin
+	if direct {
+		np = 1
+		if !ps.ctsSent {
+			mr := l.dev.cur[Work]
+			dst := call.Work[o.Off*es : o.Off*es+nbytes]
+			if err := l.sendCtrl(ctrlCTS, mr.RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
+				e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+				return moved, false, err
+			}
+			ps.ctsSent = true
+			moved = true
+		}
+	}
+	stage := l.stage.Bytes()
+	for ps.recvPiece < np {
+		if l.consumed >= l.arrived.Load() {
+			return moved, false, nil
+		}
+		base := int(l.consumed%uint64(l.slots)) * l.slotSize
+		off := ps.recvPiece * payload
+		want := min(payload, nbytes-off)
+		if direct {
+			want = nbytes
+		}
+		if why := checkHeader(stage[base:base+hdrSize], call, want, direct); why != "" {
+			// The peer may have aborted after sending: its notice follows
+			// its data on this connection. Give it a moment to land.
+			select {
+			case <-e.dead:
+			case <-time.After(50 * time.Millisecond):
+			}
+			e.Abort(l.Peer, fmt.Errorf("%w: %s", ErrMismatch, why))
+			return moved, false, ErrMismatch
+		}
+		if want > 0 && !direct {
+			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
+			src := stage[base+hdrSize : base+hdrSize+want]
+			if o.Kind == RecvReduce {
+				kernels.ReduceBytes(call.DType, call.Op, dst, src)
+			} else {
+				copy(dst, src)
+			}
+		}
+		l.consumed++
+		ps.recvPiece++
+		moved = true
+		if err := l.sendCtrl(ctrlCredit, 1, 0); err != nil && !l.closed.Load() {
+			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+			return moved, false, err
+		}
+	}
+	return moved, true, nil
+}
+
+// Header layout (little endian): magic u32, seq u32, coll u8, dtype u8,
+// op u8, direct u8, root i32, len u32, pad u32, count u64.
+func putHeader(h []byte, c *Call, n int, direct bool) {
+	binary.LittleEndian.PutUint32(h[0:], hdrMagic)
+	binary.LittleEndian.PutUint32(h[4:], c.Seq)
+	var d byte
+	if direct {
+		d = 1
+	}
+	h[8], h[9], h[10], h[11] = byte(c.Coll), byte(c.DType), byte(c.Op), d
+	binary.LittleEndian.PutUint32(h[12:], uint32(int32(c.Root)))
+	binary.LittleEndian.PutUint32(h[16:], uint32(n))
+	binary.LittleEndian.PutUint64(h[24:], uint64(c.Count))
+}
+
+// checkHeader returns "" if h matches c and a payload of want bytes, or
+// what differs.
+func checkHeader(h []byte, c *Call, want int, direct bool) string {
+	if binary.LittleEndian.Uint32(h[0:]) != hdrMagic {
+		return "corrupt header"
+	}
+	coll := Collective(h[8])
+	switch {
+	case coll != c.Coll:
+		return fmt.Sprintf("it called %s, this rank %s", coll, c.Coll)
+	case binary.LittleEndian.Uint32(h[4:]) != c.Seq:
+		return fmt.Sprintf("it is at operation %d, this rank at %d", binary.LittleEndian.Uint32(h[4:]), c.Seq)
+	case kernels.DType(h[9]) != c.DType:
+		return fmt.Sprintf("element type %s, this rank %s", kernels.DType(h[9]), c.DType)
+	case kernels.Op(h[10]) != c.Op:
+		return fmt.Sprintf("op %s, this rank %s", kernels.Op(h[10]), c.Op)
+	case int(int32(binary.LittleEndian.Uint32(h[12:]))) != c.Root:
+		what := "root"
+		if c.Coll == SendRecv {
+			what = "tag"
+		}
+		return fmt.Sprintf("%s %d, this rank %d", what, int32(binary.LittleEndian.Uint32(h[12:])), c.Root)
+	case binary.LittleEndian.Uint64(h[24:]) != uint64(c.Count):
+		return fmt.Sprintf("count %d, this rank %d", binary.LittleEndian.Uint64(h[24:]), c.Count)
+	case (h[11] == 1) != direct:
+		return "it sent a direct message where this rank expects a staged one, or the reverse"
+	case int(binary.LittleEndian.Uint32(h[16:])) != want:
+		return fmt.Sprintf("message of %d bytes, this rank expects %d", binary.LittleEndian.Uint32(h[16:]), want)
+	}
+	return ""
+}
