@@ -35,7 +35,8 @@
 //
 // # Executor
 //
-// The executor (engine.go, link.go) runs schedules over transport/rdma. Per
+// The executor (engine.go, message.go, failure.go, link.go) runs
+// schedules over transport/rdma. Per
 // peer connection (Link), each side has a staging area registered for
 // remote write; a message is a one-sided write of the payload into a
 // staging slot plus a write-with-immediate of a 32-byte header carrying the

@@ -23,6 +23,7 @@ package collectives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -258,7 +259,12 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		case <-e.dead:
 			return e.Err()
 		case <-ctx.Done():
-			e.Abort(e.waitingFor(p), fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()))
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// The caller gave up: this rank aborts the others.
+				e.Abort(e.Rank, fmt.Errorf("%w: %w", ErrAborted, ctx.Err()))
+			} else {
+				e.Abort(e.waitingFor(p), fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()))
+			}
 			return e.Err()
 		case <-e.timer.C:
 			e.Abort(e.waitingFor(p), fmt.Errorf("%w after %v", ErrTimeout, timeout))

@@ -151,8 +151,10 @@ func TestContextCancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
-	if err := cs[1].Barrier(testCtx(t)); err == nil {
-		t.Fatal("peer's barrier succeeded after rank 0 cancelled")
+	if err := cs[1].Barrier(testCtx(t)); !errors.Is(err, ErrAborted) {
+		t.Fatalf("peer's barrier after rank 0 cancelled: %v, want ErrAborted naming rank 0", err)
+	} else if re := (*RankError)(nil); !errors.As(err, &re) || re.Rank != 0 {
+		t.Fatalf("peer's barrier after rank 0 cancelled names %v", err)
 	}
 }
 
