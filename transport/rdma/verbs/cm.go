@@ -114,13 +114,22 @@ func (c *cmChannel) destroy() {
 	C.rdma_destroy_event_channel(c.ch)
 }
 
-func splitAddr(addr string) (host, port string, err error) {
+// splitAddr splits host:port. A loopback host becomes the device's own
+// IPv4 address (its first RoCE GID): rdma_cm cannot resolve loopback on
+// RoCE devices, and transport/rdma wants "127.0.0.1:0" to work everywhere.
+func (d *device) splitAddr(addr string) (host, port string, err error) {
 	host, port, err = net.SplitHostPort(addr)
 	if err != nil {
 		return "", "", fmt.Errorf("%w: %v", rdma.ErrInvalid, err)
 	}
 	if port == "" {
 		port = "0"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		d.loopOnce.Do(func() { d.loopIP = firstIPv4GID("/", d.name) })
+		if d.loopIP != nil {
+			host = d.loopIP.String()
+		}
 	}
 	return host, port, nil
 }
@@ -144,7 +153,7 @@ var errRejected = fmt.Errorf("rejected: %w", syscall.ECONNREFUSED)
 // challenge, and the second request carries the proof.
 func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	op := "dial " + addr
-	host, port, err := splitAddr(addr)
+	host, port, err := d.splitAddr(addr)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
@@ -272,7 +281,7 @@ func (d *device) listen(ctx context.Context, addr string) (rdma.Listener, error)
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, err)
 	}
-	host, port, err := splitAddr(addr)
+	host, port, err := d.splitAddr(addr)
 	if err != nil {
 		return nil, opErr(op, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -48,6 +49,9 @@ type device struct {
 	rnr     int // rnr_retry_count for rdma_connect/rdma_accept
 	rnrCode int // min_rnr_timer code for Config.RNRTimer
 	node    int // NUMA node for Alloc: Config.NUMANode, else the device's, else -1
+
+	loopOnce sync.Once
+	loopIP   net.IP // what a loopback address stands for (see splitAddr)
 
 	mu     sync.Mutex
 	closed bool

@@ -74,6 +74,8 @@
 //     RegCache sits above every provider.
 //   - GORUN_VERBS_DEVICE picks the device; by default the first with an
 //     active port.
+//   - A loopback address ("127.0.0.1:0") stands for the device's own IPv4
+//     address (its first RoCE GID): rdma_cm cannot resolve loopback on RoCE.
 //
 // # Testing
 //

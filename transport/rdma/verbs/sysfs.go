@@ -101,6 +101,29 @@ func hasActivePort(root, dev string) bool {
 	return false
 }
 
+// firstIPv4GID is the IPv4 address of the first IPv4-mapped (RoCE) GID of
+// an active port of dev, or nil. It stops at the first hit, so it reads a
+// few files where Devices reads the whole table.
+func firstIPv4GID(root, dev string) net.IP {
+	ports, _ := filepath.Glob(filepath.Join(root, "sys", "class", "infiniband", dev, "ports", "*"))
+	for _, p := range ports {
+		if !strings.HasSuffix(readString(filepath.Join(p, "state")), "ACTIVE") {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(p, "gids"))
+		if err != nil {
+			continue
+		}
+		for i := 0; i < len(ents); i++ {
+			ip := parseGID(readString(filepath.Join(p, "gids", strconv.Itoa(i))))
+			if v4 := ip.To4(); v4 != nil && !v4.IsUnspecified() {
+				return v4
+			}
+		}
+	}
+	return nil
+}
+
 func readPorts(dir string) []PortInfo {
 	ents, err := os.ReadDir(dir)
 	if err != nil {

@@ -58,6 +58,12 @@ func TestDevicesAtFakeSysfs(t *testing.T) {
 	if len(mlx.Ports) != 2 || mlx.Ports[0].Active() || !mlx.Ports[1].Active() || !mlx.Usable() {
 		t.Errorf("mlx5_0 ports %+v", mlx.Ports)
 	}
+	if ip := firstIPv4GID(root, "rxe0"); !ip.Equal(net.ParseIP("10.0.2.15")) {
+		t.Errorf("firstIPv4GID(rxe0) = %v", ip)
+	}
+	if ip := firstIPv4GID(root, "mlx5_0"); ip != nil {
+		t.Errorf("firstIPv4GID(mlx5_0) = %v, want nil", ip)
+	}
 	if !hasActivePort(root, "mlx5_0") || hasActivePort(root, "broken0") {
 		t.Error("hasActivePort disagrees with Usable")
 	}

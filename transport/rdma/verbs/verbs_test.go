@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -319,4 +320,33 @@ func TestWaitersEnd(t *testing.T) {
 	if err := rb.Deregister(); err != nil {
 		t.Fatalf("deregister after Close: %v", err)
 	}
+}
+
+// TestLoopbackAddr: every provider's Listen accepts "127.0.0.1:0" and Dial
+// its Addr (DESIGN.md). rdma_cm cannot resolve loopback on RoCE, so the
+// provider stands the device's own address in for it.
+func TestLoopbackAddr(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	ctx := ctxT(t)
+	ln, err := d.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen 127.0.0.1:0: %v", err)
+	}
+	defer ln.Close()
+	if a := ln.Addr().(*net.TCPAddr); a.IP.IsLoopback() || a.Port == 0 {
+		t.Errorf("listener address %v", a)
+	}
+	go func() {
+		if c, err := ln.Accept(ctx); err == nil {
+			defer c.Close()
+			<-ctx.Done()
+		}
+	}()
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := d.Dial(dctx, ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial %s: %v", ln.Addr(), err)
+	}
+	c.Close()
 }
