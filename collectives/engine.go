@@ -107,7 +107,7 @@ type runState struct {
 type peerState struct {
 	sendCur, sendFin, recvCur int
 	sendPiece, recvPiece      int
-	ctsSent                   bool
+	ctsCur                    int // next receive (index in recvs) to clear ahead
 }
 
 // DirectMin is the smallest op (in bytes) sent directly into the receiver's
@@ -223,6 +223,11 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 				ps.sendCur++
 				ps.sendPiece = 0
 			}
+			if moved, err := e.clearAhead(l, p, pp, ps, call, es); err != nil {
+				return e.Err()
+			} else if moved {
+				progress = true
+			}
 			for ps.recvCur < len(pp.recvs) {
 				op := pp.recvs[ps.recvCur]
 				o := &p.S.Ops[op]
@@ -241,7 +246,6 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 				remaining--
 				ps.recvCur++
 				ps.recvPiece = 0
-				ps.ctsSent = false
 			}
 		}
 		if remaining == 0 && e.acked(p) {

@@ -23,7 +23,7 @@ package collectives
 // buffer) and returns a credit with a small inline send; the sender never
 // has more than Slots messages unconsumed. Control messages (hello, credit,
 // abort, bye) are inline sends that consume a posted receive; data
-// notifications consume one too, so each side keeps 2·Slots+8 receives
+// notifications consume one too, so each side keeps 2·Slots+16 receives
 // posted and reposts each as soon as it completes.
 
 import (
@@ -53,8 +53,7 @@ const (
 )
 
 // ctsDepth bounds outstanding clear-to-send messages per link; the
-// protocol never has more than one (a receiver clears the next direct
-// receive only after the previous one has arrived).
+// receiver clears at most this many direct receives ahead of the data.
 const ctsDepth = 8
 
 // Device is one opened provider with its registration cache.
@@ -107,6 +106,8 @@ type Link struct {
 	}
 	ctsArrived atomic.Uint64 // clear-to-send messages received
 	ctsUsed    uint64        // engine: clear-to-send messages used
+	ctsSent    uint64        // engine: clear-to-sends sent to the peer
+	directDone uint64        // engine: direct messages received (each used one)
 
 	posted   uint64 // engine: data messages posted
 	consumed uint64 // engine: data messages applied
@@ -135,7 +136,7 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
-	l.nrecv = 2*l.slots + 8
+	l.nrecv = 2*l.slots + ctsDepth + 8
 	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*ctrlSize, rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}

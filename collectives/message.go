@@ -83,24 +83,41 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 	return moved, true, nil
 }
 
+func isDirectRecv(o *Op, es int) bool { return o.Kind == Recv && o.Len*es >= DirectMin }
+
+// clearAhead sends clear-to-sends for the direct receives from pp's peer,
+// in order, from the first not yet cleared on, as far as their deps are
+// done and the peer has room (ctsDepth) — ahead of the data, so that a
+// pipeline does not pay a round trip per chunk. A receive whose deps are
+// done may be written at any time: nothing reads or writes its range.
+func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call *Call, es int) (moved bool, err error) {
+	for ps.ctsCur = max(ps.ctsCur, ps.recvCur); ps.ctsCur < len(pp.recvs); ps.ctsCur++ {
+		o := &p.S.Ops[pp.recvs[ps.ctsCur]]
+		if !isDirectRecv(o, es) {
+			continue
+		}
+		if !e.st.ready(o) || l.ctsSent-l.directDone >= ctsDepth {
+			return moved, nil
+		}
+		dst := call.Work[o.Off*es : o.Off*es+o.Len*es]
+		if err := l.sendCtrl(ctrlCTS, l.dev.cur[Work].RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
+			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+			return moved, err
+		}
+		l.ctsSent++
+		moved = true
+	}
+	return moved, nil
+}
+
 // consume applies arrived messages to receive o.
 func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
 	nbytes := o.Len * es
 	payload := l.slotSize - hdrSize
 	np := pieces(nbytes, payload)
-	direct := o.Kind == Recv && nbytes >= DirectMin
+	direct := isDirectRecv(o, es)
 	if direct {
-		np = 1
-		if !ps.ctsSent {
-			mr := l.dev.cur[Work]
-			dst := call.Work[o.Off*es : o.Off*es+nbytes]
-			if err := l.sendCtrl(ctrlCTS, mr.RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
-				e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
-				return moved, false, err
-			}
-			ps.ctsSent = true
-			moved = true
-		}
+		np = 1 // its clear-to-send went out from clearAhead
 	}
 	stage := l.stage.Bytes()
 	for ps.recvPiece < np {
@@ -133,6 +150,9 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			}
 		}
 		l.consumed++
+		if direct {
+			l.directDone++
+		}
 		ps.recvPiece++
 		moved = true
 		if err := l.sendCtrl(ctrlCredit, 1, 0); err != nil && !l.closed.Load() {
