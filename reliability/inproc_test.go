@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -146,8 +145,8 @@ func TestSlowRankStillCorrect(t *testing.T) {
 // A rank that closes its communicator right after the last collective
 // must not fail the peers still finishing it: Close is not collective
 // (MPI_Finalize is), but what the peers need from this rank was already
-// sent. KNOWN BUG today: the peers' barrier fails with ErrPeerFailed
-// ("recv flushed") or ErrPeerClosed; REL_STRICT=1 makes it a failure.
+// sent. (Until cfe5215 the peers' barrier failed with ErrPeerFailed,
+// "recv flushed", or ErrPeerClosed.)
 func TestCloseAfterLastCollective(t *testing.T) {
 	for _, tr := range []string{"mem", "tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) {
@@ -183,10 +182,7 @@ func TestCloseAfterLastCollective(t *testing.T) {
 			}
 			if failed > 0 {
 				msg := fmt.Sprintf("%d of %d jobs failed a peer by closing after the final barrier; first: %v", failed, rounds, first)
-				if os.Getenv("REL_STRICT") != "" {
-					t.Fatal(msg)
-				}
-				t.Skip("KNOWN BUG: " + msg)
+				t.Fatal(msg)
 			}
 		})
 	}

@@ -194,30 +194,23 @@ func TestKillRandomRank(t *testing.T) {
 			hangs = append(hangs, fmt.Sprintf("%v: %s", r, h))
 		}
 	}
-	knownCloseHangs(t, hangs)
+	closeHangs(t, hangs)
 }
 
-// knownCloseHangs reports survivors whose Comm.Close did not return: a
-// KNOWN BUG today (collectives.Engine.Close waits for every bye with one
-// 500 ms timer, which fires once: a second unconfirmed bye blocks it
-// forever); a failure with REL_STRICT=1.
-func knownCloseHangs(t *testing.T, hangs []string) {
+// closeHangs reports survivors whose Comm.Close did not return (until
+// 126135d, collectives.Engine.Close waited for every bye with one 500 ms
+// timer, which fires once: a second unconfirmed bye blocked it forever).
+func closeHangs(t *testing.T, hangs []string) {
 	if len(hangs) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("KNOWN BUG: %d survivor(s) hung in Comm.Close; first: %s", len(hangs), hangs[0])
-	if os.Getenv("REL_STRICT") != "" {
-		t.Error(msg)
-	} else {
-		t.Log(msg)
-	}
+	t.Errorf("%d survivor(s) hung in Comm.Close; first: %s", len(hangs), hangs[0])
 }
 
 // TestKillSurvivorsCloseAtOnce is the same with survivors that Close the
-// moment they see the error (and exit). Hangs, wrong results and leaks
-// fail it; a survivor blamed by another survivor is counted: KNOWN BUG
-// today (its abort notice loses the race with its closing connection),
-// a failure with REL_STRICT=1.
+// moment they see the error (and exit): a survivor must not be blamed by
+// another survivor (until 126135d its abort notice could lose the race
+// with its closing connection).
 func TestKillSurvivorsCloseAtOnce(t *testing.T) {
 	perTransport := 10
 	if testing.Short() {
@@ -232,7 +225,7 @@ func TestKillSurvivorsCloseAtOnce(t *testing.T) {
 		}
 		survivors += len(r.detect)
 		for _, f := range r.failures {
-			if strings.Contains(f, "error names rank") && os.Getenv("REL_STRICT") == "" {
+			if strings.Contains(f, "error names rank") && os.Getenv("REL_LENIENT") != "" {
 				blamed++
 				t.Logf("%v: %s", r, f)
 				continue
@@ -241,9 +234,9 @@ func TestKillSurvivorsCloseAtOnce(t *testing.T) {
 		}
 	}
 	if blamed > 0 {
-		t.Logf("KNOWN BUG: %d of %d survivors named another survivor instead of the dead rank", blamed, survivors)
+		t.Logf("REL_LENIENT: %d of %d survivors named another survivor instead of the dead rank", blamed, survivors)
 	}
-	knownCloseHangs(t, hangs)
+	closeHangs(t, hangs)
 }
 
 // killSuite runs perTransport random kill trials on tcp and on shm,

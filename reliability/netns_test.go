@@ -136,5 +136,5 @@ func TestPartitionBetweenHosts(t *testing.T) {
 			hangs = append(hangs, fmt.Sprintf("rank %d: %s", rk.id, h.Err))
 		}
 	}
-	knownCloseHangs(t, hangs)
+	closeHangs(t, hangs)
 }

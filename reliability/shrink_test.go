@@ -65,7 +65,7 @@ func TestShrinkAfterKill(t *testing.T) {
 					}
 					t.Logf("rank %d → %d: %s", rk.id, d.Iter, d.Err)
 				}
-				knownCloseHangs(t, hangs)
+				closeHangs(t, hangs)
 			})
 		}
 	}

@@ -130,13 +130,11 @@ func soak(ctx context.Context, c *comm.Comm, seed int64, duration, warmup time.D
 	if memprofile != "" && me == 0 {
 		writeHeapProfile(memprofile)
 	}
-	// Close is not collective, and today a rank that closes at once fails
-	// the peers still finishing the last step, even a barrier (see
-	// RELIABILITY.md): meet, then give the stragglers a moment.
+	// Meet before the last memory reading, so every rank reads it at the
+	// same point.
 	if err := c.Barrier(ctx); err != nil {
 		return fmt.Errorf("rank %d: final barrier: %w", me, err)
 	}
-	time.Sleep(closeGrace)
 	end := rss()
 	if rssWarm == 0 {
 		rssWarm = end
@@ -154,9 +152,6 @@ func soak(ctx context.Context, c *comm.Comm, seed int64, duration, warmup time.D
 	}
 	return nil
 }
-
-// closeGrace is how long a rank waits after the final barrier before Close.
-const closeGrace = 500 * time.Millisecond
 
 func summary(counts map[string]int) string {
 	var parts []string
