@@ -317,26 +317,30 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			record(l, nil)
 		}()
 	}
-	for name, n := range accepts {
+	for name, n := range accepts { // one acceptor per listener, concurrently
 		ln, d := lnByName[name], devByName[name]
-		for range n {
-			conn, err := ln.Accept(cctx)
-			if err != nil {
-				record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
-				break
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, err := collectives.Establish(cctx, conn, d, rank, params)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				conn, err := ln.Accept(cctx)
 				if err != nil {
-					conn.Close()
-					record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
+					record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
 					return
 				}
-				record(l, nil)
-			}()
-		}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l, err := collectives.Establish(cctx, conn, d, rank, params)
+					if err != nil {
+						conn.Close()
+						record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
+						return
+					}
+					record(l, nil)
+				}()
+			}
+		}()
 	}
 	wg.Wait()
 	if len(errs) > 0 {
