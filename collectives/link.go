@@ -128,9 +128,10 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
 	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, byeSent: make(chan struct{})}
+	built := l // the error returns below set l to nil before this runs
 	defer func() {
 		if err != nil {
-			l.free()
+			built.free()
 		}
 	}()
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
