@@ -16,3 +16,9 @@ CGO_ENABLED=0 go build ./...
 
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...
+
+echo "== verbs in a soft-RoCE VM"
+# Runs the conformance suite, rdma-core interop and comm over real verbs
+# (rdma_rxe) in qemu; prints SKIP with the reason where qemu, the kernel or
+# the packages are missing. It never installs anything from here (.ci/run does).
+GORUN_RXE_VM_NO_APT=1 scripts/rxe-vm/test.sh
