@@ -98,6 +98,14 @@ func TestFormWorld(t *testing.T) {
 				// and the refutations eat the CPU the joins need. Failure
 				// detection is tested elsewhere; relax it here.
 				mod = func(_ int, c *Config) { c.ProbeInterval, c.ProbeTimeout = 2*time.Second, time.Second }
+				if raceEnabled {
+					// And the race detector's ~10× CPU on 2 shared cores
+					// needs more than the 30 s a formation normally gets
+					// (the real time is BenchmarkBootstrap's, without -race).
+					mod = func(_ int, c *Config) {
+						c.ProbeInterval, c.ProbeTimeout, c.Timeout = 5*time.Second, 3*time.Second, 2*time.Minute
+					}
+				}
 			}
 			start := time.Now()
 			nodes := startWorld(t, "form", size, mod)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package bootstrap
+
+const raceEnabled = false
