@@ -260,6 +260,20 @@ func killSuite(t *testing.T, perTransport, holdMS int) []trialResult {
 			trials = append(trials, x)
 		}
 	}
+	shmBefore := devShm()
+	defer func() {
+		// No provider uses /dev/shm (shm's segments are memfds, checked in
+		// each survivor); anything gorun leaves there is a leak.
+		for name := range devShm() {
+			if !shmBefore[name] {
+				if strings.Contains(strings.ToLower(name), "gorun") {
+					t.Errorf("left in /dev/shm: %s", name)
+				} else {
+					t.Logf("new in /dev/shm (not gorun's?): %s", name)
+				}
+			}
+		}
+	}()
 	results := make([]trialResult, len(trials))
 	var wg sync.WaitGroup
 	for i, tr := range trials {
@@ -307,4 +321,14 @@ func report(t *testing.T, what string, byKey map[string][]time.Duration) {
 		t.Logf("%s %-16s n=%3d median %v worst %v", what, k, len(ds),
 			ds[len(ds)/2].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
+}
+
+// devShm lists /dev/shm.
+func devShm() map[string]bool {
+	m := map[string]bool{}
+	ents, _ := os.ReadDir("/dev/shm")
+	for _, e := range ents {
+		m[e.Name()] = true
+	}
+	return m
 }
