@@ -288,6 +288,11 @@ func killSuite(t *testing.T, perTransport, holdMS int) []trialResult {
 	wg.Wait()
 	byKey := map[string][]time.Duration{}
 	for _, r := range results {
+		ds := make([]string, len(r.detect))
+		for i, d := range r.detect {
+			ds[i] = d.Round(100 * time.Microsecond).String()
+		}
+		t.Logf("trial %v: detection %s", r, strings.Join(ds, " "))
 		byKey[r.transport+" "+r.op] = append(byKey[r.transport+" "+r.op], r.detect...)
 		byKey[r.transport+" all"] = append(byKey[r.transport+" all"], r.detect...)
 		if r.signalled {
