@@ -95,6 +95,9 @@ type Engine struct {
 	loops  sync.WaitGroup // the links' progress goroutines
 	runMu  sync.Mutex     // held by Run; Close waits for it
 
+	mm      mismatchState
+	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
+
 	st runState
 }
 
@@ -159,6 +162,8 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	if err := e.Err(); err != nil {
 		return err
 	}
+	e.curHash.Store(1<<32 | uint64(callHash(call)))
+	defer e.curHash.Store(0)
 	if len(p.S.Ops) == 0 {
 		return nil
 	}

@@ -49,7 +49,8 @@ const (
 	ctrlCredit
 	ctrlAbort
 	ctrlBye
-	ctrlCTS // clear to send: the next direct message goes to address b, rkey a
+	ctrlCTS      // clear to send: the next direct message goes to address b, rkey a
+	ctrlMismatch // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
 )
 
 // ctsDepth bounds outstanding clear-to-send messages per link; the
@@ -211,6 +212,17 @@ func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
 	return l.conn.PostSend(wrid, l.ctrl[:16], nil, flags)
 }
 
+// sendCtrl3 posts an inline control message with a third field.
+func (l *Link) sendCtrl3(typ, a uint32, b, c uint64) error {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	binary.LittleEndian.PutUint32(l.ctrl[0:], typ)
+	binary.LittleEndian.PutUint32(l.ctrl[4:], a)
+	binary.LittleEndian.PutUint64(l.ctrl[8:], b)
+	binary.LittleEndian.PutUint64(l.ctrl[16:], c)
+	return l.conn.PostSend(0, l.ctrl[:24], nil, rdma.FlagInline)
+}
+
 // recvLoop and sendLoop are the link's progress: they drain the completion
 // queues until ctx ends or the connection fails, reporting to e.
 func (l *Link) recvLoop(ctx context.Context, e *Engine) {
@@ -243,6 +255,9 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 				l.credits.Add(uint64(a))
 			case ctrlAbort:
 				e.remoteAbort(l, int(int32(a)), uint32(b))
+			case ctrlMismatch:
+				c := binary.LittleEndian.Uint64(m[16:])
+				e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "")
 			case ctrlBye:
 				l.closed.Store(true)
 			case ctrlCTS:

@@ -130,14 +130,16 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		if direct {
 			want = nbytes
 		}
-		if why := checkHeader(stage[base:base+hdrSize], call, want, direct); why != "" {
-			// The peer may have aborted after sending: its notice follows
-			// its data on this connection. Give it a moment to land.
+		if h := stage[base : base+hdrSize]; checkHeader(h, call, want, direct) != "" {
+			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, call, want, direct))
+			e.evidence(e.Rank, callHash(call), l.Peer, headerHash(h), why)
+			// The decision (which rank is the odd one out) comes once the
+			// others' evidence is in; an abort notice may also overtake it.
 			select {
 			case <-e.dead:
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(2 * mismatchWindow):
+				e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)})
 			}
-			e.Abort(l.Peer, fmt.Errorf("%w: %s", ErrMismatch, why))
 			return moved, false, ErrMismatch
 		}
 		if want > 0 && !direct {
@@ -208,4 +210,23 @@ func checkHeader(h []byte, c *Call, want int, direct bool) string {
 		return fmt.Sprintf("message of %d bytes, this rank expects %d", binary.LittleEndian.Uint32(h[16:]), want)
 	}
 	return ""
+}
+
+// headerHash identifies the call a header belongs to (everything but the
+// message's own length and direct flag).
+func headerHash(h []byte) uint32 {
+	x := uint32(2166136261)
+	for _, r := range [][]byte{h[4:11], h[12:16], h[24:32]} {
+		for _, b := range r {
+			x = (x ^ uint32(b)) * 16777619
+		}
+	}
+	return x
+}
+
+// callHash is headerHash of c's own header.
+func callHash(c *Call) uint32 {
+	var h [hdrSize]byte
+	putHeader(h[:], c, 0, false)
+	return headerHash(h[:])
 }
