@@ -9,9 +9,12 @@ import (
 
 // Every operation below must be called by every rank of the communicator
 // (Send and Recv: by the two ranks involved) in the same order with
-// matching arguments; a disagreement fails the operation on every rank with
-// ErrMismatch, an invalid argument with ErrInvalid, both as *RankError
-// naming the rank at fault. After any error the communicator is aborted
+// matching arguments. A disagreement fails with ErrMismatch, an invalid
+// argument with ErrInvalid, both as a *RankError naming the rank at fault
+// (for a disagreement, the rank outside the majority). The operation fails
+// on every rank that exchanges data with the offender (senders wait until
+// their messages have been checked); a rank whose part completed without it
+// fails at its next operation. After any error the communicator is aborted
 // (Err reports why): create a new one to continue.
 
 // AllReduce reduces send across all ranks with op and leaves the result in
