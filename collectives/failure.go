@@ -54,12 +54,13 @@ func (e *Engine) remoteAbort(l *Link, culprit int, code uint32) {
 	e.Abort(culprit, reasonErr(code))
 }
 
-func (e *Engine) linkFailed(l *Link, err error) {
+// linkFailed reports l's connection broken. fromRecv: the receive loop saw
+// it, after everything the peer sent (a bye included) was processed, so
+// closed is final; the send loop instead gives the receive loop a moment
+// to get to a bye first. A killed peer is thus blamed at once.
+func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
 	l.broken.Store(true)
-	// A peer that closed gracefully said bye after everything else it sent;
-	// if the send queue noticed the closed connection first, give the
-	// receive loop a moment to get there.
-	for i := 0; i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
+	for i := 0; !fromRecv && i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
 		time.Sleep(2 * time.Millisecond)
 	}
 	if l.closed.Load() {
@@ -102,18 +103,23 @@ func (e *Engine) Close() error {
 	// Say bye on every link and wait (briefly) until the byes have gone
 	// out: an abort notice posted before must reach the peers before the
 	// connections close, or they would blame this rank instead.
-	var sent []chan struct{}
+	dead := -1 // a peer known dead: its bye would only wait out the deadline
+	if pe != nil && errors.Is(pe.Err, ErrPeerFailed) {
+		dead = pe.Rank
+	}
+	var sent []*Link
 	for _, l := range e.links {
-		if l != nil && !l.broken.Load() && l.conn.Err() == nil && l.sendCtrl(ctrlBye, 0, 0) == nil {
-			sent = append(sent, l.byeSent)
+		if l != nil && l.Peer != dead && !l.broken.Load() && l.conn.Err() == nil && l.sendCtrl(ctrlBye, 0, 0) == nil {
+			sent = append(sent, l)
 		}
 	}
 	// One deadline for all byes (a timer's channel fires once, and a bye to
 	// a peer that already closed never completes).
 	grace, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	for _, ch := range sent {
+	for _, l := range sent {
 		select {
-		case <-ch:
+		case <-l.byeSent:
+		case <-l.sendOut: // the connection ended: no completion will come
 		case <-grace.Done():
 		}
 	}

@@ -116,6 +116,7 @@ type Link struct {
 
 	sendMu  sync.Mutex    // serialises control sends from several goroutines
 	byeSent chan struct{} // closed when the signaled bye has completed
+	sendOut chan struct{} // closed when the send loop exits
 }
 
 // wridBye marks the signaled bye among send completions.
@@ -128,7 +129,7 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
-	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, byeSent: make(chan struct{})}
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, byeSent: make(chan struct{}), sendOut: make(chan struct{})}
 	built := l // the error returns below set l to nil before this runs
 	defer func() {
 		if err != nil {
@@ -236,14 +237,14 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 		if err != nil {
 			l.broken.Store(true)
 			if ctx.Err() == nil {
-				e.linkFailed(l, err)
+				e.linkFailed(l, err, true)
 			}
 			return
 		}
 		switch wc.Opcode {
 		case rdma.OpRecvWriteImm:
 			if uint32(l.arrived.Load()) != wc.Imm {
-				e.linkFailed(l, fmt.Errorf("message %d arrived out of order: %w", wc.Imm, ErrProtocol))
+				e.linkFailed(l, fmt.Errorf("message %d arrived out of order: %w", wc.Imm, ErrProtocol), true)
 				return
 			}
 			l.arrived.Add(1)
@@ -275,7 +276,7 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 				continue
 			}
 			if ctx.Err() == nil {
-				e.linkFailed(l, err)
+				e.linkFailed(l, err, true)
 			}
 			return
 		}
@@ -285,6 +286,7 @@ func (l *Link) recvLoop(ctx context.Context, e *Engine) {
 
 func (l *Link) sendLoop(ctx context.Context, e *Engine) {
 	defer e.loops.Done()
+	defer close(l.sendOut)
 	for {
 		wc, err := l.conn.GetSendComp(ctx)
 		if err == nil {
@@ -298,7 +300,7 @@ func (l *Link) sendLoop(ctx context.Context, e *Engine) {
 			var wce *rdma.WCError
 			ended := errors.Is(err, rdma.ErrClosed) || (errors.As(err, &wce) && wce.WC.Status == rdma.StatusFlushed)
 			if ctx.Err() == nil && !ended {
-				e.linkFailed(l, err)
+				e.linkFailed(l, err, false)
 			}
 			e.poke()
 			return

@@ -77,10 +77,14 @@ func unmarshalEndpoint(b []byte) (*endpoint, error) {
 }
 
 func lstring(b []byte) (string, []byte, bool) {
-	if len(b) < 1 || len(b) < 1+int(b[0]) {
+	if len(b) < 1 {
 		return "", nil, false
 	}
-	return string(b[1 : 1+b[0]]), b[1+b[0]:], true
+	n := 1 + int(b[0]) // int before adding: a byte 255 + 1 wraps to 0
+	if len(b) < n {
+		return "", nil, false
+	}
+	return string(b[1:n]), b[n:], true
 }
 
 func sortedKeys(m map[string]string) []string {
