@@ -197,7 +197,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		names = providerOrder
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), addrs: map[string]string{}}
-	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000}
+	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000, Checksum: cfg.checksum}
 	var openErrs []error
 	for _, name := range names {
 		dev, err := rdma.OpenConfig(name, rcfg)

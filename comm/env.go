@@ -37,6 +37,8 @@ package comm
 //	GORUN_SOCKET_IFNAME  network interface whose address tcp advertises (default: the
 //	                     first up, non-loopback interface)
 //	GORUN_DEBUG          warn (default) | info | trace: log verbosity (standard log package)
+//	GORUN_CHECKSUM       1: tcp verifies a CRC32C of every frame (rdma.Config.Checksum);
+//	                     every rank must agree, or connecting fails clearly
 
 import (
 	"fmt"
@@ -178,6 +180,7 @@ type tunables struct {
 	HasTimeout   bool
 	SocketIfname string
 	Debug        int
+	Checksum     bool
 }
 
 // Debug levels.
@@ -220,6 +223,13 @@ func readTunables(getenv func(string) string) (tunables, error) {
 		t.Timeout, t.HasTimeout = d, true
 	}
 	t.SocketIfname = strings.TrimSpace(getenv("GORUN_SOCKET_IFNAME"))
+	switch s := strings.ToLower(strings.TrimSpace(getenv("GORUN_CHECKSUM"))); s {
+	case "", "0", "false", "off":
+	case "1", "true", "on":
+		t.Checksum = true
+	default:
+		return t, &envError{"GORUN_CHECKSUM", s, "want 1 or 0"}
+	}
 	switch s := strings.ToLower(strings.TrimSpace(getenv("GORUN_DEBUG"))); s {
 	case "", "warn":
 		t.Debug = debugWarn

@@ -34,6 +34,9 @@ type config struct {
 	regCache int
 	// local: the communicator lives in one process (NewLocal); auto means mem.
 	local bool
+	// checksum: providers that cross a network verify a CRC32C of every
+	// frame (rdma.Config.Checksum). Off by default: it costs CPU per byte.
+	checksum bool
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.
@@ -54,6 +57,7 @@ func newConfig(opts ...Option) (*config, error) {
 	}
 	c.socketIfname = t.SocketIfname
 	c.debug = t.Debug
+	c.checksum = t.Checksum
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -63,6 +67,13 @@ func newConfig(opts ...Option) (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// WithChecksum makes providers that cross a network (tcp) verify a CRC32C
+// of every frame, so a corrupted frame fails the connection instead of
+// landing as data (GORUN_CHECKSUM=1). Every rank must use the same setting.
+func WithChecksum() Option {
+	return func(c *config) error { c.checksum = true; return nil }
 }
 
 // WithTransport picks the provider for every peer: "auto", "verbs", "tcp",
