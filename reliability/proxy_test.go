@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -105,9 +104,8 @@ func TestCorruptHeaderNotDelivered(t *testing.T) {
 }
 
 // A corrupted payload byte must not be delivered as data: with
-// GORUN_CHECKSUM=1 the tcp provider is to verify a CRC32C of each frame
-// and fail the connection. Until it does, this test records what happens
-// and skips.
+// GORUN_CHECKSUM=1 the tcp provider verifies a CRC32C of each frame and
+// fails the connection.
 func TestCorruptPayloadNotDelivered(t *testing.T) {
 	t.Setenv("GORUN_CHECKSUM", "1")
 	h := handshakeBytes(t)
@@ -122,12 +120,7 @@ func TestCorruptPayloadNotDelivered(t *testing.T) {
 	differs := !bytes.Equal(tg.mr.Bytes()[:n], src)
 	switch {
 	case delivered && differs:
-		if os.Getenv("REL_STRICT") != "" {
-			t.Fatal("corrupted payload delivered with a successful completion")
-		}
-		t.Skip("KNOWN GAP: tcp has no payload checksum (GORUN_CHECKSUM is not implemented): " +
-			"the flipped byte was delivered into the target region and the write completed successfully; " +
-			"REL_STRICT=1 makes this a failure")
+		t.Fatal("corrupted payload delivered with a successful completion")
 	case delivered:
 		t.Fatal("the proxy flipped a byte but the target region matches: the test did not corrupt the payload")
 	}

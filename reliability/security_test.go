@@ -29,7 +29,8 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 
 func openDev(t testing.TB, provider string, tok []byte) rdma.Device {
 	t.Helper()
-	d, err := rdma.OpenConfig(provider, rdma.Config{Token: tok})
+	// GORUN_CHECKSUM=1 (t.Setenv) turns on tcp's CRC32C, as comm does.
+	d, err := rdma.OpenConfig(provider, rdma.Config{Token: tok, Checksum: os.Getenv("GORUN_CHECKSUM") == "1"})
 	if err != nil {
 		t.Skipf("%s: %v", provider, err)
 	}
