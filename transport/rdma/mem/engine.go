@@ -178,6 +178,14 @@ func (c *conn) deliver(w *wr) (st rdma.Status, why error, rnr bool) {
 	p.rq[p.rqHead] = recvWR{}
 	if p.rqHead++; p.rqHead == len(p.rq) {
 		p.rq, p.rqHead = p.rq[:0], 0
+	} else if p.rqHead >= 64 && 2*p.rqHead >= len(p.rq) {
+		// A queue that never empties (receives are re-posted as they
+		// complete) would otherwise grow for the life of the connection:
+		// move the live tail to the front, at most half the slice, so the
+		// cost stays amortised O(1).
+		n := copy(p.rq, p.rq[p.rqHead:])
+		clear(p.rq[n:])
+		p.rq, p.rqHead = p.rq[:n], 0
 	}
 	defer soft.ReleaseAll(r.list())
 	var tmp [1]rdma.SGE
