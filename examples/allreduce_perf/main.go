@@ -2,6 +2,9 @@
 // all_reduce_perf does and prints the same table: for each size, the time,
 // algorithm bandwidth (bytes/time) and bus bandwidth (algbw·2(n-1)/n) of an
 // out-of-place and an in-place AllReduce, and the number of wrong elements.
+// With -coll broadcast it measures Broadcast from root 0 instead (busbw =
+// algbw, as in nccl-tests; both columns are in place). -sizes a,b,c lists
+// the sizes explicitly; -cpuprofile FILE profiles the run.
 //
 // Standalone it runs -np ranks in this process (comm.NewLocal over -t,
 // default mem). Started by a launcher (GORUN_SIZE, OMPI_COMM_WORLD_SIZE,
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +36,8 @@ type options struct {
 	dtype, op, algo    string
 	np                 int
 	transport          string
+	coll               string  // allreduce or broadcast
+	sizes              []int64 // explicit sizes; overrides -b/-e/-f when set
 }
 
 func main() {
@@ -48,11 +54,26 @@ func main() {
 	flag.StringVar(&o.algo, "a", "", "allreduce algorithm: ring tree rd hd (default: the selection table)")
 	flag.IntVar(&o.np, "np", 4, "ranks in this process when not started by a launcher")
 	flag.StringVar(&o.transport, "t", "mem", "transport for -np ranks in this process")
+	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce or broadcast (root 0; busbw = algbw)")
+	sizeList := flag.String("sizes", "", "comma-separated sizes in bytes (K, M, G suffixes); overrides -b, -e, -f")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (rank 0's process) to this file")
 	flag.Parse()
 	o.check = *check != 0
 	var err error
 	if o.minBytes, err = parseSize(minB); err == nil {
 		o.maxBytes, err = parseSize(maxB)
+	}
+	if err == nil && *sizeList != "" {
+		for _, f := range strings.Split(*sizeList, ",") {
+			var v int64
+			if v, err = parseSize(strings.TrimSpace(f)); err != nil {
+				break
+			}
+			o.sizes = append(o.sizes, v)
+		}
+	}
+	if err == nil && o.coll != "allreduce" && o.coll != "broadcast" {
+		err = fmt.Errorf("unknown collective %q", o.coll)
 	}
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) {
 		err = fmt.Errorf("bad -f, -n, -w, -b or -e")
@@ -61,7 +82,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "allreduce_perf:", err)
 		os.Exit(2)
 	}
+	if *cpuprofile != "" {
+		f, perr := os.Create(*cpuprofile)
+		if perr == nil {
+			perr = pprof.StartCPUProfile(f)
+		}
+		if perr != nil {
+			fmt.Fprintln(os.Stderr, "allreduce_perf:", perr)
+			os.Exit(2)
+		}
+	}
 	wrong, err := run(context.Background(), o, os.Stdout)
+	if *cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "allreduce_perf:", err)
 		os.Exit(1)

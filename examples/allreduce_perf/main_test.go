@@ -36,3 +36,28 @@ func TestParseSize(t *testing.T) {
 		t.Error("parseSize(lots) succeeded")
 	}
 }
+
+// TestBroadcastSizes runs what bench/compare runs: -coll broadcast and an
+// explicit -sizes list, and checks the row count and the parsed columns.
+func TestBroadcastSizes(t *testing.T) {
+	for _, coll := range []string{"broadcast", "allreduce"} {
+		var out bytes.Buffer
+		o := options{sizes: []int64{8, 4096, 1 << 17}, iters: 2, warmup: 1, check: true, dtype: "float32", op: "sum", np: 4, transport: "mem", coll: coll}
+		wrong, err := run(context.Background(), o, &out)
+		if err != nil || wrong != 0 {
+			t.Fatalf("%s: %d wrong, %v:\n%s", coll, wrong, err, out.String())
+		}
+		var sizes []string
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) == 12 && !strings.HasPrefix(line, "#") {
+				sizes = append(sizes, f[0])
+				if f[11] != "0" {
+					t.Errorf("%s: row %q has wrong elements", coll, line)
+				}
+			}
+		}
+		if strings.Join(sizes, ",") != "8,4096,131072" {
+			t.Fatalf("%s: sizes %v:\n%s", coll, sizes, out.String())
+		}
+	}
+}

@@ -15,14 +15,14 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 	var z T
 	es := int64(unsafe.Sizeof(z))
 	n := c.Size()
-	fmt.Fprintf(w, "# gorun allreduce_perf: %d ranks, type %s, op %s, algorithm %s\n", n, o.dtype, o.op, orDefault(o.algo, "auto"))
+	fmt.Fprintf(w, "# gorun allreduce_perf: %s, %d ranks, type %s, op %s, algorithm %s\n", o.coll, n, o.dtype, o.op, orDefault(o.algo, "auto"))
 	fmt.Fprintf(w, "#\n#%52s %31s %31s\n", "", "out-of-place", "in-place")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
 	var total int64
 	var sumBus float64
 	var rows int
-	for size := o.minBytes; size <= o.maxBytes; size *= int64(o.factor) {
+	for _, size := range o.sizeList() {
 		count := int(size / es)
 		send, recv := make([]T, count), make([]T, count)
 		var res [2]struct {
@@ -42,16 +42,26 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 				}
 				fill(send, c.Rank(), op)
 				start := time.Now()
-				if err := comm.AllReduce(ctx, c, send, dst, op); err != nil {
+				var err error
+				if o.coll == "broadcast" {
+					err = comm.Broadcast(ctx, c, send, 0)
+				} else {
+					err = comm.AllReduce(ctx, c, send, dst, op)
+				}
+				if err != nil {
 					return total, err
 				}
 				if i >= o.warmup {
-					res[mode].us += float64(time.Since(start).Microseconds())
+					res[mode].us += time.Since(start).Seconds() * 1e6
 				}
 			}
 			res[mode].us /= float64(o.iters)
 			if o.check {
-				res[mode].wrong = countWrong(dst, n, op)
+				if o.coll == "broadcast" {
+					res[mode].wrong = countWrongBcast(send, op)
+				} else {
+					res[mode].wrong = countWrong(dst, n, op)
+				}
 			}
 			// the slowest rank's time, every rank's wrong elements
 			t := []float64{res[mode].us}
@@ -72,21 +82,47 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 			return float64(int64(count)*es) / us / 1e3
 		}
 		factor := 2 * float64(n-1) / float64(n)
+		if o.coll == "broadcast" {
+			factor = 1
+		}
 		fmt.Fprintf(w, " %12d %12d %8s %6s %9.1f %7.2f %7.2f %6d %9.1f %7.2f %7.2f %6d\n",
 			int64(count)*es, count, o.dtype, o.op,
 			res[0].us, algbw(res[0].us), algbw(res[0].us)*factor, res[0].wrong,
 			res[1].us, algbw(res[1].us), algbw(res[1].us)*factor, res[1].wrong)
 		sumBus += algbw(res[1].us) * factor
 		rows++
-		if size == 0 {
-			break
-		}
 	}
 	fmt.Fprintf(w, "# Out of bounds values : %d %s\n", total, map[bool]string{true: "OK", false: "FAILED"}[total == 0])
 	if rows > 0 {
 		fmt.Fprintf(w, "# Avg bus bandwidth    : %.4f\n#\n", sumBus/float64(rows))
 	}
 	return total, nil
+}
+
+// sizeList is -sizes, or -b to -e by factors of -f.
+func (o options) sizeList() []int64 {
+	if len(o.sizes) > 0 {
+		return o.sizes
+	}
+	var s []int64
+	for size := o.minBytes; size <= o.maxBytes; size *= int64(o.factor) {
+		s = append(s, size)
+		if size == 0 {
+			break
+		}
+	}
+	return s
+}
+
+// countWrongBcast counts the elements of buf that differ from root 0's.
+func countWrongBcast[T comm.Number](buf []T, op comm.Op) int64 {
+	var wrong int64
+	for i, v := range buf {
+		if toF64(v) != toF64(from[T](value(0, i, op))) {
+			wrong++
+		}
+	}
+	return wrong
 }
 
 func orDefault(s, d string) string {
