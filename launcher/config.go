@@ -19,6 +19,10 @@ type Config struct {
 	// Tunables passed to ranks as GORUN_TRANSPORT, GORUN_ALGO, GORUN_DEBUG.
 	Transport, Algo, Debug string
 
+	// Fault sets GORUN_FAULT for every rank (--fault): fault injection
+	// rules "[rank=R:]ACTION[:OP[:N[:WHERE[:DELAY]]]]" (comm/fault.go).
+	Fault string
+
 	// NoTag turns off the "[rank] " prefix of output lines (--tag-output=false).
 	NoTag bool
 
@@ -40,8 +44,12 @@ type Config struct {
 	// when srun is on PATH, no host list and no agent), "yes" or "no".
 	UseSrun string
 
-	// Elastic keeps the job going when a rank dies; gorun still exits
-	// with the first failed rank's status.
+	// Elastic keeps the job going when a rank dies (and sets
+	// GORUN_ELASTIC=1, which tells the ranks to Shrink and go on). Even
+	// when the survivors complete, gorun exits with the first failed
+	// rank's status (137 for a SIGKILL), as mpirun does: a lost rank is
+	// never reported as success; the survivors' own exit statuses are in
+	// the output.
 	Elastic bool
 
 	// StallTimeout is how long no rank may make progress in a collective

@@ -24,6 +24,9 @@ const (
 	EnvAlgo      = "GORUN_ALGO"
 	EnvDebug     = "GORUN_DEBUG"
 	EnvIfname    = "GORUN_SOCKET_IFNAME"
+	EnvFault     = "GORUN_FAULT"    // fault injection rules (comm/fault.go); --fault
+	EnvChecksum  = "GORUN_CHECKSUM" // payload checksums on the wire
+	EnvShmCMA    = "GORUN_SHM_CMA"  // shm provider's cross-memory-attach switch
 )
 
 // contractVars are set by the launcher and never inherited from its own
@@ -33,7 +36,8 @@ var contractVars = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvSee
 
 // tunableVars pass from the launcher's environment to every rank, local or
 // remote, as Open MPI passes OMPI_MCA_*.
-var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfname}
+var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfname,
+	EnvFault, EnvChecksum, EnvShmCMA}
 
 // jobEnv is what all ranks of a job share.
 type jobEnv struct {
@@ -97,7 +101,7 @@ func exportVars(x []string, settings map[string]string) ([]string, error) {
 			out = append(out, name+"="+val)
 		}
 	}
-	for _, name := range []string{EnvTransport, EnvAlgo, EnvDebug} {
+	for _, name := range []string{EnvTransport, EnvAlgo, EnvDebug, EnvFault} {
 		if val := settings[name]; val != "" {
 			out = append(out, name+"="+val)
 		}

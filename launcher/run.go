@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	extra, err := exportVars(cfg.Export, map[string]string{
-		EnvTransport: cfg.Transport, EnvAlgo: cfg.Algo, EnvDebug: cfg.Debug})
+		EnvTransport: cfg.Transport, EnvAlgo: cfg.Algo, EnvDebug: cfg.Debug, EnvFault: cfg.Fault})
 	if err != nil {
 		return err
 	}

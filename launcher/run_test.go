@@ -71,9 +71,13 @@ func TestEnvContract(t *testing.T) {
 	t.Setenv("TESTVAR_FROM_LAUNCHER", "inherited")
 	t.Setenv(EnvRank, "99") // a launcher's own contract must not leak
 	t.Setenv(EnvAlgo, "allreduce:ring")
+	t.Setenv(EnvChecksum, "1")
+	t.Setenv(EnvShmCMA, "0")
+	t.Setenv(EnvFault, "overridden by --fault")
 	hosts := []Host{{Name: "localhost", Slots: 2}, {Name: "127.0.0.1", Slots: 2}}
 	out, stderr, err := runJob(t, "env", Config{NP: 3, Hosts: hosts, Bind: "numa",
-		Export: []string{"TESTVAR_A=a b c", "TESTVAR_FROM_LAUNCHER"}, Transport: "tcp"})
+		Export: []string{"TESTVAR_A=a b c", "TESTVAR_FROM_LAUNCHER"}, Transport: "tcp",
+		Fault: "rank=2:kill:write:40"})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, stderr)
 	}
@@ -93,6 +97,7 @@ func TestEnvContract(t *testing.T) {
 			EnvRank: fmt.Sprint(r), EnvSize: "3",
 			EnvLocalRank: wantLocal[r][0], EnvLocalSize: wantLocal[r][1],
 			EnvBind: "numa", EnvTransport: "tcp", EnvAlgo: "allreduce:ring",
+			EnvFault: "rank=2:kill:write:40", EnvChecksum: "1", EnvShmCMA: "0",
 			"TESTVAR_A": "a b c", "TESTVAR_FROM_LAUNCHER": "inherited",
 		}
 		for k, v := range want {

@@ -78,12 +78,13 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.Var(durationFlag{&cfg.Timeout}, "timeout", "stop the job after this long (seconds or 10m)")
 	fs.StringVar(&cfg.Bind, "bind-to", "none", "bind each rank to a core, a NUMA node or nothing: core|numa|none")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "rank 0's gossip seed port (0: pick one)")
-	fs.BoolVar(&cfg.Elastic, "elastic", false, "keep the job going when a rank dies")
+	fs.BoolVar(&cfg.Elastic, "elastic", false, "keep the job going when a rank dies (sets GORUN_ELASTIC=1; exit status is still the dead rank's)")
 	fs.Var(durationFlag{&cfg.StallTimeout}, "stall-timeout", "report ranks stuck in a collective after this long; 0: 30s, <0: off")
 	fs.Var(durationFlag{&cfg.KillGrace}, "kill-grace", "time between SIGTERM and SIGKILL when stopping ranks (0: 5s)")
 	fs.StringVar(&cfg.Transport, "transport", "", "sets GORUN_TRANSPORT: auto|verbs|tcp|shm")
 	fs.StringVar(&cfg.Algo, "algo", "", "sets GORUN_ALGO, e.g. allreduce:ring,broadcast:tree")
 	fs.StringVar(&cfg.Debug, "debug", "", "sets GORUN_DEBUG: warn|info|trace")
+	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -88,7 +88,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"--hostfile", hostfile, "-np", "3", "--tag-output=false", "-x", "A=1", "-x", "B",
 			"--timeout", "90", "--bind-to", "numa", "--gossip-port", "7946", "--launch-agent", "ip netns exec",
 			"--elastic", "--stall-timeout", "1m", "--kill-grace", "2s", "--transport", "tcp", "--algo", "allreduce:ring",
-			"--debug", "info", "--srun", "no", "prog", "arg"},
+			"--debug", "info", "--srun", "no", "--fault", "rank=2:kill:write:40", "prog", "arg"},
 			want: func(c *launcher.Config) {
 				c.NP, c.Program, c.Args = 3, "prog", []string{"arg"}
 				c.Hosts = []launcher.Host{{Name: "n1", Slots: 2}, {Name: "n2", Slots: 2}}
@@ -96,6 +96,7 @@ func TestParseArgs(t *testing.T) {
 				c.Bind, c.GossipPort, c.LaunchAgent = "numa", 7946, []string{"ip", "netns", "exec"}
 				c.Elastic, c.StallTimeout, c.KillGrace = true, time.Minute, 2*time.Second
 				c.Transport, c.Algo, c.Debug, c.UseSrun = "tcp", "allreduce:ring", "info", "no"
+				c.Fault = "rank=2:kill:write:40"
 			}},
 		{args: []string{"--timeout", "1.5", "-np", "1", "p"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Timeout = 1, "p", []string{}, 1500*time.Millisecond
