@@ -1,5 +1,6 @@
 """Finding, building and loading libgorun.so (the C ABI, ../../capi)."""
 import ctypes
+import fcntl
 import os
 import subprocess
 
@@ -39,25 +40,40 @@ def library_path():
     if not os.path.exists(os.path.join(_REPO, "capi")):
         raise ImportError("gorun: set GORUN_LIB to libgorun.so (no checkout found beside the package)")
     out = os.path.join(_build_dir(), "libgorun.so")
-    if not os.path.exists(out) or os.path.getmtime(out) < _newest_source(_REPO):
-        go = os.environ.get("GO", "go")
-        tmp = out + ".%d.tmp" % os.getpid()
-        try:
-            subprocess.run([go, "build", "-buildmode=c-shared", "-o", tmp, "./capi"],
-                           cwd=_REPO, check=True, capture_output=True, text=True)
-        except FileNotFoundError:
-            raise ImportError("gorun: libgorun.so is missing and the go tool is not on PATH")
-        except subprocess.CalledProcessError as e:
-            raise ImportError("gorun: building libgorun.so failed:\n" + e.stderr)
-        os.replace(tmp, out)  # atomic, so concurrent ranks never load a half-written file
-        for extra in (tmp[:-3] + "h", os.path.splitext(tmp)[0] + ".h"):
-            if os.path.exists(extra):
-                os.remove(extra)
+    if _stale(out):
+        # Every rank of a job may get here at once: one builds, the others
+        # wait and then find it fresh (and never load a half-replaced file).
+        with open(out + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if _stale(out):
+                _build(out)
     return out
 
 
+def _stale(out):
+    return not os.path.exists(out) or os.path.getmtime(out) < _newest_source(_REPO)
+
+
+def _build(out):
+    go = os.environ.get("GO", "go")
+    tmp = out + ".%d.tmp" % os.getpid()
+    try:
+        subprocess.run([go, "build", "-buildmode=c-shared", "-o", tmp, "./capi"],
+                       cwd=_REPO, check=True, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise ImportError("gorun: libgorun.so is missing and the go tool is not on PATH")
+    except subprocess.CalledProcessError as e:
+        raise ImportError("gorun: building libgorun.so failed:\n" + e.stderr)
+    os.replace(tmp, out)  # atomic, so concurrent ranks never load a half-written file
+    for extra in (tmp[:-3] + "h", os.path.splitext(tmp)[0] + ".h"):
+        if os.path.exists(extra):
+            os.remove(extra)
+
+
 def load():
-    lib = ctypes.CDLL(library_path())
+    # RTLD_GLOBAL: the torch backend's extension binds its gorun_* symbols
+    # to this very copy (one Go runtime, one table of handles per process).
+    lib = ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
     i64, c_int, vp, sz = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     p_i64, p_int = ctypes.POINTER(i64), ctypes.POINTER(c_int)
     sig = {

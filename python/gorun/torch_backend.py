@@ -40,6 +40,8 @@ def load_extension(verbose=False):
     """Build (once, cached) and load the C++ extension."""
     global _ext
     if _ext is None:
+        from . import _L
+        _L()  # load libgorun.so (RTLD_GLOBAL) first: the extension's symbols resolve to it
         from torch.utils.cpp_extension import load
         libdir = os.path.dirname(_lib.library_path())
         here = os.path.dirname(os.path.abspath(__file__))
@@ -50,7 +52,9 @@ def load_extension(verbose=False):
             name="gorun_c10d",
             sources=[os.path.join(here, "csrc", "process_group_gorun.cpp")],
             extra_include_paths=[os.path.join(repo, "include")],
-            extra_ldflags=["-L" + libdir, "-lgorun", "-Wl,-rpath," + libdir],
+            # No -lgorun: the gorun_* symbols bind at load time to the
+            # libgorun.so that the Python package already loaded with
+            # RTLD_GLOBAL, so the process never holds two Go runtimes.
             build_directory=build,
             verbose=verbose,
         )
