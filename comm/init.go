@@ -94,6 +94,10 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		<-done
 		ctl.Close()
 	})
+	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)
+		c.Close()
+		return nil, &RankError{Rank: c.rank, Op: "init", Err: err}
+	}
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
 	return c, nil
 }
