@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -86,9 +87,10 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	ctl.Joined(c.rank)
 	ctl.Phase(c.rank, "ready")
 	node := rv.node
-	c.shrink.node = node // for Shrink (shrink.go)
+	fw := &failureSink{c: c, epoch: node.World().Epoch}
+	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
 	done := make(chan struct{})
-	go forwardFailures(c, node, done)
+	go forwardFailures(fw, node, done)
 	c.onClose = append(c.onClose, func() {
 		node.Close() // closes node.Failures(), which ends forwardFailures
 		<-done
@@ -103,15 +105,69 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 }
 
 // forwardFailures turns the bootstrap's reports of dead ranks into
-// failures of c. Ranks that left (Closed) are not forwarded: the transport
+// failures of the communicator fw holds: Init's, then each one Shrink
+// makes. Ranks that left (Closed) are not forwarded: the transport
 // reports them as ErrPeerClosed when an operation needs them.
-func forwardFailures(c *Comm, node *bootstrap.Node, done chan<- struct{}) {
+func forwardFailures(fw *failureSink, node *bootstrap.Node, done chan<- struct{}) {
 	defer close(done)
 	for f := range node.Failures() {
 		if errors.Is(f.Err, bootstrap.ErrPeerDead) {
-			c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
-			c.peerFailed(f.Rank, f.Err)
+			fw.deliver(f)
 		}
+	}
+}
+
+// failureSink routes gossip failure reports to the communicator of the
+// world they belong to. A report carries the epoch of its world and the
+// rank in that world: a report for the current epoch goes to the current
+// communicator; one for a later epoch (Shrink's agreement is done but its
+// communicator not yet connected) waits until Shrink installs that
+// communicator; one for an earlier epoch concerns a closed communicator
+// and is dropped. Safe for concurrent use.
+type failureSink struct {
+	mu      sync.Mutex
+	c       *Comm
+	epoch   uint32
+	pending []bootstrap.Failure // reports for epochs after epoch
+}
+
+func (fw *failureSink) deliver(f bootstrap.Failure) {
+	fw.mu.Lock()
+	c := fw.c
+	switch {
+	case f.Epoch > fw.epoch || c == nil:
+		fw.pending = append(fw.pending, f)
+		fw.mu.Unlock()
+		return
+	case f.Epoch < fw.epoch:
+		fw.mu.Unlock()
+		return
+	}
+	fw.mu.Unlock()
+	c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
+	c.peerFailed(f.Rank, f.Err)
+}
+
+// install makes c, of world epoch, the communicator that receives
+// failures, and hands it the reports that arrived for epoch before it.
+func (fw *failureSink) install(c *Comm, epoch uint32) {
+	fw.mu.Lock()
+	fw.c, fw.epoch = c, epoch
+	var now []bootstrap.Failure
+	keep := fw.pending[:0]
+	for _, f := range fw.pending {
+		switch {
+		case f.Epoch == epoch:
+			now = append(now, f)
+		case f.Epoch > epoch:
+			keep = append(keep, f)
+		}
+	}
+	fw.pending = keep
+	fw.mu.Unlock()
+	for _, f := range now {
+		c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
+		c.peerFailed(f.Rank, f.Err)
 	}
 }
 

@@ -17,7 +17,8 @@ import (
 
 // shrinkState is what Shrink needs from Init.
 type shrinkState struct {
-	node *bootstrap.Node // Init's gossip membership; nil for NewLocal and Split
+	node     *bootstrap.Node // Init's gossip membership; nil for NewLocal and Split
+	failures *failureSink    // where node's failure reports go (init.go)
 }
 
 // Shrink returns a communicator of the ranks of c that are still alive,
@@ -28,9 +29,11 @@ type shrinkState struct {
 // ports). c is left closed: Shrink takes over its transport and its
 // membership, and c's later operations fail with ErrClosed.
 //
-// Only communicators made by Init can shrink. After Shrink, a survivor
-// that dies is noticed through its connections (ErrPeerFailed when an
-// operation needs it); the gossip failure reports stay with c.
+// Only communicators made by Init can shrink. After Shrink, the gossip
+// failure reports go to the new communicator: a survivor that dies later
+// fails its operations with ErrPeerFailed naming its new rank, as in the
+// first world (and a rank that dies during Shrink's reconnection is
+// reported to the new communicator as soon as it exists).
 func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	const op = "shrink"
 	node := c.shrink.node
@@ -80,6 +83,9 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 			f()
 		}
 		return nil, &RankError{Rank: -1, Op: op, Err: err}
+	}
+	if n.shrink.failures != nil {
+		n.shrink.failures.install(n, w.Epoch)
 	}
 	n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
 	return n, nil

@@ -5,13 +5,24 @@
 //
 //	gorun -np 4 ./examples/train          # one process per rank
 //	go run ./examples/train -np 4         # four ranks in one process
+//
+// Elastic: under gorun --elastic (or with -elastic), a step that fails
+// because a rank died is redone on the survivors after Shrink: they roll
+// back to the parameters at the start of the step, take those of the
+// lowest surviving rank, re-shard the data for the new size and go on to
+// the requested number of steps (elastic.go).
+//
+//	gorun --elastic -np 4 --fault 'rank=2:kill:write:200' ./examples/train -out /tmp/params
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +43,9 @@ func main() {
 	bucket := flag.Int("bucket-mb", 25, "bucket size in MiB")
 	noOverlap := flag.Bool("no-overlap", false, "allreduce after the backward pass instead of during it")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
+	flag.BoolVar(&cfg.elastic, "elastic", os.Getenv("GORUN_ELASTIC") == "1",
+		"when a rank dies, shrink to the survivors and go on (default on under gorun --elastic)")
+	out := flag.String("out", "", "write each rank's final parameters to DIR/rank-R.json (R: the rank gorun started)")
 	flag.Parse()
 
 	cfg.lr = float32(*lr)
@@ -64,8 +78,15 @@ func main() {
 			fatal(err)
 		}
 		defer c.Close()
-		if _, _, err := train(ctx, c, cfg, os.Stdout); err != nil {
+		rank := c.Rank()
+		m, st, err := train(ctx, c, cfg, os.Stdout)
+		if err != nil {
 			fatal(err)
+		}
+		if *out != "" {
+			if err := writeResult(*out, rank, m, st); err != nil {
+				fatal(err)
+			}
 		}
 		return
 	}
@@ -76,7 +97,10 @@ func main() {
 	errs := make(chan error, len(comms))
 	for _, c := range comms {
 		go func() {
-			_, _, err := train(ctx, c, cfg, os.Stdout)
+			m, st, err := train(ctx, c, cfg, os.Stdout)
+			if err == nil && *out != "" {
+				err = writeResult(*out, c.Rank(), m, st)
+			}
 			errs <- err
 		}()
 	}
@@ -99,6 +123,55 @@ func launched() bool {
 	}
 	return false
 }
+
+// result is what -out writes per rank.
+type result struct {
+	Rank       int                 // the rank gorun started
+	FinalRank  int                 // after any shrinks
+	FinalSize  int                 //
+	Steps      int                 // the step reached (epochs*steps)
+	Recoveries []resultRecovery    //
+	Params     map[string][]uint32 // float32 bits, by parameter name
+}
+
+type resultRecovery struct {
+	Step            int
+	Dead            []int
+	Size            int
+	ShrinkMS        float64 // failure seen → Shrink returned
+	FirstStepMS     float64 // failure seen → first step completed after Shrink
+	SinceLastGoodMS float64 // last good step → failure seen (bounds the detection)
+}
+
+func writeResult(dir string, rank int, m *mlp, st stats) error {
+	r := result{Rank: rank, FinalRank: st.rank, FinalSize: st.size, Steps: st.last, Params: map[string][]uint32{}}
+	for _, rec := range st.recoveries {
+		r.Recoveries = append(r.Recoveries, resultRecovery{Step: rec.step, Dead: rec.dead, Size: rec.size,
+			ShrinkMS: ms(rec.shrink), FirstStepMS: ms(rec.firstStep), SinceLastGoodMS: ms(rec.sinceGood)})
+	}
+	for _, p := range m.params {
+		bits := make([]uint32, len(p.Value))
+		for i, v := range p.Value {
+			bits[i] = math.Float32bits(v)
+		}
+		r.Params[p.Name] = bits
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	name := filepath.Join(dir, fmt.Sprintf("rank-%d.json", rank))
+	tmp := name + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "train:", err)

@@ -20,6 +20,7 @@ type trainConfig struct {
 	overlap bool // reduce buckets during backward (false: all after backward)
 	ddp     ddp.Config
 	seed    int64
+	elastic bool // on a peer's failure, Shrink and go on (elastic.go)
 }
 
 func defaultTrainConfig() trainConfig {
@@ -28,13 +29,19 @@ func defaultTrainConfig() trainConfig {
 
 type stats struct {
 	compute, comm time.Duration
-	steps         int
+	steps         int       // steps completed by this rank (a step redone after a failure counts once)
+	last          int       // the step reached: epochs*steps when training finished
 	loss          []float64 // mean over the epoch, per epoch (this rank's shard)
+	recoveries    []recovery
+	rank, size    int // at the end (they change when the communicator shrinks)
 }
 
 // train runs data-parallel SGD on c. Every rank builds the same data set
 // and model from the seed, checks that all ranks agree on the parameter
 // shapes, takes rank 0's initial values, and averages gradients each step.
+// With cfg.elastic, a step that fails because a peer died is redone on
+// the survivors (elastic.go); the communicators Shrink makes are closed
+// before train returns, c stays the caller's to close.
 func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*mlp, stats, error) {
 	var st stats
 	data := newDataset(cfg.samples, cfg.dims[0], cfg.dims[len(cfg.dims)-1], cfg.seed)
@@ -49,47 +56,85 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	if err != nil {
 		return nil, st, err
 	}
+	el := &elasticState{c: c, origRank: c.Rank()}
+	for r := range c.Size() {
+		el.members = append(el.members, r)
+	}
+	defer el.close()
+	var saved [][]float32
 	classes := cfg.dims[len(cfg.dims)-1]
-	step := 0
-	for e := 0; e < cfg.epochs; e++ {
-		lossSum := 0.0
-		for s := 0; s < cfg.steps; s++ {
-			t0 := time.Now()
-			x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)
-			b.ZeroGrad()
-			logits := model.forward(x, len(y))
-			loss, dz := lossAndGrad(logits, y, classes)
-			lossSum += loss
-			var commTime time.Duration
-			ready := func(i int) error {
-				if !cfg.overlap {
-					return nil
-				}
-				t := time.Now()
-				err := b.MarkReady(ctx, i)
-				commTime += time.Since(t)
-				return err
+	total := cfg.epochs * cfg.steps
+	lossSum := 0.0
+	lastGood := time.Now()
+	pending := -1 // index of the last recovery, until a step completes after it
+	for step := 0; step < total; {
+		c := el.c
+		if cfg.elastic {
+			saved = snapshot(model, saved)
+		}
+		t0 := time.Now()
+		x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)
+		b.ZeroGrad()
+		logits := model.forward(x, len(y))
+		loss, dz := lossAndGrad(logits, y, classes)
+		var commTime time.Duration
+		ready := func(i int) error {
+			if !cfg.overlap {
+				return nil
 			}
-			if err := model.backward(dz, len(y), ready); err != nil {
-				return nil, st, err
-			}
-			t1 := time.Now()
-			if err := b.Wait(ctx); err != nil {
+			t := time.Now()
+			err := b.MarkReady(ctx, i)
+			commTime += time.Since(t)
+			return err
+		}
+		if err := model.backward(dz, len(y), ready); err != nil {
+			return nil, st, err
+		}
+		t1 := time.Now()
+		if err := b.Wait(ctx); err != nil {
+			if !cfg.elastic || !peerLost(err) {
 				return nil, st, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, err)
 			}
-			commTime += time.Since(t1)
-			model.sgd(cfg.lr)
-			st.comm += commTime
-			st.compute += time.Since(t0) - commTime
-			st.steps++
-			step++
+			nb, redo, rec, rerr := el.recoverStep(ctx, cfg, model, saved, step, lastGood, err)
+			if rerr != nil {
+				return nil, st, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, rerr)
+			}
+			b, step = nb, redo
+			st.recoveries = append(st.recoveries, rec)
+			pending = len(st.recoveries) - 1
+			if log != nil && el.c.Rank() == 0 {
+				fmt.Fprintf(log, "%v (shrink took %v)\n", rec, rec.shrink.Round(time.Millisecond))
+			}
+			continue
 		}
-		st.loss = append(st.loss, lossSum/float64(cfg.steps))
-		if log != nil && c.Rank() == 0 {
-			fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[e],
-				perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
+		commTime += time.Since(t1)
+		model.sgd(cfg.lr)
+		lastGood = time.Now()
+		if pending >= 0 {
+			p := &st.recoveries[pending]
+			p.firstStep, p.firstAfter = lastGood.Sub(p.failedAt), true
+			if log != nil && el.c.Rank() == 0 {
+				fmt.Fprintf(log, "recovered: first step on %d ranks done %v after the failure was seen (last good step ended %v before it)\n",
+					el.c.Size(), p.firstStep.Round(time.Millisecond), p.sinceGood.Round(time.Millisecond))
+			}
+			pending = -1
+		}
+		lossSum += loss
+		st.comm += commTime
+		st.compute += time.Since(t0) - commTime
+		st.steps++
+		step++
+		if step%cfg.steps == 0 {
+			e := step/cfg.steps - 1
+			st.loss = append(st.loss, lossSum/float64(cfg.steps))
+			lossSum = 0
+			if log != nil && el.c.Rank() == 0 {
+				fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[e],
+					perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
+			}
 		}
 	}
+	st.rank, st.size, st.last = el.c.Rank(), el.c.Size(), total
 	return model, st, nil
 }
 
