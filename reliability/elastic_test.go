@@ -7,7 +7,15 @@ package reliability
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -119,6 +127,97 @@ func TestSecondFailureAfterShrink(t *testing.T) {
 				if d > 10*time.Second {
 					t.Errorf("rank %d: error %v after the second failure (operation timeout %v): gossip report not forwarded?", id, d, opTimeout)
 				}
+			}
+		})
+	}
+}
+
+// TestElasticTraining runs examples/train under gorun --elastic with
+// rank 2 killed by GORUN_FAULT at its Nth write (gorun --fault): the 3
+// survivors must shrink, finish every step and end with bitwise equal
+// parameters; gorun exits with the killed rank's status (137), as
+// documented for --elastic.
+func TestElasticTraining(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gorun and examples/train")
+	}
+	bin := t.TempDir()
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		gotool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	build := exec.Command(gotool, "build", "-o", bin+string(filepath.Separator), "./cmd/gorun", "./examples/train")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const steps = 3 * 16
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			out := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "-np", "4", "--transport", tr,
+				"--timeout", "80", "--fault", "rank=2:kill:write:200",
+				filepath.Join(bin, "train"), "-epochs", "3", "-steps", "16", "-batch", "16", "-out", out)
+			cmd.Env = append(baseEnv(), "TMPDIR="+t.TempDir())
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			logs := stdout.String() + stderr.String()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGKILL) {
+				t.Fatalf("gorun: %v, want exit status 137 (the killed rank's)\n%s", err, logs)
+			}
+			if !strings.Contains(stdout.String(), "rank 2 died at step") || !strings.Contains(stdout.String(), "continuing with 3 ranks") {
+				t.Errorf("no recovery message in the output:\n%s", logs)
+			}
+			var ref map[string][]uint32
+			for _, r := range []int{0, 1, 3} {
+				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank-%d.json", r)))
+				if err != nil {
+					t.Fatalf("survivor %d wrote no parameters: %v\n%s", r, err, logs)
+				}
+				var res struct {
+					FinalRank, FinalSize, Steps int
+					Recoveries                  []struct {
+						Step                                   int
+						Dead                                   []int
+						ShrinkMS, FirstStepMS, SinceLastGoodMS float64
+					}
+					Params map[string][]uint32
+				}
+				if err := json.Unmarshal(b, &res); err != nil {
+					t.Fatal(err)
+				}
+				if res.Steps != steps || res.FinalSize != 3 || res.FinalRank != map[int]int{0: 0, 1: 1, 3: 2}[r] {
+					t.Errorf("rank %d: reached step %d as rank %d of %d, want step %d of 3 ranks", r, res.Steps, res.FinalRank, res.FinalSize, steps)
+				}
+				if len(res.Recoveries) != 1 || !slices.Equal(res.Recoveries[0].Dead, []int{2}) {
+					t.Errorf("rank %d: recoveries %+v, want one for rank 2", r, res.Recoveries)
+				} else {
+					rec := res.Recoveries[0]
+					if rec.Step <= 0 || rec.Step >= steps {
+						t.Errorf("rank %d: recovered at step %d: the fault did not hit mid-run", r, rec.Step)
+					}
+					t.Logf("%s rank %d: redo step %d; failure seen %.0f ms after the last good step; shrink %.0f ms; first step after shrink %.0f ms after the failure",
+						tr, r, rec.Step, rec.SinceLastGoodMS, rec.ShrinkMS, rec.FirstStepMS)
+				}
+				if ref == nil {
+					ref = res.Params
+					continue
+				}
+				for name, v := range res.Params {
+					if !slices.Equal(v, ref[name]) {
+						t.Errorf("rank %d: %s differs from rank 0's", r, name)
+					}
+				}
+				if len(res.Params) != len(ref) {
+					t.Errorf("rank %d: %d parameters, rank 0 has %d", r, len(res.Params), len(ref))
+				}
+			}
+			if _, err := os.Stat(filepath.Join(out, "rank-2.json")); err == nil {
+				t.Errorf("the killed rank wrote parameters")
 			}
 		})
 	}
