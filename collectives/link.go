@@ -112,6 +112,7 @@ type Link struct {
 
 	posted   uint64 // engine: data messages posted
 	consumed uint64 // engine: data messages applied
+	owed     uint32 // engine: credits not yet returned (flushCredits)
 	ctrl     [ctrlSize]byte
 
 	sendMu  sync.Mutex    // serialises control sends from several goroutines

@@ -122,7 +122,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 	stage := l.stage.Bytes()
 	for ps.recvPiece < np {
 		if l.consumed >= l.arrived.Load() {
-			return moved, false, nil
+			return moved, false, e.flushCredits(l)
 		}
 		base := int(l.consumed%uint64(l.slots)) * l.slotSize
 		off := ps.recvPiece * payload
@@ -157,12 +157,26 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		}
 		ps.recvPiece++
 		moved = true
-		if err := l.sendCtrl(ctrlCredit, 1, 0); err != nil && !l.closed.Load() {
-			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
-			return moved, false, err
-		}
+		l.owed++
 	}
-	return moved, true, nil
+	return moved, true, e.flushCredits(l)
+}
+
+// flushCredits returns the credits owed to l's peer in one control
+// message: consume applies every message that has arrived before it
+// returns, so one credit message per burst, not per slot (each costs the
+// peer a completion and often a wake-up).
+func (e *Engine) flushCredits(l *Link) error {
+	if l.owed == 0 {
+		return nil
+	}
+	n := l.owed
+	l.owed = 0
+	if err := l.sendCtrl(ctrlCredit, n, 0); err != nil && !l.closed.Load() {
+		e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+		return err
+	}
+	return nil
 }
 
 // Header layout (little endian): magic u32, seq u32, coll u8, dtype u8,
