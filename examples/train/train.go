@@ -64,7 +64,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	var saved [][]float32
 	classes := cfg.dims[len(cfg.dims)-1]
 	total := cfg.epochs * cfg.steps
-	lossSum := 0.0
+	lossSum, lossN := 0.0, 0
 	lastGood := time.Now()
 	pending := -1 // index of the last recovery, until a step completes after it
 	for step := 0; step < total; {
@@ -124,12 +124,16 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		st.compute += time.Since(t0) - commTime
 		st.steps++
 		step++
+		lossN++
 		if step%cfg.steps == 0 {
+			// A rank that took another's parameters after a failure may
+			// skip a step (and an epoch end): the loss is over the steps
+			// this rank ran, the epoch is the step's.
 			e := step/cfg.steps - 1
-			st.loss = append(st.loss, lossSum/float64(cfg.steps))
-			lossSum = 0
+			st.loss = append(st.loss, lossSum/float64(lossN))
+			lossSum, lossN = 0, 0
 			if log != nil && el.c.Rank() == 0 {
-				fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[e],
+				fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[len(st.loss)-1],
 					perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
 			}
 		}
