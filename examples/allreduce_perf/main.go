@@ -4,7 +4,8 @@
 // out-of-place and an in-place AllReduce, and the number of wrong elements.
 // With -coll broadcast it measures Broadcast from root 0 instead (busbw =
 // algbw, as in nccl-tests; both columns are in place). -sizes a,b,c lists
-// the sizes explicitly; -cpuprofile FILE profiles the run.
+// the sizes explicitly; -cpuprofile FILE profiles the run. A launched rank
+// sets GOMAXPROCS to the CPUs per local rank (see setProcs; -procs).
 //
 // Standalone it runs -np ranks in this process (comm.NewLocal over -t,
 // default mem). Started by a launcher (GORUN_SIZE, OMPI_COMM_WORLD_SIZE,
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -36,6 +38,7 @@ type options struct {
 	dtype, op, algo    string
 	np                 int
 	transport          string
+	procs              int     // GOMAXPROCS of a launched rank: 0 cores per local rank, -1 Go's default
 	coll               string  // allreduce or broadcast
 	sizes              []int64 // explicit sizes; overrides -b/-e/-f when set
 }
@@ -54,6 +57,7 @@ func main() {
 	flag.StringVar(&o.algo, "a", "", "allreduce algorithm: ring tree rd hd (default: the selection table)")
 	flag.IntVar(&o.np, "np", 4, "ranks in this process when not started by a launcher")
 	flag.StringVar(&o.transport, "t", "mem", "transport for -np ranks in this process")
+	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of a launched rank: 0 = CPUs per local rank (unless $GOMAXPROCS is set), -1 = Go's default")
 	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce or broadcast (root 0; busbw = algbw)")
 	sizeList := flag.String("sizes", "", "comma-separated sizes in bytes (K, M, G suffixes); overrides -b, -e, -f")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (rank 0's process) to this file")
@@ -105,6 +109,32 @@ func main() {
 	}
 }
 
+// setProcs sets GOMAXPROCS for a rank launched one per process, as MPI
+// ranks are single-threaded: with Go's default every rank runs NumCPU Ps,
+// so local ranks oversubscribe the cores and each hand-off between a
+// link's progress goroutine and the engine may wake another OS thread
+// (13-20 µs across vCPUs here). Measured on this 2-core host, 2 ranks shm:
+// 8 B 84 -> 6-27 µs, 1 MiB 2.3 -> 5.0-5.8 GB/s, 16 MiB 3.5 -> 6.3 GB/s busbw
+// (see bench/compare/RESULTS.md).
+func setProcs(procs, localSize int) {
+	switch {
+	case procs > 0:
+		runtime.GOMAXPROCS(procs)
+	case procs == 0 && os.Getenv("GOMAXPROCS") == "":
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(1, localSize)))
+	}
+}
+
+// envLocalSize is the launcher's count of ranks on this host, or 0.
+func envLocalSize() int {
+	for _, v := range []string{"GORUN_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
 func launched() bool {
 	for _, v := range []string{"GORUN_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"} {
 		if os.Getenv(v) != "" {
@@ -123,9 +153,16 @@ func run(ctx context.Context, o options, out io.Writer) (int64, error) {
 	}
 	var comms []*comm.Comm
 	if launched() {
+		local := envLocalSize()
+		if local > 0 {
+			setProcs(o.procs, local) // before Init: its goroutines start on the final Ps
+		}
 		c, err := comm.Init(ctx, opts...)
 		if err != nil {
 			return 0, err
+		}
+		if local <= 0 {
+			setProcs(o.procs, c.LocalSize())
 		}
 		comms = []*comm.Comm{c}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -15,7 +16,7 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 	var z T
 	es := int64(unsafe.Sizeof(z))
 	n := c.Size()
-	fmt.Fprintf(w, "# gorun allreduce_perf: %s, %d ranks, type %s, op %s, algorithm %s\n", o.coll, n, o.dtype, o.op, orDefault(o.algo, "auto"))
+	fmt.Fprintf(w, "# gorun allreduce_perf: %s, %d ranks, type %s, op %s, algorithm %s, GOMAXPROCS %d\n", o.coll, n, o.dtype, o.op, orDefault(o.algo, "auto"), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "#\n#%52s %31s %31s\n", "", "out-of-place", "in-place")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
