@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ func main() {
 	var report bytes.Buffer
 	fmt.Fprintf(&report, "# gorun vs Open MPI, MPICH and Gloo\n\nMeasured %s on %s with `go run ./bench/compare -rounds %d`.\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), hostDesc(), *rounds)
 	fmt.Fprintf(&report, "Medians of %d interleaved rounds, %d timed iterations each; float32, sum, in place; busbw as nccl-tests defines it.\n", *rounds, *iters)
+	fmt.Fprintf(&report, "CPUs: %d; load average (1, 5, 15 min) at the start: %s.\n", runtime.NumCPU(), loadAvg())
 	for _, sc := range scenarios {
 		if *only != "" && sc.name != *only {
 			continue
@@ -92,6 +94,7 @@ func main() {
 		fmt.Print(table)
 		report.WriteString(table)
 	}
+	fmt.Fprintf(&report, "\nLoad average at the end: %s.\n", loadAvg())
 	if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
 		fail(err)
 	}
@@ -101,6 +104,15 @@ func main() {
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "compare:", err)
 	os.Exit(1)
+}
+
+// loadAvg is /proc/loadavg's three load averages, as uptime prints them.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], ", ")
+	}
+	return "unknown"
 }
 
 func hostDesc() string {
