@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +133,54 @@ func BenchmarkStep(b *testing.B) {
 			b.ResetTimer()
 			runWorld(b, 2, cfg)
 		})
+	}
+}
+
+// Elastic mode without a failure is plain training: the per-step snapshot
+// must not change the result.
+func TestElasticWithoutFailureIsPlain(t *testing.T) {
+	cfg := small()
+	plain := runWorld(t, 2, cfg, comm.Deterministic())
+	cfg.elastic = true
+	el := runWorld(t, 2, cfg, comm.Deterministic())
+	for i, p := range plain[0].params {
+		for j, v := range p.Value {
+			if math.Float32bits(v) != math.Float32bits(el[1].params[i].Value[j]) {
+				t.Fatalf("%s[%d]: %v plain, %v elastic", p.Name, j, v, el[1].params[i].Value[j])
+			}
+		}
+	}
+}
+
+// A peer lost in a world that cannot shrink (NewLocal) fails training
+// with Shrink's ErrInvalid, after the step that saw it: rank 1 trains one
+// epoch and closes, rank 0 wants three.
+func TestElasticCannotShrinkLocalWorld(t *testing.T) {
+	cfg := small()
+	cfg.elastic = true
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	short := cfg
+	short.epochs = 1
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := train(ctx, cs[1], short, nil)
+		cs[1].Close()
+		done <- err
+	}()
+	_, _, err = train(ctx, cs[0], cfg, nil)
+	if e := <-done; e != nil {
+		t.Fatalf("rank 1: %v", e)
+	}
+	if !errors.Is(err, comm.ErrInvalid) || !strings.Contains(err.Error(), "shrink") {
+		t.Fatalf("err = %v, want Shrink's ErrInvalid", err)
+	}
+	if want := fmt.Sprintf("step %d", short.epochs*short.steps); !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %v, want it at %s", err, want)
 	}
 }
