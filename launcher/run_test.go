@@ -278,3 +278,39 @@ func TestGoPackageIsBuilt(t *testing.T) {
 		}
 	}
 }
+
+// The tunables, --fault's GORUN_FAULT among them, reach ranks an agent
+// starts with a clean environment (the fake ssh passes only PATH and
+// HOME), as they would on a remote host.
+func TestTunablesReachRemoteRanks(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{EnvTimeout: "7s", EnvDebug: "info", EnvIfname: "lo",
+		EnvChecksum: "1", EnvShmCMA: "0", EnvFault: "rank=1:kill:write:40"}
+	for k, v := range want {
+		if k != EnvFault {
+			t.Setenv(k, v)
+		}
+	}
+	t.Setenv(EnvFault, "replaced by --fault")
+	out, stderr, err := runJob(t, "env", Config{NP: 2, Hosts: []Host{{Name: "node1", Slots: 2}},
+		LaunchAgent: []string{filepath.Join(bin, "ssh")}, Fault: want[EnvFault]})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	lines := rankLines(t, out)
+	for r := 0; r < 2; r++ {
+		env := map[string]string{}
+		for _, l := range lines[r] {
+			k, v, _ := strings.Cut(l, "=")
+			env[k] = v
+		}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("remote rank %d: %s=%q, want %q", r, k, env[k], v)
+			}
+		}
+	}
+}
