@@ -51,15 +51,14 @@ func restore(m *mlp, from [][]float32) {
 
 // recovery describes one Shrink, for the log and the tests.
 type recovery struct {
-	step       int           // the step redone on the new communicator
-	dead       []int         // ranks of the old communicator that are gone
-	oldSize    int           // size before
-	size       int           // size after
-	shrink     time.Duration // from the failed step's error to Shrink's return
-	firstStep  time.Duration // from the failed step's error to the first step completed after Shrink
-	sinceGood  time.Duration // from the end of the last good step to the error: bounds the detection time
-	failedAt   time.Time
-	firstAfter bool // firstStep is set
+	step      int           // the step redone on the new communicator
+	dead      []int         // ranks (as gorun numbered them) lost since the failed step
+	oldSize   int           // size before
+	size      int           // size after
+	shrink    time.Duration // from the failed step's error to Shrink's return
+	firstStep time.Duration // from the failed step's error to the first step completed after Shrink
+	sinceGood time.Duration // from the end of the last good step to the error: bounds the detection time
+	failedAt  time.Time
 }
 
 func (r recovery) String() string {
@@ -74,7 +73,7 @@ func (r recovery) String() string {
 	return fmt.Sprintf("%s died at step %d; continuing with %d ranks", who, r.step, r.size)
 }
 
-// elasticState is what recover needs across failures.
+// elasticState is what recoverStep needs across failures.
 type elasticState struct {
 	c        *comm.Comm // the current communicator
 	shrunk   []*comm.Comm
@@ -120,7 +119,8 @@ func (st *elasticState) agree(ctx context.Context, cfg trainConfig, model *mlp, 
 	}
 	// Ranks are named as in the first communicator, the ranks gorun
 	// started, across any number of shrinks.
-	rec.dead = rec.dead[:0]
+	// Across a retry, members changed only if this succeeded: rec.dead
+	// collects every rank lost since the failed step, once.
 	for _, r := range st.members {
 		if !slices.Contains(ranks, int64(r)) {
 			rec.dead = append(rec.dead, r)

@@ -112,7 +112,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		lastGood = time.Now()
 		if pending >= 0 {
 			p := &st.recoveries[pending]
-			p.firstStep, p.firstAfter = lastGood.Sub(p.failedAt), true
+			p.firstStep = lastGood.Sub(p.failedAt)
 			if log != nil && el.c.Rank() == 0 {
 				fmt.Fprintf(log, "recovered: first step on %d ranks done %v after the failure was seen (last good step ended %v before it)\n",
 					el.c.Size(), p.firstStep.Round(time.Millisecond), p.sinceGood.Round(time.Millisecond))
