@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of a launched rank: 0 = CPUs per local rank (unless $GOMAXPROCS is set), -1 = Go's default")
 	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce or broadcast (root 0; busbw = algbw)")
 	sizeList := flag.String("sizes", "", "comma-separated sizes in bytes (K, M, G suffixes); overrides -b, -e, -f")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run (rank 0's process) to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (launched rank r > 0: FILE.r)")
 	flag.Parse()
 	o.check = *check != 0
 	var err error
@@ -87,6 +87,9 @@ func main() {
 		os.Exit(2)
 	}
 	if *cpuprofile != "" {
+		if r := envRank(); r > 0 {
+			*cpuprofile += "." + strconv.Itoa(r) // launched ranks share the flag
+		}
 		f, perr := os.Create(*cpuprofile)
 		if perr == nil {
 			perr = pprof.StartCPUProfile(f)
@@ -123,6 +126,16 @@ func setProcs(procs, localSize int) {
 	case procs == 0 && os.Getenv("GOMAXPROCS") == "":
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(1, localSize)))
 	}
+}
+
+// envRank is the launcher's rank of this process, or 0.
+func envRank() int {
+	for _, v := range []string{"GORUN_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"} {
+		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
 }
 
 // envLocalSize is the launcher's count of ranks on this host, or 0.
