@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,6 +213,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	if len(bc.Token) == 0 {
 		bc.Token = []byte(job.Token)
 	}
+	relaxProbes(&bc, job)
 	bc.Timeout = defaultFormTimeout
 	if getenv("GORUN_TIMEOUT") != "" || cfg.timeout != defaultOpTimeout {
 		bc.Timeout = cfg.timeout
@@ -337,4 +339,21 @@ func gossipIP(seed, ifname string) (string, error) {
 		}
 	}
 	return advertiseIP("")
+}
+
+// relaxProbes slows gossip failure detection on an oversubscribed host:
+// with more than two of the job's ranks per CPU (64 ranks on 2 cores while
+// they connect a full mesh), a busy rank cannot answer a 200 ms probe and
+// would be declared dead. Probes scale with ranks per CPU / 2, at most 8×;
+// dead processes are still seen at once through their connections.
+func relaxProbes(bc *bootstrap.Config, job jobEnv) {
+	local := job.LocalSize
+	if local <= 0 {
+		local = job.Size // unknown: assume all on this host, the worst case
+	}
+	factor := min(local/runtime.NumCPU()/2, 8)
+	if factor > 1 {
+		bc.ProbeInterval *= time.Duration(factor)
+		bc.ProbeTimeout *= time.Duration(factor)
+	}
 }
