@@ -5,9 +5,11 @@
 // Collectives start non-blocking in gorun (gorun_i*) from the caller's
 // thread; one completer thread per process group waits for them in order
 // and completes each Work and its Future, so DDP's bucketed allreduces
-// overlap the backward pass exactly as they do with Gloo.
+// overlap the backward pass exactly as they do with Gloo. A caller that
+// waits first (blocking calls) claims its Work and completes it itself.
 #include <torch/extension.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -81,6 +83,9 @@ class WorkGorun : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   bool wait(std::chrono::milliseconds timeout) override {
+    // A caller that waits right away (every blocking collective) finishes
+    // the request itself: one thread hop less than through the completer.
+    if (req && claim()) complete(gorun_wait(req));
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
@@ -111,12 +116,17 @@ class WorkGorun : public Work {
     }
   }
 
+  // claim makes the caller the one that waits for req and completes the
+  // work: exactly one of wait() and the completer thread does.
+  bool claim() { return !claimed_.exchange(true); }
+
   gorun_request req = 0;
   std::function<void()> after;  // e.g. unpack a gathered buffer
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> claimed_{false};
 };
 
 class ProcessGroupGorun : public ProcessGroup {
@@ -241,7 +251,8 @@ class ProcessGroupGorun : public ProcessGroup {
         w = queue_.front();
         queue_.pop_front();
       }
-      w->complete(w->req ? gorun_wait(w->req) : GORUN_OK);
+      if (w->claim()) w->complete(w->req ? gorun_wait(w->req) : GORUN_OK);
+      // else the caller's wait() took it
     }
   }
 
