@@ -258,98 +258,10 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 	}
 
-	// Pick a provider per peer; count the connections each listener gets.
-	prov := make([]string, size)
-	accepts := map[string]int{}
-	for q, ep := range eps {
-		if q == rank {
-			continue
-		}
-		if prov[q] = pickProvider(cfg.transport, me, ep); prov[q] == "" {
-			return nil, &RankError{Rank: q, Op: "init", Err: fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))}
-		}
-		if q > rank {
-			accepts[prov[q]]++
-		}
-	}
-	c.debugf(debugInfo, "transports %v", prov)
-
 	// Connect: each rank dials the lower ranks and accepts the higher ones.
-	params := stagingFor(cfg, size)
-	links := make([]*collectives.Link, size)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	record := func(l *collectives.Link, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil && (l.Peer < 0 || l.Peer >= size || l.Peer == rank || links[l.Peer] != nil) {
-			err = fmt.Errorf("gorun: unexpected connection from rank %d", l.Peer)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			cancel()
-			return
-		}
-		links[l.Peer] = l
-	}
-	for q := 0; q < rank; q++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := devByName[prov[q]]
-			conn, err := d.Dev.Dial(cctx, eps[q].addrs[prov[q]])
-			if err != nil {
-				record(nil, &RankError{Rank: q, Op: "init", Err: fmt.Errorf("dial %s: %w", prov[q], err)})
-				return
-			}
-			l, err := collectives.Establish(cctx, conn, d, rank, params)
-			if err == nil && l.Peer != q {
-				err = fmt.Errorf("dialed rank %d, reached rank %d", q, l.Peer)
-			}
-			if err != nil {
-				conn.Close()
-				record(nil, &RankError{Rank: q, Op: "init", Err: err})
-				return
-			}
-			record(l, nil)
-		}()
-	}
-	for name, n := range accepts { // one acceptor per listener, concurrently
-		ln, d := lnByName[name], devByName[name]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range n {
-				conn, err := ln.Accept(cctx)
-				if err != nil {
-					record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
-					return
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					l, err := collectives.Establish(cctx, conn, d, rank, params)
-					if err != nil {
-						conn.Close()
-						record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
-						return
-					}
-					record(l, nil)
-				}()
-			}
-		}()
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		for _, l := range links {
-			if l != nil {
-				l.Close()
-			}
-		}
-		return nil, errors.Join(errs...)
+	links, err := c.connectMesh(ctx, "init", eps, devByName, lnByName)
+	if err != nil {
+		return nil, err
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
 	return c, nil

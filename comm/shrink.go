@@ -6,7 +6,6 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -123,92 +122,9 @@ func (c *Comm) reconnect(ctx context.Context, eps []*endpoint) error {
 			c.localSize++
 		}
 	}
-	prov := make([]string, size)
-	accepts := map[string]int{}
-	for q, ep := range eps {
-		if q == rank {
-			continue
-		}
-		if prov[q] = pickProvider(c.cfg.transport, me, ep); prov[q] == "" || devByName[prov[q]] == nil {
-			return &RankError{Rank: q, Op: "shrink", Err: fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))}
-		}
-		if q > rank {
-			accepts[prov[q]]++
-		}
-	}
-	params := stagingFor(c.cfg, size)
-	links := make([]*collectives.Link, size)
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	record := func(l *collectives.Link, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil && (l.Peer < 0 || l.Peer >= size || l.Peer == rank || links[l.Peer] != nil) {
-			err = fmt.Errorf("gorun: unexpected connection from rank %d", l.Peer)
-			l.Close()
-		}
-		if err != nil {
-			errs = append(errs, err)
-			cancel()
-			return
-		}
-		links[l.Peer] = l
-	}
-	for q := 0; q < rank; q++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d := devByName[prov[q]]
-			conn, err := d.Dev.Dial(cctx, eps[q].addrs[prov[q]])
-			if err != nil {
-				record(nil, &RankError{Rank: q, Op: "shrink", Err: fmt.Errorf("dial %s: %w", prov[q], err)})
-				return
-			}
-			l, err := collectives.Establish(cctx, conn, d, rank, params)
-			if err == nil && l.Peer != q {
-				l.Close()
-				err = fmt.Errorf("dialed rank %d, reached rank %d", q, l.Peer)
-			}
-			if err != nil {
-				conn.Close()
-				record(nil, &RankError{Rank: q, Op: "shrink", Err: err})
-				return
-			}
-			record(l, nil)
-		}()
-	}
-	for name, k := range accepts {
-		ln, d := lnByName[name], devByName[name]
-		for range k {
-			conn, err := ln.Accept(cctx)
-			if err != nil {
-				record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
-				break
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				l, err := collectives.Establish(cctx, conn, d, rank, params)
-				if err != nil {
-					conn.Close()
-					record(nil, fmt.Errorf("gorun: handshake on %s: %w", name, err))
-					return
-				}
-				record(l, nil)
-			}()
-		}
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		for _, l := range links {
-			if l != nil {
-				l.Close()
-			}
-		}
-		return errors.Join(errs...)
+	links, err := c.connectMesh(ctx, "shrink", eps, devByName, lnByName)
+	if err != nil {
+		return err
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
 	return nil
