@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/jobctl"
@@ -130,6 +132,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 		return nil, err
 	}
 	cfg.local = true
+	cfg.localRanks = n
 	hall := newLocalHall(n)
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
@@ -197,7 +200,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		names = providerOrder
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), addrs: map[string]string{}}
-	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000, Checksum: cfg.checksum}
+	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000, Checksum: cfg.checksum, Spin: spinFor(cfg.localRanks)}
 	var openErrs []error
 	for _, name := range names {
 		dev, err := rdma.OpenConfig(name, rcfg)
@@ -322,4 +325,17 @@ func (c *Comm) String() string {
 	slices.Sort(names)
 	fmt.Fprintf(&b, " over %v", names)
 	return b.String()
+}
+
+// spinFor is how long a waiter polls before it sleeps (rdma.Config.Spin).
+// When every rank on this host has a CPU of its own, polling for 50 µs
+// turns a wake-up across CPUs (13–20 µs on the machines measured) into a
+// cache-line transfer: shm 8-byte ping-pong between two processes went from
+// 7–18 µs to 1.2–1.9 µs one-way. With more ranks than CPUs, or when the
+// count is unknown, the provider's short default leaves the CPUs to them.
+func spinFor(localRanks int) time.Duration {
+	if localRanks > 0 && localRanks <= runtime.NumCPU() {
+		return 50 * time.Microsecond
+	}
+	return 0
 }

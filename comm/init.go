@@ -66,6 +66,9 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if job.Source == "" { // not started by a launcher: a world of one
 		job.Rank, job.Size = 0, 1
 	}
+	if job.LocalSize > 0 {
+		cfg.localRanks = job.LocalSize
+	}
 	bc, err := bootstrapConfig(job, getenv, cfg)
 	if err != nil {
 		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}

@@ -37,6 +37,9 @@ type config struct {
 	// checksum: providers that cross a network verify a CRC32C of every
 	// frame (rdma.Config.Checksum). Off by default: it costs CPU per byte.
 	checksum bool
+	// localRanks is how many of the job's ranks share this host, when
+	// known before connecting (launcher variables, NewLocal); 0 unknown.
+	localRanks int
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.

@@ -29,3 +29,13 @@ func TestRelaxProbes(t *testing.T) {
 }
 
 func timeFactor(n int) time.Duration { return time.Duration(n) }
+
+func TestSpinFor(t *testing.T) {
+	cpus := runtime.NumCPU()
+	if spinFor(0) != 0 || spinFor(cpus+1) != 0 {
+		t.Errorf("unknown or oversubscribed host: spin %v / %v, want the provider default", spinFor(0), spinFor(cpus+1))
+	}
+	if spinFor(1) == 0 || spinFor(cpus) == 0 {
+		t.Errorf("a CPU per rank: spin %v / %v, want a long spin", spinFor(1), spinFor(cpus))
+	}
+}

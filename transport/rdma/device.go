@@ -88,6 +88,12 @@ type Config struct {
 	// none. (A separate flag, so that node 0 can be asked for.)
 	NUMANode  int
 	PlaceNUMA bool
+	// Spin is how long a waiter for a completion polls before it sleeps in
+	// the kernel, for providers that can poll (shm). A long spin gives the
+	// lowest latency when every rank has a CPU of its own, and takes CPU
+	// from the others when ranks outnumber CPUs. 0: the provider's default
+	// (a few microseconds).
+	Spin time.Duration
 	// Checksum makes providers that move bytes over a network verify a
 	// CRC32C of every request and payload; a mismatch fails the
 	// connection. Both ends of a connection must agree. Default off.

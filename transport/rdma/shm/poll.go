@@ -20,7 +20,7 @@ import (
 // leaves, so that the ring keeps draining when nobody polls.
 
 func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
-	wc, ok, err := c.spinComp(c.sendCQ, false, spinFor)
+	wc, ok, err := c.spinComp(c.sendCQ, false, c.dev.spinWindow())
 	if ok || err != nil {
 		return wc, err
 	}
@@ -38,9 +38,9 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 		}
 	}
 	for {
-		window := spinFor
+		window := c.dev.spinWindow()
 		if c.slept.Swap(false) {
-			window = spinAfterWake
+			window = max(window, spinAfterWake)
 		}
 		wc, ok, err := c.spinComp(c.recvCQ, true, window)
 		if ok || err != nil {
@@ -141,4 +141,15 @@ func (c *conn) kickRecv() {
 	if c.peer != nil && c.peer.mem != nil {
 		c.peer.dataBell().ring()
 	}
+}
+
+// spinWindow is how long a completion poller spins before it sleeps:
+// Config.Spin, or spinFor. Past spinFor the spin yields the CPU at every
+// poll (spinComp), so a long window costs little where a rank has a CPU of
+// its own.
+func (d *Device) spinWindow() time.Duration {
+	if d.cfg.Spin > 0 {
+		return d.cfg.Spin
+	}
+	return spinFor
 }
