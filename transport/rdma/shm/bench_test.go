@@ -168,14 +168,18 @@ func BenchmarkLatency(b *testing.B) {
 		b.Run(fmt.Sprintf("peer=process/spin-after-wake=%v", after), func(b *testing.B) {
 			defer func(d time.Duration) { spinAfterWake = d }(spinAfterWake)
 			spinAfterWake = after
-			latencyProcess(b, "GORUN_SHM_SPIN_AFTER_WAKE="+after.String())
+			latencyProcess(b, 0, "GORUN_SHM_SPIN_AFTER_WAKE="+after.String())
 		})
 	}
+	// What comm asks for when every rank on the host has a CPU of its own.
+	b.Run("peer=process/spin=50µs", func(b *testing.B) {
+		latencyProcess(b, 50*time.Microsecond, "GORUN_SHM_SPIN=50µs")
+	})
 }
 
 // latencyProcess is the ping-pong with this test binary re-run as the peer.
-func latencyProcess(b *testing.B, env ...string) {
-	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+func latencyProcess(b *testing.B, spin time.Duration, env ...string) {
+	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1, Spin: spin})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,9 +46,10 @@ func TestShmChild(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("GORUN_SHM_SPIN_AFTER_WAKE")); err == nil {
 		spinAfterWake = d
 	}
+	spin, _ := time.ParseDuration(os.Getenv("GORUN_SHM_SPIN")) // Config.Spin; unset: the default
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+	dev, err := rdma.OpenConfig("shm", rdma.Config{Token: []byte(childToken), RNRRetry: -1, Spin: spin})
 	if err != nil {
 		t.Fatal(err)
 	}
