@@ -107,36 +107,6 @@ func fromInt[T Number](v int) T {
 	panic("unreachable")
 }
 
-func toF64[T Number](x T) float64 {
-	switch v := any(x).(type) {
-	case Float16:
-		return float64(v.Float32())
-	case BFloat16:
-		return float64(v.Float32())
-	case float32:
-		return float64(v)
-	case float64:
-		return v
-	case int8:
-		return float64(v)
-	case int16:
-		return float64(v)
-	case int32:
-		return float64(v)
-	case int64:
-		return float64(v)
-	case uint8:
-		return float64(v)
-	case uint16:
-		return float64(v)
-	case uint32:
-		return float64(v)
-	case uint64:
-		return float64(v)
-	}
-	panic("unreachable")
-}
-
 // gen is rank r's input element i for op: small integers, so that float
 // sums are exact in float32/float64 and products stay powers of two.
 func gen[T Number](r, i int, op Op) T {
@@ -190,9 +160,9 @@ func checkReduced[T Number](n int, op Op, base int, got []T) error {
 			}
 			continue
 		}
-		ref, abs := toF64(gen[T](0, i, op)), math.Abs(toF64(gen[T](0, i, op)))
+		ref, abs := ToFloat64(gen[T](0, i, op)), math.Abs(ToFloat64(gen[T](0, i, op)))
 		for r := 1; r < n; r++ {
-			x := toF64(gen[T](r, i, op))
+			x := ToFloat64(gen[T](r, i, op))
 			abs += math.Abs(x)
 			switch op {
 			case Sum, Avg:
@@ -214,8 +184,8 @@ func checkReduced[T Number](n int, op Op, base int, got []T) error {
 		if op == Min || op == Max || op == Prod {
 			tol = 0
 		}
-		if d := math.Abs(toF64(g) - ref); !(d <= tol) {
-			return fmt.Errorf("element %d = %v, want %v ± %g", i, toF64(g), ref, tol)
+		if d := math.Abs(ToFloat64(g) - ref); !(d <= tol) {
+			return fmt.Errorf("element %d = %v, want %v ± %g", i, ToFloat64(g), ref, tol)
 		}
 	}
 	return nil

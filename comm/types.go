@@ -32,5 +32,8 @@ func F16From(v float32) Float16 { return kernels.F16From(v) }
 // BF16From converts v to the nearest BFloat16.
 func BF16From(v float32) BFloat16 { return kernels.BF16From(v) }
 
+// ToFloat64 converts any element type to float64 (for checks and reports).
+func ToFloat64[T Number](v T) float64 { return kernels.ToFloat64(v) }
+
 // DTypeOf returns the DType of T.
 func DTypeOf[T Number]() DType { return kernels.DTypeOf[T]() }

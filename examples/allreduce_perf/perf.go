@@ -126,7 +126,7 @@ func (o options) sizeList() []int64 {
 func countWrongBcast[T comm.Number](buf []T, op comm.Op) int64 {
 	var wrong int64
 	for i, v := range buf {
-		if toF64(v) != toF64(from[T](value(0, i, op))) {
+		if comm.ToFloat64(v) != comm.ToFloat64(from[T](value(0, i, op))) {
 			wrong++
 		}
 	}
@@ -180,7 +180,7 @@ func countWrong[T comm.Number](buf []T, n int, op comm.Op) int64 {
 	var wrong int64
 	for i, v := range buf {
 		want := expect(n, i, op)
-		got := toF64(v)
+		got := comm.ToFloat64(v)
 		if op == comm.Avg {
 			if isInt[T]() {
 				want = float64(int64(want) / int64(n))
@@ -243,34 +243,4 @@ func fromNative[T comm.Number](v int) T {
 		return any(float64(v)).(T)
 	}
 	return z
-}
-
-func toF64[T comm.Number](x T) float64 {
-	switch v := any(x).(type) {
-	case comm.Float16:
-		return float64(v.Float32())
-	case comm.BFloat16:
-		return float64(v.Float32())
-	case float32:
-		return float64(v)
-	case float64:
-		return v
-	case int8:
-		return float64(v)
-	case int16:
-		return float64(v)
-	case int32:
-		return float64(v)
-	case int64:
-		return float64(v)
-	case uint8:
-		return float64(v)
-	case uint16:
-		return float64(v)
-	case uint32:
-		return float64(v)
-	case uint64:
-		return float64(v)
-	}
-	return 0
 }

@@ -110,42 +110,6 @@ func isFloat(d string) bool {
 	return d == "float32" || d == "float64" || d == "float16" || d == "bfloat16"
 }
 
-func toF[T comm.Number](v T) float64 {
-	switch x := any(v).(type) {
-	case comm.Float16:
-		return float64(x.Float32())
-	case comm.BFloat16:
-		return float64(x.Float32())
-	}
-	return toFNum(v)
-}
-
-func toFNum[T comm.Number](v T) float64 {
-	switch x := any(v).(type) {
-	case int8:
-		return float64(x)
-	case int16:
-		return float64(x)
-	case int32:
-		return float64(x)
-	case int64:
-		return float64(x)
-	case uint8:
-		return float64(x)
-	case uint16:
-		return float64(x)
-	case uint32:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	case float32:
-		return float64(x)
-	case float64:
-		return x
-	}
-	panic("unreachable")
-}
-
 func fromF[T comm.Number](f float64) T {
 	var z T
 	switch any(z).(type) {

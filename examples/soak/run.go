@@ -78,8 +78,8 @@ func runT[T comm.Number](ctx context.Context, c *comm.Comm, s step) (int, error)
 		return 0, err
 	}
 	for i, v := range check {
-		w := toF(fromF[T](want(i)))
-		if got := toF(v); !same(s.dtype, got, w) {
+		w := comm.ToFloat64(fromF[T](want(i)))
+		if got := comm.ToFloat64(v); !same(s.dtype, got, w) {
 			return 0, &wrongResult{step: s, index: i, got: got, want: w}
 		}
 	}

@@ -76,3 +76,10 @@ func TestReduceRef(t *testing.T) {
 		t.Fatal(b)
 	}
 }
+
+func TestToFloat64(t *testing.T) {
+	if ToFloat64(int8(-3)) != -3 || ToFloat64(uint64(1)<<40) != 1<<40 || ToFloat64(float32(0.5)) != 0.5 ||
+		ToFloat64(F16From(1.5)) != 1.5 || ToFloat64(BF16From(-2)) != -2 || ToFloat64(uint16(65535)) != 65535 {
+		t.Fatal("ToFloat64 lost a value")
+	}
+}

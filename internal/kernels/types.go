@@ -187,3 +187,35 @@ func BF16From(v float32) BFloat16 {
 	b += 0x7fff + (b>>16)&1
 	return BFloat16(b >> 16)
 }
+
+// ToFloat64 converts v to float64 (exactly, except int64 and uint64 beyond
+// 2^53), for references and reports.
+func ToFloat64[T Number](v T) float64 {
+	switch x := any(v).(type) {
+	case Float16:
+		return float64(x.Float32())
+	case BFloat16:
+		return float64(x.Float32())
+	case float32:
+		return float64(x)
+	case float64:
+		return x
+	case int8:
+		return float64(x)
+	case int16:
+		return float64(x)
+	case int32:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case uint8:
+		return float64(x)
+	case uint16:
+		return float64(x)
+	case uint32:
+		return float64(x)
+	case uint64:
+		return float64(x)
+	}
+	panic("kernels: unreachable: Number type without a conversion") // the constraint lists exactly these
+}
