@@ -20,14 +20,25 @@ type Device interface {
 	// registered with access. Deregister frees it.
 	Alloc(n int, access Access) (*MR, error)
 	Listen(ctx context.Context, addr string) (Listener, error)
+	// Dial is DialQP with private completion queues.
 	Dial(ctx context.Context, addr string) (Conn, error)
+	// CreateCQ makes a completion queue that connections of this device
+	// may share (see CQ). depth sizes it where the provider needs a bound
+	// (verbs); 0 means a default large enough for SendQueueDepth plus
+	// RecvQueueDepth of several connections.
+	CreateCQ(depth int) (CQ, error)
+	// DialQP connects to addr with the completion queues of init.
+	DialQP(ctx context.Context, addr string, init QPInit) (Conn, error)
 	// Close closes every connection and listener and deregisters every MR.
 	Close() error
 }
 
 // Listener accepts connections; Addr().String() is what peers pass to Dial.
 type Listener interface {
+	// Accept is AcceptQP with private completion queues.
 	Accept(ctx context.Context) (Conn, error)
+	// AcceptQP accepts a connection with the completion queues of init.
+	AcceptQP(ctx context.Context, init QPInit) (Conn, error)
 	Addr() net.Addr
 	Close() error
 }

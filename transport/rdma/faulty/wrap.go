@@ -149,3 +149,19 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 	c.fire("wait", InWait)
 	return c.Conn.GetRecvComp(ctx)
 }
+
+func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
+	c, err := d.Device.DialQP(ctx, addr, init)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c, plan: d.plan}, nil
+}
+
+func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
+	c, err := l.Listener.AcceptQP(ctx, init)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{Conn: c, plan: l.plan}, nil
+}

@@ -391,8 +391,8 @@ func (c *conn) shutdown(to int32, reason error) bool {
 	c.rqMu.Lock()
 	c.flushRecvsLocked()
 	c.rqMu.Unlock()
-	c.recvCQ.Close(reason)
+	c.recvCQ.Shut(reason)
 	c.wg.Wait()
-	c.sendCQ.Close(reason)
+	c.sendCQ.Shut(reason)
 	return true
 }

@@ -352,8 +352,8 @@ func (c *conn) Close() error {
 		c.sqMu.Unlock()
 		c.flushRecvs()
 		closed := c.opErr("get_comp", rdma.ErrClosed)
-		c.sendCQ.Close(closed)
-		c.recvCQ.Close(closed)
+		c.sendCQ.Shut(closed)
+		c.recvCQ.Shut(closed)
 		// Lock order: progMu, then rqMu (drain delivers under both).
 		c.progMu.Lock()
 		c.rqMu.Lock()

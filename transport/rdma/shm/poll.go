@@ -63,7 +63,7 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, bool, error) {
 	start := time.Time{}
 	for i := 0; ; i++ {
-		wc, ok, err := q.Poll()
+		wc, ok, err := q.Next()
 		if ok || err != nil {
 			return wc, ok, err
 		}

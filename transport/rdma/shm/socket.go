@@ -77,8 +77,8 @@ func (c *conn) socketLoop() {
 		c.sqIdle.Wait()
 	}
 	c.sqMu.Unlock()
-	c.sendCQ.Close(reason)
-	c.recvCQ.Close(reason)
+	c.sendCQ.Shut(reason)
+	c.recvCQ.Shut(reason)
 }
 
 func (c *conn) readCtl() error {

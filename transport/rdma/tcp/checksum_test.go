@@ -267,10 +267,10 @@ func TestDecodeChecksum(t *testing.T) {
 			if err := c.serve(); err != io.EOF && err != io.ErrUnexpectedEOF {
 				t.Fatalf("serve: %v", err)
 			}
-			if wc, ok, _ := c.recvCQ.Poll(); !ok || wc.WRID != 100 || wc.Status != rdma.StatusSuccess || wc.ByteLen != 16 {
+			if wc, ok, _ := c.recvCQ.Next(); !ok || wc.WRID != 100 || wc.Status != rdma.StatusSuccess || wc.ByteLen != 16 {
 				t.Fatalf("good send: %+v", wc)
 			}
-			if wc, ok, _ := c.recvCQ.Poll(); !ok || wc.WRID != 101 || wc.Status != rdma.StatusFlushed {
+			if wc, ok, _ := c.recvCQ.Next(); !ok || wc.WRID != 101 || wc.Status != rdma.StatusFlushed {
 				t.Fatalf("damaged send's receive: %+v, want flushed", wc)
 			}
 			if !errors.Is(c.Err(), errChecksum) {

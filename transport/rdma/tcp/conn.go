@@ -268,8 +268,8 @@ func (c *conn) reap() {
 		cqErr = opErr("get_comp", rdma.ErrClosed)
 	}
 	c.mu.Unlock()
-	c.sendCQ.Close(cqErr)
-	c.recvCQ.Close(cqErr)
+	c.sendCQ.Shut(cqErr)
+	c.recvCQ.Shut(cqErr)
 	close(c.dead)
 }
 

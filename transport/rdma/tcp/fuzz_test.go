@@ -228,7 +228,7 @@ func TestDecodeSeeds(t *testing.T) {
 		if ft.c.Err() == nil || !bytes.Equal(ft.w, make([]byte, wLen)) {
 			t.Fatalf("seed %d: invalid write accepted", i)
 		}
-		if wc, ok, _ := ft.c.recvCQ.Poll(); !ok || wc.Status != rdma.StatusFlushed {
+		if wc, ok, _ := ft.c.recvCQ.Next(); !ok || wc.Status != rdma.StatusFlushed {
 			t.Fatalf("seed %d: receives not flushed: %+v", i, wc)
 		}
 	}
@@ -237,7 +237,7 @@ func TestDecodeSeeds(t *testing.T) {
 		t.Fatalf("responses: %v", err)
 	}
 	for _, id := range []uint64{1, 2} {
-		if wc, ok, _ := ft.c.sendCQ.Poll(); !ok || wc.WRID != id || wc.Status != rdma.StatusSuccess {
+		if wc, ok, _ := ft.c.sendCQ.Next(); !ok || wc.WRID != id || wc.Status != rdma.StatusSuccess {
 			t.Fatalf("completion %d: %+v", id, wc)
 		}
 	}

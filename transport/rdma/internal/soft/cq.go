@@ -3,23 +3,33 @@ package soft
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// CQ is an unbounded FIFO of completions with a context-aware wait.
+// CQ is an unbounded FIFO of completions. It serves both as a connection's
+// private queue (Get, Next, Shut) and as a shared rdma.CQ (Poll, Arm,
+// Notify, Close) that several connections push into.
 type CQ struct {
 	mu     sync.Mutex
 	items  []rdma.WC
 	head   int
-	err    error // set by Close: returned once the queue is drained
+	err    error // set by Shut: returned once the queue is drained
 	signal chan struct{}
+
+	armed     atomic.Bool
+	notify    chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // NewCQ returns an empty completion queue.
-func NewCQ() *CQ { return &CQ{signal: make(chan struct{}, 1)} }
+func NewCQ() *CQ {
+	return &CQ{signal: make(chan struct{}, 1), notify: make(chan struct{}, 1), closed: make(chan struct{})}
+}
 
-// Push appends a completion. Pushing after Close is allowed (flushes).
+// Push appends a completion. Pushing after Shut or Close is allowed (flushes).
 func (q *CQ) Push(wc rdma.WC) {
 	q.mu.Lock()
 	q.items = append(q.items, wc)
@@ -28,10 +38,21 @@ func (q *CQ) Push(wc rdma.WC) {
 	case q.signal <- struct{}{}:
 	default:
 	}
+	if q.armed.Load() && q.armed.CompareAndSwap(true, false) {
+		q.token()
+	}
 }
 
-// Close makes Get return err once the queued completions are consumed.
-func (q *CQ) Close(err error) {
+func (q *CQ) token() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Shut makes Get return err once the queued completions are consumed (a
+// private queue whose connection ended).
+func (q *CQ) Shut(err error) {
 	q.mu.Lock()
 	if q.err == nil {
 		q.err = err
@@ -43,8 +64,9 @@ func (q *CQ) Close(err error) {
 	}
 }
 
-// Poll returns the next completion without waiting.
-func (q *CQ) Poll() (rdma.WC, bool, error) {
+// Next returns the next completion without waiting; the error is Shut's
+// once the queue is empty.
+func (q *CQ) Next() (rdma.WC, bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.head < len(q.items) {
@@ -58,10 +80,10 @@ func (q *CQ) Poll() (rdma.WC, bool, error) {
 	return rdma.WC{}, false, q.err
 }
 
-// Get waits for the next completion, ctx's end, or Close.
+// Get waits for the next completion, ctx's end, or Shut.
 func (q *CQ) Get(ctx context.Context) (rdma.WC, error) {
 	for {
-		wc, ok, err := q.Poll()
+		wc, ok, err := q.Next()
 		if ok {
 			return wc, nil
 		}
@@ -82,3 +104,40 @@ func (q *CQ) Len() int {
 	defer q.mu.Unlock()
 	return len(q.items) - q.head
 }
+
+// Poll implements rdma.CQ.
+func (q *CQ) Poll(wcs []rdma.WC) int {
+	q.mu.Lock()
+	n := copy(wcs, q.items[q.head:])
+	q.head += n
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	}
+	q.mu.Unlock()
+	return n
+}
+
+// Arm implements rdma.CQ. A completion already queued sends its token at
+// once (stronger than verbs asks, which costs nothing here).
+func (q *CQ) Arm() {
+	q.armed.Store(true)
+	if q.Len() > 0 && q.armed.CompareAndSwap(true, false) {
+		q.token()
+	}
+}
+
+// Notify implements rdma.CQ.
+func (q *CQ) Notify() <-chan struct{} { return q.notify }
+
+// Closed is closed by Close.
+func (q *CQ) Closed() <-chan struct{} { return q.closed }
+
+// Close implements rdma.CQ: it wakes a sleeper; queued completions stay
+// readable.
+func (q *CQ) Close() error {
+	q.closeOnce.Do(func() { close(q.closed) })
+	q.token()
+	return nil
+}
+
+var _ rdma.CQ = (*CQ)(nil)
