@@ -5,25 +5,30 @@ package collectives
 // An Engine owns the links of one communicator and runs one Plan (a
 // compiled Schedule) at a time on the caller's goroutine. For every peer
 // the plan lists its sends and receives in program order. The run loop
-// repeatedly, for each peer:
-//   - marks sends complete whose last header write has completed;
+// polls the devices' completion queues itself (dispatching each completion
+// to its link, device.go), then, for each peer:
+//   - marks sends complete whose last header write has completed (or
+//     whose payload was copied when it was posted);
 //   - posts the next send's pieces (one message per staging slot of the
 //     peer) while its deps are done and the peer has credits;
 //   - applies arrived messages to the next receive while its deps are done
-//     (reduce with internal/kernels, or copy) and returns a credit;
+//     (reduce with internal/kernels, or copy);
 //
-// and when nothing moved, sleeps until a progress goroutine pokes it, the
-// context ends, the timeout fires or the engine fails. Every message header
-// carries the call's signature (sequence number, collective, element type,
-// op, root, count); a receiver that finds a different one fails with
-// ErrMismatch naming the sender and aborts the communicator: abort notices
-// go to every peer, whose pending and later operations then fail with the
-// same attribution. The loop allocates nothing once its state has grown to
-// the largest plan run so far.
+// and when nothing moved, waits as its WaitPolicy says (wait.go): polls,
+// then arms the CQs and sleeps until a dispatch wakes it, the context
+// ends, the timeout passes or the engine fails. No goroutine sits between
+// a completion and the engine on that path. A Run returns as soon as its
+// own ops are done: it does not wait for its last messages to be consumed.
+// Every message header carries the call's signature (sequence number,
+// collective, element type, op, root, count); a receiver that finds a
+// different one fails with ErrMismatch naming the sender and aborts the
+// communicator: abort notices go to every peer, whose pending and later
+// operations then fail with the same attribution (a rank that finished
+// the mismatched call fails its next one). The loop allocates nothing once
+// its state has grown to the largest plan run so far.
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -82,18 +87,17 @@ type Engine struct {
 	links      []*Link // by rank; nil for self and unconnected
 	devs       []*Device
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wake   chan struct{}
-	dead   chan struct{}
+	wake     chan struct{}
+	dead     chan struct{}
+	sleeping atomic.Bool // Run is about to block: dispatch pokes wake
+	wait     WaitPolicy
 
 	mu     sync.Mutex
 	err    error
 	closed bool
 	failed atomic.Bool
 	timer  *time.Timer
-	loops  sync.WaitGroup // the links' progress goroutines
-	runMu  sync.Mutex     // held by Run; Close waits for it
+	runMu  sync.Mutex // held by Run; Close waits for it
 
 	mm      mismatchState
 	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
@@ -120,22 +124,23 @@ const DirectMin = 64 << 10
 // maxWrite bounds one posted write of a direct message.
 const maxWrite = 4 << 20
 
-// NewEngine starts the progress goroutines of links (indexed by rank).
+// NewEngine makes the engine of links (indexed by rank), whose devices
+// are devs, with DefaultWait.
 func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
-	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{Rank: rank, Size: size, links: links, devs: devs, ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	e := &Engine{Rank: rank, Size: size, links: links, devs: devs,
+		wake: make(chan struct{}, 1), dead: make(chan struct{}), wait: DefaultWait(1)}
 	e.timer = time.NewTimer(time.Hour)
 	e.timer.Stop()
 	for _, l := range links {
 		if l != nil {
-			e.loops.Add(2)
-			go l.recvLoop(ctx, e)
-			go l.sendLoop(ctx, e)
+			l.attach(e)
 		}
 	}
 	return e
 }
+
+// SetWait sets how Run waits; call it before the first Run.
+func (e *Engine) SetWait(p WaitPolicy) { e.wait = p }
 
 func (e *Engine) poke() {
 	select {
@@ -162,11 +167,11 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	if err := e.Err(); err != nil {
 		return err
 	}
-	e.curHash.Store(1<<32 | uint64(callHash(call)))
-	defer e.curHash.Store(0)
 	if len(p.S.Ops) == 0 {
 		return nil
 	}
+	e.curHash.Store(1<<32 | uint64(callHash(call)))
+	defer e.curHash.Store(0)
 	for _, d := range e.devs {
 		var err error
 		if d.cur[Work], err = d.Cache.Get(call.Work); err != nil {
@@ -175,111 +180,127 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		if d.cur[Input], err = d.Cache.Get(call.Input); err != nil {
 			return &PeerError{Rank: e.Rank, Err: err}
 		}
+		d.active.Add(1)
 	}
-	st := &e.st
-	st.reset(len(p.S.Ops), len(p.peers))
+	defer e.idle()
+	e.st.reset(len(p.S.Ops), len(p.peers))
+	w := waiter{e: e, ctx: ctx, p: p, timeout: timeout}
 	if timeout > 0 {
-		e.timer.Reset(timeout)
-		defer e.timer.Stop()
+		w.deadline = monoNow() + int64(timeout)
 	}
 	remaining := len(p.S.Ops)
-	es := call.DType.Size()
 	for {
-		progress := false
-		for i := range p.peers {
-			pp, ps := &p.peers[i], &st.pp[i]
-			l := e.links[pp.peer]
-			if l == nil {
-				return &PeerError{Rank: pp.peer, Err: fmt.Errorf("no connection: %w", ErrPeerFailed)}
-			}
-			for ps.sendFin < ps.sendCur {
-				op := pp.sends[ps.sendFin]
-				// Done once the transport completed it or the peer consumed
-				// it (a peer that then closed may flush the completion).
-				if l.sendDone.Load() < st.sendLast[op] && l.credits.Load() < st.sendLast[op] {
-					break
-				}
-				st.done[op] = true
-				ps.sendFin++
-				remaining--
-				progress = true
-			}
-			for ps.sendCur < len(pp.sends) {
-				op := pp.sends[ps.sendCur]
-				o := &p.S.Ops[op]
-				if !st.ready(o) {
-					break
-				}
-				moved, complete, err := e.post(l, o, call, ps, es)
-				if err != nil {
-					if l.closed.Load() {
-						err = ErrPeerClosed
-					} else {
-						err = fmt.Errorf("%w: %w", ErrPeerFailed, err)
-					}
-					e.Abort(l.Peer, err)
-					return e.Err()
-				}
-				progress = progress || moved
-				if !complete {
-					break
-				}
-				st.sendLast[op] = l.posted
-				ps.sendCur++
-				ps.sendPiece = 0
-			}
-			if moved, err := e.clearAhead(l, p, pp, ps, call, es); err != nil {
-				return e.Err()
-			} else if moved {
-				progress = true
-			}
-			for ps.recvCur < len(pp.recvs) {
-				op := pp.recvs[ps.recvCur]
-				o := &p.S.Ops[op]
-				if !st.ready(o) {
-					break
-				}
-				moved, complete, err := e.consume(l, o, call, ps, es)
-				if err != nil {
-					return e.Err()
-				}
-				progress = progress || moved
-				if !complete {
-					break
-				}
-				st.done[op] = true
-				remaining--
-				ps.recvCur++
-				ps.recvPiece = 0
-			}
+		e.poll()
+		progress, n, err := e.step(p, call)
+		if err != nil {
+			return err
 		}
-		if remaining == 0 && e.acked(p) {
+		remaining -= n
+		if remaining == 0 {
 			return nil
 		}
 		if progress {
+			w.reset()
 			continue
 		}
-		if peer, ok := e.needsClosedPeer(p); ok {
-			e.Abort(peer, ErrPeerClosed) // the others may wait on this rank
-			return e.Err()
-		}
-		select {
-		case <-e.wake:
-		case <-e.dead:
-			return e.Err()
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				// The caller gave up: this rank aborts the others.
-				e.Abort(e.Rank, fmt.Errorf("%w: %w", ErrAborted, ctx.Err()))
-			} else {
-				e.Abort(e.waitingFor(p), fmt.Errorf("%w: %w", ErrTimeout, ctx.Err()))
-			}
-			return e.Err()
-		case <-e.timer.C:
-			e.Abort(e.waitingFor(p), fmt.Errorf("%w after %v", ErrTimeout, timeout))
-			return e.Err()
+		if err := w.idle(); err != nil {
+			return err
 		}
 	}
+}
+
+// idle ends a Run on the engine's devices.
+func (e *Engine) idle() {
+	e.sleeping.Store(false)
+	now := monoNow()
+	for _, d := range e.devs {
+		d.lastEnd.Store(now)
+		d.active.Add(-1)
+	}
+}
+
+// poll handles the completions waiting on every device.
+func (e *Engine) poll() int {
+	n := 0
+	for _, d := range e.devs {
+		n += d.tryPoll()
+	}
+	return n
+}
+
+// step moves every peer of p as far as it can; it reports whether
+// anything moved and how many ops completed.
+func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err error) {
+	st := &e.st
+	es := call.DType.Size()
+	for i := range p.peers {
+		pp, ps := &p.peers[i], &st.pp[i]
+		l := e.links[pp.peer]
+		if l == nil {
+			return false, 0, &PeerError{Rank: pp.peer, Err: fmt.Errorf("no connection: %w", ErrPeerFailed)}
+		}
+		for ps.sendFin < ps.sendCur {
+			op := pp.sends[ps.sendFin]
+			// Done once the transport completed it or the peer consumed
+			// it (a peer that then closed may flush the completion).
+			if l.sendDone.Load() < st.sendLast[op] && l.credits.Load() < st.sendLast[op] {
+				break
+			}
+			st.done[op] = true
+			ps.sendFin++
+			completed++
+			progress = true
+		}
+		for ps.sendCur < len(pp.sends) {
+			op := pp.sends[ps.sendCur]
+			o := &p.S.Ops[op]
+			if !st.ready(o) {
+				break
+			}
+			moved, complete, last, err := e.post(l, o, call, ps, es)
+			if err != nil {
+				if l.closed.Load() {
+					err = ErrPeerClosed
+				} else {
+					err = fmt.Errorf("%w: %w", ErrPeerFailed, err)
+				}
+				e.Abort(l.Peer, err)
+				return false, 0, e.Err()
+			}
+			progress = progress || moved
+			if !complete {
+				break
+			}
+			st.sendLast[op] = last
+			ps.sendCur++
+			ps.sendPiece = 0
+		}
+		if moved, err := e.clearAhead(l, p, pp, ps, call, es); err != nil {
+			return false, 0, e.Err()
+		} else if moved {
+			progress = true
+		}
+		for ps.recvCur < len(pp.recvs) {
+			op := pp.recvs[ps.recvCur]
+			o := &p.S.Ops[op]
+			if !st.ready(o) {
+				break
+			}
+			moved, complete, err := e.consume(l, o, call, ps, es)
+			if err != nil {
+				return false, 0, e.Err()
+			}
+			progress = progress || moved
+			if !complete {
+				break
+			}
+			st.done[op] = true
+			completed++
+			ps.recvCur++
+			ps.recvPiece = 0
+		}
+	}
+	return progress, completed, nil
 }
 
 // needsClosedPeer names a peer that has closed the communicator while p
@@ -300,19 +321,6 @@ func (e *Engine) needsClosedPeer(p *Plan) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// acked reports whether every peer of p has consumed every message sent to
-// it, so that a receiver that found the call mismatched has had the chance
-// to fail the sender too before the sender returns.
-func (e *Engine) acked(p *Plan) bool {
-	for i := range p.peers {
-		l := e.links[p.peers[i].peer]
-		if len(p.peers[i].sends) > 0 && l.credits.Load() < l.posted {
-			return false
-		}
-	}
-	return true
 }
 
 // waitingFor names the peer a stuck plan waits for: first one whose data

@@ -52,7 +52,11 @@ func TestEstablishFailureFreesAndReturns(t *testing.T) {
 	}
 	defer conn.Close()
 	dev := &allocFails{Device: a, ok: 1} // the staging area succeeds, the control ring fails
-	l, err := Establish(ctx, conn, NewDevice(dev, 4), 0, LinkParams{Slots: 2, SlotBytes: 4096})
+	d, err := NewDevice(dev, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Establish(ctx, conn, d, 0, LinkParams{Slots: 2, SlotBytes: 4096})
 	if !errors.Is(err, errNoMemory) || l != nil {
 		t.Fatalf("Establish = %v, %v; want nil and the Alloc error", l, err)
 	}

@@ -59,6 +59,7 @@ func (e *Engine) remoteAbort(l *Link, culprit int, code uint32) {
 // closed is final; the send loop instead gives the receive loop a moment
 // to get to a bye first. A killed peer is thus blamed at once.
 func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
+	// (fromRecv false runs on a goroutine of its own: it may wait.)
 	l.broken.Store(true)
 	for i := 0; !fromRecv && i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
 		time.Sleep(2 * time.Millisecond)
@@ -109,22 +110,27 @@ func (e *Engine) Close() error {
 	}
 	var sent []*Link
 	for _, l := range e.links {
-		if l != nil && l.Peer != dead && !l.broken.Load() && l.conn.Err() == nil && l.sendCtrl(ctrlBye, 0, 0) == nil {
+		if l == nil || l.Peer == dead || l.broken.Load() || l.conn.Err() != nil {
+			continue
+		}
+		// Credits first: a peer that sees the bye takes the count as final.
+		if l.consumed != l.creditsSent {
+			l.creditsSent = l.consumed
+			l.sendCtrl(ctrlCredit, 0, l.consumed) // best effort
+		}
+		if l.sendCtrl(ctrlBye, 0, 0) == nil {
 			sent = append(sent, l)
 		}
 	}
-	// One deadline for all byes (a timer's channel fires once, and a bye to
-	// a peer that already closed never completes).
+	// One deadline for all byes; this goroutine polls for their
+	// completions (a bye to a peer that already closed never completes).
 	grace, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	for _, l := range sent {
-		select {
-		case <-l.byeSent:
-		case <-l.sendOut: // the connection ended: no completion will come
-		case <-grace.Done():
+		for !e.byeDone(l) && grace.Err() == nil {
+			e.pollOrSleep(grace)
 		}
 	}
 	stop()
-	e.cancel()
 	var first error
 	for _, l := range e.links {
 		if l != nil {
@@ -133,11 +139,43 @@ func (e *Engine) Close() error {
 			}
 		}
 	}
-	e.loops.Wait() // nothing touches the links' memory any more
+	// Nothing touches the links' memory once they are out of dispatch.
 	for _, l := range e.links {
 		if l != nil {
+			l.dev.removeLink(l)
 			l.free()
 		}
 	}
 	return first
+}
+
+// byeDone reports whether l's bye has completed or can no longer.
+func (e *Engine) byeDone(l *Link) bool {
+	select {
+	case <-l.byeSent:
+		return true
+	case <-l.sendOut:
+		return true
+	default:
+		return l.broken.Load()
+	}
+}
+
+// pollOrSleep polls the devices and, if nothing came, sleeps until a
+// completion is dispatched to this engine or ctx ends (outside Run).
+func (e *Engine) pollOrSleep(ctx context.Context) {
+	if e.poll() > 0 {
+		return
+	}
+	e.sleeping.Store(true)
+	for _, d := range e.devs {
+		d.CQ.Arm()
+	}
+	if e.poll() == 0 {
+		select {
+		case <-e.wake:
+		case <-ctx.Done():
+		}
+	}
+	e.sleeping.Store(false)
 }

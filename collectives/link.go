@@ -2,6 +2,26 @@ package collectives
 
 // Link: the wire protocol between two ranks over one rdma.Conn.
 //
+// Each side allocates a receive staging area of Slots slots of SlotBytes
+// (registered for remote write) and tells the peer its address and rkey in
+// a hello message. A data message k (counted from 0 per direction) goes to
+// slot k mod Slots as a 32-byte header followed by its payload, and is
+// announced by a write-with-immediate k: writes on a connection land in
+// post order, so when the receive completion with the immediate appears,
+// header and payload are in place. A small payload (up to smallMax) is
+// copied behind the header and goes in that one write; a larger one is
+// written first, unsignaled and straight from the caller's registered
+// buffer, then the header with immediate. The receiver applies the payload
+// (copy or reduce into its working buffer).
+//
+// Credits: the sender never has more than Slots messages the receiver has
+// not consumed. Every header carries the sender's count of messages it has
+// consumed from the peer (the credits it returns, piggybacked); an
+// explicit credit message goes only when half the window is owed, when the
+// engine has nothing else to do, and before a bye. So a ping-pong or a
+// recursive-doubling exchange costs one write per message and nothing
+// else.
+//
 // Direct (zero-copy) messages: a large send whose matching receive only
 // stores the data (Op.ToCopy) skips the staging area. When such a receive
 // becomes ready (its deps are done, so nothing reads or writes that range
@@ -11,20 +31,15 @@ package collectives
 // with immediate into a staging slot. Both sides decide "direct" from the
 // op's length alone (DirectMin), so they agree without negotiation.
 //
-// Each side allocates a receive staging area of Slots slots of SlotBytes
-// (registered for remote write) and tells the peer its address and rkey in
-// a hello message. A data message k (counted from 0 per direction) goes to
-// slot k mod Slots: the sender first writes the payload (unsignaled,
-// straight from the caller's registered buffer, no copy) to the slot after
-// its 32-byte header area, then writes the header with immediate k
-// (signaled). Writes on a connection land in post order, so when the
-// receive completion with the immediate appears, header and payload are in
-// place. The receiver applies the payload (copy or reduce into its working
-// buffer) and returns a credit with a small inline send; the sender never
-// has more than Slots messages unconsumed. Control messages (hello, credit,
-// abort, bye) are inline sends that consume a posted receive; data
+// Control messages (hello, credit, abort, bye, clear-to-send, mismatch
+// evidence) are inline sends that consume a posted receive; data
 // notifications consume one too, so each side keeps 2·Slots+16 receives
 // posted and reposts each as soon as it completes.
+//
+// Completions reach the link through its device's shared CQ (device.go):
+// onRecv and onSend run under the device's pollMu, on whichever goroutine
+// polled, and update the link's atomic counters; everything else belongs
+// to the engine's goroutine.
 
 import (
 	"context"
@@ -41,33 +56,24 @@ const (
 	hdrSize  = 32
 	ctrlSize = 32
 	hdrMagic = 0x67724e31 // "grN1"
+	// smallMax is the largest payload copied behind its header and sent
+	// in one write.
+	smallMax = 2048
 )
 
 // control message types
 const (
-	ctrlHello uint32 = iota + 1
-	ctrlCredit
-	ctrlAbort
-	ctrlBye
-	ctrlCTS      // clear to send: the next direct message goes to address b, rkey a
-	ctrlMismatch // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
+	ctrlHello    uint32 = iota + 1
+	ctrlCredit          // b: messages consumed so far (cumulative)
+	ctrlAbort           // rank a is the culprit, b the reason code
+	ctrlBye             // the peer closed its communicator
+	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
+	ctrlMismatch        // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
 )
 
 // ctsDepth bounds outstanding clear-to-send messages per link; the
 // receiver clears at most this many direct receives ahead of the data.
 const ctsDepth = 8
-
-// Device is one opened provider with its registration cache.
-type Device struct {
-	Dev   rdma.Device
-	Cache *RegCache
-	cur   [2]*rdma.MR // the MRs of the running operation's Work and Input
-}
-
-// NewDevice wraps dev with a registration cache of cacheSize entries.
-func NewDevice(dev rdma.Device, cacheSize int) *Device {
-	return &Device{Dev: dev, Cache: NewRegCache(dev, cacheSize)}
-}
 
 // LinkParams size a link's staging area.
 type LinkParams struct {
@@ -75,12 +81,12 @@ type LinkParams struct {
 	SlotBytes int // bytes per slot, header included; payload is SlotBytes-32
 }
 
-// Link is the connection to one peer. Its progress goroutines update the
-// atomic counters; everything else belongs to the engine's goroutine.
+// Link is the connection to one peer.
 type Link struct {
 	Peer int
 	conn rdma.Conn
 	dev  *Device
+	id   uint32 // the device's name for it in wrids
 
 	stage    *rdma.MR // our receive staging
 	slots    int
@@ -92,14 +98,15 @@ type Link struct {
 	rKey      uint32
 	rSlots    int
 	rSlotSize int
-	hdrs      *rdma.MR // header sources, one per remote slot
+	hdrs      *rdma.MR // header (and small payload) sources, one per remote slot
 
+	// set by dispatch (onRecv, onSend)
 	arrived  atomic.Uint64 // data messages landed in our staging
 	credits  atomic.Uint64 // our messages the peer has consumed
 	sendDone atomic.Uint64 // our messages whose header write completed
 	closed   atomic.Bool   // the peer said bye
-	broken   atomic.Bool   // a progress loop saw the connection fail
-	recvOut  atomic.Bool   // the receive loop has exited
+	broken   atomic.Bool   // the connection failed or ended
+	recvOut  atomic.Bool   // the receive queue ended (flushed)
 
 	cts [ctsDepth]struct {
 		addr uint64
@@ -110,30 +117,47 @@ type Link struct {
 	ctsSent    uint64        // engine: clear-to-sends sent to the peer
 	directDone uint64        // engine: direct messages received (each used one)
 
-	posted   uint64 // engine: data messages posted
-	consumed uint64 // engine: data messages applied
-	owed     uint32 // engine: credits not yet returned (flushCredits)
-	ctrl     [ctrlSize]byte
+	posted      uint64 // engine: data messages posted
+	consumed    uint64 // engine: data messages applied
+	creditsSent uint64 // engine: consumed as last told to the peer
+	ctrl        [ctrlSize]byte
 
 	sendMu  sync.Mutex    // serialises control sends from several goroutines
 	byeSent chan struct{} // closed when the signaled bye has completed
-	sendOut chan struct{} // closed when the send loop exits
+	byeOnce sync.Once
+	sendOut chan struct{} // closed when the send queue has ended
+	outOnce sync.Once
+
+	// Setup: ready is closed when the peer's hello has arrived or the
+	// connection failed first (setupErr).
+	ready    chan struct{}
+	setupErr error
+	hello    [ctrlSize]byte
+
+	// The engine the link belongs to; events that need it before it is
+	// attached wait in early (rare: failures, aborts during setup).
+	eng   atomic.Pointer[Engine]
+	engMu sync.Mutex
+	early []func(*Engine)
 }
 
-// wridBye marks the signaled bye among send completions.
-const wridBye = 1 << 63
-
-// Establish runs the hello exchange on a connected conn and returns the
-// link, which then knows its peer's rank.
+// Establish runs the hello exchange on a connected conn, which must have
+// been made with dev.QPInit(), and returns the link, which then knows its
+// peer's rank.
 func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p LinkParams) (l *Link, err error) {
 	if conn.MaxInline() < ctrlSize {
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
-	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, byeSent: make(chan struct{}), sendOut: make(chan struct{})}
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes,
+		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{})}
 	built := l // the error returns below set l to nil before this runs
+	added := false
 	defer func() {
 		if err != nil {
+			if added {
+				dev.removeLink(built)
+			}
 			built.free()
 		}
 	}()
@@ -144,6 +168,10 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*ctrlSize, rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}
+	if !dev.addLink(l) {
+		return nil, fmt.Errorf("collectives: more than %d links on device %s", maxLinks, dev.Dev.Name())
+	}
+	added = true
 	for i := range l.nrecv {
 		if err = l.postRecv(uint64(i)); err != nil {
 			return nil, err
@@ -157,18 +185,19 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	binary.LittleEndian.PutUint32(hello[20:], uint32(l.slots))
 	binary.LittleEndian.PutUint32(hello[24:], uint32(l.slotSize))
 	binary.LittleEndian.PutUint32(hello[28:], hdrMagic)
-	if err = conn.PostSend(0, hello[:], nil, rdma.FlagInline); err != nil {
+	if err = conn.PostSend(wrid(l.id, kindCtrl, 0), hello[:], nil, rdma.FlagInline); err != nil {
 		return nil, err
 	}
-	wc, err := conn.GetRecvComp(ctx)
-	if err != nil {
-		return nil, err
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if err = wc.Err(); err != nil {
-		return nil, err
+	if l.setupErr != nil {
+		return nil, l.setupErr
 	}
-	m := l.ctrlMsg(wc.WRID)
-	if wc.Opcode != rdma.OpRecv || binary.LittleEndian.Uint32(m[0:]) != ctrlHello || binary.LittleEndian.Uint32(m[28:]) != hdrMagic {
+	m := l.hello[:]
+	if binary.LittleEndian.Uint32(m[28:]) != hdrMagic {
 		return nil, fmt.Errorf("collectives: bad hello: %w", ErrProtocol)
 	}
 	l.Peer = int(binary.LittleEndian.Uint32(m[4:]))
@@ -179,14 +208,15 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	if l.rSlots < 1 || l.rSlotSize < hdrSize+64 {
 		return nil, fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
 	}
-	if err = l.postRecv(wc.WRID); err != nil {
-		return nil, err
-	}
-	if l.hdrs, err = dev.Dev.Alloc(l.rSlots*hdrSize, rdma.AccessLocalWrite); err != nil {
+	if l.hdrs, err = dev.Dev.Alloc(l.rSlots*l.hdrStride(), rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
+
+// hdrStride is the size of one remote slot's header source: the header and
+// a small payload.
+func (l *Link) hdrStride() int { return hdrSize + min(smallMax, l.rSlotSize-hdrSize) }
 
 func (l *Link) ctrlMsg(i uint64) []byte {
 	b := l.ctrlRecv.Bytes()
@@ -194,7 +224,7 @@ func (l *Link) ctrlMsg(i uint64) []byte {
 }
 
 func (l *Link) postRecv(i uint64) error {
-	return l.conn.PostRecv(i, l.ctrlMsg(i), l.ctrlRecv)
+	return l.conn.PostRecv(wrid(l.id, kindRecv, i), l.ctrlMsg(i), l.ctrlRecv)
 }
 
 // payload is the largest data message the peer accepts.
@@ -202,16 +232,7 @@ func (l *Link) payload() int { return l.rSlotSize - hdrSize }
 
 // sendCtrl posts an inline control message.
 func (l *Link) sendCtrl(typ, a uint32, b uint64) error {
-	l.sendMu.Lock()
-	defer l.sendMu.Unlock()
-	binary.LittleEndian.PutUint32(l.ctrl[0:], typ)
-	binary.LittleEndian.PutUint32(l.ctrl[4:], a)
-	binary.LittleEndian.PutUint64(l.ctrl[8:], b)
-	flags, wrid := rdma.FlagInline, uint64(0)
-	if typ == ctrlBye {
-		flags, wrid = flags|rdma.FlagSignaled, wridBye
-	}
-	return l.conn.PostSend(wrid, l.ctrl[:16], nil, flags)
+	return l.sendCtrl3(typ, a, b, 0)
 }
 
 // sendCtrl3 posts an inline control message with a third field.
@@ -222,97 +243,177 @@ func (l *Link) sendCtrl3(typ, a uint32, b, c uint64) error {
 	binary.LittleEndian.PutUint32(l.ctrl[4:], a)
 	binary.LittleEndian.PutUint64(l.ctrl[8:], b)
 	binary.LittleEndian.PutUint64(l.ctrl[16:], c)
-	return l.conn.PostSend(0, l.ctrl[:24], nil, rdma.FlagInline)
+	flags, id := rdma.FlagInline, wrid(l.id, kindCtrl, 0)
+	if typ == ctrlBye {
+		flags, id = flags|rdma.FlagSignaled, wrid(l.id, kindBye, 0)
+	}
+	return l.conn.PostSend(id, l.ctrl[:24], nil, flags)
 }
 
-// recvLoop and sendLoop are the link's progress: they drain the completion
-// queues until ctx ends or the connection fails, reporting to e.
-func (l *Link) recvLoop(ctx context.Context, e *Engine) {
-	defer e.loops.Done()
-	defer l.recvOut.Store(true)
-	for {
-		wc, err := l.conn.GetRecvComp(ctx)
-		if err == nil {
-			err = wc.Err()
-		}
-		if err != nil {
-			l.broken.Store(true)
-			if ctx.Err() == nil {
-				e.linkFailed(l, err, true)
-			}
-			return
-		}
-		switch wc.Opcode {
-		case rdma.OpRecvWriteImm:
-			if uint32(l.arrived.Load()) != wc.Imm {
-				e.linkFailed(l, fmt.Errorf("message %d arrived out of order: %w", wc.Imm, ErrProtocol), true)
-				return
-			}
-			l.arrived.Add(1)
-		case rdma.OpRecv:
-			m := l.ctrlMsg(wc.WRID)
-			a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
-			switch binary.LittleEndian.Uint32(m[0:]) {
-			case ctrlCredit:
-				l.credits.Add(uint64(a))
-			case ctrlAbort:
-				e.remoteAbort(l, int(int32(a)), uint32(b))
-			case ctrlMismatch:
-				c := binary.LittleEndian.Uint64(m[16:])
-				e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "")
-			case ctrlBye:
-				l.closed.Store(true)
-			case ctrlCTS:
-				n := l.ctsArrived.Load()
-				l.cts[n%ctsDepth].addr, l.cts[n%ctsDepth].rkey = b, a
-				l.ctsArrived.Store(n + 1)
-			}
-		}
-		if err := l.postRecv(wc.WRID); err != nil {
-			if errors.Is(err, rdma.ErrClosed) {
-				// The connection ended: keep draining what already
-				// arrived (the peer's bye may be next); the loop ends on
-				// the receive queue's own error.
-				e.poke()
-				continue
-			}
-			if ctx.Err() == nil {
-				e.linkFailed(l, err, true)
-			}
-			return
-		}
+// withEngine runs f with the link's engine, or when it is attached.
+func (l *Link) withEngine(f func(*Engine)) {
+	if e := l.eng.Load(); e != nil {
+		f(e)
+		return
+	}
+	l.engMu.Lock()
+	if e := l.eng.Load(); e != nil {
+		l.engMu.Unlock()
+		f(e)
+		return
+	}
+	l.early = append(l.early, f)
+	l.engMu.Unlock()
+}
+
+// attach makes e the link's engine and replays what waited for it.
+func (l *Link) attach(e *Engine) {
+	l.engMu.Lock()
+	l.eng.Store(e)
+	early := l.early
+	l.early = nil
+	l.engMu.Unlock()
+	for _, f := range early {
+		f(e)
+	}
+}
+
+// wakeEngine wakes the link's engine if it sleeps.
+func (l *Link) wakeEngine() {
+	if e := l.eng.Load(); e != nil && e.sleeping.Load() {
 		e.poke()
 	}
 }
 
-func (l *Link) sendLoop(ctx context.Context, e *Engine) {
-	defer e.loops.Done()
-	defer close(l.sendOut)
-	for {
-		wc, err := l.conn.GetSendComp(ctx)
-		if err == nil {
-			err = wc.Err()
+// setupFailed ends a pending Establish with err.
+func (l *Link) setupFailed(err error) {
+	select {
+	case <-l.ready:
+	default:
+		l.setupErr = err
+		close(l.ready)
+	}
+}
+
+// onRecv handles a receive completion (slot is the control slot).
+func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
+	if wc.Status != rdma.StatusSuccess {
+		l.broken.Store(true)
+		l.recvOut.Store(true)
+		err := wc.Err()
+		if cerr := l.conn.Err(); cerr != nil {
+			err = cerr
 		}
-		if err != nil {
-			l.broken.Store(true)
-			// A connection that ended (closed, or flushed) is judged by the
-			// receive loop, which sees the peer's bye, if it said one, first:
-			// it always ends with an error of its own then.
-			var wce *rdma.WCError
-			ended := errors.Is(err, rdma.ErrClosed) || (errors.As(err, &wce) && wce.WC.Status == rdma.StatusFlushed)
-			if ctx.Err() == nil && !ended {
-				e.linkFailed(l, err, false)
-			}
-			e.poke()
+		if l.recvEnded(err) {
+			l.wakeEngine()
+		}
+		return
+	}
+	switch wc.Opcode {
+	case rdma.OpRecvWriteImm:
+		n := l.arrived.Load()
+		if uint32(n) != wc.Imm {
+			l.fail(fmt.Errorf("message %d arrived out of order: %w", wc.Imm, ErrProtocol), true)
 			return
 		}
-		if wc.WRID == wridBye {
-			close(l.byeSent)
-			continue
+		h := l.stage.Bytes()[int(n%uint64(l.slots))*l.slotSize:]
+		if binary.LittleEndian.Uint32(h[0:]) == hdrMagic {
+			l.noteCredits(binary.LittleEndian.Uint32(h[20:]))
 		}
-		l.sendDone.Store(wc.WRID + 1)
-		e.poke()
+		l.arrived.Store(n + 1)
+	case rdma.OpRecv:
+		m := l.ctrlMsg(slot)
+		a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
+		switch binary.LittleEndian.Uint32(m[0:]) {
+		case ctrlHello:
+			select {
+			case <-l.ready:
+			default:
+				copy(l.hello[:], m)
+				close(l.ready)
+			}
+		case ctrlCredit:
+			l.noteCredits(uint32(b))
+		case ctrlAbort:
+			culprit := int(int32(a))
+			l.withEngine(func(e *Engine) { e.Abort(culprit, reasonErr(uint32(b))) })
+		case ctrlMismatch:
+			c := binary.LittleEndian.Uint64(m[16:])
+			l.withEngine(func(e *Engine) { e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "") })
+		case ctrlBye:
+			l.closed.Store(true)
+		case ctrlCTS:
+			n := l.ctsArrived.Load()
+			l.cts[n%ctsDepth].addr, l.cts[n%ctsDepth].rkey = b, a
+			l.ctsArrived.Store(n + 1)
+		}
 	}
+	if err := l.postRecv(slot); err != nil && !errors.Is(err, rdma.ErrClosed) {
+		// The connection ended if ErrClosed: its flushes follow.
+		l.fail(err, true)
+		return
+	}
+	l.wakeEngine()
+}
+
+// noteCredits takes the peer's cumulative consumed count (its low 32
+// bits); credits only grow.
+func (l *Link) noteCredits(v uint32) {
+	cur := l.credits.Load()
+	if d := v - uint32(cur); d != 0 && d < 1<<31 {
+		l.credits.Store(cur + uint64(d))
+	}
+}
+
+// onSend handles a send-queue completion.
+func (l *Link) onSend(wc *rdma.WC, kind, value uint64) {
+	if wc.Status != rdma.StatusSuccess {
+		l.broken.Store(true)
+		l.outOnce.Do(func() { close(l.sendOut) })
+		// A connection that ended (flushed) is judged by the receive
+		// side, which sees the peer's bye, if it said one, first.
+		if wc.Status != rdma.StatusFlushed {
+			err := error(&rdma.WCError{WC: *wc})
+			if cerr := l.conn.Err(); cerr != nil {
+				err = cerr
+			}
+			l.fail(err, false)
+		}
+		l.wakeEngine()
+		return
+	}
+	switch kind {
+	case kindData:
+		l.sendDone.Store(value + 1)
+	case kindBye:
+		l.byeOnce.Do(func() { close(l.byeSent) })
+	}
+	l.wakeEngine()
+}
+
+// recvEnded handles the end of the receive queue (the first flushed
+// receive). It reports whether the engine should look again.
+func (l *Link) recvEnded(err error) bool {
+	if l.closed.Load() {
+		// The peer said bye: everything it sent arrived before.
+		return true
+	}
+	l.fail(err, true)
+	return false
+}
+
+// fail reports the connection broken: a pending Establish fails, and the
+// engine (once attached) blames the peer unless it said bye.
+func (l *Link) fail(err error, fromRecv bool) {
+	l.broken.Store(true)
+	l.setupFailed(err)
+	l.withEngine(func(e *Engine) {
+		if fromRecv {
+			e.linkFailed(l, err, true)
+		} else {
+			go e.linkFailed(l, err, false) // waits a moment for a bye
+		}
+	})
 }
 
 // free releases the link's memory (the conn is closed by the caller).
@@ -327,6 +428,7 @@ func (l *Link) free() {
 // Close closes a link that was never handed to an engine.
 func (l *Link) Close() {
 	l.conn.Close()
+	l.dev.removeLink(l)
 	l.free()
 }
 

@@ -4,9 +4,9 @@ package collectives
 // direct write), and the header that carries the call's signature.
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/gorun-hpc/gorun/internal/kernels"
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -19,8 +19,11 @@ func pieces(nbytes, payload int) int {
 	return (nbytes + payload - 1) / payload
 }
 
-// post posts as many pieces of send o as the peer's credits allow.
-func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
+// post posts as many pieces of send o as the peer's credits allow. When o
+// is complete, last is the message whose completion (or consumption)
+// means the caller's buffer is no longer read: 0 when every piece was
+// copied at post time.
+func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, last uint64, err error) {
 	nbytes := o.Len * es
 	payload := l.payload()
 	np := pieces(nbytes, payload)
@@ -29,6 +32,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		buf = call.Input
 	}
 	rs := uint64(l.rSlots)
+	stride := l.hdrStride()
 	direct := o.ToCopy && nbytes >= DirectMin
 	if direct {
 		np = 1
@@ -36,51 +40,55 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 	for ps.sendPiece < np {
 		m := l.posted
 		if m-l.credits.Load() >= rs || (m >= rs && l.sendDone.Load() < m-rs+1) {
-			return moved, false, nil
+			return moved, false, 0, nil
 		}
+		slot := m % rs
+		hb := l.hdrs.Bytes()[int(slot)*stride : int(slot+1)*stride]
+		raddr := l.rAddr + slot*uint64(l.rSlotSize)
 		if direct {
 			if l.ctsArrived.Load() <= l.ctsUsed {
-				return moved, false, nil
+				return moved, false, 0, nil
 			}
 			cts := l.cts[l.ctsUsed%ctsDepth]
 			src := buf[o.Off*es : o.Off*es+nbytes]
 			for off := 0; off < nbytes; off += maxWrite {
 				part := src[off:min(nbytes, off+maxWrite)]
-				if err := l.conn.PostWrite(0, part, l.dev.cur[o.Buf], 0, cts.addr+uint64(off), cts.rkey); err != nil {
-					return moved, false, err
+				if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), part, l.dev.cur[o.Buf], 0, cts.addr+uint64(off), cts.rkey); err != nil {
+					return moved, false, 0, err
 				}
 			}
-			slot := m % rs
-			h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
-			putHeader(h, call, nbytes, true)
-			if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, l.rAddr+slot*uint64(l.rSlotSize), l.rKey, uint32(m)); err != nil {
-				return moved, false, err
+			e.putHeader(l, hb, call, nbytes, true)
+			if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), hb[:hdrSize], l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
+				return moved, false, 0, err
 			}
 			l.ctsUsed++
 			l.posted++
 			ps.sendPiece++
-			return true, true, nil
+			return true, true, l.posted, nil
 		}
 		off := ps.sendPiece * payload
 		n := min(payload, nbytes-off)
-		slot := m % rs
-		raddr := l.rAddr + slot*uint64(l.rSlotSize)
-		if n > 0 {
-			src := buf[o.Off*es+off : o.Off*es+off+n]
-			if err := l.conn.PostWrite(0, src, l.dev.cur[o.Buf], 0, raddr+hdrSize, l.rKey); err != nil {
-				return moved, false, err
-			}
+		src := buf[o.Off*es+off : o.Off*es+off+n]
+		e.putHeader(l, hb, call, n, false)
+		h := hb[:hdrSize]
+		if n <= stride-hdrSize {
+			// Small: the payload rides in the header's write.
+			copy(hb[hdrSize:], src)
+			h = hb[:hdrSize+n]
+		} else if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), src, l.dev.cur[o.Buf], 0, raddr+hdrSize, l.rKey); err != nil {
+			return moved, false, 0, err
 		}
-		h := l.hdrs.Bytes()[slot*hdrSize : (slot+1)*hdrSize]
-		putHeader(h, call, n, false)
-		if err := l.conn.PostWriteImm(m, h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
-			return moved, false, err
+		if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
+			return moved, false, 0, err
 		}
 		l.posted++
 		ps.sendPiece++
 		moved = true
 	}
-	return moved, true, nil
+	if nbytes <= stride-hdrSize {
+		return moved, true, 0, nil
+	}
+	return moved, true, l.posted, nil
 }
 
 func isDirectRecv(o *Op, es int) bool { return o.Kind == Recv && o.Len*es >= DirectMin }
@@ -122,7 +130,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 	stage := l.stage.Bytes()
 	for ps.recvPiece < np {
 		if l.consumed >= l.arrived.Load() {
-			return moved, false, e.flushCredits(l)
+			return moved, false, nil
 		}
 		base := int(l.consumed%uint64(l.slots)) * l.slotSize
 		off := ps.recvPiece * payload
@@ -135,11 +143,14 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			e.evidence(e.Rank, callHash(call), l.Peer, headerHash(h), why)
 			// The decision (which rank is the odd one out) comes once the
 			// others' evidence is in; an abort notice may also overtake it.
-			select {
-			case <-e.dead:
-			case <-time.After(2 * mismatchWindow):
-				e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)})
+			// Meanwhile this goroutine keeps dispatching, or the others'
+			// evidence would not be read.
+			wait, stop := context.WithTimeout(context.Background(), 2*mismatchWindow)
+			for e.Err() == nil && wait.Err() == nil {
+				e.pollOrSleep(wait)
 			}
+			stop()
+			e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)})
 			return moved, false, ErrMismatch
 		}
 		if want > 0 && !direct {
@@ -157,30 +168,50 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		}
 		ps.recvPiece++
 		moved = true
-		l.owed++
+		if l.consumed-l.creditsSent >= uint64(max(1, l.slots/2)) {
+			if err := e.sendCredits(l); err != nil {
+				return moved, false, err
+			}
+		}
 	}
-	return moved, true, e.flushCredits(l)
+	return moved, true, nil
 }
 
-// flushCredits returns the credits owed to l's peer in one control
-// message: consume applies every message that has arrived before it
-// returns, so one credit message per burst, not per slot (each costs the
-// peer a completion and often a wake-up).
-func (e *Engine) flushCredits(l *Link) error {
-	if l.owed == 0 {
+// sendCredits tells l's peer how many of its messages have been consumed.
+// Headers carry the count too, so this goes only when half the window is
+// owed, when the engine is idle (flushOwed) and before a bye.
+func (e *Engine) sendCredits(l *Link) error {
+	if l.consumed == l.creditsSent {
 		return nil
 	}
-	n := l.owed
-	l.owed = 0
-	if err := l.sendCtrl(ctrlCredit, n, 0); err != nil && !l.closed.Load() {
+	l.creditsSent = l.consumed
+	if err := l.sendCtrl(ctrlCredit, 0, l.consumed); err != nil && !l.closed.Load() {
 		e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
 		return err
 	}
 	return nil
 }
 
+// flushOwed returns every credit owed to p's peers: an engine with nothing
+// to do might otherwise wait on a peer that waits for credits.
+func (e *Engine) flushOwed(p *Plan) error {
+	for i := range p.peers {
+		if err := e.sendCredits(e.links[p.peers[i].peer]); err != nil {
+			return e.Err()
+		}
+	}
+	return nil
+}
+
 // Header layout (little endian): magic u32, seq u32, coll u8, dtype u8,
-// op u8, direct u8, root i32, len u32, pad u32, count u64.
+// op u8, direct u8, root i32, len u32, credits u32, count u64. credits is
+// the sender's count of the receiver's messages it has consumed.
+func (e *Engine) putHeader(l *Link, h []byte, c *Call, n int, direct bool) {
+	putHeader(h, c, n, direct)
+	binary.LittleEndian.PutUint32(h[20:], uint32(l.consumed))
+	l.creditsSent = l.consumed
+}
+
 func putHeader(h []byte, c *Call, n int, direct bool) {
 	binary.LittleEndian.PutUint32(h[0:], hdrMagic)
 	binary.LittleEndian.PutUint32(h[4:], c.Seq)

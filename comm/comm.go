@@ -103,8 +103,7 @@ func (c *Comm) Close() error {
 		ln.Close()
 	}
 	for _, d := range c.devs {
-		d.Cache.Close()
-		if e := d.Dev.Close(); e != nil && err == nil {
+		if e := d.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
@@ -184,7 +183,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 				ln.Close()
 			}
 			for _, d := range c.devs {
-				d.Dev.Close()
+				d.Close()
 			}
 		}
 	}()
@@ -226,7 +225,13 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			openErrs = append(openErrs, err)
 			continue
 		}
-		d := collectives.NewDevice(dev, cfg.regCache)
+		d, err := collectives.NewDevice(dev, cfg.regCache)
+		if err != nil {
+			ln.Close()
+			dev.Close()
+			openErrs = append(openErrs, err)
+			continue
+		}
 		c.devs = append(c.devs, d)
 		c.lns = append(c.lns, ln)
 		devByName[name], lnByName[name] = d, ln
@@ -267,6 +272,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		return nil, err
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	c.eng.SetWait(cfg.waitPolicy())
 	return c, nil
 }
 

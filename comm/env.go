@@ -39,6 +39,11 @@ package comm
 //	GORUN_DEBUG          warn (default) | info | trace: log verbosity (standard log package)
 //	GORUN_CHECKSUM       1: tcp verifies a CRC32C of every frame (rdma.Config.Checksum);
 //	                     every rank must agree, or connecting fails clearly
+//	GORUN_SPIN           how long a collective with nothing to do polls before it
+//	                     sleeps: a duration ("200us", "0" sleeps at once), optionally
+//	                     ",yield" or ",noyield" (give the CPU to other processes
+//	                     between polls); default 1ms, yielding when this host's ranks
+//	                     outnumber its CPUs (WithSpin)
 
 import (
 	"fmt"
@@ -181,6 +186,9 @@ type tunables struct {
 	SocketIfname string
 	Debug        int
 	Checksum     bool
+	Spin         time.Duration
+	HasSpin      bool
+	Yield        int // 0 auto, 1 yield, -1 don't
 }
 
 // Debug levels.
@@ -229,6 +237,13 @@ func readTunables(getenv func(string) string) (tunables, error) {
 		t.Checksum = true
 	default:
 		return t, &envError{"GORUN_CHECKSUM", s, "want 1 or 0"}
+	}
+	if s := strings.ToLower(strings.TrimSpace(getenv("GORUN_SPIN"))); s != "" {
+		d, y, err := parseSpin(s)
+		if err != nil {
+			return t, &envError{"GORUN_SPIN", s, err.Error()}
+		}
+		t.Spin, t.HasSpin, t.Yield = d, true, y
 	}
 	switch s := strings.ToLower(strings.TrimSpace(getenv("GORUN_DEBUG"))); s {
 	case "", "warn":
@@ -290,3 +305,26 @@ func parseAlgoSpec(s string) (map[collectives.Collective]collectives.Algo, error
 
 // osGetenv is os.Getenv; tests replace the environment with a map.
 var osGetenv = os.Getenv
+
+// parseSpin reads GORUN_SPIN: "DURATION[,yield|,noyield]" ("0" is a
+// duration here).
+func parseSpin(s string) (time.Duration, int, error) {
+	ds, mode, _ := strings.Cut(s, ",")
+	ds = strings.TrimSpace(ds)
+	d, err := time.ParseDuration(ds)
+	if err != nil && ds == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 {
+		return 0, 0, fmt.Errorf("want a duration such as 200us, optionally followed by ,yield or ,noyield")
+	}
+	switch strings.TrimSpace(mode) {
+	case "":
+		return d, 0, nil
+	case "yield":
+		return d, 1, nil
+	case "noyield":
+		return d, -1, nil
+	}
+	return 0, 0, fmt.Errorf("after the duration, want yield or noyield")
+}

@@ -66,7 +66,7 @@ func (c *Comm) connectMesh(ctx context.Context, op string, eps []*endpoint, devB
 		go func() {
 			defer wg.Done()
 			d := devByName[prov[q]]
-			conn, err := d.Dev.Dial(cctx, eps[q].addrs[prov[q]])
+			conn, err := d.Dev.DialQP(cctx, eps[q].addrs[prov[q]], d.QPInit())
 			if err != nil {
 				record(nil, &RankError{Rank: q, Op: op, Err: fmt.Errorf("dial %s: %w", prov[q], err)})
 				return
@@ -89,7 +89,7 @@ func (c *Comm) connectMesh(ctx context.Context, op string, eps []*endpoint, devB
 		go func() {
 			defer wg.Done()
 			for range n {
-				conn, err := ln.Accept(cctx)
+				conn, err := ln.AcceptQP(cctx, d.QPInit())
 				if err != nil {
 					record(nil, fmt.Errorf("gorun: accept %s: %w", name, err))
 					return

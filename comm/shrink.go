@@ -96,8 +96,7 @@ func (c *Comm) releaseTransport() {
 		ln.Close()
 	}
 	for _, d := range c.devs {
-		d.Cache.Close()
-		d.Dev.Close()
+		d.Close()
 	}
 	c.lns, c.devs = nil, nil
 }
@@ -127,5 +126,6 @@ func (c *Comm) reconnect(ctx context.Context, eps []*endpoint) error {
 		return err
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	c.eng.SetWait(c.cfg.waitPolicy())
 	return nil
 }

@@ -28,6 +28,7 @@ const (
 	EnvFault     = "GORUN_FAULT"    // fault injection rules (comm/fault.go); --fault
 	EnvChecksum  = "GORUN_CHECKSUM" // payload checksums on the wire
 	EnvShmCMA    = "GORUN_SHM_CMA"  // shm provider's cross-memory-attach switch
+	EnvSpin      = "GORUN_SPIN"     // how long a waiting collective polls (comm.WithSpin)
 )
 
 // contractVars are set by the launcher and never inherited from its own
@@ -38,7 +39,7 @@ var contractVars = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvSee
 // tunableVars pass from the launcher's environment to every rank, local or
 // remote, as Open MPI passes OMPI_MCA_*.
 var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfname,
-	EnvFault, EnvChecksum, EnvShmCMA}
+	EnvFault, EnvChecksum, EnvShmCMA, EnvSpin}
 
 // jobEnv is what all ranks of a job share.
 type jobEnv struct {

@@ -3,7 +3,6 @@ package soft
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -18,7 +17,7 @@ type CQ struct {
 	err    error // set by Shut: returned once the queue is drained
 	signal chan struct{}
 
-	armed     atomic.Bool
+	armed     bool // guarded by mu: a token is owed to the next Push
 	notify    chan struct{}
 	closed    chan struct{}
 	closeOnce sync.Once
@@ -33,12 +32,16 @@ func NewCQ() *CQ {
 func (q *CQ) Push(wc rdma.WC) {
 	q.mu.Lock()
 	q.items = append(q.items, wc)
+	fire := q.armed
+	q.armed = false
 	q.mu.Unlock()
 	select {
 	case q.signal <- struct{}{}:
 	default:
 	}
-	if q.armed.Load() && q.armed.CompareAndSwap(true, false) {
+	// Taken under mu with the append: a flag cleared later, by a Push
+	// whose completion was already polled, would undo the next Arm.
+	if fire {
 		q.token()
 	}
 }
@@ -120,8 +123,11 @@ func (q *CQ) Poll(wcs []rdma.WC) int {
 // Arm implements rdma.CQ. A completion already queued sends its token at
 // once (stronger than verbs asks, which costs nothing here).
 func (q *CQ) Arm() {
-	q.armed.Store(true)
-	if q.Len() > 0 && q.armed.CompareAndSwap(true, false) {
+	q.mu.Lock()
+	fire := q.head < len(q.items)
+	q.armed = !fire
+	q.mu.Unlock()
+	if fire {
 		q.token()
 	}
 }

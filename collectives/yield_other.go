@@ -1,0 +1,8 @@
+//go:build !linux
+
+package collectives
+
+import "runtime"
+
+// yieldCPU yields to other goroutines where sched_yield is not at hand.
+func yieldCPU() { runtime.Gosched() }
