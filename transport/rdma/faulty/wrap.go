@@ -158,4 +158,3 @@ func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 	c.fire("wait", InWait)
 	return c.Conn.GetRecvComp(ctx)
 }
-
