@@ -2,30 +2,213 @@ package shm
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
-// CreateCQ returns a shared completion queue. Stopgap: connections are
-// bridged to it by goroutines (soft.Bridge) until the provider fills it
-// natively.
-func (d *Device) CreateCQ(depth int) (rdma.CQ, error) { return soft.NewCQ(), nil }
+// cq is the shm provider's shared completion queue: a soft.CQ (the FIFO,
+// Arm and Notify) that knows the connections whose receive queue it is,
+// so that Poll drains their peers' rings on the caller's goroutine.
+//
+// Send completions are pushed by whoever executes the request (the
+// poster, inline, or the connection's send-queue goroutine). Receive
+// completions are pushed by whoever drains the peer's ring: Poll when the
+// caller spins, the connection's progress goroutine when the queue is
+// armed (it sleeps on the peer's data doorbell only then, so that while
+// the caller spins, senders make no FUTEX_WAKE), or a flush.
+type cq struct {
+	dev *Device
+	q   *soft.CQ
+	// queued counts pushes minus completions handed out: never below the
+	// number queued, so Poll skips q's lock when it is zero.
+	queued atomic.Int64
+	// armed is set by Arm and cleared by the next push (which is the one
+	// soft.CQ sends the token for). It may be set while q is not armed
+	// (harmless: a progress goroutine sleeps on the futex once more), never
+	// the other way round while a poller waits (see Arm).
+	armed  atomic.Bool
+	closed atomic.Bool
+
+	mu    sync.Mutex               // serializes changes of conns
+	conns atomic.Pointer[[]*conn] // receive queues bound here (copy on write)
+}
+
+// CreateCQ returns a completion queue that this device's connections may
+// share (rdma.QPInit). depth is not needed: the queue grows.
+func (d *Device) CreateCQ(depth int) (rdma.CQ, error) {
+	if depth < 0 {
+		return nil, rdma.NewOpError(provider, "create_cq", rdma.ErrInvalid)
+	}
+	q := &cq{dev: d, q: soft.NewCQ()}
+	q.conns.Store(new([]*conn))
+	return q, nil
+}
+
+// Poll drains the rings of the connections whose receive queue is q (the
+// ones nobody else is draining right now), then hands out up to len(wcs)
+// completions. With nothing to do it costs a few atomic operations per
+// connection.
+func (q *cq) Poll(wcs []rdma.WC) int {
+	if q.closed.Load() {
+		return 0
+	}
+	for _, c := range *q.conns.Load() {
+		c.pollRing()
+	}
+	if q.queued.Load() <= 0 || len(wcs) == 0 {
+		return 0
+	}
+	n := q.q.Poll(wcs)
+	q.queued.Add(int64(-n))
+	return n
+}
+
+// Arm asks for a token on Notify at the next completion, and sends the
+// progress goroutines of the bound connections to sleep on their peers'
+// doorbells, so that a record published from now on is drained and
+// completed without a poller.
+//
+// No lost wake-up: q.q.Arm is done before armed is set, and a push clears
+// armed only after pushing into q.q. So once armed is false again after
+// this Arm, a push has reached q.q after q.q.Arm began, and soft.CQ sends
+// the token for it (its Push sees armed, or its Arm sees the completion).
+// Until then, each progress goroutine either is parked on armKick (which
+// this Arm filled) or checks armed before its futex wait, and the data
+// doorbell protocol (futex.go) makes a record published after that check
+// wake it.
+func (q *cq) Arm() {
+	q.q.Arm()
+	q.armed.Store(true)
+	for _, c := range *q.conns.Load() {
+		select {
+		case c.armKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Notify implements rdma.CQ.
+func (q *cq) Notify() <-chan struct{} { return q.q.Notify() }
+
+// Close implements rdma.CQ: a later Poll returns 0; a sleeper gets a token.
+func (q *cq) Close() error {
+	q.closed.Store(true)
+	return q.q.Close()
+}
+
+// push queues a completion of a bound connection.
+func (q *cq) push(wc rdma.WC) {
+	q.queued.Add(1)
+	q.q.Push(wc)
+	if q.armed.Load() {
+		q.armed.Store(false)
+	}
+}
+
+// wait is GetSendComp and GetRecvComp on a queue bound to q.
+func (q *cq) wait(ctx context.Context) (rdma.WC, error) {
+	return rdma.WaitComp(ctx, q, q.q.Closed())
+}
+
+func (q *cq) bind(c *conn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	old := *q.conns.Load()
+	next := make([]*conn, len(old), len(old)+1)
+	copy(next, old)
+	next = append(next, c)
+	q.conns.Store(&next)
+}
+
+func (q *cq) unbind(c *conn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	old := *q.conns.Load()
+	next := make([]*conn, 0, len(old))
+	for _, o := range old {
+		if o != c {
+			next = append(next, o)
+		}
+	}
+	q.conns.Store(&next)
+}
+
+// sharedCQ checks that a CQ of init belongs to this device.
+func (d *Device) sharedCQ(op string, x rdma.CQ) (*cq, error) {
+	if x == nil {
+		return nil, nil
+	}
+	q, ok := x.(*cq)
+	if !ok || q.dev != d {
+		return nil, rdma.NewOpError(provider, op, rdma.ErrInvalid)
+	}
+	if q.closed.Load() {
+		return nil, rdma.NewOpError(provider, op, rdma.ErrClosed)
+	}
+	return q, nil
+}
+
+// bindCQs attaches c's queues to the CQs of init. Nothing has completed on
+// a new connection yet (no request was posted), so the private queues have
+// nothing to hand over.
+func (c *conn) bindCQs(sq, rq *cq) {
+	if sq != nil {
+		c.sendShared.Store(sq)
+	}
+	if rq != nil {
+		c.recvShared.Store(rq)
+		rq.bind(c)
+		// The progress goroutine may be asleep on the doorbell in private
+		// mode: wake it so that it parks instead (else the peer's first
+		// record would cost a FUTEX_WAKE).
+		c.progMu.Lock()
+		if c.state.Load() != stateClosed {
+			c.peer.dataBell().wake()
+		}
+		c.progMu.Unlock()
+		if c.state.Load() == stateClosed { // Device.Close got there first
+			rq.unbind(c)
+		}
+	}
+}
 
 // DialQP implements rdma.Device.
 func (d *Device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	c, err := d.Dial(ctx, addr)
+	sq, err := d.sharedCQ("dial", init.SendCQ)
 	if err != nil {
 		return nil, err
 	}
-	return soft.Bridge(c, init), nil
+	rq, err := d.sharedCQ("dial", init.RecvCQ)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	c.bindCQs(sq, rq)
+	return c, nil
 }
 
 // AcceptQP implements rdma.Listener.
 func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
-	c, err := l.Accept(ctx)
+	sq, err := l.dev.sharedCQ("accept", init.SendCQ)
 	if err != nil {
 		return nil, err
 	}
-	return soft.Bridge(c, init), nil
+	rq, err := l.dev.sharedCQ("accept", init.RecvCQ)
+	if err != nil {
+		return nil, err
+	}
+	c, err := l.accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.bindCQs(sq, rq)
+	return c, nil
 }
+
+var _ rdma.CQ = (*cq)(nil)
