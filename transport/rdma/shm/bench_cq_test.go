@@ -82,8 +82,10 @@ func latencyCQ(b *testing.B, writeImm bool) {
 	reportChildFutex(b, a, cmd, out)
 }
 
-// spinPoll polls q until a completion comes, yielding to this process's
-// other goroutines now and then (the socket reader notices a peer's end).
+// spinPoll polls q until a completion comes, yielding now and then to this
+// process's other goroutines (the socket reader notices a peer's end) and
+// to other processes (sched_yield, as the engine does when it spins long:
+// on an oversubscribed host the peer may need this CPU).
 func spinPoll(ctx context.Context, q rdma.CQ, wcs []rdma.WC) (rdma.WC, error) {
 	for i := 1; ; i++ {
 		if n := q.Poll(wcs); n > 0 {
@@ -94,6 +96,9 @@ func spinPoll(ctx context.Context, q rdma.CQ, wcs []rdma.WC) (rdma.WC, error) {
 		}
 		if i%256 == 0 {
 			runtime.Gosched()
+			if i%4096 == 0 {
+				yieldCPU()
+			}
 			if i%(1<<16) == 0 && ctx.Err() != nil {
 				return rdma.WC{}, ctx.Err()
 			}
@@ -187,7 +192,6 @@ func reportChildFutex(b *testing.B, a rdma.Conn, cmd *exec.Cmd, out *bytes.Buffe
 	b.ReportMetric(float64(waits)/float64(rounds), "peer-futex-waits/op")
 	b.ReportMetric(float64(wakes)/float64(rounds), "peer-futex-wakes/op")
 }
-
 
 // BenchmarkMessageCost is the CPU cost of one 8-byte message on a shared
 // CQ, both ends on one goroutine (no cross-CPU latency in it): the target

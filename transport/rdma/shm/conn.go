@@ -323,10 +323,9 @@ func (c *conn) postRecv(r *rwr) error {
 	}
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
 	c.rqLen++
-	c.local.recvLen(c.posted).Store(uint64(total))
+	// Plain stores: the atomic store of the count publishes them.
 	off, addr := directTarget(r)
-	c.local.recvOff(c.posted).Store(off)
-	c.local.recvAddr(c.posted).Store(addr)
+	c.local.putRecv(c.posted, uint64(total), off, addr)
 	c.posted++
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()
@@ -387,6 +386,22 @@ func (c *conn) pushSend(wc rdma.WC) {
 		return
 	}
 	c.sendCQ.Push(wc)
+}
+
+// completeRecv reports a receive completion found by a drain on behalf of
+// out's Poll: straight into out, skipping the queue, when nothing is
+// queued ahead of it (so this connection's completions stay in order) and
+// the CQ is not armed (else it must reach the queue, which sends the
+// token); otherwise into the receive queue's CQ. rqMu is held.
+func (c *conn) completeRecv(out *wcBuf, wc rdma.WC) {
+	if out != nil && out.n < len(out.wcs) {
+		if q := c.recvShared.Load(); q != nil && q.queued.Load() == 0 && !q.armed.Load() {
+			out.wcs[out.n] = wc
+			out.n++
+			return
+		}
+	}
+	c.pushRecv(wc)
 }
 
 // pushRecv reports a receive completion to the queue's CQ.

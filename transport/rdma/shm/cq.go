@@ -32,7 +32,7 @@ type cq struct {
 	armed  atomic.Bool
 	closed atomic.Bool
 
-	mu    sync.Mutex               // serializes changes of conns
+	mu    sync.Mutex              // serializes changes of conns
 	conns atomic.Pointer[[]*conn] // receive queues bound here (copy on write)
 }
 
@@ -52,18 +52,28 @@ func (d *Device) CreateCQ(depth int) (rdma.CQ, error) {
 // completions. With nothing to do it costs a few atomic operations per
 // connection.
 func (q *cq) Poll(wcs []rdma.WC) int {
-	if q.closed.Load() {
+	if q.closed.Load() || len(wcs) == 0 {
 		return 0
 	}
+	out := wcBuf{wcs: wcs}
 	for _, c := range *q.conns.Load() {
-		c.pollRing()
+		c.pollRing(&out)
 	}
-	if q.queued.Load() <= 0 || len(wcs) == 0 {
-		return 0
+	// What the drains put in out was found with nothing queued: nothing
+	// queued now is older than it.
+	n := out.n
+	if n < len(wcs) && q.queued.Load() > 0 {
+		k := q.q.Poll(wcs[n:])
+		q.queued.Add(int64(-k))
+		n += k
 	}
-	n := q.q.Poll(wcs)
-	q.queued.Add(int64(-n))
 	return n
+}
+
+// wcBuf is where a Poll's drains put the receive completions they find.
+type wcBuf struct {
+	wcs []rdma.WC
+	n   int
 }
 
 // Arm asks for a token on Notify at the next completion, and sends the
@@ -71,17 +81,18 @@ func (q *cq) Poll(wcs []rdma.WC) int {
 // doorbells, so that a record published from now on is drained and
 // completed without a poller.
 //
-// No lost wake-up: q.q.Arm is done before armed is set, and a push clears
-// armed only after pushing into q.q. So once armed is false again after
-// this Arm, a push has reached q.q after q.q.Arm began, and soft.CQ sends
-// the token for it (its Push sees armed, or its Arm sees the completion).
+// No lost wake-up: armed is set before q.q.Arm, and a push clears armed
+// only after pushing into q.q. So once armed is false again after this
+// Arm, a push has reached q.q after armed was set, and soft.CQ sends a
+// token for it (its Push sees q.q armed, or q.q.Arm sees the completion).
 // Until then, each progress goroutine either is parked on armKick (which
-// this Arm filled) or checks armed before its futex wait, and the data
+// this Arm fills) or checks armed before its futex wait, and the data
 // doorbell protocol (futex.go) makes a record published after that check
-// wake it.
+// wake it. And while armed is set, no drain hands a completion straight
+// to a Poll (completeRecv): every completion after Arm reaches q.q.
 func (q *cq) Arm() {
-	q.q.Arm()
 	q.armed.Store(true)
+	q.q.Arm()
 	for _, c := range *q.conns.Load() {
 		select {
 		case c.armKick <- struct{}{}:

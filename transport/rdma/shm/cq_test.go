@@ -387,3 +387,47 @@ func TestSharedCQManyConns(t *testing.T) {
 	bs[0].PostRecv(0, nil, nil)
 	mustWC(t, as[0].GetSendComp, rdma.WC{WRID: 5, Opcode: rdma.OpSend})
 }
+
+// TestSharedCQPeerDeath: the peer process dies; the posted receives and
+// the send waiting for the peer's receive are flushed into the shared CQ,
+// waking a poller asleep on it.
+func TestSharedCQPeerDeath(t *testing.T) {
+	dev, ln := listenOne(t, rdma.Config{Token: []byte(childToken), RNRRetry: -1})
+	q, _ := dev.CreateCQ(0)
+	defer q.Close()
+	cmd, out := startChild(t, "hang", ln.Addr().String())
+	c, err := ln.AcceptQP(testCtx(t), rdma.QPInit{SendCQ: q, RecvCQ: q})
+	if err != nil {
+		t.Fatalf("accept: %v\nchild:\n%s", err, out)
+	}
+	defer c.Close()
+	buf, _ := dev.Alloc(64, rdma.AccessLocalWrite)
+	c.PostRecv(1, buf.Bytes()[:8], buf)
+	c.PostRecv(2, buf.Bytes()[8:16], buf)
+	c.PostSend(3, buf.Bytes()[16:24], buf, rdma.FlagSignaled) // RNR: the child posts nothing
+	go func() {
+		time.Sleep(20 * time.Millisecond) // most likely, the poller sleeps by then
+		cmd.Process.Kill()
+	}()
+	next := uint64(1)
+	for range 3 {
+		wc, err := waitCQ(q, 10*time.Second)
+		switch {
+		case err != nil || wc.Status != rdma.StatusFlushed:
+			t.Fatalf("flush: %+v %v", wc, err)
+		case wc.Opcode == rdma.OpSend && wc.WRID == 3:
+		case wc.Opcode == rdma.OpRecv && wc.WRID == next:
+			next++
+		default:
+			t.Fatalf("flush %+v, want receive %d or send 3", wc, next)
+		}
+	}
+	if err := c.Err(); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("Err() = %v", err)
+	}
+	// Later posts complete there too.
+	c.PostRecv(4, buf.Bytes()[:8], buf)
+	if wc, err := waitCQ(q, 10*time.Second); err != nil || wc.WRID != 4 || wc.Status != rdma.StatusFlushed {
+		t.Fatalf("receive posted after the death: %+v %v", wc, err)
+	}
+}

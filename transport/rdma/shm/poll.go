@@ -74,7 +74,7 @@ func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, 
 		if ok || err != nil {
 			return wc, ok, err
 		}
-		if drain && c.tryDrain() {
+		if drain && c.tryDrain(nil) {
 			continue
 		}
 		if i == 0 {
@@ -95,7 +95,7 @@ func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, 
 
 // tryDrain drains the peer's ring unless someone else is, or the
 // connection is closed (its memory may be unmapped).
-func (c *conn) tryDrain() bool {
+func (c *conn) tryDrain(out *wcBuf) bool {
 	if !c.progMu.TryLock() {
 		return false
 	}
@@ -103,15 +103,15 @@ func (c *conn) tryDrain() bool {
 	if c.state.Load() == stateClosed {
 		return false
 	}
-	return c.drain()
+	return c.drain(out)
 }
 
 // pollRing is a shared CQ's Poll for one bound connection: drain the
-// peer's ring unless the connection is closed or someone else is draining
-// it (then that one pushes what it finds).
-func (c *conn) pollRing() {
+// peer's ring into out unless the connection is closed or someone else is
+// draining it (then that one pushes what it finds).
+func (c *conn) pollRing(out *wcBuf) {
 	if c.state.Load() != stateClosed {
-		c.tryDrain()
+		c.tryDrain(out)
 	}
 }
 

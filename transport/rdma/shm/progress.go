@@ -33,7 +33,7 @@ func (c *conn) progressLoop() {
 			return
 		}
 		c.progMu.Lock()
-		got := c.state.Load() != stateClosed && c.drain()
+		got := c.state.Load() != stateClosed && c.drain(nil)
 		c.progMu.Unlock()
 		if got {
 			continue
@@ -72,9 +72,10 @@ func (c *conn) progressLoop() {
 }
 
 // drain handles every published record and reports whether there was any.
-// progMu is held.
+// progMu is held. Receive completions go to out when the connection's
+// receive CQ allows it (see completeRecv), else to the receive CQ.
 // In the error state records are skipped (their receives were flushed).
-func (c *conn) drain() bool {
+func (c *conn) drain(out *wcBuf) bool {
 	head := c.peer.u64(offHead).Load()
 	if head == c.rxTail {
 		return false
@@ -104,7 +105,7 @@ func (c *conn) drain() bool {
 		case typ == recError:
 			c.setError(c.opErr("conn", fmt.Errorf("peer pid %d: %s", c.peerPid, h[recHdr:recHdr+plen])), false)
 		default:
-			c.deliver(typ, h[:recHdr], h[recHdr:recHdr+plen])
+			c.deliver(out, typ, h[:recHdr], h[recHdr:recHdr+plen])
 		}
 		c.rxTail += uint64(size)
 		tail.Store(c.rxTail)
@@ -114,7 +115,7 @@ func (c *conn) drain() bool {
 }
 
 // deliver applies one record to the head of the receive queue.
-func (c *conn) deliver(typ uint32, h, payload []byte) {
+func (c *conn) deliver(out *wcBuf, typ uint32, h, payload []byte) {
 	imm := binary.LittleEndian.Uint32(h[8:])
 	flags := binary.LittleEndian.Uint32(h[12:])
 	total := binary.LittleEndian.Uint64(h[16:])
@@ -137,7 +138,7 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		if flags&fragLast != 0 {
 			wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
 			c.popRecv() // releases the regions before the completion shows
-			c.pushRecv(wc)
+			c.completeRecv(out, wc)
 		}
 	case recSendDirect:
 		if total > uint64(r.total) {
@@ -146,11 +147,11 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		}
 		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
 		c.popRecv()
-		c.pushRecv(wc)
+		c.completeRecv(out, wc)
 	case recWriteImm:
 		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true}
 		c.popRecv()
-		c.pushRecv(wc)
+		c.completeRecv(out, wc)
 	case recLenErr:
 		// Err first, then the completion, then the flushes behind it.
 		wc := rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)}
@@ -158,7 +159,7 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 			total, c.peerPid, r.total, &rdma.WCError{WC: wc}))
 		c.popRecv()
 		c.markError(reason, true)
-		c.pushRecv(wc)
+		c.completeRecv(out, wc)
 		c.flushRecvsLocked()
 	default:
 		fault = c.opErr("recv", errProtocolRing)
