@@ -395,7 +395,7 @@ func (c *conn) pushSend(wc rdma.WC) {
 // token); otherwise into the receive queue's CQ. rqMu is held.
 func (c *conn) completeRecv(out *wcBuf, wc rdma.WC) {
 	if out != nil && out.n < len(out.wcs) {
-		if q := c.recvShared.Load(); q != nil && q.queued.Load() == 0 && !q.armed.Load() {
+		if q := c.recvShared.Load(); q != nil && q.queued.Load() == 0 && !q.armed() {
 			out.wcs[out.n] = wc
 			out.n++
 			return

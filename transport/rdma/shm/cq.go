@@ -25,11 +25,12 @@ type cq struct {
 	// queued counts pushes minus completions handed out: never below the
 	// number queued, so Poll skips q's lock when it is zero.
 	queued atomic.Int64
-	// armed is set by Arm and cleared by the next push (which is the one
-	// soft.CQ sends the token for). It may be set while q is not armed
-	// (harmless: a progress goroutine sleeps on the futex once more), never
-	// the other way round while a poller waits (see Arm).
-	armed  atomic.Bool
+	// arm is Arm's count times two, plus one while armed: Arm sets the
+	// bit, the next push clears it (the push soft.CQ sends the token for)
+	// unless an Arm came since the push began. The bit may be set while q
+	// is not armed (harmless: a progress goroutine sleeps on the futex
+	// once more), never the other way round while a poller waits (Arm).
+	arm    atomic.Uint64
 	closed atomic.Bool
 
 	mu    sync.Mutex              // serializes changes of conns
@@ -81,17 +82,24 @@ type wcBuf struct {
 // doorbells, so that a record published from now on is drained and
 // completed without a poller.
 //
-// No lost wake-up: armed is set before q.q.Arm, and a push clears armed
-// only after pushing into q.q. So once armed is false again after this
-// Arm, a push has reached q.q after armed was set, and soft.CQ sends a
-// token for it (its Push sees q.q armed, or q.q.Arm sees the completion).
-// Until then, each progress goroutine either is parked on armKick (which
-// this Arm fills) or checks armed before its futex wait, and the data
-// doorbell protocol (futex.go) makes a record published after that check
-// wake it. And while armed is set, no drain hands a completion straight
-// to a Poll (completeRecv): every completion after Arm reaches q.q.
+// No lost wake-up: the armed bit is set before q.q.Arm, and a push clears
+// it only if it read the bit set by this very Arm before pushing into q.q
+// (a push that read an older Arm's bit fails its compare-and-swap). So once
+// the bit is clear again after this Arm, a push reached q.q after the bit
+// was set, and soft.CQ sends a token for it (its Push sees q.q armed, or
+// q.q.Arm sees the completion). Until then, each progress goroutine either
+// is parked on armKick (which this Arm fills) or checks the bit before
+// its futex wait, and the data doorbell protocol (futex.go) makes a record
+// published after that check wake it. And while the bit is set, no drain
+// hands a completion straight to a Poll (completeRecv): every completion
+// after Arm reaches q.q.
 func (q *cq) Arm() {
-	q.armed.Store(true)
+	for {
+		v := q.arm.Load()
+		if q.arm.CompareAndSwap(v, (v|1)+2) {
+			break
+		}
+	}
 	q.q.Arm()
 	for _, c := range *q.conns.Load() {
 		select {
@@ -112,12 +120,16 @@ func (q *cq) Close() error {
 
 // push queues a completion of a bound connection.
 func (q *cq) push(wc rdma.WC) {
+	v := q.arm.Load()
 	q.queued.Add(1)
 	q.q.Push(wc)
-	if q.armed.Load() {
-		q.armed.Store(false)
+	if v&1 != 0 {
+		q.arm.CompareAndSwap(v, v&^1)
 	}
 }
+
+// armed reports whether a poller may be waiting for a token.
+func (q *cq) armed() bool { return q.arm.Load()&1 != 0 }
 
 // wait is GetSendComp and GetRecvComp on a queue bound to q.
 func (q *cq) wait(ctx context.Context) (rdma.WC, error) {

@@ -27,7 +27,7 @@ func (c *conn) progressLoop() {
 		return head.Load() != tail.Load() || c.state.Load() == stateClosed || c.peerGone.Load() || c.pollers.Load() > 0
 	}
 	var q *cq // the shared receive CQ, once bound
-	armedMore := func() bool { return more() || !q.armed.Load() }
+	armedMore := func() bool { return more() || !q.armed() }
 	for {
 		if c.state.Load() == stateClosed {
 			return
@@ -55,7 +55,7 @@ func (c *conn) progressLoop() {
 			bell.wait(more, 0)
 			continue
 		}
-		if !q.armed.Load() {
+		if !q.armed() {
 			// Poll drains the ring; Arm kicks us. A kick left over from
 			// an earlier Arm costs one more turn.
 			select {
