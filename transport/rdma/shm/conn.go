@@ -339,7 +339,7 @@ func (c *conn) Close() error {
 		c.dev.removeConn(c)
 		c.state.Store(stateClosed)
 		if q := c.recvShared.Load(); q != nil {
-			q.unbind(c)
+			q.unbind(c) // no Poll looks at our segments after this
 		}
 		c.errMu.Lock()
 		if c.err == nil {

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +36,12 @@ type cq struct {
 
 	mu    sync.Mutex              // serializes changes of conns
 	conns atomic.Pointer[[]*conn] // receive queues bound here (copy on write)
+	// Polls in flight, by the parity of phase when they began: a
+	// connection leaving conns waits until every Poll that may still see
+	// it has returned (unbind) before its memory is unmapped, so that Poll
+	// may look at a ring without a lock.
+	phase   atomic.Uint32
+	polling [2]atomic.Int32
 }
 
 // CreateCQ returns a completion queue that this device's connections may
@@ -50,16 +57,19 @@ func (d *Device) CreateCQ(depth int) (rdma.CQ, error) {
 
 // Poll drains the rings of the connections whose receive queue is q (the
 // ones nobody else is draining right now), then hands out up to len(wcs)
-// completions. With nothing to do it costs a few atomic operations per
-// connection.
+// completions. With nothing to do it costs two atomic additions, plus
+// three atomic loads per connection.
 func (q *cq) Poll(wcs []rdma.WC) int {
 	if q.closed.Load() || len(wcs) == 0 {
 		return 0
 	}
 	out := wcBuf{wcs: wcs}
+	in := &q.polling[q.phase.Load()&1]
+	in.Add(1)
 	for _, c := range *q.conns.Load() {
 		c.pollRing(&out)
 	}
+	in.Add(-1)
 	// What the drains put in out was found with nothing queued: nothing
 	// queued now is older than it.
 	n := out.n
@@ -146,6 +156,11 @@ func (q *cq) bind(c *conn) {
 	q.conns.Store(&next)
 }
 
+// unbind removes c from conns and returns once no Poll can be looking at
+// it: every Poll that began before the removal has returned. Two flips of
+// phase, as in user-space RCU: a Poll counted under the parity a flip
+// waits for has returned, or began after that flip's wait and so after
+// the removal, and loads the new list.
 func (q *cq) unbind(c *conn) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -157,6 +172,12 @@ func (q *cq) unbind(c *conn) {
 		}
 	}
 	q.conns.Store(&next)
+	for range 2 {
+		was := q.phase.Add(1) - 1
+		for q.polling[was&1].Load() != 0 {
+			runtime.Gosched() // a Poll never blocks
+		}
+	}
 }
 
 // sharedCQ checks that a CQ of init belongs to this device.

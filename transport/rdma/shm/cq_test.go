@@ -431,3 +431,58 @@ func TestSharedCQPeerDeath(t *testing.T) {
 		t.Fatalf("receive posted after the death: %+v %v", wc, err)
 	}
 }
+
+// TestSharedCQCloseWhilePolling: connections bound to a CQ close while
+// another goroutine polls it without pause (and a peer keeps publishing):
+// Poll looks at rings without a lock, so a ring must stay mapped until no
+// Poll can see it.
+func TestSharedCQCloseWhilePolling(t *testing.T) {
+	ctx := testCtx(t)
+	da, _ := rdma.OpenConfig("shm", rdma.Config{})
+	db, _ := rdma.OpenConfig("shm", rdma.Config{})
+	q, _ := da.CreateCQ(0)
+	t.Cleanup(func() { da.Close(); db.Close(); q.Close() })
+	ln, err := db.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	stop := make(chan struct{})
+	polled := make(chan int)
+	go func() {
+		wcs := make([]rdma.WC, 32)
+		n := 0
+		for {
+			select {
+			case <-stop:
+				polled <- n
+				return
+			default:
+			}
+			n += q.Poll(wcs)
+		}
+	}()
+	src, _ := db.Alloc(64, rdma.AccessLocalWrite)
+	for i := range 30 {
+		a, err := da.DialQP(ctx, ln.Addr().String(), rdma.QPInit{SendCQ: q, RecvCQ: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ln.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for w := range 20 {
+			a.PostRecv(uint64(w), nil, nil)
+		}
+		for range i % 20 {
+			b.PostSend(0, nil, src, 0)
+		}
+		a.Close()
+		b.Close()
+	}
+	close(stop)
+	if n := <-polled; n == 0 {
+		t.Fatal("the poller saw no completion")
+	}
+}

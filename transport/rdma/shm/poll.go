@@ -107,10 +107,11 @@ func (c *conn) tryDrain(out *wcBuf) bool {
 }
 
 // pollRing is a shared CQ's Poll for one bound connection: drain the
-// peer's ring into out unless the connection is closed or someone else is
-// draining it (then that one pushes what it finds).
+// peer's ring into out if it has records, unless the connection is closed
+// or someone else is draining it (then that one pushes what it finds). The
+// segment stays mapped while a Poll may call it (cq.unbind).
 func (c *conn) pollRing(out *wcBuf) {
-	if c.state.Load() != stateClosed {
+	if c.state.Load() != stateClosed && c.peer.u64(offHead).Load() != c.peer.u64(offTail).Load() {
 		c.tryDrain(out)
 	}
 }
