@@ -46,10 +46,13 @@
 // # Shared completion queues
 //
 // Device.CreateCQ returns a CQ that knows the connections whose receive
-// queue is bound to it (a copy-on-write list). CQ.Poll drains each one's
-// ring on the caller's goroutine (TryLock of the connection's progMu: a
-// ring somebody else is draining is skipped, that one completes what it
-// finds), and hands the receive completions it finds straight to the
+// queue is bound to it (a copy-on-write list). CQ.Poll looks at each
+// one's ring with two atomic loads and drains it on the caller's goroutine
+// if it has records (TryLock of the connection's progMu: a ring somebody
+// else is draining is skipped, that one completes what it finds); a
+// connection that closes leaves the list and waits until no Poll can see
+// it (a grace period, as in user-space RCU) before it unmaps the ring. It
+// hands the receive completions it finds straight to the
 // caller when nothing is queued ahead of them and the CQ is not armed;
 // otherwise completions go through the CQ's queue (a soft.CQ). Send
 // completions are pushed by whoever executes the request: the poster,
