@@ -175,6 +175,10 @@ func BenchmarkLatency(b *testing.B) {
 	b.Run("peer=process/spin=50µs", func(b *testing.B) {
 		latencyProcess(b, 50*time.Microsecond, "GORUN_SHM_SPIN=50µs")
 	})
+	// What the collectives engine does: both sides spin in Poll on a shared
+	// CQ, write-with-immediate (bench_cq_test.go).
+	b.Run("peer=process/cq=poll/op=writeimm", func(b *testing.B) { latencyCQ(b, true) })
+	b.Run("peer=process/cq=poll/op=send", func(b *testing.B) { latencyCQ(b, false) })
 }
 
 // latencyProcess is the ping-pong with this test binary re-run as the peer.
@@ -189,7 +193,7 @@ func latencyProcess(b *testing.B, spin time.Duration, env ...string) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	_, out := startChild(b, "pong", ln.Addr().String(), env...)
+	cmd, out := startChild(b, "pong", ln.Addr().String(), env...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a, err := ln.Accept(ctx)
@@ -198,6 +202,7 @@ func latencyProcess(b *testing.B, spin time.Duration, env ...string) {
 	}
 	defer a.Close()
 	pingPong(b, a, dev)
+	reportChildFutex(b, a, cmd, out)
 }
 
 func pingPong(b *testing.B, a rdma.Conn, dev rdma.Device) {

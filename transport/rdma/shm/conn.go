@@ -38,7 +38,14 @@ type conn struct {
 	segFd     int
 	pidfd     int // the peer process (pidfd_open), -1 if unavailable
 
-	sendCQ, recvCQ *soft.CQ
+	// Private completion queues (GetSendComp, GetRecvComp), and the shared
+	// ones the queues are bound to, if any (set before the conn is handed
+	// out, read by whoever completes a request).
+	sendCQ, recvCQ         *soft.CQ
+	sendShared, recvShared atomic.Pointer[cq]
+	// armKick wakes the progress goroutine when the shared receive CQ is
+	// armed (it then sleeps on the peer's data doorbell).
+	armKick chan struct{}
 
 	state     atomic.Int32
 	errMu     sync.Mutex
@@ -125,6 +132,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		done: make(chan struct{}), sqWake: make(chan struct{}, 1),
 		rq:     make([]rwr, d.cfg.RecvQueueDepth),
 		respCh: make(chan fallbackResp, 1), pollIdle: make(chan struct{}, 1),
+		armKick: make(chan struct{}, 1),
 	}
 	c.exe.keys = make(map[uint32]int)
 	c.sqIdle.L = &c.sqMu
@@ -270,7 +278,7 @@ func (c *conn) flushRecvsLocked() {
 	for c.rqLen > 0 {
 		r := &c.rq[c.rqHead]
 		soft.ReleaseAll(r.list())
-		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		c.pushRecv(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		*r = rwr{}
 		c.rqHead = (c.rqHead + 1) % len(c.rq)
 		c.rqLen--
@@ -305,7 +313,7 @@ func (c *conn) postRecv(r *rwr) error {
 		return c.opErr("post_recv", rdma.ErrClosed)
 	case stateError:
 		soft.ReleaseAll(r.list())
-		c.recvCQ.Push(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
+		c.pushRecv(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		c.kickRecv()
 		return nil
 	}
@@ -315,10 +323,9 @@ func (c *conn) postRecv(r *rwr) error {
 	}
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
 	c.rqLen++
-	c.local.recvLen(c.posted).Store(uint64(total))
+	// Plain stores: the atomic store of the count publishes them.
 	off, addr := directTarget(r)
-	c.local.recvOff(c.posted).Store(off)
-	c.local.recvAddr(c.posted).Store(addr)
+	c.local.putRecv(c.posted, uint64(total), off, addr)
 	c.posted++
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()
@@ -331,6 +338,9 @@ func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.dev.removeConn(c)
 		c.state.Store(stateClosed)
+		if q := c.recvShared.Load(); q != nil {
+			q.unbind(c) // no Poll looks at our segments after this
+		}
 		c.errMu.Lock()
 		if c.err == nil {
 			c.err = c.opErr("close", rdma.ErrClosed)
@@ -367,6 +377,40 @@ func (c *conn) Close() error {
 		}
 	})
 	return nil
+}
+
+// pushSend reports a send-queue completion to the queue's CQ.
+func (c *conn) pushSend(wc rdma.WC) {
+	if q := c.sendShared.Load(); q != nil {
+		q.push(wc)
+		return
+	}
+	c.sendCQ.Push(wc)
+}
+
+// completeRecv reports a receive completion found by a drain on behalf of
+// out's Poll: straight into out, skipping the queue, when nothing is
+// queued ahead of it (so this connection's completions stay in order) and
+// the CQ is not armed (else it must reach the queue, which sends the
+// token); otherwise into the receive queue's CQ. rqMu is held.
+func (c *conn) completeRecv(out *wcBuf, wc rdma.WC) {
+	if out != nil && out.n < len(out.wcs) {
+		if q := c.recvShared.Load(); q != nil && q.queued.Load() == 0 && !q.armed() {
+			out.wcs[out.n] = wc
+			out.n++
+			return
+		}
+	}
+	c.pushRecv(wc)
+}
+
+// pushRecv reports a receive completion to the queue's CQ.
+func (c *conn) pushRecv(wc rdma.WC) {
+	if q := c.recvShared.Load(); q != nil {
+		q.push(wc)
+		return
+	}
+	c.recvCQ.Push(wc)
 }
 
 func (c *conn) String() string { return fmt.Sprintf("shm conn to pid %d", c.peerPid) }

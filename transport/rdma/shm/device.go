@@ -167,7 +167,11 @@ func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 }
 
 func (d *Device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
-	return d.dial(ctx, addr)
+	c, err := d.dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Close closes every connection and listener, deregisters every region and

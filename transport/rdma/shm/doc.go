@@ -34,8 +34,8 @@
 // Every wait is a bounded spin (4µs, yielding with runtime.Gosched), then
 // FUTEX_WAIT on a word of the shared segment (no FUTEX_PRIVATE_FLAG). A
 // waiter sets a flag in shared memory before its last check; a producer
-// calls FUTEX_WAKE only when the flag is set, so a busy connection makes no
-// syscalls. GetRecvComp drains the peer's ring itself and sleeps on its
+// touches the word and calls FUTEX_WAKE only when the flag is set, so a
+// busy connection makes no syscalls. GetRecvComp drains the peer's ring itself and sleeps on its
 // doorbell, so a message costs at most one wake-up; while it does, the
 // progress goroutine stays off the futex, and it takes over when nobody
 // polls, so the ring always drains. After a wait that slept, the receive
@@ -43,6 +43,32 @@
 // a wake-up across vCPUs costs more than the short spin, and without it a
 // ping-pong that once fell asleep would pay a wake-up per message for ever.
 //
+// # Shared completion queues
+//
+// Device.CreateCQ returns a CQ that knows the connections whose receive
+// queue is bound to it (a copy-on-write list). CQ.Poll looks at each
+// one's ring with two atomic loads and drains it on the caller's goroutine
+// if it has records (TryLock of the connection's progMu: a ring somebody
+// else is draining is skipped, that one completes what it finds); a
+// connection that closes leaves the list and waits until no Poll can see
+// it (a grace period, as in user-space RCU) before it unmaps the ring. It
+// hands the receive completions it finds straight to the
+// caller when nothing is queued ahead of them and the CQ is not armed;
+// otherwise completions go through the CQ's queue (a soft.CQ). Send
+// completions are pushed by whoever executes the request: the poster,
+// inline, or the send-queue goroutine. A connection's progress goroutine
+// sleeps on the peer's data doorbell only while the CQ is armed; the rest
+// of the time it is parked on a channel that Arm fills, so while the
+// caller spins in Poll the peer makes no FUTEX_WAKE. After Arm every
+// completion goes through the queue, whose next push sends the Notify
+// token (the lost-wake-up argument is at cq.Arm). One goroutine per
+// connection rather than one per CQ waiting on every doorbell with
+// futex_waitv: it reuses the connection's lifetime (its segments stay
+// mapped while it runs) and has no limit of 128 words. A bound queue's
+// outstanding work is flushed into the shared CQ when the connection fails,
+// closes or loses its peer; the CQ itself is never shut by a connection.
+// GetSendComp and GetRecvComp on a bound queue are rdma.WaitComp on it.
+
 // # Remote checks and deregistration
 //
 // Each side publishes its device's remotely accessible regions (rkey,
@@ -75,13 +101,17 @@
 //
 // # Concurrency
 //
-// Device, Listener and Conn methods are safe for concurrent use. Posts on
-// one Conn are serialized: a post runs its request itself when nothing is
-// queued ahead and it needs no wait, otherwise the request is queued for
-// the connection's send-queue goroutine, so effects and completions follow
-// post order. Each Conn runs three goroutines (send queue, ring progress,
-// socket reader); Close stops them, flushes, unmaps and closes every fd.
-// Lock order: Device.mu before a Conn's; progMu before rqMu.
+// Device, Listener, Conn and CQ methods are safe for concurrent use. Posts
+// on one Conn are serialized: a post runs its request itself when nothing
+// is queued ahead and it needs no wait, otherwise the request is queued
+// for the connection's send-queue goroutine, so effects and completions
+// follow post order. Each Conn runs three goroutines (send queue, ring
+// progress, socket reader); Close stops them, unbinds the connection from
+// its CQ, flushes, unmaps and closes every fd. The peer's ring is drained
+// by whoever holds progMu (the progress goroutine, a Poll, a GetRecvComp
+// poller, the socket reader after the peer's end); the segments are
+// unmapped only under progMu, after the state is closed. Lock order:
+// Device.mu before a Conn's; progMu before rqMu; rqMu before a CQ's.
 //
 // Limits: at most 4096 remotely accessible regions per device; at most
 // 64 GiB Alloc'd at once per device. Alloc places its pages on

@@ -40,9 +40,17 @@ func recSize(payload int) int { return alignUp(recHdr+payload, 64) }
 // execState belongs to whoever executes the send queue (one at a time).
 type execState struct {
 	keys     map[uint32]int // rkey -> peer key-table slot
+	lastKey  uint32         // the last rkey found, and its slot: keys
+	lastIdx  int            // without the map lookup for a repeated key
 	consumed uint64         // peer receives consumed
 	head     uint64         // our ring's producer position
-	iov      [soft.MaxSGE]unix.Iovec
+	// What was last read of the peer's receives posted and of our ring's
+	// consumer position: they are read again only when they do not
+	// suffice, so that a stream of messages does not pull the peer's
+	// cache lines over at every one.
+	posted uint64
+	tail   uint64
+	iov    [soft.MaxSGE]unix.Iovec
 }
 
 // exec runs w. Without block it returns false, having done nothing, when w
@@ -87,7 +95,11 @@ func (c *conn) fail(w *wr, st rdma.Status, what string) {
 }
 
 func (c *conn) peerRecvReady() bool {
-	return c.peer.u64(offRecvPosted).Load() > c.exe.consumed
+	if c.exe.posted > c.exe.consumed {
+		return true
+	}
+	c.exe.posted = c.peer.u64(offRecvPosted).Load()
+	return c.exe.posted > c.exe.consumed
 }
 
 // needRecv makes sure the peer has a receive posted, waiting RNRRetry times
@@ -127,7 +139,11 @@ func (c *conn) spaceFor(size int) bool {
 	if ringSize-idx < size {
 		size += ringSize - idx
 	}
-	return ringSize-int(c.exe.head-c.local.u64(offTail).Load()) >= size
+	if ringSize-int(c.exe.head-c.exe.tail) >= size {
+		return true
+	}
+	c.exe.tail = c.local.u64(offTail).Load()
+	return ringSize-int(c.exe.head-c.exe.tail) >= size
 }
 
 // reserve returns room for a record of size bytes in our ring, waiting for
@@ -296,7 +312,10 @@ func (c *conn) remoteCopy(w *wr, block bool) (rdma.Status, bool) {
 	if w.op == rdma.OpRead {
 		need = uint32(rdma.AccessRemoteRead)
 	}
-	idx, cached := c.exe.keys[w.rkey]
+	idx, cached := c.exe.lastIdx, w.rkey == c.exe.lastKey && w.rkey != 0
+	if !cached {
+		idx, cached = c.exe.keys[w.rkey]
+	}
 	var off uint64
 	entered := false
 	if cached {
@@ -308,6 +327,7 @@ func (c *conn) remoteCopy(w *wr, block bool) (rdma.Status, bool) {
 		}
 		if !entered {
 			delete(c.exe.keys, w.rkey)
+			c.exe.lastKey = 0
 			return rdma.StatusRemoteAccessError, true
 		}
 		if len(c.exe.keys) >= 2*maxKeys {
@@ -315,6 +335,7 @@ func (c *conn) remoteCopy(w *wr, block bool) (rdma.Status, bool) {
 		}
 		c.exe.keys[w.rkey] = idx
 	}
+	c.exe.lastKey, c.exe.lastIdx = w.rkey, idx
 	sgl := w.list()
 	switch {
 	case off != noArena:

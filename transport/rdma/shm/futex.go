@@ -33,18 +33,24 @@ const spinFor = 4 * time.Microsecond
 var spinAfterWake = 25 * time.Microsecond
 
 // doorbell is a futex word plus a "somebody sleeps" flag, both in shared
-// memory: the waiter sets the flag before its last check, the ringer bumps
-// the word and only calls FUTEX_WAKE when the flag is set. With sequentially
-// consistent atomics on both sides (x86 LOCK'd instructions) a wake-up
-// cannot be lost.
+// memory: the waiter sets the flag, reads the word, checks its condition
+// and sleeps only if the word is unchanged; the ringer, having published
+// its condition with a sequentially consistent store, bumps the word and
+// calls FUTEX_WAKE only when the flag is set. A ringer that finds no flag
+// touches nothing: the waiter that sets it later sees the condition. So a
+// wake-up cannot be lost (x86 atomics: the store is XCHG, the flag's
+// increment LOCK XADD), and a busy connection makes no syscall and no
+// locked write beyond its own data.
 type doorbell struct {
 	seq     *atomic.Uint32
 	waiters *atomic.Uint32
 }
 
+// ring wakes the sleepers, if any, after a condition was published with
+// an atomic store.
 func (d doorbell) ring() {
-	d.seq.Add(1)
 	if d.waiters.Load() != 0 {
+		d.seq.Add(1)
 		futex(d.seq, futexWake, 1<<30, nil)
 	}
 }

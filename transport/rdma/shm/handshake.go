@@ -86,9 +86,11 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	if err != nil {
 		return nil, err
 	}
+	// Not c: a "return nil, err" below has set it to nil when this runs.
+	made := c
 	defer func() {
 		if err != nil {
-			c.abandon()
+			made.abandon()
 			c = nil
 		}
 	}()

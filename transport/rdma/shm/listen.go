@@ -172,6 +172,14 @@ func (l *listener) deliver(r acceptResult) {
 // Accept returns the next established connection, or the error of a
 // failed handshake (a bad token is rdma.ErrAuth), as tcp's does.
 func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	c, err := l.accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (l *listener) accept(ctx context.Context) (*conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, rdma.NewOpError(provider, "accept", err)
 	}
@@ -216,7 +224,7 @@ func (l *listener) Close() error {
 	return err
 }
 
-func (d *Device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
+func (d *Device) dial(ctx context.Context, addr string) (*conn, error) {
 	var nd net.Dialer
 	nc, err := nd.DialContext(ctx, "unix", addr)
 	if err != nil {

@@ -2,8 +2,10 @@ package shm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -279,5 +281,37 @@ func TestSocketDirFallback(t *testing.T) {
 	_, ln := listenOne(t, rdma.Config{})
 	if want := filepath.Join(tmp, fmt.Sprintf("gorun-%d", os.Getuid())); filepath.Dir(ln.Addr().String()) != want {
 		t.Fatalf("socket %s, want it in %s", ln.Addr(), want)
+	}
+}
+
+// TestHandshakeFailsAfterSetup: a peer that gets as far as the setup
+// message and then sends garbage (no memfds) fails the handshake cleanly:
+// the half-made connection is undone, Accept reports the error, nothing
+// panics.
+func TestHandshakeFailsAfterSetup(t *testing.T) {
+	_, ln := listenOne(t, rdma.Config{})
+	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: ln.Addr().String(), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	var hello [helloLen]byte
+	binary.LittleEndian.PutUint64(hello[0:], segMagic)
+	binary.LittleEndian.PutUint32(hello[8:], segVersion)
+	if _, err := uc.Write(hello[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(uc, hello[:]); err != nil {
+		t.Fatal(err)
+	}
+	var setup [setupLen]byte // no SCM_RIGHTS
+	if _, err := uc.Write(setup[:]); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := ln.Accept(testCtx(t)); err == nil || !errors.Is(err, errProtocol) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("Accept after a bad setup: %v", err)
 	}
 }

@@ -15,11 +15,15 @@ import (
 // drains it itself: it spins, draining, for a few microseconds, then
 // sleeps with FUTEX_WAIT on the peer's data doorbell, so that the sender's
 // FUTEX_WAKE reaches the thread that returns the completion (one wake-up,
-// not two). While a receive poller is inside GetRecvComp the progress
+// not two). (On a queue bound to a shared CQ, both poll the CQ instead:
+// rdma.WaitComp.) While a receive poller is inside GetRecvComp the progress
 // goroutine stays parked off the futex; it takes over when the poller
 // leaves, so that the ring keeps draining when nobody polls.
 
 func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
+	if q := c.sendShared.Load(); q != nil {
+		return q.wait(ctx)
+	}
 	wc, ok, err := c.spinComp(c.sendCQ, false, c.dev.spinWindow())
 	if ok || err != nil {
 		return wc, err
@@ -28,6 +32,9 @@ func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
 }
 
 func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
+	if q := c.recvShared.Load(); q != nil {
+		return q.wait(ctx)
+	}
 	c.pollers.Add(1)
 	leave := func() {
 		if c.pollers.Add(-1) == 0 {
@@ -67,7 +74,7 @@ func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, 
 		if ok || err != nil {
 			return wc, ok, err
 		}
-		if drain && c.tryDrain() {
+		if drain && c.tryDrain(nil) {
 			continue
 		}
 		if i == 0 {
@@ -88,7 +95,7 @@ func (c *conn) spinComp(q *soft.CQ, drain bool, window time.Duration) (rdma.WC, 
 
 // tryDrain drains the peer's ring unless someone else is, or the
 // connection is closed (its memory may be unmapped).
-func (c *conn) tryDrain() bool {
+func (c *conn) tryDrain(out *wcBuf) bool {
 	if !c.progMu.TryLock() {
 		return false
 	}
@@ -96,7 +103,17 @@ func (c *conn) tryDrain() bool {
 	if c.state.Load() == stateClosed {
 		return false
 	}
-	return c.drain()
+	return c.drain(out)
+}
+
+// pollRing is a shared CQ's Poll for one bound connection: drain the
+// peer's ring into out if it has records, unless the connection is closed
+// or someone else is draining it (then that one pushes what it finds). The
+// segment stays mapped while a Poll may call it (cq.unbind).
+func (c *conn) pollRing(out *wcBuf) {
+	if c.state.Load() != stateClosed && c.peer.u64(offHead).Load() != c.peer.u64(offTail).Load() {
+		c.tryDrain(out)
+	}
 }
 
 // sleepRecv sleeps until the peer publishes, a receive completion is

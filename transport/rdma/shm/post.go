@@ -105,7 +105,7 @@ func (c *conn) release(w *wr) {
 func (c *conn) complete(w *wr, st rdma.Status) {
 	c.release(w)
 	if st != rdma.StatusSuccess || w.flags&rdma.FlagSignaled != 0 {
-		c.sendCQ.Push(rdma.WC{WRID: w.wrid, Status: st, Opcode: w.op})
+		c.pushSend(rdma.WC{WRID: w.wrid, Status: st, Opcode: w.op})
 	}
 }
 

@@ -54,8 +54,12 @@ func TestShmChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if role == "ring" {
+	switch role {
+	case "ring":
 		childRing(ctx, t, dev)
+		return
+	case "pong-cq", "pong-cq-send":
+		childPongCQ(ctx, t, dev, role == "pong-cq")
 		return
 	}
 	c, err := dev.Dial(ctx, os.Getenv("GORUN_SHM_ADDR"))
@@ -70,8 +74,9 @@ func TestShmChild(t *testing.T) {
 		// Answer every 8-byte message until the connection ends.
 		buf, _ := dev.Alloc(64, rdma.AccessLocalWrite)
 		c.PostRecv(0, buf.Bytes()[:8], buf)
-		for {
-			if _, err := c.GetRecvComp(ctx); err != nil {
+		for rounds := 0; ; rounds++ {
+			if wc, err := c.GetRecvComp(ctx); err != nil || wc.Status != rdma.StatusSuccess {
+				printChildFutex(rounds) // the parent closed
 				return
 			}
 			c.PostRecv(0, buf.Bytes()[:8], buf)

@@ -13,7 +13,12 @@ var errProtocolRing = errors.New("malformed record in the peer's ring")
 
 // progressLoop consumes the peer's ring: sends land in posted receives,
 // write-with-immediate notifications consume them. It spins briefly, then
-// sleeps on the peer's data doorbell.
+// sleeps on the peer's data doorbell, except while someone else polls the
+// ring: a private receive poller (GetRecvComp, which sleeps on the
+// doorbell itself), or the caller of the shared receive CQ's Poll, which
+// drains the ring whenever it polls. Bound to a shared CQ, the goroutine
+// sleeps on the doorbell only while the CQ is armed, so that while the
+// caller spins in Poll the peer's sends make no FUTEX_WAKE.
 func (c *conn) progressLoop() {
 	defer c.wg.Done()
 	head, tail := c.peer.u64(offHead), c.peer.u64(offTail)
@@ -21,12 +26,14 @@ func (c *conn) progressLoop() {
 	more := func() bool {
 		return head.Load() != tail.Load() || c.state.Load() == stateClosed || c.peerGone.Load() || c.pollers.Load() > 0
 	}
+	var q *cq // the shared receive CQ, once bound
+	armedMore := func() bool { return more() || !q.armed() }
 	for {
 		if c.state.Load() == stateClosed {
 			return
 		}
 		c.progMu.Lock()
-		got := c.state.Load() != stateClosed && c.drain()
+		got := c.state.Load() != stateClosed && c.drain(nil)
 		c.progMu.Unlock()
 		if got {
 			continue
@@ -44,14 +51,31 @@ func (c *conn) progressLoop() {
 			}
 			continue
 		}
-		bell.wait(more, 0)
+		if q = c.recvShared.Load(); q == nil {
+			bell.wait(more, 0)
+			continue
+		}
+		if !q.armed() {
+			// Poll drains the ring; Arm kicks us. A kick left over from
+			// an earlier Arm costs one more turn.
+			select {
+			case <-c.armKick:
+			case <-c.done:
+				return
+			}
+			continue
+		}
+		// Armed: the poller is about to sleep on Notify. No spin: it has
+		// spun already.
+		bell.waitNoSpin(armedMore, 0)
 	}
 }
 
 // drain handles every published record and reports whether there was any.
-// progMu is held.
+// progMu is held. Receive completions go to out when the connection's
+// receive CQ allows it (see completeRecv), else to the receive CQ.
 // In the error state records are skipped (their receives were flushed).
-func (c *conn) drain() bool {
+func (c *conn) drain(out *wcBuf) bool {
 	head := c.peer.u64(offHead).Load()
 	if head == c.rxTail {
 		return false
@@ -81,7 +105,7 @@ func (c *conn) drain() bool {
 		case typ == recError:
 			c.setError(c.opErr("conn", fmt.Errorf("peer pid %d: %s", c.peerPid, h[recHdr:recHdr+plen])), false)
 		default:
-			c.deliver(typ, h[:recHdr], h[recHdr:recHdr+plen])
+			c.deliver(out, typ, h[:recHdr], h[recHdr:recHdr+plen])
 		}
 		c.rxTail += uint64(size)
 		tail.Store(c.rxTail)
@@ -91,7 +115,7 @@ func (c *conn) drain() bool {
 }
 
 // deliver applies one record to the head of the receive queue.
-func (c *conn) deliver(typ uint32, h, payload []byte) {
+func (c *conn) deliver(out *wcBuf, typ uint32, h, payload []byte) {
 	imm := binary.LittleEndian.Uint32(h[8:])
 	flags := binary.LittleEndian.Uint32(h[12:])
 	total := binary.LittleEndian.Uint64(h[16:])
@@ -114,7 +138,7 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		if flags&fragLast != 0 {
 			wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
 			c.popRecv() // releases the regions before the completion shows
-			c.recvCQ.Push(wc)
+			c.completeRecv(out, wc)
 		}
 	case recSendDirect:
 		if total > uint64(r.total) {
@@ -123,11 +147,11 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 		}
 		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecv, ByteLen: int(total)}
 		c.popRecv()
-		c.recvCQ.Push(wc)
+		c.completeRecv(out, wc)
 	case recWriteImm:
 		wc := rdma.WC{WRID: r.wrid, Opcode: rdma.OpRecvWriteImm, ByteLen: int(total), Imm: imm, HasImm: true}
 		c.popRecv()
-		c.recvCQ.Push(wc)
+		c.completeRecv(out, wc)
 	case recLenErr:
 		// Err first, then the completion, then the flushes behind it.
 		wc := rdma.WC{WRID: r.wrid, Status: rdma.StatusLocalLengthError, Opcode: rdma.OpRecv, ByteLen: int(total)}
@@ -135,7 +159,7 @@ func (c *conn) deliver(typ uint32, h, payload []byte) {
 			total, c.peerPid, r.total, &rdma.WCError{WC: wc}))
 		c.popRecv()
 		c.markError(reason, true)
-		c.recvCQ.Push(wc)
+		c.completeRecv(out, wc)
 		c.flushRecvsLocked()
 	default:
 		fault = c.opErr("recv", errProtocolRing)

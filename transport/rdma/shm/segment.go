@@ -163,6 +163,16 @@ func (s *segment) recvLen(seq uint64) *atomic.Uint64 {
 	return s.u64(offRecvLens + recvEntry*int(seq%uint64(s.recvDepth)))
 }
 
+// putRecv describes posted receive seq (capacity, recvOff, recvAddr) with
+// plain stores; the owner then publishes it with the count's atomic store
+// (x86 keeps stores in order).
+func (s *segment) putRecv(seq, capacity, off, addr uint64) {
+	e := s.mem[offRecvLens+recvEntry*int(seq%uint64(s.recvDepth)):][:recvEntry]
+	binary.LittleEndian.PutUint64(e[0:], capacity)
+	binary.LittleEndian.PutUint64(e[8:], off)
+	binary.LittleEndian.PutUint64(e[16:], addr)
+}
+
 // recvOff is where a posted receive's single buffer lies in the owner's
 // arena, or noArena: a sender may then copy straight into it.
 func (s *segment) recvOff(seq uint64) *atomic.Uint64 {

@@ -59,7 +59,7 @@ func (c *conn) socketLoop() {
 	c.wakeAll()
 	c.progMu.Lock()
 	if c.state.Load() != stateClosed {
-		c.drain()
+		c.drain(nil)
 	}
 	c.progMu.Unlock()
 	reason := c.opErr("conn", fmt.Errorf("peer pid %d closed the connection (%v): %w", c.peerPid, err, rdma.ErrClosed))
