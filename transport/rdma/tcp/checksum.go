@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-		"sync/atomic"
+	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
