@@ -129,6 +129,7 @@ type conn struct {
 	expect    uint64 // seq of the peer's next request
 	discard   bool   // the reader entered stateError: skip every frame
 	wantFlush bool   // the pass queued responses or unblocked requests
+	drained   bool   // a read of this pass came back short
 	scratch   []byte
 	rbuf      []byte
 	rn        int

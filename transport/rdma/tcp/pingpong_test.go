@@ -13,16 +13,20 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkPingPongProcess is an 8-byte write-with-immediate ping-pong
 // with a peer process over loopback; ns/op is one way (half a round trip).
 // cq=poll: both ends spin on CQ.Poll of a shared CQ (the caller drives the
-// sockets); cq=get: both ends block in GetRecvComp on private queues.
+// sockets); cq=yield: the same with sched_yield after an empty Poll (for a
+// loaded machine); cq=arm: Poll, then Arm, Poll and sleep on Notify
+// (rdma.WaitComp: the watcher's wake-up); cq=get: both ends block in
+// GetRecvComp on private queues.
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench PingPongProcess -benchtime=20000x -count=5 ./transport/rdma/tcp/
 func BenchmarkPingPongProcess(b *testing.B) {
-	for _, mode := range []string{"poll", "get"} {
+	for _, mode := range []string{"poll", "yield", "arm", "get"} {
 		b.Run("cq="+mode, func(b *testing.B) { pingPong(b, mode) })
 	}
 }
@@ -35,15 +39,16 @@ const pingPongEnv = "GORUN_TCP_PINGPONG"
 type endpoint struct {
 	c    rdma.Conn
 	q    rdma.CQ // nil: GetRecvComp
+	mode string
 	mr   *rdma.MR
 	wcs  []rdma.WC
 	peer [12]byte // the peer's region: addr, rkey
 }
 
 func newEndpoint(d rdma.Device, mode string) (*endpoint, rdma.QPInit, error) {
-	e := &endpoint{wcs: make([]rdma.WC, 32)}
+	e := &endpoint{wcs: make([]rdma.WC, 32), mode: mode}
 	var init rdma.QPInit
-	if mode == "poll" {
+	if mode != "get" {
 		q, err := d.CreateCQ(0)
 		if err != nil {
 			return nil, init, err
@@ -64,9 +69,22 @@ func (e *endpoint) wait() (rdma.WC, error) {
 		return e.c.GetRecvComp(context.Background())
 	}
 	for {
-		n := e.q.Poll(e.wcs[:1])
-		if n == 1 && (e.wcs[0].Opcode >= rdma.OpRecv || e.wcs[0].Status != rdma.StatusSuccess) {
-			return e.wcs[0], nil
+		var wc rdma.WC
+		if e.mode == "arm" {
+			var err error
+			if wc, err = rdma.WaitComp(context.Background(), e.q, nil); err != nil {
+				return wc, err
+			}
+		} else if e.q.Poll(e.wcs[:1]) == 1 {
+			wc = e.wcs[0]
+		} else {
+			if e.mode == "yield" {
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+			continue
+		}
+		if wc.Opcode >= rdma.OpRecv || wc.Status != rdma.StatusSuccess {
+			return wc, nil
 		}
 	}
 }

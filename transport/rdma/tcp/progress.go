@@ -76,6 +76,7 @@ func (c *conn) readPass() {
 		c.exitRead()
 		return
 	}
+	c.drained = false
 	err := c.parse()
 	if c.wantFlush {
 		c.wantFlush = false

@@ -119,12 +119,26 @@ func (c *conn) inputErr(err error) error {
 func (c *conn) fill() error {
 	n := copy(c.in, c.in[c.inLo:c.inHi])
 	c.inLo, c.inHi = 0, n
-	k, err := c.readSome(c.in[n:])
+	k, err := c.read(c.in[n:])
 	c.inHi += k
 	if k > 0 {
 		return nil
 	}
 	return err
+}
+
+// read is readSome, but once a read came back short the socket counts as
+// empty until the pass ends: a system call that would only say EAGAIN is
+// saved. Bytes that arrive meanwhile are not lost: they wake the watcher.
+func (c *conn) read(p []byte) (int, error) {
+	if c.drained {
+		return 0, errAgain
+	}
+	n, err := c.readSome(p)
+	if n < len(p) && c.rc != nil {
+		c.drained = true
+	}
+	return n, err
 }
 
 // onHeader checks the header just read and starts serving its frame.
@@ -199,7 +213,7 @@ func (c *conn) payload() error {
 			continue
 		}
 		if dst := c.dest(); len(dst) >= directMin {
-			n, err := c.readSome(dst)
+			n, err := c.read(dst)
 			c.placed(dst[:n])
 			if err != nil && n == 0 {
 				return err
