@@ -40,7 +40,9 @@ var sizes = []struct {
 //     cq/lost-wakeup; a token after Arm, each completion handed out once:
 //     cq/once; flushes on close, peer close and peer death reach the CQ:
 //     cq/flush-*; Get*Comp on a bound queue: cq/get-comp; zero-length
-//     requests: cq/zero-length; Close wakes a sleeper: cq/close.
+//     requests: cq/zero-length; transfers much larger than one step of a
+//     provider's progress, driven by Poll alone: cq/bulk; Close wakes a
+//     sleeper: cq/close.
 var cases = buildCases()
 
 func buildCases() []testCase {
@@ -93,6 +95,7 @@ func buildCases() []testCase {
 		testCase{name: "cq/flush-peer-died", cfg: rnrForever, run: caseCQFlushPeerDied},
 		testCase{name: "cq/get-comp", run: caseCQGetComp},
 		testCase{name: "cq/zero-length", run: caseCQZeroLength},
+		testCase{name: "cq/bulk", run: caseCQBulk},
 		testCase{name: "cq/close", run: caseCQClose},
 	)
 	for _, ra := range remoteAccessCases {
