@@ -25,6 +25,9 @@ import (
 // GetRecvComp on private queues.
 //
 //	GOMAXPROCS=1 go test -run '^$' -bench PingPongProcess -benchtime=20000x -count=5 ./transport/rdma/tcp/
+//
+// Spinning ends need a CPU each: on a loaded machine run the test binary
+// under chrt -f 10 (both processes), or the figures measure the scheduler.
 func BenchmarkPingPongProcess(b *testing.B) {
 	for _, mode := range []string{"poll", "yield", "arm", "get"} {
 		b.Run("cq="+mode, func(b *testing.B) { pingPong(b, mode) })
