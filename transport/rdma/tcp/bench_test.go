@@ -17,7 +17,9 @@ import (
 //
 // PostWrite and PostSend keep a window of signaled requests in flight and
 // count a request when its completion arrives; RawTCP writes the same
-// sizes to a net.Conn drained by a reader goroutine.
+// sizes to a net.Conn drained by a reader goroutine. The latency between
+// processes, shared-CQ polling against GetRecvComp, is
+// BenchmarkPingPongProcess (pingpong_test.go).
 
 var benchSizes = []struct {
 	name string

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -68,25 +67,8 @@ func crcOf(bufs [][]byte) uint32 {
 	return crc
 }
 
-// readInto fills b from the stream and, with Config.Checksum, folds it
-// into crc a chunk at a time.
-func (c *conn) readInto(b []byte, crc uint32) (uint32, error) {
-	if !c.cfg.Checksum {
-		_, err := io.ReadFull(c.r, b)
-		return crc, err
-	}
-	for len(b) > 0 {
-		k := min(len(b), crcChunk)
-		if _, err := io.ReadFull(c.r, b[:k]); err != nil {
-			return crc, err
-		}
-		crc = crc32.Update(crc, castagnoli, b[:k])
-		b = b[k:]
-	}
-	return crc, nil
-}
-
-// badCRC reports whether a payload read with readInto failed its check.
+// badCRC reports whether a payload, folded into crc as it arrived, failed
+// its check.
 func (c *conn) badCRC(h *header, crc uint32) bool {
 	return c.cfg.Checksum && crc != h.crc
 }
@@ -107,13 +89,9 @@ func (c *conn) checksumError(seq uint64, err error) {
 // be trusted, not even the length, so the rest of the stream is dropped
 // unread until the peer closes. The NAK names the peer's next request,
 // which is the damaged frame if it was a request.
-func (c *conn) corruptHeader() error {
+func (c *conn) corruptHeader() {
 	c.checksumError(c.expect, opErr("serve", &peerError{peer: c.peer, err: fmt.Errorf("frame header: %w", errChecksum)}))
-	for {
-		if err := c.drain(32 << 10); err != nil {
-			return err
-		}
-	}
+	c.ps.state = psDrop
 }
 
 // counts are a device's refusals (rdma.Counters), kept where they happen.

@@ -59,7 +59,6 @@ func (c *conn) onNak(h *header) error {
 			c.setErrorLocked(opErr("conn", &peerError{peer: c.peer, err: fmt.Errorf("the peer reports a %w", errChecksum)}))
 		}
 		c.mu.Unlock()
-		kick(c.wake)
 		return err
 	}
 	if err := c.checkSeq(h); err != nil {
@@ -85,41 +84,33 @@ func (c *conn) onNak(h *header) error {
 	c.finish(w, st)
 	c.head++
 	c.mu.Unlock()
-	kick(c.wake)
 	return nil
 }
 
-func (c *conn) onReadResp(h *header) error {
+// startReadResp checks a read response and makes its data go into the
+// read's buffers.
+func (c *conn) startReadResp(h *header) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.checkSeq(h); err != nil {
-		c.mu.Unlock()
 		return err
 	}
 	w := c.slot(h.seq)
 	if w.op != opReadReq || w.length != int(h.length) {
-		c.mu.Unlock()
 		return fmt.Errorf("%w: read response %d of %d bytes does not match the request", errProtocol, h.seq, h.length)
 	}
 	if err := c.completeUpTo(h.seq); err != nil {
-		c.mu.Unlock()
 		return err
 	}
-	c.mu.Unlock()
-	// The slot stays ours: only this goroutine completes requests while
-	// the conn is working, and the reaper waits for it to exit.
-	left := w.length
-	var crc uint32
-	for _, s := range w.sgl {
-		if left == 0 {
-			break
-		}
-		k := min(left, len(s.Buf))
-		var err error
-		if crc, err = c.readInto(s.Buf[:k], crc); err != nil {
-			return err
-		}
-		left -= k
-	}
+	// The slot stays the reader's: only the reader completes requests
+	// while the conn is working, and the reap waits for it to exit.
+	c.ps.w = w
+	c.expectPayload(w.sgl, w.length, thenReadResp)
+	return nil
+}
+
+// readRespDone completes read w, whose data is in place.
+func (c *conn) readRespDone(h *header, w *wr, crc uint32) {
 	st := rdma.StatusSuccess
 	var bad error
 	if c.badCRC(h, crc) {
@@ -137,15 +128,13 @@ func (c *conn) onReadResp(h *header) error {
 	c.finish(w, st)
 	c.head++
 	c.readsInFlight--
-	fenced := c.readsInFlight == 0
-	c.mu.Unlock()
-	if fenced || bad != nil {
-		kick(c.wake)
+	if c.readsInFlight == 0 {
+		c.wantFlush = true // a fenced request may go
 	}
+	c.mu.Unlock()
 	if bad != nil {
 		c.queueResp(header{op: opNak, seq: c.expect, status: uint16(rdma.StatusRetryExceeded), imm: nakChecksum}, nil, nil)
 	}
-	return nil
 }
 
 func opName(op uint8) string {

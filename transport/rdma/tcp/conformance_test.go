@@ -8,8 +8,14 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma/rdmatest"
 )
 
-// TestMain lets the conformance suite re-run this binary as its peer.
-func TestMain(m *testing.M) { os.Exit(rdmatest.Main(m)) }
+// TestMain lets the conformance suite and the ping-pong benchmark re-run
+// this binary as their peer.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(pingPongEnv); mode != "" {
+		os.Exit(pingPongPeer(mode))
+	}
+	os.Exit(rdmatest.Main(m))
+}
 
 func TestConformance(t *testing.T) {
 	rdmatest.Run(t, rdmatest.Options{Provider: "tcp", CrossProcess: true})

@@ -6,19 +6,22 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
-// Conn states. Only the reader moves a live conn from stateOK to
-// stateError (a remote access violation, RNR exhaustion or a NAK); the
-// reaper moves it to stateDead once reader and writer have exited.
+// Conn states. Only the reader (whoever holds the read token) moves a live
+// conn from stateOK to stateError (a remote access violation, RNR
+// exhaustion or a NAK); the reap moves it to stateDead once reading and
+// writing have both stopped for good.
 const (
 	stateOK    = iota
 	stateError // queues flushed, later posts complete StatusFlushed
-	stateDead  // socket gone, completion queues closed after draining
+	stateDead  // socket gone, queues flushed, private queues shut
 )
 
 // wr is a send-queue slot: one posted request, from post to completion.
@@ -49,7 +52,7 @@ type recvWR struct {
 	many   []rdma.SGE
 }
 
-// response is a frame the reader queues for the writer.
+// response is a frame the reader queues for whoever writes next.
 type response struct {
 	h      header
 	hdr    [maxHdr]byte
@@ -58,7 +61,7 @@ type response struct {
 	pooled *[]byte
 }
 
-// sealing is a request the writer has taken whose header still needs its
+// sealing is a request taken for writing whose header still needs its
 // CRCs (Config.Checksum): iov[lo:hi] is its payload.
 type sealing struct {
 	hdr    *[maxHdr]byte
@@ -66,75 +69,130 @@ type sealing struct {
 }
 
 type conn struct {
-	dev       *device
-	nc        net.Conn  // nil in decoder tests
-	r         io.Reader // what the reader reads frames from
-	peer      string
-	cfg       rdma.Config
-	hlen      int // frame header bytes: hdrLen, or maxHdr with Config.Checksum
-	ackEvery  uint64
-	sendCQ    *soft.CQ
-	recvCQ    *soft.CQ
-	wake      chan struct{} // wakes the writer
-	recvWake  chan struct{} // a receive was posted (RNR wait)
+	dev      *device
+	nc       net.Conn        // nil in decoder tests
+	rc       syscall.RawConn // nc's descriptor; nil in decoder tests
+	r        io.Reader       // decoder tests: where frames come from
+	peer     string
+	cfg      rdma.Config
+	hlen     int // frame header bytes: hdrLen, or maxHdr with Config.Checksum
+	ackEvery uint64
+	sendCQ   *cq
+	recvCQ   *cq
+
+	rtok      token         // the read token: who reads and serves (progress.go)
+	rnrWait   atomic.Bool   // the parser waits for a receive
+	wake      chan struct{} // hands a full socket to the writer goroutine
 	done      chan struct{} // closed when the conn is going down
-	failOnce  sync.Once
-	readDone  chan struct{}
+	failing   atomic.Bool   // set before done is closed
+	started   bool
+	watchDone chan struct{}
 	writeDone chan struct{}
-	dead      chan struct{} // closed after the reaper flushed everything
+	fdClosed  chan struct{} // the socket is closed
+	dead      chan struct{} // closed after the reap flushed everything
+	rnrTimer  *time.Timer   // runs progress when an RNR retry is due
 
 	mu     sync.Mutex
 	state  int
 	err    error // why the conn left stateOK
 	closed bool  // Close was called
 	// Send queue: seq numbers; head ≤ tx ≤ tail. [head, tx) is on the
-	// wire awaiting a response, [tx, tail) awaits the writer.
+	// wire awaiting a response, [tx, tail) awaits writing.
 	sq              []*wr
 	head, tx, tail  uint64
 	readsInFlight   int
 	rq              []*recvWR
 	rqHead, rqTail  uint64
-	resp, respSpare []response // respSpare is the writer's
+	resp, respSpare []response
+	writing         bool // the write token is taken (writer.go)
+	handed          bool // ... and handed to the writer goroutine
+	readExited      bool // the read side stopped for good
+	writeExited     bool // the write side stopped for good
 
-	// Writer-owned.
-	iov   [][]byte
-	wbufs net.Buffers
-	seals []sealing
+	// Write-token owned (writer.go).
+	iov     [][]byte
+	out     [][]byte // what of iov is still to be written
+	respOut []response
+	seals   []sealing
+	iovecs  []syscall.Iovec
+	wn      int
+	werr    error
+	tryW    func(fd uintptr)
+	blockW  func(fd uintptr) bool
 
-	// Reader-owned.
-	rhdr     [maxHdr]byte
-	expect   uint64 // seq of the peer's next request
-	discard  bool   // the reader entered stateError: skip every frame
-	scratch  []byte
-	rnrTimer *time.Timer
+	// Read-token owned (reader.go).
+	ps        parser
+	rhdr      [maxHdr]byte
+	in        []byte // staging: bytes read but not yet parsed are in[inLo:inHi]
+	inLo      int
+	inHi      int
+	expect    uint64 // seq of the peer's next request
+	discard   bool   // the reader entered stateError: skip every frame
+	wantFlush bool   // the pass queued responses or unblocked requests
+	drained   bool   // a read of this pass came back short
+	scratch   []byte
+	rbuf      []byte
+	rn        int
+	rerr      error
+	readFn    func(fd uintptr)
+	watchFn   func(fd uintptr) bool
+	goneFn    func(fd uintptr)
+	gone      bool
 }
 
+// newConn makes a conn with private completion queues; start binds it to
+// its queues and starts it. nc is nil in decoder tests, which feed r.
 func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 	cfg := d.cfg
 	every := uint64(cfg.SendQueueDepth / 4)
 	every = max(1, min(every, 64))
-	t := time.NewTimer(time.Hour)
-	t.Stop()
 	hlen := hdrLen
 	if cfg.Checksum {
 		hlen = maxHdr
 	}
-	return &conn{
+	c := &conn{
 		dev: d, nc: nc, r: r, peer: peer, cfg: cfg, hlen: hlen, ackEvery: every,
-		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
-		wake: make(chan struct{}, 1), recvWake: make(chan struct{}, 1),
-		done: make(chan struct{}), readDone: make(chan struct{}),
-		writeDone: make(chan struct{}), dead: make(chan struct{}),
-		sq:       make([]*wr, ringSize(cfg.SendQueueDepth)),
-		rq:       make([]*recvWR, ringSize(cfg.RecvQueueDepth)),
-		rnrTimer: t,
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		watchDone: make(chan struct{}), writeDone: make(chan struct{}),
+		fdClosed: make(chan struct{}), dead: make(chan struct{}),
+		sq: make([]*wr, ringSize(cfg.SendQueueDepth)),
+		rq: make([]*recvWR, ringSize(cfg.RecvQueueDepth)),
+		in: make([]byte, stagingLen),
 	}
+	c.sendCQ, c.recvCQ = newPrivateCQ(d, c), newPrivateCQ(d, c)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
+			c.rc = rc
+		}
+	}
+	c.readFn = c.readFd
+	c.watchFn = c.watchFd
+	c.goneFn = func(fd uintptr) { c.gone = hungUp(fd) }
+	c.tryW = c.tryWriteFd
+	c.blockW = c.blockWriteFd
+	c.rnrTimer = time.AfterFunc(time.Hour, c.progress)
+	c.rnrTimer.Stop()
+	return c
 }
 
-func (c *conn) start() {
+// start binds the conn to the completion queues of init (nil: its private
+// ones) and starts the watcher and the writer goroutines.
+func (c *conn) start(init rdma.QPInit) {
+	if init.SendCQ != nil {
+		c.sendCQ = init.SendCQ.(*cq)
+		c.sendCQ.bind(c)
+	}
+	if init.RecvCQ != nil {
+		c.recvCQ = init.RecvCQ.(*cq)
+		if c.recvCQ != c.sendCQ {
+			c.recvCQ.bind(c)
+		}
+	}
+	c.mu.Lock()
+	c.started = true
+	c.mu.Unlock()
+	go c.watch()
 	go c.writeLoop()
-	go c.readLoop()
-	go c.reap()
 }
 
 func kick(ch chan struct{}) {
@@ -166,7 +224,7 @@ func (c *conn) rslot(seq uint64) *recvWR {
 }
 
 // growRing doubles ring, keeping the slots of [head, tail) at their new
-// positions. Slots are pointers, so goroutines holding one keep it.
+// positions. Slots are pointers, so holders of one keep it.
 func growRing[T any](ring []*T, head, tail uint64) []*T {
 	bigger := make([]*T, 2*len(ring))
 	for s := head; s < tail; s++ {
@@ -211,30 +269,54 @@ func (c *conn) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		<-c.dead
 		return nil
 	}
 	c.closed = true
+	started := c.started
 	c.mu.Unlock()
 	c.fail(rdma.ErrClosed)
 	<-c.dead
+	if started {
+		<-c.watchDone
+		<-c.writeDone
+	}
+	if c.nc != nil {
+		<-c.fdClosed
+	}
 	c.dev.forget(c)
 	return nil
 }
 
-// fail takes the socket down; the reaper flushes once reader and writer
-// have exited. The first error is the one Err reports.
+// fail takes the conn down: the socket closes, and the queues are flushed
+// once neither side reads or writes (the reap). The first error is the one
+// Err reports. It may be called from anywhere but with c.mu held.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = c.describe(err)
 	}
+	first := !c.failing.Load()
+	if !first {
+		c.mu.Unlock()
+		return
+	}
+	c.failing.Store(true)
+	if !c.writing {
+		c.exitWriteLocked()
+	}
 	c.mu.Unlock()
-	c.failOnce.Do(func() {
-		close(c.done)
-		if c.nc != nil {
+	close(c.done)
+	c.rnrTimer.Stop()
+	if c.nc != nil {
+		// Close waits for every use of the descriptor to end, and fail may
+		// run inside one (a read pass, a write): close from elsewhere.
+		go func() {
 			c.nc.Close()
-		}
-	})
+			close(c.fdClosed)
+		}()
+	}
+	c.progress() // the read side exits now, or at its holder's next pass
 }
 
 // describe turns the error that ended the socket into Err's value. Every
@@ -252,10 +334,26 @@ func (c *conn) describe(err error) error {
 	return opErr("conn", &peerError{peer: c.peer, err: err})
 }
 
-func (c *conn) reap() {
-	<-c.readDone
-	<-c.writeDone
-	c.mu.Lock()
+// exitWriteLocked and exitReadLocked record that a side stopped for good;
+// the second one reaps. Called with c.mu held.
+func (c *conn) exitWriteLocked() {
+	c.writeExited = true
+	if c.readExited {
+		c.reapLocked()
+	}
+}
+
+func (c *conn) exitReadLocked() {
+	c.readExited = true
+	if c.writeExited {
+		c.reapLocked()
+	}
+}
+
+// reapLocked flushes both queues into their completion queues, shuts the
+// private ones and unbinds the conn from shared ones. Nothing reads or
+// writes the socket any more. Called with c.mu held.
+func (c *conn) reapLocked() {
 	c.flushSQ()
 	c.flushRQ()
 	for i := range c.resp {
@@ -267,14 +365,20 @@ func (c *conn) reap() {
 	if c.closed {
 		cqErr = opErr("get_comp", rdma.ErrClosed)
 	}
-	c.mu.Unlock()
-	c.sendCQ.Shut(cqErr)
-	c.recvCQ.Shut(cqErr)
+	for _, q := range []*cq{c.sendCQ, c.recvCQ} {
+		if q.private {
+			q.Shut(cqErr)
+			q.CQ.Close() // wakes a waiter in GetSendComp or GetRecvComp
+		} else {
+			q.unbind(c)
+		}
+	}
 	close(c.dead)
 }
 
 // flushSQ completes every outstanding request with StatusFlushed.
-// Called with c.mu held, when neither reader nor writer touches the slots.
+// Called with c.mu held, when nothing of the send queue is being written
+// or read into.
 func (c *conn) flushSQ() {
 	for s := c.head; s < c.tail; s++ {
 		w := c.slot(s)
@@ -307,5 +411,5 @@ func (c *conn) finish(w *wr, st rdma.Status) {
 	}
 }
 
-func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return c.sendCQ.Get(ctx) }
-func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return c.recvCQ.Get(ctx) }
+func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.sendCQ) }
+func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) { return c.getComp(ctx, c.recvCQ) }

@@ -98,9 +98,13 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 	return ln, nil
 }
 
-func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+// DialQP implements rdma.Device.
+func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
 	if d.isClosed() {
 		return nil, opErr("dial", rdma.ErrClosed)
+	}
+	if err := d.checkInit(init); err != nil {
+		return nil, opErr("dial", err)
 	}
 	var nd net.Dialer
 	nc, err := nd.DialContext(ctx, "tcp", addr)
@@ -111,10 +115,12 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	if err != nil {
 		return nil, opErr("dial", err)
 	}
+	c.start(init)
 	return c, nil
 }
 
-// setup tunes the socket, authenticates the peer and starts the conn.
+// setup tunes the socket, authenticates the peer and makes the conn; the
+// caller starts it with its completion queues.
 func (d *device) setup(ctx context.Context, nc *net.TCPConn, r role) (*conn, error) {
 	tuneSocket(nc)
 	if err := handshake(ctx, nc, d.cfg.Token, d.cfg.Checksum, r); err != nil {
@@ -134,7 +140,6 @@ func (d *device) setup(ctx context.Context, nc *net.TCPConn, r role) (*conn, err
 	}
 	d.conns[c] = struct{}{}
 	d.mu.Unlock()
-	c.start()
 	return c, nil
 }
 

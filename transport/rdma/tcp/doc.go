@@ -12,6 +12,8 @@
 // stream order, which gives the contract's ordering: a send posted after a
 // write is delivered after the write's data is in place. A send that finds
 // no posted receive holds the stream while it waits (RNRRetry × RNRTimer).
+// A conn made by Listen reads nothing until AcceptQP binds it to its
+// completion queues; what its peer sends meanwhile waits in the socket.
 //
 // With Config.Checksum (GORUN_CHECKSUM=1) every frame carries a CRC32C of
 // its header and of its payload (checksum.go). The receiver checks the
@@ -32,20 +34,45 @@
 // 10 s each), so a silent or hostile client holds neither Accept nor other
 // clients.
 //
-// Ownership and concurrency: a Conn owns its socket and three goroutines —
-// the writer (the only one that writes to the socket: requests in post
-// order, responses as the reader queues them, gathered with one writev), the
-// reader (the only one that reads: serves requests, completes the send
-// queue on ACKs), and a reaper that flushes the queues once both have
-// exited. The reader never waits for the writer, so two ends writing large
-// messages at each other cannot deadlock; read responses are therefore
-// copied out of the region when the read is served. While the reader holds
-// the stream in a receiver-not-ready wait it polls the socket for the peer
-// hanging up (POLLRDHUP), so even an endless wait ends with the peer. Post* and Reg* are safe
-// for concurrent use; GetSendComp and GetRecvComp each by one goroutine at a
-// time. The device owns its protection domain and closes its listeners,
-// connections and regions on Close.
+// Progress: the caller drives it. A Post* writes its frame (header and
+// payload gathered in one writev, straight from the registered region) to
+// the socket on the caller's goroutine, without waiting; only when the
+// socket is full does the rest go to the conn's writer goroutine, which
+// waits in the netpoller for room, drains what is queued and goes idle.
+// CQ.Poll, GetSendComp and GetRecvComp read what has arrived on every
+// conn bound to the queue, without waiting, and serve it on the caller's
+// goroutine: the parser (reader.go) keeps its state between calls, so a
+// frame or a large payload may arrive over many polls, and payloads go
+// from the socket straight into their regions. The responses a read pass
+// produces (ACK, NAK, read response) are written the same way at its end.
+// A conn's watcher goroutine sleeps in the netpoller until its socket is
+// readable and then does the same work, so a conn nobody polls still
+// serves its peer's requests, answers them, sees the peer hang up, and
+// wakes an armed CQ with the completions it pushes. A send that finds no
+// posted receive holds the stream (receiver not ready); a posted receive,
+// the RNR timer (which also looks for the peer hanging up, POLLRDHUP) or
+// any later poll resumes it.
 //
-// This package is owned by the tcp provider's maintainers; other packages
-// use it only through rdma.Open("tcp").
+// Ownership and concurrency: a Conn owns its socket, its parser and two
+// goroutines (watcher, writer). Two tokens say who may touch the socket:
+// the read token (progress.go, only ever tried: a party that finds it
+// taken asks the holder for one more pass instead of waiting, so bytes
+// never sit unread while someone wanted them read) guards the parser and
+// the read side; the write token (c.writing, under c.mu) guards the
+// writev in progress, and passes to the writer goroutine with a full
+// socket. c.mu guards the queues and the state; completions are pushed
+// under it, so each conn's completions reach its CQ in post order. The
+// reader never waits for the writer, so two ends writing large messages
+// at each other cannot deadlock; read responses are therefore copied out
+// of the region when the read is served. When a conn fails or is closed,
+// the holder of each token stops its side for good, and the second to
+// stop flushes both queues into their CQs (a shared CQ is never shut) and
+// unbinds the conn. The socket is closed from a goroutine of its own,
+// since a close waits for every use of the descriptor to end. A CQ holds
+// the list of its conns (copy on write, read without a lock by Poll).
+// Post* and Reg* are safe for concurrent use; GetSendComp and GetRecvComp
+// each by one goroutine at a time. The device owns its protection domain
+// and closes its listeners, connections and regions on Close.
+//
+// Other packages use it only through rdma.Open("tcp").
 package tcp

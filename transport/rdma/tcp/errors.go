@@ -1,16 +1,12 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-var (
-	errPeerClosed = fmt.Errorf("peer closed the connection: %w", rdma.ErrClosed)
-	errClosing    = errors.New("connection closing") // the reader's wait was cut by fail
-)
+var errPeerClosed = fmt.Errorf("peer closed the connection: %w", rdma.ErrClosed)
 
 // peerError names the peer an error came from.
 type peerError struct {

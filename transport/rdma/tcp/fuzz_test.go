@@ -89,6 +89,21 @@ func newFuzzTargetConfig(t testing.TB, input []byte, checksum bool) *fuzzTarget 
 	return ft
 }
 
+// serve runs the parser over the whole input, as read passes would. The
+// input never runs dry, so parse stops only at an error or to wait for a
+// receive; the wait is the RNR timer's (a microsecond here).
+func (c *conn) serve() error {
+	for {
+		if err := c.parse(); err != nil {
+			return err
+		}
+		if c.ps.state != psRNR {
+			return fmt.Errorf("parse stopped in state %d", c.ps.state)
+		}
+		time.Sleep(time.Until(c.ps.retryAt))
+	}
+}
+
 // patch rewrites the symbolic rkeys and addresses of each frame header.
 func (ft *fuzzTarget) patch(in []byte) []byte {
 	out := append([]byte(nil), in...)
@@ -134,11 +149,13 @@ func (ft *fuzzTarget) check(t *testing.T) {
 	ft.close(t)
 }
 
-// close flushes the queues as the reaper would and deregisters every
+// close flushes the queues as the reap would (after the read side's exit
+// dropped the payload in flight) and deregisters every
 // region: a region still acquired means a request leaked its reference.
 // (Regions must be deregistered: the PD pins them.)
 func (ft *fuzzTarget) close(t *testing.T) {
 	c := ft.c
+	c.dropPayload()
 	c.mu.Lock()
 	c.flushSQ()
 	c.flushRQ()

@@ -93,11 +93,16 @@ func (l *listener) deliver(r acceptResult) {
 	}
 }
 
-// Accept returns the next authenticated connection. A peer that failed the
-// handshake makes Accept return that error (wrapping ErrAuth); the
-// listener stays open.
-func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+// AcceptQP returns the next authenticated connection, started with the
+// completion queues of init. A peer that failed the handshake makes it
+// return that error (wrapping ErrAuth); the listener stays open. A conn
+// reads nothing before it is accepted: what its peer sends waits in the
+// socket.
+func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, opErr("accept", err)
+	}
+	if err := l.dev.checkInit(init); err != nil {
 		return nil, opErr("accept", err)
 	}
 	select {
@@ -105,6 +110,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 		if r.err != nil {
 			return nil, opErr("accept", r.err)
 		}
+		r.c.start(init)
 		return r.c, nil
 	case <-ctx.Done():
 		return nil, opErr("accept", ctx.Err())

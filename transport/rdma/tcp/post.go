@@ -6,7 +6,8 @@ import (
 )
 
 // Post* check the local buffers (soft.CheckLocal), take a slot on the send
-// queue and wake the writer. They never block on the network.
+// queue and write what the socket takes at once (writer.go). They never
+// block on the network.
 
 func (c *conn) PostSend(wrid uint64, buf []byte, mr *rdma.MR, flags rdma.Flags) error {
 	var one [1]rdma.SGE
@@ -54,7 +55,21 @@ func (c *conn) post(name string, op uint8, opcode rdma.Opcode, wrid uint64, sgl 
 	}
 	inline := flags&rdma.FlagInline != 0 && need == 0
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	if err := c.enqueue(name, op, opcode, wrid, sgl, flags, raddr, rkey, imm, n, inline); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	if c.writing || c.writeExited || !c.started || c.rc == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	c.writing = true
+	c.writeRounds(false)
+	return nil
+}
+
+// enqueue takes a send-queue slot for the request. Called with c.mu held.
+func (c *conn) enqueue(name string, op uint8, opcode rdma.Opcode, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr uint64, rkey, imm uint32, n int, inline bool) error {
 	if c.closed {
 		return opErr(name, rdma.ErrClosed)
 	}
@@ -96,7 +111,6 @@ func (c *conn) post(name string, op uint8, opcode rdma.Opcode, wrid uint64, sgl 
 		w.sgl = w.many
 	}
 	c.tail++
-	kick(c.wake)
 	return nil
 }
 
@@ -115,7 +129,16 @@ func (c *conn) postRecv(name string, wrid uint64, sgl []rdma.SGE) error {
 		return opErr(name, err)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	err = c.enqueueRecv(name, wrid, sgl, n)
+	c.mu.Unlock()
+	if err == nil && c.rnrWait.Load() {
+		c.progress() // the stream waits for this receive
+	}
+	return err
+}
+
+// enqueueRecv takes a receive-queue slot. Called with c.mu held.
+func (c *conn) enqueueRecv(name string, wrid uint64, sgl []rdma.SGE, n int) error {
 	if c.closed {
 		return opErr(name, rdma.ErrClosed)
 	}
@@ -142,6 +165,5 @@ func (c *conn) postRecv(name string, wrid uint64, sgl []rdma.SGE) error {
 		rw.sgl = rw.many
 	}
 	c.rqTail++
-	kick(c.recvWake)
 	return nil
 }

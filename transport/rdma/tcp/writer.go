@@ -1,6 +1,22 @@
 package tcp
 
-import "hash/crc32"
+import (
+	"hash/crc32"
+	"syscall"
+	"unsafe"
+)
+
+// Writing. Whoever has frames to send — a poster, or a read pass with
+// responses — takes the write token (c.writing) unless someone holds it,
+// gathers every queued response and every sendable request in post order
+// into one writev (headers and payloads straight from the registered
+// regions: no copy), and writes it to the socket without waiting, round
+// after round until nothing is queued. Frames queued while the token is
+// held are written by its holder. When the socket is full (EAGAIN) the
+// holder hands the token and the unwritten rest to the writer goroutine,
+// which waits in the netpoller for room, drains the queue and goes idle:
+// a post never blocks, and a small message never leaves its poster's
+// goroutine.
 
 // Batch bounds for one writev: enough frames to amortise the system call
 // for small messages, and few enough iovecs to stay under IOV_MAX (1024)
@@ -10,73 +26,225 @@ const (
 	maxIov   = 1024 - 33
 )
 
-// writeLoop is the only writer of the socket. Each round it takes every
-// queued response and then the requests the writer may send (all of them
-// in post order, stopping at a fenced request while reads are in flight),
-// and gathers headers and payloads with one writev: the payload goes from
-// the registered region to the kernel without a copy.
-func (c *conn) writeLoop() {
-	defer close(c.writeDone)
+// flush writes what is queued, if nobody else is writing.
+func (c *conn) flush() {
+	if c.rc == nil {
+		return // decoder tests: frames stay queued
+	}
+	c.mu.Lock()
+	if c.writing || c.writeExited || !c.started {
+		c.mu.Unlock()
+		return
+	}
+	c.writing = true
+	c.writeRounds(false)
+}
+
+// writeRounds writes rounds of queued frames until none is left, then lets
+// the write token go. Without blocking, a full socket hands the rest to
+// the writer goroutine. Called with c.mu held and the token; returns with
+// c.mu released.
+func (c *conn) writeRounds(blocking bool) {
 	for {
-		c.mu.Lock()
-		resp := c.resp
-		c.resp = c.respSpare[:0]
-		iov := c.iov[:0]
-		c.seals = c.seals[:0]
-		for i := range resp {
-			iov = append(iov, resp[i].hdr[:c.hlen])
-			if len(resp[i].data) > 0 {
-				iov = append(iov, resp[i].data)
-			}
+		if c.failing.Load() {
+			c.writing = false
+			c.exitWriteLocked()
+			c.mu.Unlock()
+			return
 		}
-		switch c.state {
-		case stateOK:
-			iov = c.takeRequests(iov)
-		case stateError:
-			// The reader has stopped touching the send queue; nothing of
-			// it is in a writev now. Flush it.
-			c.flushSQ()
+		c.take()
+		if len(c.iov) == 0 {
+			c.doneOut()
+			c.writing = false
+			c.mu.Unlock()
+			return
 		}
 		c.mu.Unlock()
-
 		for _, s := range c.seals {
-			seal(s.hdr, crcOf(iov[s.lo:s.hi]))
+			seal(s.hdr, crcOf(c.iov[s.lo:s.hi]))
 		}
-		if len(iov) > 0 {
-			c.wbufs = iov
-			raceReleaseIO()
-			_, err := c.wbufs.WriteTo(c.nc)
-			clear(iov)
-			c.iov = iov[:0]
-			for i := range resp {
-				putBuf(resp[i].pooled)
-				resp[i] = response{}
-			}
-			c.respSpare = resp[:0]
-			if err != nil {
-				c.fail(err)
+		c.out = c.iov
+		err := c.writeOut(blocking)
+		if err == errAgain {
+			c.mu.Lock()
+			if !c.failing.Load() {
+				c.handed = true
+				c.mu.Unlock()
+				kick(c.wake)
 				return
 			}
+			c.mu.Unlock()
+		}
+		c.doneOut()
+		if err != nil && err != errAgain {
+			c.fail(err)
+		}
+		c.mu.Lock()
+	}
+}
+
+// take gathers the next round into c.iov: every queued response, then the
+// requests that may go (all, in post order, stopping at a fenced request
+// while reads are in flight). In the error state it flushes the send queue
+// instead: nothing of it is being written now. Called with c.mu held.
+func (c *conn) take() {
+	c.respOut, c.resp = c.resp, c.respSpare[:0]
+	iov := c.iov[:0]
+	c.seals = c.seals[:0]
+	for i := range c.respOut {
+		r := &c.respOut[i]
+		iov = append(iov, r.hdr[:c.hlen])
+		if len(r.data) > 0 {
+			iov = append(iov, r.data)
+		}
+	}
+	switch c.state {
+	case stateOK:
+		iov = c.takeRequests(iov)
+	case stateError:
+		c.flushSQ()
+	}
+	c.iov = iov
+}
+
+// doneOut returns what the last round held: pooled response buffers and
+// the iovec slices.
+func (c *conn) doneOut() {
+	clear(c.iov)
+	c.iov, c.out = c.iov[:0], nil
+	for i := range c.respOut {
+		putBuf(c.respOut[i].pooled)
+		c.respOut[i] = response{}
+	}
+	c.respSpare, c.respOut = c.respOut[:0], nil
+}
+
+// writeOut writes c.out. Without blocking it returns errAgain, with c.out
+// what is left, when the socket fills.
+func (c *conn) writeOut(blocking bool) error {
+	raceReleaseIO()
+	for len(c.out) > 0 {
+		c.wn, c.werr = 0, nil
+		var err error
+		if blocking {
+			err = c.rc.Write(c.blockW)
+		} else {
+			err = c.rc.Control(c.tryW)
+		}
+		if err == nil {
+			err = c.werr
+		}
+		c.advance(c.wn)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advance drops n written bytes from the front of c.out.
+func (c *conn) advance(n int) {
+	for n > 0 && len(c.out) > 0 {
+		if n < len(c.out[0]) {
+			c.out[0] = c.out[0][n:]
+			return
+		}
+		n -= len(c.out[0])
+		c.out = c.out[1:]
+	}
+	for len(c.out) > 0 && len(c.out[0]) == 0 {
+		c.out = c.out[1:]
+	}
+}
+
+func (c *conn) tryWriteFd(fd uintptr) {
+	c.wn, c.werr = writev(fd, c.out, &c.iovecs)
+}
+
+// blockWriteFd is the writer goroutine's: false waits for room.
+func (c *conn) blockWriteFd(fd uintptr) bool {
+	c.wn, c.werr = writev(fd, c.out, &c.iovecs)
+	return c.werr != errAgain
+}
+
+// writev writes bufs (at most IOV_MAX of them) with one system call,
+// retrying EINTR; errAgain when the socket has no room.
+func writev(fd uintptr, bufs [][]byte, iovecs *[]syscall.Iovec) (int, error) {
+	v := (*iovecs)[:0]
+	for _, b := range bufs {
+		if len(b) == 0 {
 			continue
 		}
-		c.respSpare = resp[:0]
-		select {
-		case <-c.wake:
-		case <-c.done:
-			return
+		if len(v) == maxIov {
+			break
+		}
+		iv := syscall.Iovec{Base: &b[0]}
+		iv.SetLen(len(b))
+		v = append(v, iv)
+	}
+	*iovecs = v
+	if len(v) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+		switch e {
+		case 0:
+			clear(v)
+			return int(n), nil
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			clear(v)
+			return 0, errAgain
+		default:
+			clear(v)
+			return 0, e
 		}
 	}
 }
 
+// writeLoop is the writer goroutine: it owns the write token from a hand-
+// off until the queue is empty.
+func (c *conn) writeLoop() {
+	defer close(c.writeDone)
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+		}
+		c.mu.Lock()
+		if !c.handed {
+			c.mu.Unlock()
+			if c.failing.Load() {
+				return
+			}
+			continue
+		}
+		c.handed = false
+		c.mu.Unlock()
+		var err error
+		if !c.failing.Load() {
+			err = c.writeOut(true)
+		}
+		c.doneOut()
+		if err != nil {
+			c.fail(err)
+		}
+		c.mu.Lock()
+		c.writeRounds(true)
+	}
+}
+
 // takeRequests appends the next sendable requests to iov and marks them as
-// on the wire; with Config.Checksum the writer seals their headers after
-// releasing c.mu (c.seals), so the CRC of a large payload holds no lock.
+// on the wire; with Config.Checksum their headers are sealed after c.mu
+// is released (c.seals), so the CRC of a large payload holds no lock.
 // Called with c.mu held.
 func (c *conn) takeRequests(iov [][]byte) [][]byte {
 	for n := 0; c.tx < c.tail && n < maxBatch && len(iov) < maxIov; n++ {
 		w := c.slot(c.tx)
 		if w.fence && c.readsInFlight > 0 {
-			break // the reader kicks c.wake when the last read completes
+			break // the reader flushes when the last read completes
 		}
 		h := header{op: w.op, imm: w.imm, rkey: w.rkey, length: uint32(w.length), seq: c.tx, addr: w.raddr}
 		// Ask for an acknowledgement when the initiator needs one: a
@@ -105,13 +273,15 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 	return iov
 }
 
-// queueResp hands a response frame to the writer. Consecutive ACKs merge:
-// they are cumulative.
+// queueResp queues a response frame; the read pass writes it when it
+// ends. Consecutive ACKs merge: they are cumulative. Only the reader
+// calls it.
 func (c *conn) queueResp(h header, data []byte, pooled *[]byte) {
 	var crc uint32
 	if c.cfg.Checksum && len(data) > 0 {
 		crc = crc32.Checksum(data, castagnoli)
 	}
+	c.wantFlush = true
 	c.mu.Lock()
 	if n := len(c.resp); h.op == opAck && n > 0 && c.resp[n-1].h.op == opAck {
 		r := &c.resp[n-1]
@@ -123,7 +293,6 @@ func (c *conn) queueResp(h header, data []byte, pooled *[]byte) {
 	c.resp = append(c.resp, response{h: h, data: data, crc: crc, pooled: pooled})
 	c.encodeResp(&c.resp[len(c.resp)-1])
 	c.mu.Unlock()
-	kick(c.wake)
 }
 
 func (c *conn) encodeResp(r *response) {
