@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The host moves this machine's two vCPUs between a near placement (a
+// cache-line round trip of ~25 ns) and far ones (~170 ns and more) on its
+// own, and shared-memory latencies follow by 3x or more. Every scenario
+// therefore records the round trip of progs/pingpong.c (two threads pinned
+// to CPUs 0 and 1) at its start and end, next to its figures.
+
+// nearNs is the round trip below which the placement is called near.
+const nearNs = 80
+
+// placement is one probe: the median cache-line round trip, 0 if unknown.
+type placement struct{ ns float64 }
+
+func (p placement) String() string {
+	switch {
+	case p.ns <= 0:
+		return "unknown"
+	case p.ns < nearNs:
+		return fmt.Sprintf("%.0f ns (near)", p.ns)
+	}
+	return fmt.Sprintf("%.0f ns (far)", p.ns)
+}
+
+// prober runs the compiled probe; a nil prober (no C compiler, or fewer
+// than two CPUs) reports unknown.
+type prober struct{ bin string }
+
+func buildProber(ctx context.Context, work string) *prober {
+	src, _ := filepath.Abs("bench/compare/progs/pingpong.c")
+	bin := filepath.Join(work, "pingpong")
+	if out, err := exec.CommandContext(ctx, "cc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "vCPU placement not measured: cc: %v\n%s", err, out)
+		return nil
+	}
+	return &prober{bin: bin}
+}
+
+func (p *prober) probe(ctx context.Context) placement {
+	if p == nil {
+		return placement{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, p.bin).Output()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "vCPU placement probe: %v\n", err)
+		return placement{}
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 || f[0] != "rtt_ns" {
+		return placement{}
+	}
+	ns, _ := strconv.ParseFloat(f[1], 64)
+	return placement{ns: ns}
+}
