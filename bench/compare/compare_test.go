@@ -112,6 +112,9 @@ func TestPlotIsWellFormedSVG(t *testing.T) {
 	if err := writePlot(&b, "shm2 <&> \"title\"", o.plotPanels()); err != nil {
 		t.Fatal(err)
 	}
+	if strings.Contains(b.String(), "9999") || !strings.Contains(b.String(), ">0.001<") || !strings.Contains(b.String(), ">16 MiB<") {
+		t.Errorf("tick labels are not round powers:\n%s", b.String())
+	}
 	series := map[string]int{}
 	polylines, circles := 0, 0
 	d := xml.NewDecoder(&b)

@@ -82,10 +82,12 @@ func writePlot(w io.Writer, title string, panels []panel) error {
 		}
 		fmt.Fprintf(&b, `<g class="panel"><rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>`+"\n", ox, marginT, panelW, panelH)
 		step := math.Exp2(math.Max(1, math.Ceil(math.Log2(x1/x0)/8))) // at most 9 ticks
-		for x := x0; x <= x1*1.0001; x *= step {
+		for e := math.Log2(x0); e <= math.Log2(x1)+1e-9; e += math.Log2(step) {
+			x := math.Exp2(math.Round(e))
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", px(x), marginT, px(x), marginT+panelH, px(x), marginT+panelH+16, esc(human(int64(x))))
 		}
-		for y := y0; y <= y1*1.0001; y *= 10 {
+		for e := math.Round(math.Log10(y0)); e <= math.Log10(y1)+1e-9; e++ {
+			y := math.Pow10(int(e))
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", ox, py(y), ox+panelW, py(y), ox-4, py(y)+4, esc(fmt.Sprintf("%g", y)))
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">bytes</text>`+"\n", ox+panelW/2, marginT+panelH+34)
