@@ -260,3 +260,21 @@ func TestParse(t *testing.T) {
 		t.Errorf("mpi: %+v", r)
 	}
 }
+
+// TestPlotTicks: ticks are exact powers, labelled as such, across many
+// decades (repeated multiplication drifts to 9.999999999999999e-06).
+func TestPlotTicks(t *testing.T) {
+	var b bytes.Buffer
+	p := panel{ylabel: "busbw", series: []series{{name: "gorun", pts: []point{{8, 3e-6}, {64 << 10, 0.5}}}}}
+	if err := writePlot(&b, "ticks", []panel{p}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{">1e-06<", ">1e-05<", ">0.1<", ">1<", ">8 B<", ">32 KiB<"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no tick %s", want)
+		}
+	}
+	if strings.Contains(b.String(), "9999") || strings.Contains(b.String(), "0000001") {
+		t.Errorf("inexact tick labels:\n%s", b.String())
+	}
+}
