@@ -278,3 +278,21 @@ func TestPlotTicks(t *testing.T) {
 		t.Errorf("inexact tick labels:\n%s", b.String())
 	}
 }
+
+func TestRender(t *testing.T) {
+	o := fakeOutcome()
+	o.before, o.after = placement{ns: 25}, placement{ns: 430}
+	o.failed = []string{"gorun round 2: exit status 1"}
+	s := o.render("shm2.svg")
+	for _, want := range []string{
+		"25 ns (near) at the start, 430 ns (far) at the end",
+		"| 8 B | 20.00 | 0.0004 | 7.50 | 0.00107 | 5.00 | 0.0016 | time 4.00× |",
+		"| 16 MiB |", "busbw 0.80× |",
+		"Failed, left out of the medians: gorun round 2: exit status 1",
+		"![shm2](shm2.svg)",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("no %q in:\n%s", want, s)
+		}
+	}
+}

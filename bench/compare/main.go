@@ -91,6 +91,7 @@ func main() {
 				res, err := runOne(ctx, tools[impl], impl, sc, *warm, n)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "%s %s round %d: %v\n", sc.name, impl, r, err)
+					o.failed = append(o.failed, fmt.Sprintf("%s round %d: %s", impl, r, firstLine(err.Error())))
 					continue
 				}
 				o.runs[impl] = append(o.runs[impl], run{round: r, res: res})
@@ -140,6 +141,11 @@ func writePlotFile(path string, o *outcome) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
 }
 
 func fail(err error) {

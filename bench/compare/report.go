@@ -18,6 +18,7 @@ type outcome struct {
 	sc            scenario
 	runs          map[string][]run // by implementation
 	missing       []string         // implementations whose tools are not installed
+	failed        []string         // "impl round r: first line of the error", in run order
 	before, after placement
 }
 
@@ -128,7 +129,7 @@ func (o *outcome) render(plot string) string {
 			case sc.coll == "barrier":
 				fmt.Fprintf(&w, " %.2f |", us)
 			default:
-				fmt.Fprintf(&w, " %.2f | %.3f |", us, busbw(sc, size, us))
+				fmt.Fprintf(&w, " %.2f | %.3g |", us, busbw(sc, size, us))
 			}
 		}
 		fmt.Fprintf(&w, " %s |\n", ratioText(o.ratio(i, peersOf(sc)), latencyBound(sc, size)))
@@ -138,6 +139,9 @@ func (o *outcome) render(plot string) string {
 		fmt.Fprintf(&w, " %s %d;", impl, len(o.runs[impl]))
 	}
 	fmt.Fprintf(&w, " the last column is the median over rounds of gorun's time over the round's fastest peer (time: lower is better for gorun) or its inverse (busbw: higher is better).\n")
+	for _, f := range o.failed {
+		fmt.Fprintf(&w, "\nFailed, left out of the medians: %s\n", f)
+	}
 	for _, impl := range o.missing {
 		fmt.Fprintf(&w, "\n%s was not run: its tools are not installed.\n", impl)
 	}
