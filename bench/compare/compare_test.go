@@ -296,3 +296,15 @@ func TestRender(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadWarning(t *testing.T) {
+	if w := loadWarning("0.50, 1.00, 2.00", "1.90, 1.00, 0.50", 2); w != "" {
+		t.Errorf("quiet machine warned: %s", w)
+	}
+	if w := loadWarning("0.50, 1.00, 2.00", "11.01, 12.94, 11.01", 2); !strings.Contains(w, "up to 11.0 on 2 CPUs") {
+		t.Errorf("loaded machine: %q", w)
+	}
+	if w := loadWarning("unknown", "unknown", 2); w != "" {
+		t.Errorf("unknown load warned: %s", w)
+	}
+}

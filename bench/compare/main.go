@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -120,7 +121,12 @@ func main() {
 	fmt.Fprintf(&report, "# gorun vs Open MPI, MPICH and Gloo\n\n")
 	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs) with `go run ./bench/compare %s`.\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), hostDesc(), runtime.NumCPU(), strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(&report, "Medians of %d interleaved rounds; %d timed iterations per size (%d in the barrier and sweep scenarios) after %d warm-up; float32, sum, in place; busbw as nccl-tests defines it, computed from the time.\n", *rounds, *iters, *latIters, *warm)
-	fmt.Fprintf(&report, "Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n", start, loadAvg())
+	end := loadAvg()
+	fmt.Fprintf(&report, "Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n", start, end)
+	if w := loadWarning(start, end, runtime.NumCPU()); w != "" {
+		fmt.Fprintf(&report, "%s\n\n", w)
+		fmt.Fprintln(os.Stderr, w)
+	}
 	fmt.Fprintf(&report, "Open MPI: pml ob1, btl self,vader (shm) or tcp,self on lo (tcp), --bind-to none, mpi_yield_when_idle 1 where ranks outnumber CPUs (its own default when oversubscribed; gorun's ranks yield too) and 0 otherwise. gorun: GORUN_TRANSPORT=shm or tcp. MPICH: Debian's ch4:ucx, defaults. Gloo: torch.distributed over TCP loopback.\n")
 	fmt.Fprintf(&report, "\n## Targets\n\nRatios from the same interleaved run, paired within rounds: gorun's time over the best peer's (latency), gorun's busbw over the best peer's (bandwidth).\n\n")
 	report.WriteString(renderTargets(judge(outs, targets)))
@@ -141,6 +147,23 @@ func writePlotFile(path string, o *outcome) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// loadWarning is a warning when the 1-minute load average at the start or
+// the end exceeds the CPUs: other work was running, and it preempts the
+// busy-polling MPI ranks far more than gorun's, which sleep.
+func loadWarning(start, end string, cpus int) string {
+	worst := 0.0
+	for _, l := range []string{start, end} {
+		f, _, _ := strings.Cut(l, ",")
+		if v, err := strconv.ParseFloat(f, 64); err == nil {
+			worst = max(worst, v)
+		}
+	}
+	if worst <= float64(cpus) {
+		return ""
+	}
+	return fmt.Sprintf("**Warning: the machine was loaded (1-minute load average up to %.1f on %d CPUs).** Other work preempts the busy-polling MPI ranks far more than gorun's, so the ratios favour gorun; rerun on a quiet machine.", worst, cpus)
 }
 
 func firstLine(s string) string {
