@@ -8,7 +8,7 @@
 //
 //	go run ./bench/compare                              # everything, 3 rounds
 //	go run ./bench/compare -scenarios shm2,barrier -rounds 2
-//	go run ./bench/compare -quick                       # smoke test, ~1 min
+//	go run ./bench/compare -quick                       # smoke test, a few minutes
 //
 // Scenarios: shm2 shm4 tcp2 tcp4 bcast4, barrier-{shm,tcp}{2,4} (group
 // "barrier"), sweep-shm2 and sweep-tcp2 (group "sweep": 8 B to 64 KiB).
