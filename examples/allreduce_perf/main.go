@@ -39,7 +39,7 @@ type options struct {
 	np                 int
 	transport          string
 	procs              int     // GOMAXPROCS of a launched rank: 0 cores per local rank, -1 Go's default
-	coll               string  // allreduce or broadcast
+	coll               string  // allreduce, broadcast or barrier
 	sizes              []int64 // explicit sizes; overrides -b/-e/-f when set
 }
 
@@ -58,7 +58,7 @@ func main() {
 	flag.IntVar(&o.np, "np", 4, "ranks in this process when not started by a launcher")
 	flag.StringVar(&o.transport, "t", "mem", "transport for -np ranks in this process")
 	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of a launched rank: 0 = CPUs per local rank (unless $GOMAXPROCS is set), -1 = Go's default")
-	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce or broadcast (root 0; busbw = algbw)")
+	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce, broadcast (root 0; busbw = algbw) or barrier (one row, size 0)")
 	sizeList := flag.String("sizes", "", "comma-separated sizes in bytes (K, M, G suffixes); overrides -b, -e, -f")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (launched rank r > 0: FILE.r)")
 	flag.Parse()
@@ -76,7 +76,7 @@ func main() {
 			o.sizes = append(o.sizes, v)
 		}
 	}
-	if err == nil && o.coll != "allreduce" && o.coll != "broadcast" {
+	if err == nil && o.coll != "allreduce" && o.coll != "broadcast" && o.coll != "barrier" {
 		err = fmt.Errorf("unknown collective %q", o.coll)
 	}
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) {
@@ -191,6 +191,9 @@ func run(ctx context.Context, o options, out io.Writer) (int64, error) {
 		}
 	}()
 	bench, ok := benches[o.dtype]
+	if o.coll == "barrier" {
+		bench = perfBarrier
+	}
 	if !ok {
 		return 0, fmt.Errorf("unknown type %q", o.dtype)
 	}

@@ -61,3 +61,22 @@ func TestBroadcastSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestBarrier runs -coll barrier as bench/compare does: one row of size 0
+// with a positive time.
+func TestBarrier(t *testing.T) {
+	var out bytes.Buffer
+	o := options{sizes: []int64{8}, iters: 3, warmup: 1, dtype: "float32", op: "sum", np: 3, transport: "mem", coll: "barrier"}
+	if wrong, err := run(context.Background(), o, &out); err != nil || wrong != 0 {
+		t.Fatalf("%d wrong, %v:\n%s", wrong, err, out.String())
+	}
+	var rows [][]string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 12 && !strings.HasPrefix(line, "#") {
+			rows = append(rows, f)
+		}
+	}
+	if len(rows) != 1 || rows[0][0] != "0" || rows[0][8] == "0.00" {
+		t.Fatalf("rows %q:\n%s", rows, out.String())
+	}
+}

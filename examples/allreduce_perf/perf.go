@@ -244,3 +244,31 @@ func fromNative[T comm.Number](v int) T {
 	}
 	return z
 }
+
+// perfBarrier times Barrier alone, as the MPI and Gloo programs of
+// bench/compare do: a barrier to line the ranks up, then the timed one. It
+// prints one row of size 0 in the table's columns (both modes alike).
+func perfBarrier(ctx context.Context, c *comm.Comm, o options, _ comm.Op, w io.Writer) (int64, error) {
+	fmt.Fprintf(w, "# gorun allreduce_perf: barrier, %d ranks, GOMAXPROCS %d\n", c.Size(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	var us float64
+	for i := 0; i < o.warmup+o.iters; i++ {
+		if err := c.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := c.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		if i >= o.warmup {
+			us += time.Since(start).Seconds() * 1e6
+		}
+	}
+	t := []float64{us / float64(o.iters)}
+	if err := comm.AllReduce(ctx, c, t, t, comm.Max); err != nil { // the slowest rank's time
+		return 0, err
+	}
+	fmt.Fprintf(w, " %12d %12d %8s %6s %9.2f %7.2f %7.2f %6d %9.2f %7.2f %7.2f %6d\n", 0, 0, "none", "none", t[0], 0.0, 0.0, 0, t[0], 0.0, 0.0, 0)
+	fmt.Fprintf(w, "# Out of bounds values : 0 OK\n#\n")
+	return 0, nil
+}

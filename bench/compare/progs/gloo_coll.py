@@ -1,11 +1,12 @@
 """gloo_coll: the torch.distributed Gloo side of bench/compare.
 
 Times dist.all_reduce (float32 sum, in place) or dist.broadcast (root 0) on
-backend "gloo" over a list of sizes and, on rank 0, prints one line per size:
+backend "gloo" over a list of sizes, or dist.barrier alone (one line of size
+0), and on rank 0 prints one line per size:
     bytes count time_us algbw_GBps busbw_GBps wrong
 Every iteration's result is checked (values are exact in float32).
 Run one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set:
-    gloo_coll.py allreduce|broadcast WARMUP ITERS BYTES...
+    gloo_coll.py allreduce|broadcast|barrier WARMUP ITERS BYTES...
 Use Debian's interpreter (/usr/bin/python3) for Debian's python3-torch.
 """
 import os
@@ -22,6 +23,19 @@ def main():
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     bcast = mode == "broadcast"
+    if mode == "barrier":
+        total = 0.0
+        for it in range(-warm, iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.barrier()
+            if it >= 0:
+                total += time.perf_counter() - t0
+        t = torch.tensor([total], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            print(f"0 0 {t.item() / iters * 1e6:.2f} 0 0 0", flush=True)
+        sizes = []
     for nbytes in sizes:
         n = max(1, nbytes // 4)
         buf = torch.empty(n, dtype=torch.float32)

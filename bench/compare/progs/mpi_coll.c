@@ -1,10 +1,11 @@
 /* mpi_coll: the MPI side of bench/compare. Times MPI_Allreduce (float32 sum,
- * in place) or MPI_Bcast (float32, root 0) over a list of sizes and prints
+ * in place) or MPI_Bcast (float32, root 0) over a list of sizes, or
+ * MPI_Barrier alone (one line of size 0, whatever the sizes), and prints
  * one line per size, in the same columns as gorun's allreduce_perf:
  *   bytes count time_us algbw_GBps busbw_GBps wrong
  * Every iteration's result is checked: with rank r contributing (r+1)*(i%7+1)
  * the sum is exact in float32 for the sizes and rank counts used here.
- * Usage: mpi_coll allreduce|broadcast WARMUP ITERS BYTES...
+ * Usage: mpi_coll allreduce|broadcast|barrier WARMUP ITERS BYTES...
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -29,12 +30,26 @@ int main(int argc, char **argv) {
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (argc < 5) {
-		if (rank == 0) fprintf(stderr, "usage: %s allreduce|broadcast WARMUP ITERS BYTES...\n", argv[0]);
+		if (rank == 0) fprintf(stderr, "usage: %s allreduce|broadcast|barrier WARMUP ITERS BYTES...\n", argv[0]);
 		MPI_Finalize();
 		return 2;
 	}
 	int bcast = strcmp(argv[1], "broadcast") == 0;
 	int warm = atoi(argv[2]), iters = atoi(argv[3]);
+	if (strcmp(argv[1], "barrier") == 0) {
+		double total = 0;
+		for (int it = -warm; it < iters; it++) {
+			MPI_Barrier(MPI_COMM_WORLD);
+			double t0 = MPI_Wtime();
+			MPI_Barrier(MPI_COMM_WORLD);
+			if (it >= 0) total += MPI_Wtime() - t0;
+		}
+		double maxt;
+		MPI_Reduce(&total, &maxt, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+		if (rank == 0) printf("0 0 %.2f 0 0 0\n", maxt / iters * 1e6);
+		MPI_Finalize();
+		return 0;
+	}
 	for (int a = 4; a < argc; a++) {
 		size_t bytes = strtoull(argv[a], NULL, 10);
 		size_t n = bytes / sizeof(float);
