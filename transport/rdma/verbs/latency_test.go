@@ -1,0 +1,130 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// pingPongSeconds is how long each mode runs per round.
+const pingPongSeconds = 1
+
+// pingPong bounces an 8-byte write-with-immediate between two connections
+// for pingPongSeconds and returns the median round trip. wait returns the
+// next receive completion of one side (the sends are unsignaled).
+func pingPong(t *testing.T, d rdma.Device, a, b rdma.Conn, waitA, waitB func(context.Context) (rdma.WC, error)) time.Duration {
+	t.Helper()
+	src, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	dst, _ := d.Alloc(64, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// b echoes until ctx ends
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			for {
+				wc, err := waitB(ctx)
+				if err != nil {
+					return nil
+				}
+				if wc.Status != rdma.StatusSuccess || !wc.HasImm {
+					return fmt.Errorf("b: %+v", wc)
+				}
+				if err := b.PostRecv(0, nil, nil); err != nil {
+					return err
+				}
+				if err := b.PostWriteImm(0, src.Bytes()[8:16], src, 0, dst.Addr()+8, dst.RKey(), wc.Imm); err != nil {
+					return err
+				}
+			}
+		}()
+	}()
+	for _, c := range []rdma.Conn{a, b} {
+		if err := c.PostRecv(0, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rtts []time.Duration
+	end := time.Now().Add(pingPongSeconds * time.Second)
+	for i := uint32(0); time.Now().Before(end); i++ {
+		t0 := time.Now()
+		if err := a.PostWriteImm(0, src.Bytes()[:8], src, 0, dst.Addr(), dst.RKey(), i); err != nil {
+			t.Fatal(err)
+		}
+		wc, err := waitA(ctx)
+		if err != nil || wc.Status != rdma.StatusSuccess || wc.Imm != i {
+			t.Fatalf("a: %+v %v", wc, err)
+		}
+		rtts = append(rtts, time.Since(t0))
+		if err := a.PostRecv(0, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+	return rtts[len(rtts)/2]
+}
+
+// spin polls cq until it has a completion (what collectives' engine does
+// while it spins).
+func spin(cq rdma.CQ) func(context.Context) (rdma.WC, error) {
+	var wc [32]rdma.WC
+	return func(ctx context.Context) (rdma.WC, error) {
+		for ctx.Err() == nil {
+			if cq.Poll(wc[:1]) == 1 {
+				return wc[0], nil
+			}
+		}
+		return rdma.WC{}, ctx.Err()
+	}
+}
+
+// TestPingPongLatency compares the round trip of an 8-byte write with
+// immediate between two connections (both in this process, over rxe0)
+// when each side spins on Poll of a shared CQ, sleeps in rdma.WaitComp
+// (Arm, Notify) on it, or calls GetRecvComp on a private CQ. Under TCG the
+// figures are only relative.
+func TestPingPongLatency(t *testing.T) {
+	vmIP(t)
+	if testing.Short() && os.Getenv("GORUN_VERBS_BW") == "" {
+		t.Skip("takes ~10 s: set GORUN_VERBS_BW=1 (scripts/rxe-vm/test.sh -bench does) or drop -short")
+	}
+	d := openDev(t, rdma.Config{})
+	ca, cb := newCQ(t, d, 0), newCQ(t, d, 0)
+	sa, sb := pairQP(t, d, d, both(ca), both(cb))
+	pa, pb := pair(t, d)
+	modes := []struct {
+		name         string
+		a, b         rdma.Conn
+		waitA, waitB func(context.Context) (rdma.WC, error)
+	}{
+		{"cq-poll", sa, sb, spin(ca), spin(cb)},
+		{"cq-waitcomp", sa, sb, func(ctx context.Context) (rdma.WC, error) { return rdma.WaitComp(ctx, ca, nil) },
+			func(ctx context.Context) (rdma.WC, error) { return rdma.WaitComp(ctx, cb, nil) }},
+		{"getrecvcomp", pa, pb, pa.GetRecvComp, pb.GetRecvComp},
+	}
+	med := make([][]time.Duration, len(modes))
+	for round := 0; round < 3; round++ { // interleaved: the host is noisy
+		for i, m := range modes {
+			med[i] = append(med[i], pingPong(t, d, m.a, m.b, m.waitA, m.waitB))
+		}
+	}
+	var parts []string
+	for i, m := range modes {
+		parts = append(parts, fmt.Sprintf("%s %v", m.name, med[i]))
+	}
+	line := "LATENCY 8-byte write-with-imm round trip, median per 1 s round, rxe0 under qemu: " + strings.Join(parts, ", ")
+	t.Log(line)
+	fmt.Println(line)
+}
