@@ -10,6 +10,18 @@
 // the wire: delay, corrupt a byte, stall (a partition that keeps the socket
 // open) or cut.
 //
-// Concurrency: a wrapped Conn is as safe as the one it wraps; rule counters
-// are atomic.
+// Completion waits (the InWait point, op "wait") are counted in two places,
+// on the same rule counters: each GetSendComp or GetRecvComp call, before it
+// waits; and each completion that Poll hands out from a shared CQ made by
+// the wrapped device's CreateCQ (see cq.go for the exact rules: an empty
+// Poll is not a wait, Cut there closes every conn bound to the CQ). A CQ
+// made by the provider underneath bypasses the plan. Conns made with
+// DialQP and AcceptQP take either kind of CQ.
+//
+// Ownership: the plan's counters belong to the wrapped device; a wrapped
+// CQ knows the wrapped conns bound to it, until they close.
+//
+// Concurrency: a wrapped Conn or CQ is as safe as the one it wraps; rule
+// counters are atomic. Delay, Freeze and Hook run on the goroutine that
+// posted, waited or polled.
 package faulty

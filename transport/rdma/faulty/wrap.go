@@ -43,7 +43,7 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, plan: d.plan}, nil
+	return newConn(c, d.plan, nil), nil
 }
 
 type listener struct {
@@ -56,12 +56,13 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, plan: l.plan}, nil
+	return newConn(c, l.plan, nil), nil
 }
 
 type conn struct {
 	rdma.Conn
 	plan *Plan
+	cqs  []*cq // the shared CQs it is bound to (DialQP, AcceptQP)
 }
 
 // fire applies the rules matching (op, at); it reports whether the request
@@ -72,24 +73,32 @@ func (c *conn) fire(op string, at Point) (drop bool) {
 			continue
 		}
 		switch r.Action {
-		case Delay:
-			time.Sleep(r.Delay)
 		case Drop:
 			drop = true
 		case Cut:
-			c.Conn.Close()
-		case Kill:
-			syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
-			select {} // not reached: SIGKILL cannot be caught
-		case Freeze:
-			syscall.Kill(syscall.Getpid(), syscall.SIGSTOP)
-		case Hook:
-			if r.Hook != nil {
-				r.Hook()
-			}
+			c.Close()
+		default:
+			act(r)
 		}
 	}
 	return drop
+}
+
+// act performs the actions that do not depend on where r fired.
+func act(r *Rule) {
+	switch r.Action {
+	case Delay:
+		time.Sleep(r.Delay)
+	case Kill:
+		syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
+		select {} // not reached: SIGKILL cannot be caught
+	case Freeze:
+		syscall.Kill(syscall.Getpid(), syscall.SIGSTOP)
+	case Hook:
+		if r.Hook != nil {
+			r.Hook()
+		}
+	}
 }
 
 // post runs one post through the rules around the provider's call.
@@ -148,20 +157,4 @@ func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
 func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
 	c.fire("wait", InWait)
 	return c.Conn.GetRecvComp(ctx)
-}
-
-func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	c, err := d.Device.DialQP(ctx, addr, init)
-	if err != nil {
-		return nil, err
-	}
-	return &conn{Conn: c, plan: d.plan}, nil
-}
-
-func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
-	c, err := l.Listener.AcceptQP(ctx, init)
-	if err != nil {
-		return nil, err
-	}
-	return &conn{Conn: c, plan: l.plan}, nil
 }

@@ -94,11 +94,13 @@ type conn struct {
 	reason      error
 	sq          []wr // posted, not yet taken by the engine
 	spare       []wr
-	started     bool // the engine goroutine exists (from the first post to shutdown)
-	idle        bool // the engine waits on wake
+	inl         wr    // the request a poster runs inline (ownPoster's)
+	owner       uint8 // who executes the send queue: ownNone, ownPoster, ownEngine
+	started     bool  // the engine goroutine exists (from the first post to shutdown)
+	idle        bool  // the engine waits on wake
 	wake        chan struct{}
-	wg          sync.WaitGroup
-	outstanding atomic.Int64 // send-queue requests not yet completed
+	wg          sync.WaitGroup // the engine, and a poster executing inline
+	outstanding atomic.Int64   // send-queue requests not yet completed
 
 	rqMu       sync.Mutex
 	rq         []recvWR
@@ -111,7 +113,10 @@ type conn struct {
 	doneOnce sync.Once
 	timer    *time.Timer // the engine's RNR timer
 
-	sendCQ, recvCQ *soft.CQ
+	// The completion queues: private ones, or a shared CQ (see bind).
+	// Set before the conn is handed out, under mu and rqMu.
+	sendCQ, recvCQ         *soft.CQ
+	sendShared, recvShared bool
 }
 
 func newConn(d *device, name string) *conn {
@@ -125,6 +130,22 @@ func newConn(d *device, name string) *conn {
 		sendCQ:     soft.NewCQ(),
 		recvCQ:     soft.NewCQ(),
 	}
+}
+
+// bind points the conn's queues at the shared CQs of q (nil keeps the
+// private one). Completions then go straight into the shared CQ; closing
+// the conn flushes into it and never shuts it.
+func (c *conn) bind(q queues) {
+	c.mu.Lock()
+	c.rqMu.Lock()
+	if q.send != nil {
+		c.sendCQ, c.sendShared = q.send, true
+	}
+	if q.recv != nil {
+		c.recvCQ, c.recvShared = q.recv, true
+	}
+	c.rqMu.Unlock()
+	c.mu.Unlock()
 }
 
 func (c *conn) postErr(op string, err error) error {
@@ -226,18 +247,18 @@ func (c *conn) postSQ(name string, op opKind, wrid uint64, sgl []rdma.SGE, vec b
 		soft.ReleaseAll(w.list())
 		return c.postErr(name, rdma.ErrQueueFull)
 	}
-	c.sq = append(c.sq, w)
-	switch {
-	case !c.started:
-		c.started = true
+	if c.owner == ownNone && len(c.sq) == 0 {
+		// Nothing ahead of it: run it here (see runInline).
+		c.owner = ownPoster
+		c.inl = w // not &w: that would move every post's request to the heap
 		c.wg.Add(1)
-		go c.run()
-	case c.idle:
-		c.idle = false
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.mu.Unlock()
+		c.runInline(&c.inl)
+		return nil
+	}
+	c.sq = append(c.sq, w)
+	if c.owner == ownNone {
+		c.toEngineLocked()
 	}
 	c.mu.Unlock()
 	return nil
@@ -294,17 +315,25 @@ func (c *conn) postRQ(name string, wrid uint64, sgl []rdma.SGE, vec bool) error 
 }
 
 func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {
-	wc, err := c.sendCQ.Get(ctx)
-	if err != nil {
-		return wc, opErr("get_send_comp", err)
-	}
-	return wc, nil
+	return getComp(ctx, "get_send_comp", c.sendCQ, c.sendShared)
 }
 
 func (c *conn) GetRecvComp(ctx context.Context) (rdma.WC, error) {
-	wc, err := c.recvCQ.Get(ctx)
+	return getComp(ctx, "get_recv_comp", c.recvCQ, c.recvShared)
+}
+
+// getComp waits for q's next completion: a private queue's, or, shared,
+// whatever the CQ hands out next (rdma.WaitComp).
+func getComp(ctx context.Context, op string, q *soft.CQ, shared bool) (rdma.WC, error) {
+	var wc rdma.WC
+	var err error
+	if shared {
+		wc, err = rdma.WaitComp(ctx, q, q.Closed())
+	} else {
+		wc, err = q.Get(ctx)
+	}
 	if err != nil {
-		return wc, opErr("get_recv_comp", err)
+		return wc, opErr(op, err)
 	}
 	return wc, nil
 }
@@ -391,8 +420,13 @@ func (c *conn) shutdown(to int32, reason error) bool {
 	c.rqMu.Lock()
 	c.flushRecvsLocked()
 	c.rqMu.Unlock()
-	c.recvCQ.Shut(reason)
+	// A shared CQ outlives its conns: it gets the flushes, never Shut.
+	if !c.recvShared {
+		c.recvCQ.Shut(reason)
+	}
 	c.wg.Wait()
-	c.sendCQ.Shut(reason)
+	if !c.sendShared {
+		c.sendCQ.Shut(reason)
+	}
 	return true
 }

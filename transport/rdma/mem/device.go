@@ -119,6 +119,10 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 
 // Dial connects to a listener's address and returns a connected Conn.
 func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
+	return d.dial(ctx, addr, queues{})
+}
+
+func (d *device) dial(ctx context.Context, addr string, q queues) (rdma.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("dial", err)
 	}
@@ -133,6 +137,7 @@ func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
 	cli := newConn(d, fmt.Sprintf("%s/c%d", addr, id))
 	srv := newConn(srvDev, fmt.Sprintf("%s/s%d", addr, id))
 	cli.peer, srv.peer = srv, cli
+	cli.bind(q)
 	if !d.track(cli) {
 		return nil, opErr("dial", rdma.ErrClosed)
 	}
@@ -242,6 +247,12 @@ func (l *listener) signal() {
 }
 
 func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	return l.accept(ctx, queues{})
+}
+
+// accept returns the next dialed conn, bound to q. Nothing can have
+// completed on it before: its peer's sends find no receive posted yet.
+func (l *listener) accept(ctx context.Context, q queues) (rdma.Conn, error) {
 	for {
 		l.mu.Lock()
 		if len(l.pending) > 0 {
@@ -252,6 +263,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 				l.signal() // another Accept may be waiting
 			}
 			l.mu.Unlock()
+			c.bind(q)
 			return c, nil
 		}
 		closed := l.closed

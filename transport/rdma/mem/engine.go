@@ -8,15 +8,80 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
-// run executes the send queue in post order. The first post starts it;
-// between bursts it parks on wake, and it returns once the conn is out of
-// service and its queue is flushed, so a closed conn owns no goroutine.
+// Who executes the send queue (conn.owner, under mu). At most one of them
+// at a time, so requests take effect in post order: a poster that finds
+// the queue empty and nobody executing runs its request inline
+// (ownPoster); anything posted meanwhile queues behind it and goes to the
+// engine goroutine (ownEngine), which keeps the queue until it is empty.
+const (
+	ownNone uint8 = iota
+	ownPoster
+	ownEngine
+)
+
+// toEngineLocked hands the queue to the engine, starting or waking it.
+// The caller holds mu and owns the queue or sees ownNone.
+func (c *conn) toEngineLocked() {
+	c.owner = ownEngine
+	switch {
+	case !c.started:
+		c.started = true
+		c.wg.Add(1)
+		go c.run()
+	case c.idle:
+		c.idle = false
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// runInline executes w on the posting goroutine: no hand-off on the path
+// from a post to the peer's completion queue. A send that finds no receive
+// posted on the peer would have to wait (receiver not ready), which a post
+// must not: it goes to the head of the queue, for the engine.
+func (c *conn) runInline(w *wr) {
+	defer c.wg.Done()
+	if c.state.Load() == stateActive && w.op != opWrite && w.op != opRead {
+		st, why, rnr := c.deliver(w)
+		if rnr {
+			c.mu.Lock()
+			c.sq = append(c.sq, wr{})
+			copy(c.sq[1:], c.sq)
+			c.sq[0] = *w
+			*w = wr{}
+			c.toEngineLocked()
+			c.mu.Unlock()
+			return
+		}
+		c.complete(w, st, why)
+	} else {
+		c.execute(w)
+	}
+	c.mu.Lock()
+	*w = wr{}
+	if len(c.sq) > 0 {
+		c.toEngineLocked()
+	} else {
+		c.owner = ownNone
+	}
+	c.mu.Unlock()
+}
+
+// run executes the send queue in post order while it owns it. The first
+// hand-off starts it; between bursts it parks on wake, and it returns once
+// the conn is out of service and its queue is flushed, so a closed conn
+// owns no goroutine.
 func (c *conn) run() {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
-		for len(c.sq) == 0 {
-			if c.state.Load() >= statePeerGone {
+		for c.owner != ownEngine || len(c.sq) == 0 {
+			if c.owner == ownEngine {
+				c.owner = ownNone
+			}
+			if c.state.Load() >= statePeerGone && c.owner == ownNone && len(c.sq) == 0 {
 				c.mu.Unlock()
 				return
 			}
@@ -55,6 +120,11 @@ func (c *conn) execute(w *wr) {
 			st, why = c.send(w)
 		}
 	}
+	c.complete(w, st, why)
+}
+
+// complete ends a request that ran with status st.
+func (c *conn) complete(w *wr, st rdma.Status, why error) {
 	soft.ReleaseAll(w.list())
 	c.outstanding.Add(-1)
 	if st != rdma.StatusSuccess && st != rdma.StatusFlushed {

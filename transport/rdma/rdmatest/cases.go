@@ -33,7 +33,16 @@ var sizes = []struct {
 //   - post order for effects and completions: ordering/*, many-outstanding;
 //   - MRs busy while in use: deregister-busy;
 //   - concurrent posting on one conn: concurrent-posters;
-//   - FlagFence, queue depths (rdma.Config): fence, queue-full.
+//   - FlagFence, queue depths (rdma.Config): fence, queue-full;
+//   - the poll contract (cq.go), on conns bound to a shared CQ: Poll never
+//     blocks and allocates nothing: cq/empty-poll; per-conn post order in
+//     a shared CQ: cq/order; Arm, Poll, Notify without a lost wake-up:
+//     cq/lost-wakeup; a token after Arm, each completion handed out once:
+//     cq/once; flushes on close, peer close and peer death reach the CQ:
+//     cq/flush-*; Get*Comp on a bound queue: cq/get-comp; zero-length
+//     requests: cq/zero-length; transfers much larger than one step of a
+//     provider's progress, driven by Poll alone: cq/bulk; Close wakes a
+//     sleeper: cq/close.
 var cases = buildCases()
 
 func buildCases() []testCase {
@@ -77,6 +86,17 @@ func buildCases() []testCase {
 		testCase{name: "closed-posts", cfg: rnrForever, run: caseClosedPosts},
 		testCase{name: "peer-closed", run: casePeerClosed},
 		testCase{name: "dial-refused", run: caseDialRefused},
+		testCase{name: "cq/empty-poll", run: caseCQEmptyPoll},
+		testCase{name: "cq/order", run: caseCQOrder},
+		testCase{name: "cq/lost-wakeup", run: caseCQLostWakeup},
+		testCase{name: "cq/once", run: caseCQOnce},
+		testCase{name: "cq/flush-close", cfg: rnrForever, run: caseCQFlushClose},
+		testCase{name: "cq/flush-peer-closed", cfg: rnrForever, run: caseCQFlushPeerClosed},
+		testCase{name: "cq/flush-peer-died", cfg: rnrForever, run: caseCQFlushPeerDied},
+		testCase{name: "cq/get-comp", run: caseCQGetComp},
+		testCase{name: "cq/zero-length", run: caseCQZeroLength},
+		testCase{name: "cq/bulk", run: caseCQBulk},
+		testCase{name: "cq/close", run: caseCQClose},
 	)
 	for _, ra := range remoteAccessCases {
 		cs = append(cs, testCase{name: "remote-access/" + ra.name, run: func(e *env) { caseRemoteAccess(e, ra) }})

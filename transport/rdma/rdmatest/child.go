@@ -72,8 +72,15 @@ func serve(prov string, r io.Reader, w io.Writer) error {
 	}
 }
 
-// remotePeer drives a peer through the control protocol.
+// remotePeer drives a peer through the control protocol; its conn
+// methods act on the peer's conn k.
 type remotePeer struct {
+	*ctl
+	k int
+}
+
+// ctl is the control channel that the views On returns share.
+type ctl struct {
 	mu     sync.Mutex
 	w      *os.File
 	r      *os.File
@@ -81,6 +88,7 @@ type remotePeer struct {
 	dec    *json.Decoder
 	broken error
 	stop   func() error // ends the server side
+	kill   func() error // ends it abruptly: SIGKILL to the child
 	pid    int          // the child's, if there is one
 }
 
@@ -143,6 +151,11 @@ func startChild(provider string) (*remotePeer, error) {
 			return errors.New("rdmatest child did not exit; killed")
 		}
 	}
+	rp.kill = func() error {
+		cmd.Process.Kill()
+		rp.stop() // reaps it; its exit status is the kill's
+		return nil
+	}
 	if _, err := rp.call(request{Op: "hello"}); err != nil {
 		rp.stop()
 		return nil, fmt.Errorf("conformance child did not answer (does the package's TestMain call rdmatest.Main?): %w", err)
@@ -175,16 +188,30 @@ func pipePeer(provider string) (*remotePeer, error) {
 		pr.Close()
 		return err
 	}
+	rp.kill = rp.stop // no process to kill: the server closes its session
 	return rp, nil
 }
 
 func newRemotePeer(r, w *os.File) *remotePeer {
-	return &remotePeer{r: r, w: w, enc: json.NewEncoder(w), dec: json.NewDecoder(r)}
+	return &remotePeer{ctl: &ctl{r: r, w: w, enc: json.NewEncoder(w), dec: json.NewDecoder(r)}}
+}
+
+func (c *remotePeer) On(k int) peer { return &remotePeer{ctl: c.ctl, k: k} }
+
+func (c *remotePeer) ListenMore(addr string) (string, error) {
+	r, err := c.call(request{Op: "listenmore", Addr: addr})
+	return r.Addr, err
+}
+
+func (c *remotePeer) AcceptMore(timeout time.Duration) (int, error) {
+	r, err := c.call(request{Op: "acceptmore", Timeout: timeout})
+	return r.N, err
 }
 
 // call sends one request and waits for its answer, at most the request's
 // own timeout plus a margin; a lost answer breaks the peer for good.
 func (c *remotePeer) call(q request) (response, error) {
+	q.Conn = c.k
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var resp response

@@ -20,6 +20,15 @@
 // per Run with CHILD_ENV set, dies with the parent (Pdeathsig, and EOF on
 // its control pipe) and exits after a hard timeout in any case.
 //
+// The cq/ cases check the poll contract (transport/rdma/cq.go): the test
+// side binds several connections to one CQ made with Device.CreateCQ
+// (DialQP), and the peer, which keeps private queues, accepts them as
+// further conns (ListenMore, AcceptMore) and drives each through On(k).
+// Completions carry the test-side conn and kind in their wrid. One case
+// starts a second, independent peer (a second child process, or in-process
+// a second device) and kills it to check that a dead peer's requests are
+// flushed into the shared CQ.
+//
 // What is checked, and what is not observable:
 //   - posting before the connection is established cannot be observed
 //     through Dial, which returns a connected Conn; the suite checks posts

@@ -61,25 +61,95 @@ type peer interface {
 	RecvCompSum(timeout time.Duration, b rbuf, off, n int) (rdma.WC, uint32, error)
 	ConnErr() (error, error)
 	CloseConn() error
-	// Close ends the session: closes the conn and the device.
+	// Close ends the session: closes the conns and the device.
 	Close() error
+
+	// ListenMore listens on addr again, on the same device, for one more
+	// connection, which AcceptMore accepts; AcceptMore returns its index
+	// for On. (The conn Accept made is index 0.)
+	ListenMore(addr string) (string, error)
+	AcceptMore(timeout time.Duration) (int, error)
+	// On returns the peer with conn k as its conn: PostRecv, Post, the
+	// completions, ConnErr and CloseConn act on that conn; the rest is
+	// shared with the peer On was called on.
+	On(k int) peer
 }
 
 // localPeer serves the peer in this process. The child process serves
 // its requests with one too.
 type localPeer struct {
+	*peerDev
+	conn rdma.Conn // the one its conn methods act on
+}
+
+// peerDev is what the views On returns share: the device, buffers and
+// every accepted conn.
+type peerDev struct {
 	provider string
 
-	mu   sync.Mutex
-	dev  rdma.Device
-	ln   rdma.Listener
-	conn rdma.Conn
-	bufs map[int]*rdma.MR
-	next int
+	mu    sync.Mutex
+	dev   rdma.Device
+	ln    rdma.Listener
+	more  rdma.Listener
+	conns []rdma.Conn // conns[0] is Accept's
+	bufs  map[int]*rdma.MR
+	next  int
 }
 
 func newLocalPeer(provider string) *localPeer {
-	return &localPeer{provider: provider, bufs: map[int]*rdma.MR{}}
+	return &localPeer{peerDev: &peerDev{provider: provider, bufs: map[int]*rdma.MR{}}}
+}
+
+// On implements peer; an unknown k gives a peer whose conn methods fail
+// with ErrNotConnected.
+func (p *localPeer) On(k int) peer { return p.on(k) }
+
+func (p *localPeer) on(k int) *localPeer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v := &localPeer{peerDev: p.peerDev}
+	if k >= 0 && k < len(p.conns) {
+		v.conn = p.conns[k]
+	}
+	return v
+}
+
+func (p *localPeer) ListenMore(addr string) (string, error) {
+	if p.dev == nil {
+		return "", rdma.ErrNotConnected
+	}
+	if p.more != nil {
+		p.more.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ln, err := p.dev.Listen(ctx, addr)
+	if err != nil {
+		return "", err
+	}
+	p.more = ln
+	return ln.Addr().String(), nil
+}
+
+func (p *localPeer) AcceptMore(timeout time.Duration) (int, error) {
+	if p.more == nil {
+		return 0, fmt.Errorf("accept before listen: %w", rdma.ErrInvalid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := p.more.Accept(ctx)
+	p.more.Close()
+	p.more = nil
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.conns) == 0 {
+		p.conns = append(p.conns, nil) // index 0 stays Accept's
+	}
+	p.conns = append(p.conns, c)
+	return len(p.conns) - 1, nil
 }
 
 func (p *localPeer) Listen(cfg rdma.Config, addr string) (string, error) {
@@ -109,6 +179,13 @@ func (p *localPeer) Accept(timeout time.Duration) error {
 		return err
 	}
 	p.conn = c
+	p.mu.Lock()
+	if len(p.conns) == 0 {
+		p.conns = append(p.conns, c)
+	} else {
+		p.conns[0] = c
+	}
+	p.mu.Unlock()
 	p.ln.Close()
 	p.ln = nil
 	return nil
@@ -275,6 +352,8 @@ func postOne(c rdma.Conn, op string, wrid uint64, sgl []rdma.SGE, f rdma.Flags, 
 		return c.PostWritev(wrid, sgl, f, raddr, rkey)
 	case op == "writeimm" && one:
 		return c.PostWriteImm(wrid, b, mr, f, raddr, rkey, imm)
+	case op == "writeimm" && len(sgl) == 0: // zero bytes, no MR
+		return c.PostWriteImm(wrid, nil, nil, f, raddr, rkey, imm)
 	case op == "read" && one:
 		return c.PostRead(wrid, b, mr, f, raddr, rkey)
 	case op == "read":
@@ -326,8 +405,19 @@ func (p *localPeer) CloseConn() error {
 }
 
 func (p *localPeer) Close() error {
-	if p.ln != nil {
-		p.ln.Close()
+	for _, ln := range []rdma.Listener{p.ln, p.more} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
 	}
 	if p.conn != nil {
 		p.conn.Close()
@@ -339,6 +429,6 @@ func (p *localPeer) Close() error {
 	p.mu.Lock()
 	p.bufs = map[int]*rdma.MR{}
 	p.mu.Unlock()
-	p.dev, p.ln, p.conn = nil, nil, nil
+	p.dev, p.ln, p.more, p.conn = nil, nil, nil, nil
 	return err
 }

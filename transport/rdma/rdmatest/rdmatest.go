@@ -33,7 +33,7 @@ const caseTimeout = 60 * time.Second
 // a child process (which needs Main in the package's TestMain).
 func Run(t *testing.T, opts Options) {
 	t.Run("local", func(t *testing.T) {
-		runCases(t, opts, func() peer { return newLocalPeer(opts.Provider) })
+		runCases(t, opts, func() peer { return newLocalPeer(opts.Provider) }, spawnLocal(opts.Provider))
 	})
 	if !opts.CrossProcess {
 		return
@@ -48,17 +48,40 @@ func Run(t *testing.T, opts Options) {
 				t.Errorf("conformance child: %v", err)
 			}
 		}()
-		runCases(t, opts, func() peer { return rp })
+		runCases(t, opts, func() peer { return rp }, spawnChild(opts.Provider))
 	})
 }
 
-func runCases(t *testing.T, opts Options, newPeer func() peer) {
+// spawner starts a second, independent peer and returns it with a
+// function that makes it die: SIGKILL for a child process, closing its
+// device (every conn at once) for one in this process.
+type spawner func() (p peer, kill func() error, err error)
+
+func spawnLocal(provider string) spawner {
+	return func() (peer, func() error, error) {
+		p := newLocalPeer(provider)
+		return p, p.Close, nil
+	}
+}
+
+func spawnChild(provider string) spawner {
+	return func() (peer, func() error, error) {
+		rp, err := startChild(provider)
+		if err != nil {
+			return nil, nil, err
+		}
+		return rp, rp.kill, nil
+	}
+}
+
+func runCases(t *testing.T, opts Options, newPeer func() peer, spawn spawner) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.long && testing.Short() {
 				t.Skip("skipped in -short mode")
 			}
 			e := setup(t, opts, tc.cfg, newPeer())
+			e.spawn = spawn
 			tc.run(e)
 		})
 	}
@@ -73,6 +96,8 @@ type env struct {
 	dev  rdma.Device
 	a    rdma.Conn
 	b    peer
+
+	spawn spawner // a second peer, for cases that kill one
 }
 
 // setup opens both devices with the case's config and connects them.

@@ -29,7 +29,14 @@ func TestConformanceMemPipe(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	runCases(t, Options{Provider: "mem"}, func() peer { return rp })
+	spawn := func() (peer, func() error, error) {
+		rp, err := pipePeer("mem")
+		if err != nil {
+			return nil, nil, err
+		}
+		return rp, rp.kill, nil
+	}
+	runCases(t, Options{Provider: "mem"}, func() peer { return rp }, spawn)
 }
 
 var _ rdma.Conn // the suite builds against the contract only

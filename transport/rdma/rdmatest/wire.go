@@ -27,12 +27,14 @@ type request struct {
 	WRID    uint64        `json:",omitempty"`
 	Segs    []seg         `json:",omitempty"`
 	Posts   []postReq     `json:",omitempty"`
+	Conn    int           `json:",omitempty"` // which conn (On)
 }
 
 type response struct {
 	Addr    string   `json:",omitempty"`
 	Buf     rbuf     `json:",omitzero"`
 	Sum     uint32   `json:",omitempty"`
+	N       int      `json:",omitempty"`
 	Data    []byte   `json:",omitempty"`
 	WC      rdma.WC  `json:",omitzero"`
 	ConnErr *wireErr `json:",omitempty"`
@@ -102,6 +104,9 @@ func (e *peerError) Unwrap() error { return e.err }
 // handle serves one request on p.
 func handle(p *localPeer, q *request) (resp response) {
 	var err error
+	if q.Conn != 0 {
+		p = p.on(q.Conn)
+	}
 	switch q.Op {
 	case "hello":
 	case "listen":
@@ -132,6 +137,10 @@ func handle(p *localPeer, q *request) (resp response) {
 		var cerr error
 		cerr, err = p.ConnErr()
 		resp.ConnErr = toWire(cerr)
+	case "listenmore":
+		resp.Addr, err = p.ListenMore(q.Addr)
+	case "acceptmore":
+		resp.N, err = p.AcceptMore(q.Timeout)
 	case "closeconn":
 		err = p.CloseConn()
 	case "close":
