@@ -35,7 +35,6 @@ type conn struct {
 	d         *device
 	id        *C.struct_rdma_cm_id
 	ch        *cmChannel
-	qpNum     uint32
 	send      *queue
 	recv      *queue
 	maxInline int
@@ -56,7 +55,8 @@ type conn struct {
 
 // newConn creates the QP of id with the CQs of init; a nil CQ gets a
 // private one. The queues bind to their CQs before the QP exists, so no
-// completion can come for an unbound queue.
+// completion can come for an unbound queue; until they learn the QP's
+// number, a stale completion for their binding index is ignored.
 func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel, init rdma.QPInit) (*conn, error) {
 	sdepth := min(d.cfg.SendQueueDepth, d.maxWR, d.maxCQE)
 	rdepth := min(d.cfg.RecvQueueDepth, d.maxWR, d.maxCQE)
@@ -76,7 +76,11 @@ func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel, init rdma.QPIni
 		c.destroy()
 		return nil, errnoErr(err)
 	}
-	c.qpNum = uint32(qp.qp_num)
+	for _, q := range []*queue{c.send, c.recv} {
+		q.mu.Lock()
+		q.qpNum = uint32(qp.qp_num)
+		q.mu.Unlock()
+	}
 	c.maxInline = min(int(qp.max_inline), C.GORUN_INLINE_BUF)
 	return c, nil
 }

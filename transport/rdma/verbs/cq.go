@@ -259,7 +259,7 @@ func (q *cq) pollInto(dst []rdma.WC) (user, hw int) {
 			continue
 		}
 		qu := q.queues[idx]
-		if qu == nil || qu.c.qpNum != uint32(w.qp_num) {
+		if qu == nil || qu.qpNum != uint32(w.qp_num) {
 			continue // a late completion of a destroyed QP
 		}
 		if qu.complete(w, &dst[user]) {

@@ -46,9 +46,12 @@ type queue struct {
 	c    *conn
 	recv bool
 	cq   *cq
-	mu   *sync.Mutex        // &cq.mu
-	idx  uint64             // binding index in cq, shifted into place for wr_id
-	wr   *C.struct_gorun_wr // scratch work request (C memory)
+	mu   *sync.Mutex // &cq.mu
+	idx  uint64      // binding index in cq, shifted into place for wr_id
+	// qpNum is the QP's number once it exists (0 before: no RC QP has it);
+	// a completion for this binding index with another number is stale.
+	qpNum uint32
+	wr    *C.struct_gorun_wr // scratch work request (C memory)
 
 	// grace flushes the queue flushGrace after its connection failed, if
 	// the device has not (see flushGrace); gracePending is set while it
