@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -95,16 +96,32 @@ func spin(cq rdma.CQ, yield bool) func(context.Context) (rdma.WC, error) {
 	}
 }
 
+// spinWait polls cq spinPolls times (yielding the goroutine in between),
+// as GetRecvComp does on a private CQ, then sleeps in rdma.WaitComp.
+func spinWait(cq rdma.CQ) func(context.Context) (rdma.WC, error) {
+	var wc [1]rdma.WC
+	return func(ctx context.Context) (rdma.WC, error) {
+		for i := 0; i < spinPolls; i++ {
+			if cq.Poll(wc[:]) == 1 {
+				return wc[0], nil
+			}
+			runtime.Gosched()
+		}
+		return rdma.WaitComp(ctx, cq, nil)
+	}
+}
+
 // TestPingPongLatency compares the round trip of an 8-byte write with
 // immediate between two connections (both in this process, over rxe0)
-// when each side spins on Poll of a shared CQ (with and without
-// sched_yield between empty polls), sleeps in rdma.WaitComp
-// (Arm, Notify) on it, or calls GetRecvComp on a private CQ. Under TCG the
-// figures are only relative.
+// when each side waits for its receive on a shared CQ by: spinning on Poll
+// (with and without sched_yield between empty polls); polling as
+// GetRecvComp does, then sleeping in rdma.WaitComp (Arm, Notify);
+// WaitComp at once; or GetRecvComp on a private CQ. Under TCG the figures
+// are only relative.
 func TestPingPongLatency(t *testing.T) {
 	vmIP(t)
 	if testing.Short() && os.Getenv("GORUN_VERBS_BW") == "" {
-		t.Skip("takes ~15 s: set GORUN_VERBS_BW=1 (scripts/rxe-vm/test.sh -bench does) or drop -short")
+		t.Skip("takes ~20 s: set GORUN_VERBS_BW=1 (scripts/rxe-vm/test.sh -bench does) or drop -short")
 	}
 	d := openDev(t, rdma.Config{})
 	ca, cb := newCQ(t, d, 0), newCQ(t, d, 0)
@@ -117,6 +134,7 @@ func TestPingPongLatency(t *testing.T) {
 	}{
 		{"cq-poll", sa, sb, spin(ca, false), spin(cb, false)},
 		{"cq-poll+yield", sa, sb, spin(ca, true), spin(cb, true)},
+		{"cq-spin+waitcomp", sa, sb, spinWait(ca), spinWait(cb)},
 		{"cq-waitcomp", sa, sb, func(ctx context.Context) (rdma.WC, error) { return rdma.WaitComp(ctx, ca, nil) },
 			func(ctx context.Context) (rdma.WC, error) { return rdma.WaitComp(ctx, cb, nil) }},
 		{"getrecvcomp", pa, pb, pa.GetRecvComp, pb.GetRecvComp},
