@@ -28,6 +28,17 @@ func (d *device) CreateCQ(depth int) (rdma.CQ, error) {
 	return &cq{CQ: soft.NewCQ(), dev: d}, nil
 }
 
+// Poll implements rdma.CQ: nothing after Close, as the contract says,
+// even if flushes came in late.
+func (q *cq) Poll(wcs []rdma.WC) int {
+	select {
+	case <-q.Closed():
+		return 0
+	default:
+		return q.CQ.Poll(wcs)
+	}
+}
+
 // queues are the shared CQs a conn is bound to; nil means private.
 type queues struct{ send, recv *soft.CQ }
 

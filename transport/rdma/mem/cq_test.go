@@ -36,3 +36,42 @@ func TestCQOtherDevice(t *testing.T) {
 		t.Fatalf("CreateCQ(-1): %v", err)
 	}
 }
+
+// A Poll after Close returns nothing, even with completions queued, and
+// Close leaves a token for a sleeper.
+func TestCQPollAfterClose(t *testing.T) {
+	ctx := context.Background()
+	dev, _ := rdma.Open("mem")
+	defer dev.Close()
+	peer, _ := rdma.Open("mem")
+	defer peer.Close()
+	cq, _ := dev.CreateCQ(0)
+	ln, err := peer.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(ctx); err == nil {
+			defer c.Close()
+		}
+	}()
+	c, err := dev.DialQP(ctx, ln.Addr().String(), rdma.QPInit{SendCQ: cq, RecvCQ: cq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PostRecv(1, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the receive is flushed into the CQ
+	cq.Close()
+	var wcs [4]rdma.WC
+	if n := cq.Poll(wcs[:]); n != 0 {
+		t.Fatalf("Poll after Close: %d completions", n)
+	}
+	select {
+	case <-cq.Notify():
+	default:
+		t.Fatal("no token after Close")
+	}
+}
