@@ -9,21 +9,22 @@
 # VM's virtio NIC and runs every binary inside, all ranks talking over rxe0.
 # By default the tests run with -test.short (TCG moves ~25 MB/s, so the
 # 64 MiB cases take minutes); -long runs them all. -bench also runs the
-# bandwidth comparison with ib_write_bw (about 20 s more) and prints its
-# BANDWIDTH line. -race builds the binaries with the race detector (slower).
+# bandwidth comparison with ib_write_bw and the ping-pong latency of a
+# shared CQ's Poll, WaitComp and GetRecvComp (about 35 s more) and prints
+# their BANDWIDTH and LATENCY lines. -race builds the binaries with the race detector (slower).
 # Exit status: the tests' (non-zero on failure); 0 with "SKIP: reason" when
 # qemu, the kernel or the packages cannot be had.
 #
 # Environment: GORUN_RXE_VM_CACHE (default ~/.cache/gorun-rxe-vm) holds the
 # kernel and the base initramfs; GORUN_RXE_VM_NO_APT=1 never runs apt-get;
-# GORUN_RXE_VM_TIMEOUT (default 300) bounds the VM run in seconds;
+# GORUN_RXE_VM_TIMEOUT (default 480) bounds the VM run in seconds;
 # GORUN_RXE_VM_KERNEL_PKG pins the kernel package; GORUN_RXE_VM_COMM_RUN is
 # the -run filter of comm's tests over verbs (empty: skip comm).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${GORUN_RXE_VM_CACHE:-${HOME:-/root}/.cache/gorun-rxe-vm}
-TIMEOUT=${GORUN_RXE_VM_TIMEOUT:-300}
+TIMEOUT=${GORUN_RXE_VM_TIMEOUT:-480}
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 RUN_RE= VERBOSE= BENCH=0 SHORT=1 RACE=

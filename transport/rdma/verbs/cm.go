@@ -151,13 +151,16 @@ var errRejected = fmt.Errorf("rejected: %w", syscall.ECONNREFUSED)
 // dial connects, authenticating with Config.Token when either side has one
 // (see auth.go): a server with a token answers the first request with a
 // challenge, and the second request carries the proof.
-func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
+func (d *device) dial(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
 	op := "dial " + addr
+	if err := d.checkInit(init); err != nil {
+		return nil, opErr(op, err)
+	}
 	host, port, err := d.splitAddr(addr)
 	if err != nil {
 		return nil, opErr(op, err)
 	}
-	c, ev, err := d.connect(ctx, host, port, nil)
+	c, ev, err := d.connect(ctx, host, port, nil, init)
 	if errors.Is(err, errRejected) {
 		if m, ok := parseAuth(ev.priv); ok {
 			if m.kind != authChallenge {
@@ -169,7 +172,7 @@ func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
 			nonceC := newNonce()
 			proof := authMsg{kind: authProof, nonceS: m.nonceS, nonceC: nonceC,
 				mac: authMAC(d.cfg.Token, "client", m.nonceS, nonceC)}.encode()
-			c, ev, err = d.connect(ctx, host, port, proof)
+			c, ev, err = d.connect(ctx, host, port, proof, init)
 			if err == nil {
 				a, ok := parseAuth(ev.priv)
 				if !ok || a.kind != authAccept || !hmac.Equal(a.mac, authMAC(d.cfg.Token, "server", nonceC, m.nonceS)) {
@@ -196,7 +199,7 @@ func (d *device) dial(ctx context.Context, addr string) (rdma.Conn, error) {
 // connect is rdma_resolve_addr, rdma_resolve_route, rdma_create_qp and
 // rdma_connect on a fresh id with its own event channel. On an error the
 // id is gone; the event says why (a reject's private data).
-func (d *device) connect(ctx context.Context, host, port string, priv []byte) (*conn, cmEvent, error) {
+func (d *device) connect(ctx context.Context, host, port string, priv []byte, init rdma.QPInit) (*conn, cmEvent, error) {
 	ch, err := newCMChannel()
 	if err != nil {
 		return nil, cmEvent{}, err
@@ -231,7 +234,7 @@ func (d *device) connect(ctx context.Context, host, port string, priv []byte) (*
 	if ev, err := ch.expect(ctx, C.RDMA_CM_EVENT_ROUTE_RESOLVED); err != nil {
 		return fail(ev, err)
 	}
-	if c, err = d.newConn(id, ch); err != nil {
+	if c, err = d.newConn(id, ch, init); err != nil {
 		return fail(cmEvent{}, err)
 	}
 	var p unsafe.Pointer
@@ -329,10 +332,18 @@ func (d *device) listen(ctx context.Context, addr string) (rdma.Listener, error)
 
 func (l *listener) Addr() net.Addr { return l.addr }
 
-// Accept waits for a connect request, moves the new id to its own event
-// channel, creates its QP and accepts it.
+// Accept implements rdma.Listener.
 func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
+	return l.AcceptQP(ctx, rdma.QPInit{})
+}
+
+// AcceptQP waits for a connect request, moves the new id to its own event
+// channel, creates its QP with the CQs of init and accepts it.
+func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
 	op := "accept " + l.addr.String()
+	if err := l.d.checkInit(init); err != nil {
+		return nil, opErr(op, err)
+	}
 	l.acceptMu.Lock()
 	defer l.acceptMu.Unlock()
 	// Close must not wait for a handshake in progress.
@@ -374,7 +385,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 			C.rdma_destroy_id(ev.id)
 			continue
 		}
-		c, err := l.accept(actx, ev, reply)
+		c, err := l.accept(actx, ev, reply, init)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, opErr(op, ctx.Err())
@@ -405,7 +416,7 @@ func (l *listener) authenticate(ev cmEvent) (reply []byte, ok bool) {
 	return authMsg{kind: authAccept, mac: authMAC(tok, "server", m.nonceC, m.nonceS)}.encode(), true
 }
 
-func (l *listener) accept(ctx context.Context, ev cmEvent, priv []byte) (*conn, error) {
+func (l *listener) accept(ctx context.Context, ev cmEvent, priv []byte, init rdma.QPInit) (*conn, error) {
 	id := ev.id
 	if C.gorun_id_verbs(id) != l.d.ctx {
 		C.rdma_reject(id, nil, 0)
@@ -427,7 +438,7 @@ func (l *listener) accept(ctx context.Context, ev cmEvent, priv []byte) (*conn, 
 		C.rdma_reject(id, nil, 0)
 		return fail(errnoErr(err))
 	}
-	c, err := l.d.newConn(id, ch)
+	c, err := l.d.newConn(id, ch, init)
 	if err != nil {
 		C.rdma_reject(id, nil, 0)
 		return fail(err)

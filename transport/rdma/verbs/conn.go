@@ -35,7 +35,6 @@ type conn struct {
 	d         *device
 	id        *C.struct_rdma_cm_id
 	ch        *cmChannel
-	qp        C.struct_gorun_qp
 	send      *queue
 	recv      *queue
 	maxInline int
@@ -49,40 +48,80 @@ type conn struct {
 	discOnce     sync.Once
 	loopDone     chan struct{}
 	closeOnce    sync.Once
+	isFailed     atomic.Bool // err is set
 	errMu        sync.Mutex
 	err          error
 }
 
-func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel) (*conn, error) {
+// newConn creates the QP of id with the CQs of init; a nil CQ gets a
+// private one. The queues bind to their CQs before the QP exists, so no
+// completion can come for an unbound queue; until they learn the QP's
+// number, a stale completion for their binding index is ignored.
+func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel, init rdma.QPInit) (*conn, error) {
 	sdepth := min(d.cfg.SendQueueDepth, d.maxWR, d.maxCQE)
 	rdepth := min(d.cfg.RecvQueueDepth, d.maxWR, d.maxCQE)
 	c := &conn{d: d, id: id, ch: ch, maxSGE: d.maxSGE,
 		disconnected: make(chan struct{}), loopDone: make(chan struct{})}
-	if r, err := C.gorun_create_qp(id, d.pd, C.int(sdepth), C.int(rdepth), C.int(d.maxSGE),
-		maxInlineWanted, &c.qp); r != 0 {
-		return nil, errnoErr(err)
-	}
-	c.maxInline = min(int(c.qp.max_inline), C.GORUN_INLINE_BUF)
 	var err error
-	if c.send, err = newQueue(c, false, c.qp.scq, c.qp.sch, sdepth); err == nil {
-		c.recv, err = newQueue(c, true, c.qp.rcq, c.qp.rch, rdepth)
+	if c.send, err = d.bindQueue(c, false, init.SendCQ, sdepth); err == nil {
+		c.recv, err = d.bindQueue(c, true, init.RecvCQ, rdepth)
 	}
 	if err != nil {
 		c.destroy()
 		return nil, err
 	}
+	var qp C.struct_gorun_qp
+	if r, err := C.gorun_create_qp(id, d.pd, c.send.cq.hw, c.recv.cq.hw, C.int(sdepth), C.int(rdepth),
+		C.int(d.maxSGE), maxInlineWanted, &qp); r != 0 {
+		c.destroy()
+		return nil, errnoErr(err)
+	}
+	for _, q := range []*queue{c.send, c.recv} {
+		q.mu.Lock()
+		q.qpNum = uint32(qp.qp_num)
+		q.mu.Unlock()
+	}
+	c.maxInline = min(int(qp.max_inline), C.GORUN_INLINE_BUF)
 	return c, nil
 }
 
-// destroy frees the QP, CQs and queues (not the id or event channel).
+// bindQueue makes one side of c on shared (nil: a private CQ of depth).
+func (d *device) bindQueue(c *conn, recv bool, shared rdma.CQ, depth int) (*queue, error) {
+	var q *cq
+	if shared != nil {
+		var err error
+		if q, err = d.sharedCQ(shared); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if q, err = d.newCQ(depth, false); err != nil {
+			return nil, err
+		}
+	}
+	qu, err := newQueue(c, recv, q, depth)
+	if err != nil && shared == nil {
+		q.mu.Lock()
+		q.destroyLocked()
+		q.mu.Unlock()
+	}
+	return qu, err
+}
+
+// destroy flushes the queues, destroys the QP and leaves the CQs (not the
+// id or event channel).
 func (c *conn) destroy() {
 	for _, q := range []*queue{c.send, c.recv} {
 		if q != nil {
 			q.close()
-			q.free()
 		}
 	}
-	C.gorun_destroy_qp(c.id, &c.qp)
+	C.gorun_destroy_qp(c.id)
+	for _, q := range []*queue{c.send, c.recv} {
+		if q != nil {
+			q.unbind()
+		}
+	}
 }
 
 // abort frees a connection that never reached the caller.
@@ -91,6 +130,15 @@ func (c *conn) abort() {
 	c.destroy()
 	C.rdma_destroy_id(c.id)
 	c.ch.destroy()
+}
+
+// kick wakes waiters on private CQs to re-check the connection's state.
+func (c *conn) kick() {
+	for _, q := range []*queue{c.send, c.recv} {
+		if !q.cq.shared {
+			q.cq.token()
+		}
+	}
 }
 
 // start runs the connection's event loop: a peer's disconnect moves the QP
@@ -115,8 +163,7 @@ func (c *conn) start() {
 				C.rdma_disconnect(c.id)
 				c.cmMu.Unlock()
 				c.discOnce.Do(func() { close(c.disconnected) })
-				c.send.kick()
-				c.recv.kick()
+				c.kick()
 			}
 		}
 	}()
@@ -126,14 +173,24 @@ func (c *conn) opErr(op string, err error) error {
 	return rdma.NewOpError(provider, op+" "+c.remote, err)
 }
 
-// fail records the first reason the connection entered the error state.
+// fail records the first reason the connection entered the error state,
+// and schedules the flush of what the device may leave outstanding.
 func (c *conn) fail(err error) {
 	c.errMu.Lock()
-	if c.err == nil {
+	first := c.err == nil
+	if first {
 		c.err = err
+		c.isFailed.Store(true)
 	}
 	c.errMu.Unlock()
+	if first {
+		c.send.startGrace()
+		c.recv.startGrace()
+	}
 }
+
+// failed reports whether the connection is in the error state.
+func (c *conn) failed() bool { return c.isFailed.Load() }
 
 func (c *conn) Err() error {
 	c.errMu.Lock()

@@ -10,85 +10,135 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// flushGrace is how long a connection in the error state may keep requests
-// outstanding without a completion before the provider flushes them itself.
-// Spec-conforming devices flush at once; rxe before Linux 6.3 drops posted
-// receives of a QP in error without completing them.
-const flushGrace = 100 * time.Millisecond
+// A request's wr_id is its queue's binding index in the CQ (bits 48-62)
+// and its sequence number in that queue (bits 0-47).
+const (
+	wrIdxShift = 48
+	wrSeqMask  = 1<<wrIdxShift - 1
+	maxBound   = 1 << 15 // queues bound to one CQ
+)
 
-// spinPolls is how many empty polls a waiter makes (yielding in between)
-// before it arms the CQ and sleeps in the netpoller.
-const spinPolls = 32
+// cqDepthFactor sizes a shared CQ by default: room for the send and
+// receive queues of this many connections (Device.CreateCQ(0)).
+const cqDepthFactor = 4
 
-// slot is an outstanding work request. Requests complete in post order, so
-// the completion of request seq also completes every earlier unsignaled one.
-type slot struct {
-	wrid   uint64
-	op     rdma.Opcode
-	user   bool // the caller asked for a completion (always, for receives)
-	mr0    *rdma.MR
-	mrMore []*rdma.MR
-}
+// cq is one ibv_cq with its own completion channel: a connection's private
+// queue (read by queue.get) or a shared rdma.CQ from Device.CreateCQ.
+// Requests are accounted to the queue they were posted on: a polled
+// completion finds its queue by the binding index in its wr_id, checked
+// against the completion's qp_num.
+type cq struct {
+	d      *device
+	shared bool
+	depth  int // CQEs the ibv_cq holds
+	ch     *C.struct_ibv_comp_channel
+	w      *fdWaiter
+	wcs    *C.struct_gorun_wc // poll buffer (C memory, GORUN_POLL_BATCH)
 
-// queue is one side of a connection (send or receive): its CQ, completion
-// channel, outstanding requests and completions not yet returned. Posting
-// and polling are serialised by mu; waiting is not.
-type queue struct {
-	c    *conn
-	recv bool
-	cq   *C.struct_ibv_cq
-	ch   *C.struct_ibv_comp_channel
-	w    *fdWaiter
-	wr   *C.struct_gorun_wr // scratch work request (C memory)
-
-	// The waker goroutine sleeps on the completion channel in the
-	// netpoller and signals wake; waiters select on wake, done and their
-	// context, which allocates nothing.
-	wake      chan struct{}
-	done      chan struct{} // closed by close
+	// The waker goroutine sleeps on the completion channel in the netpoller
+	// and sends a token on notify for each event; events come only after
+	// an arm (ibv_req_notify_cq), so it runs only on the sleep path.
+	notify    chan struct{}
+	done      chan struct{} // closed by Close (shared CQs)
 	wakerDone chan struct{}
-	chanErr   atomic.Pointer[error] // the completion channel failed
-	wcs       *C.struct_gorun_wc    // poll buffer (C memory)
+	armed     atomic.Bool           // a token is owed for the next completion
+	broken    atomic.Pointer[error] // the completion channel failed
 
-	mu          sync.Mutex
-	slots       []slot
-	head, tail  uint64 // oldest outstanding seq, next seq
-	ready       []rdma.WC
-	readyHead   int
-	sinceSignal int
-	signalEvery int
-	closed      bool
-	lastErr     time.Time // last error completion; see flushGrace
-	errSeen     time.Time // when get first saw the connection in error with requests outstanding
+	// mu guards the fields below and the state of every bound queue
+	// (posts on a bound queue hold it).
+	mu        sync.Mutex
+	hw        *C.struct_ibv_cq // nil once destroyed
+	queues    []*queue         // by binding index; nil: free
+	nbound    int
+	inflight  int // requests outstanding on bound queues: CQEs to come, at most
+	ready     []rdma.WC
+	readyHead int
+	closed    bool
 }
 
-func newQueue(c *conn, recv bool, cq *C.struct_ibv_cq, ch *C.struct_ibv_comp_channel, depth int) (*queue, error) {
-	w, err := newFDWaiter(int(ch.fd), "ibv_comp_channel")
+func (d *device) newCQ(depth int, shared bool) (*cq, error) {
+	q := &cq{d: d, shared: shared, depth: depth, notify: make(chan struct{}, 1),
+		done: make(chan struct{}), wakerDone: make(chan struct{})}
+	if r, err := C.gorun_create_cq(d.ctx, C.int(depth), &q.hw, &q.ch); r != 0 {
+		return nil, errnoErr(err)
+	}
+	w, err := newFDWaiter(int(q.ch.fd), "ibv_comp_channel")
 	if err != nil {
+		C.gorun_destroy_cq(q.hw, q.ch)
 		return nil, err
 	}
-	q := &queue{c: c, recv: recv, cq: cq, ch: ch, w: w, slots: make([]slot, depth),
-		signalEvery: max(depth/4, 1), wake: make(chan struct{}, 1), done: make(chan struct{}),
-		wakerDone: make(chan struct{})}
-	q.wr = (*C.struct_gorun_wr)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gorun_wr{}))))
+	q.w = w
+	if n := int(q.hw.cqe); n < q.depth {
+		q.depth = n
+	}
 	q.wcs = (*C.struct_gorun_wc)(C.calloc(C.GORUN_POLL_BATCH, C.size_t(unsafe.Sizeof(C.struct_gorun_wc{}))))
 	go q.waker()
 	return q, nil
 }
 
+// CreateCQ implements rdma.Device: an ibv_cq of depth CQEs (default: the
+// queues of cqDepthFactor connections), at most the device's max_cqe.
+func (d *device) CreateCQ(depth int) (rdma.CQ, error) {
+	if depth < 0 {
+		return nil, opErr("create_cq", rdma.ErrInvalid)
+	}
+	if depth == 0 {
+		depth = cqDepthFactor * (d.cfg.SendQueueDepth + d.cfg.RecvQueueDepth)
+	}
+	depth = min(depth, d.maxCQE)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, opErr("create_cq", rdma.ErrClosed)
+	}
+	q, err := d.newCQ(depth, true)
+	if err != nil {
+		return nil, opErr("create_cq", err)
+	}
+	d.cqs[q] = struct{}{}
+	return q, nil
+}
+
+// checkInit checks that init names only open CQs of d.
+func (d *device) checkInit(init rdma.QPInit) error {
+	for _, c := range []rdma.CQ{init.SendCQ, init.RecvCQ} {
+		if c == nil {
+			continue
+		}
+		q, err := d.sharedCQ(c)
+		if err != nil {
+			return err
+		}
+		q.mu.Lock()
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return rdma.ErrClosed
+		}
+	}
+	return nil
+}
+
+// sharedCQ returns c as one of d's shared CQs, or an error.
+func (d *device) sharedCQ(c rdma.CQ) (*cq, error) {
+	q, ok := c.(*cq)
+	if !ok || q.d != d || !q.shared {
+		return nil, fmt.Errorf("%w: the CQ is not from this device", rdma.ErrInvalid)
+	}
+	return q, nil
+}
+
 // waker reads completion events (ibv_get_cq_event, acked at once) as the
-// netpoller reports the channel readable, and wakes the waiter.
-func (q *queue) waker() {
+// netpoller reports the channel readable, and sends a token.
+func (q *cq) waker() {
 	defer close(q.wakerDone)
 	var cerr error
 	try := func(uintptr) bool {
@@ -107,246 +157,197 @@ func (q *queue) waker() {
 			return // closed
 		}
 		if cerr != nil {
+			// Sleepers can no longer be woken by the device: Arm sends a
+			// token at once from now on, so pollers keep polling.
 			err := errnoErr(cerr)
-			q.chanErr.Store(&err)
-			q.kick()
+			q.broken.Store(&err)
+			q.token()
 			return
 		}
-		q.kick()
+		q.armed.Store(false)
+		q.token()
 	}
 }
 
-// kick wakes the waiter (or the next one) to re-check the queue.
-func (q *queue) kick() {
+func (q *cq) token() {
 	select {
-	case q.wake <- struct{}{}:
+	case q.notify <- struct{}{}:
 	default:
 	}
 }
 
-// free releases C memory; the CQ itself belongs to the conn's gorun_qp.
-func (q *queue) free() {
-	C.free(unsafe.Pointer(q.wr))
-	C.free(unsafe.Pointer(q.wcs))
-	q.wr, q.wcs = nil, nil
+// bind gives a queue an index (under mu).
+func (q *cq) bindLocked(qu *queue) (uint64, error) {
+	if q.closed {
+		return 0, rdma.ErrClosed
+	}
+	for i, b := range q.queues {
+		if b == nil {
+			q.queues[i] = qu
+			q.nbound++
+			return uint64(i), nil
+		}
+	}
+	if len(q.queues) == maxBound {
+		return 0, fmt.Errorf("%w: %d queues share the CQ", rdma.ErrQueueFull, maxBound)
+	}
+	q.queues = append(q.queues, qu)
+	q.nbound++
+	return uint64(len(q.queues) - 1), nil
 }
 
-func (q *queue) outstanding() int { return int(q.tail - q.head) }
-
-func (q *queue) push(wc rdma.WC) { q.ready = append(q.ready, wc) }
-
-func (q *queue) pop() (rdma.WC, bool) {
-	if q.readyHead == len(q.ready) {
-		return rdma.WC{}, false
+// unbindLocked forgets a queue whose QP is destroyed and drained; a closed
+// CQ is destroyed with its last queue.
+func (q *cq) unbindLocked(idx uint64) {
+	q.queues[idx] = nil
+	q.nbound--
+	if q.nbound == 0 && (q.closed || !q.shared) {
+		q.destroyLocked()
 	}
-	wc := q.ready[q.readyHead]
-	q.readyHead++
+}
+
+// destroyLocked stops the waker and frees the ibv_cq and its channel.
+// Completions already moved to ready stay readable.
+func (q *cq) destroyLocked() {
+	if q.hw == nil {
+		return
+	}
+	q.w.close() // returns once the waker is out of C
+	<-q.wakerDone
+	C.gorun_destroy_cq(q.hw, q.ch)
+	C.free(unsafe.Pointer(q.wcs))
+	q.hw, q.ch, q.wcs = nil, nil, nil
+}
+
+// push queues a completion made by the provider (a flush) behind those
+// already polled, and sends the token an arm asked for.
+func (q *cq) push(wc rdma.WC) {
+	q.ready = append(q.ready, wc)
+	if q.armed.CompareAndSwap(true, false) {
+		q.token()
+	}
+}
+
+func (q *cq) readyLen() int { return len(q.ready) - q.readyHead }
+
+// popInto moves ready completions into dst.
+func (q *cq) popInto(dst []rdma.WC) int {
+	n := copy(dst, q.ready[q.readyHead:])
+	q.readyHead += n
 	if q.readyHead == len(q.ready) {
 		q.ready, q.readyHead = q.ready[:0], 0
 	}
-	return wc, true
+	return n
 }
 
-func releaseSlot(s *slot) {
-	if s.mr0 != nil {
-		s.mr0.Release()
+// pollInto polls the ibv_cq once for up to len(dst) completions and
+// returns how many of them the callers asked for (written to dst) and how
+// many the device gave.
+func (q *cq) pollInto(dst []rdma.WC) (user, hw int) {
+	if q.hw == nil || len(dst) == 0 {
+		return 0, 0
 	}
-	for _, m := range s.mrMore {
-		m.Release()
+	hw = int(C.gorun_poll(q.hw, q.wcs, C.int(min(len(dst), C.GORUN_POLL_BATCH))))
+	if hw <= 0 {
+		return 0, 0
 	}
-	*s = slot{mrMore: s.mrMore[:0]}
-}
-
-// pollLocked moves the CQ's completions into ready and frees their slots.
-func (q *queue) pollLocked() int {
-	total := 0
-	for {
-		n := int(C.gorun_poll(q.cq, q.wcs))
-		if n <= 0 {
-			return total
-		}
-		total += n
-		wcs := unsafe.Slice(q.wcs, n)
-		for i := range wcs {
-			q.complete(&wcs[i])
-		}
-		if n < C.GORUN_POLL_BATCH {
-			return total
-		}
-	}
-}
-
-func (q *queue) complete(w *C.struct_gorun_wc) {
-	seq := uint64(w.wr_id)
-	if seq < q.head || seq >= q.tail {
-		return // not ours (cannot happen) or already flushed
-	}
-	for q.head < seq { // earlier unsignaled requests: done, successfully
-		releaseSlot(&q.slots[q.head%uint64(len(q.slots))])
-		q.head++
-	}
-	s := &q.slots[seq%uint64(len(q.slots))]
-	st := mapStatus(uint32(w.status))
-	if q.recv && w.status == C.IBV_WC_LOC_QP_OP_ERR {
-		// rxe reports a receive too small for the incoming message this
-		// way (mlx5 says IBV_WC_LOC_LEN_ERR).
-		st = rdma.StatusLocalLengthError
-	}
-	if s.user || st != rdma.StatusSuccess {
-		wc := rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}
-		if q.recv && st == rdma.StatusSuccess {
-			wc.ByteLen = int(w.byte_len)
-			if w.opcode == C.IBV_WC_RECV_RDMA_WITH_IMM {
-				wc.Opcode = rdma.OpRecvWriteImm
-			}
-			if w.has_imm != 0 {
-				wc.HasImm, wc.Imm = true, uint32(w.imm)
-			}
-		}
-		q.push(wc)
-	}
-	if st != rdma.StatusSuccess {
-		if st != rdma.StatusFlushed || q.c.Err() == nil {
-			q.c.fail(fmt.Errorf("%w (ibv_wc_status %d %s, vendor_err %#x)",
-				&rdma.WCError{WC: rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}},
-				int(w.status), C.GoString(C.ibv_wc_status_str(uint32(w.status))), uint32(w.vendor_err)))
-		}
-		q.lastErr = time.Now()
-	}
-	releaseSlot(s)
-	q.head++
-}
-
-func mapStatus(s uint32) rdma.Status {
-	switch s {
-	case C.IBV_WC_SUCCESS:
-		return rdma.StatusSuccess
-	case C.IBV_WC_LOC_LEN_ERR:
-		return rdma.StatusLocalLengthError
-	case C.IBV_WC_LOC_PROT_ERR:
-		return rdma.StatusLocalProtectionError
-	case C.IBV_WC_REM_ACCESS_ERR:
-		return rdma.StatusRemoteAccessError
-	case C.IBV_WC_REM_INV_REQ_ERR, C.IBV_WC_REM_OP_ERR:
-		return rdma.StatusRemoteInvalidRequest
-	case C.IBV_WC_RNR_RETRY_EXC_ERR:
-		return rdma.StatusRNRRetryExceeded
-	case C.IBV_WC_RETRY_EXC_ERR:
-		return rdma.StatusRetryExceeded
-	case C.IBV_WC_WR_FLUSH_ERR:
-		return rdma.StatusFlushed
-	}
-	return rdma.StatusFatal
-}
-
-// get returns the next completion: polled for a while, then (armed)
-// waited for through the waker.
-func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
-	spins := 0
-	for {
-		q.mu.Lock()
-		if wc, ok := q.pop(); ok {
-			q.mu.Unlock()
-			return wc, nil
-		}
-		if q.closed {
-			q.mu.Unlock()
-			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
-		}
-		if q.outstanding() > 0 {
-			q.pollLocked()
-			if wc, ok := q.pop(); ok {
-				q.mu.Unlock()
-				return wc, nil
-			}
-		}
-		if q.outstanding() > 0 && q.c.Err() != nil {
-			now := time.Now()
-			if q.errSeen.IsZero() || q.lastErr.After(q.errSeen) {
-				q.errSeen = now
-			} else if now.Sub(q.errSeen) > flushGrace {
-				q.flushLocked()
-				q.errSeen = time.Time{}
-			}
-		}
-		if wc, ok := q.pop(); ok {
-			q.mu.Unlock()
-			return wc, nil
-		}
-		if q.outstanding() == 0 && q.c.peerGone.Load() {
-			// the QP is in the error state with nothing left to flush
-			q.mu.Unlock()
-			return rdma.WC{}, q.c.opErr(op, errPeerClosed)
-		}
-		if spins < spinPolls {
-			spins++
-			q.mu.Unlock()
-			if err := ctx.Err(); err != nil {
-				return rdma.WC{}, q.c.opErr(op, err)
-			}
-			runtime.Gosched()
+	wcs := unsafe.Slice(q.wcs, hw)
+	for i := range wcs {
+		w := &wcs[i]
+		idx := uint64(w.wr_id) >> wrIdxShift
+		if idx >= uint64(len(q.queues)) {
 			continue
 		}
-		// Arm, then poll once more: a completion that arrived before the
-		// arm raises no event.
-		C.ibv_req_notify_cq(q.cq, 0)
-		q.pollLocked()
-		if wc, ok := q.pop(); ok {
-			q.mu.Unlock()
-			return wc, nil
+		qu := q.queues[idx]
+		if qu == nil || qu.qpNum != uint32(w.qp_num) {
+			continue // a late completion of a destroyed QP
 		}
-		inErr := q.outstanding() > 0 && q.c.Err() != nil
-		q.mu.Unlock()
-		if e := q.chanErr.Load(); e != nil {
-			return rdma.WC{}, q.c.opErr(op, *e)
+		if qu.complete(w, &dst[user]) {
+			user++
 		}
-		var grace <-chan time.Time
-		var t *time.Timer
-		if inErr {
-			t = time.NewTimer(flushGrace / 2)
-			grace = t.C
+	}
+	return user, hw
+}
+
+// pollLocked moves everything the device has completed into ready.
+func (q *cq) pollLocked() {
+	var buf [C.GORUN_POLL_BATCH]rdma.WC
+	for {
+		n, hw := q.pollInto(buf[:])
+		for _, wc := range buf[:n] {
+			q.push(wc)
 		}
-		select {
-		case <-q.wake:
-		case <-q.done:
-		case <-grace:
-		case <-ctx.Done():
-			if t != nil {
-				t.Stop()
-			}
-			return rdma.WC{}, q.c.opErr(op, ctx.Err())
+		if hw < len(buf) {
+			return
 		}
-		if t != nil {
-			t.Stop()
-		}
-		spins = spinPolls / 2
 	}
 }
 
-// flushLocked completes every outstanding request as flushed, as the QP's
-// error state promises; a late hardware flush of the same request is then
-// ignored by complete.
-func (q *queue) flushLocked() {
-	for q.head < q.tail {
-		s := &q.slots[q.head%uint64(len(q.slots))]
-		q.push(rdma.WC{WRID: s.wrid, Status: rdma.StatusFlushed, Opcode: s.op})
-		releaseSlot(s)
-		q.head++
+// Poll implements rdma.CQ: provider flushes first, then ibv_poll_cq in
+// batches into C memory, demultiplexed to the queues without allocating.
+func (q *cq) Poll(wcs []rdma.WC) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0
 	}
+	n := q.popInto(wcs)
+	if q.readyLen() > 0 {
+		return n
+	}
+	for n < len(wcs) {
+		want := min(len(wcs)-n, C.GORUN_POLL_BATCH)
+		u, hw := q.pollInto(wcs[n:])
+		n += u
+		if hw < want {
+			break
+		}
+	}
+	return n
 }
 
-// close flushes the outstanding requests (get returns them, then
-// ErrClosed) and waits until no waiter is inside C.
-func (q *queue) close() {
+// Arm implements rdma.CQ (ibv_req_notify_cq for the next completion).
+func (q *cq) Arm() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.armLocked()
+}
+
+func (q *cq) armLocked() {
+	if q.closed || q.hw == nil || q.broken.Load() != nil || q.readyLen() > 0 {
+		q.token()
+		return
+	}
+	q.armed.Store(true)
+	C.ibv_req_notify_cq(q.hw, 0)
+}
+
+// Notify implements rdma.CQ.
+func (q *cq) Notify() <-chan struct{} { return q.notify }
+
+// Close implements rdma.CQ. The ibv_cq is destroyed now, or when the last
+// connection bound to it is closed: ibv_destroy_cq fails while QPs use it.
+// Until then those connections' completions are dropped.
+func (q *cq) Close() error {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return
+		return nil
 	}
 	q.closed = true
-	q.flushLocked()
+	if q.nbound == 0 {
+		q.destroyLocked()
+	}
 	q.mu.Unlock()
 	close(q.done)
-	q.w.close() // returns once the waker is out of C
-	<-q.wakerDone
+	q.token()
+	q.d.forgetCQ(q)
+	return nil
 }
+
+// wait is rdma.WaitComp on a shared CQ, for GetSendComp and GetRecvComp.
+func (q *cq) wait(ctx context.Context) (rdma.WC, error) {
+	return rdma.WaitComp(ctx, q, q.done)
+}
+
+var _ rdma.CQ = (*cq)(nil)

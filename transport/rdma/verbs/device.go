@@ -57,6 +57,7 @@ type device struct {
 	closed bool
 	conns  map[*conn]struct{}
 	lns    map[*listener]struct{}
+	cqs    map[*cq]struct{} // shared CQs
 	mrs    map[*rdma.MR]struct{}
 }
 
@@ -126,6 +127,7 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 		rdAtom: min(int(attr.max_qp_rd_atom), int(attr.max_qp_init_rd_atom), 16),
 		conns:  map[*conn]struct{}{},
 		lns:    map[*listener]struct{}{},
+		cqs:    map[*cq]struct{}{},
 		mrs:    map[*rdma.MR]struct{}{},
 	}
 	d.rnr, d.rnrCode = rnrParams(cfg.RNRRetry, cfg.RNRTimer.Seconds()*1000)
@@ -284,7 +286,12 @@ func (d *device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 }
 
 func (d *device) Dial(ctx context.Context, addr string) (rdma.Conn, error) {
-	return d.dial(ctx, addr)
+	return d.dial(ctx, addr, rdma.QPInit{})
+}
+
+// DialQP implements rdma.Device.
+func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
+	return d.dial(ctx, addr, init)
 }
 
 // track adds a connection or listener unless the device is closed.
@@ -310,8 +317,14 @@ func (d *device) forget(c *conn, l *listener) {
 	d.mu.Unlock()
 }
 
-// Close closes every listener and connection, deregisters every MR and
-// frees the protection domain.
+func (d *device) forgetCQ(q *cq) {
+	d.mu.Lock()
+	delete(d.cqs, q)
+	d.mu.Unlock()
+}
+
+// Close closes every listener, connection and shared CQ, deregisters every
+// MR and frees the protection domain.
 func (d *device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -337,6 +350,15 @@ func (d *device) Close() error {
 		go func() { defer wg.Done(); _ = c.Close() }()
 	}
 	wg.Wait()
+	d.mu.Lock()
+	var cqs []*cq
+	for q := range d.cqs {
+		cqs = append(cqs, q)
+	}
+	d.mu.Unlock()
+	for _, q := range cqs {
+		_ = q.Close()
+	}
 	d.mu.Lock()
 	var mrs []*rdma.MR
 	for m := range d.mrs {

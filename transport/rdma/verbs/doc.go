@@ -3,8 +3,9 @@
 // event channel per listener and per connection, listen/accept/connect,
 // disconnect on both sides); each connection is one RC queue pair whose
 // requests are posted with the rdma_post_* inlines (and ibv_post_send for
-// write-with-immediate) and whose completions are polled from two CQs, one
-// for the send queue and one for the receive queue.
+// write-with-immediate). Its send and receive queues complete into the CQs
+// named in rdma.QPInit (ibv_cqs made by Device.CreateCQ, shared by many
+// connections) or, when none is named, into private CQs of their own.
 //
 // # Build tag
 //
@@ -33,19 +34,40 @@
 //
 // # Completions
 //
-// A waiter polls its CQ for a short while (yielding between polls), then
-// arms it with ibv_req_notify_cq, polls once more and sleeps. Each CQ has a
-// waker goroutine that sleeps on the completion channel's descriptor
-// (non-blocking) in the Go netpoller, so no OS thread is held while waiting;
-// when it is readable the waker calls ibv_get_cq_event and
-// ibv_ack_cq_events and wakes the waiter through a channel, on which the
-// waiter selects together with its context: waiting allocates nothing.
-// Unsignaled requests produce no completion, but the provider signals every
-// SendQueueDepth/4-th of them internally so the send queue drains; those
-// internal completions are never delivered. A completion's wr_id is the
-// request's sequence number, which maps back to the caller's wrid and the
-// MRs the request holds (released on completion, so Deregister reports
-// ErrBusy only while a request is outstanding).
+// Every queue (the send or receive side of a connection) is bound to a CQ,
+// an ibv_cq with its own completion channel: a private one, read with
+// GetSendComp/GetRecvComp, or a shared one (rdma.CQ). A request's wr_id
+// is the queue's binding index in its CQ and the request's sequence
+// number in the queue; the queue keeps a slot per outstanding request
+// (the caller's wrid and the MRs it holds, released on completion, so
+// Deregister reports ErrBusy only while a request is outstanding).
+// Unsignaled requests produce no completion, but the provider signals
+// every SendQueueDepth/4-th of them internally so the send queue drains;
+// the completion of a request also completes the earlier unsignaled ones,
+// and internal completions are never delivered. So a polled completion
+// (ibv_poll_cq in batches into C memory, no allocation, no further cgo
+// call) is demultiplexed by wr_id (checked against its qp_num) to its
+// queue, which turns it into the WC the caller asked for, if any.
+//
+// CQ.Poll hands out provider-made completions (flushes) first, then polls
+// the device. CQ.Arm is ibv_req_notify_cq; each CQ has a waker goroutine
+// that sleeps on the completion channel's descriptor (non-blocking) in the
+// Go netpoller, reads and acks the event when the device raises one (only
+// after an arm) and sends the token on Notify; a provider-made completion
+// after an arm sends it too. GetSendComp/GetRecvComp on a private CQ poll
+// for a short while (yielding), then arm, poll once more and sleep on the
+// same channel together with their context; on a shared CQ they are
+// rdma.WaitComp. Waiting allocates nothing.
+//
+// A shared CQ holds depth CQEs (default: the queues of four connections,
+// at most the device's max_cqe); a post fails with ErrQueueFull rather
+// than let the requests outstanding on its queues exceed that, so the
+// ibv_cq cannot overrun. Closing a connection flushes its outstanding
+// requests into its CQs, destroys the QP, drains the CQ of the QP's last
+// completions and unbinds. CQ.Close before its connections are closed
+// stops Poll and wakes sleepers at once; the ibv_cq itself is destroyed
+// with the last connection bound to it (ibv_destroy_cq refuses while QPs
+// use it).
 //
 // # Mapping of the contract onto verbs
 //
@@ -60,12 +82,15 @@
 //     IBV_WC_LOC_QP_OP_ERR is reported as StatusLocalLengthError (that is how
 //     rxe reports a receive too small). The first error is kept in Conn.Err
 //     with the ibv_wc_status and vendor_err.
-//   - In the error state every request completes flushed. Devices flush by
-//     themselves; rxe before Linux 6.3 drops posted receives silently, so a
-//     request outstanding 100 ms after the connection failed (flushGrace) is
-//     flushed by the provider. Posts after the peer disconnected are not
-//     given to the device and flush the same way. Close flushes everything
-//     outstanding; GetSendComp/GetRecvComp return those, then ErrClosed.
+//   - In the error state every request completes flushed, in its CQ
+//     (shared or not), in post order. Devices flush by themselves; rxe
+//     before Linux 6.3 drops posted receives silently, so a timer per queue
+//     flushes what is still outstanding 100 ms (flushGrace) after the
+//     connection failed, or after the device's last flush. Posts in the
+//     error state are not given to the device and flush the same way (at
+//     once when nothing is outstanding before them). Close flushes
+//     everything outstanding; GetSendComp/GetRecvComp on a private CQ
+//     return those, then ErrClosed.
 //   - Config.Token authenticates connections through rdma_cm private data,
 //     challenge-response (auth.go); peers without gorun (rdma_client,
 //     rdma_server) interoperate only without a token.
@@ -88,10 +113,15 @@
 // with GORUN_TRANSPORT=verbs, and with -bench a bandwidth comparison with
 // perftest's ib_write_bw. Elsewhere those tests skip (RXE_VM_IP unset).
 //
-// Ownership and concurrency follow transport/rdma: Device, Listener and Conn
-// methods are safe for concurrent use; posts on one Conn are serialised by a
-// mutex (their order is the order in which the Post calls return);
-// GetSendComp and GetRecvComp may each be called by one goroutine at a time.
-// A Conn owns its cm_id, QP, CQs and event channels; the Device owns the
-// protection domain and every MR registered through it or its Conns.
+// Ownership and concurrency follow transport/rdma: Device, Listener, Conn
+// and CQ methods are safe for concurrent use. A CQ's mutex guards the CQ
+// and the state of every queue bound to it: posts on a queue and polls of
+// its CQ hold it (a post's order is the order in which the Post calls
+// return), so the connections of one shared CQ post one at a time.
+// GetSendComp and GetRecvComp on a private CQ may each be called by one
+// goroutine at a time. A Conn owns its cm_id, QP, event channel and private
+// CQs; the Device owns the protection domain, the shared CQs (Close closes
+// them after the connections) and every MR registered through it or its
+// Conns. Goroutines: one event loop per Conn (rdma_cm events), one waker
+// per CQ, and a flush timer per queue while its connection is in error.
 package verbs

@@ -72,17 +72,18 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 	if q.closed {
 		return c.opErr(postNames[op], rdma.ErrClosed)
 	}
-	if q.outstanding() >= q.signalEvery {
-		q.pollLocked() // reap internal completions so the queue drains
-	}
-	if q.outstanding() >= len(q.slots) {
-		return c.opErr(postNames[op], rdma.ErrQueueFull)
+	cq := q.cq
+	if q.outstanding() >= len(q.slots) || cq.inflight >= cq.depth {
+		cq.pollLocked() // reap completions (internal ones too) to make room
+		if q.outstanding() >= len(q.slots) || cq.inflight >= cq.depth {
+			return c.opErr(postNames[op], rdma.ErrQueueFull)
+		}
 	}
 	seq := q.tail
 	s := &q.slots[seq%uint64(len(q.slots))]
 	s.wrid, s.op, s.user = wrid, wcOp, op == opRecv || flags&rdma.FlagSignaled != 0
 	w := q.wr
-	w.wr_id = C.uint64_t(seq)
+	w.wr_id = C.uint64_t(q.idx | seq&wrSeqMask)
 	w.opcode = C.int(op)
 	w.remote_addr = C.uint64_t(raddr)
 	w.rkey = C.uint32_t(rkey)
@@ -136,16 +137,27 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 		}
 	}
 	w.flags = hw
-	// After the peer's disconnect the QP is in the error state: the request
-	// is not given to the device but stays outstanding, and get flushes it
-	// in order (after flushGrace). Likewise if the device refuses posts to
-	// a QP in error.
-	if !c.peerGone.Load() {
-		if r, err := C.gorun_post(c.id, w); r != 0 && c.Err() == nil {
+	// In the error state the request is not given to the device (which
+	// would flush it, or, rxe before 6.3, drop a receive) but stays
+	// outstanding, flushed in order: at once if nothing is outstanding
+	// before it, else with the rest after flushGrace. Likewise if the
+	// device refuses posts to a QP in error.
+	if !c.failed() {
+		if r, err := C.gorun_post(c.id, w); r == 0 {
+			q.tail++
+			cq.inflight++
+			return nil
+		} else if !c.failed() {
 			releaseSlot(s)
 			return c.opErr(postNames[op], errnoErr(err))
 		}
 	}
 	q.tail++
+	cq.inflight++
+	if q.outstanding() == 1 {
+		q.flushLocked()
+	} else {
+		q.startGrace()
+	}
 	return nil
 }

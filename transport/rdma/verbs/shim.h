@@ -14,7 +14,7 @@
 
 #define GORUN_MAX_SGE 32
 #define GORUN_INLINE_BUF 1024
-#define GORUN_POLL_BATCH 16
+#define GORUN_POLL_BATCH 32
 
 enum { GORUN_OP_SEND, GORUN_OP_WRITE, GORUN_OP_WRITE_IMM, GORUN_OP_READ, GORUN_OP_RECV };
 
@@ -70,11 +70,15 @@ struct gorun_wc {
 	uint32_t imm;
 	uint32_t has_imm;
 	uint32_t vendor_err;
+	uint32_t qp_num;
 };
 
-static inline int gorun_poll(struct ibv_cq *cq, struct gorun_wc *out) {
+// Polls up to max (at most GORUN_POLL_BATCH) completions of cq into out.
+static inline int gorun_poll(struct ibv_cq *cq, struct gorun_wc *out, int max) {
 	struct ibv_wc wc[GORUN_POLL_BATCH];
-	int n = ibv_poll_cq(cq, GORUN_POLL_BATCH, wc);
+	if (max > GORUN_POLL_BATCH)
+		max = GORUN_POLL_BATCH;
+	int n = ibv_poll_cq(cq, max, wc);
 	for (int i = 0; i < n; i++) {
 		out[i].wr_id = wc[i].wr_id;
 		out[i].status = wc[i].status;
@@ -83,6 +87,7 @@ static inline int gorun_poll(struct ibv_cq *cq, struct gorun_wc *out) {
 		out[i].has_imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0;
 		out[i].imm = out[i].has_imm ? ntohl(wc[i].imm_data) : 0;
 		out[i].vendor_err = wc[i].vendor_err;
+		out[i].qp_num = wc[i].qp_num;
 	}
 	return n;
 }
@@ -104,47 +109,49 @@ static inline int gorun_set_nonblock(int fd) {
 	return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-// The queue pair of one connection and its two CQs.
-struct gorun_qp {
-	struct ibv_comp_channel *sch, *rch;
-	struct ibv_cq *scq, *rcq;
-	uint32_t max_inline, max_send_wr, max_recv_wr;
-};
-
-static inline void gorun_destroy_qp(struct rdma_cm_id *id, struct gorun_qp *q) {
-	if (id->qp)
-		rdma_destroy_qp(id);
-	if (q->scq)
-		ibv_destroy_cq(q->scq);
-	if (q->rcq)
-		ibv_destroy_cq(q->rcq);
-	if (q->sch)
-		ibv_destroy_comp_channel(q->sch);
-	if (q->rch)
-		ibv_destroy_comp_channel(q->rch);
-	memset(q, 0, sizeof *q);
+// A completion queue with its own (non-blocking) completion channel.
+static inline int gorun_create_cq(struct ibv_context *ctx, int depth, struct ibv_cq **cq,
+				  struct ibv_comp_channel **ch) {
+	*cq = NULL;
+	if (!(*ch = ibv_create_comp_channel(ctx)))
+		return -1;
+	if (gorun_set_nonblock((*ch)->fd) || !(*cq = ibv_create_cq(ctx, depth, NULL, *ch, 0))) {
+		int e = errno;
+		ibv_destroy_comp_channel(*ch);
+		*ch = NULL;
+		errno = e;
+		return -1;
+	}
+	return 0;
 }
 
-static inline int gorun_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, int sdepth, int rdepth,
-				  int max_sge, int max_inline, struct gorun_qp *q) {
+// Destroys cq (its events must all be acked) and then its channel.
+static inline int gorun_destroy_cq(struct ibv_cq *cq, struct ibv_comp_channel *ch) {
+	int r = ibv_destroy_cq(cq);
+	if (r == 0)
+		r = ibv_destroy_comp_channel(ch);
+	return r;
+}
+
+// What rdma_create_qp granted.
+struct gorun_qp {
+	uint32_t qp_num, max_inline, max_send_wr, max_recv_wr;
+};
+
+static inline int gorun_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq,
+				  struct ibv_cq *rcq, int sdepth, int rdepth, int max_sge, int max_inline,
+				  struct gorun_qp *q) {
 	struct ibv_context *ctx = id->verbs;
 	memset(q, 0, sizeof *q);
-	if (!ctx || pd->context != ctx) {
+	if (!ctx || pd->context != ctx || scq->context != ctx || rcq->context != ctx) {
 		errno = EXDEV;
 		return -1;
 	}
-	if (!(q->sch = ibv_create_comp_channel(ctx)) || !(q->rch = ibv_create_comp_channel(ctx)))
-		goto fail;
-	if (gorun_set_nonblock(q->sch->fd) || gorun_set_nonblock(q->rch->fd))
-		goto fail;
-	if (!(q->scq = ibv_create_cq(ctx, sdepth, NULL, q->sch, 0)) ||
-	    !(q->rcq = ibv_create_cq(ctx, rdepth, NULL, q->rch, 0)))
-		goto fail;
 	for (;;) {
 		struct ibv_qp_init_attr a;
 		memset(&a, 0, sizeof a);
-		a.send_cq = q->scq;
-		a.recv_cq = q->rcq;
+		a.send_cq = scq;
+		a.recv_cq = rcq;
 		a.qp_type = IBV_QPT_RC;
 		a.cap.max_send_wr = sdepth;
 		a.cap.max_recv_wr = rdepth;
@@ -152,22 +159,23 @@ static inline int gorun_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, int 
 		a.cap.max_recv_sge = max_sge;
 		a.cap.max_inline_data = max_inline;
 		if (rdma_create_qp(id, pd, &a) == 0) {
+			q->qp_num = id->qp->qp_num;
 			q->max_inline = a.cap.max_inline_data;
 			q->max_send_wr = a.cap.max_send_wr;
 			q->max_recv_wr = a.cap.max_recv_wr;
 			return 0;
 		}
 		if (max_inline == 0)
-			goto fail;
+			return -1;
 		max_inline /= 4; // the device may support less inline data
 		if (max_inline < 16)
 			max_inline = 0;
 	}
-fail:;
-	int e = errno;
-	gorun_destroy_qp(id, q);
-	errno = e;
-	return -1;
+}
+
+static inline void gorun_destroy_qp(struct rdma_cm_id *id) {
+	if (id->qp)
+		rdma_destroy_qp(id);
 }
 
 // The minimum RNR NAK timer may be changed in RTS (IB spec, RTS->RTS).

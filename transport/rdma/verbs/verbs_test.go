@@ -47,9 +47,15 @@ func openDev(t testing.TB, cfg rdma.Config) rdma.Device {
 // pair returns two connected ends (client, server) on one device.
 func pair(t testing.TB, d rdma.Device) (rdma.Conn, rdma.Conn) {
 	t.Helper()
+	return pairQP(t, d, d, rdma.QPInit{}, rdma.QPInit{})
+}
+
+// pairQP connects a client on dc (with cli's CQs) to a server on ds.
+func pairQP(t testing.TB, dc, ds rdma.Device, cli, srv rdma.QPInit) (rdma.Conn, rdma.Conn) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ln, err := d.Listen(ctx, vmIP(t)+":0")
+	ln, err := ds.Listen(ctx, vmIP(t)+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +66,10 @@ func pair(t testing.TB, d rdma.Device) (rdma.Conn, rdma.Conn) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		c, err := ln.Accept(ctx)
+		c, err := ln.AcceptQP(ctx, srv)
 		ch <- res{c, err}
 	}()
-	cli, err := d.Dial(ctx, ln.Addr().String())
+	c, err := dc.DialQP(ctx, ln.Addr().String(), cli)
 	if err != nil {
 		t.Fatal("dial:", err)
 	}
@@ -71,8 +77,8 @@ func pair(t testing.TB, d rdma.Device) (rdma.Conn, rdma.Conn) {
 	if r.err != nil {
 		t.Fatal("accept:", r.err)
 	}
-	t.Cleanup(func() { cli.Close(); r.c.Close() })
-	return cli, r.c
+	t.Cleanup(func() { c.Close(); r.c.Close() })
+	return c, r.c
 }
 
 func ctxT(t testing.TB) context.Context {
