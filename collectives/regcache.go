@@ -16,9 +16,11 @@ type RegCache struct {
 	dev rdma.Device
 	max int
 
-	mu  sync.Mutex
-	lru *list.List // of *regEntry, most recent first
-	m   map[regKey]*list.Element
+	mu     sync.Mutex
+	lru    *list.List // of *regEntry, most recent first
+	m      map[regKey]*list.Element
+	recent [4]regEntry // the last registrations returned: no map lookup on a hit
+	next   int
 
 	Hits, Misses int // counters for tests and debugging
 }
@@ -50,6 +52,22 @@ func (c *RegCache) Get(buf []byte) (*rdma.MR, error) {
 	k := regKey{rdma.AddrOf(buf), len(buf)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for i := range c.recent {
+		if r := &c.recent[i]; r.key == k && r.mr != nil && r.mr.Valid() {
+			c.Hits++
+			return r.mr, nil
+		}
+	}
+	mr, err := c.get(k, buf)
+	if err == nil {
+		c.recent[c.next] = regEntry{key: k, mr: mr}
+		c.next = (c.next + 1) % len(c.recent)
+	}
+	return mr, err
+}
+
+// get is Get's lookup in the LRU; mu is held.
+func (c *RegCache) get(k regKey, buf []byte) (*rdma.MR, error) {
 	if e, ok := c.m[k]; ok {
 		ent := e.Value.(*regEntry)
 		if ent.mr.Valid() {
@@ -99,5 +117,6 @@ func (c *RegCache) Close() error {
 	}
 	c.lru.Init()
 	clear(c.m)
+	c.recent = [4]regEntry{}
 	return first
 }

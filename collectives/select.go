@@ -107,7 +107,7 @@ func Algos(c Collective) []Algo {
 	case AllGather:
 		return []Algo{Ring, Bruck}
 	case ReduceScatter:
-		return []Algo{Ring}
+		return []Algo{Ring, RecDoubling}
 	case Barrier:
 		return []Algo{Dissemination}
 	}
@@ -154,6 +154,13 @@ func Select(c Collective, size int, bytes int) Algo {
 	case AllGather:
 		if bytes*size <= 64<<10 {
 			return Bruck
+		}
+		return Ring
+	case ReduceScatter:
+		// Small blocks: the whole buffer's allreduce by recursive
+		// doubling takes log2 steps where the ring takes Size-1.
+		if bytes*size <= 16<<10 {
+			return RecDoubling
 		}
 		return Ring
 	}
@@ -212,6 +219,11 @@ func Build(c Collective, a Algo, rank, size, root, count, chunk int) (*Schedule,
 		}
 		return RingAllGather(rank, size, count, chunk), nil
 	case ReduceScatter:
+		if a == RecDoubling {
+			// Every rank ends with the whole reduction, its own block
+			// included.
+			return RecursiveDoublingAllReduce(rank, size, size*count, chunk), nil
+		}
 		return RingReduceScatter(rank, size, count, chunk), nil
 	case Gather:
 		return DirectGather(rank, size, root, count, chunk), nil

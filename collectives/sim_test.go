@@ -343,22 +343,24 @@ func TestAllGatherSchedules(t *testing.T) {
 func TestReduceScatterSchedules(t *testing.T) {
 	for _, n := range worldSizes() {
 		for _, count := range []int{0, 1, 3, 7} {
-			for _, chunk := range []int{2, 1 << 20} {
-				scheds := build(t, ReduceScatter, Ring, n, 0, count, chunk)
-				work := make([][]elem, n)
-				for r := range work {
-					work[r] = make([]elem, n*count)
-					for i := range work[r] {
-						work[r][i] = one(r, i)
+			for _, a := range Algos(ReduceScatter) {
+				for _, chunk := range []int{2, 1 << 20} {
+					scheds := build(t, ReduceScatter, a, n, 0, count, chunk)
+					work := make([][]elem, n)
+					for r := range work {
+						work[r] = make([]elem, n*count)
+						for i := range work[r] {
+							work[r][i] = one(r, i)
+						}
 					}
-				}
-				if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
-					t.Fatalf("n=%d count=%d: %v", n, count, err)
-				}
-				for r := range n {
-					for j := range count {
-						if err := checkElem(work[r][r*count+j], r*count+j, allOnes(n)); err != nil {
-							t.Fatalf("n=%d count=%d rank %d: %v", n, count, r, err)
+					if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
+						t.Fatalf("n=%d count=%d: %v", n, count, err)
+					}
+					for r := range n {
+						for j := range count {
+							if err := checkElem(work[r][r*count+j], r*count+j, allOnes(n)); err != nil {
+								t.Fatalf("%s n=%d count=%d rank %d: %v", a, n, count, r, err)
+							}
 						}
 					}
 				}

@@ -57,7 +57,11 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 
 // plan returns the cached compiled schedule.
 func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
+	if c.lastPlan != nil && c.lastKey == k {
+		return c.lastPlan, nil
+	}
 	if p, ok := c.plans[k]; ok {
+		c.lastKey, c.lastPlan = k, p
 		return p, nil
 	}
 	var s *collectives.Schedule
@@ -74,6 +78,7 @@ func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
 	}
 	p := collectives.Compile(s)
 	c.plans[k] = p
+	c.lastKey, c.lastPlan = k, p
 	return p, nil
 }
 
