@@ -127,8 +127,18 @@ const maxWrite = 4 << 20
 // NewEngine makes the engine of links (indexed by rank), whose devices
 // are devs, with DefaultWait.
 func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
-	e := &Engine{Rank: rank, Size: size, links: links, devs: devs,
+	e := &Engine{Rank: rank, Size: size, links: links,
 		wake: make(chan struct{}, 1), dead: make(chan struct{}), wait: DefaultWait(1)}
+	// Only the devices that carry links are polled (a rank whose peers
+	// are all on shm does not poll its tcp device).
+	for _, d := range devs {
+		for _, l := range links {
+			if l != nil && l.dev == d {
+				e.devs = append(e.devs, d)
+				break
+			}
+		}
+	}
 	e.timer = time.NewTimer(time.Hour)
 	e.timer.Stop()
 	for _, l := range links {
