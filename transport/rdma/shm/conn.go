@@ -70,6 +70,7 @@ type conn struct {
 	rqHead int
 	rqLen  int
 	posted uint64     // receives posted so far (published in local)
+	minCap uint64     // the smallest receive ever posted (published in local)
 	progMu sync.Mutex // held while draining the peer's ring
 	// pollers counts receive pollers spinning on the ring; while there
 	// are any, the progress goroutine stays off the futex, so that
@@ -78,7 +79,8 @@ type conn struct {
 	pollIdle chan struct{}
 	slept    atomic.Bool // the receive poller's last wait slept: spin longer next
 
-	rxTail uint64 // ring consumer position (under progMu)
+	rxTail uint64        // ring consumer position (under progMu)
+	rxPos  atomic.Uint64 // rxTail, for Poll's look without the lock
 
 	wMu    sync.Mutex // serializes socket writes
 	respCh chan fallbackResp
@@ -135,6 +137,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		armKick: make(chan struct{}, 1),
 	}
 	c.exe.keys = make(map[uint32]int)
+	c.minCap = ^uint64(0)
 	c.sqIdle.L = &c.sqMu
 	if err := d.addConn(c); err != nil {
 		unix.Close(fd)
@@ -326,6 +329,11 @@ func (c *conn) postRecv(r *rwr) error {
 	// Plain stores: the atomic store of the count publishes them.
 	off, addr := directTarget(r)
 	c.local.putRecv(c.posted, uint64(total), off, addr)
+	if uint64(total) < c.minCap {
+		// Before the count: a sender that sees this receive sees the bound.
+		c.minCap = uint64(total)
+		c.local.u64(offRecvMinCap).Store(c.minCap)
+	}
 	c.posted++
 	c.local.u64(offRecvPosted).Store(c.posted)
 	c.local.recvBell().ring()

@@ -19,13 +19,22 @@
 // trip. Alloc'd memory never needs the fallback.
 //
 // Sends, write-with-immediate notifications, receive-length errors and
-// error notices travel in a 1 MiB shared ring per direction. A send costs
-// no syscall: the sender reads the peer's published receive count and
-// capacity (receiver not ready: it waits on the peer's receive doorbell,
-// RNRTimer at a time, RNRRetry times); if the receive is one buffer of
-// Alloc'd memory the sender copies straight into it and puts a small
-// record in the ring, else it copies the payload into the ring in records
-// of up to 64 KiB (the receiver copies out while the sender copies in).
+// error notices travel in a 1 MiB shared ring per direction. Each record
+// begins with a stamp (its ring position plus one) that the producer
+// stores last, having zeroed the next record's stamp word first: the
+// receiver polls the stamp at its own position, so a small message costs
+// it one cache miss (the record), not two (the producer's head, then the
+// record). The head is still published, for sleepers. A send costs
+// no syscall: the sender reads the peer's published receive count (and,
+// with it, a lower bound of the capacity of the receives outstanding;
+// receiver not ready: it waits on the peer's receive doorbell, RNRTimer at
+// a time, RNRRetry times). A send of at most 1008 bytes that the bound
+// covers is one record with a 16-byte header and the payload (an 8-byte
+// message and a 32-byte header share one cache line with it); otherwise,
+// if the receive is one buffer of Alloc'd memory, the sender copies
+// straight into it and puts a small record in the ring, else it copies the
+// payload into the ring in records of up to 64 KiB (the receiver copies
+// out while the sender copies in).
 // A receiver fences its buffers (a flag plus an in-flight counter in its
 // segment, as for the key table) before a flush releases them.
 //
@@ -34,8 +43,9 @@
 // Every wait is a bounded spin (4µs, yielding with runtime.Gosched), then
 // FUTEX_WAIT on a word of the shared segment (no FUTEX_PRIVATE_FLAG). A
 // waiter sets a flag in shared memory before its last check; a producer
-// touches the word and calls FUTEX_WAKE only when the flag is set, so a
-// busy connection makes no syscalls. GetRecvComp drains the peer's ring itself and sleeps on its
+// takes the flag (swaps it to zero) and calls FUTEX_WAKE only when it was
+// set, so a busy connection makes no syscalls, and a woken sleeper that
+// has not run yet costs later messages nothing. GetRecvComp drains the peer's ring itself and sleeps on its
 // doorbell, so a message costs at most one wake-up; while it does, the
 // progress goroutine stays off the futex, and it takes over when nobody
 // polls, so the ring always drains. After a wait that slept, the receive

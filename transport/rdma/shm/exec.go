@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -13,11 +14,23 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
-// Ring records: a 32-byte header, then the payload, padded to 64 bytes.
+// Ring records: a header, then the payload, padded to 64 bytes. The first
+// word is the record's stamp, its ring position plus one, stored last: the
+// receiver polls the word at its consumer position, not the producer's
+// head, so that a record costs the receiver one cache miss, not two. Before
+// it stamps a record the producer zeroes the stamp word of the next one (it
+// keeps a line of space for it), so a word at the consumer position is
+// either zero or the stamp of a record written in full, never stale bytes of
+// an earlier lap.
 //
-//	0 type  4 payload length  8 imm  12 flags  16 total  24 offset
+//	0 stamp  8 type  12 payload length  16 imm  20 flags  24 total  32 offset
+//
+// A whole small send (recSmall) has only the first 16 bytes of header, so
+// that an 8-byte message and the collectives engine's 32-byte header fit in
+// one cache line with it.
 const (
-	recHdr = 32
+	recHdr      = 40
+	recSmallHdr = 16
 
 	recPad        = 1 // skip total bytes (to the ring's start)
 	recSend       = 2 // a fragment of a send: payload at offset of total
@@ -25,6 +38,7 @@ const (
 	recLenErr     = 4 // consumes a receive too small for a total-byte send
 	recError      = 5 // the sender entered the error state; payload: why
 	recSendDirect = 6 // consumes a receive: total bytes were copied into it
+	recSmall      = 7 // a whole send of at most smallSend bytes, header 16
 
 	fragFirst = 1
 	fragLast  = 2
@@ -33,9 +47,18 @@ const (
 	// fragmented so that the receiver copies out while the sender copies
 	// in.
 	maxFrag = 64 << 10
+	// smallSend is the largest send that always travels in one recSmall
+	// record, whatever the receive: the receiver's copy out of the ring is
+	// cheaper than the cache misses of a direct copy and its record.
+	smallSend = 1024 - recSmallHdr
+	// stampRoom is the space a record needs beyond its own: the next
+	// record's stamp word, zeroed before the record is stamped.
+	stampRoom = 64
 )
 
 func recSize(payload int) int { return alignUp(recHdr+payload, 64) }
+
+func smallSize(payload int) int { return alignUp(recSmallHdr+payload, 64) }
 
 // execState belongs to whoever executes the send queue (one at a time).
 type execState struct {
@@ -50,6 +73,10 @@ type execState struct {
 	// cache lines over at every one.
 	posted uint64
 	tail   uint64
+	// minCap is what the peer last published as a lower bound of the
+	// capacity of its outstanding receives: a send no longer than it needs
+	// no look at the receive's own entry.
+	minCap uint64
 	iov    [soft.MaxSGE]unix.Iovec
 }
 
@@ -84,7 +111,7 @@ func (c *conn) fail(w *wr, st rdma.Status, what string) {
 			if rec, ok := c.reserve(recSize(len(msg)), false); ok {
 				putHdr(rec, recError, uint32(len(msg)), 0, 0, 0, 0)
 				copy(rec[recHdr:], msg)
-				c.publish(len(rec))
+				c.publish(rec)
 			} else {
 				c.sendCtl(msgError, msg)
 			}
@@ -99,6 +126,7 @@ func (c *conn) peerRecvReady() bool {
 		return true
 	}
 	c.exe.posted = c.peer.u64(offRecvPosted).Load()
+	c.exe.minCap = c.peer.u64(offRecvMinCap).Load() // stored before the count
 	return c.exe.posted > c.exe.consumed
 }
 
@@ -135,6 +163,7 @@ func (c *conn) needRecv(w *wr, block bool) (ok, done bool) {
 }
 
 func (c *conn) spaceFor(size int) bool {
+	size += stampRoom
 	idx := int(c.exe.head & (ringSize - 1))
 	if ringSize-idx < size {
 		size += ringSize - idx
@@ -161,6 +190,7 @@ func (c *conn) reserve(size int, block bool) ([]byte, bool) {
 	idx := int(c.exe.head & (ringSize - 1))
 	if pad := ringSize - idx; pad < size {
 		putHdr(ring[idx:], recPad, 0, 0, 0, uint64(pad), 0)
+		c.stamp(ring[idx : idx+pad])
 		c.exe.head += uint64(pad)
 		idx = 0
 	}
@@ -168,17 +198,30 @@ func (c *conn) reserve(size int, block bool) ([]byte, bool) {
 }
 
 func putHdr(b []byte, typ, plen, imm, flags uint32, total, off uint64) {
-	binary.LittleEndian.PutUint32(b[0:], typ)
-	binary.LittleEndian.PutUint32(b[4:], plen)
-	binary.LittleEndian.PutUint32(b[8:], imm)
-	binary.LittleEndian.PutUint32(b[12:], flags)
-	binary.LittleEndian.PutUint64(b[16:], total)
-	binary.LittleEndian.PutUint64(b[24:], off)
+	binary.LittleEndian.PutUint32(b[8:], typ)
+	binary.LittleEndian.PutUint32(b[12:], plen)
+	binary.LittleEndian.PutUint32(b[16:], imm)
+	binary.LittleEndian.PutUint32(b[20:], flags)
+	binary.LittleEndian.PutUint64(b[24:], total)
+	binary.LittleEndian.PutUint64(b[32:], off)
 }
 
-// publish makes the records reserved so far visible and rings the peer.
-func (c *conn) publish(size int) {
-	c.exe.head += uint64(size)
+// stamp makes rec, written in full at ring position c.exe.head, visible to
+// the receiver: it zeroes the next record's stamp word, then stores rec's
+// stamp. The compiler keeps plain stores ahead of an atomic one, and x86
+// makes stores visible in program order.
+func (c *conn) stamp(rec []byte) {
+	next := int((c.exe.head + uint64(len(rec))) & (ringSize - 1))
+	binary.LittleEndian.PutUint64(c.local.ring()[next:], 0)
+	(*atomic.Uint64)(unsafe.Pointer(&rec[0])).Store(c.exe.head + 1)
+}
+
+// publish stamps the record rec, reserved at the head of our ring, moves
+// the head past it and rings the peer (who sleeps on the head, not the
+// stamps).
+func (c *conn) publish(rec []byte) {
+	c.stamp(rec)
+	c.exe.head += uint64(len(rec))
 	c.local.u64(offHead).Store(c.exe.head)
 	c.local.dataBell().ring()
 }
@@ -190,7 +233,7 @@ func (c *conn) putRecord(typ, imm uint32, total uint64, block bool) bool {
 		return false
 	}
 	putHdr(rec, typ, 0, imm, 0, total, 0)
-	c.publish(len(rec))
+	c.publish(rec)
 	return true
 }
 
@@ -198,6 +241,24 @@ func (c *conn) execSend(w *wr, block bool) bool {
 	ok, done := c.needRecv(w, block)
 	if !ok {
 		return done
+	}
+	if w.total <= smallSend && uint64(w.total) <= c.exe.minCap {
+		// The common small send: one record, no look at the receive.
+		if !block && !c.spaceFor(smallSize(w.total)) {
+			return false
+		}
+		rec, ok := c.reserve(smallSize(w.total), block)
+		if !ok {
+			c.complete(w, rdma.StatusFlushed)
+			return true
+		}
+		binary.LittleEndian.PutUint32(rec[8:], recSmall)
+		binary.LittleEndian.PutUint32(rec[12:], uint32(w.total))
+		gather(rec[recSmallHdr:recSmallHdr+w.total], w.list(), 0)
+		c.publish(rec)
+		c.exe.consumed++
+		c.complete(w, rdma.StatusSuccess)
+		return true
 	}
 	first := min(w.total, maxFrag)
 	direct := c.directOK(w.total)
@@ -239,7 +300,7 @@ func (c *conn) execSend(w *wr, block bool) bool {
 		}
 		putHdr(rec, recSend, uint32(n), 0, flags, uint64(w.total), uint64(off))
 		gather(rec[recHdr:recHdr+n], sgl, off)
-		c.publish(len(rec))
+		c.publish(rec)
 		off += n
 		if off == w.total {
 			break

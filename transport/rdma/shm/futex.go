@@ -35,21 +35,29 @@ var spinAfterWake = 25 * time.Microsecond
 // doorbell is a futex word plus a "somebody sleeps" flag, both in shared
 // memory: the waiter sets the flag, reads the word, checks its condition
 // and sleeps only if the word is unchanged; the ringer, having published
-// its condition with a sequentially consistent store, bumps the word and
-// calls FUTEX_WAKE only when the flag is set. A ringer that finds no flag
-// touches nothing: the waiter that sets it later sees the condition. So a
-// wake-up cannot be lost (x86 atomics: the store is XCHG, the flag's
-// increment LOCK XADD), and a busy connection makes no syscall and no
-// locked write beyond its own data.
+// its condition with a sequentially consistent store, takes the flag (an
+// atomic swap to zero), and only if it was set bumps the word and calls
+// FUTEX_WAKE for every sleeper. A ringer that finds no flag touches
+// nothing: the waiter that sets it later sees the condition. So a wake-up
+// cannot be lost (x86 atomics: the stores are XCHG), and a busy connection
+// makes no syscall and no locked write beyond its own data.
+//
+// The ringer clears the flag, not the sleeper: a sleeper that is woken
+// but cannot run at once (its thread waits for a CPU, or for a P held by a
+// goroutine that spins) would otherwise leave the flag set, and every
+// message in the meantime would cost its sender a FUTEX_WAKE. A sleeper
+// that wakes and must sleep again sets the flag again; one that set it and
+// then found its condition true leaves it set, which costs the next ringer
+// one needless FUTEX_WAKE.
 type doorbell struct {
 	seq     *atomic.Uint32
-	waiters *atomic.Uint32
+	waiters *atomic.Uint32 // 1: a sleeper may be waiting on seq
 }
 
 // ring wakes the sleepers, if any, after a condition was published with
 // an atomic store.
 func (d doorbell) ring() {
-	if d.waiters.Load() != 0 {
+	if d.waiters.Load() != 0 && d.waiters.Swap(0) != 0 {
 		d.seq.Add(1)
 		futex(d.seq, futexWake, 1<<30, nil)
 	}
@@ -57,6 +65,7 @@ func (d doorbell) ring() {
 
 // wake wakes every sleeper unconditionally (close, cancellation).
 func (d doorbell) wake() {
+	d.waiters.Store(0)
 	d.seq.Add(1)
 	futex(d.seq, futexWake, 1<<30, nil)
 }
@@ -67,26 +76,14 @@ func (d doorbell) wait(ready func() bool, timeout time.Duration) bool {
 	if spin(ready) {
 		return true
 	}
-	d.waiters.Add(1)
-	defer d.waiters.Add(^uint32(0))
-	s := d.seq.Load()
-	if ready() {
-		return true
-	}
-	var ts *unix.Timespec
-	if timeout > 0 {
-		t := unix.NsecToTimespec(int64(timeout))
-		ts = &t
-	}
-	futex(d.seq, futexWait, s, ts)
-	return ready()
+	ok, _ := d.waitNoSpin(ready, timeout)
+	return ok
 }
 
 // waitNoSpin is wait without the spin (the caller has spun), and also
 // reports whether it slept in the kernel.
 func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slept bool) {
-	d.waiters.Add(1)
-	defer d.waiters.Add(^uint32(0))
+	d.waiters.Store(1)
 	s := d.seq.Load()
 	if ready() {
 		return true, false

@@ -66,3 +66,18 @@ func TestDoorbellWakesSleeper(t *testing.T) {
 		t.Fatalf("timed wait took %v", el)
 	}
 }
+
+// TestDoorbellWakesOnce: a ring takes the sleeper's flag, so a sleeper that
+// was woken but has not run yet (its thread waits for a CPU) costs the
+// rings after the first no FUTEX_WAKE.
+func TestDoorbellWakesOnce(t *testing.T) {
+	d := testBell(t)
+	d.waiters.Store(1) // as waitNoSpin leaves it while asleep
+	wakes := futexCalls[futexWake].Load()
+	for range 100 {
+		d.ring()
+	}
+	if n := futexCalls[futexWake].Load() - wakes; n != 1 {
+		t.Fatalf("100 rings after one sleep made %d FUTEX_WAKE calls, want 1", n)
+	}
+}

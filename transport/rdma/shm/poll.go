@@ -111,7 +111,7 @@ func (c *conn) tryDrain(out *wcBuf) bool {
 // or someone else is draining it (then that one pushes what it finds). The
 // segment stays mapped while a Poll may call it (cq.unbind).
 func (c *conn) pollRing(out *wcBuf) {
-	if c.state.Load() != stateClosed && c.peer.u64(offHead).Load() != c.peer.u64(offTail).Load() {
+	if c.state.Load() != stateClosed && ringStamp(c.peer.ring(), c.rxPos.Load()) != 0 {
 		c.tryDrain(out)
 	}
 }

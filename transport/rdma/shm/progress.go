@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
@@ -76,27 +78,35 @@ func (c *conn) progressLoop() {
 // receive CQ allows it (see completeRecv), else to the receive CQ.
 // In the error state records are skipped (their receives were flushed).
 func (c *conn) drain(out *wcBuf) bool {
-	head := c.peer.u64(offHead).Load()
-	if head == c.rxTail {
+	ring := c.peer.ring()
+	if ringStamp(ring, c.rxTail) == 0 {
 		return false
 	}
-	ring := c.peer.ring()
 	tail := c.peer.u64(offTail)
 	space := c.peer.spaceBell()
-	for c.rxTail != head {
+	for {
 		idx := int(c.rxTail & (ringSize - 1))
-		h := ring[idx:]
-		typ := binary.LittleEndian.Uint32(h[0:])
-		plen := int(binary.LittleEndian.Uint32(h[4:]))
-		total := binary.LittleEndian.Uint64(h[16:])
-		size := recSize(plen)
-		if typ == recPad {
-			size = int(total)
+		stamp := ringStamp(ring, c.rxTail)
+		if stamp == 0 {
+			break
 		}
-		if size <= 0 || size > ringSize-idx || plen > maxFrag || uint64(size) > head-c.rxTail {
+		h := ring[idx:]
+		typ := binary.LittleEndian.Uint32(h[8:])
+		plen := int(binary.LittleEndian.Uint32(h[12:]))
+		hdr := recHdr
+		if typ == recSmall {
+			hdr = recSmallHdr
+		}
+		size := alignUp(hdr+plen, 64)
+		if typ == recPad {
+			size = int(binary.LittleEndian.Uint64(h[24:]))
+		}
+		if stamp != c.rxTail+1 || size <= 0 || size > ringSize-idx || plen > maxFrag || size&63 != 0 {
+			// Skip what the peer published: its records are not ours to trust.
 			c.setError(c.opErr("recv", errProtocolRing), true)
-			c.rxTail = head
-			tail.Store(head)
+			c.rxTail = c.peer.u64(offHead).Load()
+			c.rxPos.Store(c.rxTail)
+			tail.Store(c.rxTail)
 			space.ring()
 			return true
 		}
@@ -105,21 +115,34 @@ func (c *conn) drain(out *wcBuf) bool {
 		case typ == recError:
 			c.setError(c.opErr("conn", fmt.Errorf("peer pid %d: %s", c.peerPid, h[recHdr:recHdr+plen])), false)
 		default:
-			c.deliver(out, typ, h[:recHdr], h[recHdr:recHdr+plen])
+			c.deliver(out, typ, h[:hdr], h[hdr:hdr+plen])
 		}
 		c.rxTail += uint64(size)
+		c.rxPos.Store(c.rxTail)
 		tail.Store(c.rxTail)
 		space.ring()
 	}
 	return true
 }
 
+// ringStamp is the stamp word of the record at ring position pos: zero
+// until the producer has written it in full.
+func ringStamp(ring []byte, pos uint64) uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&ring[pos&(ringSize-1)])).Load()
+}
+
 // deliver applies one record to the head of the receive queue.
 func (c *conn) deliver(out *wcBuf, typ uint32, h, payload []byte) {
-	imm := binary.LittleEndian.Uint32(h[8:])
-	flags := binary.LittleEndian.Uint32(h[12:])
-	total := binary.LittleEndian.Uint64(h[16:])
-	off := binary.LittleEndian.Uint64(h[24:])
+	var imm, flags uint32
+	var total, off uint64
+	if typ == recSmall {
+		total, flags = uint64(len(payload)), fragFirst|fragLast
+	} else {
+		imm = binary.LittleEndian.Uint32(h[16:])
+		flags = binary.LittleEndian.Uint32(h[20:])
+		total = binary.LittleEndian.Uint64(h[24:])
+		off = binary.LittleEndian.Uint64(h[32:])
+	}
 	var fault error
 	c.rqMu.Lock()
 	if c.rqLen == 0 {
@@ -129,7 +152,7 @@ func (c *conn) deliver(out *wcBuf, typ uint32, h, payload []byte) {
 	}
 	r := &c.rq[c.rqHead]
 	switch typ {
-	case recSend:
+	case recSend, recSmall:
 		if off+uint64(len(payload)) > uint64(r.total) || (flags&fragFirst != 0) != (off == 0) {
 			fault = c.opErr("recv", errProtocolRing)
 			break

@@ -19,7 +19,8 @@ import (
 //	0     header: magic, owner pid, sizes
 //	64    ring head (owner) and the data doorbell (peer sleeps on it)
 //	128   ring tail (peer) and the space doorbell (owner sleeps on it)
-//	192   receives posted (owner) and the receive doorbell (peer sleeps on it)
+//	192   receives posted (owner), the receive doorbell (peer sleeps on it)
+//	      and a lower bound of the posted receives' capacity
 //	256   direct-send users (peer) and the receive fence (owner)
 //	4096  receives: capacity and arena offset of each posted receive, by
 //	      sequence mod depth
@@ -27,7 +28,7 @@ import (
 //	...   ring: ringSize bytes of records
 const (
 	segMagic   = 0x6d68736e75726f67 // "gorunshm"
-	segVersion = 3
+	segVersion = 4
 
 	offMagic     = 0
 	offPid       = 8
@@ -45,6 +46,7 @@ const (
 	offRecvPosted  = 192
 	offRecvSeq     = 200
 	offRecvWaiters = 204
+	offRecvMinCap  = 208 // u64: no receive posted and not yet consumed is smaller
 	offDirectUsers = 256 // u32: peer sends copying into our receive buffers
 	offRecvFenced  = 260 // u32: 1 once our receive buffers may be released
 	offRecvLens    = 4096
@@ -93,6 +95,7 @@ func newSegment(recvDepth int) (*segment, int, error) {
 	binary.LittleEndian.PutUint32(mem[offRecvDepth:], uint32(recvDepth))
 	binary.LittleEndian.PutUint32(mem[offMaxKeys:], maxKeys)
 	binary.LittleEndian.PutUint32(mem[offRingSize:], ringSize)
+	binary.LittleEndian.PutUint64(mem[offRecvMinCap:], ^uint64(0))
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[offMagic])), segMagic)
 	return &segment{mem: mem, recvDepth: recvDepth, keysOff: keysOff, ringOff: ringOff}, fd, nil
 }
