@@ -31,6 +31,12 @@ package collectives
 // with immediate into a staging slot. Both sides decide "direct" from the
 // op's length alone (DirectMin), so they agree without negotiation.
 //
+// A data message whose header and payload fit a posted receive (recvSize:
+// payloads up to sendMax) is a send instead of a write: it lands in the
+// next receive buffer, and the receiver copies it into its slot. On shm a
+// send this small travels in one ring record, so the receiver takes one
+// cache miss for it, where a write costs the target slot's lines too.
+//
 // Control messages (hello, credit, abort, bye, clear-to-send, mismatch
 // evidence) are inline sends that consume a posted receive; data
 // notifications consume one too, so each side keeps 2·Slots+16 receives
@@ -59,6 +65,10 @@ const (
 	// smallMax is the largest payload copied behind its header and sent
 	// in one write.
 	smallMax = 2048
+	// recvSize is a posted receive's buffer: a control message, or a data
+	// message of up to sendMax payload bytes sent with its header.
+	recvSize = 256
+	sendMax  = recvSize - hdrSize
 )
 
 // control message types
@@ -165,7 +175,7 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 		return nil, err
 	}
 	l.nrecv = 2*l.slots + ctsDepth + 8
-	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*ctrlSize, rdma.AccessLocalWrite); err != nil {
+	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*recvSize, rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	if !dev.addLink(l) {
@@ -220,7 +230,7 @@ func (l *Link) hdrStride() int { return hdrSize + min(smallMax, l.rSlotSize-hdrS
 
 func (l *Link) ctrlMsg(i uint64) []byte {
 	b := l.ctrlRecv.Bytes()
-	return b[int(i)*ctrlSize : int(i+1)*ctrlSize]
+	return b[int(i)*recvSize : int(i+1)*recvSize]
 }
 
 func (l *Link) postRecv(i uint64) error {
@@ -325,6 +335,15 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		m := l.ctrlMsg(slot)
 		a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
 		switch binary.LittleEndian.Uint32(m[0:]) {
+		case hdrMagic: // a small data message: into its slot
+			n := l.arrived.Load()
+			if wc.ByteLen < hdrSize || wc.ByteLen > min(recvSize, l.slotSize) {
+				l.fail(fmt.Errorf("%d-byte data message: %w", wc.ByteLen, ErrProtocol), true)
+				return
+			}
+			copy(l.stage.Bytes()[int(n%uint64(l.slots))*l.slotSize:], m[:wc.ByteLen])
+			l.noteCredits(binary.LittleEndian.Uint32(m[20:]))
+			l.arrived.Store(n + 1)
 		case ctrlHello:
 			select {
 			case <-l.ready:

@@ -71,6 +71,17 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		src := buf[o.Off*es+off : o.Off*es+off+n]
 		e.putHeader(l, hb, call, n, false)
 		h := hb[:hdrSize]
+		if n <= sendMax {
+			// Small: header and payload in one send (link.go).
+			copy(hb[hdrSize:], src)
+			if err := l.conn.PostSend(wrid(l.id, kindData, m), hb[:hdrSize+n], l.hdrs, rdma.FlagSignaled); err != nil {
+				return moved, false, 0, err
+			}
+			l.posted++
+			ps.sendPiece++
+			moved = true
+			continue
+		}
 		if n <= stride-hdrSize {
 			// Small: the payload rides in the header's write.
 			copy(hb[hdrSize:], src)
