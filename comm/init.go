@@ -88,6 +88,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		return nil, err
 	}
 	c.ctl = ctl
+	if o := cfg.obs; o != nil { // the timeline's clock offset (observe.go)
+		o.mu.Lock()
+		o.clock = ctl.ClockOffset
+		o.mu.Unlock()
+	}
 	ctl.Joined(c.rank)
 	ctl.Phase(c.rank, "ready")
 	node := rv.node

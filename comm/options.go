@@ -45,6 +45,11 @@ type config struct {
 	spin    time.Duration
 	hasSpin bool
 	yield   int
+	// timeline: FILE, recorded to FILE.RANK (GORUN_TIMELINE, WithTimeline).
+	timeline string
+	// obs is this process's recorder, shared by the communicators made
+	// from the first (Split, Shrink); nil when nothing observes.
+	obs *observer
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.
@@ -67,6 +72,7 @@ func newConfig(opts ...Option) (*config, error) {
 	c.debug = t.Debug
 	c.checksum = t.Checksum
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
+	c.timeline = readObsEnv(osGetenv).Timeline
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -53,6 +53,9 @@ type Report struct {
 	InOp    bool   `json:"in,omitempty"`
 	SinceMS int64  `json:"since_ms,omitempty"` // time since the last Enter or Leave
 	Done    bool   `json:"done,omitempty"`     // the client is closing
+	// Ping, when set, asks the server for the time (clock.go); the line
+	// carries nothing else and changes no state.
+	Ping int64 `json:"ping,omitempty"`
 }
 
 // mac authenticates line number counter of a connection greeted with nonce.

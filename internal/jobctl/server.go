@@ -163,6 +163,7 @@ func (s *Server) serve(c net.Conn) {
 	}
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 512), maxLine)
+	var pongs uint64 // replies sent
 	for counter := uint64(0); ; counter++ {
 		c.SetReadDeadline(time.Now().Add(idleTimeout))
 		if !sc.Scan() {
@@ -185,6 +186,12 @@ func (s *Server) serve(c net.Conn) {
 			return // one connection speaks for one rank
 		}
 		rank = rep.Rank
+		if rep.Ping != 0 {
+			if err := s.pong(c, nonce, &pongs, rep.Ping); err != nil {
+				return
+			}
+			continue
+		}
 		s.update(rep, time.Now())
 	}
 }
