@@ -23,6 +23,14 @@ type Config struct {
 	// rules "[rank=R:]ACTION[:OP[:N[:WHERE[:DELAY]]]]" (comm/fault.go).
 	Fault string
 
+	// Timeline, when set, has every rank record a timeline (FILE.RANK)
+	// that gorun merges into this file, Chrome Trace Event Format, at
+	// the end (--timeline).
+	Timeline string
+	// Report prints a summary of the job's collectives and its stragglers
+	// at the end (--report, GORUN_REPORT=1).
+	Report bool
+
 	// NoTag turns off the "[rank] " prefix of output lines (--tag-output=false).
 	NoTag bool
 

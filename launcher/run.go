@@ -57,6 +57,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	obs, err := startObs(cfg)
+	if err != nil {
+		return err
+	}
+	defer obs.cleanup()
+	extra = append(extra, obs.vars()...)
+
 	prog := cfg.Program
 	if isGoPackage(prog) {
 		// Remote and srun ranks need the binary on a path they can see:
@@ -118,7 +125,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
-	return r.run(ctx)
+	err = r.run(ctx)
+	obs.finish(con)
+	return err
 }
 
 // rankProc prepares the command of one rank.

@@ -133,9 +133,16 @@ type RankFile struct {
 	Lanes   []string // by lane number
 	Events  []Event  // in the order written
 	Dropped uint64   // events lost to a full ring
+	Drops   []Drop   // where
 	Offset  int64    // launcher clock − this rank's clock, ns
 	RTT     int64    // 0: the offset was not measured
 	Closed  bool     // the file ends with its clock line (the rank closed its Comm)
+}
+
+// Drop says that N events were lost just before Events[Before].
+type Drop struct {
+	N      uint64
+	Before int
 }
 
 type line struct {
@@ -204,6 +211,7 @@ func Read(r io.Reader) (*RankFile, error) {
 			rf.Lanes[l.Lane] = l.Name
 		case "dropped":
 			rf.Dropped += l.N
+			rf.Drops = append(rf.Drops, Drop{N: l.N, Before: len(rf.Events)})
 		case "clock":
 			rf.Offset, rf.RTT, rf.Closed = l.Offset, l.RTT, true
 		case "op", "span", "instant":
