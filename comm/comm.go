@@ -179,7 +179,8 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
 		plans: map[planKey]*collectives.Plan{}}
 	c.turn = sync.NewCond(&c.turnMu)
-	if cfg.obs == nil {
+	first := cfg.obs == nil // this communicator opens the observer (observe.go)
+	if first {
 		if cfg.obs, err = newObserver(cfg, rank, size); err != nil {
 			return nil, err
 		}
@@ -291,6 +292,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
+	if first && cfg.obs != nil && cfg.obs.met != nil {
+		cfg.obs.met.devs.Store(&c.devs)
+	}
 	return c, nil
 }
 

@@ -19,7 +19,8 @@ import (
 // observer is one process's recorder, shared by the communicators made
 // from the one that opened it (Split, Shrink). That one closes it.
 type observer struct {
-	rec *trace.Recorder
+	rec *trace.Recorder // nil: no timeline
+	met *metrics        // nil: no metrics (metrics.go)
 
 	mu    sync.Mutex
 	comms int // communicators attached so far
@@ -28,23 +29,47 @@ type observer struct {
 	clock func() (offset, rtt time.Duration, ok bool)
 }
 
-// newObserver opens cfg's timeline for rank, or returns nil when there is
-// none. An unwritable path fails here, before the job starts.
+// newObserver opens cfg's timeline for rank and its metrics endpoint, or
+// returns nil when there is neither. An unwritable path or a port in use
+// fails here, before the job starts.
 func newObserver(cfg *config, rank, size int) (*observer, error) {
-	if cfg.timeline == "" {
+	if cfg.timeline == "" && cfg.metricsAddr == "" {
 		return nil, nil
 	}
-	host, _ := os.Hostname()
-	path := fmt.Sprintf("%s.%d", cfg.timeline, rank)
-	rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid()}, 0)
-	if err != nil {
-		return nil, fmt.Errorf("gorun: GORUN_TIMELINE=%s: %w", cfg.timeline, err)
+	o := &observer{}
+	if cfg.metricsAddr != "" {
+		slot := cfg.localRank
+		if slot < 0 {
+			slot = rank
+		}
+		var err error
+		if o.met, err = listenMetrics(cfg.metricsAddr, slot); err != nil {
+			return nil, err
+		}
 	}
-	return &observer{rec: rec}, nil
+	if cfg.timeline != "" {
+		host, _ := os.Hostname()
+		path := fmt.Sprintf("%s.%d", cfg.timeline, rank)
+		rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid()}, 0)
+		if err != nil {
+			if o.met != nil {
+				o.met.close()
+			}
+			return nil, fmt.Errorf("gorun: GORUN_TIMELINE=%s: %w", cfg.timeline, err)
+		}
+		o.rec = rec
+	}
+	return o, nil
 }
 
-// close writes the clock offset and closes the file.
+// close writes the clock offset, closes the file and stops the metrics.
 func (o *observer) close() {
+	if o.met != nil {
+		o.met.close()
+	}
+	if o.rec == nil {
+		return
+	}
 	o.mu.Lock()
 	clock := o.clock
 	o.mu.Unlock()
@@ -55,6 +80,13 @@ func (o *observer) close() {
 	}
 	if err := o.rec.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
+	}
+}
+
+// reconnected counts n connections made after the first world formed.
+func (co *commObs) reconnected(n int) {
+	if co != nil && co.o.met != nil {
+		co.o.met.reconnects.Add(uint64(n))
 	}
 }
 
@@ -93,6 +125,12 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo c
 			name = "send"
 		}
 	}
+	if m := co.o.met; m != nil {
+		m.op(c.call.Coll, algo, max(len(s.work), len(s.input)), end-start, err)
+	}
+	if co.o.rec == nil {
+		return err
+	}
 	co.ev = trace.Event{Kind: trace.KindOp, Lane: co.lane, Seq: c.call.Seq, Name: name, Algo: algo.String(),
 		Bytes: int64(max(len(s.work), len(s.input))), Arg: int64(s.peer), Start: start, End: end,
 		Wait: co.stats.FirstMsg, Reduce: co.stats.Reduce, Err: err != nil}
@@ -102,7 +140,7 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo c
 
 // Tracing reports whether c records a timeline (GORUN_TIMELINE or
 // WithTimeline), so a caller can skip preparing what it would record.
-func (c *Comm) Tracing() bool { return c.obs != nil }
+func (c *Comm) Tracing() bool { return c.obs != nil && c.obs.o.rec != nil }
 
 // Span is a stretch of work on the timeline, begun by StartSpan.
 type Span struct {
@@ -118,7 +156,7 @@ type Span struct {
 // row should nest. When the timeline is off it records nothing and costs
 // a nil check.
 func (c *Comm) StartSpan(lane, name string, arg int64) Span {
-	if c.obs == nil {
+	if !c.Tracing() {
 		return Span{}
 	}
 	rec := c.obs.o.rec
@@ -135,7 +173,7 @@ func (s Span) End() {
 
 // TraceInstant records a point in time named name on the row lane.
 func (c *Comm) TraceInstant(lane, name string, arg int64) {
-	if c.obs == nil {
+	if !c.Tracing() {
 		return
 	}
 	rec := c.obs.o.rec

@@ -47,6 +47,10 @@ type config struct {
 	yield   int
 	// timeline: FILE, recorded to FILE.RANK (GORUN_TIMELINE, WithTimeline).
 	timeline string
+	// metricsAddr: serve Prometheus text there (GORUN_METRICS_ADDR);
+	// localRank offsets its port (-1 unknown: the rank).
+	metricsAddr string
+	localRank   int
 	// obs is this process's recorder, shared by the communicators made
 	// from the first (Split, Shrink); nil when nothing observes.
 	obs *observer
@@ -72,7 +76,8 @@ func newConfig(opts ...Option) (*config, error) {
 	c.debug = t.Debug
 	c.checksum = t.Checksum
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
-	c.timeline = readObsEnv(osGetenv).Timeline
+	oe := readObsEnv(osGetenv)
+	c.timeline, c.metricsAddr, c.localRank = oe.Timeline, oe.MetricsAddr, -1
 	for _, o := range opts {
 		if o == nil {
 			continue

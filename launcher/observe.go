@@ -21,12 +21,19 @@ type obsRun struct {
 	report   bool
 	base     string // the ranks' GORUN_TIMELINE, or ""
 	tmp      string // a directory to remove, or ""
+	met      *metricsServer
 }
 
 // startObs checks the paths before any rank starts: an unwritable
 // timeline fails now, not at the end of a long job.
-func startObs(cfg Config) (*obsRun, error) {
+func startObs(cfg Config, remote bool) (*obsRun, error) {
 	o := &obsRun{size: cfg.NP, report: cfg.Report}
+	if cfg.Metrics != "" {
+		var err error
+		if o.met, err = listenMetrics(cfg.Metrics, remote); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Timeline != "" {
 		abs, err := filepath.Abs(cfg.Timeline)
 		if err != nil {
@@ -34,6 +41,7 @@ func startObs(cfg Config) (*obsRun, error) {
 		}
 		f, err := os.Create(abs)
 		if err != nil {
+			o.cleanup()
 			return nil, fmt.Errorf("%w: --timeline: %v", ErrUsage, err)
 		}
 		f.Close()
@@ -42,6 +50,7 @@ func startObs(cfg Config) (*obsRun, error) {
 	if o.report && o.base == "" {
 		dir, err := os.MkdirTemp("", "gorun-report-")
 		if err != nil {
+			o.cleanup()
 			return nil, fmt.Errorf("%w: --report: %v", ErrLaunch, err)
 		}
 		o.tmp, o.base = dir, filepath.Join(dir, "timeline")
@@ -51,10 +60,14 @@ func startObs(cfg Config) (*obsRun, error) {
 
 // vars are the variables ranks get.
 func (o *obsRun) vars() []string {
-	if o.base == "" {
-		return nil
+	var v []string
+	if o.base != "" {
+		v = append(v, EnvTimeline+"="+o.base)
 	}
-	return []string{EnvTimeline + "=" + o.base}
+	if o.met != nil {
+		v = append(v, EnvMetricsAddr+"="+o.met.rankAddr)
+	}
+	return v
 }
 
 // finish merges the timeline and prints the report (whatever the job's
@@ -105,6 +118,9 @@ func (o *obsRun) finish(con *console) {
 }
 
 func (o *obsRun) cleanup() {
+	if o.met != nil {
+		o.met.close()
+	}
 	if o.tmp != "" {
 		os.RemoveAll(o.tmp)
 	}

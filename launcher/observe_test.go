@@ -1,17 +1,24 @@
 package launcher
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun-hpc/gorun/internal/prom"
 )
 
 type chromeEvent struct {
@@ -145,5 +152,91 @@ func TestTimelineUnwritable(t *testing.T) {
 	_, stderr, err := runJob(t, "env", Config{NP: 2, Timeline: path})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Run = %v, want a usage error naming %s\n%s", err, path, stderr)
+	}
+}
+
+// countWriter calls seen once when want has appeared n times.
+type countWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	n    int
+	seen chan struct{}
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.seen != nil && strings.Count(w.buf.String(), w.want) >= w.n {
+		close(w.seen)
+		w.seen = nil
+	}
+	return len(p), nil
+}
+
+// gorun --metrics serves both ranks' counters, labelled by rank, while the
+// job runs; the exposition parses.
+func TestEndToEndMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	hold := filepath.Join(t.TempDir(), "release")
+	seen := make(chan struct{})
+	stdout := &countWriter{want: ": holding", n: 2, seen: seen}
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{NP: 2, Program: "./testdata/timeline", Timeout: 90 * time.Second, UseSrun: "no",
+			Metrics: addr, Export: []string{"TL_HOLD=" + hold}, Stdout: stdout, Stderr: &stderr, KillGrace: time.Second})
+	}()
+	select {
+	case <-seen:
+	case err := <-done:
+		t.Fatalf("job ended before holding: %v\n%s\n%s", err, stdout.buf.String(), stderr.String())
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := prom.Parse(resp.Body)
+	resp.Body.Close()
+	os.WriteFile(hold, nil, 0o644)
+	if err != nil {
+		t.Fatalf("gorun's /metrics does not parse: %v", err)
+	}
+	for r := range 2 {
+		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
+		if v, ok := prom.Get(fams, "gorun_rank_up", rank); !ok || v != 1 {
+			t.Errorf("gorun_rank_up{rank=%d} = %v %v", r, v, ok)
+		}
+		if v, ok := prom.Get(fams, "gorun_collective_calls_total", rank, prom.Label{Name: "collective", Value: "allreduce"}); !ok || v != 10 {
+			t.Errorf("rank %d: allreduce calls %v %v, want 10", r, v, ok)
+		}
+		if v, ok := prom.Get(fams, "gorun_refused_connections_total", rank, prom.Label{Name: "provider", Value: "shm"}); !ok || v != 0 {
+			t.Errorf("rank %d: shm refused connections %v %v, want 0", r, v, ok)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+}
+
+// An address gorun cannot listen on fails before any rank starts.
+func TestMetricsAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, _, err = runJob(t, "env", Config{NP: 2, Metrics: ln.Addr().String()})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--metrics") {
+		t.Fatalf("Run = %v, want a usage error about --metrics", err)
 	}
 }

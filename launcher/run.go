@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
-	obs, err := startObs(cfg)
+	obs, err := startObs(cfg, srun || remoteHost != "")
 	if err != nil {
 		return err
 	}
@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer srv.Close()
 	j.control = net.JoinHostPort(here, strconv.Itoa(srv.Addr().(*net.TCPAddr).Port))
+	obs.serveMetrics(srv)
 
 	var procs []*proc
 	if srun {

@@ -47,6 +47,7 @@ type Client struct {
 	lastOp atomic.Pointer[opEntry]
 
 	clockOffset, clockRTT atomic.Int64 // clock.go; rtt 0: not measured
+	metricsPort           atomic.Int64
 
 	// Owned by the loop goroutine.
 	seen   uint64    // state word at the last report
@@ -118,6 +119,15 @@ func (c *Client) Phase(rank int, phase string) {
 	c.poke()
 }
 
+// SetMetricsPort tells the launcher where this rank serves its metrics.
+func (c *Client) SetMetricsPort(port int) {
+	if c == nil {
+		return
+	}
+	c.metricsPort.Store(int64(port))
+	c.poke()
+}
+
 // Enter records that the rank entered collective op number seq.
 func (c *Client) Enter(op string, seq uint64) {
 	if c == nil {
@@ -174,6 +184,8 @@ func (c *Client) report(done bool) Report {
 		InOp:    st&inBit != 0,
 		SinceMS: now.Sub(c.seenAt).Milliseconds(),
 		Done:    done,
+
+		MetricsPort: int(c.metricsPort.Load()),
 	}
 	if p := c.phase.Load(); p != nil {
 		r.Phase = *p

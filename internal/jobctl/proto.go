@@ -56,6 +56,9 @@ type Report struct {
 	// Ping, when set, asks the server for the time (clock.go); the line
 	// carries nothing else and changes no state.
 	Ping int64 `json:"ping,omitempty"`
+	// MetricsPort is where the rank serves its metrics (GORUN_METRICS_ADDR),
+	// on the address it connects from.
+	MetricsPort int `json:"metrics_port,omitempty"`
 }
 
 // mac authenticates line number counter of a connection greeted with nonce.

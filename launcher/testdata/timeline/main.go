@@ -2,7 +2,8 @@
 // report tests: a fixed sequence of collectives, a user span, and on
 // request a skewed clock (rank TL_SKEW_RANK re-runs itself in a time
 // namespace whose CLOCK_MONOTONIC is TL_SKEW seconds ahead) and a
-// straggler (rank TL_SLEEP_RANK sleeps TL_SLEEP before each allreduce).
+// straggler (rank TL_SLEEP_RANK sleeps TL_SLEEP before each allreduce);
+// with TL_HOLD it waits for that file to exist before it leaves.
 package main
 
 import (
@@ -75,6 +76,15 @@ func run() error {
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return err
+	}
+	if hold := os.Getenv("TL_HOLD"); hold != "" {
+		// Stay in the job (for a scrape of its metrics) until hold exists.
+		fmt.Printf("rank %d: holding\n", c.Rank())
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(hold); err == nil {
+				break
+			}
+		}
 	}
 	fmt.Printf("rank %d: done\n", c.Rank())
 	return nil
