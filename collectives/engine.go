@@ -79,6 +79,7 @@ type Call struct {
 	Seq   uint32 // per-communicator sequence number (per pair for point-to-point)
 	Work  []byte
 	Input []byte
+	Stats *OpStats // nil, or filled in by Run (stats.go)
 }
 
 // Engine runs plans over a set of links; see the file comment.
@@ -176,6 +177,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	defer e.runMu.Unlock()
 	if err := e.Err(); err != nil {
 		return err
+	}
+	if call.Stats != nil {
+		call.Stats.begin()
 	}
 	if len(p.S.Ops) == 0 {
 		return nil

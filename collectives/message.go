@@ -164,11 +164,18 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)})
 			return moved, false, ErrMismatch
 		}
+		var t int64
+		if call.Stats != nil {
+			t = call.Stats.message()
+		}
 		if want > 0 && !direct {
 			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
 			src := stage[base+hdrSize : base+hdrSize+want]
 			if o.Kind == RecvReduce {
 				kernels.ReduceBytes(call.DType, call.Op, dst, src)
+				if call.Stats != nil {
+					call.Stats.reduceDone(t)
+				}
 			} else {
 				copy(dst, src)
 			}

@@ -56,6 +56,8 @@ type Comm struct {
 	ctl *jobctl.Client
 
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
+
+	obs *commObs // nil unless observed (observe.go)
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
@@ -177,10 +179,25 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
 		plans: map[planKey]*collectives.Plan{}}
 	c.turn = sync.NewCond(&c.turnMu)
+	first := cfg.obs == nil // this communicator opens the observer (observe.go)
+	if first {
+		if cfg.obs, err = newObserver(cfg, rank, size); err != nil {
+			return nil, err
+		}
+		if cfg.obs != nil {
+			c.onClose = append(c.onClose, cfg.obs.close)
+		}
+	}
+	if cfg.obs != nil {
+		c.obs = cfg.obs.attach()
+	}
 	devByName := map[string]*collectives.Device{}
 	lnByName := map[string]rdma.Listener{}
 	defer func() {
 		if err != nil {
+			for _, f := range c.onClose {
+				f()
+			}
 			for _, ln := range c.lns {
 				ln.Close()
 			}
@@ -275,6 +292,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 	c.eng = collectives.NewEngine(rank, size, links, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
+	if first && cfg.obs != nil && cfg.obs.met != nil {
+		cfg.obs.met.devs.Store(&c.devs)
+	}
 	return c, nil
 }
 

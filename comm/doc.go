@@ -24,6 +24,12 @@
 // fault. Configuration comes from options and the GORUN_* variables
 // documented in env.go.
 //
+// Observability (observe.go, metrics.go): with GORUN_TIMELINE or
+// GORUN_METRICS_ADDR the first communicator of a process opens an observer
+// (the timeline's recorder, the metrics' counters and HTTP server), which
+// the communicators made from it share, each with its own timeline row,
+// and which that first communicator closes. Otherwise a Comm's obs is nil.
+//
 // This package is owned by the comm/collectives maintainer, except
 // init.go (Init, the bootstrap's rendezvous), owned by the bootstrap's.
 package comm

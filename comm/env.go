@@ -328,3 +328,18 @@ func parseSpin(s string) (time.Duration, int, error) {
 	}
 	return 0, 0, fmt.Errorf("after the duration, want yield or noyield")
 }
+
+// Observability (observe.go): off unless set.
+//
+//	GORUN_TIMELINE      FILE: each rank records its operations to FILE.RANK
+//	                    (gorun --timeline merges them); an unwritable path fails Init
+//	GORUN_METRICS_ADDR  host:port: each rank serves Prometheus text at /metrics
+//	                    (port + local rank when several ranks share a host)
+type obsEnv struct {
+	Timeline    string
+	MetricsAddr string
+}
+
+func readObsEnv(getenv func(string) string) obsEnv {
+	return obsEnv{Timeline: strings.TrimSpace(getenv("GORUN_TIMELINE")), MetricsAddr: strings.TrimSpace(getenv("GORUN_METRICS_ADDR"))}
+}

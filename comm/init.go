@@ -69,6 +69,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if job.LocalSize > 0 {
 		cfg.localRanks = job.LocalSize
 	}
+	cfg.localRank = job.LocalRank // offsets GORUN_METRICS_ADDR's port (metrics.go)
 	bc, err := bootstrapConfig(job, getenv, cfg)
 	if err != nil {
 		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
@@ -88,6 +89,14 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		return nil, err
 	}
 	c.ctl = ctl
+	if o := cfg.obs; o != nil { // the timeline's clock offset, the metrics' port (observe.go)
+		o.mu.Lock()
+		o.clock = ctl.ClockOffset
+		o.mu.Unlock()
+		if o.met != nil {
+			ctl.SetMetricsPort(o.met.Addr().(*net.TCPAddr).Port)
+		}
+	}
 	ctl.Joined(c.rank)
 	ctl.Phase(c.rank, "ready")
 	node := rv.node

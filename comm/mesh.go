@@ -116,5 +116,8 @@ func (c *Comm) connectMesh(ctx context.Context, op string, eps []*endpoint, devB
 		}
 		return nil, errors.Join(errs...)
 	}
+	if op != "init" {
+		c.obs.reconnected(size - 1) // metrics.go
+	}
 	return links, nil
 }

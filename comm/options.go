@@ -45,6 +45,15 @@ type config struct {
 	spin    time.Duration
 	hasSpin bool
 	yield   int
+	// timeline: FILE, recorded to FILE.RANK (GORUN_TIMELINE, WithTimeline).
+	timeline string
+	// metricsAddr: serve Prometheus text there (GORUN_METRICS_ADDR);
+	// localRank offsets its port (-1 unknown: the rank).
+	metricsAddr string
+	localRank   int
+	// obs is this process's recorder, shared by the communicators made
+	// from the first (Split, Shrink); nil when nothing observes.
+	obs *observer
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.
@@ -67,6 +76,8 @@ func newConfig(opts ...Option) (*config, error) {
 	c.debug = t.Debug
 	c.checksum = t.Checksum
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
+	oe := readObsEnv(osGetenv)
+	c.timeline, c.metricsAddr, c.localRank = oe.Timeline, oe.MetricsAddr, -1
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -75,6 +75,9 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 		plans: map[planKey]*collectives.Plan{}, devs: c.devs, lns: c.lns,
 		onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
 	n.turn = sync.NewCond(&n.turnMu)
+	if cfg.obs != nil {
+		n.obs = cfg.obs.attach() // observe.go
+	}
 	c.devs, c.lns, c.onClose, c.ctl, c.shrink = nil, nil, nil, nil, shrinkState{}
 	if err := n.reconnect(ctx, eps); err != nil {
 		n.releaseTransport()

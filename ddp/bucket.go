@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/gorun-hpc/gorun/comm"
 )
@@ -56,6 +57,7 @@ type Bucketer[T Float] struct {
 	of      []int // param index -> bucket index
 	noSync  bool
 	ready   []bool
+	traced  sync.WaitGroup // bucket spans not yet ended (timeline only)
 }
 
 type bucket[T Float] struct {
@@ -65,6 +67,7 @@ type bucket[T Float] struct {
 	pending int // parameters not yet marked ready
 	size    int // parameters in the bucket
 	req     *comm.Request
+	idx     int
 }
 
 // NewBucketer assigns params to buckets in reverse order (the backward pass
@@ -102,7 +105,7 @@ func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucket
 }
 
 func (b *Bucketer[T]) addBucket(members []int, elems int) {
-	bk := &bucket[T]{data: make([]T, elems), size: len(members)}
+	bk := &bucket[T]{data: make([]T, elems), size: len(members), idx: len(b.buckets)}
 	bk.pending = bk.size
 	off := 0
 	for _, i := range members {
@@ -147,6 +150,7 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 		return fmt.Errorf("ddp: parameter %q marked ready twice in one step", b.params[i].Name)
 	}
 	b.ready[i] = true
+	b.c.TraceInstant("ddp", "grad ready", int64(i))
 	bk := b.buckets[b.of[i]]
 	bk.pending--
 	if bk.pending == 0 && !b.noSync {
@@ -156,6 +160,11 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 }
 
 func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
+	if b.c.Tracing() {
+		sp := b.c.StartSpan(fmt.Sprintf("ddp bucket %d", bk.idx), "bucket allreduce", int64(bk.idx))
+		b.traced.Add(1)
+		defer func() { go b.endWhenDone(ctx, bk.req, sp) }()
+	}
 	switch {
 	case bk.wire16 != nil:
 		for i, v := range bk.data {
@@ -177,6 +186,7 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 // bucket, and leaves the reduced gradients in each Param's Grad. In no-sync
 // mode it only resets the ready marks.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
+	defer b.traced.Wait()
 	defer b.reset()
 	if b.noSync {
 		return nil
@@ -206,6 +216,14 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// endWhenDone ends the timeline span of a bucket's allreduce (row "ddp
+// bucket N", from its launch) when req completes (with tracing only).
+func (b *Bucketer[T]) endWhenDone(ctx context.Context, req *comm.Request, sp comm.Span) {
+	defer b.traced.Done()
+	req.Wait(ctx)
+	sp.End()
 }
 
 func (b *Bucketer[T]) reset() {

@@ -23,6 +23,18 @@ type Config struct {
 	// rules "[rank=R:]ACTION[:OP[:N[:WHERE[:DELAY]]]]" (comm/fault.go).
 	Fault string
 
+	// Timeline, when set, has every rank record a timeline (FILE.RANK)
+	// that gorun merges into this file, Chrome Trace Event Format, at
+	// the end (--timeline).
+	Timeline string
+	// Report prints a summary of the job's collectives and its stragglers
+	// at the end (--report, GORUN_REPORT=1).
+	Report bool
+	// Metrics, when set, is the address where gorun serves every rank's
+	// metrics in Prometheus text, labelled by rank (--metrics); the ranks
+	// serve theirs on a free port.
+	Metrics string
+
 	// NoTag turns off the "[rank] " prefix of output lines (--tag-output=false).
 	NoTag bool
 

@@ -31,6 +31,13 @@ const (
 	EnvSpin      = "GORUN_SPIN"     // how long a waiting collective polls (comm.WithSpin)
 )
 
+// Observability (observe.go).
+const (
+	EnvTimeline    = "GORUN_TIMELINE"     // ranks record to FILE.RANK; --timeline
+	EnvReport      = "GORUN_REPORT"       // "1": gorun prints the job report; --report
+	EnvMetricsAddr = "GORUN_METRICS_ADDR" // ranks serve Prometheus text; --metrics
+)
+
 // contractVars are set by the launcher and never inherited from its own
 // environment (a gorun started inside a rank must not leak its rank).
 var contractVars = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvSeeds,

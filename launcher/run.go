@@ -57,6 +57,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	obs, err := startObs(cfg, srun || remoteHost != "")
+	if err != nil {
+		return err
+	}
+	defer obs.cleanup()
+	extra = append(extra, obs.vars()...)
+
 	prog := cfg.Program
 	if isGoPackage(prog) {
 		// Remote and srun ranks need the binary on a path they can see:
@@ -93,6 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer srv.Close()
 	j.control = net.JoinHostPort(here, strconv.Itoa(srv.Addr().(*net.TCPAddr).Port))
+	obs.serveMetrics(srv)
 
 	var procs []*proc
 	if srun {
@@ -118,7 +126,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
-	return r.run(ctx)
+	err = r.run(ctx)
+	obs.finish(con)
+	return err
 }
 
 // rankProc prepares the command of one rank.

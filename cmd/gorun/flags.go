@@ -85,6 +85,9 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.StringVar(&cfg.Algo, "algo", "", "sets GORUN_ALGO, e.g. allreduce:ring,broadcast:tree")
 	fs.StringVar(&cfg.Debug, "debug", "", "sets GORUN_DEBUG: warn|info|trace")
 	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
+	fs.StringVar(&cfg.Timeline, "timeline", os.Getenv(launcher.EnvTimeline), "record every rank's collectives and merge them into this file (Chrome trace JSON, for Perfetto; default GORUN_TIMELINE)")
+	fs.BoolVar(&cfg.Report, "report", os.Getenv(launcher.EnvReport) == "1", "print each collective's calls, bytes, time and busbw, and the stragglers, at the end (GORUN_REPORT=1)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve every rank's metrics (Prometheus text) at http://ADDR/metrics, e.g. 127.0.0.1:9400")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -18,6 +18,9 @@ func main() {
 
 // run is gorun's main, returning the exit status.
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "trace" { // gorun trace (trace.go)
+		return traceMain(args[1:], os.Stdout, os.Stderr)
+	}
 	cfg, err := parseArgs(args, os.Stderr)
 	if err != nil {
 		if isHelp(err) {

@@ -75,8 +75,10 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		t0 := time.Now()
 		x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)
 		b.ZeroGrad()
+		sp := c.StartSpan("compute", "forward", int64(step)) // the timeline (gorun --timeline); free when off
 		logits := model.forward(x, len(y))
 		loss, dz := lossAndGrad(logits, y, classes)
+		sp.End()
 		var commTime time.Duration
 		ready := func(i int) error {
 			if !cfg.overlap {
@@ -87,11 +89,16 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			commTime += time.Since(t)
 			return err
 		}
+		sp = c.StartSpan("compute", "backward", int64(step))
 		if err := model.backward(dz, len(y), ready); err != nil {
 			return nil, st, err
 		}
+		sp.End()
 		t1 := time.Now()
-		if err := b.Wait(ctx); err != nil {
+		sp = c.StartSpan("compute", "wait for gradients", int64(step))
+		err := b.Wait(ctx)
+		sp.End()
+		if err != nil {
 			if !cfg.elastic || !peerLost(err) {
 				return nil, st, fmt.Errorf("rank %d step %d: %w", c.Rank(), step, err)
 			}
@@ -108,7 +115,9 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			continue
 		}
 		commTime += time.Since(t1)
+		sp = c.StartSpan("compute", "optimizer", int64(step))
 		model.sgd(cfg.lr)
+		sp.End()
 		lastGood = time.Now()
 		if pending >= 0 {
 			p := &st.recoveries[pending]

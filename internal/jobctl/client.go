@@ -46,6 +46,9 @@ type Client struct {
 	state  atomic.Uint64 // opID<<48 | inOp<<47 | seq (47 bits)
 	lastOp atomic.Pointer[opEntry]
 
+	clockOffset, clockRTT atomic.Int64 // clock.go; rtt 0: not measured
+	metricsPort           atomic.Int64
+
 	// Owned by the loop goroutine.
 	seen   uint64    // state word at the last report
 	seenAt time.Time // when the loop first saw it
@@ -116,6 +119,15 @@ func (c *Client) Phase(rank int, phase string) {
 	c.poke()
 }
 
+// SetMetricsPort tells the launcher where this rank serves its metrics.
+func (c *Client) SetMetricsPort(port int) {
+	if c == nil {
+		return
+	}
+	c.metricsPort.Store(int64(port))
+	c.poke()
+}
+
 // Enter records that the rank entered collective op number seq.
 func (c *Client) Enter(op string, seq uint64) {
 	if c == nil {
@@ -172,6 +184,8 @@ func (c *Client) report(done bool) Report {
 		InOp:    st&inBit != 0,
 		SinceMS: now.Sub(c.seenAt).Milliseconds(),
 		Done:    done,
+
+		MetricsPort: int(c.metricsPort.Load()),
 	}
 	if p := c.phase.Load(); p != nil {
 		r.Phase = *p
@@ -190,6 +204,7 @@ func (c *Client) loop() {
 		last     Report
 		lastSent time.Time
 		retryAt  time.Time
+		synced   time.Time // last clock sync
 		backoff  = c.interval
 	)
 	defer func() {
@@ -213,6 +228,15 @@ func (c *Client) loop() {
 				return
 			}
 			backoff = c.interval
+		}
+		if time.Since(synced) >= clockEvery && !s.noClock {
+			synced = time.Now()
+			if off, rtt, ok := s.syncClock(rep.Rank, deadline); ok {
+				c.clockOffset.Store(off)
+				c.clockRTT.Store(max(rtt, 1))
+			} else {
+				s.noClock = true
+			}
 		}
 		if err := s.send(rep, deadline); err != nil {
 			s.conn.Close()
@@ -242,10 +266,13 @@ func (c *Client) loop() {
 // sender is one authenticated connection.
 type sender struct {
 	conn    net.Conn
+	r       *bufio.Reader
 	token   []byte
 	nonce   string
 	counter uint64
 	buf     []byte
+	pongs   uint64 // replies read (clock.go)
+	noClock bool   // the server did not answer a ping
 }
 
 func dial(addr string, token []byte, deadline time.Time) (*sender, error) {
@@ -257,7 +284,8 @@ func dial(addr string, token []byte, deadline time.Time) (*sender, error) {
 		return nil, &OpError{Op: "dial", Peer: addr, Rank: -1, Err: err}
 	}
 	conn.SetReadDeadline(deadline)
-	line, err := bufio.NewReaderSize(conn, 128).ReadString('\n')
+	r := bufio.NewReaderSize(conn, 256)
+	line, err := r.ReadString('\n')
 	if err != nil {
 		conn.Close()
 		return nil, &OpError{Op: "greeting", Peer: addr, Rank: -1, Err: err}
@@ -267,7 +295,7 @@ func dial(addr string, token []byte, deadline time.Time) (*sender, error) {
 		conn.Close()
 		return nil, &OpError{Op: "greeting", Peer: addr, Rank: -1, Err: ErrProtocol}
 	}
-	return &sender{conn: conn, token: token, nonce: nonce}, nil
+	return &sender{conn: conn, r: r, token: token, nonce: nonce}, nil
 }
 
 func (s *sender) send(rep Report, deadline time.Time) error {

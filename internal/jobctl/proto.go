@@ -53,6 +53,12 @@ type Report struct {
 	InOp    bool   `json:"in,omitempty"`
 	SinceMS int64  `json:"since_ms,omitempty"` // time since the last Enter or Leave
 	Done    bool   `json:"done,omitempty"`     // the client is closing
+	// Ping, when set, asks the server for the time (clock.go); the line
+	// carries nothing else and changes no state.
+	Ping int64 `json:"ping,omitempty"`
+	// MetricsPort is where the rank serves its metrics (GORUN_METRICS_ADDR),
+	// on the address it connects from.
+	MetricsPort int `json:"metrics_port,omitempty"`
 }
 
 // mac authenticates line number counter of a connection greeted with nonce.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -30,6 +31,8 @@ type RankState struct {
 	LastSeen  time.Time // last report received
 	Connected bool      // a connection from this rank is open
 	Done      bool      // the rank closed its client
+	// MetricsAddr is where the rank serves its metrics, or "".
+	MetricsAddr string
 }
 
 // Snapshot is a consistent copy of the server's view of the job.
@@ -163,6 +166,7 @@ func (s *Server) serve(c net.Conn) {
 	}
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 512), maxLine)
+	var pongs uint64 // replies sent
 	for counter := uint64(0); ; counter++ {
 		c.SetReadDeadline(time.Now().Add(idleTimeout))
 		if !sc.Scan() {
@@ -185,12 +189,18 @@ func (s *Server) serve(c net.Conn) {
 			return // one connection speaks for one rank
 		}
 		rank = rep.Rank
-		s.update(rep, time.Now())
+		if rep.Ping != 0 {
+			if err := s.pong(c, nonce, &pongs, rep.Ping); err != nil {
+				return
+			}
+			continue
+		}
+		s.update(rep, time.Now(), c.RemoteAddr())
 	}
 }
 
 // update merges one report into the state.
-func (s *Server) update(rep Report, now time.Time) {
+func (s *Server) update(rep Report, now time.Time, from net.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.ranks[rep.Rank]
@@ -207,6 +217,9 @@ func (s *Server) update(rep Report, now time.Time) {
 	}
 	r.Joined, r.Phase, r.Op, r.Seq, r.InOp, r.Done = rep.Joined, rep.Phase, rep.Op, rep.Seq, rep.InOp, rep.Done
 	r.LastSeen = now
+	if ta, ok := from.(*net.TCPAddr); ok && rep.MetricsPort > 0 {
+		r.MetricsAddr = net.JoinHostPort(ta.IP.String(), strconv.Itoa(rep.MetricsPort))
+	}
 	changed := progressed || !r.Connected
 	r.Connected = true
 	if progressed {

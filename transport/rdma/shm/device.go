@@ -25,6 +25,7 @@ type Device struct {
 	// copies, see fallback.go). Each connection also probes it.
 	cma     bool
 	cmaWarn sync.Once // the fallback is logged once per device
+	counts  counts    // refusals (counters.go)
 
 	mu        sync.Mutex
 	closed    bool

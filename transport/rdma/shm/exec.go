@@ -102,6 +102,9 @@ func (c *conn) exec(w *wr, block bool) bool {
 // posted before w (the socket is only used when the ring is full). A
 // length error needs no record: the peer's receive fails on its own.
 func (c *conn) fail(w *wr, st rdma.Status, what string) {
+	if st == rdma.StatusRemoteAccessError {
+		c.dev.counts.access.Add(1)
+	}
 	wc := rdma.WC{WRID: w.wrid, Status: st, Opcode: w.op}
 	reason := c.opErr("post_"+w.op.String(), fmt.Errorf("%s (peer pid %d): %w", what, c.peerPid, &rdma.WCError{WC: wc}))
 	if c.markError(reason, false) {

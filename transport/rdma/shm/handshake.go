@@ -45,6 +45,9 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	defer func() {
 		if err != nil {
 			uc.Close()
+			if errors.Is(err, rdma.ErrAuth) {
+				d.counts.auth.Add(1)
+			}
 		}
 	}()
 

@@ -1,0 +1,188 @@
+package comm
+
+// Observability: the timeline (GORUN_TIMELINE, internal/trace) and its
+// user-facing spans. Off, a communicator's obs is nil and an operation
+// pays one nil check; on, it pays two clock reads, a few per message in
+// the engine (collectives.OpStats) and one locked copy into the ring.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/trace"
+)
+
+// observer is one process's recorder, shared by the communicators made
+// from the one that opened it (Split, Shrink). That one closes it.
+type observer struct {
+	rec *trace.Recorder // nil: no timeline
+	met *metrics        // nil: no metrics (metrics.go)
+
+	mu    sync.Mutex
+	comms int // communicators attached so far
+	// clock reports this rank's offset to the launcher's clock (Init sets
+	// it to the job-control client's measurement).
+	clock func() (offset, rtt time.Duration, ok bool)
+}
+
+// newObserver opens cfg's timeline for rank and its metrics endpoint, or
+// returns nil when there is neither. An unwritable path or a port in use
+// fails here, before the job starts.
+func newObserver(cfg *config, rank, size int) (*observer, error) {
+	if cfg.timeline == "" && cfg.metricsAddr == "" {
+		return nil, nil
+	}
+	o := &observer{}
+	if cfg.metricsAddr != "" {
+		slot := cfg.localRank
+		if slot < 0 {
+			slot = rank
+		}
+		var err error
+		if o.met, err = listenMetrics(cfg.metricsAddr, slot); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.timeline != "" {
+		host, _ := os.Hostname()
+		path := fmt.Sprintf("%s.%d", cfg.timeline, rank)
+		rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid()}, 0)
+		if err != nil {
+			if o.met != nil {
+				o.met.close()
+			}
+			return nil, fmt.Errorf("gorun: GORUN_TIMELINE=%s: %w", cfg.timeline, err)
+		}
+		o.rec = rec
+	}
+	return o, nil
+}
+
+// close writes the clock offset, closes the file and stops the metrics.
+func (o *observer) close() {
+	if o.met != nil {
+		o.met.close()
+	}
+	if o.rec == nil {
+		return
+	}
+	o.mu.Lock()
+	clock := o.clock
+	o.mu.Unlock()
+	if clock != nil {
+		if off, rtt, ok := clock(); ok {
+			o.rec.SetClock(int64(off), int64(rtt))
+		}
+	}
+	if err := o.rec.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
+	}
+}
+
+// reconnected counts n connections made after the first world formed.
+func (co *commObs) reconnected(n int) {
+	if co != nil && co.o.met != nil {
+		co.o.met.reconnects.Add(uint64(n))
+	}
+}
+
+// attach gives a new communicator its lane: "comm" for the first, then
+// "comm 1", "comm 2", ... in creation order.
+func (o *observer) attach() *commObs {
+	o.mu.Lock()
+	n := o.comms
+	o.comms++
+	o.mu.Unlock()
+	name := "comm"
+	if n > 0 {
+		name = fmt.Sprintf("comm %d", n)
+	}
+	return &commObs{o: o, lane: o.rec.Lane(name)}
+}
+
+// commObs is one communicator's part; used under the communicator's turn.
+type commObs struct {
+	o     *observer
+	lane  uint16
+	stats collectives.OpStats
+	ev    trace.Event
+}
+
+// run runs c's current call as exec would, recording it.
+func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo collectives.Algo, s *spec) error {
+	c.call.Stats = &co.stats
+	start := trace.Now()
+	err := c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
+	end := trace.Now()
+	name := c.call.Coll.String()
+	if c.call.Coll == collectives.SendRecv {
+		name = "recv"
+		if s.send {
+			name = "send"
+		}
+	}
+	if m := co.o.met; m != nil {
+		m.op(c.call.Coll, algo, max(len(s.work), len(s.input)), end-start, err)
+	}
+	if co.o.rec == nil {
+		return err
+	}
+	co.ev = trace.Event{Kind: trace.KindOp, Lane: co.lane, Seq: c.call.Seq, Name: name, Algo: algo.String(),
+		Bytes: int64(max(len(s.work), len(s.input))), Arg: int64(s.peer), Start: start, End: end,
+		Wait: co.stats.FirstMsg, Reduce: co.stats.Reduce, Err: err != nil}
+	co.o.rec.Add(&co.ev)
+	return err
+}
+
+// Tracing reports whether c records a timeline (GORUN_TIMELINE or
+// WithTimeline), so a caller can skip preparing what it would record.
+func (c *Comm) Tracing() bool { return c.obs != nil && c.obs.o.rec != nil }
+
+// Span is a stretch of work on the timeline, begun by StartSpan.
+type Span struct {
+	rec   *trace.Recorder
+	lane  uint16
+	name  string
+	arg   int64
+	start int64
+}
+
+// StartSpan begins a span named name (with a number shown beside it) on
+// the timeline's row lane, such as "compute"; End records it. Spans on one
+// row should nest. When the timeline is off it records nothing and costs
+// a nil check.
+func (c *Comm) StartSpan(lane, name string, arg int64) Span {
+	if !c.Tracing() {
+		return Span{}
+	}
+	rec := c.obs.o.rec
+	return Span{rec: rec, lane: rec.Lane(lane), name: name, arg: arg, start: trace.Now()}
+}
+
+// End records the span.
+func (s Span) End() {
+	if s.rec == nil {
+		return
+	}
+	s.rec.Add(&trace.Event{Kind: trace.KindSpan, Lane: s.lane, Name: s.name, Arg: s.arg, Start: s.start, End: trace.Now()})
+}
+
+// TraceInstant records a point in time named name on the row lane.
+func (c *Comm) TraceInstant(lane, name string, arg int64) {
+	if !c.Tracing() {
+		return
+	}
+	rec := c.obs.o.rec
+	now := trace.Now()
+	rec.Add(&trace.Event{Kind: trace.KindInstant, Lane: rec.Lane(lane), Name: name, Arg: arg, Start: now, End: now})
+}
+
+// WithTimeline records every operation of the communicator (and of those
+// made from it) to path.RANK, as GORUN_TIMELINE does; "" turns it off.
+func WithTimeline(path string) Option {
+	return func(c *config) error { c.timeline = path; return nil }
+}

@@ -1,0 +1,96 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+	"github.com/gorun-hpc/gorun/internal/trace"
+)
+
+// With a timeline, each gradient marked ready is an instant and each
+// bucket's allreduce a span on its own row, from its launch to the end of
+// the allreduce it started.
+func TestTimelineBuckets(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "tl")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 3
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				ps := params(16, 16, 16)
+				b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 128})
+				if err != nil {
+					return err
+				}
+				for range steps {
+					for i := len(ps) - 1; i >= 0; i-- {
+						if err := b.MarkReady(ctx, i); err != nil {
+							return err
+						}
+					}
+					if err := b.Wait(ctx); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for _, c := range cs {
+		c.Close() // waits for nothing of ddp's: the spans ended when their requests did
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range 2 {
+		rf, err := trace.ReadFile(fmt.Sprintf("%s.%d", base, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ready int
+		var ops, buckets []trace.Event
+		for _, e := range rf.Events {
+			switch {
+			case e.Kind == trace.KindInstant && rf.Lanes[e.Lane] == "ddp" && e.Name == "grad ready":
+				ready++
+			case e.Kind == trace.KindOp && e.Name == "allreduce":
+				ops = append(ops, e)
+			case e.Kind == trace.KindSpan && e.Name == "bucket allreduce":
+				if want := fmt.Sprintf("ddp bucket %d", e.Arg); rf.Lanes[e.Lane] != want {
+					t.Errorf("rank %d: bucket %d on row %q, want %q", r, e.Arg, rf.Lanes[e.Lane], want)
+				}
+				buckets = append(buckets, e)
+			}
+		}
+		if ready != 3*steps || len(ops) != 2*steps || len(buckets) != 2*steps {
+			t.Fatalf("rank %d: %d grad ready, %d allreduces, %d bucket spans; want %d, %d, %d", r, ready, len(ops), len(buckets), 3*steps, 2*steps, 2*steps)
+		}
+		// Each allreduce lies within a bucket span (they were started in order).
+		for _, op := range ops {
+			found := false
+			for _, bk := range buckets {
+				found = found || bk.Start <= op.Start && op.End <= bk.End
+			}
+			if !found {
+				t.Errorf("rank %d: allreduce #%d [%d, %d] is in no bucket span", r, op.Seq, op.Start, op.End)
+			}
+		}
+	}
+}

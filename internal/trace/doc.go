@@ -1,0 +1,22 @@
+// Package trace records what a rank does, for the timeline, the job
+// report and the live metrics (gorun --timeline, --report, --metrics).
+//
+// A Recorder keeps a fixed-size ring of events (one per collective, ddp
+// bucket, user span or instant) and a goroutine that flushes them, as
+// lines of JSON, to the rank's file (FILE.RANK) whenever the ring is half
+// full and at Close. When the writer falls behind (a slow disk) the ring
+// drops its oldest unwritten events and the file says how many, at the
+// place they were lost: memory stays bounded and the job goes on.
+//
+// Times are nanoseconds of CLOCK_MONOTONIC (Now), the clock the launcher
+// also uses; each file ends with this rank's measured offset to the
+// launcher's clock (jobctl's clock sync), which Merge applies.
+//
+// Files: ReadFile parses a rank's file; Merge writes several as one Chrome
+// Trace Event Format JSON (Perfetto, chrome://tracing), one process per
+// rank; Summarize computes the job report; SVG draws a Gantt chart.
+//
+// Concurrency: Recorder methods are safe for concurrent use; a nil
+// *Recorder records nothing. The flusher goroutine owns the file; Close
+// stops it and waits for it.
+package trace

@@ -1,0 +1,240 @@
+package trace
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The file of one rank is JSON lines, each with a "k" (kind) field:
+//
+//	{"k":"header","version":1,"rank":0,"size":4,"host":"h","pid":7,"clock":"monotonic"}
+//	{"k":"lane","lane":1,"name":"ddp bucket 0"}
+//	{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":5,"bytes":8,"ts":…,"end":…,"wait":…,"reduce":…}
+//	{"k":"span","lane":2,"name":"backward","arg":0,"ts":…,"end":…}
+//	{"k":"instant","lane":1,"name":"grad ready","arg":3,"ts":…}
+//	{"k":"dropped","n":12}          (events lost here: the writer fell behind)
+//	{"k":"clock","offset":…,"rtt":…} (last line; rtt 0: offset not measured)
+
+const fileVersion = 1
+
+func appendHeader(b []byte, h Header) []byte {
+	b = append(b, `{"k":"header","version":`...)
+	b = strconv.AppendInt(b, fileVersion, 10)
+	b = appendInt(b, "rank", int64(h.Rank))
+	b = appendInt(b, "size", int64(h.Size))
+	b = appendStr(b, "host", h.Host)
+	b = appendInt(b, "pid", int64(h.PID))
+	return append(b, `,"clock":"monotonic"}`+"\n"...)
+}
+
+func appendLane(b []byte, lane int, name string) []byte {
+	b = append(b, `{"k":"lane"`...)
+	b = appendInt(b, "lane", int64(lane))
+	b = appendStr(b, "name", name)
+	return append(b, "}\n"...)
+}
+
+func appendDropped(b []byte, n uint64) []byte {
+	b = append(b, `{"k":"dropped"`...)
+	b = appendInt(b, "n", int64(n))
+	return append(b, "}\n"...)
+}
+
+func appendClock(b []byte, offset, rtt int64) []byte {
+	b = append(b, `{"k":"clock"`...)
+	b = appendInt(b, "offset", offset)
+	b = appendInt(b, "rtt", rtt)
+	return append(b, "}\n"...)
+}
+
+func appendEvent(b []byte, e *Event) []byte {
+	switch e.Kind {
+	case KindOp:
+		b = append(b, `{"k":"op"`...)
+	case KindSpan:
+		b = append(b, `{"k":"span"`...)
+	default:
+		b = append(b, `{"k":"instant"`...)
+	}
+	b = appendInt(b, "lane", int64(e.Lane))
+	b = appendStr(b, "name", e.Name)
+	if e.Kind == KindOp {
+		b = appendStr(b, "algo", e.Algo)
+		b = appendInt(b, "seq", int64(e.Seq))
+		b = appendInt(b, "bytes", e.Bytes)
+	}
+	b = appendInt(b, "arg", e.Arg)
+	b = appendInt(b, "ts", e.Start)
+	if e.Kind != KindInstant {
+		b = appendInt(b, "end", e.End)
+	}
+	if e.Kind == KindOp {
+		b = appendInt(b, "wait", e.Wait)
+		b = appendInt(b, "reduce", e.Reduce)
+	}
+	if e.Err {
+		b = append(b, `,"err":true`...)
+	}
+	return append(b, "}\n"...)
+}
+
+func appendInt(b []byte, key string, v int64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return strconv.AppendInt(b, v, 10)
+}
+
+func appendStr(b []byte, key, s string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return appendJSONString(b, s)
+}
+
+// appendJSONString quotes s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+			i++
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			i++
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, s[i:i+n]...)
+			}
+			i += n
+		}
+	}
+	return append(b, '"')
+}
+
+// RankFile is one rank's file as read back.
+type RankFile struct {
+	Path    string
+	Header  Header
+	Lanes   []string // by lane number
+	Events  []Event  // in the order written
+	Dropped uint64   // events lost to a full ring
+	Drops   []Drop   // where
+	Offset  int64    // launcher clock − this rank's clock, ns
+	RTT     int64    // 0: the offset was not measured
+	Closed  bool     // the file ends with its clock line (the rank closed its Comm)
+}
+
+// Drop says that N events were lost just before Events[Before].
+type Drop struct {
+	N      uint64
+	Before int
+}
+
+type line struct {
+	K       string `json:"k"`
+	Version int    `json:"version"`
+	Rank    int    `json:"rank"`
+	Size    int    `json:"size"`
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Lane    int    `json:"lane"`
+	Name    string `json:"name"`
+	Algo    string `json:"algo"`
+	Seq     uint32 `json:"seq"`
+	Bytes   int64  `json:"bytes"`
+	Arg     int64  `json:"arg"`
+	TS      int64  `json:"ts"`
+	End     int64  `json:"end"`
+	Wait    int64  `json:"wait"`
+	Reduce  int64  `json:"reduce"`
+	Err     bool   `json:"err"`
+	N       uint64 `json:"n"`
+	Offset  int64  `json:"offset"`
+	RTT     int64  `json:"rtt"`
+}
+
+// ReadFile reads one rank's file.
+func ReadFile(path string) (*RankFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rf, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	rf.Path = path
+	return rf, nil
+}
+
+// Read parses one rank's file from r.
+func Read(r io.Reader) (*RankFile, error) {
+	rf := &RankFile{Lanes: []string{"comm"}}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if n == 1 {
+			if l.K != "header" {
+				return nil, fmt.Errorf("line 1: not a gorun timeline (no header)")
+			}
+			if l.Version != fileVersion {
+				return nil, fmt.Errorf("timeline version %d, this gorun reads %d", l.Version, fileVersion)
+			}
+			rf.Header = Header{Rank: l.Rank, Size: l.Size, Host: l.Host, PID: l.PID}
+			continue
+		}
+		switch l.K {
+		case "lane":
+			for len(rf.Lanes) <= l.Lane {
+				rf.Lanes = append(rf.Lanes, "")
+			}
+			rf.Lanes[l.Lane] = l.Name
+		case "dropped":
+			rf.Dropped += l.N
+			rf.Drops = append(rf.Drops, Drop{N: l.N, Before: len(rf.Events)})
+		case "clock":
+			rf.Offset, rf.RTT, rf.Closed = l.Offset, l.RTT, true
+		case "op", "span", "instant":
+			e := Event{Lane: uint16(l.Lane), Name: l.Name, Algo: l.Algo, Seq: l.Seq, Bytes: l.Bytes, Arg: l.Arg,
+				Start: l.TS, End: l.End, Wait: l.Wait, Reduce: l.Reduce, Err: l.Err}
+			switch l.K {
+			case "op":
+				e.Kind = KindOp
+			case "span":
+				e.Kind = KindSpan
+			default:
+				e.Kind, e.End = KindInstant, l.TS
+			}
+			rf.Events = append(rf.Events, e)
+		default:
+			return nil, fmt.Errorf("line %d: unknown record %q", n, l.K)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if rf.Header.Size == 0 {
+		return nil, fmt.Errorf("empty timeline")
+	}
+	return rf, nil
+}

@@ -1,0 +1,89 @@
+package trace
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Two ranks whose clocks differ by 1 s: Merge applies the offsets, the
+// report names the rank that entered last, the SVG is well-formed XML
+// with a band per rank and a bar per collective in its kind's colour.
+func TestMergeSummarizeSVG(t *testing.T) {
+	ms := int64(time.Millisecond)
+	mk := func(rank int, offset, late int64) *RankFile {
+		rf := &RankFile{Header: Header{Rank: rank, Size: 2, Host: "h"}, Lanes: []string{"comm", "compute"}, Offset: offset, RTT: 1000, Closed: true}
+		for i := range int64(5) {
+			start := i*10*ms + late - offset // on the launcher's clock: i*10ms + late
+			rf.Events = append(rf.Events,
+				Event{Kind: KindSpan, Lane: 1, Name: "backward", Start: start - 2*ms, End: start},
+				Event{Kind: KindOp, Name: "allreduce", Algo: "ring", Seq: uint32(i), Bytes: 1 << 20,
+					Start: start, End: i*10*ms + 5*ms - offset, Wait: 1 * ms, Reduce: 100})
+		}
+		return rf
+	}
+	files := []*RankFile{mk(0, 0, 0), mk(1, -int64(time.Second), 3*ms)}
+	var buf bytes.Buffer
+	if err := Merge(&buf, files); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := ReadChrome(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := map[int]float64{}
+	for _, e := range ct.TraceEvents {
+		if e.Ph == "X" && e.Name == "allreduce" && e.Args["seq"].(float64) == 0 {
+			first[e.PID] = e.TS
+		}
+	}
+	if first[0] != 2000 || first[1] != 5000 { // origin: rank 0's first backward
+		t.Errorf("allreduce #0 at %v µs: want rank 0 at 2000, rank 1 at 5000 (offset applied)", first)
+	}
+	s := Summarize(files)
+	if s.Straggler != 1 || s.Matched != 5 || s.Late[1].Last != 5 || s.Late[1].MeanLate != 3*time.Millisecond {
+		t.Errorf("summary %+v", s)
+	}
+	if len(s.Colls) != 1 || s.Colls[0].Calls != 5 || s.Colls[0].Bytes != 5<<20 {
+		t.Errorf("collectives %+v", s.Colls)
+	}
+	if !strings.Contains(s.String(), "straggler: rank 1 (last in 5 of 5 collectives, 3ms late on average)") {
+		t.Errorf("report:\n%s", s)
+	}
+	var svg bytes.Buffer
+	if err := SVG(&svg, ct, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(svg.Bytes()))
+	rects, texts := 0, ""
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			for _, a := range se.Attr {
+				if a.Name.Local == "fill" && a.Value == collColor["allreduce"] {
+					rects++
+				}
+			}
+		}
+		if cd, ok := tok.(xml.CharData); ok {
+			texts += string(cd) + "|"
+		}
+	}
+	if rects != 10+2 { // 5 per rank, the legend's and the wait sample's
+		t.Errorf("%d allreduce bars, want 12", rects)
+	}
+	for _, want := range []string{"rank 0 (h)|", "rank 1 (h)|", "comm|", "compute|", "backward|"} {
+		if !strings.Contains(texts, want) {
+			t.Errorf("SVG lacks the text %q", want)
+		}
+	}
+}

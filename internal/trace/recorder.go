@@ -1,0 +1,232 @@
+package trace
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// DefaultEvents is a Recorder's ring size: 16384 events of ~100 bytes
+// (1.6 MiB), flushed when half full, so a rank running 100k operations a
+// second writes about 12 times a second.
+const DefaultEvents = 16384
+
+// Header describes the rank a file belongs to.
+type Header struct {
+	Rank, Size int
+	Host       string
+	PID        int
+}
+
+// Recorder is one rank's timeline. See the package comment.
+type Recorder struct {
+	path string
+	w    io.WriteCloser
+
+	mu      sync.Mutex
+	ring    []Event
+	head    uint64 // next event to write
+	tail    uint64 // next event to flush
+	dropped uint64 // dropped since the last flush
+	lanes   []string
+	offset  int64 // launcher clock − this clock, ns
+	rtt     int64 // of the sample offset came from; 0: not measured
+	closed  bool
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	werr error // the flusher's first write error (guarded by mu)
+}
+
+// Create opens path for writing (truncating it) and returns a Recorder
+// writing there. It fails at once when path cannot be written.
+func Create(path string, h Header, events int) (*Recorder, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
+	r := New(f, h, events)
+	r.path = path
+	return r, nil
+}
+
+// New returns a Recorder writing to w, with a ring of events events
+// (DefaultEvents if ≤ 0). Close closes w.
+func New(w io.WriteCloser, h Header, events int) *Recorder {
+	if events <= 0 {
+		events = DefaultEvents
+	}
+	events = max(events, 2)
+	r := &Recorder{w: w, ring: make([]Event, events), lanes: []string{"comm"},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.flusher(h)
+	return r
+}
+
+// Lane registers a lane (a row of the timeline: a communicator, a ddp
+// bucket, user spans) and returns its number. Lane 0 is "comm", the
+// world communicator. Lanes are registered once, not per event.
+func (r *Recorder) Lane(name string) uint16 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, n := range r.lanes {
+		if n == name {
+			return uint16(i)
+		}
+	}
+	if len(r.lanes) >= 1<<16-1 {
+		return 0
+	}
+	r.lanes = append(r.lanes, name)
+	return uint16(len(r.lanes) - 1)
+}
+
+// Add records e. It never blocks on I/O: when the ring is full the oldest
+// unflushed event is dropped.
+func (r *Recorder) Add(e *Event) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	n := uint64(len(r.ring))
+	if r.head-r.tail == n {
+		r.tail++
+		r.dropped++
+	}
+	r.ring[r.head%n] = *e
+	r.head++
+	full := r.head-r.tail >= n/2
+	r.mu.Unlock()
+	if full {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// SetClock records this rank's clock offset to the launcher (launcher
+// time = this rank's time + offset), measured with round-trip time rtt.
+func (r *Recorder) SetClock(offset, rtt int64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.offset, r.rtt = offset, rtt
+	r.mu.Unlock()
+}
+
+// Close writes what is left and the clock offset, and closes the file. It
+// reports a write error the flusher met.
+func (r *Recorder) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		<-r.done
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.werr != nil && r.path != "" {
+		return fmt.Errorf("timeline %s: %w", r.path, r.werr)
+	}
+	return r.werr
+}
+
+// flushBatch bounds the events copied out of the ring under the lock at once.
+const flushBatch = 256
+
+// flusher writes the ring to the file; it owns w.
+func (r *Recorder) flusher(h Header) {
+	defer close(r.done)
+	bw := bufio.NewWriterSize(r.w, 64<<10)
+	line := appendHeader(make([]byte, 0, 512), h)
+	bw.Write(line)
+	batch := make([]Event, flushBatch)
+	nlanes := 1 // lane 0 is implied
+	flush := func() {
+		for {
+			r.mu.Lock()
+			dropped := r.dropped
+			r.dropped = 0
+			var newLanes []string
+			if len(r.lanes) > nlanes {
+				newLanes = append(newLanes, r.lanes[nlanes:]...)
+			}
+			k := min(r.head-r.tail, uint64(len(batch)))
+			n := uint64(len(r.ring))
+			for i := uint64(0); i < k; i++ {
+				batch[i] = r.ring[(r.tail+i)%n]
+			}
+			r.tail += k
+			r.mu.Unlock()
+			for _, name := range newLanes {
+				line = appendLane(line[:0], nlanes, name)
+				bw.Write(line)
+				nlanes++
+			}
+			if dropped > 0 {
+				line = appendDropped(line[:0], dropped)
+				bw.Write(line)
+			}
+			for i := range batch[:k] {
+				line = appendEvent(line[:0], &batch[i])
+				bw.Write(line)
+			}
+			if k == 0 {
+				return
+			}
+		}
+	}
+	for {
+		select {
+		case <-r.kick:
+			flush()
+			if err := bw.Flush(); err != nil {
+				r.setErr(err)
+			}
+			continue
+		case <-r.stop:
+		}
+		break
+	}
+	flush()
+	r.mu.Lock()
+	off, rtt := r.offset, r.rtt
+	r.mu.Unlock()
+	line = appendClock(line[:0], off, rtt)
+	bw.Write(line)
+	err := bw.Flush()
+	if cerr := r.w.Close(); err == nil {
+		err = cerr
+	}
+	r.setErr(err)
+}
+
+func (r *Recorder) setErr(err error) {
+	if err == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.werr == nil {
+		r.werr = err
+	}
+	r.mu.Unlock()
+}

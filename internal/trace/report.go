@@ -1,0 +1,232 @@
+package trace
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Summary is the job report: per collective, and who arrived late.
+type Summary struct {
+	Ranks int
+	Colls []CollStat // by total time, largest first
+	// Late is per rank: how often it was the last to enter an operation
+	// of the world communicator, and how long after the first.
+	Late []LateStat
+	// Matched is how many world operations every rank recorded.
+	Matched int
+	// Straggler is the rank last to arrive clearly most often, or -1.
+	Straggler int
+}
+
+// CollStat is one collective (or send, recv) over the job.
+type CollStat struct {
+	Name  string
+	Calls int           // per rank (the most any rank made)
+	Bytes int64         // per rank, mean
+	Total time.Duration // per rank, mean
+	BusBW float64       // bytes/s: nccl-tests' bus bandwidth at the mean time
+}
+
+// Mean is the mean time of one call.
+func (c CollStat) Mean() time.Duration {
+	if c.Calls == 0 {
+		return 0
+	}
+	return c.Total / time.Duration(c.Calls)
+}
+
+// LateStat is one rank's arrival record.
+type LateStat struct {
+	Rank     int
+	Last     int           // operations it entered last
+	MeanLate time.Duration // mean over matched operations of its entry − the first rank's
+	MaxLate  time.Duration
+}
+
+// busFactor is nccl-tests' busbw/algbw for name on n ranks.
+func busFactor(name string, n int) float64 {
+	f := float64(n-1) / float64(n)
+	switch name {
+	case "allreduce":
+		return 2 * f
+	case "allgather", "reducescatter", "alltoall", "gather", "scatter":
+		return f
+	}
+	return 1
+}
+
+// Summarize computes the report of files (one per rank, clocks corrected
+// by their offsets).
+func Summarize(files []*RankFile) *Summary {
+	s := &Summary{Ranks: len(files), Straggler: -1}
+	if len(files) == 0 {
+		return s
+	}
+	n := files[0].Header.Size
+	type acc struct {
+		calls int
+		bytes int64
+		total int64
+	}
+	per := map[string][]acc{}      // name -> per file
+	starts := map[uint32][]int64{} // world op seq -> corrected entry per file
+	for i, f := range files {
+		for _, e := range f.Events {
+			if e.Kind != KindOp {
+				continue
+			}
+			a := per[e.Name]
+			if a == nil {
+				a = make([]acc, len(files))
+				per[e.Name] = a
+			}
+			a[i].calls++
+			a[i].bytes += e.Bytes
+			a[i].total += e.End - e.Start
+			if e.Lane == 0 && e.Name != "send" && e.Name != "recv" {
+				st := starts[e.Seq]
+				if st == nil {
+					st = make([]int64, len(files))
+					for j := range st {
+						st[j] = -1 << 62
+					}
+					starts[e.Seq] = st
+				}
+				st[i] = f.Shift(e.Start)
+			}
+		}
+	}
+	for name, a := range per {
+		c := CollStat{Name: name}
+		var bytes, total int64
+		for _, x := range a {
+			c.Calls = max(c.Calls, x.calls)
+			bytes += x.bytes
+			total += x.total
+		}
+		c.Bytes = bytes / int64(len(a))
+		c.Total = time.Duration(total / int64(len(a)))
+		if c.Total > 0 {
+			c.BusBW = float64(c.Bytes) / c.Total.Seconds() * busFactor(name, n)
+		}
+		s.Colls = append(s.Colls, c)
+	}
+	sort.Slice(s.Colls, func(i, j int) bool {
+		if s.Colls[i].Total != s.Colls[j].Total {
+			return s.Colls[i].Total > s.Colls[j].Total
+		}
+		return s.Colls[i].Name < s.Colls[j].Name
+	})
+	s.Late = make([]LateStat, len(files))
+	for i, f := range files {
+		s.Late[i].Rank = f.Header.Rank
+	}
+	sum := make([]int64, len(files))
+	for _, st := range starts {
+		first, last, lastAt := int64(1<<62), 0, int64(-1<<62)
+		complete := true
+		for i, t := range st {
+			if t == -1<<62 {
+				complete = false
+				break
+			}
+			first = min(first, t)
+			if t > lastAt {
+				last, lastAt = i, t
+			}
+		}
+		if !complete || len(files) < 2 {
+			continue
+		}
+		s.Matched++
+		s.Late[last].Last++
+		for i, t := range st {
+			sum[i] += t - first
+			s.Late[i].MaxLate = max(s.Late[i].MaxLate, time.Duration(t-first))
+		}
+	}
+	if s.Matched > 0 {
+		for i := range s.Late {
+			s.Late[i].MeanLate = time.Duration(sum[i] / int64(s.Matched))
+		}
+	}
+	// A straggler is last clearly more often than chance: in at least half
+	// the operations and 1.5× its fair share, over at least 3.
+	best := -1
+	for i, l := range s.Late {
+		if best < 0 || l.Last > s.Late[best].Last {
+			best = i
+		}
+	}
+	if best >= 0 && s.Matched >= 3 {
+		share := float64(s.Late[best].Last) / float64(s.Matched)
+		if share >= 0.5 && share >= 1.5/float64(len(files)) {
+			s.Straggler = s.Late[best].Rank
+		}
+	}
+	return s
+}
+
+// String formats the report as gorun prints it.
+func (s *Summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gorun: report: %d ranks\n", s.Ranks)
+	fmt.Fprintf(&b, "  %-14s %8s %12s %12s %12s %12s\n", "collective", "calls", "bytes/rank", "total", "mean", "busbw")
+	for _, c := range s.Colls {
+		bw := "-"
+		switch {
+		case c.BusBW >= 1e9:
+			bw = fmt.Sprintf("%.3g GB/s", c.BusBW/1e9)
+		case c.BusBW >= 1e6:
+			bw = fmt.Sprintf("%.3g MB/s", c.BusBW/1e6)
+		case c.BusBW > 0:
+			bw = fmt.Sprintf("%.3g kB/s", c.BusBW/1e3)
+		}
+		fmt.Fprintf(&b, "  %-14s %8d %12s %12s %12s %12s\n", c.Name, c.Calls, byteSize(c.Bytes), round(c.Total), round(c.Mean()), bw)
+	}
+	if s.Matched > 0 {
+		fmt.Fprintf(&b, "  arrivals over %d collectives of the world communicator (lateness: entry after the first rank's):\n", s.Matched)
+		fmt.Fprintf(&b, "  %-6s %12s %14s %14s\n", "rank", "last", "mean lateness", "max lateness")
+		for _, l := range s.Late {
+			fmt.Fprintf(&b, "  %-6d %5d (%3.0f%%) %14s %14s\n", l.Rank, l.Last, 100*float64(l.Last)/float64(s.Matched), round(l.MeanLate), round(l.MaxLate))
+		}
+	}
+	if s.Straggler >= 0 {
+		l := s.Late[0]
+		for _, x := range s.Late {
+			if x.Rank == s.Straggler {
+				l = x
+			}
+		}
+		fmt.Fprintf(&b, "  straggler: rank %d (last in %d of %d collectives, %s late on average)\n", l.Rank, l.Last, s.Matched, round(l.MeanLate))
+	} else if s.Matched > 0 {
+		b.WriteString("  straggler: none (no rank was last in most collectives)\n")
+	}
+	return b.String()
+}
+
+func round(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d >= time.Microsecond:
+		return d.Round(100 * time.Nanosecond).String()
+	}
+	return d.String()
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

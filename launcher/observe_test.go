@@ -1,0 +1,242 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/internal/prom"
+)
+
+type chromeEvent struct {
+	Name string         `json:"name"`
+	Ph   string         `json:"ph"`
+	TS   float64        `json:"ts"`
+	Dur  float64        `json:"dur"`
+	PID  int            `json:"pid"`
+	TID  int            `json:"tid"`
+	Args map[string]any `json:"args"`
+}
+
+// skewSeconds is how far ahead rank 1's clock runs in the timeline test.
+const skewSeconds = 100
+
+// gorun --timeline --report with 2 real ranks; rank 1 runs in a time
+// namespace whose CLOCK_MONOTONIC is 100 s ahead (a real skew, as between
+// hosts; skipped where time namespaces are not available), and rank 0
+// sleeps 20 ms before each allreduce. The merged trace must have both
+// ranks, properly nested spans, increasing times, the right names and the
+// clocks aligned; the report must name rank 0, not the skewed rank 1, as
+// the straggler.
+func TestEndToEndTimelineAndReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	skew := exec.Command("unshare", "--time", "--monotonic", "1", "--fork", "true").Run() == nil
+	if !skew {
+		t.Log("no time namespaces here (needs root and Linux ≥ 5.6): the clocks are not skewed")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "timeline.json")
+	export := []string{"TL_SLEEP_RANK=0", "TL_SLEEP=20ms"}
+	if skew {
+		export = append(export, "TL_SKEW_RANK=1", fmt.Sprintf("TL_SKEW=%d", skewSeconds))
+	}
+	stdout, stderr, err := runJob(t, "", Config{NP: 2, Program: "./testdata/timeline", Timeout: 90 * time.Second,
+		Timeline: out, Report: true, Export: export})
+	if err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "gorun: timeline: "+out+" (2 ranks") {
+		t.Errorf("no timeline message:\n%s", stderr)
+	}
+	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
+		t.Errorf("per-rank files left behind: %v", m)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []chromeEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("merged timeline is not JSON: %v", err)
+	}
+	procs := map[int]string{}
+	byRank := map[int][]chromeEvent{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "M" && e.Name == "process_name" {
+			procs[e.PID], _ = e.Args["name"].(string)
+		}
+		if e.Ph == "X" {
+			byRank[e.PID] = append(byRank[e.PID], e)
+		}
+	}
+	for r := range 2 {
+		if !strings.HasPrefix(procs[r], fmt.Sprintf("rank %d", r)) {
+			t.Errorf("process %d named %q", r, procs[r])
+		}
+		evs := byRank[r]
+		// Times increase within a rank (the file is in time order), and
+		// spans on one thread nest.
+		stack := map[int][]chromeEvent{}
+		names := map[string]int{}
+		for i, e := range evs {
+			if i > 0 && e.TS < evs[i-1].TS {
+				t.Errorf("rank %d: event %d (%s) at %.3f µs before the previous at %.3f", r, i, e.Name, e.TS, evs[i-1].TS)
+			}
+			st := stack[e.TID]
+			for len(st) > 0 && st[len(st)-1].TS+st[len(st)-1].Dur <= e.TS+0.001 {
+				st = st[:len(st)-1]
+			}
+			if len(st) > 0 {
+				if p := st[len(st)-1]; e.TS+e.Dur > p.TS+p.Dur+0.001 {
+					t.Errorf("rank %d: %s [%.3f, %.3f] overlaps %s [%.3f, %.3f] without nesting", r, e.Name, e.TS, e.TS+e.Dur, p.Name, p.TS, p.TS+p.Dur)
+				}
+			}
+			stack[e.TID] = append(st, e)
+			if e.Name != "wait" && e.Name != "transfer" {
+				names[e.Name]++
+			}
+		}
+		if want := map[string]int{"allreduce": 10, "broadcast": 1, "barrier": 1, "compute": 10}; fmt.Sprint(names) != fmt.Sprint(want) {
+			t.Errorf("rank %d: spans %v, want %v", r, names, want)
+		}
+	}
+	// Clock correction: each allreduce overlaps itself on the other rank
+	// (neither can finish before both entered), give or take the offset's
+	// error (half a loopback round trip; 5 ms is generous).
+	ar := func(r int) []chromeEvent {
+		var s []chromeEvent
+		for _, e := range byRank[r] {
+			if e.Name == "allreduce" {
+				s = append(s, e)
+			}
+		}
+		sort.Slice(s, func(i, j int) bool { return s[i].Args["seq"].(float64) < s[j].Args["seq"].(float64) })
+		return s
+	}
+	a, b := ar(0), ar(1)
+	for i := range min(len(a), len(b)) {
+		if a[i].TS > b[i].TS+b[i].Dur+5000 || b[i].TS > a[i].TS+a[i].Dur+5000 {
+			t.Errorf("allreduce #%v: rank 0 [%.0f, %.0f] µs, rank 1 [%.0f, %.0f] µs: clocks not aligned", a[i].Args["seq"],
+				a[i].TS, a[i].TS+a[i].Dur, b[i].TS, b[i].TS+b[i].Dur)
+		}
+	}
+	// The report.
+	if !regexp.MustCompile(`(?m)^\s+allreduce\s+10\s+320 B\s`).MatchString(stderr) {
+		t.Errorf("report has no allreduce line of 10 calls, 320 bytes:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "straggler: rank 0 (last in ") {
+		t.Errorf("report does not name rank 0 as the straggler:\n%s", stderr)
+	}
+}
+
+// An unwritable --timeline fails before any rank starts.
+func TestTimelineUnwritable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "timeline.json")
+	_, stderr, err := runJob(t, "env", Config{NP: 2, Timeline: path})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Run = %v, want a usage error naming %s\n%s", err, path, stderr)
+	}
+}
+
+// countWriter calls seen once when want has appeared n times.
+type countWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	n    int
+	seen chan struct{}
+}
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.seen != nil && strings.Count(w.buf.String(), w.want) >= w.n {
+		close(w.seen)
+		w.seen = nil
+	}
+	return len(p), nil
+}
+
+// gorun --metrics serves both ranks' counters, labelled by rank, while the
+// job runs; the exposition parses.
+func TestEndToEndMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	hold := filepath.Join(t.TempDir(), "release")
+	seen := make(chan struct{})
+	stdout := &countWriter{want: ": holding", n: 2, seen: seen}
+	var stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(context.Background(), Config{NP: 2, Program: "./testdata/timeline", Timeout: 90 * time.Second, UseSrun: "no",
+			Metrics: addr, Export: []string{"TL_HOLD=" + hold}, Stdout: stdout, Stderr: &stderr, KillGrace: time.Second})
+	}()
+	select {
+	case <-seen:
+	case err := <-done:
+		t.Fatalf("job ended before holding: %v\n%s\n%s", err, stdout.buf.String(), stderr.String())
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := prom.Parse(resp.Body)
+	resp.Body.Close()
+	os.WriteFile(hold, nil, 0o644)
+	if err != nil {
+		t.Fatalf("gorun's /metrics does not parse: %v", err)
+	}
+	for r := range 2 {
+		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
+		if v, ok := prom.Get(fams, "gorun_rank_up", rank); !ok || v != 1 {
+			t.Errorf("gorun_rank_up{rank=%d} = %v %v", r, v, ok)
+		}
+		if v, ok := prom.Get(fams, "gorun_collective_calls_total", rank, prom.Label{Name: "collective", Value: "allreduce"}); !ok || v != 10 {
+			t.Errorf("rank %d: allreduce calls %v %v, want 10", r, v, ok)
+		}
+		if v, ok := prom.Get(fams, "gorun_refused_connections_total", rank, prom.Label{Name: "provider", Value: "shm"}); !ok || v != 0 {
+			t.Errorf("rank %d: shm refused connections %v %v, want 0", r, v, ok)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr.String())
+	}
+}
+
+// An address gorun cannot listen on fails before any rank starts.
+func TestMetricsAddrInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, _, err = runJob(t, "env", Config{NP: 2, Metrics: ln.Addr().String()})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--metrics") {
+		t.Fatalf("Run = %v, want a usage error about --metrics", err)
+	}
+}

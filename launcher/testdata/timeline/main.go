@@ -1,0 +1,91 @@
+// Command timeline is the rank program of the launcher's timeline and
+// report tests: a fixed sequence of collectives, a user span, and on
+// request a skewed clock (rank TL_SKEW_RANK re-runs itself in a time
+// namespace whose CLOCK_MONOTONIC is TL_SKEW seconds ahead) and a
+// straggler (rank TL_SLEEP_RANK sleeps TL_SLEEP before each allreduce);
+// with TL_HOLD it waits for that file to exist before it leaves.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+func main() {
+	rank := os.Getenv("GORUN_RANK")
+	if skew := os.Getenv("TL_SKEW"); skew != "" && rank == os.Getenv("TL_SKEW_RANK") && os.Getenv("TL_IN_NS") == "" {
+		os.Exit(reexecSkewed(skew))
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "timeline:", err)
+		os.Exit(1)
+	}
+}
+
+// reexecSkewed runs this program again in a new time namespace.
+func reexecSkewed(skew string) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "timeline:", err)
+		return 1
+	}
+	cmd := exec.Command("unshare", append([]string{"--time", "--monotonic", skew, "--fork", "--", self}, os.Args[1:]...)...)
+	cmd.Env = append(os.Environ(), "TL_IN_NS=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		fmt.Fprintln(os.Stderr, "timeline:", err)
+		return 1
+	}
+	return 0
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	defer c.Close()
+	var sleep time.Duration
+	if strconv.Itoa(c.Rank()) == os.Getenv("TL_SLEEP_RANK") {
+		if sleep, err = time.ParseDuration(os.Getenv("TL_SLEEP")); err != nil {
+			return err
+		}
+	}
+	v := make([]float32, 8)
+	for range 10 {
+		sp := c.StartSpan("compute", "compute", 0)
+		time.Sleep(sleep)
+		sp.End()
+		if err := comm.AllReduce(ctx, c, v, v, comm.Sum); err != nil {
+			return err
+		}
+	}
+	if err := comm.Broadcast(ctx, c, v, 0); err != nil {
+		return err
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if hold := os.Getenv("TL_HOLD"); hold != "" {
+		// Stay in the job (for a scrape of its metrics) until hold exists.
+		fmt.Printf("rank %d: holding\n", c.Rank())
+		for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(hold); err == nil {
+				break
+			}
+		}
+	}
+	fmt.Printf("rank %d: done\n", c.Rank())
+	return nil
+}
