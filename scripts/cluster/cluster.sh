@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# A cluster of H "hosts" on this machine, for tests, bench/compare and people.
+#
+# Each host is a network namespace plus a UTS namespace with its own
+# hostname (so gorun and MPI see separate machines), joined by a veth pair to
+# one bridge; both ends of each veth are shaped with tc tbf to RATE, as a
+# full-duplex NIC would be. /etc/hosts gets the host names; a real sshd
+# (Debian's openssh-server) runs in each host with keys made for the run,
+# and a drop-in in /etc/ssh/ssh_config.d makes plain `ssh h1` use them, so
+# `gorun -H h1:2,h2:2 ./prog` goes over real ssh.
+#
+#   cluster.sh up [-n H] [-rate 2gbit] [-prefix h] [-owner PID]  prints DIR
+#   cluster.sh down DIR|all|stale     removes everything a cluster made
+#   cluster.sh exec HOST CMD...       runs CMD in HOST (a launch agent)
+#   cluster.sh run [up options] -- CMD...   up, CMD with GORUN_CLUSTER=DIR, down
+#
+# State lives in /run/gorun-cluster/ID: hosts (name ip netns), keys,
+# sshd configs, the owner pid. "down stale" removes clusters whose owner
+# process is gone (a test killed before its cleanup ran); "up" does that
+# first. Needs root, iproute2, tc, util-linux and openssh-server.
+set -Eeuo pipefail
+
+ROOT=/run/gorun-cluster
+SELF=$(readlink -f "$0")
+
+die() { echo "cluster: $*" >&2; exit 1; }
+
+# locked CMD... runs CMD holding the cluster lock (edits of shared files).
+locked() {
+  mkdir -p "$ROOT"
+  (flock 9; "$@") 9<"$ROOT"
+}
+
+hosts_remove() { # ID: drops this cluster's /etc/hosts lines, in place (it may be a bind mount)
+  local tmp
+  tmp=$(mktemp)
+  grep -v " # gorun-cluster $1\$" /etc/hosts >"$tmp" || true
+  cat "$tmp" >/etc/hosts
+  rm -f "$tmp"
+}
+
+hosts_add() { # FILE: appends its lines to /etc/hosts
+  cat "$1" >>/etc/hosts
+}
+
+down() { # DIR
+  local dir=$1 id name ip ns
+  id=$(basename "$dir")
+  [[ "$id" =~ ^[0-9]+$ ]] || die "down: $dir is not a cluster directory"
+  if [ -f "$dir/hosts" ]; then
+    while read -r name ip ns; do
+      # Every process in the host: sshd, its sessions, ranks.
+      for _ in 1 2 3; do
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        [ -z "$pids" ] && break
+        kill -9 $pids 2>/dev/null || true
+        sleep 0.1
+      done
+      ip netns del "$ns" 2>/dev/null || true
+      umount "$dir/uts-$name" 2>/dev/null || true
+    done <"$dir/hosts"
+  fi
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^gorun-c$id-" || true); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  ip link del "grc$id" 2>/dev/null || true
+  locked hosts_remove "$id"
+  rm -f "/etc/ssh/ssh_config.d/gorun-cluster-$id.conf"
+  for f in "$dir"/uts-*; do umount "$f" 2>/dev/null || true; done
+  rm -rf "$dir"
+  rmdir "$ROOT" 2>/dev/null || true
+}
+
+down_stale() {
+  local d owner
+  for d in "$ROOT"/[0-9]*; do
+    [ -d "$d" ] || continue
+    owner=$(cat "$d/owner" 2>/dev/null || echo 1)
+    if [ "$owner" != 0 ] && ! kill -0 "$owner" 2>/dev/null; then
+      down "$d"
+    fi
+  done
+}
+
+up() {
+  local n=2 rate=2gbit prefix=h owner=0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      -n) n=$2; shift 2 ;;
+      -rate) rate=$2; shift 2 ;;
+      -prefix) prefix=$2; shift 2 ;;
+      -owner) owner=$2; shift 2 ;;
+      *) die "up: unknown option $1" ;;
+    esac
+  done
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || die "-n $n: want 1..16 hosts"
+  [[ "$prefix" =~ ^[a-z][a-z0-9-]{0,20}$ ]] || die "-prefix $prefix: want a short lower-case name"
+  [ "$(id -u)" = 0 ] || die "needs root"
+  for c in ip tc unshare nsenter flock ssh-keygen; do
+    command -v $c >/dev/null || die "missing $c"
+  done
+  [ -x /usr/sbin/sshd ] || die "missing /usr/sbin/sshd (apt-get install openssh-server)"
+  mkdir -p "$ROOT"
+  down_stale
+
+  # A free id: the directory is the claim.
+  local id dir
+  for id in $(seq 1 250); do
+    mkdir -p "$ROOT" && mkdir "$ROOT/$id" 2>/dev/null && break
+    id=
+  done
+  [ -n "$id" ] || die "no free cluster id in $ROOT"
+  dir=$ROOT/$id
+  echo "$owner" >"$dir/owner"
+  # From here on a failure removes what was made.
+  trap 'down "$dir"' ERR
+  for i in $(seq 1 "$n"); do
+    if grep -q "[[:space:]]$prefix$i\([[:space:]]\|\$\)" /etc/hosts; then
+      echo "cluster: $prefix$i is already in /etc/hosts (another cluster? use -prefix)" >&2
+      false
+    fi
+  done
+
+  local net=10.213.$id br=grc$id
+  ip link add "$br" type bridge
+  ip addr add "$net.254/24" dev "$br"
+  ip link set "$br" up
+
+  ssh-keygen -q -t ed25519 -N '' -C "gorun-cluster-$id" -f "$dir/id_ed25519"
+  cp "$dir/id_ed25519.pub" "$dir/authorized_keys"
+  : >"$dir/known_hosts"
+  : >"$dir/etc_hosts"
+  local names=()
+  for i in $(seq 1 "$n"); do
+    local name=$prefix$i ip=$net.$i ns=gorun-c$id-$prefix$i
+    local va=gc${id}v${i}a vb=gc${id}v${i}b hd=$dir/$name
+    names+=("$name")
+    echo "$name $ip $ns" >>"$dir/hosts"
+    echo "$ip $name # gorun-cluster $id" >>"$dir/etc_hosts"
+    ip netns add "$ns"
+    ip link add "$va" type veth peer name "$vb"
+    ip link set "$vb" netns "$ns"
+    ip link set "$va" master "$br" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$ip/24" dev "$vb"
+    ip -n "$ns" link set "$vb" name eth0 up
+    ip -n "$ns" route add default via "$net.254"
+    # Both directions shaped, as a NIC's send and receive are.
+    tc qdisc add dev "$va" root tbf rate "$rate" burst 1mb latency 20ms
+    tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 20ms
+    # A persistent UTS namespace with the host's name.
+    touch "$dir/uts-$name"
+    unshare --uts="$dir/uts-$name" hostname "$name"
+
+    mkdir -p "$hd" /run/sshd
+    ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$hd/ssh_host_ed25519_key"
+    echo "$name,$ip $(cut -d' ' -f1,2 "$hd/ssh_host_ed25519_key.pub")" >>"$dir/known_hosts"
+    cat >"$hd/sshd_config" <<EOF
+ListenAddress $ip:22
+HostKey $hd/ssh_host_ed25519_key
+PidFile $hd/sshd.pid
+AuthorizedKeysFile $dir/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PrintMotd no
+MaxStartups 200
+MaxSessions 200
+LogLevel ERROR
+EOF
+    nsenter --net="/run/netns/$ns" --uts="$dir/uts-$name" /usr/sbin/sshd -f "$hd/sshd_config" -E "$hd/sshd.log"
+  done
+  locked hosts_add "$dir/etc_hosts"
+  cat >"/etc/ssh/ssh_config.d/gorun-cluster-$id.conf" <<EOF
+# gorun cluster $id ($dir); removed by "cluster.sh down".
+Host ${names[*]}
+  IdentityFile $dir/id_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $dir/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+  ConnectTimeout 5
+  LogLevel ERROR
+EOF
+  # Ready when every sshd answers.
+  for name in "${names[@]}"; do
+    local ok=
+    for _ in $(seq 1 50); do
+      if ssh "$name" true 2>/dev/null; then ok=1; break; fi
+      sleep 0.1
+    done
+    [ -n "$ok" ] || { echo "cluster: sshd on $name does not answer" >&2; cat "$dir/$name/sshd.log" >&2 || true; false; }
+  done
+  trap - ERR
+  echo "$dir"
+}
+
+exec_in() { # HOST CMD...
+  local host=$1 d name ip ns
+  shift
+  for d in "$ROOT"/[0-9]*; do
+    [ -f "$d/hosts" ] || continue
+    while read -r name ip ns; do
+      if [ "$name" = "$host" ] || [ "$ip" = "$host" ]; then
+        exec nsenter --net="/run/netns/$ns" --uts="$d/uts-$name" -- "$@"
+      fi
+    done <"$d/hosts"
+  done
+  die "exec: no cluster host $host"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+  up) up "$@" ;;
+  down)
+    case ${1:-} in
+      "") die "down: want DIR, all or stale" ;;
+      all) for d in "$ROOT"/[0-9]*; do [ -d "$d" ] && down "$d"; done; true ;;
+      stale) down_stale ;;
+      *) down "$1" ;;
+    esac ;;
+  exec) [ $# -ge 2 ] || die "exec: want HOST CMD..."; exec_in "$@" ;;
+  run)
+    args=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do args+=("$1"); shift; done
+    [ "${1:-}" = "--" ] || die "run: want [up options] -- CMD..."
+    shift
+    dir=$(up "${args[@]}" -owner $$)
+    trap 'down "$dir"' EXIT INT TERM
+    GORUN_CLUSTER=$dir "$@"
+    ;;
+  *) sed -n '2,/^set -Eeuo/p' "$SELF" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
+esac
