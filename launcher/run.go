@@ -171,7 +171,29 @@ func seedAddr(port int, host0, here string) (string, error) {
 	if _, h, ok := strings.Cut(host0, "@"); ok {
 		host0 = h
 	}
+	if err := resolves(host0); err != nil {
+		return "", err
+	}
 	return net.JoinHostPort(host0, strconv.Itoa(port)), nil
+}
+
+// resolveTimeout bounds the look-up of rank 0's host.
+const resolveTimeout = 5 * time.Second
+
+// resolves checks that the ranks can reach host by name: rank 0's host is
+// the gossip seed every rank dials, so a name that does not resolve (a
+// network namespace's name given to "ip netns exec", a typo) would
+// otherwise leave every rank waiting for the world until its timeout.
+func resolves(host string) error {
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+		return fmt.Errorf("%w: host %q does not resolve (%v): rank 0's host is the gossip seed every rank dials, so list hosts by address or by a resolvable name (a network namespace's name given to \"ip netns exec\" is not one)", ErrLaunch, host, err)
+	}
+	return nil
 }
 
 // freePort finds a port free for both TCP and UDP on host (memberlist
