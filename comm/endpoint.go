@@ -1,13 +1,12 @@
 package comm
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // endpoint is what a rank tells the others in the rendezvous: who it is
@@ -18,15 +17,8 @@ type endpoint struct {
 	addrs map[string]string // provider -> address
 }
 
-// hostIdentity distinguishes hosts: the hostname and the kernel boot id.
-func hostIdentity() [8]byte {
-	h, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	sum := sha256.Sum256([]byte(h + "\x00" + strings.TrimSpace(string(boot))))
-	var id [8]byte
-	copy(id[:], sum[:])
-	return id
-}
+// hostIdentity distinguishes hosts (jobenv.HostKey).
+func hostIdentity() [8]byte { return jobenv.HostKey() }
 
 const endpointVersion = 1
 
