@@ -45,6 +45,11 @@ type config struct {
 	spin    time.Duration
 	hasSpin bool
 	yield   int
+	// simHost, when set, replaces this rank's host identity, and simHosts
+	// (NewLocal) gives each rank a simulated host: tests make in-process
+	// worlds that span hosts.
+	simHost  *[8]byte
+	simHosts []int
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.
