@@ -62,94 +62,93 @@ func runAll(t *testing.T, cs []*Comm, f func(c *Comm) error) {
 // the values a flat computation gives, on each layout, at sizes around the
 // selection threshold and with counts that do not split evenly.
 func TestHierarchicalCollectives(t *testing.T) {
-	ctx := context.Background()
 	for name, layout := range hostLayouts {
 		t.Run(name, func(t *testing.T) {
 			cs := newLocal(t, len(layout), withHosts(layout...))
-			n := len(cs)
-			for _, count := range []int{hierMinBytes / 8, hierMinBytes/8 + 7, 3} {
-				// allreduce, sum and avg
-				runAll(t, cs, func(c *Comm) error {
-					buf := make([]float64, count)
-					for i := range buf {
-						buf[i] = float64(c.Rank()*1000 + i)
-					}
-					if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
-						return err
-					}
-					for i, v := range buf {
-						if want := float64(1000*n*(n-1)/2 + n*i); v != want {
-							return fmt.Errorf("rank %d allreduce count %d: [%d] = %v, want %v", c.Rank(), count, i, v, want)
-						}
-					}
-					mx := make([]int32, count)
-					for i := range mx {
-						mx[i] = int32((c.Rank()*7 + i) % n)
-					}
-					if err := AllReduce(ctx, c, mx, mx, Max); err != nil {
-						return err
-					}
-					for i, v := range mx {
-						if v != int32(n-1) && n > 1 {
-							return fmt.Errorf("rank %d allreduce max: [%d] = %d", c.Rank(), i, v)
-						}
-					}
-					return nil
-				})
-				// broadcast from every root
-				for root := range n {
-					runAll(t, cs, func(c *Comm) error {
-						buf := make([]int64, count)
-						if c.Rank() == root {
-							for i := range buf {
-								buf[i] = int64(root*100000 + i)
-							}
-						}
-						if err := Broadcast(ctx, c, buf, root); err != nil {
-							return err
-						}
-						for i, v := range buf {
-							if v != int64(root*100000+i) {
-								return fmt.Errorf("rank %d broadcast root %d count %d: [%d] = %d", c.Rank(), root, count, i, v)
-							}
-						}
-						return nil
-					})
-				}
-				// allgather and reduce-scatter with blocks of count/n
-				blk := max(1, count/n)
-				runAll(t, cs, func(c *Comm) error {
-					send := make([]float32, blk)
-					for i := range send {
-						send[i] = float32(c.Rank()*blk + i)
-					}
-					recv := make([]float32, n*blk)
-					if err := AllGather(ctx, c, send, recv); err != nil {
-						return err
-					}
-					for i, v := range recv {
-						if v != float32(i) {
-							return fmt.Errorf("rank %d allgather: [%d] = %v", c.Rank(), i, v)
-						}
-					}
-					full := make([]float32, n*blk)
-					for i := range full {
-						full[i] = float32(i + c.Rank())
-					}
-					out := make([]float32, blk)
-					if err := ReduceScatter(ctx, c, full, out, Avg); err != nil {
-						return err
-					}
-					for i, v := range out {
-						if want := float32(c.Rank()*blk+i) + float32(n-1)/2; v != want {
-							return fmt.Errorf("rank %d reducescatter avg: [%d] = %v, want %v", c.Rank(), i, v, want)
-						}
-					}
-					return c.Barrier(ctx)
-				})
+			for _, count := range hierCounts {
+				runAll(t, cs, func(c *Comm) error { return checkCollectives(context.Background(), c, count) })
 			}
 		})
 	}
+}
+
+// hierCounts are element counts around the hierarchical threshold, one
+// that does not split evenly, and a small one (flat).
+var hierCounts = []int{hierMinBytes / 8, hierMinBytes/8 + 7, 3}
+
+// checkCollectives runs allreduce (sum, max), broadcast from every root,
+// allgather, reduce-scatter (avg) and barrier on count elements and checks
+// the results; every rank calls it.
+func checkCollectives(ctx context.Context, c *Comm, count int) error {
+	n := c.Size()
+	buf := make([]float64, count)
+	for i := range buf {
+		buf[i] = float64(c.Rank()*1000 + i)
+	}
+	if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i, v := range buf {
+		if want := float64(1000*n*(n-1)/2 + n*i); v != want {
+			return fmt.Errorf("rank %d allreduce count %d: [%d] = %v, want %v", c.Rank(), count, i, v, want)
+		}
+	}
+	mx := make([]int32, count)
+	for i := range mx {
+		mx[i] = int32((c.Rank()*7 + i) % n)
+	}
+	if err := AllReduce(ctx, c, mx, mx, Max); err != nil {
+		return err
+	}
+	for i, v := range mx {
+		if v != int32(n-1) && n > 1 {
+			return fmt.Errorf("rank %d allreduce max: [%d] = %d", c.Rank(), i, v)
+		}
+	}
+	for root := range n {
+		buf := make([]int64, count)
+		if c.Rank() == root {
+			for i := range buf {
+				buf[i] = int64(root*100000 + i)
+			}
+		}
+		if err := Broadcast(ctx, c, buf, root); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v != int64(root*100000+i) {
+				return fmt.Errorf("rank %d broadcast root %d count %d: [%d] = %d", c.Rank(), root, count, i, v)
+			}
+		}
+	}
+	blk := max(1, count/n)
+	send := make([]float32, blk)
+	for i := range send {
+		send[i] = float32(c.Rank()*blk + i)
+	}
+	recv := make([]float32, n*blk)
+	if err := AllGather(ctx, c, send, recv); err != nil {
+		return err
+	}
+	for i, v := range recv {
+		if v != float32(i) {
+			return fmt.Errorf("rank %d allgather: [%d] = %v", c.Rank(), i, v)
+		}
+	}
+	full := make([]float32, n*blk)
+	for i := range full {
+		full[i] = float32(i + c.Rank())
+	}
+	out := make([]float32, blk)
+	if err := ReduceScatter(ctx, c, full, out, Avg); err != nil {
+		return err
+	}
+	for i, v := range out {
+		if want := float32(c.Rank()*blk+i) + float32(n-1)/2; v != want {
+			return fmt.Errorf("rank %d reducescatter avg: [%d] = %v, want %v", c.Rank(), i, v, want)
+		}
+	}
+	return c.Barrier(ctx)
 }
 
 // TestHierarchicalSelection: the table picks the hierarchical algorithms

@@ -1,0 +1,85 @@
+package comm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/launcher"
+	"github.com/gorun-hpc/gorun/scripts/cluster"
+)
+
+const clusterChildEnv = "GORUN_CLUSTER_TEST_CHILD"
+
+// TestClusterChild is a rank of TestCluster: it joins the job gorun
+// started over ssh, reports its topology and checks every collective.
+func TestClusterChild(t *testing.T) {
+	if os.Getenv(clusterChildEnv) == "" {
+		t.Skip("run by TestCluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Init(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host, _ := os.Hostname()
+	fmt.Printf("host=%s hosts=%v hier=%v\n", host, c.Topology().Hosts, c.hier != nil)
+	for _, count := range hierCounts[1:] { // uneven above the threshold, and small
+		if err := checkCollectives(ctx, c, count); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCluster runs every collective on the namespace cluster, as separate
+// processes started by gorun over real ssh, on the layouts of the issue:
+// 2x2, 2x3, 3x1 and 1+3 (hosts with different rank counts).
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cl := cluster.Start(t, cluster.Options{Hosts: 3})
+	h := cl.Names()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		hosts []launcher.Host
+		want  string // rank 0's topology
+	}{
+		{"2x2", []launcher.Host{{Name: h[0], Slots: 2}, {Name: h[1], Slots: 2}}, "hosts=[[0 1] [2 3]] hier=true"},
+		{"2x3", []launcher.Host{{Name: h[0], Slots: 3}, {Name: h[1], Slots: 3}}, "hosts=[[0 1 2] [3 4 5]] hier=true"},
+		{"3x1", []launcher.Host{{Name: h[0], Slots: 1}, {Name: h[1], Slots: 1}, {Name: h[2], Slots: 1}}, "hosts=[[0] [1] [2]] hier=false"},
+		{"1+3", []launcher.Host{{Name: h[0], Slots: 1}, {Name: h[1], Slots: 3}}, "hosts=[[0] [1 2 3]] hier=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := 0
+			for _, x := range tc.hosts {
+				np += x.Slots
+			}
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			err := launcher.Run(ctx, launcher.Config{NP: np, Hosts: tc.hosts, Program: exe,
+				Args:   []string{"-test.run=^TestClusterChild$", "-test.v"},
+				Export: []string{clusterChildEnv + "=1"}, UseSrun: "no", Stdout: &out, Stderr: &errb})
+			if err != nil {
+				t.Fatalf("%v\n%s%s", err, out.String(), errb.String())
+			}
+			if !strings.Contains(out.String(), "[0] host="+tc.hosts[0].Name+" "+tc.want) {
+				t.Errorf("rank 0 did not report %q:\n%s", tc.want, out.String())
+			}
+			if got := strings.Count(out.String(), "--- PASS: TestClusterChild"); got != np {
+				t.Errorf("%d of %d ranks passed:\n%s%s", got, np, out.String(), errb.String())
+			}
+		})
+	}
+}
