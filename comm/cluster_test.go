@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
-	cl := cluster.Start(t, cluster.Options{Hosts: 3})
+	// With Slurm where it is installed: srun starts one more layout.
+	cl := cluster.Start(t, cluster.Options{Hosts: 3, Slurm: cluster.SlurmAvailable() == nil})
 	h := cl.Names()
 	exe, err := os.Executable()
 	if err != nil {
@@ -82,4 +84,27 @@ func TestCluster(t *testing.T) {
 			}
 		})
 	}
+	// Under real Slurm: comm.Init reads srun's variables.
+	t.Run("srun-2x2", func(t *testing.T) {
+		if cl.SlurmConf == "" {
+			t.Skipf("no Slurm: %v", cluster.SlurmAvailable())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "srun", "-N2", "-n4", "--ntasks-per-node=2", "--label", exe,
+			"-test.run=^TestClusterChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+cl.SlurmConf, clusterChildEnv+"=1")
+		cmd.Dir = t.TempDir()
+		cmd.WaitDelay = time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("srun: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "0: host="+h[0]+" hosts=[[0 1] [2 3]] hier=true") {
+			t.Errorf("rank 0 did not report two hosts of two:\n%s", out)
+		}
+		if got := strings.Count(string(out), "--- PASS: TestClusterChild"); got != 4 {
+			t.Errorf("%d of 4 ranks passed:\n%s", got, out)
+		}
+	})
 }

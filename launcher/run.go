@@ -38,6 +38,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if srun {
+		if err := fitsAllocation(cfg.NP); err != nil {
+			return err
+		}
+	}
 	var slots []Slot
 	remoteHost := ""
 	if !srun {

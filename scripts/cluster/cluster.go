@@ -34,6 +34,7 @@ type Options struct {
 	Hosts  int    // number of hosts; default 2
 	Rate   string // tc rate of each host's link, e.g. "2gbit" (default)
 	Prefix string // host names are Prefix1..PrefixH; default "h"
+	Slurm  bool   // also run munged, slurmctld and a slurmd per host
 }
 
 // Host is one host of a cluster.
@@ -47,6 +48,9 @@ type Host struct {
 type Cluster struct {
 	Dir   string // its state directory, /run/gorun-cluster/ID
 	Hosts []Host
+	// SlurmConf is the slurm.conf of its Slurm (Options.Slurm): set
+	// SLURM_CONF to it for srun and sbatch; "" without Slurm.
+	SlurmConf string
 
 	once sync.Once
 	err  error
@@ -78,6 +82,19 @@ func scriptArgv() []string {
 	return []string{"bash", "-c", string(script), "cluster.sh"}
 }
 
+// SlurmAvailable reports why Slurm cannot run on a cluster here, or nil.
+func SlurmAvailable() error {
+	if err := Available(); err != nil {
+		return err
+	}
+	for _, p := range []string{"munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return fmt.Errorf("missing %s (Debian: slurm-wlm, munge)", p)
+		}
+	}
+	return nil
+}
+
 // Up brings a cluster up. The calling process owns it: should it die
 // without Down, the next Up removes the cluster.
 func Up(ctx context.Context, o Options) (*Cluster, error) {
@@ -98,6 +115,9 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sh[0], append(sh[1:], "up", "-n", fmt.Sprint(o.Hosts), "-rate", o.Rate,
 		"-prefix", o.Prefix, "-owner", fmt.Sprint(os.Getpid()))...)
+	if o.Slurm {
+		cmd.Args = append(cmd.Args, "-slurm")
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -117,6 +137,9 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		if len(w) == 3 {
 			c.Hosts = append(c.Hosts, Host{Name: w[0], IP: w[1], Netns: w[2]})
 		}
+	}
+	if o.Slurm {
+		c.SlurmConf = filepath.Join(c.Dir, "slurm", "slurm.conf")
 	}
 	if len(c.Hosts) != o.Hosts {
 		c.Down()
@@ -142,7 +165,11 @@ func (c *Cluster) Down() error {
 // this machine cannot make one, and removes it when the test ends.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	if err := Available(); err != nil {
+	avail := Available
+	if o.Slurm {
+		avail = SlurmAvailable
+	}
+	if err := avail(); err != nil {
 		t.Skipf("namespace cluster: %v", err)
 	}
 	if o.Prefix == "" {

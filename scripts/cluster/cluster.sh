@@ -7,9 +7,12 @@
 # full-duplex NIC would be. /etc/hosts gets the host names; a real sshd
 # (Debian's openssh-server) runs in each host with keys made for the run,
 # and a drop-in in /etc/ssh/ssh_config.d makes plain `ssh h1` use them, so
-# `gorun -H h1:2,h2:2 ./prog` goes over real ssh.
+# `gorun -H h1:2,h2:2 ./prog` goes over real ssh. With -slurm, Debian's
+# Slurm runs on it too: munged and slurmctld on this side of the bridge
+# (slurmctld with a UTS namespace of its own), one slurmd in each host;
+# export SLURM_CONF=DIR/slurm/slurm.conf to use it (srun, sbatch).
 #
-#   cluster.sh up [-n H] [-rate 2gbit] [-prefix h] [-owner PID]  prints DIR
+#   cluster.sh up [-n H] [-rate 2gbit] [-prefix h] [-owner PID] [-slurm]  prints DIR
 #   cluster.sh down DIR|all|stale     removes everything a cluster made
 #   cluster.sh exec HOST CMD...       runs CMD in HOST (a launch agent)
 #   cluster.sh run [up options] -- CMD...   up, CMD with GORUN_CLUSTER=DIR, down
@@ -64,6 +67,9 @@ down() { # DIR
     ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "grc$id" 2>/dev/null || true
+  for pf in "$dir/slurm/slurmctld.pid" "$dir/munged.pid"; do
+    if [ -f "$pf" ]; then kill -9 "$(cat "$pf")" 2>/dev/null || true; fi
+  done
   locked hosts_remove "$id"
   rm -f "/etc/ssh/ssh_config.d/gorun-cluster-$id.conf"
   for f in "$dir"/uts-*; do umount "$f" 2>/dev/null || true; done
@@ -83,13 +89,14 @@ down_stale() {
 }
 
 up() {
-  local n=2 rate=2gbit prefix=h owner=0
+  local n=2 rate=2gbit prefix=h owner=0 slurm=
   while [ $# -gt 0 ]; do
     case $1 in
       -n) n=$2; shift 2 ;;
       -rate) rate=$2; shift 2 ;;
       -prefix) prefix=$2; shift 2 ;;
       -owner) owner=$2; shift 2 ;;
+      -slurm) slurm=1; shift ;;
       *) die "up: unknown option $1" ;;
     esac
   done
@@ -100,6 +107,11 @@ up() {
     command -v $c >/dev/null || die "missing $c"
   done
   [ -x /usr/sbin/sshd ] || die "missing /usr/sbin/sshd (apt-get install openssh-server)"
+  if [ -n "$slurm" ]; then
+    for c in munged slurmctld slurmd srun sbatch sinfo; do
+      command -v $c >/dev/null || die "missing $c (apt-get install slurm-wlm munge)"
+    done
+  fi
   mkdir -p "$ROOT"
   down_stale
 
@@ -193,8 +205,72 @@ EOF
     done
     [ -n "$ok" ] || { echo "cluster: sshd on $name does not answer" >&2; cat "$dir/$name/sshd.log" >&2 || true; false; }
   done
+  if [ -n "$slurm" ]; then slurm_up "$dir" "$id" "$net"; fi
   trap - ERR
   echo "$dir"
+}
+
+# slurm_up DIR ID NET: munged, slurmctld and one slurmd per host.
+slurm_up() {
+  local dir=$1 id=$2 net=$3 s=$1/slurm name ip ns
+  mkdir -p "$s/state"
+  head -c 128 /dev/urandom >"$dir/munge.key"
+  chmod 400 "$dir/munge.key"
+  munged -S "$dir/munge.sock" --key-file "$dir/munge.key" --pid-file "$dir/munged.pid" \
+    --log-file "$dir/munged.log" --seed-file "$dir/munged.seed" -f
+  cat >"$s/slurm.conf" <<EOF
+ClusterName=gorun$id
+SlurmctldHost=gorunctl$id($net.254)
+SlurmctldPort=$((17000 + id))
+SlurmdPort=6818
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge.sock
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$s/state
+SlurmdSpoolDir=$s/spool-%n
+SlurmctldPidFile=$s/slurmctld.pid
+SlurmdPidFile=$s/slurmd-%n.pid
+SlurmctldLogFile=$s/slurmctld.log
+SlurmdLogFile=$s/slurmd-%n.log
+# No cgroups in this sandbox: plain process tracking, no task plugin.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# The hosts share this machine's CPUs: trust the node lines below.
+SlurmdParameters=config_overrides
+ReturnToService=2
+MpiDefault=none
+SwitchType=switch/none
+PlugStackConfig=/dev/null
+EOF
+  while read -r name ip ns; do
+    echo "NodeName=$name NodeAddr=$ip CPUs=4 State=UNKNOWN" >>"$s/slurm.conf"
+  done <"$dir/hosts"
+  echo "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >>"$s/slurm.conf"
+  export SLURM_CONF=$s/slurm.conf
+  touch "$dir/uts-ctl"
+  unshare --uts="$dir/uts-ctl" hostname "gorunctl$id"
+  nsenter --uts="$dir/uts-ctl" slurmctld -c
+  while read -r name ip ns; do
+    nsenter --net="/run/netns/$ns" --uts="$dir/uts-$name" slurmd -N "$name"
+  done <"$dir/hosts"
+  local idle=
+  for _ in $(seq 1 100); do
+    if [ "$(sinfo -h -t idle -o %D 2>/dev/null)" = "$(wc -l <"$dir/hosts")" ]; then idle=1; break; fi
+    sleep 0.2
+  done
+  if [ -z "$idle" ]; then
+    echo "cluster: slurm nodes not idle:" >&2
+    sinfo >&2 || true
+    tail -n 5 "$s"/*.log >&2 || true
+    false
+  fi
 }
 
 exec_in() { # HOST CMD...
