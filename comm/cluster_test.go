@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +36,26 @@ func TestClusterChild(t *testing.T) {
 		if err := checkCollectives(ctx, c, count); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestClusterNodeLauncher is one node's gorun of TestCluster's --nnodes
+// case: it runs in a namespace host and starts that host's ranks.
+func TestClusterNodeLauncher(t *testing.T) {
+	node := os.Getenv(clusterChildEnv + "_NODE")
+	if node == "" {
+		t.Skip("run by TestCluster")
+	}
+	exe, _ := os.Executable()
+	var nodeRank int
+	fmt.Sscan(node, &nodeRank)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := launcher.Run(ctx, launcher.Config{NP: 2, NNodes: 2, NodeRank: nodeRank, Seed: os.Getenv(clusterChildEnv + "_SEED"),
+		Program: exe, Args: []string{"-test.run=^TestClusterChild$", "-test.v"},
+		Export: []string{clusterChildEnv + "=1"}, UseSrun: "no"})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -84,6 +105,37 @@ func TestCluster(t *testing.T) {
 			}
 		})
 	}
+	// Without ssh: one gorun per host, meeting at a seed (--nnodes).
+	t.Run("nnodes-2x2", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		seed := fmt.Sprintf("%s:%d", h[0], 29000+os.Getpid()%1000)
+		outs := make([][]byte, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for node := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := cl.Command(ctx, h[node], exe, "-test.run=^TestClusterNodeLauncher$", "-test.v")
+				cmd.Env = append(os.Environ(), fmt.Sprintf("%s_NODE=%d", clusterChildEnv, node), clusterChildEnv+"_SEED="+seed)
+				cmd.WaitDelay = time.Second
+				outs[node], errs[node] = cmd.CombinedOutput()
+			}()
+		}
+		wg.Wait()
+		for node := range 2 {
+			if errs[node] != nil {
+				t.Errorf("node %d: %v\n%s", node, errs[node], outs[node])
+			}
+		}
+		if !strings.Contains(string(outs[0]), "[0] host="+h[0]+" hosts=[[0 1] [2 3]] hier=true") {
+			t.Errorf("rank 0 did not report two hosts of two:\n%s", outs[0])
+		}
+		if got := strings.Count(string(outs[0])+string(outs[1]), "--- PASS: TestClusterChild"); got != 4 {
+			t.Errorf("%d of 4 ranks passed:\n%s\n%s", got, outs[0], outs[1])
+		}
+	})
 	// Under real Slurm: comm.Init reads srun's variables.
 	t.Run("srun-2x2", func(t *testing.T) {
 		if cl.SlurmConf == "" {

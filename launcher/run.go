@@ -34,6 +34,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	con := &console{stdout: cfg.Stdout, stderr: cfg.Stderr, tty: cfg.Terminal}
+	var seedHost string
+	var seedPort int
+	if cfg.NNodes > 0 {
+		if seedHost, seedPort, err = checkNodes(cfg); err != nil {
+			return err
+		}
+		cfg.UseSrun = "no"
+	}
 	srun, err := useSrun(cfg)
 	if err != nil {
 		return err
@@ -45,7 +53,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var slots []Slot
 	remoteHost := ""
-	if !srun {
+	if cfg.NNodes > 0 {
+		slots = nodeSlots(cfg)
+	} else if !srun {
 		if slots, err = Place(cfg.Hosts, cfg.NP); err != nil {
 			return err
 		}
@@ -92,6 +102,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, extra: extra,
 		jobID: "gorun-" + randomHex(8), token: randomHex(32)}
+	if cfg.NNodes > 0 {
+		j.size = cfg.NNodes * cfg.NP
+		j.token, j.jobID = nodeJob(cfg.Seed)
+		if err := meetNodes(ctx, cfg, seedHost, seedPort, j.token); err != nil {
+			return err
+		}
+	}
 	srv, err := jobctl.Listen(ctx, net.JoinHostPort(here, "0"), []byte(j.token))
 	if err != nil {
 		return fmt.Errorf("%w: job control: %v", ErrLaunch, err)
@@ -106,7 +123,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		procs = []*proc{srunProc(cfg, prog, j, con)}
 	} else {
-		if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
+		if cfg.NNodes > 0 {
+			j.seeds = net.JoinHostPort(seedHost, strconv.Itoa(seedPort+1))
+		} else if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
 			return err
 		}
 		// Local ranks are bound here, at fork; remote ranks get

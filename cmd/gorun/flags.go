@@ -85,6 +85,10 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.StringVar(&cfg.Algo, "algo", "", "sets GORUN_ALGO, e.g. allreduce:ring,broadcast:tree")
 	fs.StringVar(&cfg.Debug, "debug", "", "sets GORUN_DEBUG: warn|info|trace")
 	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
+	fs.IntVar(&cfg.NNodes, "nnodes", 0, "start one job from a gorun on each of this many nodes, without ssh (with --node-rank, --seed)")
+	fs.IntVar(&cfg.NodeRank, "node-rank", 0, "this node's index, 0..nnodes-1 (node 0 serves the seed)")
+	fs.StringVar(&cfg.Seed, "seed", "", "HOST:PORT of node 0, where the nodes meet (the ranks gossip on PORT+1)")
+	fs.Var(durationFlag{&cfg.SeedTimeout}, "seed-timeout", "how long the nodes wait for each other at the seed (0: 30s)")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
