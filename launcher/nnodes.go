@@ -206,4 +206,3 @@ func nodeSlots(cfg Config) []Slot {
 	}
 	return s
 }
-
