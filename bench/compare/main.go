@@ -10,7 +10,8 @@
 //	go run ./bench/compare -scenarios shm2,barrier -rounds 2
 //	go run ./bench/compare -quick                       # smoke test, a few minutes
 //
-// Scenarios: shm2 shm4 tcp2 tcp4 bcast4, barrier-{shm,tcp}{2,4} (group
+// Scenarios: shm2 shm4 tcp2 tcp4 bcast4, cluster-{2x2,4x1,bcast2x2} (on
+// the namespace cluster: root, openssh-server), barrier-{shm,tcp}{2,4} (group
 // "barrier"), sweep-shm2 and sweep-tcp2 (group "sweep": 8 B to 64 KiB).
 // It needs Debian's openmpi-bin libopenmpi-dev mpich libmpich-dev
 // python3-torch and a C compiler; implementations whose tools are missing
@@ -70,6 +71,9 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(work)
+	if scs = startCluster(ctx, scs); theCluster != nil {
+		defer theCluster.Down()
+	}
 	tools := build(ctx, work)
 	probe := buildProber(ctx, work)
 
@@ -173,6 +177,9 @@ func firstLine(s string) string {
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "compare:", err)
+	if theCluster != nil {
+		theCluster.Down()
+	}
 	os.Exit(1)
 }
 
