@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		if cfg.NNodes > 0 {
 			j.seeds = net.JoinHostPort(seedHost, strconv.Itoa(seedPort+1))
-		} else if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
+		} else if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here, !isShellAgent(agentOf(cfg))); err != nil {
 			return err
 		}
 		// Local ranks are bound here, at fork; remote ranks get
@@ -178,8 +178,19 @@ func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
 	return p
 }
 
-// seedAddr is the gossip seed: rank 0's host and a port for it.
-func seedAddr(port int, host0, here string) (string, error) {
+// agentOf is the launch agent cfg uses for remote hosts.
+func agentOf(cfg Config) []string {
+	if cfg.LaunchAgent != nil {
+		return cfg.LaunchAgent
+	}
+	return DefaultAgent
+}
+
+// seedAddr is the gossip seed: rank 0's host and a port for it. With
+// mustResolve, a remote rank 0's host must resolve here: ssh reports a
+// name it cannot resolve itself, at once, but another agent ("ip netns
+// exec", "docker exec") takes names that are no host names.
+func seedAddr(port int, host0, here string, mustResolve bool) (string, error) {
 	if isLocalHost(host0) {
 		if port == 0 {
 			var err error
@@ -195,8 +206,10 @@ func seedAddr(port int, host0, here string) (string, error) {
 	if _, h, ok := strings.Cut(host0, "@"); ok {
 		host0 = h
 	}
-	if err := resolves(host0); err != nil {
-		return "", err
+	if mustResolve {
+		if err := resolves(host0); err != nil {
+			return "", err
+		}
 	}
 	return net.JoinHostPort(host0, strconv.Itoa(port)), nil
 }

@@ -34,12 +34,18 @@ locked() {
   (flock 9; "$@") 9<"$ROOT"
 }
 
-hosts_remove() { # ID: drops this cluster's /etc/hosts lines, in place (it may be a bind mount)
-  local tmp
-  tmp=$(mktemp)
+hosts_remove() { # ID: drops this cluster's /etc/hosts lines
+  # A new file renamed over the old one, so that a concurrent reader (ssh
+  # resolving another cluster's host) never sees it empty; in place only
+  # where /etc/hosts is a bind mount (a container's), which rename cannot
+  # replace.
+  local tmp=/etc/.hosts.gorun-cluster.$$
   grep -v " # gorun-cluster $1\$" /etc/hosts >"$tmp" || true
-  cat "$tmp" >/etc/hosts
-  rm -f "$tmp"
+  chmod 644 "$tmp"
+  if ! mv -f "$tmp" /etc/hosts 2>/dev/null; then
+    cat "$tmp" >/etc/hosts
+    rm -f "$tmp"
+  fi
 }
 
 hosts_add() { # FILE: appends its lines to /etc/hosts
