@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // Config configures one rank's bootstrap node. JobID and Size are required;
@@ -158,21 +158,9 @@ func GossipKey(token []byte) []byte {
 	return key
 }
 
-// HostIdentity names this machine for locality: the hostname plus a hash
-// of the kernel boot id, so that containers sharing a hostname across
-// machines, or a rebooted machine, are told apart.
-func HostIdentity() string {
-	h, _ := os.Hostname()
-	if h == "" {
-		h = "localhost"
-	}
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	sum := sha256.Sum256(append([]byte(h+"\x00"), strings.TrimSpace(string(boot))...))
-	if len(h) > MaxHost-9 {
-		h = h[:MaxHost-9]
-	}
-	return fmt.Sprintf("%s/%x", h, sum[:4])
-}
+// HostIdentity names this machine for locality (jobenv.HostIdentity: the
+// hostname plus a hash of the kernel boot id).
+func HostIdentity() string { return jobenv.HostIdentity() }
 
 // memberlistConfig maps c onto memberlist's configuration.
 func (c Config) memberlistConfig(name string) *memberlist.Config {

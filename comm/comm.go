@@ -58,6 +58,8 @@ type Comm struct {
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 
 	obs *commObs // nil unless observed (observe.go)
+	topo Topology   // where the ranks run (topology.go)
+	hier *hierComms // sub-communicators of the hierarchical algorithms; nil: flat only
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
@@ -145,6 +147,9 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 		go func() {
 			defer wg.Done()
 			cc := *cfg
+			if r < len(cfg.simHosts) {
+				cc.simHost = &[8]byte{'s', 'i', 'm', byte(cfg.simHosts[r])}
+			}
 			comms[r], errs[r] = newComm(ctx, &cc, &localRendezvous{r: r, hall: hall})
 		}()
 	}
@@ -217,7 +222,10 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	default:
 		names = providerOrder
 	}
-	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), addrs: map[string]string{}}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), numa: myNUMANode(), addrs: map[string]string{}}
+	if cfg.simHost != nil {
+		me.host = *cfg.simHost
+	}
 	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000, Checksum: cfg.checksum, Spin: spinFor(cfg.localRanks)}
 	var openErrs []error
 	for _, name := range names {
@@ -294,6 +302,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	c.eng.SetWait(cfg.waitPolicy())
 	if first && cfg.obs != nil && cfg.obs.met != nil {
 		cfg.obs.met.devs.Store(&c.devs)
+	}
+	c.topo = topologyOf(eps)
+	if err := c.makeHierComms(ctx); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }

@@ -1,13 +1,12 @@
 package comm
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // endpoint is what a rank tells the others in the rendezvous: who it is
@@ -15,25 +14,20 @@ import (
 type endpoint struct {
 	host  [8]byte
 	pid   uint32
+	numa  int16             // NUMA node, -1 unknown
 	addrs map[string]string // provider -> address
 }
 
-// hostIdentity distinguishes hosts: the hostname and the kernel boot id.
-func hostIdentity() [8]byte {
-	h, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	sum := sha256.Sum256([]byte(h + "\x00" + strings.TrimSpace(string(boot))))
-	var id [8]byte
-	copy(id[:], sum[:])
-	return id
-}
+// hostIdentity distinguishes hosts (jobenv.HostKey).
+func hostIdentity() [8]byte { return jobenv.HostKey() }
 
-const endpointVersion = 1
+const endpointVersion = 2 // 2: the NUMA node after the pid
 
 func (e *endpoint) marshal() ([]byte, error) {
 	b := []byte{endpointVersion}
 	b = append(b, e.host[:]...)
 	b = binary.LittleEndian.AppendUint32(b, e.pid)
+	b = binary.LittleEndian.AppendUint16(b, uint16(e.numa))
 	b = append(b, byte(len(e.addrs)))
 	for _, name := range sortedKeys(e.addrs) {
 		a := e.addrs[name]
@@ -54,14 +48,15 @@ func (e *endpoint) marshal() ([]byte, error) {
 var errBadEndpoint = errors.New("malformed endpoint")
 
 func unmarshalEndpoint(b []byte) (*endpoint, error) {
-	if len(b) < 14 || b[0] != endpointVersion {
+	if len(b) < 16 || b[0] != endpointVersion {
 		return nil, errBadEndpoint
 	}
 	e := &endpoint{addrs: map[string]string{}}
 	copy(e.host[:], b[1:9])
 	e.pid = binary.LittleEndian.Uint32(b[9:13])
-	n := int(b[13])
-	b = b[14:]
+	e.numa = int16(binary.LittleEndian.Uint16(b[13:15]))
+	n := int(b[15])
+	b = b[16:]
 	for range n {
 		var name, addr string
 		var ok bool

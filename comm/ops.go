@@ -37,9 +37,15 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 	if !sameSlice(send, recv) {
 		copy(recv, send)
 	}
-	s := spec{coll: collectives.AllReduce, dt: DTypeOf[T](), op: op, count: len(recv), work: bytesOf(recv)}
-	if err := c.exec(ctx, &s); err != nil {
-		return rankErr(name, err)
+	if c.hierFor(collectives.AllReduce, len(bytesOf(recv))) {
+		if err := hierAllReduce(ctx, c, recv, op); err != nil {
+			return rankErr(name, err)
+		}
+	} else {
+		s := spec{coll: collectives.AllReduce, dt: DTypeOf[T](), op: op, count: len(recv), work: bytesOf(recv)}
+		if err := c.exec(ctx, &s); err != nil {
+			return rankErr(name, err)
+		}
 	}
 	if op == Avg {
 		kernels.Scale(recv, c.size)
@@ -94,6 +100,9 @@ func broadcast[T Number](ctx context.Context, c *Comm, t uint64, buf []T, root i
 	if root < 0 || root >= c.size {
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
 	}
+	if c.hierFor(collectives.Broadcast, len(bytesOf(buf))) {
+		return rankErr(name, hierBroadcast(ctx, c, buf, root))
+	}
 	s := spec{coll: collectives.Broadcast, dt: DTypeOf[T](), root: root, count: len(buf), work: bytesOf(buf)}
 	return rankErr(name, c.exec(ctx, &s))
 }
@@ -111,6 +120,9 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T)
 	n := len(send)
 	if len(recv) != c.size*n {
 		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
+	}
+	if c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
+		return rankErr(name, hierAllGather(ctx, c, send, recv))
 	}
 	if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
 		copy(mine, send)
@@ -137,6 +149,15 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 		return c.invalid(name, "unknown op %d", op)
 	}
 	in := bytesOf(send)
+	if c.hierFor(collectives.ReduceScatter, len(in)) {
+		if err := hierReduceScatter(ctx, c, send, recv, op); err != nil {
+			return rankErr(name, err)
+		}
+		if op == Avg {
+			kernels.Scale(recv, c.size)
+		}
+		return nil
+	}
 	work := c.scratchFor(len(in))
 	copy(work, in)
 	s := spec{coll: collectives.ReduceScatter, dt: DTypeOf[T](), op: op, count: n, work: work}
@@ -222,6 +243,9 @@ func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 func (c *Comm) Barrier(ctx context.Context) error {
 	c.wait(c.ticket())
 	defer c.release()
+	if c.hierFor(collectives.Barrier, 0) {
+		return rankErr("barrier", c.hierBarrier(ctx))
+	}
 	s := spec{coll: collectives.Barrier, dt: kernels.Uint8}
 	return rankErr("barrier", c.exec(ctx, &s))
 }

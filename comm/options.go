@@ -54,6 +54,11 @@ type config struct {
 	// obs is this process's recorder, shared by the communicators made
 	// from the first (Split, Shrink); nil when nothing observes.
 	obs *observer
+	// simHost, when set, replaces this rank's host identity, and simHosts
+	// (NewLocal) gives each rank a simulated host: tests make in-process
+	// worlds that span hosts.
+	simHost  *[8]byte
+	simHosts []int
 }
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.

@@ -86,6 +86,7 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 		}
 		return nil, &RankError{Rank: -1, Op: op, Err: err}
 	}
+	n.topo = topologyOf(eps) // flat algorithms only: no sub-communicators after a shrink
 	if n.shrink.failures != nil {
 		n.shrink.failures.install(n, w.Epoch)
 	}

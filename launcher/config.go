@@ -48,6 +48,15 @@ type Config struct {
 	// runs here and a random one in [20000, 40000) otherwise.
 	GossipPort int
 
+	// NNodes, NodeRank and Seed start one job from a gorun on each of
+	// NNodes nodes, without ssh (--nnodes, --node-rank, --seed HOST:PORT,
+	// as torchrun's): this node runs ranks NodeRank·NP … NodeRank·NP+NP-1
+	// of NNodes·NP; node 0 serves the seed (nnodes.go). SeedTimeout bounds
+	// the wait for the other nodes; 0 means DefaultSeedTimeout.
+	NNodes, NodeRank int
+	Seed             string
+	SeedTimeout      time.Duration
+
 	// LaunchAgent starts ranks on other hosts (argv, host appended); nil
 	// means ssh. Setting it also turns off srun inside Slurm allocations.
 	LaunchAgent []string
@@ -117,6 +126,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.GossipPort < 0 || c.GossipPort > 65535 {
 		return c, fmt.Errorf("%w: --gossip-port %d out of range", ErrUsage, c.GossipPort)
+	}
+	if c.NNodes < 0 || c.NNodes == 0 && (c.Seed != "" || c.NodeRank != 0) {
+		return c, fmt.Errorf("%w: --seed and --node-rank need --nnodes", ErrUsage)
 	}
 	if c.LaunchAgent != nil && len(c.LaunchAgent) == 0 {
 		return c, fmt.Errorf("%w: empty --launch-agent", ErrUsage)

@@ -34,13 +34,28 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	con := &console{stdout: cfg.Stdout, stderr: cfg.Stderr, tty: cfg.Terminal}
+	var seedHost string
+	var seedPort int
+	if cfg.NNodes > 0 {
+		if seedHost, seedPort, err = checkNodes(cfg); err != nil {
+			return err
+		}
+		cfg.UseSrun = "no"
+	}
 	srun, err := useSrun(cfg)
 	if err != nil {
 		return err
 	}
+	if srun {
+		if err := fitsAllocation(cfg.NP); err != nil {
+			return err
+		}
+	}
 	var slots []Slot
 	remoteHost := ""
-	if !srun {
+	if cfg.NNodes > 0 {
+		slots = nodeSlots(cfg)
+	} else if !srun {
 		if slots, err = Place(cfg.Hosts, cfg.NP); err != nil {
 			return err
 		}
@@ -94,6 +109,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, extra: extra,
 		jobID: "gorun-" + randomHex(8), token: randomHex(32)}
+	if cfg.NNodes > 0 {
+		j.size = cfg.NNodes * cfg.NP
+		j.token, j.jobID = nodeJob(cfg.Seed)
+		if err := meetNodes(ctx, cfg, seedHost, seedPort, j.token); err != nil {
+			return err
+		}
+	}
 	srv, err := jobctl.Listen(ctx, net.JoinHostPort(here, "0"), []byte(j.token))
 	if err != nil {
 		return fmt.Errorf("%w: job control: %v", ErrLaunch, err)
@@ -109,7 +131,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		procs = []*proc{srunProc(cfg, prog, j, con)}
 	} else {
-		if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here); err != nil {
+		if cfg.NNodes > 0 {
+			j.seeds = net.JoinHostPort(seedHost, strconv.Itoa(seedPort+1))
+		} else if j.seeds, err = seedAddr(cfg.GossipPort, slots[0].Host, here, !isShellAgent(agentOf(cfg))); err != nil {
 			return err
 		}
 		// Local ranks are bound here, at fork; remote ranks get
@@ -164,8 +188,19 @@ func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
 	return p
 }
 
-// seedAddr is the gossip seed: rank 0's host and a port for it.
-func seedAddr(port int, host0, here string) (string, error) {
+// agentOf is the launch agent cfg uses for remote hosts.
+func agentOf(cfg Config) []string {
+	if cfg.LaunchAgent != nil {
+		return cfg.LaunchAgent
+	}
+	return DefaultAgent
+}
+
+// seedAddr is the gossip seed: rank 0's host and a port for it. With
+// mustResolve, a remote rank 0's host must resolve here: ssh reports a
+// name it cannot resolve itself, at once, but another agent ("ip netns
+// exec", "docker exec") takes names that are no host names.
+func seedAddr(port int, host0, here string, mustResolve bool) (string, error) {
 	if isLocalHost(host0) {
 		if port == 0 {
 			var err error
@@ -181,7 +216,31 @@ func seedAddr(port int, host0, here string) (string, error) {
 	if _, h, ok := strings.Cut(host0, "@"); ok {
 		host0 = h
 	}
+	if mustResolve {
+		if err := resolves(host0); err != nil {
+			return "", err
+		}
+	}
 	return net.JoinHostPort(host0, strconv.Itoa(port)), nil
+}
+
+// resolveTimeout bounds the look-up of rank 0's host.
+const resolveTimeout = 5 * time.Second
+
+// resolves checks that the ranks can reach host by name: rank 0's host is
+// the gossip seed every rank dials, so a name that does not resolve (a
+// network namespace's name given to "ip netns exec", a typo) would
+// otherwise leave every rank waiting for the world until its timeout.
+func resolves(host string) error {
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+		return fmt.Errorf("%w: host %q does not resolve (%v): rank 0's host is the gossip seed every rank dials, so list hosts by address or by a resolvable name (a network namespace's name given to \"ip netns exec\" is not one)", ErrLaunch, host, err)
+	}
+	return nil
 }
 
 // freePort finds a port free for both TCP and UDP on host (memberlist

@@ -29,6 +29,21 @@ func useSrun(cfg Config) (bool, error) {
 	return err == nil, nil
 }
 
+// fitsAllocation checks -np against the Slurm allocation's task count,
+// so that a job larger than its allocation fails with a clear error
+// before srun is asked for a step it cannot have.
+func fitsAllocation(np int) error {
+	for _, name := range []string{"SLURM_NTASKS", "SLURM_NPROCS"} {
+		if v := os.Getenv(name); v != "" {
+			if n, err := strconv.Atoi(v); err == nil && np > n {
+				return fmt.Errorf("%w: -np %d but the Slurm allocation has %d tasks (%s); ask for more (sbatch -n) or run fewer ranks", ErrUsage, np, n, name)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // srunArgv is the srun command for the job. srun places the ranks and
 // sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;
 // --kill-on-bad-exit makes Slurm stop the job when a rank fails,

@@ -10,7 +10,8 @@
 //	go run ./bench/compare -scenarios shm2,barrier -rounds 2
 //	go run ./bench/compare -quick                       # smoke test, a few minutes
 //
-// Scenarios: shm2 shm4 tcp2 tcp4 bcast4, barrier-{shm,tcp}{2,4} (group
+// Scenarios: shm2 shm4 tcp2 tcp4 bcast4, cluster-{2x2,4x1,bcast2x2} (on
+// the namespace cluster: root, openssh-server), barrier-{shm,tcp}{2,4} (group
 // "barrier"), sweep-shm2 and sweep-tcp2 (group "sweep": 8 B to 64 KiB).
 // It needs Debian's openmpi-bin libopenmpi-dev mpich libmpich-dev
 // python3-torch and a C compiler; implementations whose tools are missing
@@ -70,6 +71,9 @@ func main() {
 		fail(err)
 	}
 	defer os.RemoveAll(work)
+	if scs = startCluster(ctx, scs); theCluster != nil {
+		defer theCluster.Down()
+	}
 	tools := build(ctx, work)
 	probe := buildProber(ctx, work)
 
@@ -128,6 +132,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, w)
 	}
 	fmt.Fprintf(&report, "Open MPI: pml ob1, btl self,vader (shm) or tcp,self on lo (tcp), --bind-to none, mpi_yield_when_idle 1 where ranks outnumber CPUs (its own default when oversubscribed; gorun's ranks yield too) and 0 otherwise. gorun: GORUN_TRANSPORT=shm or tcp. MPICH: Debian's ch4:ucx, defaults. Gloo: torch.distributed over TCP loopback.\n")
+	fmt.Fprintf(&report, "Cluster scenarios (scripts/cluster, hosts linked at 2 Gbit/s by tc tbf): gorun -H over ssh, GORUN_TRANSPORT auto (shm in a host, tcp between); gorun-flat adds GORUN_ALGO=allreduce:ring,broadcast:chain; Open MPI over ssh with btl self,vader,tcp on the hosts' subnet, mpi_yield_when_idle 1; Gloo's ranks started in their hosts, GLOO_SOCKET_IFNAME=eth0.\n")
 	fmt.Fprintf(&report, "\n## Targets\n\nRatios from the same interleaved run, paired within rounds: gorun's time over the best peer's (latency), gorun's busbw over the best peer's (bandwidth).\n\n")
 	report.WriteString(renderTargets(judge(outs, targets)))
 	report.Write(body.Bytes())
@@ -173,6 +178,9 @@ func firstLine(s string) string {
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "compare:", err)
+	if theCluster != nil {
+		theCluster.Down()
+	}
 	os.Exit(1)
 }
 

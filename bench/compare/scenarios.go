@@ -15,6 +15,9 @@ type scenario struct {
 	sizes []int64
 	impls []string
 	lat   bool // latency-bound: runs -lat-iters iterations instead of -iters
+	// hosts > 0: the ranks run on that many hosts of the namespace cluster
+	// (scripts/cluster, 2 Gbit/s links), ranks/hosts on each (fab "cluster").
+	hosts int
 }
 
 // sweep is 8 B to 64 KiB by factors of step.
@@ -28,6 +31,14 @@ func sweep(step int64) []int64 {
 	}
 	return s
 }
+
+// clusterSizes are the cluster scenarios' sizes, 8 B to 64 MiB.
+var clusterSizes = []int64{8, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
+
+// clusterPeers: gorun as its table picks (hierarchical across hosts above
+// 64 KiB), gorun forced flat (GORUN_ALGO=allreduce:ring,broadcast:chain),
+// Open MPI started through ssh into the hosts, and Gloo.
+var clusterPeers = []string{"gorun", "gorun-flat", "openmpi", "gloo"}
 
 // allScenarios is every scenario in the order they run. Open MPI runs with
 // pml ob1 and the btl the fabric names (self,vader for shm; tcp,self on
@@ -50,6 +61,9 @@ func allScenarios() []scenario {
 		{name: "barrier-tcp4", coll: "barrier", ranks: 4, fab: "tcp", sizes: []int64{0}, impls: tcpPeers, lat: true},
 		{name: "sweep-shm2", coll: "allreduce", ranks: 2, fab: "shm", sizes: sweep(2), impls: shmPeers, lat: true},
 		{name: "sweep-tcp2", coll: "allreduce", ranks: 2, fab: "tcp", sizes: sweep(2), impls: tcpPeers, lat: true},
+		{name: "cluster-2x2", coll: "allreduce", ranks: 4, hosts: 2, fab: "cluster", sizes: clusterSizes, impls: clusterPeers},
+		{name: "cluster-4x1", coll: "allreduce", ranks: 4, hosts: 4, fab: "cluster", sizes: clusterSizes, impls: clusterPeers},
+		{name: "cluster-bcast2x2", coll: "broadcast", ranks: 4, hosts: 2, fab: "cluster", sizes: []int64{8, 1 << 20, 16 << 20}, impls: clusterPeers},
 	}
 }
 

@@ -39,6 +39,12 @@ var targets = []target{
 	{"tcp2", 16 << 20, true, openMPIGlo, 1.5},
 	{"tcp4", 1 << 20, true, openMPIGlo, 1.5},
 	{"tcp4", 16 << 20, true, openMPIGlo, 1.5},
+	// Across hosts (issue 12): hierarchical against flat and Open MPI.
+	{"cluster-2x2", 16 << 20, true, []string{"gorun-flat"}, 1.3},
+	{"cluster-2x2", 8, false, openMPI, 1.5},
+	{"cluster-2x2", 1 << 20, true, openMPI, 1.2},
+	{"cluster-2x2", 16 << 20, true, openMPI, 1.2},
+	{"cluster-2x2", 64 << 20, true, openMPI, 1.2},
 }
 
 func (t target) String() string {

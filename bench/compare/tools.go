@@ -63,6 +63,9 @@ func build(ctx context.Context, work string) map[string]*tool {
 				name = "openmpi-spin"
 			}
 			tools[name] = &tool{cmd: func(sc scenario, warm, iters int) []string {
+				if sc.hosts > 0 {
+					return append(openMPIClusterArgs(run, sc), prog(sc, warm, iters)...)
+				}
 				return append(openMPIArgs(run, sc, runtime.NumCPU(), spin), prog(sc, warm, iters)...)
 			}, env: mpiEnv}
 		}
@@ -83,10 +86,26 @@ func build(ctx context.Context, work string) map[string]*tool {
 	if out, err := exec.CommandContext(ctx, "go", "build", "-o", perf, "./examples/allreduce_perf").CombinedOutput(); err != nil {
 		fail(fmt.Errorf("building allreduce_perf: %v\n%s", err, out))
 	}
-	tools["gorun"] = &tool{cmd: func(sc scenario, warm, iters int) []string {
-		return []string{gorun, "-np", strconv.Itoa(sc.ranks), "--tag-output=false", perf,
-			"-coll", sc.coll, "-w", strconv.Itoa(warm), "-n", strconv.Itoa(iters), "-d", "float32", "-o", "sum", "-c", "1", "-sizes", strings.Join(sizeArgs(sc), ",")}
-	}, env: func(sc scenario) []string { return []string{"GORUN_TRANSPORT=" + sc.fab} }}
+	gorunCmd := func(sc scenario, warm, iters int) []string {
+		where := []string{"-np", strconv.Itoa(sc.ranks)}
+		if sc.hosts > 0 {
+			where = append(where, "-H", hostList(sc))
+		}
+		return append(append([]string{gorun}, where...), "--tag-output=false", perf,
+			"-coll", sc.coll, "-w", strconv.Itoa(warm), "-n", strconv.Itoa(iters), "-d", "float32", "-o", "sum", "-c", "1", "-sizes", strings.Join(sizeArgs(sc), ","))
+	}
+	gorunEnv := func(sc scenario) []string {
+		if sc.hosts > 0 {
+			return nil // auto: shm inside a host, tcp between hosts
+		}
+		return []string{"GORUN_TRANSPORT=" + sc.fab}
+	}
+	tools["gorun"] = &tool{cmd: gorunCmd, env: gorunEnv}
+	// Flat: the ring and the chain, which the table picks for large
+	// buffers when the job does not span hosts.
+	tools["gorun-flat"] = &tool{cmd: gorunCmd, env: func(sc scenario) []string {
+		return append(gorunEnv(sc), "GORUN_ALGO=allreduce:ring,broadcast:chain")
+	}}
 	return tools
 }
 
@@ -128,7 +147,7 @@ func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters 
 	var out []byte
 	var err error
 	if impl == "gloo" {
-		out, err = runRanks(ctx, argv, sc.ranks)
+		out, err = runRanks(ctx, argv, sc)
 	} else {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 		cmd.Env = append(os.Environ(), t.env(sc)...)
@@ -142,7 +161,7 @@ func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters 
 	if err != nil {
 		return nil, err
 	}
-	res := parse(out, impl == "gorun")
+	res := parse(out, strings.HasPrefix(impl, "gorun"))
 	if len(res) != len(sc.sizes) {
 		return nil, fmt.Errorf("parsed %d of %d sizes from:\n%s", len(res), len(sc.sizes), out)
 	}
@@ -157,14 +176,20 @@ func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters 
 	return res, nil
 }
 
-// runRanks starts one process per rank with torchrun's variables.
-func runRanks(ctx context.Context, argv []string, n int) ([]byte, error) {
+// runRanks starts one process per rank with torchrun's variables (on the
+// cluster, each in its rank's host).
+func runRanks(ctx context.Context, argv []string, sc scenario) ([]byte, error) {
 	port := 29500 + os.Getpid()%1000
+	n := sc.ranks
 	var out bytes.Buffer
 	cmds := make([]*exec.Cmd, n)
 	for r := 0; r < n; r++ {
-		c := exec.CommandContext(ctx, argv[0], argv[1:]...)
-		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		a, master, extra := argv, "127.0.0.1", []string(nil)
+		if sc.hosts > 0 {
+			a, master, extra = clusterAgent(sc, r, argv), rankHost(sc, 0), []string{"GLOO_SOCKET_IFNAME=eth0"}
+		}
+		c := exec.CommandContext(ctx, a[0], a[1:]...)
+		c.Env = append(append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR="+master, "MASTER_PORT="+strconv.Itoa(port)), extra...)
 		if r == 0 {
 			c.Stdout = &out
 		}

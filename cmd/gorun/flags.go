@@ -88,6 +88,10 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.StringVar(&cfg.Timeline, "timeline", os.Getenv(launcher.EnvTimeline), "record every rank's collectives and merge them into this file (Chrome trace JSON, for Perfetto; default GORUN_TIMELINE)")
 	fs.BoolVar(&cfg.Report, "report", os.Getenv(launcher.EnvReport) == "1", "print each collective's calls, bytes, time and busbw, and the stragglers, at the end (GORUN_REPORT=1)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve every rank's metrics (Prometheus text) at http://ADDR/metrics, e.g. 127.0.0.1:9400")
+	fs.IntVar(&cfg.NNodes, "nnodes", 0, "start one job from a gorun on each of this many nodes, without ssh (with --node-rank, --seed)")
+	fs.IntVar(&cfg.NodeRank, "node-rank", 0, "this node's index, 0..nnodes-1 (node 0 serves the seed)")
+	fs.StringVar(&cfg.Seed, "seed", "", "HOST:PORT of node 0, where the nodes meet (the ranks gossip on PORT+1)")
+	fs.Var(durationFlag{&cfg.SeedTimeout}, "seed-timeout", "how long the nodes wait for each other at the seed (0: 30s)")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -1,0 +1,174 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+// withHosts places NewLocal's ranks on simulated hosts: rank r on host
+// hosts[r]. The world stays in one process over mem.
+func withHosts(hosts ...int) Option {
+	return func(c *config) error {
+		c.simHosts = hosts
+		c.transport = "mem"
+		return nil
+	}
+}
+
+// hostLayouts are the layouts the issue names: 2x2, 2x3, 3x1 and 1+3,
+// plus ranks not contiguous by host.
+var hostLayouts = map[string][]int{
+	"2x2":        {0, 0, 1, 1},
+	"2x3":        {0, 0, 0, 1, 1, 1},
+	"3x1":        {0, 1, 2},
+	"1+3":        {0, 1, 1, 1},
+	"interleave": {0, 1, 0, 1},
+}
+
+func TestTopology(t *testing.T) {
+	cs := newLocal(t, 5, withHosts(0, 1, 0, 2, 1))
+	topo := cs[3].Topology()
+	if want := [][]int{{0, 2}, {1, 4}, {3}}; !slices.EqualFunc(topo.Hosts, want, slices.Equal) {
+		t.Fatalf("Hosts = %v, want %v", topo.Hosts, want)
+	}
+	if !topo.SameHost(1, 4) || topo.SameHost(0, 1) {
+		t.Errorf("SameHost wrong: %v", topo.HostOf)
+	}
+	if cs[2].LocalRank() != 1 || cs[2].LocalSize() != 2 || cs[3].LocalSize() != 1 {
+		t.Errorf("rank 2 local %d/%d, rank 3 local size %d", cs[2].LocalRank(), cs[2].LocalSize(), cs[3].LocalSize())
+	}
+	for r, c := range cs {
+		if c.hier == nil {
+			t.Fatalf("rank %d: no hierarchical communicators", r)
+		}
+	}
+	one := newLocal(t, 3)
+	if one[0].hier != nil || len(one[0].Topology().Hosts) != 1 {
+		t.Errorf("one host: hier %v, topology %v", one[0].hier, one[0].Topology())
+	}
+}
+
+// runAll runs f on every rank concurrently and fails on any error.
+func runAll(t *testing.T, cs []*Comm, f func(c *Comm) error) {
+	t.Helper()
+	mustAll(t, "hierarchical", onAll(cs, f))
+}
+
+// TestHierarchicalCollectives checks every hierarchical collective against
+// the values a flat computation gives, on each layout, at sizes around the
+// selection threshold and with counts that do not split evenly.
+func TestHierarchicalCollectives(t *testing.T) {
+	for name, layout := range hostLayouts {
+		t.Run(name, func(t *testing.T) {
+			cs := newLocal(t, len(layout), withHosts(layout...))
+			for _, count := range hierCounts {
+				runAll(t, cs, func(c *Comm) error { return checkCollectives(context.Background(), c, count) })
+			}
+		})
+	}
+}
+
+// hierCounts are element counts around the hierarchical threshold, one
+// that does not split evenly, and a small one (flat).
+var hierCounts = []int{hierMinBytes / 8, hierMinBytes/8 + 7, 3}
+
+// checkCollectives runs allreduce (sum, max), broadcast from every root,
+// allgather, reduce-scatter (avg) and barrier on count elements and checks
+// the results; every rank calls it.
+func checkCollectives(ctx context.Context, c *Comm, count int) error {
+	n := c.Size()
+	buf := make([]float64, count)
+	for i := range buf {
+		buf[i] = float64(c.Rank()*1000 + i)
+	}
+	if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i, v := range buf {
+		if want := float64(1000*n*(n-1)/2 + n*i); v != want {
+			return fmt.Errorf("rank %d allreduce count %d: [%d] = %v, want %v", c.Rank(), count, i, v, want)
+		}
+	}
+	mx := make([]int32, count)
+	for i := range mx {
+		mx[i] = int32((c.Rank()*7 + i) % n)
+	}
+	if err := AllReduce(ctx, c, mx, mx, Max); err != nil {
+		return err
+	}
+	for i, v := range mx {
+		if v != int32(n-1) && n > 1 {
+			return fmt.Errorf("rank %d allreduce max: [%d] = %d", c.Rank(), i, v)
+		}
+	}
+	for root := range n {
+		buf := make([]int64, count)
+		if c.Rank() == root {
+			for i := range buf {
+				buf[i] = int64(root*100000 + i)
+			}
+		}
+		if err := Broadcast(ctx, c, buf, root); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v != int64(root*100000+i) {
+				return fmt.Errorf("rank %d broadcast root %d count %d: [%d] = %d", c.Rank(), root, count, i, v)
+			}
+		}
+	}
+	blk := max(1, count/n)
+	send := make([]float32, blk)
+	for i := range send {
+		send[i] = float32(c.Rank()*blk + i)
+	}
+	recv := make([]float32, n*blk)
+	if err := AllGather(ctx, c, send, recv); err != nil {
+		return err
+	}
+	for i, v := range recv {
+		if v != float32(i) {
+			return fmt.Errorf("rank %d allgather: [%d] = %v", c.Rank(), i, v)
+		}
+	}
+	full := make([]float32, n*blk)
+	for i := range full {
+		full[i] = float32(i + c.Rank())
+	}
+	out := make([]float32, blk)
+	if err := ReduceScatter(ctx, c, full, out, Avg); err != nil {
+		return err
+	}
+	for i, v := range out {
+		if want := float32(c.Rank()*blk+i) + float32(n-1)/2; v != want {
+			return fmt.Errorf("rank %d reducescatter avg: [%d] = %v, want %v", c.Rank(), i, v, want)
+		}
+	}
+	return c.Barrier(ctx)
+}
+
+// TestHierarchicalSelection: the table picks the hierarchical algorithms
+// only across hosts, above the threshold, and GORUN_ALGO forces flat.
+func TestHierarchicalSelection(t *testing.T) {
+	cs := newLocal(t, 4, withHosts(0, 0, 1, 1))
+	c := cs[0]
+	if !c.hierFor(collectives.AllReduce, 16<<20) || c.hierFor(collectives.AllReduce, 8) {
+		t.Errorf("allreduce: 16 MiB %v, 8 B %v", c.hierFor(collectives.AllReduce, 16<<20), c.hierFor(collectives.AllReduce, 8))
+	}
+	flat := newLocal(t, 4, withHosts(0, 0, 1, 1), WithAlgorithm("allreduce:ring"))
+	if flat[0].hierFor(collectives.AllReduce, 16<<20) || !flat[0].hierFor(collectives.Broadcast, 16<<20) {
+		t.Errorf("allreduce:ring still picks hierarchical allreduce, or no longer hierarchical broadcast")
+	}
+	uneven := newLocal(t, 4, withHosts(0, 1, 1, 1))
+	if uneven[0].hierFor(collectives.AllGather, 16<<20) || !uneven[0].hierFor(collectives.AllReduce, 16<<20) {
+		t.Errorf("1+3: allgather must stay flat, allreduce hierarchical")
+	}
+	perHost := newLocal(t, 3, withHosts(0, 1, 2))
+	if perHost[0].hierFor(collectives.AllReduce, 16<<20) {
+		t.Errorf("one rank per host picks hierarchical")
+	}
+}

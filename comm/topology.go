@@ -1,0 +1,138 @@
+package comm
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gorun-hpc/gorun/internal/numa"
+)
+
+// Topology is where a communicator's ranks run: which ranks share a host
+// and, on a host, a NUMA node. Host identity is the hostname plus the
+// kernel's boot id (internal/jobenv), so namespaces with their own UTS
+// hostname count as hosts.
+type Topology struct {
+	// Hosts lists the ranks on each host, in rank order; hosts are
+	// numbered by their lowest rank.
+	Hosts [][]int
+	// HostOf is the index in Hosts of each rank's host.
+	HostOf []int
+	// NUMAOf is each rank's NUMA node on its host (the node of the CPU it
+	// ran on at Init, or of its binding), -1 when unknown.
+	NUMAOf []int
+}
+
+// Topology reports where the communicator's ranks run. The result is a
+// copy; it does not change during the communicator's life.
+func (c *Comm) Topology() Topology {
+	t := c.topo
+	out := Topology{HostOf: slices.Clone(t.HostOf), NUMAOf: slices.Clone(t.NUMAOf)}
+	for _, h := range t.Hosts {
+		out.Hosts = append(out.Hosts, slices.Clone(h))
+	}
+	return out
+}
+
+// SameHost reports whether ranks a and b share a host.
+func (t Topology) SameHost(a, b int) bool { return t.HostOf[a] == t.HostOf[b] }
+
+// SameNUMA reports whether ranks a and b share a host and a known NUMA node.
+func (t Topology) SameNUMA(a, b int) bool {
+	return t.SameHost(a, b) && t.NUMAOf[a] >= 0 && t.NUMAOf[a] == t.NUMAOf[b]
+}
+
+// topologyOf builds the topology from the rendezvous endpoints.
+func topologyOf(eps []*endpoint) Topology {
+	t := Topology{HostOf: make([]int, len(eps)), NUMAOf: make([]int, len(eps))}
+	index := map[[8]byte]int{}
+	for r, ep := range eps {
+		h, ok := index[ep.host]
+		if !ok {
+			h = len(t.Hosts)
+			index[ep.host] = h
+			t.Hosts = append(t.Hosts, nil)
+		}
+		t.Hosts[h] = append(t.Hosts[h], r)
+		t.HostOf[r] = h
+		t.NUMAOf[r] = int(ep.numa)
+	}
+	return t
+}
+
+// myNUMANode is the NUMA node this rank runs on, -1 when unknown.
+func myNUMANode() int16 {
+	n, err := numa.CurrentNode()
+	if err != nil || n < 0 || n > 1<<14 {
+		return -1
+	}
+	return int16(n)
+}
+
+// hierComms are the sub-communicators of the hierarchical algorithms
+// (hier.go), made once when a communicator spans hosts with more than one
+// rank on some host.
+type hierComms struct {
+	local *Comm // the ranks on this host, ranked by rank
+	// cross joins the ranks with this rank's local rank on every host that
+	// has one, ranked by host; nil when this rank's local rank is not below
+	// shards.
+	cross *Comm
+	// shards is the smallest number of ranks on a host: a buffer splits
+	// into that many shards, one per local rank below it.
+	shards int
+	even   bool // every host has the same number of ranks
+	hosts  int
+	// hostIdx is this rank's host index, localIdx its local rank.
+	hostIdx, localIdx int
+	scratch           []byte
+}
+
+// spansHosts reports whether hierarchical algorithms apply: more than one
+// host and more than one rank on some host.
+func (t Topology) spansHosts() bool {
+	if len(t.Hosts) < 2 {
+		return false
+	}
+	for _, h := range t.Hosts {
+		if len(h) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// makeHierComms splits c into its host-local and cross-host communicators
+// when its topology calls for them. Collective over c; runs in newComm, so
+// no other operation can be in flight.
+func (c *Comm) makeHierComms(ctx context.Context) error {
+	t := c.topo
+	if !t.spansHosts() {
+		return nil
+	}
+	h := &hierComms{shards: len(t.Hosts[0]), even: true, hosts: len(t.Hosts), hostIdx: t.HostOf[c.rank]}
+	for _, rs := range t.Hosts {
+		h.shards = min(h.shards, len(rs))
+		h.even = h.even && len(rs) == len(t.Hosts[0])
+	}
+	h.localIdx = slices.Index(t.Hosts[h.hostIdx], c.rank)
+	var err error
+	if h.local, err = c.Split(ctx, h.hostIdx, c.rank); err != nil {
+		return err
+	}
+	color := h.localIdx
+	if color >= h.shards {
+		color = -1
+	}
+	if h.cross, err = c.Split(ctx, color, h.hostIdx); err != nil {
+		h.local.Close()
+		return err
+	}
+	c.hier = h
+	c.onClose = append(c.onClose, func() {
+		h.local.Close()
+		if h.cross != nil {
+			h.cross.Close()
+		}
+	})
+	return nil
+}

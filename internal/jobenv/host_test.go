@@ -1,0 +1,32 @@
+package jobenv
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestHostIdentity(t *testing.T) {
+	a := hostIdentity("node1", "boot-a\n")
+	if !strings.HasPrefix(a, "node1/") || len(a) != len("node1/")+8 {
+		t.Fatalf("hostIdentity = %q, want node1/ and 8 hex digits", a)
+	}
+	if b := hostIdentity("node1", "boot-a"); b != a {
+		t.Errorf("trailing newline of the boot id changed the identity: %q vs %q", b, a)
+	}
+	if b := hostIdentity("node1", "boot-b"); b == a {
+		t.Errorf("same identity %q for two boot ids (a container on another machine)", a)
+	}
+	if b := hostIdentity("node2", "boot-a"); b == a {
+		t.Errorf("same identity %q for two hostnames (a namespace host)", a)
+	}
+	if got := hostIdentity("", "x"); !strings.HasPrefix(got, "localhost/") {
+		t.Errorf("empty hostname: %q", got)
+	}
+	long := hostIdentity(strings.Repeat("h", 200), "x")
+	if len(long) != MaxHostIdentity {
+		t.Errorf("long hostname gives %d bytes, want %d", len(long), MaxHostIdentity)
+	}
+	if HostIdentity() != HostIdentity() || HostKey() != HostKey() {
+		t.Error("identity not stable within a process")
+	}
+}

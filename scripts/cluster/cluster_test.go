@@ -1,0 +1,113 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// leftovers lists what a cluster made that still exists.
+func leftovers(t *testing.T, c *Cluster) []string {
+	var left []string
+	if _, err := os.Stat(c.Dir); err == nil {
+		left = append(left, "directory "+c.Dir)
+	}
+	id := filepath.Base(c.Dir)
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "gorun-c"+id+"-") {
+		left = append(left, "namespaces: "+string(out))
+	}
+	if exec.Command("ip", "link", "show", "grc"+id).Run() == nil {
+		left = append(left, "bridge grc"+id)
+	}
+	if b, _ := os.ReadFile("/etc/hosts"); strings.Contains(string(b), "# gorun-cluster "+id+"\n") {
+		left = append(left, "/etc/hosts lines")
+	}
+	if _, err := os.Stat("/etc/ssh/ssh_config.d/gorun-cluster-" + id + ".conf"); err == nil {
+		left = append(left, "ssh config drop-in")
+	}
+	if out, _ := exec.Command("pgrep", "-f", c.Dir).Output(); len(out) > 0 {
+		left = append(left, "processes "+strings.Join(strings.Fields(string(out)), ","))
+	}
+	return left
+}
+
+// TestUpSSHDown brings up two hosts, checks that each has its own
+// hostname, reaches the other by name over real ssh at the shaped link,
+// and that Down leaves nothing behind.
+func TestUpSSHDown(t *testing.T) {
+	c := Start(t, Options{Hosts: 2})
+	a, b := c.Hosts[0], c.Hosts[1]
+	out, err := exec.Command("ssh", a.Name, "hostname; ssh "+b.Name+" hostname").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh %s: %v: %s", a.Name, err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) != 2 || got[0] != a.Name || got[1] != b.Name {
+		t.Fatalf("hostnames over ssh: %q, want %s then %s", out, a.Name, b.Name)
+	}
+	if host, _ := os.Hostname(); host == a.Name {
+		t.Fatalf("this process's hostname changed to %s", host)
+	}
+	out, err = c.Command(context.Background(), b.Name, "hostname").Output()
+	if err != nil || strings.TrimSpace(string(out)) != b.Name {
+		t.Fatalf("exec in %s: %q, %v", b.Name, out, err)
+	}
+	qd, _ := exec.Command("tc", "-n", a.Netns, "qdisc", "show", "dev", "eth0").Output()
+	if !strings.Contains(string(qd), "tbf") || !strings.Contains(string(qd), "rate 2Gbit") {
+		t.Errorf("%s's link is not shaped to 2Gbit: %s", a.Name, qd)
+	}
+	if err := c.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(t, c); len(left) > 0 {
+		t.Fatalf("left behind after Down: %v", left)
+	}
+	if err := exec.Command("ssh", a.Name, "true").Run(); err == nil {
+		t.Fatalf("ssh %s still works after Down", a.Name)
+	}
+}
+
+// TestRunCleansUpOnFailure: "cluster.sh run -- CMD" removes the cluster
+// when CMD fails, and "up" removes a cluster whose owner died.
+func TestRunCleansUpOnFailure(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("namespace cluster: %v", err)
+	}
+	sh := scriptArgv()
+	out, err := exec.Command(sh[0], append(sh[1:], "run", "-n", "1", "-prefix", "r1h", "--",
+		"sh", "-c", `echo "$GORUN_CLUSTER"; exit 3`)...).Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("run: %v, want exit status 3", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if left := leftovers(t, &Cluster{Dir: dir}); dir == "" || len(left) > 0 {
+		t.Fatalf("run left %q behind: %v", dir, left)
+	}
+
+	// An owner that is gone: a process that already exited.
+	dead := exec.Command("true")
+	dead.Run()
+	out, err = exec.Command(sh[0], append(sh[1:], "up", "-n", "1", "-prefix", "r2h", "-owner", fmt.Sprint(dead.Process.Pid))...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := &Cluster{Dir: strings.TrimSpace(string(out))}
+	t.Cleanup(func() { orphan.Down() })
+	pid, err := os.ReadFile(filepath.Join(orphan.Dir, "r2h1", "sshd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Start(t, Options{Hosts: 1})
+	if err := exec.Command("kill", "-0", strings.TrimSpace(string(pid))).Run(); err == nil {
+		t.Errorf("the dead owner's sshd (pid %s) still runs", pid)
+	}
+	if b, _ := os.ReadFile("/etc/hosts"); strings.Contains(string(b), " r2h1 ") {
+		t.Errorf("the dead owner's /etc/hosts line is still there")
+	}
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "-r2h1") {
+		t.Errorf("the dead owner's namespace is still there: %s", out)
+	}
+}
