@@ -7,7 +7,6 @@ package comm
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/collectives"
@@ -50,8 +49,9 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	// Stop every operation on c, wait for the one running, and close its
 	// links; the devices and listeners stay open for the new world.
 	c.eng.Abort(c.rank, fmt.Errorf("%w: shrinking", ErrAborted))
-	t := c.ticket()
-	c.wait(t)
+	if err := c.enter(ctx, c.ticket(), op); err != nil {
+		return nil, err
+	}
 	defer c.release()
 	if c.closed.Swap(true) {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
@@ -74,7 +74,6 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	n := &Comm{rank: w.Rank, size: w.Size, cfg: &cfg, sendSeq: make([]uint32, w.Size), recvSeq: make([]uint32, w.Size),
 		plans: map[planKey]*collectives.Plan{}, devs: c.devs, lns: c.lns,
 		onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
-	n.turn = sync.NewCond(&n.turnMu)
 	c.devs, c.lns, c.onClose, c.ctl, c.shrink = nil, nil, nil, nil, shrinkState{}
 	if err := n.reconnect(ctx, eps); err != nil {
 		n.releaseTransport()
