@@ -170,11 +170,13 @@ func TestElasticTraining(t *testing.T) {
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "-np", "4", "--transport", tc.tr,
 				"--timeout", "80", "--fault", tc.fault,
 				filepath.Join(bin, "train"), "-epochs", "3", "-steps", "16", "-batch", "16", "-out", out)
-			cmd.Env = append(baseEnv(), "TMPDIR="+t.TempDir())
+			tmp := t.TempDir()
+			cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			logs := stdout.String() + stderr.String()
+			checkLeftovers(t, tmp)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGKILL) {
 				t.Fatalf("gorun: %v, want exit status 137 (the killed rank's)\n%s", err, logs)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -304,6 +305,33 @@ func (j *job) kill() {
 		default:
 			rk.cmd.Process.Kill()
 			<-rk.exited
+		}
+	}
+	j.t.Helper()
+	checkLeftovers(j.t, j.dir)
+}
+
+// checkLeftovers fails the test if a job whose ranks are all gone (killed,
+// failed or done) left anything behind: a file in dir, the ranks' TMPDIR
+// (shm sockets were once left there as gorun-<uid>/shm-PID-*.sock), or a
+// gorun entry in /dev/shm.
+func checkLeftovers(t testing.TB, dir string) {
+	t.Helper()
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		var names []string
+		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error {
+			if p != dir {
+				names = append(names, strings.TrimPrefix(p, dir+"/"))
+			}
+			return nil
+		})
+		t.Errorf("the job left %v in its TMPDIR %s", names, dir)
+	}
+	if ents, err := os.ReadDir("/dev/shm"); err == nil {
+		for _, e := range ents {
+			if strings.Contains(e.Name(), "gorun") {
+				t.Errorf("/dev/shm/%s left behind", e.Name())
+			}
 		}
 	}
 }
