@@ -132,8 +132,16 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		sentAt time.Time
 		locked *World // the world this node locked on: final
 		miss   []int  // coordinator: ranks whose proposal or ack is missing
+		start  = time.Now()
 	)
 	for {
+		if epoch > 1 && n.abandon(epoch, locked) {
+			// A member of the world this node locked on is gone, or the
+			// others moved on: agree again, in the next epoch, on the same
+			// old world minus the dead (see abandon).
+			epoch++
+			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
+		}
 		if locked == nil {
 			n.viewMu.Lock()
 			changed := peers == nil || gen != n.viewGen
@@ -212,6 +220,19 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				sent, sentAt = m, time.Now()
 			}
 		}
+		if time.Since(start) >= evidenceProbeEvery {
+			// Check that the members this node waits for are not gone.
+			switch {
+			case locked != nil && locked.Rank == 0:
+				n.probeWaitingFor(epoch, locked.Members, miss)
+			case locked != nil:
+				n.probeWaitingFor(epoch, locked.Members, []int{0})
+			case p.ok && me == 0:
+				n.probeWaitingFor(epoch, p.members, miss)
+			case p.ok && me > 0:
+				n.probeWaitingFor(epoch, p.members, []int{0})
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return World{}, n.formError(epoch, p, miss, locked, ctx.Err())
@@ -221,6 +242,50 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		case <-tick.C:
 		}
 	}
+}
+
+// abandon says whether the agreement for epoch must move to epoch+1: this
+// node locked on a world with a member found gone (its coordinator can
+// never commit it, or committed it and its members will fail to connect
+// to the dead one and shrink again), or, not locked, it received
+// agreement messages of a later epoch (others abandoned). A 2PC lock holds
+// for its epoch only, so a node may then agree on a new table in the next.
+// Those that did get the commit and shrink again from it compute the same
+// table for epoch+1 as those that abandoned: shrinkTable keeps the old
+// order and renumbers, and the committed world is the old one minus the
+// dead.
+func (n *Node) abandon(epoch uint32, locked *World) bool {
+	if locked != nil {
+		n.viewMu.Lock()
+		defer n.viewMu.Unlock()
+		for _, m := range locked.Members {
+			if n.gone[m.Name] {
+				return true
+			}
+		}
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	later := func(book map[uint32]message) bool {
+		for e := range book {
+			if e > epoch {
+				return true
+			}
+		}
+		return false
+	}
+	if later(n.prepares) || later(n.commits) {
+		return true
+	}
+	for _, book := range []map[uint32]map[string][digestLen]byte{n.proposals, n.acks} {
+		for e := range book {
+			if e > epoch {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // missing lists the ranks of w (but 0) whose entry in book (proposals or

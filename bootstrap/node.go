@@ -60,7 +60,8 @@ type Node struct {
 	// every critical section of viewMu is a few map operations.
 	viewMu  sync.Mutex
 	peers   map[string]peer
-	viewGen uint64 // incremented on every change of peers
+	viewGen uint64          // incremented on every change of peers
+	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
 
 	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
 	world    World
@@ -70,7 +71,8 @@ type Node struct {
 	leaving  map[string]bool // members that announced they close
 	failures chan Failure
 	closed   bool
-	joinErr  error // last failed attempt to join the seeds
+	joinErr  error                  // last failed attempt to join the seeds
+	probes   map[string]*probeState // evidence.go
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
@@ -124,6 +126,8 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		changed:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
+		gone:     make(map[string]bool),
+		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),

@@ -183,6 +183,11 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
 	c.ctl.Leave()
 	c.call = collectives.Call{}
+	if err != nil && c.shrink.node != nil {
+		if r, ok := brokenPeer(err); ok {
+			c.shrink.node.Suspect(r) // the bootstrap checks whether r is gone (shrink.go)
+		}
+	}
 	return err
 }
 

@@ -6,7 +6,9 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/collectives"
@@ -56,37 +58,103 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	if c.closed.Swap(true) {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
+	failed := c.eng.Err()
 	c.eng.Close()
+	// A peer whose connection broke may be gone: the bootstrap checks at
+	// once (a refused connection is evidence) instead of waiting for
+	// gossip to declare it dead.
+	if rank, ok := brokenPeer(failed); ok {
+		node.Suspect(rank)
+	}
 
-	w, err := node.Shrink(ctx)
-	if err != nil {
-		c.releaseTransport()
-		return nil, &RankError{Rank: c.rank, Op: op, Err: err}
-	}
-	eps := make([]*endpoint, w.Size)
-	for r, m := range w.Members {
-		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
-			c.releaseTransport()
-			return nil, &RankError{Rank: r, Op: op, Err: err}
-		}
-	}
 	cfg := *c.cfg
-	n := &Comm{rank: w.Rank, size: w.Size, cfg: &cfg, sendSeq: make([]uint32, w.Size), recvSeq: make([]uint32, w.Size),
-		plans: map[planKey]*collectives.Plan{}, devs: c.devs, lns: c.lns,
-		onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
+	n := &Comm{cfg: &cfg, devs: c.devs, lns: c.lns, onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
 	c.devs, c.lns, c.onClose, c.ctl, c.shrink = nil, nil, nil, nil, shrinkState{}
-	if err := n.reconnect(ctx, eps); err != nil {
+	fail := func(rank int, err error) (*Comm, error) {
 		n.releaseTransport()
 		for _, f := range n.onClose {
 			f()
 		}
-		return nil, &RankError{Rank: -1, Op: op, Err: err}
+		return nil, &RankError{Rank: rank, Op: op, Err: err}
 	}
-	if n.shrink.failures != nil {
-		n.shrink.failures.install(n, w.Epoch)
+	// A rank that dies while the survivors reconnect fails the
+	// reconnection; they agree again, without it.
+	for {
+		w, err := node.Shrink(ctx)
+		if err != nil {
+			return fail(c.rank, err)
+		}
+		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
+		n.sendSeq, n.recvSeq = make([]uint32, w.Size), make([]uint32, w.Size)
+		n.plans = map[planKey]*collectives.Plan{}
+		err = n.reconnectWatched(ctx, node, w)
+		if err == nil {
+			if n.shrink.failures != nil {
+				n.shrink.failures.install(n, w.Epoch)
+			}
+			n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			return fail(-1, err)
+		}
+		n.debugf(debugInfo, "shrink: reconnecting epoch %d failed (%v); checking the members and agreeing again", w.Epoch, err)
+		for r := range w.Size {
+			node.Suspect(r)
+		}
 	}
-	n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
-	return n, nil
+}
+
+// reconnectWatched connects n to the members of world w. Members found gone
+// meanwhile (a gossip or evidence report for w) end it early: it probes
+// them every few tens of milliseconds while it waits.
+func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w bootstrap.World) error {
+	eps := make([]*endpoint, w.Size)
+	for r, m := range w.Members {
+		var err error
+		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
+			return &RankError{Rank: r, Op: "shrink", Err: err}
+		}
+	}
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if fw := n.shrink.failures; fw != nil {
+		defer fw.watch(w.Epoch, stop)()
+	}
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				for r := range w.Size {
+					node.Check(r)
+				}
+			}
+		}
+	}()
+	err := n.reconnect(rctx, eps)
+	stop(nil)
+	<-probed
+	if err != nil && ctx.Err() == nil {
+		if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return fmt.Errorf("%w (%w)", cause, err)
+		}
+	}
+	return err
+}
+
+// brokenPeer says which peer's broken connection, if any, failed err.
+func brokenPeer(err error) (int, bool) {
+	var pe *collectives.PeerError
+	if errors.As(err, &pe) && errors.Is(err, ErrPeerFailed) {
+		return pe.Rank, true
+	}
+	return 0, false
 }
 
 // releaseTransport closes the listeners and devices c still holds.
