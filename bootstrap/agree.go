@@ -135,11 +135,15 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		start  = time.Now()
 	)
 	for {
-		if epoch > 1 && n.abandon(epoch, locked) {
+		if next := n.abandon(epoch, locked); next > epoch {
 			// A member of the world this node locked on is gone, or the
-			// others moved on: agree again, in the next epoch, on the same
-			// old world minus the dead (see abandon).
-			epoch++
+			// others moved on: agree again, in a later epoch, on the same
+			// old world minus the dead (see abandon). A node still forming
+			// the first world has found a running job that grows (grow.go).
+			if epoch == 1 {
+				table = n.growTable
+			}
+			epoch = next
 			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
 		}
 		if locked == nil {
@@ -200,6 +204,12 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				sentAt = time.Now()
 				continue
 			}
+			if epoch > 1 && time.Since(sentAt) >= resend {
+				// A member may be a rank that joins a running job: tell it
+				// the epoch (it is still forming the first world).
+				n.sendTo(&w, miss, msgEpoch)
+				sentAt = time.Now()
+			}
 		case p.ok && me > 0:
 			// Member: lock on a prepare of our digest, else propose it.
 			coord := p.members[0]
@@ -254,38 +264,44 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 // table for epoch+1 as those that abandoned: shrinkTable keeps the old
 // order and renumbers, and the committed world is the old one minus the
 // dead.
-func (n *Node) abandon(epoch uint32, locked *World) bool {
+func (n *Node) abandon(epoch uint32, locked *World) uint32 {
 	if locked != nil {
+		if epoch == 1 {
+			return 0
+		}
 		n.viewMu.Lock()
 		defer n.viewMu.Unlock()
 		for _, m := range locked.Members {
 			if n.gone[m.Name] {
-				return true
+				return epoch + 1
 			}
 		}
-		return false
+		return 0
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	later := func(book map[uint32]message) bool {
-		for e := range book {
-			if e > epoch {
-				return true
-			}
-		}
-		return false
+	if n.formed && epoch == 1 {
+		return 0
 	}
-	if later(n.prepares) || later(n.commits) {
-		return true
+	next := uint32(0)
+	for e := range n.prepares {
+		next = max(next, e)
+	}
+	for e := range n.commits {
+		next = max(next, e)
+	}
+	for e := range n.hints {
+		next = max(next, e)
 	}
 	for _, book := range []map[uint32]map[string][digestLen]byte{n.proposals, n.acks} {
 		for e := range book {
-			if e > epoch {
-				return true
-			}
+			next = max(next, e)
 		}
 	}
-	return false
+	if next > epoch {
+		return next
+	}
+	return 0
 }
 
 // missing lists the ranks of w (but 0) whose entry in book (proposals or

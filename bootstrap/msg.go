@@ -18,6 +18,7 @@ const (
 	msgCommit  = 4 // coordinator → member: every member locked on D; it is the world
 	msgLeaving = 5 // a member closes: its departure is not a failure
 	msgDead    = 6 // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
+	msgEpoch   = 7 // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
 
 	digestLen = 16
 )
@@ -44,7 +45,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgDead {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgEpoch {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -107,6 +108,8 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.commits[m.epoch] = m
 	case msgLeaving:
 		n.leaving[m.from] = true
+	case msgEpoch:
+		n.hints[m.epoch] = true
 	}
 	n.mu.Unlock()
 	if m.kind == msgDead {

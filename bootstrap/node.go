@@ -81,6 +81,7 @@ type Node struct {
 	prepares  map[uint32]message                    // as member: the last prepare received
 	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
+	hints     map[uint32]bool                       // epochs a coordinator said it runs (msgEpoch)
 }
 
 // peer is a live job member as the event delegate last saw it.
@@ -138,6 +139,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		prepares:  make(map[uint32]message),
 		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
+		hints:     make(map[uint32]bool),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
 		Blob: append([]byte(nil), blob...)}
@@ -174,6 +176,8 @@ func (n *Node) Form(ctx context.Context) (World, error) {
 	}
 	size := n.cfg.Size
 	w, err := n.agree(ctx, 1, func(ps map[string]peer) proposal { return formTable(ps, size) })
+	// (A rank restarted into a running job joins the survivors' Grow: agree
+	// moves it to their epoch, whose table is growTable.)
 	if err != nil {
 		return World{}, err
 	}
