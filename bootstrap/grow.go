@@ -21,8 +21,9 @@ import (
 // are ordered by the rank they were started with (Config.Rank; a node
 // started without one comes last, by name) and numbered 0..n-1, so a job
 // whose every rank is back has its original ranks. Of two live nodes
-// claiming one rank, a member of the current world wins, then the smaller
-// name.
+// claiming one rank, a member of the current world wins, then this node
+// (the other is a dead incarnation gossip has not cleared yet), then the
+// smaller name.
 func (n *Node) growTable(peers map[string]peer) proposal {
 	n.mu.Lock()
 	old := n.world
@@ -44,7 +45,10 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 		return q.meta.Rank
 	}
 	slices.SortFunc(live, func(a, b peer) int {
-		return cmp.Or(cmp.Compare(rankOf(a), rankOf(b)), -cmp.Compare(b2i(inWorld[a.name]), b2i(inWorld[b.name])), cmp.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(rankOf(a), rankOf(b)),
+			-cmp.Compare(b2i(inWorld[a.name]), b2i(inWorld[b.name])),
+			-cmp.Compare(b2i(a.name == n.name), b2i(b.name == n.name)), // this node is alive; a stale one of its rank is not
+			cmp.Compare(a.name, b.name))
 	})
 	var p proposal
 	for i, q := range live {
@@ -77,9 +81,15 @@ func (n *Node) Joiners() int {
 	n.mu.Unlock()
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
+	held := map[int]bool{} // ranks (as started) of the world's members: a node claiming one is a stale incarnation
+	for name := range inWorld {
+		if q, ok := n.peers[name]; ok {
+			held[q.meta.Rank] = true
+		}
+	}
 	k := 0
 	for name, q := range n.peers {
-		if _, ok := inWorld[name]; !ok && q.meta.Size == n.cfg.Size && !q.meta.Leaving {
+		if _, ok := inWorld[name]; !ok && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
 			k++
 		}
 	}
