@@ -34,11 +34,40 @@ type shrinkState struct {
 // fails its operations with ErrPeerFailed naming its new rank, as in the
 // first world (and a rank that dies during Shrink's reconnection is
 // reported to the new communicator as soon as it exists).
-func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
-	const op = "shrink"
+func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
+	return c.remake(ctx, "shrink", (*bootstrap.Node).Shrink)
+}
+
+// Grow returns a communicator of every live rank of the job: the ranks of
+// c and the ranks waiting to join it (restarted by gorun --max-restarts,
+// or started later), ordered by the rank each was started with, so that a
+// job whose every rank is back has its original ranks (GORUN_RANK). Every
+// rank of c must call it, at a point they agree on (Joiners says when
+// ranks wait; agree on it with an AllReduce of Max, say); a joining rank's
+// comm.Init returns its communicator when they do. The application then
+// re-broadcasts its state to the newcomers. c is left closed, as by
+// Shrink. A rank that dies during Grow makes it agree again without it.
+func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
+	return c.remake(ctx, "grow", (*bootstrap.Node).Grow)
+}
+
+// Joiners is the number of ranks of the job waiting to join this
+// communicator through Grow, in this rank's view of the gossip group (0
+// for a communicator not made by Init). Ranks see a joiner at slightly
+// different times: agree before calling Grow.
+func (c *Comm) Joiners() int {
+	if c.shrink.node == nil {
+		return 0
+	}
+	return c.shrink.node.Joiners()
+}
+
+// remake replaces c by a communicator of the world agree forms (Shrink,
+// Grow), over c's devices and listeners.
+func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node, context.Context) (bootstrap.World, error)) (_ *Comm, err error) {
 	node := c.shrink.node
 	if node == nil {
-		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can shrink", ErrInvalid)}
+		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can %s", ErrInvalid, op)}
 	}
 	if c.closed.Load() {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
@@ -50,7 +79,7 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	}
 	// Stop every operation on c, wait for the one running, and close its
 	// links; the devices and listeners stay open for the new world.
-	c.eng.Abort(c.rank, fmt.Errorf("%w: shrinking", ErrAborted))
+	c.eng.Abort(c.rank, fmt.Errorf("%w: %s", ErrAborted, op))
 	if err := c.enter(ctx, c.ticket(), op); err != nil {
 		return nil, err
 	}
@@ -80,7 +109,7 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 	// A rank that dies while the survivors reconnect fails the
 	// reconnection; they agree again, without it.
 	for {
-		w, err := node.Shrink(ctx)
+		w, err := agree(node, ctx)
 		if err != nil {
 			return fail(c.rank, err)
 		}
@@ -92,16 +121,17 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 			if n.shrink.failures != nil {
 				n.shrink.failures.install(n, w.Epoch)
 			}
-			n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
+			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d)", op, c.rank, c.size, n.rank, n.size, w.Epoch)
 			return n, nil
 		}
 		if ctx.Err() != nil {
 			return fail(-1, err)
 		}
-		n.debugf(debugInfo, "shrink: reconnecting epoch %d failed (%v); checking the members and agreeing again", w.Epoch, err)
+		n.debugf(debugInfo, "%s: reconnecting epoch %d failed (%v); checking the members and shrinking", op, w.Epoch, err)
 		for r := range w.Size {
 			node.Suspect(r)
 		}
+		agree = (*bootstrap.Node).Shrink
 	}
 }
 
@@ -113,7 +143,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 	for r, m := range w.Members {
 		var err error
 		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
-			return &RankError{Rank: r, Op: "shrink", Err: err}
+			return &RankError{Rank: r, Op: "reconnect", Err: err}
 		}
 	}
 	rctx, stop := context.WithCancelCause(ctx)

@@ -60,6 +60,8 @@ func runChild(role string) int {
 		return childShrink(rank)
 	case "recover":
 		return childRecover(rank)
+	case "grow":
+		return childGrow(rank)
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2
