@@ -77,9 +77,14 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
-	// Stop every operation on c, wait for the one running, and close its
-	// links; the devices and listeners stay open for the new world.
-	c.eng.Abort(c.rank, fmt.Errorf("%w: %s", ErrAborted, op))
+	// Shrink: stop every operation on c (they are failing anyway). Grow:
+	// the peers may still be finishing the operation that told them to
+	// grow, so no abort notice: the links close with a bye, after the data.
+	// Then wait for the running operation and close the links; the devices
+	// and listeners stay open for the new world.
+	if op == "shrink" {
+		c.eng.Abort(c.rank, fmt.Errorf("%w: %s", ErrAborted, op))
+	}
 	if err := c.enter(ctx, c.ticket(), op); err != nil {
 		return nil, err
 	}

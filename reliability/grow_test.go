@@ -2,7 +2,6 @@ package reliability
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -46,7 +45,7 @@ func TestGrowAfterRestart(t *testing.T) {
 					t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, rk.log())
 				}
 				if e, bad := rk.event("wrong"); bad {
-					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, rk.log())
+					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
 				}
 				g, ok := rk.event("grown")
 				if !ok || g.Iter != rk.id {
@@ -84,6 +83,7 @@ func childGrow(rank int) int {
 			k := []int64{int64(c.Joiners())}
 			err := comm.AllReduce(ctx, c, k, k, comm.Max)
 			if err == nil && k[0] > 0 {
+				fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
 				if c, err = c.Grow(ctx); err != nil {
 					emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
 					return after(rank, base, nil)
@@ -98,10 +98,11 @@ func childGrow(rank int) int {
 				err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
 			}
 			if err != nil {
-				if !errors.Is(err, comm.ErrPeerFailed) {
+				if ctx.Err() != nil {
 					emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
 					return after(rank, base, c)
 				}
+				fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
 				if c, err = c.Shrink(ctx); err != nil {
 					emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
 					return after(rank, base, nil)
