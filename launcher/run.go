@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	case remoteHost != "":
 		here = addressToward(remoteHost)
 	}
-	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, extra: extra,
+	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, restarts: cfg.MaxRestarts, extra: extra,
 		jobID: "gorun-" + randomHex(8), token: randomHex(32)}
 	srv, err := jobctl.Listen(ctx, net.JoinHostPort(here, "0"), []byte(j.token))
 	if err != nil {
