@@ -82,7 +82,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	total := cfg.epochs * cfg.steps
 	lossSum, lossN := 0.0, 0
 	lastGood := time.Now()
-	pending := -1 // index of the last recovery, until a step completes after it
+	pending := -1              // index of the last recovery, until a step completes after it
 	checkJoiners := !cfg.fresh // a restarted rank joined at this step's check
 	for step := start; step < total; {
 		if cfg.elastic && cfg.regrow && checkJoiners {
