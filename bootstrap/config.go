@@ -85,7 +85,7 @@ func DefaultLANConfig() Config {
 		GossipNodes:      4,                      // fan-out of each round
 		PushPullInterval: 2 * time.Second,        // repairs lost UDP; memberlist scales it up beyond 32 nodes
 		ProbeInterval:    200 * time.Millisecond, // each node probes one peer 5 times a second (a frozen rank is found within 1.5 s)
-		ProbeTimeout:     100 * time.Millisecond, // LAN RTT is ≪ 1 ms; the rest is room for a loaded host (Lifeguard stretches it on a node that misses its own deadlines)
+		ProbeTimeout:     200 * time.Millisecond, // LAN RTT is ≪ 1 ms; the rest is room for a loaded host (100 ms gave a false death at load 25 on 2 cores; Lifeguard stretches it on a node that misses its own deadlines)
 		SuspicionMult:    3,                      // dead after 3·max(1,log10 N)·200 ms = 0.6 s (N ≤ 10) to 1.1 s (N = 64) once confirmed, at most twice that unconfirmed
 		IndirectChecks:   3,                      // ask 3 peers before suspecting (avoids false positives)
 		TCPTimeout:       2 * time.Second,        // push/pull and join connections

@@ -268,14 +268,14 @@ func TestElasticRegrow(t *testing.T) {
 	}
 	for i := range 2 * envInt("REL_TRIALS", 2) {
 		tr := []string{"tcp", "shm"}[i%2]
-		kill := 120 + 40*i // rank 2's write to die at: steps ≈ 10–40 of 48
+		kill := 120 + 20*i // rank 2's write to die at: steps ≈ 10–25 of 160 (the rest leaves time to restart and rejoin)
 		t.Run(fmt.Sprintf("%s/kill@%d", tr, kill), func(t *testing.T) {
 			out, tmp := t.TempDir(), t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "--max-restarts", "1", "-np", "4",
 				"--transport", tr, "--timeout", "80", "--fault", fmt.Sprintf("rank=2:kill:write:%d", kill),
-				filepath.Join(bin, "train"), "-epochs", "3", "-steps", "16", "-batch", "16", "-out", out)
+				filepath.Join(bin, "train"), "-epochs", "10", "-steps", "16", "-batch", "16", "-out", out)
 			cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
 			logs, err := cmd.CombinedOutput()
 			checkLeftovers(t, tmp)
