@@ -132,8 +132,20 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		sentAt time.Time
 		locked *World // the world this node locked on: final
 		miss   []int  // coordinator: ranks whose proposal or ack is missing
+		start  = time.Now()
 	)
 	for {
+		if next := n.abandon(epoch, locked); next > epoch {
+			// A member of the world this node locked on is gone, or the
+			// others moved on: agree again, in a later epoch, on the same
+			// old world minus the dead (see abandon). A node still forming
+			// the first world has found a running job that grows (grow.go).
+			if epoch == 1 {
+				table = n.growTable
+			}
+			epoch = next
+			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
+		}
 		if locked == nil {
 			n.viewMu.Lock()
 			changed := peers == nil || gen != n.viewGen
@@ -192,6 +204,12 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				sentAt = time.Now()
 				continue
 			}
+			if epoch > 1 && time.Since(sentAt) >= resend {
+				// A member may be a rank that joins a running job: tell it
+				// the epoch (it is still forming the first world).
+				n.sendTo(&w, miss, msgEpoch)
+				sentAt = time.Now()
+			}
 		case p.ok && me > 0:
 			// Member: lock on a prepare of our digest, else propose it.
 			coord := p.members[0]
@@ -212,6 +230,19 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				sent, sentAt = m, time.Now()
 			}
 		}
+		if time.Since(start) >= evidenceProbeEvery {
+			// Check that the members this node waits for are not gone.
+			switch {
+			case locked != nil && locked.Rank == 0:
+				n.probeWaitingFor(epoch, locked.Members, miss)
+			case locked != nil:
+				n.probeWaitingFor(epoch, locked.Members, []int{0})
+			case p.ok && me == 0:
+				n.probeWaitingFor(epoch, p.members, miss)
+			case p.ok && me > 0:
+				n.probeWaitingFor(epoch, p.members, []int{0})
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return World{}, n.formError(epoch, p, miss, locked, ctx.Err())
@@ -221,6 +252,56 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		case <-tick.C:
 		}
 	}
+}
+
+// abandon says whether the agreement for epoch must move to epoch+1: this
+// node locked on a world with a member found gone (its coordinator can
+// never commit it, or committed it and its members will fail to connect
+// to the dead one and shrink again), or, not locked, it received
+// agreement messages of a later epoch (others abandoned). A 2PC lock holds
+// for its epoch only, so a node may then agree on a new table in the next.
+// Those that did get the commit and shrink again from it compute the same
+// table for epoch+1 as those that abandoned: shrinkTable keeps the old
+// order and renumbers, and the committed world is the old one minus the
+// dead.
+func (n *Node) abandon(epoch uint32, locked *World) uint32 {
+	if locked != nil {
+		if epoch == 1 {
+			return 0
+		}
+		n.viewMu.Lock()
+		defer n.viewMu.Unlock()
+		for _, m := range locked.Members {
+			if n.gone[m.Name] {
+				return epoch + 1
+			}
+		}
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.formed && epoch == 1 {
+		return 0
+	}
+	next := uint32(0)
+	for e := range n.prepares {
+		next = max(next, e)
+	}
+	for e := range n.commits {
+		next = max(next, e)
+	}
+	for e := range n.hints {
+		next = max(next, e)
+	}
+	for _, book := range []map[uint32]map[string][digestLen]byte{n.proposals, n.acks} {
+		for e := range book {
+			next = max(next, e)
+		}
+	}
+	if next > epoch {
+		return next
+	}
+	return 0
 }
 
 // missing lists the ranks of w (but 0) whose entry in book (proposals or

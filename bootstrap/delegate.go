@@ -74,6 +74,10 @@ func (d *delegate) update(node *memberlist.Node) {
 	n := d.n
 	p := peer{name: node.Name, addr: node.Address(), meta: m}
 	n.viewMu.Lock()
+	if n.gone[node.Name] {
+		n.viewMu.Unlock()
+		return // found dead (evidence.go); gossip has not caught up
+	}
 	n.peers[node.Name] = p
 	n.viewGen++
 	n.viewMu.Unlock()

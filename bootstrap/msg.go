@@ -17,6 +17,8 @@ const (
 	msgAck     = 3 // member → coordinator: locked on D; I will take no other table
 	msgCommit  = 4 // coordinator → member: every member locked on D; it is the world
 	msgLeaving = 5 // a member closes: its departure is not a failure
+	msgDead    = 6 // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
+	msgEpoch   = 7 // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
 
 	digestLen = 16
 )
@@ -26,6 +28,7 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
+	about  string // msgDead: the member found gone
 }
 
 func (m *message) encode() []byte {
@@ -33,12 +36,16 @@ func (m *message) encode() []byte {
 	b = append(b, m.kind)
 	b = binary.AppendUvarint(b, uint64(m.epoch))
 	b = append(b, m.digest[:]...)
-	return appendString(b, m.from)
+	b = appendString(b, m.from)
+	if m.kind == msgDead {
+		b = appendString(b, m.about)
+	}
+	return b
 }
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgLeaving {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgEpoch {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -46,6 +53,9 @@ func decodeMessage(buf []byte) (message, bool) {
 	m.epoch = uint32(d.uvarint(1<<32 - 1))
 	copy(m.digest[:], d.fixed(digestLen))
 	m.from = string(d.bytes(255))
+	if m.kind == msgDead {
+		m.about = string(d.bytes(255))
+	}
 	return m, d.err == nil && len(d.buf) == 0
 }
 
@@ -98,8 +108,14 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.commits[m.epoch] = m
 	case msgLeaving:
 		n.leaving[m.from] = true
+	case msgEpoch:
+		n.hints[m.epoch] = true
 	}
 	n.mu.Unlock()
+	if m.kind == msgDead {
+		n.heardDead(m.about)
+		return
+	}
 	if reply != 0 {
 		n.viewMu.Lock()
 		to, ok := n.peers[m.from]

@@ -60,7 +60,8 @@ type Node struct {
 	// every critical section of viewMu is a few map operations.
 	viewMu  sync.Mutex
 	peers   map[string]peer
-	viewGen uint64 // incremented on every change of peers
+	viewGen uint64          // incremented on every change of peers
+	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
 
 	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
 	world    World
@@ -70,7 +71,8 @@ type Node struct {
 	leaving  map[string]bool // members that announced they close
 	failures chan Failure
 	closed   bool
-	joinErr  error // last failed attempt to join the seeds
+	joinErr  error                  // last failed attempt to join the seeds
+	probes   map[string]*probeState // evidence.go
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
@@ -79,6 +81,7 @@ type Node struct {
 	prepares  map[uint32]message                    // as member: the last prepare received
 	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
+	hints     map[uint32]bool                       // epochs a coordinator said it runs (msgEpoch)
 }
 
 // peer is a live job member as the event delegate last saw it.
@@ -124,6 +127,8 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		changed:  make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
+		gone:     make(map[string]bool),
+		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
@@ -134,6 +139,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		prepares:  make(map[uint32]message),
 		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
+		hints:     make(map[uint32]bool),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
 		Blob: append([]byte(nil), blob...)}
@@ -170,6 +176,8 @@ func (n *Node) Form(ctx context.Context) (World, error) {
 	}
 	size := n.cfg.Size
 	w, err := n.agree(ctx, 1, func(ps map[string]peer) proposal { return formTable(ps, size) })
+	// (A rank restarted into a running job joins the survivors' Grow: agree
+	// moves it to their epoch, whose table is growTable.)
 	if err != nil {
 		return World{}, err
 	}

@@ -31,9 +31,10 @@ type Comm struct {
 	lns  []rdma.Listener
 	eng  *collectives.Engine
 
-	// turn: operations run in ticket order.
+	// turn: operations run in ticket order (run.go).
 	turnMu  sync.Mutex
-	turn    *sync.Cond
+	turnCh  chan struct{}       // closed by the next release; nil if nobody waits
+	skip    map[uint64]struct{} // tickets given up (their ctx ended first)
 	tickets uint64
 	serving uint64
 
@@ -183,7 +184,6 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
 		plans: map[planKey]*collectives.Plan{}}
-	c.turn = sync.NewCond(&c.turnMu)
 	first := cfg.obs == nil // this communicator opens the observer (observe.go)
 	if first {
 		if cfg.obs, err = newObserver(cfg, rank, size); err != nil {

@@ -142,6 +142,29 @@ type failureSink struct {
 	c       *Comm
 	epoch   uint32
 	pending []bootstrap.Failure // reports for epochs after epoch
+
+	// Shrink's reconnection to the world of epoch connecting stops on a
+	// report for that world (shrink.go).
+	connecting uint32
+	stop       context.CancelCauseFunc
+}
+
+// watch makes a report for world epoch (one that arrived already, or a later
+// one) call stop until the returned function is called.
+func (fw *failureSink) watch(epoch uint32, stop context.CancelCauseFunc) (unwatch func()) {
+	fw.mu.Lock()
+	fw.connecting, fw.stop = epoch, stop
+	for _, f := range fw.pending {
+		if f.Epoch == epoch {
+			stop(f.Err)
+		}
+	}
+	fw.mu.Unlock()
+	return func() {
+		fw.mu.Lock()
+		fw.stop = nil
+		fw.mu.Unlock()
+	}
 }
 
 func (fw *failureSink) deliver(f bootstrap.Failure) {
@@ -150,6 +173,9 @@ func (fw *failureSink) deliver(f bootstrap.Failure) {
 	switch {
 	case f.Epoch > fw.epoch || c == nil:
 		fw.pending = append(fw.pending, f)
+		if fw.stop != nil && f.Epoch == fw.connecting {
+			fw.stop(f.Err)
+		}
 		fw.mu.Unlock()
 		return
 	case f.Epoch < fw.epoch:

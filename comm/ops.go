@@ -25,9 +25,11 @@ func AllReduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) er
 }
 
 func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op) error {
-	c.wait(t)
-	defer c.release()
 	const name = "allreduce"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
 	if len(send) != len(recv) {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d", len(send), len(recv))
 	}
@@ -56,9 +58,11 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 // Reduce reduces send across all ranks into recv on root (len(recv) =
 // len(send) there; recv is ignored elsewhere).
 func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "reduce"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	if root < 0 || root >= c.size {
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
 	}
@@ -94,9 +98,11 @@ func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error 
 }
 
 func broadcast[T Number](ctx context.Context, c *Comm, t uint64, buf []T, root int) error {
-	c.wait(t)
-	defer c.release()
 	const name = "broadcast"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
 	if root < 0 || root >= c.size {
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
 	}
@@ -114,9 +120,11 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 }
 
 func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) error {
-	c.wait(t)
-	defer c.release()
 	const name = "allgather"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
 	n := len(send)
 	if len(recv) != c.size*n {
 		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
@@ -138,9 +146,11 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op
 }
 
 func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op) error {
-	c.wait(t)
-	defer c.release()
 	const name = "reducescatter"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
 	n := len(recv)
 	if len(send) != c.size*n {
 		return c.invalid(name, "len(send) = %d, want Size·len(recv) = %d", len(send), c.size*n)
@@ -175,9 +185,11 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 // Gather concatenates every rank's send, in rank order, into root's recv
 // (len(recv) = Size·len(send) there; ignored elsewhere).
 func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "gather"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	n := len(send)
 	if root < 0 || root >= c.size {
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
@@ -197,9 +209,11 @@ func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) er
 // Scatter sends block r of root's send (len(send) = Size·len(recv) there;
 // ignored elsewhere) to rank r's recv.
 func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "scatter"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	n := len(recv)
 	if root < 0 || root >= c.size {
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
@@ -220,9 +234,11 @@ func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) e
 // block Rank of recv. len(send) = len(recv) = Size·block; they may be the
 // same slice.
 func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "alltoall"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	if len(send) != len(recv) || len(send)%c.size != 0 {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d: want equal multiples of Size %d", len(send), len(recv), c.size)
 	}
@@ -241,7 +257,9 @@ func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	c.wait(c.ticket())
+	if err := c.enter(ctx, c.ticket(), "barrier"); err != nil {
+		return err
+	}
 	defer c.release()
 	if c.hierFor(collectives.Barrier, 0) {
 		return rankErr("barrier", c.hierBarrier(ctx))
@@ -256,9 +274,11 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // tag and length, or both fail with ErrMismatch. Send returns once buf may
 // be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "send"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	if dst < 0 || dst >= c.size || dst == c.rank {
 		return c.invalid(name, "destination %d (rank %d of %d)", dst, c.rank, c.size)
 	}
@@ -269,9 +289,11 @@ func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 // Recv receives into buf the next message from rank src, which must carry
 // tag and len(buf) elements.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
-	c.wait(c.ticket())
-	defer c.release()
 	const name = "recv"
+	if err := c.enter(ctx, c.ticket(), name); err != nil {
+		return err
+	}
+	defer c.release()
 	if src < 0 || src >= c.size || src == c.rank {
 		return c.invalid(name, "source %d (rank %d of %d)", src, c.rank, c.size)
 	}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -18,21 +19,74 @@ func (c *Comm) ticket() uint64 {
 	return t
 }
 
-// wait blocks until ticket t is served.
-func (c *Comm) wait(t uint64) {
+// enter blocks until ticket t is served (the caller then holds the turn
+// and must release it) or ctx ends. A ticket given up is skipped when its
+// turn comes, and the communicator is aborted: every rank must run the same
+// operations in the same order, so the peers would otherwise wait for one
+// this rank will never run. The uncontended path takes the lock once and
+// allocates nothing; a waiter sleeps on a channel that the next release
+// closes.
+func (c *Comm) enter(ctx context.Context, t uint64, op string) error {
 	c.turnMu.Lock()
 	for c.serving != t {
-		c.turn.Wait()
+		if c.turnCh == nil {
+			c.turnCh = make(chan struct{})
+		}
+		ch := c.turnCh
+		c.turnMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return c.giveUp(ctx, t, op)
+		}
+		c.turnMu.Lock()
 	}
 	c.turnMu.Unlock()
+	return nil
+}
+
+// giveUp abandons ticket t after ctx ended while it waited for its turn.
+func (c *Comm) giveUp(ctx context.Context, t uint64, op string) error {
+	c.turnMu.Lock()
+	if c.serving == t {
+		c.advanceLocked() // served as ctx ended: pass the turn on
+	} else {
+		if c.skip == nil {
+			c.skip = map[uint64]struct{}{}
+		}
+		c.skip[t] = struct{}{}
+	}
+	c.turnMu.Unlock()
+	kind := ErrAborted
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		kind = ErrTimeout
+	}
+	err := fmt.Errorf("%w: %s gave up waiting for the operation ahead of it: %w", kind, op, ctx.Err())
+	c.eng.Abort(c.rank, err)
+	return &RankError{Rank: c.rank, Op: op, Err: err}
 }
 
 // release ends the current operation.
 func (c *Comm) release() {
 	c.turnMu.Lock()
-	c.serving++
+	c.advanceLocked()
 	c.turnMu.Unlock()
-	c.turn.Broadcast()
+}
+
+// advanceLocked serves the next ticket not given up and wakes the waiters.
+func (c *Comm) advanceLocked() {
+	c.serving++
+	for len(c.skip) > 0 {
+		if _, ok := c.skip[c.serving]; !ok {
+			break
+		}
+		delete(c.skip, c.serving)
+		c.serving++
+	}
+	if c.turnCh != nil {
+		close(c.turnCh)
+		c.turnCh = nil
+	}
 }
 
 type planKey struct {
@@ -133,6 +187,11 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	}
 	c.ctl.Leave()
 	c.call = collectives.Call{}
+	if err != nil && c.shrink.node != nil {
+		if r, ok := brokenPeer(err); ok {
+			c.shrink.node.Suspect(r) // the bootstrap checks whether r is gone (shrink.go)
+		}
+	}
 	return err
 }
 

@@ -6,8 +6,9 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"sync"
+	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/collectives"
@@ -33,11 +34,40 @@ type shrinkState struct {
 // fails its operations with ErrPeerFailed naming its new rank, as in the
 // first world (and a rank that dies during Shrink's reconnection is
 // reported to the new communicator as soon as it exists).
-func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
-	const op = "shrink"
+func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
+	return c.remake(ctx, "shrink", (*bootstrap.Node).Shrink)
+}
+
+// Grow returns a communicator of every live rank of the job: the ranks of
+// c and the ranks waiting to join it (restarted by gorun --max-restarts,
+// or started later), ordered by the rank each was started with, so that a
+// job whose every rank is back has its original ranks (GORUN_RANK). Every
+// rank of c must call it, at a point they agree on (Joiners says when
+// ranks wait; agree on it with an AllReduce of Max, say); a joining rank's
+// comm.Init returns its communicator when they do. The application then
+// re-broadcasts its state to the newcomers. c is left closed, as by
+// Shrink. A rank that dies during Grow makes it agree again without it.
+func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
+	return c.remake(ctx, "grow", (*bootstrap.Node).Grow)
+}
+
+// Joiners is the number of ranks of the job waiting to join this
+// communicator through Grow, in this rank's view of the gossip group (0
+// for a communicator not made by Init). Ranks see a joiner at slightly
+// different times: agree before calling Grow.
+func (c *Comm) Joiners() int {
+	if c.shrink.node == nil {
+		return 0
+	}
+	return c.shrink.node.Joiners()
+}
+
+// remake replaces c by a communicator of the world agree forms (Shrink,
+// Grow), over c's devices and listeners.
+func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node, context.Context) (bootstrap.World, error)) (_ *Comm, err error) {
 	node := c.shrink.node
 	if node == nil {
-		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can shrink", ErrInvalid)}
+		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can %s", ErrInvalid, op)}
 	}
 	if c.closed.Load() {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
@@ -47,51 +77,123 @@ func (c *Comm) Shrink(ctx context.Context) (_ *Comm, err error) {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
-	// Stop every operation on c, wait for the one running, and close its
-	// links; the devices and listeners stay open for the new world.
-	c.eng.Abort(c.rank, fmt.Errorf("%w: shrinking", ErrAborted))
-	t := c.ticket()
-	c.wait(t)
+	// Shrink: stop every operation on c (they are failing anyway). Grow:
+	// the peers may still be finishing the operation that told them to
+	// grow, so no abort notice: the links close with a bye, after the data.
+	// Then wait for the running operation and close the links; the devices
+	// and listeners stay open for the new world.
+	if op == "shrink" {
+		c.eng.Abort(c.rank, fmt.Errorf("%w: %s", ErrAborted, op))
+	}
+	if err := c.enter(ctx, c.ticket(), op); err != nil {
+		return nil, err
+	}
 	defer c.release()
 	if c.closed.Swap(true) {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
+	failed := c.eng.Err()
 	c.eng.Close()
+	// A peer whose connection broke may be gone: the bootstrap checks at
+	// once (a refused connection is evidence) instead of waiting for
+	// gossip to declare it dead.
+	if rank, ok := brokenPeer(failed); ok {
+		node.Suspect(rank)
+	}
 
-	w, err := node.Shrink(ctx)
-	if err != nil {
-		c.releaseTransport()
-		return nil, &RankError{Rank: c.rank, Op: op, Err: err}
-	}
-	eps := make([]*endpoint, w.Size)
-	for r, m := range w.Members {
-		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
-			c.releaseTransport()
-			return nil, &RankError{Rank: r, Op: op, Err: err}
-		}
-	}
 	cfg := *c.cfg
-	n := &Comm{rank: w.Rank, size: w.Size, cfg: &cfg, sendSeq: make([]uint32, w.Size), recvSeq: make([]uint32, w.Size),
-		plans: map[planKey]*collectives.Plan{}, devs: c.devs, lns: c.lns,
-		onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
-	n.turn = sync.NewCond(&n.turnMu)
+	n := &Comm{cfg: &cfg, devs: c.devs, lns: c.lns, onClose: c.onClose, ctl: c.ctl, shrink: c.shrink}
 	if cfg.obs != nil {
 		n.obs = cfg.obs.attach() // observe.go
 	}
 	c.devs, c.lns, c.onClose, c.ctl, c.shrink = nil, nil, nil, nil, shrinkState{}
-	if err := n.reconnect(ctx, eps); err != nil {
+	fail := func(rank int, err error) (*Comm, error) {
 		n.releaseTransport()
 		for _, f := range n.onClose {
 			f()
 		}
-		return nil, &RankError{Rank: -1, Op: op, Err: err}
+		return nil, &RankError{Rank: rank, Op: op, Err: err}
+	}
+	// A rank that dies while the survivors reconnect fails the
+	// reconnection; they agree again, without it.
+	for {
+		w, err := agree(node, ctx)
+		if err != nil {
+			return fail(c.rank, err)
+		}
+		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
+		n.sendSeq, n.recvSeq = make([]uint32, w.Size), make([]uint32, w.Size)
+		n.plans = map[planKey]*collectives.Plan{}
+		err = n.reconnectWatched(ctx, node, w)
+		if err == nil {
+			if n.shrink.failures != nil {
+				n.shrink.failures.install(n, w.Epoch)
+			}
+			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d)", op, c.rank, c.size, n.rank, n.size, w.Epoch)
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			return fail(-1, err)
+		}
+		n.debugf(debugInfo, "%s: reconnecting epoch %d failed (%v); checking the members and shrinking", op, w.Epoch, err)
+		for r := range w.Size {
+			node.Suspect(r)
+		}
+		agree = (*bootstrap.Node).Shrink
+	}
+}
+
+// reconnectWatched connects n to the members of world w. Members found gone
+// meanwhile (a gossip or evidence report for w) end it early: it probes
+// them every few tens of milliseconds while it waits.
+func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w bootstrap.World) error {
+	eps := make([]*endpoint, w.Size)
+	for r, m := range w.Members {
+		var err error
+		if eps[r], err = unmarshalEndpoint(m.Blob); err != nil {
+			return &RankError{Rank: r, Op: "reconnect", Err: err}
+		}
 	}
 	n.topo = topologyOf(eps) // flat algorithms only: no sub-communicators after a shrink
-	if n.shrink.failures != nil {
-		n.shrink.failures.install(n, w.Epoch)
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if fw := n.shrink.failures; fw != nil {
+		defer fw.watch(w.Epoch, stop)()
 	}
-	n.debugf(debugInfo, "shrunk from rank %d of %d to rank %d of %d (epoch %d)", c.rank, c.size, n.rank, n.size, w.Epoch)
-	return n, nil
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				for r := range w.Size {
+					node.Check(r)
+				}
+			}
+		}
+	}()
+	err := n.reconnect(rctx, eps)
+	stop(nil)
+	<-probed
+	if err != nil && ctx.Err() == nil {
+		if cause := context.Cause(rctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return fmt.Errorf("%w (%w)", cause, err)
+		}
+	}
+	return err
+}
+
+// brokenPeer says which peer's broken connection, if any, failed err.
+func brokenPeer(err error) (int, bool) {
+	var pe *collectives.PeerError
+	if errors.As(err, &pe) && errors.Is(err, ErrPeerFailed) {
+		return pe.Rank, true
+	}
+	return 0, false
 }
 
 // releaseTransport closes the listeners and devices c still holds.

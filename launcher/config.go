@@ -73,6 +73,14 @@ type Config struct {
 	// the output.
 	Elastic bool
 
+	// MaxRestarts (with Elastic) restarts a rank that fails, up to this
+	// many times per rank, as torchrun's --max_restarts: the new process
+	// has the same rank and environment (GORUN_RESTART=n, no GORUN_FAULT)
+	// and joins the running job through comm.Init; the survivors admit it
+	// with Comm.Grow. A failure that was restarted does not count against
+	// the exit status.
+	MaxRestarts int
+
 	// StallTimeout is how long no rank may make progress in a collective
 	// before gorun reports the stall; 0 means 30s, negative turns it off.
 	StallTimeout time.Duration

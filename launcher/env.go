@@ -50,14 +50,15 @@ var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfnam
 
 // jobEnv is what all ranks of a job share.
 type jobEnv struct {
-	size    int
-	seeds   string
-	jobID   string
-	token   string
-	control string
-	bind    string
-	elastic bool
-	extra   []string // -x and tunables, "K=V"
+	size     int
+	seeds    string
+	jobID    string
+	token    string
+	control  string
+	bind     string
+	elastic  bool
+	restarts int      // --max-restarts
+	extra    []string // -x and tunables, "K=V"
 }
 
 // remoteVars is rankVars without the token, which remote ranks read from
@@ -97,6 +98,9 @@ func (j *jobEnv) sharedVars() []string {
 	}
 	if j.elastic {
 		v = append(v, EnvElastic+"=1")
+	}
+	if j.restarts > 0 {
+		v = append(v, EnvMaxRestarts+"="+strconv.Itoa(j.restarts))
 	}
 	return append(v, j.extra...)
 }

@@ -20,6 +20,8 @@ type proc struct {
 	stderr *rankWriter
 	cpus   []int // --bind-to CPU set of a local rank, or nil
 	done   bool
+
+	restarts int // times restarted (--max-restarts, restart.go)
 }
 
 func (p *proc) name() string {
@@ -47,6 +49,7 @@ type runner struct {
 	stopping bool
 	killAt   <-chan time.Time
 	first    error // what ends the job with a non-zero status
+	exits    chan exit
 }
 
 // tick is how often the live view and the stall checker look at the job.
@@ -54,6 +57,7 @@ const tick = 250 * time.Millisecond
 
 func (r *runner) run(ctx context.Context) error {
 	exits := make(chan exit, len(r.procs))
+	r.exits = exits
 	for _, p := range r.procs {
 		if err := r.start(p, exits); err != nil {
 			r.first = &RankError{Rank: p.rank, Host: p.host, ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLaunch, err)}
@@ -160,6 +164,9 @@ func (r *runner) exited(e exit) {
 	re := rankFailure(e.p, e.err)
 	if re == nil || r.stopping {
 		return // success, or a rank gorun itself is stopping
+	}
+	if r.cfg.Elastic && r.restart(e.p, re) {
+		return
 	}
 	if r.cfg.Elastic {
 		r.con.message("gorun: " + re.Error() + "; the job goes on (--elastic)")

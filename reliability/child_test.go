@@ -58,6 +58,10 @@ func runChild(role string) int {
 		return childEcho()
 	case "shrink":
 		return childShrink(rank)
+	case "recover":
+		return childRecover(rank)
+	case "grow":
+		return childGrow(rank)
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2

@@ -170,11 +170,13 @@ func TestElasticTraining(t *testing.T) {
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "-np", "4", "--transport", tc.tr,
 				"--timeout", "80", "--fault", tc.fault,
 				filepath.Join(bin, "train"), "-epochs", "3", "-steps", "16", "-batch", "16", "-out", out)
-			cmd.Env = append(baseEnv(), "TMPDIR="+t.TempDir())
+			tmp := t.TempDir()
+			cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
 			logs := stdout.String() + stderr.String()
+			checkLeftovers(t, tmp)
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGKILL) {
 				t.Fatalf("gorun: %v, want exit status 137 (the killed rank's)\n%s", err, logs)
@@ -239,6 +241,82 @@ func TestElasticTraining(t *testing.T) {
 				}
 				if len(res.Params) != len(ref) {
 					t.Errorf("rank %d: %d parameters, rank %d has %d", r, len(res.Params), refRank, len(ref))
+				}
+			}
+		})
+	}
+}
+
+// gorun --elastic --max-restarts 1 with rank 2 killed mid-run: the
+// survivors shrink, gorun restarts rank 2, it rejoins (comm.Init, Grow at
+// a step boundary, the step and parameters from the others), and the job
+// ends with exit 0 and all 4 ranks' final parameters bitwise identical.
+// REL_TRIALS runs per transport (default 2).
+func TestElasticRegrow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gorun and examples/train")
+	}
+	bin := t.TempDir()
+	gotool, err := exec.LookPath("go")
+	if err != nil {
+		gotool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	build := exec.Command(gotool, "build", "-o", bin+string(filepath.Separator), "./cmd/gorun", "./examples/train")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for i := range 2 * envInt("REL_TRIALS", 2) {
+		tr := []string{"tcp", "shm"}[i%2]
+		kill := 120 + 20*i // rank 2's write to die at: steps ≈ 10–25 of 160 (the rest leaves time to restart and rejoin)
+		t.Run(fmt.Sprintf("%s/kill@%d", tr, kill), func(t *testing.T) {
+			out, tmp := t.TempDir(), t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "--max-restarts", "1", "-np", "4",
+				"--transport", tr, "--timeout", "80", "--fault", fmt.Sprintf("rank=2:kill:write:%d", kill),
+				filepath.Join(bin, "train"), "-epochs", "10", "-steps", "16", "-batch", "16", "-out", out)
+			cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
+			logs, err := cmd.CombinedOutput()
+			checkLeftovers(t, tmp)
+			if err != nil {
+				t.Fatalf("gorun: %v, want exit 0\n%s", err, logs)
+			}
+			if !strings.Contains(string(logs), "restarted it (1 of 1") || !strings.Contains(string(logs), "rank 2 rejoined at step") {
+				t.Fatalf("no restart and rejoin in the output:\n%s", logs)
+			}
+			var ref map[string][]uint32
+			for r := range 4 {
+				b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank-%d.json", r)))
+				if err != nil {
+					t.Fatalf("rank %d wrote no parameters: %v\n%s", r, err, logs)
+				}
+				var res struct {
+					FinalRank, FinalSize int
+					Params               map[string][]uint32
+				}
+				if err := json.Unmarshal(b, &res); err != nil {
+					t.Fatal(err)
+				}
+				if res.FinalRank != r || res.FinalSize != 4 {
+					t.Errorf("rank %d ended as rank %d of %d, want %d of 4", r, res.FinalRank, res.FinalSize, r)
+				}
+				if ref == nil {
+					ref = res.Params
+					continue
+				}
+				if len(res.Params) != len(ref) {
+					t.Errorf("rank %d: %d parameters, rank 0 %d", r, len(res.Params), len(ref))
+				}
+				for name, v := range res.Params {
+					if !slices.Equal(v, ref[name]) {
+						t.Errorf("rank %d: %s differs from rank 0's", r, name)
+					}
+				}
+			}
+			for _, l := range strings.Split(string(logs), "\n") {
+				if strings.Contains(l, "died at step") || strings.Contains(l, "rejoined") || strings.Contains(l, "grew to") {
+					t.Log(l)
 				}
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -81,6 +82,10 @@ type job struct {
 	spec  jobSpec
 	ranks []*rank
 	dir   string // TMPDIR of the ranks (their shm sockets live there)
+
+	common []string // every rank's environment
+	self   string
+	old    []*rank // replaced by restart
 }
 
 var selfPath = sync.OnceValues(os.Executable)
@@ -165,39 +170,54 @@ func startJob(t testing.TB, spec jobSpec) *job {
 		common = append(common, "GORUN_TRANSPORT="+spec.transport)
 	}
 	common = append(common, spec.env...)
+	j.common, j.self = common, self
 	for r := range spec.n {
-		argv := []string{self, "-test.run=^$"}
-		if spec.wrap != nil {
-			argv = append(spec.wrap(r), argv...)
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = append(append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r)), spec.rankEnv[r]...)
-		rk := &rank{id: r, cmd: cmd, exited: make(chan struct{}), notify: make(chan struct{}, 1)}
-		cmd.Stderr = &lockedWriter{w: &rk.stderr, mu: &rk.mu}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start rank %d: %v", r, err)
-		}
-		j.ranks = append(j.ranks, rk)
-		read := make(chan struct{})
-		go func() {
-			defer close(read)
-			rk.read(out)
-		}()
-		go func() {
-			<-read // Wait closes the pipe: read it to the end first
-			cmd.Wait()
-			rk.mu.Lock()
-			rk.exitAt = time.Now()
-			rk.mu.Unlock()
-			close(rk.exited)
-		}()
+		j.ranks = append(j.ranks, j.startRank(r))
 	}
 	t.Cleanup(j.kill)
 	return j
+}
+
+// startRank starts rank r's program with the job's environment and extra.
+func (j *job) startRank(r int, extra ...string) *rank {
+	t, spec := j.t, j.spec
+	argv := []string{j.self, "-test.run=^$"}
+	if spec.wrap != nil {
+		argv = append(spec.wrap(r), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(append(slices.Clone(j.common), "GORUN_RANK="+strconv.Itoa(r)), spec.rankEnv[r]...), extra...)
+	rk := &rank{id: r, cmd: cmd, exited: make(chan struct{}), notify: make(chan struct{}, 1)}
+	cmd.Stderr = &lockedWriter{w: &rk.stderr, mu: &rk.mu}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start rank %d: %v", r, err)
+	}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		rk.read(out)
+	}()
+	go func() {
+		<-read // Wait closes the pipe: read it to the end first
+		cmd.Wait()
+		rk.mu.Lock()
+		rk.exitAt = time.Now()
+		rk.mu.Unlock()
+		close(rk.exited)
+	}()
+	return rk
+}
+
+// restart starts rank r again (its old process must be gone), with extra
+// environment; it replaces j.ranks[r] and is killed with the job.
+func (j *job) restart(r int, extra ...string) *rank {
+	j.old = append(j.old, j.ranks[r])
+	j.ranks[r] = j.startRank(r, extra...)
+	return j.ranks[r]
 }
 
 type lockedWriter struct {
@@ -298,12 +318,39 @@ func killedBy(st *os.ProcessState) syscall.Signal {
 
 // kill ends every rank still running and reaps it.
 func (j *job) kill() {
-	for _, rk := range j.ranks {
+	for _, rk := range append(slices.Clone(j.ranks), j.old...) {
 		select {
 		case <-rk.exited:
 		default:
 			rk.cmd.Process.Kill()
 			<-rk.exited
+		}
+	}
+	j.t.Helper()
+	checkLeftovers(j.t, j.dir)
+}
+
+// checkLeftovers fails the test if a job whose ranks are all gone (killed,
+// failed or done) left anything behind: a file in dir, the ranks' TMPDIR
+// (shm sockets were once left there as gorun-<uid>/shm-PID-*.sock), or a
+// gorun entry in /dev/shm.
+func checkLeftovers(t testing.TB, dir string) {
+	t.Helper()
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		var names []string
+		filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error {
+			if p != dir {
+				names = append(names, strings.TrimPrefix(p, dir+"/"))
+			}
+			return nil
+		})
+		t.Errorf("the job left %v in its TMPDIR %s", names, dir)
+	}
+	if ents, err := os.ReadDir("/dev/shm"); err == nil {
+		for _, e := range ents {
+			if strings.Contains(e.Name(), "gorun") {
+				t.Errorf("/dev/shm/%s left behind", e.Name())
+			}
 		}
 	}
 }

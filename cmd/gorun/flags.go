@@ -79,6 +79,7 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.StringVar(&cfg.Bind, "bind-to", "none", "bind each rank to a core, a NUMA node or nothing: core|numa|none")
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "rank 0's gossip seed port (0: pick one)")
 	fs.BoolVar(&cfg.Elastic, "elastic", false, "keep the job going when a rank dies (sets GORUN_ELASTIC=1; exit status is still the dead rank's)")
+	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "with --elastic: restart a failed rank up to N times; it rejoins through comm.Init and Comm.Grow")
 	fs.Var(durationFlag{&cfg.StallTimeout}, "stall-timeout", "report ranks stuck in a collective after this long; 0: 30s, <0: off")
 	fs.Var(durationFlag{&cfg.KillGrace}, "kill-grace", "time between SIGTERM and SIGKILL when stopping ranks (0: 5s)")
 	fs.StringVar(&cfg.Transport, "transport", "", "sets GORUN_TRANSPORT: auto|verbs|tcp|shm")

@@ -151,6 +151,56 @@ func (st *elasticState) agree(ctx context.Context, cfg trainConfig, model *mlp, 
 	return b, int(s[0]), nil
 }
 
+// maybeGrow admits the ranks waiting to join (restarted by gorun
+// --max-restarts), at a step boundary every rank reaches: they agree on
+// whether any wait (allreduce Max of Joiners), Grow, and share the step
+// and the parameters (admit). It reports whether it grew.
+func (st *elasticState) maybeGrow(ctx context.Context, cfg trainConfig, model *mlp, step int) (*ddp.Bucketer[float32], bool, error) {
+	k := []int64{int64(st.c.Joiners())}
+	if err := comm.AllReduce(ctx, st.c, k, k, comm.Max); err != nil || k[0] == 0 {
+		return nil, false, err
+	}
+	nc, err := st.c.Grow(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	st.c = nc
+	st.shrunk = append(st.shrunk, nc)
+	b, _, err := st.admit(ctx, cfg, model, step, false)
+	return b, err == nil, err
+}
+
+// admit runs on a communicator Grow made, on every rank: the lowest rank
+// that was there before (not fresh) sends the step and the parameters;
+// every rank learns the members and makes a new bucketer.
+func (st *elasticState) admit(ctx context.Context, cfg trainConfig, model *mlp, step int, fresh bool) (*ddp.Bucketer[float32], int, error) {
+	c := st.c
+	root := []int64{int64(c.Rank())}
+	if fresh {
+		root[0] = int64(c.Size())
+	}
+	if err := comm.AllReduce(ctx, c, root, root, comm.Min); err != nil {
+		return nil, 0, err
+	}
+	s := []int64{int64(step)}
+	if err := comm.Broadcast(ctx, c, s, int(root[0])); err != nil {
+		return nil, 0, err
+	}
+	if err := ddp.BroadcastParameters(ctx, c, model.params, int(root[0])); err != nil {
+		return nil, 0, err
+	}
+	ranks := make([]int64, c.Size())
+	if err := comm.AllGather(ctx, c, []int64{int64(st.origRank)}, ranks); err != nil {
+		return nil, 0, err
+	}
+	st.members = st.members[:0]
+	for _, r := range ranks {
+		st.members = append(st.members, int(r))
+	}
+	b, err := ddp.NewBucketer(c, model.params, cfg.ddp)
+	return b, int(s[0]), err
+}
+
 // close closes the communicators Shrink made.
 func (st *elasticState) close() {
 	for _, c := range st.shrunk {

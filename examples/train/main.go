@@ -46,7 +46,10 @@ func main() {
 	flag.BoolVar(&cfg.elastic, "elastic", os.Getenv("GORUN_ELASTIC") == "1",
 		"when a rank dies, shrink to the survivors and go on (default on under gorun --elastic)")
 	out := flag.String("out", "", "write each rank's final parameters to DIR/rank-R.json (R: the rank gorun started)")
+	flag.BoolVar(&cfg.regrow, "regrow", os.Getenv("GORUN_MAX_RESTARTS") != "",
+		"admit restarted ranks with Comm.Grow at step boundaries (default on under gorun --max-restarts)")
 	flag.Parse()
+	cfg.fresh = os.Getenv("GORUN_RESTART") != ""
 
 	cfg.lr = float32(*lr)
 	cfg.overlap = !*noOverlap

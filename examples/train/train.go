@@ -21,6 +21,8 @@ type trainConfig struct {
 	ddp     ddp.Config
 	seed    int64
 	elastic bool // on a peer's failure, Shrink and go on (elastic.go)
+	regrow  bool // admit restarted ranks with Grow at step boundaries (gorun --max-restarts)
+	fresh   bool // this process is a restarted rank: it joins the running job (GORUN_RESTART)
 }
 
 func defaultTrainConfig() trainConfig {
@@ -46,28 +48,57 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	var st stats
 	data := newDataset(cfg.samples, cfg.dims[0], cfg.dims[len(cfg.dims)-1], cfg.seed)
 	model := newMLP(cfg.dims, cfg.seed+int64(c.Rank())) // different on purpose: the broadcast must fix it
-	if err := ddp.CheckShapes(ctx, c, model.params); err != nil {
-		return nil, st, err
-	}
-	if err := ddp.BroadcastParameters(ctx, c, model.params, 0); err != nil {
-		return nil, st, err
-	}
-	b, err := ddp.NewBucketer(c, model.params, cfg.ddp)
-	if err != nil {
-		return nil, st, err
-	}
 	el := &elasticState{c: c, origRank: c.Rank()}
 	for r := range c.Size() {
 		el.members = append(el.members, r)
 	}
 	defer el.close()
+	var b *ddp.Bucketer[float32]
+	start := 0
+	if cfg.fresh {
+		// Restarted: the others admitted this rank with Grow; take the
+		// step and the parameters from them.
+		var err error
+		if b, start, err = el.admit(ctx, cfg, model, 0, true); err != nil {
+			return nil, st, err
+		}
+		if log != nil {
+			fmt.Fprintf(log, "rank %d rejoined at step %d\n", c.Rank(), start)
+		}
+	} else {
+		if err := ddp.CheckShapes(ctx, c, model.params); err != nil {
+			return nil, st, err
+		}
+		if err := ddp.BroadcastParameters(ctx, c, model.params, 0); err != nil {
+			return nil, st, err
+		}
+		var err error
+		if b, err = ddp.NewBucketer(c, model.params, cfg.ddp); err != nil {
+			return nil, st, err
+		}
+	}
 	var saved [][]float32
 	classes := cfg.dims[len(cfg.dims)-1]
 	total := cfg.epochs * cfg.steps
 	lossSum, lossN := 0.0, 0
 	lastGood := time.Now()
-	pending := -1 // index of the last recovery, until a step completes after it
-	for step := 0; step < total; {
+	pending := -1              // index of the last recovery, until a step completes after it
+	checkJoiners := !cfg.fresh // a restarted rank joined at this step's check
+	for step := start; step < total; {
+		if cfg.elastic && cfg.regrow && checkJoiners {
+			nb, grew, err := el.maybeGrow(ctx, cfg, model, step)
+			if err != nil && !peerLost(err) {
+				return nil, st, fmt.Errorf("rank %d step %d: %w", el.c.Rank(), step, err)
+			}
+			if err == nil && grew {
+				b = nb
+				if log != nil && el.c.Rank() == 0 {
+					fmt.Fprintf(log, "grew to %d ranks at step %d\n", el.c.Size(), step)
+				}
+			}
+			// A failure here shows again in the step, which recovers.
+		}
+		checkJoiners = true
 		c := el.c
 		if cfg.elastic {
 			saved = snapshot(model, saved)

@@ -97,13 +97,14 @@
 //
 // # Connection setup
 //
-// Listen("127.0.0.1:0") (any address but an absolute path, which is used
-// as given) creates a socket, mode 0600, in a private directory:
-// $XDG_RUNTIME_DIR/gorun, else $TMPDIR/gorun-<uid>, created 0700 and
-// refused if it is a symlink, another user's, or open to group or others. The
+// Listen("127.0.0.1:0") (any address but an absolute path or "@name",
+// which are used as given) creates a socket in Linux's abstract namespace,
+// "@gorun-shm-PID-RANDOM": no file, so nothing is left behind when the
+// process dies, however it dies. (An absolute path gets a socket file, mode
+// 0600, removed by Close.) Both ends check the peer's uid with SO_PEERCRED
+// first, token or not, since an abstract socket has no permissions. The
 // handshake exchanges nonces, then, when Config.Token is set, HMAC-SHA256
-// proofs bound to the role and both nonces (the token is never sent), and
-// checks the peer's uid with SO_PEERCRED; then each side passes its segment
+// proofs bound to the role and both nonces (the token is never sent); then each side passes its segment
 // and arena memfds with SCM_RIGHTS. The socket stays open: its end is how
 // a closed or dead peer is noticed (queued work is flushed, Err says which
 // pid went away, and the completion queues end with an error wrapping

@@ -23,8 +23,8 @@ import (
 // The handshake, symmetric but for the role labels:
 //
 //	hello  magic, version, flags (has token), 32-byte nonce
-//	auth   HMAC-SHA256(token, role | peer nonce | own nonce), if a token is set;
-//	       the peer's uid (SO_PEERCRED) must be ours
+//	       (before it: the peer's uid, SO_PEERCRED, must be ours)
+//	auth   HMAC-SHA256(token, role | peer nonce | own nonce), if a token is set
 //	setup  the segment's address in the sender (for the CMA probe), with the
 //	       segment memfd and the arena memfd attached (SCM_RIGHTS)
 //	ready  8 bytes, once the peer's memory is mapped
@@ -54,6 +54,11 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	cred, err := peerCred(uc)
 	if err != nil {
 		return nil, err
+	}
+	// Always, token or not: an abstract socket has no permissions to
+	// keep other users out.
+	if int(cred.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("pid %d runs as uid %d, not %d: %w", cred.Pid, cred.Uid, os.Getuid(), rdma.ErrAuth)
 	}
 	var nonce [32]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
@@ -193,9 +198,6 @@ func (d *Device) authenticate(uc *net.UnixConn, dialer bool, nonce, peerNonce []
 	}
 	if !hmac.Equal(got, mac(peer, nonce, peerNonce)) {
 		return fmt.Errorf("pid %d: bad token: %w", cred.Pid, rdma.ErrAuth)
-	}
-	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("pid %d runs as uid %d, not %d: %w", cred.Pid, cred.Uid, os.Getuid(), rdma.ErrAuth)
 	}
 	return nil
 }

@@ -7,72 +7,29 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// socketDir is the private directory that holds the listeners' sockets:
-// $XDG_RUNTIME_DIR/gorun if that is set and usable, else
-// $TMPDIR/gorun-<uid>. It is created 0700 and rejected if it is a symlink,
-// is owned by another user or is open to group or others.
-func socketDir() (string, error) {
-	var dirs []string
-	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" {
-		dirs = append(dirs, filepath.Join(x, "gorun"))
-	}
-	dirs = append(dirs, filepath.Join(os.TempDir(), fmt.Sprintf("gorun-%d", os.Getuid())))
-	var first error
-	for _, dir := range dirs {
-		err := privateDir(dir)
-		if err == nil {
-			return dir, nil
-		}
-		if first == nil {
-			first = err
-		}
-	}
-	return "", first
-}
-
-func privateDir(dir string) error {
-	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
-		return err
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || fi.Mode()&os.ModeSymlink != 0 || !ok || int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("socket directory %s is not a directory owned by uid %d", dir, os.Getuid())
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("socket directory %s has mode %v, want 0700", dir, fi.Mode().Perm())
-	}
-	return nil
-}
-
-// socketPath maps a Listen address to a socket path: an absolute path is
-// used as given; anything else ("127.0.0.1:0") gets a fresh name in the
-// private directory.
+// socketPath maps a Listen address to a socket address: an absolute path
+// is used as given, as is "@name" (Linux's abstract namespace); anything
+// else ("127.0.0.1:0") gets a fresh abstract name, "@gorun-shm-PID-RANDOM".
+// An abstract socket is no file: it goes when its last descriptor closes,
+// so a job killed with SIGKILL leaves nothing behind. It has no file
+// permissions either; the handshake checks the peer's uid (SO_PEERCRED)
+// on both sides, and its token.
 func socketPath(addr string) (string, error) {
-	if strings.HasPrefix(addr, "/") {
+	if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, "@") {
 		return addr, nil
-	}
-	dir, err := socketDir()
-	if err != nil {
-		return "", err
 	}
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, fmt.Sprintf("shm-%d-%s.sock", os.Getpid(), hex.EncodeToString(b[:]))), nil
+	return fmt.Sprintf("@gorun-shm-%d-%s", os.Getpid(), hex.EncodeToString(b[:])), nil
 }
 
 // listener accepts sockets and runs each handshake in the background, so
@@ -110,9 +67,11 @@ func (d *Device) listen(_ context.Context, addr string) (*listener, error) {
 	if err != nil {
 		return nil, rdma.NewOpError(provider, "listen", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, rdma.NewOpError(provider, "listen", err)
+	if !strings.HasPrefix(path, "@") {
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, rdma.NewOpError(provider, "listen", err)
+		}
 	}
 	l := &listener{dev: d, ln: ln, addr: ua, results: make(chan acceptResult, 64)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

@@ -16,5 +16,5 @@ var (
 // autotuning on loopback at 1 and 16 MiB writes.
 func tuneSocket(nc *net.TCPConn) {
 	nc.SetNoDelay(true) // frames are whole requests: never wait for more
-	nc.SetKeepAlive(true)
+	setLiveness(nc)     // keepalive and TCP_USER_TIMEOUT (liveness_linux.go)
 }

@@ -1,0 +1,185 @@
+package bootstrap
+
+// Evidence of death: a fast path beside memberlist's failure detector.
+//
+// memberlist declares a member dead only after its suspicion timeout
+// (about 1.5 s and more), because a missed probe may be a slow host. A
+// process that is gone leaves better evidence: the kernel refuses a
+// connection to its gossip port at once (a frozen or merely slow process
+// still accepts, into the listen backlog; an unreachable host times out,
+// and only "refused" counts). When the comm layer sees a peer's
+// connection break, or the agreement waits for a member, the node probes
+// that member's port; a refusal removes the member from the view at once,
+// is reported on Failures like a gossip death, and is passed to the other
+// members of the world (msgDead), each of which probes for itself before
+// it believes it. Agreement (agree.go) then proceeds on the smaller view
+// without waiting for memberlist.
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"time"
+)
+
+const (
+	// evidenceProbeTimeout bounds one probe's connect; a refusal comes
+	// back in one round trip, so anything slower is "alive or unknown".
+	evidenceProbeTimeout = 250 * time.Millisecond
+	// evidenceProbeEvery is the least time between two probes of a member.
+	evidenceProbeEvery = 50 * time.Millisecond
+)
+
+// suspectTries is how many times Suspect probes a member that still
+// accepts: a process being killed closes its sockets only once the kernel
+// has torn down its memory, which takes a while for a large one.
+const suspectTries = 6
+
+type probeState struct {
+	busy  bool      // a prober goroutine runs for this member
+	tries int       // probes it still owes
+	last  time.Time // when the last probe ended
+}
+
+// Suspect asks the node to check now whether the member of the current
+// world with rank r is gone: call it when r's connection broke. A member
+// found gone leaves the view at once and is reported on Failures; the
+// other members are told to check too. Suspect does not block.
+func (n *Node) Suspect(r int) {
+	n.mu.Lock()
+	w := n.world
+	n.mu.Unlock()
+	if r < 0 || r >= len(w.Members) || w.Members[r].Name == n.name {
+		return
+	}
+	n.probe(w.Members[r].Name, w.Members[r].Addr, suspectTries)
+}
+
+// Check probes the member of the current world with rank r once, as
+// Suspect does: for a caller that waits on r and checks again and again.
+func (n *Node) Check(r int) {
+	n.mu.Lock()
+	w := n.world
+	n.mu.Unlock()
+	if r < 0 || r >= len(w.Members) || w.Members[r].Name == n.name {
+		return
+	}
+	n.probe(w.Members[r].Name, w.Members[r].Addr, 1)
+}
+
+// heardDead handles another member's msgDead about name: check it.
+func (n *Node) heardDead(name string) {
+	if name == n.name {
+		return // we are not gone; the sender will find that out
+	}
+	n.viewMu.Lock()
+	p, ok := n.peers[name]
+	n.viewMu.Unlock()
+	if ok {
+		n.probe(name, p.addr, suspectTries)
+	}
+}
+
+// probeWaitingFor probes the members (by rank in the table) whose
+// messages the agreement waits for. Only for later epochs: while the first
+// world forms, a member that does not answer yet may not have started.
+func (n *Node) probeWaitingFor(epoch uint32, members []Member, ranks []int) {
+	if epoch <= 1 {
+		return
+	}
+	for _, r := range ranks {
+		if r >= 0 && r < len(members) && members[r].Name != n.name {
+			n.probe(members[r].Name, members[r].Addr, 1)
+		}
+	}
+}
+
+// probe dials name's gossip port, in the background, tries times at least
+// evidenceProbeEvery apart (fewer once it is found gone), and marks it gone
+// if a connection is refused. A probe asked for while one runs adds to its
+// tries.
+func (n *Node) probe(name, addr string, tries int) {
+	n.mu.Lock()
+	st := n.probes[name]
+	if st == nil {
+		st = &probeState{}
+		n.probes[name] = st
+	}
+	st.tries = max(st.tries, tries)
+	if n.closed || st.busy {
+		n.mu.Unlock()
+		return
+	}
+	st.busy = true
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		for {
+			n.mu.Lock()
+			wait := evidenceProbeEvery - time.Since(st.last)
+			if st.tries == 0 || n.closed {
+				st.busy = false
+				n.mu.Unlock()
+				return
+			}
+			st.tries--
+			n.mu.Unlock()
+			if wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-n.done:
+					t.Stop()
+				}
+			}
+			gone := refused(addr)
+			n.mu.Lock()
+			st.last = time.Now()
+			if gone {
+				st.tries = 0
+			}
+			n.mu.Unlock()
+			if gone {
+				n.markGone(name)
+			}
+		}
+	}()
+}
+
+// refused reports whether a TCP connection to addr is refused.
+func refused(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, evidenceProbeTimeout)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// markGone removes name from the view for good, reports it if it belongs to
+// the world, and tells the world's other members.
+func (n *Node) markGone(name string) {
+	n.viewMu.Lock()
+	if n.gone[name] {
+		n.viewMu.Unlock()
+		return
+	}
+	n.gone[name] = true
+	delete(n.peers, name)
+	n.viewGen++
+	n.viewMu.Unlock()
+	n.mu.Lock()
+	if n.formed {
+		n.reportLocked(name, n.leaving[name])
+	}
+	w := n.world
+	n.mu.Unlock()
+	m := message{kind: msgDead, epoch: w.Epoch, from: n.name, about: name}
+	for _, q := range w.Members {
+		if q.Name != n.name && q.Name != name {
+			n.send(q.Name, q.Addr, m)
+		}
+	}
+	n.signal()
+}

@@ -1,0 +1,102 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// slowGossip makes memberlist's failure detector too slow to matter within
+// the test's deadlines: only evidence (a refused connection) can remove a
+// member.
+func slowGossip(_ int, c *Config) {
+	c.ProbeInterval = time.Minute
+	c.ProbeTimeout = 30 * time.Second
+}
+
+// shrinkAll runs Shrink on every node concurrently.
+func shrinkAll(t *testing.T, nodes []*Node, within time.Duration) []World {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	worlds := make([]World, len(nodes))
+	errs := make([]error, len(nodes))
+	done := make(chan struct{})
+	for i, n := range nodes {
+		go func() { worlds[i], errs[i] = n.Shrink(ctx); done <- struct{}{} }()
+	}
+	for range nodes {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return worlds
+}
+
+// A member whose process is gone (its gossip port refuses connections) is
+// found by Suspect and the survivors shrink without it, long before
+// memberlist would declare it dead; it is reported on Failures too. Only
+// one survivor suspects it: the others learn it from that one's msgDead
+// and check for themselves.
+func TestSuspectFindsGoneMember(t *testing.T) {
+	nodes := startWorld(t, "evidence", 4, slowGossip)
+	nodes[2].shutdown(false) // its ports close, as a killed process's do
+	nodes[0].Suspect(2)
+	survivors := []*Node{nodes[0], nodes[1], nodes[3]}
+	worlds := shrinkAll(t, survivors, 10*time.Second)
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
+			t.Errorf("survivor %d: world %+v", i, w)
+		}
+	}
+	for _, n := range survivors {
+		select {
+		case f := <-n.Failures():
+			if f.Rank != 2 || f.Epoch != 1 || !errors.Is(f.Err, ErrPeerDead) {
+				t.Errorf("failure %+v, want rank 2 of epoch 1 dead", f)
+			}
+		default:
+			t.Errorf("%s: no failure report for rank 2", n.Name())
+		}
+	}
+}
+
+// A live member accepts the probe's connection (a frozen one would too,
+// into its listen backlog): Suspect does not declare it gone.
+func TestSuspectSparesLiveMember(t *testing.T) {
+	nodes := startWorld(t, "evidence-live", 3, slowGossip)
+	nodes[0].Suspect(1)
+	nodes[2].Suspect(1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	select {
+	case f := <-nodes[0].Failures():
+		t.Fatalf("a live member was reported: %+v", f)
+	case <-ctx.Done():
+	}
+	// All three agree on a world of three: nobody was excluded.
+	for i, w := range shrinkAll(t, nodes, 10*time.Second) {
+		if w.Size != 3 || w.Rank != i {
+			t.Errorf("node %d: world %+v", i, w)
+		}
+	}
+}
+
+// A member that is gone when the survivors shrink, and that nobody
+// suspects, is found by the agreement's own probes of the members it waits
+// for (the coordinator waits for its proposal).
+func TestShrinkProbesSilentMember(t *testing.T) {
+	nodes := startWorld(t, "evidence-abandon", 4, slowGossip)
+	nodes[3].shutdown(false)
+	// Nobody suspects rank 3: the agreement's own probes must find it,
+	// while it waits for rank 3's proposal.
+	survivors := nodes[:3]
+	worlds := shrinkAll(t, survivors, 10*time.Second)
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
+			t.Errorf("survivor %d: world %+v", i, w)
+		}
+	}
+}

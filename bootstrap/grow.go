@@ -1,0 +1,117 @@
+package bootstrap
+
+// Grow: ranks join a running job, as torchrun's --max_restarts and
+// Horovod Elastic add workers back. A restarted rank starts a node as
+// usual (Start, Form): it joins the gossip group through the seeds and
+// waits to be admitted. The members of the running world see it in their
+// view (Joiners) and, at a point they agree on, call Grow: the agreement
+// for the next epoch admits every live rank of the job. Its coordinator
+// tells a member whose proposal is missing which epoch runs (msgEpoch); a
+// node still forming the first world moves to that epoch and agrees with
+// the others on the same table.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+)
+
+// growTable derives the next world from every live rank of the job: they
+// are ordered by the rank they were started with (Config.Rank; a node
+// started without one comes last, by name) and numbered 0..n-1, so a job
+// whose every rank is back has its original ranks. Of two live nodes
+// claiming one rank, a member of the current world wins, then this node
+// (the other is a dead incarnation gossip has not cleared yet), then the
+// smaller name.
+func (n *Node) growTable(peers map[string]peer) proposal {
+	n.mu.Lock()
+	old := n.world
+	n.mu.Unlock()
+	inWorld := make(map[string]bool, len(old.Members))
+	for _, m := range old.Members {
+		inWorld[m.Name] = true
+	}
+	var live []peer
+	for _, q := range peers {
+		if q.meta.Size == n.cfg.Size && !q.meta.Leaving {
+			live = append(live, q)
+		}
+	}
+	rankOf := func(q peer) int {
+		if q.meta.Rank < 0 {
+			return n.cfg.Size
+		}
+		return q.meta.Rank
+	}
+	slices.SortFunc(live, func(a, b peer) int {
+		return cmp.Or(cmp.Compare(rankOf(a), rankOf(b)),
+			-cmp.Compare(b2i(inWorld[a.name]), b2i(inWorld[b.name])),
+			-cmp.Compare(b2i(a.name == n.name), b2i(b.name == n.name)), // this node is alive; a stale one of its rank is not
+			cmp.Compare(a.name, b.name))
+	})
+	var p proposal
+	for i, q := range live {
+		if i > 0 && q.meta.Rank >= 0 && q.meta.Rank == live[i-1].meta.Rank {
+			p.notes = append(p.notes, fmt.Sprintf("rank %d claimed by %s and %s", q.meta.Rank, live[i-1].name, q.name))
+			continue
+		}
+		r := len(p.members)
+		p.members = append(p.members, member(r, q))
+		p.seen = append(p.seen, r)
+	}
+	p.ok = len(p.members) > 0
+	return p
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Joiners is the number of live ranks of the job that are not members of
+// the current world: ranks restarted or started later that wait for Grow.
+// It is this node's view; the members must agree on when to grow (for
+// example with an allreduce of the count).
+func (n *Node) Joiners() int {
+	n.mu.Lock()
+	inWorld := n.inWorld
+	n.mu.Unlock()
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	held := map[int]bool{} // ranks (as started) of the world's members: a node claiming one is a stale incarnation
+	for name := range inWorld {
+		if q, ok := n.peers[name]; ok {
+			held[q.meta.Rank] = true
+		}
+	}
+	k := 0
+	for name, q := range n.peers {
+		if _, ok := inWorld[name]; !ok && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
+			k++
+		}
+	}
+	return k
+}
+
+// Grow forms the next world from every live rank of the job, the members
+// of the current world and the ranks waiting to join (growTable): all
+// members of the current world must call it; the joiners take part from
+// their Form. It returns a *FormError if they do not agree before ctx is
+// done.
+func (n *Node) Grow(ctx context.Context) (World, error) {
+	n.mu.Lock()
+	old, closed := n.world, n.closed
+	n.mu.Unlock()
+	if closed {
+		return World{}, &OpError{Op: "grow", Rank: old.Rank, Peer: -1, Err: ErrClosed}
+	}
+	w, err := n.agree(ctx, old.Epoch+1, n.growTable)
+	if err != nil {
+		return World{}, err
+	}
+	n.install(w)
+	return w, nil
+}

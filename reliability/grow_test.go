@@ -1,0 +1,121 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
+)
+
+// Kill rank 2 of 4; the survivors shrink and keep computing; the test
+// starts rank 2 again (as gorun --max-restarts would): its comm.Init joins
+// the running job, the survivors see it (Joiners, agreed with an
+// allreduce), Grow, and all 4 — with their original ranks — run checked
+// allreduces. Nothing is left behind.
+func TestGrowAfterRestart(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			const victim = 2
+			j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second,
+				env: []string{"REL_REINIT=0"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			for _, rk := range j.ranks {
+				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+				}
+			}
+			j.ranks[victim].signal(syscall.SIGKILL)
+			<-j.ranks[victim].exited
+			for _, rk := range j.ranks {
+				if rk.id != victim {
+					if _, ok := rk.waitEvent(ctx, "shrunk"); !ok {
+						t.Fatalf("rank %d did not shrink\n%s", rk.id, rk.log())
+					}
+				}
+			}
+			restarted := time.Now()
+			j.restart(victim, "REL_RESTARTED=1")
+			for _, rk := range j.ranks {
+				if _, ok := rk.waitEvent(ctx, "after"); !ok {
+					t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, rk.log())
+				}
+				if e, bad := rk.event("wrong"); bad {
+					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
+				}
+				g, ok := rk.event("grown")
+				if !ok || g.Iter != rk.id {
+					t.Fatalf("rank %d: grown %+v, want rank %d of 4\n%s", rk.id, g, rk.id, rk.log())
+				}
+				if _, ok := rk.event("done"); !ok {
+					t.Fatalf("rank %d: did not finish\n%s", rk.id, rk.log())
+				}
+				t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// childGrow: run allreduces; on a failure shrink ("shrunk"); at every step
+// agree on whether ranks wait to join (an allreduce of Joiners, Max) and
+// grow when they do ("grown", with the rank in Iter). A restarted rank
+// (REL_RESTARTED=1) is admitted by comm.Init. Once the communicator has 4
+// ranks again, 20 checked allreduces and "done".
+func childGrow(rank int) int {
+	base := takeSnapshot()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := comm.Init(ctx)
+	if err != nil {
+		emit(event{Kind: "error", Rank: rank, Err: "init: " + err.Error(), ErrRank: errRank(err)})
+		return after(rank, base, nil)
+	}
+	buf := make([]int64, 64)
+	if os.Getenv("REL_RESTARTED") == "1" {
+		emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("joined as rank %d of %d", c.Rank(), c.Size())})
+	} else {
+		emit(event{Kind: "ready", Rank: rank})
+		for {
+			k := []int64{int64(c.Joiners())}
+			err := comm.AllReduce(ctx, c, k, k, comm.Max)
+			if err == nil && k[0] > 0 {
+				fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
+				if c, err = c.Grow(ctx); err != nil {
+					emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
+					return after(rank, base, nil)
+				}
+				emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("grew to rank %d of %d", c.Rank(), c.Size())})
+				if c.Size() == 4 {
+					break
+				}
+				continue
+			}
+			if err == nil {
+				err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
+					return after(rank, base, c)
+				}
+				fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
+				if c, err = c.Shrink(ctx); err != nil {
+					emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
+					return after(rank, base, nil)
+				}
+				emit(event{Kind: "shrunk", Rank: rank, Iter: c.Rank()})
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := checkedAllReduces(ctx, c, buf, 20, func() {}); err != nil {
+		emit(event{Kind: "wrong", Rank: rank, Err: "after grow: " + err.Error()})
+		return after(rank, base, c)
+	}
+	emit(event{Kind: "done", Rank: rank, Iter: c.Rank()})
+	return after(rank, base, c)
+}
