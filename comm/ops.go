@@ -31,8 +31,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 	if len(send) != len(recv) {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d", len(send), len(recv))
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	if !sameSlice(send, recv) {
 		copy(recv, send)
@@ -50,7 +50,11 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 // Reduce reduces send across all ranks into recv on root (len(recv) =
 // len(send) there; recv is ignored elsewhere).
 func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
-	c.wait(c.ticket())
+	return reduce(ctx, c, c.ticket(), send, recv, op, root)
+}
+
+func reduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op, root int) error {
+	c.wait(t)
 	defer c.release()
 	const name = "reduce"
 	if root < 0 || root >= c.size {
@@ -59,8 +63,8 @@ func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root 
 	if c.rank == root && len(recv) != len(send) {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d at the root", len(send), len(recv))
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	var work []byte
 	if c.rank == root {
@@ -133,8 +137,8 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 	if len(send) != c.size*n {
 		return c.invalid(name, "len(send) = %d, want Size·len(recv) = %d", len(send), c.size*n)
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	in := bytesOf(send)
 	work := c.scratchFor(len(in))
@@ -154,7 +158,11 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 // Gather concatenates every rank's send, in rank order, into root's recv
 // (len(recv) = Size·len(send) there; ignored elsewhere).
 func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
-	c.wait(c.ticket())
+	return gather(ctx, c, c.ticket(), send, recv, root)
+}
+
+func gather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, root int) error {
+	c.wait(t)
 	defer c.release()
 	const name = "gather"
 	n := len(send)
@@ -176,7 +184,11 @@ func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) er
 // Scatter sends block r of root's send (len(send) = Size·len(recv) there;
 // ignored elsewhere) to rank r's recv.
 func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
-	c.wait(c.ticket())
+	return scatter(ctx, c, c.ticket(), send, recv, root)
+}
+
+func scatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, root int) error {
+	c.wait(t)
 	defer c.release()
 	const name = "scatter"
 	n := len(recv)
@@ -199,7 +211,11 @@ func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) e
 // block Rank of recv. len(send) = len(recv) = Size·block; they may be the
 // same slice.
 func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
-	c.wait(c.ticket())
+	return allToAll(ctx, c, c.ticket(), send, recv)
+}
+
+func allToAll[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) error {
+	c.wait(t)
 	defer c.release()
 	const name = "alltoall"
 	if len(send) != len(recv) || len(send)%c.size != 0 {
@@ -219,8 +235,10 @@ func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 }
 
 // Barrier returns once every rank has entered it.
-func (c *Comm) Barrier(ctx context.Context) error {
-	c.wait(c.ticket())
+func (c *Comm) Barrier(ctx context.Context) error { return c.barrier(ctx, c.ticket()) }
+
+func (c *Comm) barrier(ctx context.Context, t uint64) error {
+	c.wait(t)
 	defer c.release()
 	s := spec{coll: collectives.Barrier, dt: kernels.Uint8}
 	return rankErr("barrier", c.exec(ctx, &s))
@@ -232,7 +250,11 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // tag and length, or both fail with ErrMismatch. Send returns once buf may
 // be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
-	c.wait(c.ticket())
+	return sendMsg(ctx, c, c.ticket(), buf, dst, tag)
+}
+
+func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag int) error {
+	c.wait(t)
 	defer c.release()
 	const name = "send"
 	if dst < 0 || dst >= c.size || dst == c.rank {
@@ -245,7 +267,11 @@ func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 // Recv receives into buf the next message from rank src, which must carry
 // tag and len(buf) elements.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
-	c.wait(c.ticket())
+	return recvMsg(ctx, c, c.ticket(), buf, src, tag)
+}
+
+func recvMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, src, tag int) error {
+	c.wait(t)
 	defer c.release()
 	const name = "recv"
 	if src < 0 || src >= c.size || src == c.rank {
