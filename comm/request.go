@@ -139,9 +139,9 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 // ISend starts Send. Like every request it takes its place in the
 // communicator's operation order when it is started, and requests run in
 // that order: two ranks that both start an ISend to each other before the
-// matching IRecv complete only while the messages fit in the peer's
-// staging window (a few hundred KiB); for larger exchanges, let the lower
-// rank send first (or use AllToAllV).
+// matching IRecv complete only for messages under 64 KiB (a larger one is
+// written straight into the receiver's buffer once its IRecv runs); for
+// larger exchanges, let the lower rank send first (or use AllToAllV).
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
 	t := c.ticket()
 	return start(func() error { return sendMsg(ctx, c, t, buf, dst, tag) })
