@@ -473,3 +473,30 @@ func TestNonBlockingAll(t *testing.T) {
 	})
 	mustAll(t, "non-blocking", errs)
 }
+
+// TestISendIRecvLargeOrdered: the exchange ISend documents for messages of
+// 64 KiB and more (here 1 MiB), started before either is waited for, with
+// the lower rank of each pair sending first.
+func TestISendIRecvLargeOrdered(t *testing.T) {
+	cs := newLocal(t, 4)
+	ctx := testCtx(t)
+	errs := onAll(cs, func(c *Comm) error {
+		r := c.Rank()
+		peer := r ^ 1
+		out, in := make([]float32, 1<<18), make([]float32, 1<<18)
+		for i := range out {
+			out[i] = float32(r*1000 + i%1000)
+		}
+		var reqs []*Request
+		if r < peer {
+			reqs = append(reqs, ISend(ctx, c, out, peer, 1), IRecv(ctx, c, in, peer, 1))
+		} else {
+			reqs = append(reqs, IRecv(ctx, c, in, peer, 1), ISend(ctx, c, out, peer, 1))
+		}
+		if err := WaitAll(ctx, reqs...); err != nil {
+			return err
+		}
+		return checkBits("irecv", in, func(i int) float32 { return float32(peer*1000 + i%1000) })
+	})
+	mustAll(t, "large ordered exchange", errs)
+}
