@@ -339,3 +339,13 @@ func gorun_ibarrier(h C.gorun_comm, req *C.gorun_request) (rc C.int) {
 	*req = C.gorun_request(put(pendings, &pending{req: c.IBarrier(ctx), cancel: cancel}))
 	return statusOK
 }
+
+//export gorun_iallreduce_loc
+func gorun_iallreduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, req *C.gorun_request) C.int {
+	return run("gorun_iallreduce_loc", h, dt, o, call{kind: kAllReduceLoc, send: send, recv: recv, count: int(n)}, req, true)
+}
+
+//export gorun_ireduce_loc
+func gorun_ireduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int, req *C.gorun_request) C.int {
+	return run("gorun_ireduce_loc", h, dt, o, call{kind: kReduceLoc, send: send, recv: recv, count: int(n), root: int(root)}, req, true)
+}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -45,7 +46,12 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 		build: func(chunk int) *collectives.Schedule {
 			return collectives.DirectAllGatherV(rank, size, counts, displs, chunk)
 		}}
-	return rankErr(name, c.exec(ctx, &s))
+	err = rankErr(name, c.exec(ctx, &s))
+	if re, ok := err.(*RankError); ok && errors.Is(err, ErrMismatch) {
+		// The counts travel as a hash: say what the number means.
+		re.Err = fmt.Errorf("%w (allgatherv's counts must be the same on every rank)", re.Err)
+	}
+	return err
 }
 
 // GatherV gathers every rank's send into root's recv, rank r's at

@@ -144,6 +144,8 @@ int gorun_reduce_loc(gorun_comm comm, const void *send, void *recv, size_t count
  * that both isend to each other before irecv complete only for messages
  * under 64 KiB; order larger exchanges by rank. */
 int gorun_ibarrier(gorun_comm comm, gorun_request *req);
+int gorun_iallreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+int gorun_ireduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
 int gorun_ireduce(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
 int gorun_igather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype, int root, gorun_request *req);
 int gorun_iscatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, int root, gorun_request *req);

@@ -67,6 +67,14 @@ int main(void) {
 	EXPECT(lout[1].index == 10, "minloc tie = %lld", (long long)lout[1].index);
 	CHECK(gorun_reduce_loc(c, loc, lout, 2, GORUN_FLOAT64, GORUN_MAXLOC, 0));
 	if (rank == 0) EXPECT(lout[0].index == size - 1 || size == 2, "maxloc index = %lld", (long long)lout[0].index);
+	GORUN_PAIR(int32_t) il = {rank % 2, rank}, ilo;
+	gorun_request lq;
+	CHECK(gorun_iallreduce_loc(c, &il, &ilo, 1, GORUN_INT32, GORUN_MAXLOC, &lq));
+	CHECK(gorun_wait(lq));
+	EXPECT(size == 1 || (ilo.value == 1 && ilo.index == 1), "iallreduce_loc = %d@%lld", ilo.value, (long long)ilo.index);
+	CHECK(gorun_ireduce_loc(c, &il, &ilo, 1, GORUN_INT32, GORUN_MINLOC, 0, &lq));
+	CHECK(gorun_wait(lq));
+	if (rank == 0) EXPECT(ilo.value == 0 && ilo.index == 0, "ireduce_loc = %d@%lld", ilo.value, (long long)ilo.index);
 
 	/* send and recv around a ring, with tags */
 	int next = (rank + 1) % size, prev = (rank + size - 1) % size;
