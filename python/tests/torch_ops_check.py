@@ -26,8 +26,11 @@ def expect(cond, msg):
 
 
 def same(a, b, msg, rtol=0, atol=0):
-    expect(torch.allclose(a, b, rtol=rtol, atol=atol) if rtol or atol else torch.equal(a, b),
-           "%s: %s, want %s" % (msg, a.tolist(), b.tolist()))
+    ok = torch.allclose(a, b, rtol=rtol, atol=atol) if rtol or atol else torch.equal(a, b)
+    if not ok and a.numel() > 8:
+        d = (a.double() - b.double()).abs()
+        expect(False, "%s: max difference %g at %s (rtol %g, atol %g)" % (msg, d.max().item(), divmod(int(d.argmax()), a.shape[-1]), rtol, atol))
+    expect(ok, "%s: %s, want %s" % (msg, a.tolist(), b.tolist()))
 
 
 def ops():
