@@ -26,6 +26,21 @@ const (
 	kBroadcast
 	kAllGather
 	kReduceScatter
+	// more.go
+	kReduce
+	kGather
+	kScatter
+	kAllToAll
+	kScan
+	kExScan
+	kSend
+	kRecv
+	kAllGatherV
+	kGatherV
+	kScatterV
+	kAllToAllV
+	kAllReduceLoc
+	kReduceLoc
 )
 
 // call is one collective as C described it.
@@ -34,11 +49,16 @@ type call struct {
 	send, recv unsafe.Pointer
 	count      int // elements: per rank for allgather's send and reduce-scatter's recv
 	op         comm.Op
-	root       int
+	root       int // root; the peer of a send or receive
+	tag        int
+	// The v-collectives' counts and displacements (copied from C), and
+	// the lengths of their buffers.
+	counts, displs, rcounts, rdispls []int
+	sendLen, recvLen                 int
 }
 
 func view[T comm.Number](p unsafe.Pointer, n int) []T {
-	if n == 0 {
+	if n == 0 || p == nil {
 		return nil
 	}
 	return unsafe.Slice((*T)(p), n)
@@ -74,6 +94,12 @@ func start[T comm.Number](ctx context.Context, c *comm.Comm, k call, async bool)
 		}
 		return nil, comm.ReduceScatter(ctx, c, s, r, k.op)
 	}
+	if f := more[T](ctx, c, k); f != nil {
+		if async {
+			return f.start(), nil
+		}
+		return nil, f.run()
+	}
 	return nil, fmt.Errorf("gorun: unknown collective %d", k.kind)
 }
 
@@ -107,6 +133,16 @@ func startAny(ctx context.Context, c *comm.Comm, dt C.gorun_dtype, k call, async
 	return nil, fmt.Errorf("gorun: unknown dtype %d: %w", int(dt), comm.ErrInvalid)
 }
 
+// classifyAt is classify, except that this rank's own bad argument is
+// GORUN_ERR_INVALID rather than a peer's failure.
+func classifyAt(c *comm.Comm, err error) C.int {
+	var re *comm.RankError
+	if errors.As(err, &re) && re.Rank == c.Rank() && errors.Is(err, comm.ErrInvalid) {
+		return fail(statusInvalid, err)
+	}
+	return classify(err)
+}
+
 // pending keeps the context of a non-blocking call alive until its wait.
 type pending struct {
 	req    *comm.Request
@@ -121,10 +157,10 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 	if c == nil {
 		return rc
 	}
-	if k.count < 0 || (k.count > 0 && (k.recv == nil || (k.kind != kBroadcast && k.send == nil))) {
+	if k.kind <= kReduceScatter && (k.count < 0 || (k.count > 0 && (k.recv == nil || (k.kind != kBroadcast && k.send == nil)))) {
 		return fail(statusInvalid, errors.New("gorun: NULL buffer with a non-zero count"))
 	}
-	if op < 0 || op > 4 {
+	if op < 0 || op > C.gorun_op(comm.MaxLoc) {
 		return fail(statusInvalid, fmt.Errorf("gorun: unknown op %d", int(op)))
 	}
 	k.op = comm.Op(op)
@@ -132,12 +168,12 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 	if out == nil {
 		defer cancel()
 		_, err := startAny(ctx, c, dt, k, false)
-		return classify(err)
+		return classifyAt(c, err)
 	}
 	req, err := startAny(ctx, c, dt, k, true)
 	if err != nil {
 		cancel()
-		return classify(err)
+		return classifyAt(c, err)
 	}
 	*out = C.gorun_request(put(pendings, &pending{req: req, cancel: cancel}))
 	return statusOK

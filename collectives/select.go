@@ -19,10 +19,17 @@ const (
 	AllToAll
 	Barrier
 	SendRecv
+	AllGatherV
+	GatherV
+	ScatterV
+	AllToAllV
+	Scan
+	ExScan
 	numCollectives
 )
 
-var collNames = [...]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "gather", "scatter", "alltoall", "barrier", "sendrecv"}
+var collNames = [...]string{"allreduce", "reduce", "broadcast", "allgather", "reducescatter", "gather", "scatter", "alltoall", "barrier", "sendrecv",
+	"allgatherv", "gatherv", "scatterv", "alltoallv", "scan", "exscan"}
 
 func (c Collective) String() string {
 	if int(c) < len(collNames) {
@@ -110,6 +117,8 @@ func Algos(c Collective) []Algo {
 		return []Algo{Ring, RecDoubling}
 	case Barrier:
 		return []Algo{Dissemination}
+	case Scan, ExScan:
+		return []Algo{RecDoubling}
 	}
 	return []Algo{Direct}
 }
@@ -233,6 +242,10 @@ func Build(c Collective, a Algo, rank, size, root, count, chunk int) (*Schedule,
 		return PairwiseAllToAll(rank, size, count, chunk), nil
 	case Barrier:
 		return DisseminationBarrier(rank, size), nil
+	case Scan:
+		return HillisSteeleScan(rank, size, count, chunk), nil
+	case ExScan:
+		return HillisSteeleExScan(rank, size, count, chunk), nil
 	}
 	return nil, fmt.Errorf("collectives: cannot build %s", c)
 }

@@ -1,7 +1,9 @@
 // Package comm is gorun's public API: communicators (Comm) and the generic
 // collectives (AllReduce, Broadcast, AllGather, ReduceScatter, Reduce,
-// Gather, Scatter, AllToAll, Send/Recv, Barrier and the non-blocking
-// IAllReduce, IBroadcast, IAllGather, IReduceScatter).
+// Gather, Scatter, AllToAll, Send/Recv, Barrier, the v-collectives
+// AllGatherV, GatherV, ScatterV, AllToAllV, the prefix reductions Scan and
+// ExScan, AllReduceLoc/ReduceLoc on ValueIndex pairs, and a non-blocking I*
+// form of each, ISend and IRecv included).
 //
 // A Comm is made by Init (a job started by the gorun launcher, srun,
 // mpirun or torchrun), NewLocal (n ranks in one process, for tests and

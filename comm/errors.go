@@ -55,3 +55,15 @@ func rankErr(op string, err error) error {
 	}
 	return &RankError{Rank: -1, Op: op, Err: err}
 }
+
+// badOp fails the operation on every rank for an op that element type dt
+// does not have.
+func (c *Comm) badOp(name string, op Op, dt DType) error {
+	switch {
+	case op.IntegerOnly():
+		return c.invalid(name, "op %s is defined for integer types only, not %s", op, dt)
+	case op == MinLoc || op == MaxLoc:
+		return c.invalid(name, "op %s needs value-index pairs (AllReduceLoc, ReduceLoc), not %s", op, dt)
+	}
+	return c.invalid(name, "op %s is not defined for %s", op, dt)
+}

@@ -33,8 +33,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 	if len(send) != len(recv) {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d", len(send), len(recv))
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	if !sameSlice(send, recv) {
 		copy(recv, send)
@@ -58,8 +58,12 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 // Reduce reduces send across all ranks into recv on root (len(recv) =
 // len(send) there; recv is ignored elsewhere).
 func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	return reduce(ctx, c, c.ticket(), send, recv, op, root)
+}
+
+func reduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op Op, root int) error {
 	const name = "reduce"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()
@@ -69,8 +73,8 @@ func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root 
 	if c.rank == root && len(recv) != len(send) {
 		return c.invalid(name, "len(send) = %d, len(recv) = %d at the root", len(send), len(recv))
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	var work []byte
 	if c.rank == root {
@@ -155,8 +159,8 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 	if len(send) != c.size*n {
 		return c.invalid(name, "len(send) = %d, want Size·len(recv) = %d", len(send), c.size*n)
 	}
-	if op > Avg {
-		return c.invalid(name, "unknown op %d", op)
+	if op > Avg && !op.Valid(DTypeOf[T]()) {
+		return c.badOp(name, op, DTypeOf[T]())
 	}
 	in := bytesOf(send)
 	if c.hierFor(collectives.ReduceScatter, len(in)) {
@@ -185,8 +189,12 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 // Gather concatenates every rank's send, in rank order, into root's recv
 // (len(recv) = Size·len(send) there; ignored elsewhere).
 func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return gather(ctx, c, c.ticket(), send, recv, root)
+}
+
+func gather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, root int) error {
 	const name = "gather"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()
@@ -209,8 +217,12 @@ func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) er
 // Scatter sends block r of root's send (len(send) = Size·len(recv) there;
 // ignored elsewhere) to rank r's recv.
 func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return scatter(ctx, c, c.ticket(), send, recv, root)
+}
+
+func scatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, root int) error {
 	const name = "scatter"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()
@@ -234,8 +246,12 @@ func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) e
 // block Rank of recv. len(send) = len(recv) = Size·block; they may be the
 // same slice.
 func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	return allToAll(ctx, c, c.ticket(), send, recv)
+}
+
+func allToAll[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) error {
 	const name = "alltoall"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()
@@ -256,8 +272,10 @@ func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 }
 
 // Barrier returns once every rank has entered it.
-func (c *Comm) Barrier(ctx context.Context) error {
-	if err := c.enter(ctx, c.ticket(), "barrier"); err != nil {
+func (c *Comm) Barrier(ctx context.Context) error { return c.barrier(ctx, c.ticket()) }
+
+func (c *Comm) barrier(ctx context.Context, t uint64) error {
+	if err := c.enter(ctx, t, "barrier"); err != nil {
 		return err
 	}
 	defer c.release()
@@ -274,8 +292,12 @@ func (c *Comm) Barrier(ctx context.Context) error {
 // tag and length, or both fail with ErrMismatch. Send returns once buf may
 // be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
+	return sendMsg(ctx, c, c.ticket(), buf, dst, tag)
+}
+
+func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag int) error {
 	const name = "send"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()
@@ -289,8 +311,12 @@ func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 // Recv receives into buf the next message from rank src, which must carry
 // tag and len(buf) elements.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
+	return recvMsg(ctx, c, c.ticket(), buf, src, tag)
+}
+
+func recvMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, src, tag int) error {
 	const name = "recv"
-	if err := c.enter(ctx, c.ticket(), name); err != nil {
+	if err := c.enter(ctx, t, name); err != nil {
 		return err
 	}
 	defer c.release()

@@ -138,6 +138,18 @@ func TestProcChild(t *testing.T) {
 			}
 		}
 		fmt.Printf("RANK %d OK\n", rank)
+	case "vector": // vector_test.go
+		for ci, count := range []int{0, 1, size + 1, 1000, 40_000} {
+			if err := vectorRound[float32](ctx, c, ci, count); err != nil {
+				fmt.Printf("RANK %d FAILED: count %d: %v\n", rank, count, err)
+				t.Fatal(err)
+			}
+			if err := vectorRound[int16](ctx, c, ci, count); err != nil {
+				fmt.Printf("RANK %d FAILED: count %d: %v\n", rank, count, err)
+				t.Fatal(err)
+			}
+		}
+		fmt.Printf("RANK %d OK\n", rank)
 	case "kill":
 		buf := make([]float32, 1<<20)
 		for i := 0; ; i++ {
@@ -180,7 +192,7 @@ func (l *lockedOut) String() string {
 
 // startRanks starts n children of mode over transport.
 func startRanks(t *testing.T, n int, mode, transport string) []*child {
-	if testing.Short() && mode == "check" && raceEnabled {
+	if testing.Short() && mode != "kill" && raceEnabled {
 		t.Skip("cross-process matrix: not in -short under -race")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -206,9 +218,9 @@ func startRanks(t *testing.T, n int, mode, transport string) []*child {
 }
 
 func TestProcesses(t *testing.T) {
-	for _, transport := range []string{"tcp", "shm"} {
-		t.Run(transport, func(t *testing.T) {
-			kids := startRanks(t, 4, "check", transport)
+	for _, tc := range []struct{ transport, mode string }{{"tcp", "check"}, {"shm", "check"}, {"tcp", "vector"}, {"shm", "vector"}} {
+		t.Run(tc.transport+"/"+tc.mode, func(t *testing.T) {
+			kids := startRanks(t, 4, tc.mode, tc.transport)
 			for r, k := range kids {
 				err := k.cmd.Wait()
 				if err != nil || !strings.Contains(k.out.String(), fmt.Sprintf("RANK %d OK", r)) {

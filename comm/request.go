@@ -1,6 +1,10 @@
 package comm
 
-import "context"
+import (
+	"context"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
 
 // Request is a pending non-blocking operation. Its place in the
 // communicator's operation order is fixed when it is started.
@@ -62,4 +66,100 @@ func IAllGather[T Number](ctx context.Context, c *Comm, send, recv []T) *Request
 func IReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Request {
 	t := c.ticket()
 	return start(func() error { return reduceScatter(ctx, c, t, send, recv, op) })
+}
+
+// IReduce starts Reduce.
+func IReduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) *Request {
+	t := c.ticket()
+	return start(func() error { return reduce(ctx, c, t, send, recv, op, root) })
+}
+
+// IGather starts Gather.
+func IGather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) *Request {
+	t := c.ticket()
+	return start(func() error { return gather(ctx, c, t, send, recv, root) })
+}
+
+// IScatter starts Scatter.
+func IScatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) *Request {
+	t := c.ticket()
+	return start(func() error { return scatter(ctx, c, t, send, recv, root) })
+}
+
+// IAllToAll starts AllToAll.
+func IAllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) *Request {
+	t := c.ticket()
+	return start(func() error { return allToAll(ctx, c, t, send, recv) })
+}
+
+// IBarrier starts Barrier.
+func (c *Comm) IBarrier(ctx context.Context) *Request {
+	t := c.ticket()
+	return start(func() error { return c.barrier(ctx, t) })
+}
+
+// IAllGatherV starts AllGatherV.
+func IAllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) *Request {
+	t := c.ticket()
+	return start(func() error { return allGatherV(ctx, c, t, send, recv, counts, displs) })
+}
+
+// IGatherV starts GatherV.
+func IGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) *Request {
+	t := c.ticket()
+	return start(func() error { return gatherV(ctx, c, t, send, recv, counts, displs, root) })
+}
+
+// IScatterV starts ScatterV.
+func IScatterV[T Number](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) *Request {
+	t := c.ticket()
+	return start(func() error { return scatterV(ctx, c, t, send, counts, displs, recv, root) })
+}
+
+// IAllToAllV starts AllToAllV.
+func IAllToAllV[T Number](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) *Request {
+	t := c.ticket()
+	return start(func() error {
+		return allToAllV(ctx, c, t, send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+	})
+}
+
+// IScan starts Scan.
+func IScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Request {
+	t := c.ticket()
+	return start(func() error { return scan(ctx, c, t, collectives.Scan, send, recv, op) })
+}
+
+// IExScan starts ExScan.
+func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Request {
+	t := c.ticket()
+	return start(func() error { return scan(ctx, c, t, collectives.ExScan, send, recv, op) })
+}
+
+// ISend starts Send. Like every request it takes its place in the
+// communicator's operation order when it is started, and requests run in
+// that order: two ranks that both start an ISend to each other before the
+// matching IRecv complete only for messages under 64 KiB (a larger one is
+// written straight into the receiver's buffer once its IRecv runs); for
+// larger exchanges, let the lower rank send first (or use AllToAllV).
+func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
+	t := c.ticket()
+	return start(func() error { return sendMsg(ctx, c, t, buf, dst, tag) })
+}
+
+// IRecv starts Recv; see ISend for the order requests run in.
+func IRecv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) *Request {
+	t := c.ticket()
+	return start(func() error { return recvMsg(ctx, c, t, buf, src, tag) })
+}
+
+// WaitAll waits for every request and returns the first error.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var first error
+	for _, r := range reqs {
+		if err := r.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -147,6 +147,9 @@ type spec struct {
 	input []byte
 	peer  int // SendRecv: the other rank
 	send  bool
+	// build, when set, makes this call's schedule (the v-collectives,
+	// whose schedules depend on counts that the plan cache does not key).
+	build func(chunk int) *collectives.Schedule
 }
 
 // exec runs one operation; the caller holds the turn.
@@ -173,9 +176,12 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	// An op must fit in the peer's staging window, or two ranks that each
 	// wait for their own send before applying the other's (recursive
 	// doubling) would deadlock on credits.
+	var err error
 	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, s.count*es), collectives.Window(stagingFor(c.cfg, c.size)))/es)
-	p, err := c.plan(k)
-	if err != nil {
+	var p *collectives.Plan
+	if s.build != nil {
+		p = collectives.Compile(s.build(k.chunk))
+	} else if p, err = c.plan(k); err != nil {
 		return err
 	}
 	c.call = collectives.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}

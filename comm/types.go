@@ -24,6 +24,19 @@ const (
 	Min  = kernels.Min
 	Max  = kernels.Max
 	Avg  = kernels.Avg // Sum divided by Size (integer division for integers)
+
+	// Integer types only: bitwise and, or, xor; logical and, or (non-zero
+	// is true, the result is 0 or 1). A float type fails with ErrInvalid.
+	BAnd = kernels.BAnd
+	BOr  = kernels.BOr
+	BXor = kernels.BXor
+	LAnd = kernels.LAnd
+	LOr  = kernels.LOr
+
+	// Value-index pairs only (AllReduceLoc, ReduceLoc): the pair with the
+	// smallest (largest) value, and of equal values the smallest index.
+	MinLoc = kernels.MinLoc
+	MaxLoc = kernels.MaxLoc
 )
 
 // F16From converts v to the nearest Float16.

@@ -52,6 +52,16 @@ typedef enum {
 	GORUN_MIN = 2,
 	GORUN_MAX = 3,
 	GORUN_AVG = 4,
+	/* Integer dtypes only: bitwise and, or, xor; logical and, or (non-zero
+	 * is true, the result is 0 or 1). A float dtype is GORUN_ERR_INVALID. */
+	GORUN_BAND = 5,
+	GORUN_BOR = 6,
+	GORUN_BXOR = 7,
+	GORUN_LAND = 8,
+	GORUN_LOR = 9,
+	/* gorun_allreduce_loc and gorun_reduce_loc only. */
+	GORUN_MINLOC = 10,
+	GORUN_MAXLOC = 11,
 } gorun_op;
 
 typedef enum {
@@ -89,6 +99,71 @@ int gorun_iallreduce(gorun_comm comm, const void *send, void *recv, size_t count
 int gorun_ibroadcast(gorun_comm comm, void *buf, size_t count, gorun_dtype dtype, int root, gorun_request *req);
 int gorun_iallgather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype, gorun_request *req);
 int gorun_ireduce_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+/* Rooted collectives: recv (reduce, gather) matters at root only, as send
+ * (scatter) does. gather's recv and scatter's send hold size * count. */
+int gorun_reduce(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root);
+int gorun_gather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype, int root);
+int gorun_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, int root);
+/* send and recv hold size blocks of count elements; block b goes to rank b. */
+int gorun_alltoall(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype);
+/* recv on rank r = send of ranks 0..r reduced (scan), 0..r-1 (exscan;
+ * rank 0's recv is untouched). GORUN_AVG divides by the number of ranks. */
+int gorun_scan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
+int gorun_exscan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
+
+/* Point to point. Messages between two ranks match in order, collectives
+ * included; the receive must name the sender's tag and count. */
+int gorun_send(gorun_comm comm, const void *buf, size_t count, gorun_dtype dtype, int dst, int tag);
+int gorun_recv(gorun_comm comm, void *buf, size_t count, gorun_dtype dtype, int src, int tag);
+
+/* The v-collectives: counts and displs are arrays of size entries, in
+ * elements; displs NULL means packed. Counts a pair must agree on are
+ * checked first: a disagreement is GORUN_ERR_PEER on every rank.
+ * allgatherv: every rank's counts are the same; rank r's send_count =
+ * counts[r]. gatherv: counts, displs, recv matter at root. scatterv:
+ * send, counts, displs matter at root. alltoallv: rank a's
+ * send_counts[b] equals rank b's recv_counts[a]. */
+int gorun_allgatherv(gorun_comm comm, const void *send, size_t send_count, void *recv,
+                     const size_t *counts, const size_t *displs, gorun_dtype dtype);
+int gorun_gatherv(gorun_comm comm, const void *send, size_t send_count, void *recv,
+                  const size_t *counts, const size_t *displs, gorun_dtype dtype, int root);
+int gorun_scatterv(gorun_comm comm, const void *send, const size_t *counts, const size_t *displs,
+                   void *recv, size_t recv_count, gorun_dtype dtype, int root);
+int gorun_alltoallv(gorun_comm comm, const void *send, const size_t *send_counts, const size_t *send_displs,
+                    void *recv, const size_t *recv_counts, const size_t *recv_displs, gorun_dtype dtype);
+
+/* Value-index pairs for GORUN_MINLOC and GORUN_MAXLOC: an array of
+ * struct { T value; int64_t index; } (16 bytes each) where dtype names T.
+ * Of equal values the smaller index wins. */
+#define GORUN_PAIR(T) struct { T value; int64_t index; }
+int gorun_allreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
+int gorun_reduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root);
+
+/* Non-blocking forms of the above. Requests take their place in the
+ * communicator's order when started and run in that order, so two ranks
+ * that both isend to each other before irecv complete only for messages
+ * under 64 KiB; order larger exchanges by rank. */
+int gorun_ibarrier(gorun_comm comm, gorun_request *req);
+int gorun_iallreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+int gorun_ireduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
+int gorun_ireduce(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
+int gorun_igather(gorun_comm comm, const void *send, void *recv, size_t send_count, gorun_dtype dtype, int root, gorun_request *req);
+int gorun_iscatter(gorun_comm comm, const void *send, void *recv, size_t recv_count, gorun_dtype dtype, int root, gorun_request *req);
+int gorun_ialltoall(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_request *req);
+int gorun_iscan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+int gorun_iexscan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
+int gorun_isend(gorun_comm comm, const void *buf, size_t count, gorun_dtype dtype, int dst, int tag, gorun_request *req);
+int gorun_irecv(gorun_comm comm, void *buf, size_t count, gorun_dtype dtype, int src, int tag, gorun_request *req);
+int gorun_iallgatherv(gorun_comm comm, const void *send, size_t send_count, void *recv,
+                      const size_t *counts, const size_t *displs, gorun_dtype dtype, gorun_request *req);
+int gorun_igatherv(gorun_comm comm, const void *send, size_t send_count, void *recv,
+                   const size_t *counts, const size_t *displs, gorun_dtype dtype, int root, gorun_request *req);
+int gorun_iscatterv(gorun_comm comm, const void *send, const size_t *counts, const size_t *displs,
+                    void *recv, size_t recv_count, gorun_dtype dtype, int root, gorun_request *req);
+int gorun_ialltoallv(gorun_comm comm, const void *send, const size_t *send_counts, const size_t *send_displs,
+                     void *recv, const size_t *recv_counts, const size_t *recv_displs, gorun_dtype dtype,
+                     gorun_request *req);
+
 /* Wait for req and free it; returns the operation's status. */
 int gorun_wait(gorun_request req);
 /* *done = 1 when req finished (then req is freed and its status returned), 0 otherwise. */

@@ -119,3 +119,32 @@ func TestDDPBackendMatchesGloo(t *testing.T) {
 	gorun(t, 2, python, "examples/torch_train.py", "--mode", "ddp", "--backend", "gloo", "--out", l)
 	compare(t, g, l, "1e-4")
 }
+
+// Every torch.distributed op on backend "gorun", then torch's own
+// ZeroRedundancyOptimizer, DDP with gradient_as_bucket_view and
+// static_graph (both against Gloo in the same job) and a send/recv
+// pipeline (against one process), on 3 ranks.
+func TestTorchOpsAndZeRO(t *testing.T) {
+	need(t, "torch")
+	if _, err := os.Stat("/usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp"); err != nil {
+		t.Skip("torch's c10d headers are missing (apt-get install libtorch-dev pybind11-dev): the backend cannot be built")
+	}
+	out := gorun(t, 3, python, "python/tests/torch_ops_check.py")
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out, "torch_ops_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
+// The package's reduce, gather, scatter, alltoall,
+// broadcast_optimizer_state and join for uneven inputs, on 3 ranks.
+func TestPackageOps(t *testing.T) {
+	need(t, "numpy", "torch")
+	out := gorun(t, 3, python, "python/tests/package_check.py")
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out, "package_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}

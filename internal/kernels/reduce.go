@@ -23,6 +23,10 @@ func ReduceTo[T Number](op Op, dst, a, b []T) {
 		return
 	}
 	a, b = a[:n], b[:n]
+	if op > Avg {
+		reduceIntOps(op, dst, a, b)
+		return
+	}
 	switch d := any(dst).(type) {
 	case []float32:
 		reduceF32(op, d, any(a).([]float32), any(b).([]float32))
@@ -84,6 +88,8 @@ func ReduceBytesTo(dt DType, op Op, dst, a, b []byte) {
 		reduceTyped[Float16](op, p, q, r, n)
 	case BF16:
 		reduceTyped[BFloat16](op, p, q, r, n)
+	default:
+		reducePairs(dt-pairBase, op, p, q, r, n)
 	}
 }
 

@@ -28,6 +28,16 @@ const (
 	Min
 	Max
 	Avg // Sum, then divided by the number of contributions (by the caller)
+	// The integer-only ops (ops_int.go): bitwise and, or, xor; logical and,
+	// or (non-zero is true; the result is 0 or 1).
+	BAnd
+	BOr
+	BXor
+	LAnd
+	LOr
+	// The value-index ops, on pair types only (PairOf, pairs.go).
+	MinLoc
+	MaxLoc
 )
 
 func (o Op) String() string {
@@ -42,6 +52,9 @@ func (o Op) String() string {
 		return "max"
 	case Avg:
 		return "avg"
+	}
+	if int(o) < len(extraOpNames)+int(BAnd) && o >= BAnd {
+		return extraOpNames[o-BAnd]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -64,11 +77,15 @@ const (
 	BF16
 )
 
-var dtypeNames = [...]string{"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "float16", "bfloat16"}
-var dtypeSizes = [...]int{1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2}
+var dtypeNames = [...]string{"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32", "float64", "float16", "bfloat16",
+	12: "", "", "", "",
+	pairBase: "(int8,index)", "(int16,index)", "(int32,index)", "(int64,index)", "(uint8,index)", "(uint16,index)",
+	"(uint32,index)", "(uint64,index)", "(float32,index)", "(float64,index)", "(float16,index)", "(bfloat16,index)"}
+var dtypeSizes = [...]int{1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2,
+	pairBase: 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}
 
 func (d DType) String() string {
-	if int(d) < len(dtypeNames) {
+	if int(d) < len(dtypeNames) && dtypeNames[d] != "" {
 		return dtypeNames[d]
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))

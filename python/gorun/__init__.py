@@ -23,9 +23,11 @@ __all__ = [
     "GorunError", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
     "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
+    "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
 ]
 
-_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4}
+_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4,
+        "band": 5, "bor": 6, "bxor": 7, "land": 8, "lor": 9}
 
 
 class GorunError(RuntimeError):
@@ -144,7 +146,7 @@ def _op(op):
     try:
         return _OPS[op.lower()]
     except (KeyError, AttributeError):
-        raise ValueError("gorun: unknown op %r (sum, prod, min, max, avg)" % (op,))
+        raise ValueError("gorun: unknown op %r (sum, prod, min, max, avg, band, bor, bxor, land, lor)" % (op,))
 
 
 def _empty_like(x, n):
@@ -237,4 +239,5 @@ def ibroadcast_(x, root=0):
     return Handle(req.value, x)
 
 
-from .torch_support import broadcast_parameters, DistributedOptimizer  # noqa: E402
+from .rooted import reduce, gather, scatter, alltoall, broadcast_object  # noqa: E402
+from .torch_support import broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer, join  # noqa: E402

@@ -93,6 +93,11 @@ def load():
         "gorun_ibroadcast": [i64, vp, sz, c_int, c_int, p_i64],
         "gorun_iallgather": [i64, vp, vp, sz, c_int, p_i64],
         "gorun_ireduce_scatter": [i64, vp, vp, sz, c_int, c_int, p_i64],
+        "gorun_reduce": [i64, vp, vp, sz, c_int, c_int, c_int],
+        "gorun_gather": [i64, vp, vp, sz, c_int, c_int],
+        "gorun_scatter": [i64, vp, vp, sz, c_int, c_int],
+        "gorun_alltoall": [i64, vp, vp, sz, c_int],
+        "gorun_alltoallv": [i64, vp, vp, vp, vp, vp, vp, c_int],
         "gorun_wait": [i64],
         "gorun_test": [i64, p_int],
     }

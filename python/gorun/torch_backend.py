@@ -48,6 +48,10 @@ def load_extension(verbose=False):
         repo = os.path.dirname(os.path.dirname(here))
         build = os.path.join(libdir, "torch_ext")
         os.makedirs(build, exist_ok=True)
+        if not any(f.endswith(".so") for f in os.listdir(build)) and os.environ.get("GORUN_LOCAL_RANK", "0") == "0":
+            import sys
+            print("gorun: building the torch backend extension in %s (first run only, about a minute)..." % build,
+                  file=sys.stderr, flush=True)
         _ext = load(
             name="gorun_c10d",
             sources=[os.path.join(here, "csrc", "process_group_gorun.cpp")],

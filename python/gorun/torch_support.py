@@ -1,7 +1,7 @@
 """PyTorch training helpers in the style of Horovod: broadcast_parameters and
 DistributedOptimizer, which averages gradients across ranks in fused buckets
 while the backward pass is still running."""
-from . import iallreduce_, broadcast_
+from . import allreduce_, iallreduce_, broadcast_, rank, size
 
 
 def broadcast_parameters(params, root=0):
@@ -20,6 +20,34 @@ def broadcast_parameters(params, root=0):
                 tmp = t.data.contiguous()
                 broadcast_(tmp, root)
                 t.data.copy_(tmp)
+
+
+def broadcast_optimizer_state(optimizer, root=0):
+    """Make every rank's optimizer state (step counts, moments, and
+    hyper-parameters of every param group) root's, as Horovod's function of
+    that name does: call it after broadcast_parameters when training starts
+    or resumes from root's checkpoint. optimizer may be a
+    DistributedOptimizer or a plain torch optimizer; the ranks' optimizers
+    must have the same parameter groups."""
+    from .rooted import broadcast_object
+    opt = optimizer._opt if isinstance(optimizer, DistributedOptimizer) else optimizer
+    state = broadcast_object(opt.state_dict() if rank() == root else None, root)
+    if rank() != root:
+        opt.load_state_dict(state)
+
+
+def join(optimizer):
+    """For uneven inputs: a rank that has run out of batches calls
+    join(optimizer) instead of training further. Until every rank has
+    joined, it takes part in the other ranks' steps with zero gradients, and
+    the average is over the ranks still training. Returns the rank that
+    joined last. optimizer is a DistributedOptimizer made with
+    uneven_inputs=True (the ranks then agree each step on how many are still
+    training: one 8-byte allreduce). A joined rank no longer steps its
+    optimizer, so broadcast_parameters from the returned rank afterwards."""
+    if not isinstance(optimizer, DistributedOptimizer) or not optimizer._uneven:
+        raise ValueError("gorun: join needs a DistributedOptimizer(..., uneven_inputs=True)")
+    return optimizer._join()
 
 
 class _Bucket:
@@ -44,10 +72,15 @@ class DistributedOptimizer:
     compression="fp16" or "bf16" halves the bytes on the wire."""
 
     def __init__(self, optimizer, named_parameters=None, bucket_bytes=25 << 20,
-                 first_bucket_bytes=1 << 20, op="avg", backward_passes_per_step=1, compression=None):
+                 first_bucket_bytes=1 << 20, op="avg", backward_passes_per_step=1, compression=None,
+                 uneven_inputs=False):
         import torch
+        if uneven_inputs and op not in ("avg", "sum"):
+            raise ValueError("gorun: uneven_inputs needs op avg or sum")
         self._opt = optimizer
         self._op = op
+        self._uneven = uneven_inputs
+        self._steps = 0
         self._passes = backward_passes_per_step
         self._wire = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}[compression]
         if named_parameters is not None:
@@ -97,7 +130,30 @@ class DistributedOptimizer:
         if self._wire is not None:
             buf = buf.to(self._wire)
         b.buf = buf
-        b.handle = iallreduce_(buf, self._op)
+        # With uneven inputs the average is over the ranks still training,
+        # known only at the end of the step: sum now, divide then.
+        b.handle = iallreduce_(buf, "sum" if self._uneven else self._op)
+
+    def _active(self, me):
+        """The number of ranks still training this step (me: 1 or 0)."""
+        import torch
+        self._steps += 1
+        n = torch.tensor([me], dtype=torch.int64)
+        allreduce_(n)
+        return int(n.item())
+
+    def _join(self):
+        import torch
+        joined_at = self._steps
+        while True:
+            for b in self._buckets:
+                buf = torch.zeros(b.numel, dtype=self._wire or b.dtype)
+                allreduce_(buf)
+            if self._active(0) == 0:
+                break
+        last = torch.tensor([joined_at * size() + rank()], dtype=torch.int64)
+        allreduce_(last, "max")
+        return int(last.item()) % size()
 
     def synchronize(self):
         """Wait for every bucket and write the reduced gradients back."""
@@ -105,9 +161,12 @@ class DistributedOptimizer:
         for b in self._buckets:
             if b.handle is None:
                 self._launch(b)
+        active = self._active(1) if self._uneven else 0
         for b in self._buckets:
             b.handle.wait()
             buf = b.buf.to(b.dtype) if self._wire is not None else b.buf
+            if self._uneven and self._op == "avg":
+                buf = buf / active
             off = 0
             with torch.no_grad():
                 for p in b.params:

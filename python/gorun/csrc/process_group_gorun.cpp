@@ -43,6 +43,7 @@ gorun_dtype toDType(const at::Tensor& t) {
     case at::kDouble: return GORUN_FLOAT64;
     case at::kHalf: return GORUN_FLOAT16;
     case at::kBFloat16: return GORUN_BFLOAT16;
+    case at::kBool: return GORUN_UINT8;  // one byte, 0 or 1: BAND/BOR/BXOR/MIN/MAX keep it so
     default:
       TORCH_CHECK(false, "gorun backend: unsupported dtype ", t.scalar_type());
   }
@@ -55,9 +56,23 @@ gorun_op toOp(const c10d::ReduceOp& op) {
     case c10d::ReduceOp::MIN: return GORUN_MIN;
     case c10d::ReduceOp::MAX: return GORUN_MAX;
     case c10d::ReduceOp::AVG: return GORUN_AVG;
+    case c10d::ReduceOp::BAND: return GORUN_BAND;
+    case c10d::ReduceOp::BOR: return GORUN_BOR;
+    case c10d::ReduceOp::BXOR: return GORUN_BXOR;
     default:
-      TORCH_CHECK(false, "gorun backend: unsupported reduce op");
+      TORCH_CHECK(false, "gorun backend: unsupported reduce op ", int(op.op_),
+                  " (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR and BXOR are supported)");
   }
+}
+
+// opFor is toOp, refusing (before gorun sees it, so the group stays
+// usable) a bitwise op on a floating-point tensor.
+gorun_op opFor(const c10d::ReduceOp& op, const at::Tensor& t) {
+  gorun_op o = toOp(op);
+  TORCH_CHECK(!(o >= GORUN_BAND && o <= GORUN_BXOR && at::isFloatingType(t.scalar_type())),
+              "gorun backend: bitwise reduce ops are defined for integer and bool tensors only, not ",
+              t.scalar_type());
+  return o;
 }
 
 const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
@@ -154,7 +169,7 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
     const at::Tensor& t = single(ts, "allreduce");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE, ts);
-    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), toOp(opts.reduceOp), &w->req));
+    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), opFor(opts.reduceOp, t), &w->req));
     return enqueue(w);
   }
 
@@ -166,7 +181,7 @@ class ProcessGroupGorun : public ProcessGroup {
     for (auto& t : ts) flat.push_back(t.reshape(-1));
     at::Tensor buf = at::cat(flat);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE_COALESCED, ts);
-    check(gorun_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), toDType(buf), toOp(opts.reduceOp), &w->req));
+    check(gorun_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), toDType(buf), opFor(opts.reduceOp, buf), &w->req));
     std::vector<at::Tensor> outs = ts;
     w->after = [buf, outs]() mutable {
       int64_t off = 0;
@@ -218,7 +233,143 @@ class ProcessGroupGorun : public ProcessGroup {
     TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
     TORCH_CHECK(in.numel() == out.numel() * getSize(), "gorun backend: input must be size × output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{out});
-    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(in), toOp(opts.reduceOp), &w->req));
+    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(in), opFor(opts.reduceOp, in), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const ReduceOptions& opts) override {
+    const at::Tensor& t = single(ts, "reduce");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE, ts);
+    check(gorun_ireduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), opFor(opts.reduceOp, t),
+                        int(opts.rootRank), &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                  const GatherOptions& opts) override {
+    const at::Tensor& in = single(ins, "gather");
+    int root = int(opts.rootRank);
+    at::Tensor flat;
+    std::vector<at::Tensor> targets;
+    if (getRank() == root) {
+      TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
+                  "gorun backend: gather needs one list of ", getSize(), " output tensors at the root");
+      for (auto& o : outs[0]) {
+        TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                    "gorun backend: gather output tensors must match the input");
+      }
+      flat = at::empty({in.numel() * getSize()}, in.options());
+      targets = outs[0];
+    } else {
+      TORCH_CHECK(outs.empty() || outs[0].empty(), "gorun backend: gather output tensors are for the root only");
+    }
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::GATHER, targets);
+    check(gorun_igather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), toDType(in),
+                        root, &w->req));
+    if (flat.defined()) w->after = unflatten(flat, targets);
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                   const ScatterOptions& opts) override {
+    const at::Tensor& out = single(outs, "scatter");
+    int root = int(opts.rootRank);
+    at::Tensor flat;
+    if (getRank() == root) {
+      TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(),
+                  "gorun backend: scatter needs one list of ", getSize(), " input tensors at the root");
+      flat = flatten(ins[0], out);
+    } else {
+      TORCH_CHECK(ins.empty() || ins[0].empty(), "gorun backend: scatter input tensors are for the root only");
+    }
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SCATTER, outs);
+    check(gorun_iscatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), toDType(out),
+                         root, &w->req));
+    w->after = [flat]() {};  // keeps flat alive until the scatter is done
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
+                                          const ReduceScatterOptions& opts) override {
+    const at::Tensor& out = single(outs, "reduce_scatter");
+    TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(),
+                "gorun backend: reduce_scatter needs one list of ", getSize(), " input tensors");
+    at::Tensor flat = flatten(ins[0], out);
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE_SCATTER, outs);
+    check(gorun_ireduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), toDType(out),
+                                opFor(opts.reduceOp, out), &w->req));
+    w->after = [flat]() {};
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
+                                         std::vector<int64_t>& inSplits, const AllToAllOptions&) override {
+    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+    TORCH_CHECK(out.device().is_cpu() && in.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+    TORCH_CHECK(out.scalar_type() == in.scalar_type(), "gorun backend: all_to_all_single tensors differ in dtype");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL_BASE, std::vector<at::Tensor>{out});
+    int size = getSize();
+    if (outSplits.empty() && inSplits.empty()) {
+      TORCH_CHECK(in.numel() == out.numel() && in.numel() % size == 0,
+                  "gorun backend: all_to_all_single without splits needs equal tensors divisible by the world size");
+      check(gorun_ialltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / size, toDType(in), &w->req));
+      return enqueue(w);
+    }
+    // Splits count rows (the first dimension); gorun counts elements.
+    auto counts = [size](const at::Tensor& t, const std::vector<int64_t>& splits) {
+      int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+      int64_t row = rows == 0 ? 0 : t.numel() / rows;
+      std::vector<size_t> c(size);
+      for (int i = 0; i < size; i++) c[i] = splits.empty() ? size_t(t.numel() / size) : size_t(splits[i] * row);
+      return c;
+    };
+    auto sc = std::make_shared<std::vector<size_t>>(counts(in, inSplits));
+    auto rc = std::make_shared<std::vector<size_t>>(counts(out, outSplits));
+    check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr, toDType(in),
+                           &w->req));
+    w->after = [sc, rc]() {};
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+                                    const AllToAllOptions&) override {
+    int size = getSize();
+    TORCH_CHECK(int(outs.size()) == size && int(ins.size()) == size,
+                "gorun backend: all_to_all needs ", size, " input and output tensors");
+    auto sc = std::make_shared<std::vector<size_t>>(size);
+    auto rc = std::make_shared<std::vector<size_t>>(size);
+    std::vector<at::Tensor> flatIn;
+    int64_t rtotal = 0;
+    for (int i = 0; i < size; i++) {
+      TORCH_CHECK(ins[i].scalar_type() == outs[0].scalar_type() && outs[i].scalar_type() == outs[0].scalar_type(),
+                  "gorun backend: all_to_all tensors differ in dtype");
+      TORCH_CHECK(ins[i].device().is_cpu() && outs[i].device().is_cpu(), "gorun backend: tensors must be on the CPU");
+      (*sc)[i] = ins[i].numel();
+      (*rc)[i] = outs[i].numel();
+      rtotal += outs[i].numel();
+      flatIn.push_back(ins[i].reshape(-1));
+    }
+    at::Tensor in = at::cat(flatIn);
+    at::Tensor out = at::empty({rtotal}, outs[0].options());
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL, outs);
+    check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr,
+                           toDType(out), &w->req));
+    auto after = unflatten(out, outs);
+    w->after = [in, sc, rc, after]() { after(); };
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    const at::Tensor& t = single(ts, "send");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SEND, ts);
+    check(gorun_isend(comm_, t.data_ptr(), t.numel(), toDType(t), dst, tag, &w->req));
+    return enqueue(w);
+  }
+
+  c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    const at::Tensor& t = single(ts, "recv");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::RECV, ts);
+    check(gorun_irecv(comm_, t.data_ptr(), t.numel(), toDType(t), src, tag, &w->req));
     return enqueue(w);
   }
 
@@ -231,6 +382,29 @@ class ProcessGroupGorun : public ProcessGroup {
 
  private:
   static void check(int rc) { TORCH_CHECK(rc == GORUN_OK, gorunError(rc)); }
+
+  // flatten concatenates a rank-ordered list of tensors shaped like like.
+  at::Tensor flatten(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
+    std::vector<at::Tensor> flat;
+    for (auto& t : ts) {
+      TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
+                  "gorun backend: every tensor of the list must match the output");
+      TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+      flat.push_back(t.reshape(-1));
+    }
+    return at::cat(flat);
+  }
+
+  // unflatten copies consecutive pieces of flat into targets.
+  static std::function<void()> unflatten(at::Tensor flat, std::vector<at::Tensor> targets) {
+    return [flat, targets]() mutable {
+      int64_t off = 0;
+      for (auto& t : targets) {
+        t.copy_(flat.narrow(0, off, t.numel()).view_as(t));
+        off += t.numel();
+      }
+    };
+  }
 
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
     {

@@ -1,0 +1,269 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+// The v-collectives: MPI's allgatherv, gatherv, scatterv and alltoallv,
+// with per-rank counts and displacements (in elements). A nil displs means
+// packed: block r starts where block r−1 ends.
+//
+// Counts that a pair of ranks must agree on are checked before any data
+// moves: allgatherv's counts travel in every message's signature, and
+// gatherv, scatterv and alltoallv first exchange each pair's counts (one
+// small scatter or all-to-all), so a disagreement fails with ErrMismatch
+// naming both ranks rather than corrupting or hanging. That check costs
+// one extra latency; the data then moves directly between each pair.
+
+// AllGatherV gathers counts[r] elements from every rank r into
+// recv[displs[r]:] on every rank (len(send) = counts[Rank]). counts must be
+// the same on every rank; send may be recv's own block (in place).
+func AllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
+	return allGatherV(ctx, c, c.ticket(), send, recv, counts, displs)
+}
+
+func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, counts, displs []int) error {
+	const name = "allgatherv"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
+	displs, err := c.checkV(name, "", counts, displs, len(recv))
+	if err != nil {
+		return err
+	}
+	if len(send) != counts[c.rank] {
+		return c.invalid(name, "len(send) = %d, counts[%d] = %d", len(send), c.rank, counts[c.rank])
+	}
+	if mine := recv[displs[c.rank] : displs[c.rank]+len(send)]; !sameSlice(send, mine) {
+		copy(mine, send)
+	}
+	rank, size := c.rank, c.size
+	s := spec{coll: collectives.AllGatherV, dt: DTypeOf[T](), count: countsHash(counts), work: bytesOf(recv), input: bytesOf(send),
+		build: func(chunk int) *collectives.Schedule {
+			return collectives.DirectAllGatherV(rank, size, counts, displs, chunk)
+		}}
+	err = rankErr(name, c.exec(ctx, &s))
+	if re, ok := err.(*RankError); ok && errors.Is(err, ErrMismatch) {
+		// The counts travel as a hash: say what the number means.
+		re.Err = fmt.Errorf("%w (allgatherv's counts must be the same on every rank)", re.Err)
+	}
+	return err
+}
+
+// GatherV gathers every rank's send into root's recv, rank r's at
+// recv[displs[r]:displs[r]+counts[r]]. counts, displs and recv matter at
+// root only; there len(send) = counts[root].
+func GatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
+	return gatherV(ctx, c, c.ticket(), send, recv, counts, displs, root)
+}
+
+func gatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, counts, displs []int, root int) error {
+	const name = "gatherv"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	var work []byte
+	if c.rank == root {
+		var err error
+		if displs, err = c.checkV(name, "", counts, displs, len(recv)); err != nil {
+			return err
+		}
+		copy(recv[displs[root]:displs[root]+counts[root]], send)
+		work = bytesOf(recv)
+	}
+	if err := c.agreeCounts(ctx, name, root, counts, len(send), true); err != nil {
+		return err
+	}
+	rank, size, n := c.rank, c.size, len(send)
+	s := spec{coll: collectives.GatherV, dt: DTypeOf[T](), root: root, work: work, input: bytesOf(send),
+		build: func(chunk int) *collectives.Schedule {
+			return collectives.DirectGatherV(rank, size, root, n, counts, displs, chunk)
+		}}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// ScatterV sends send[displs[r]:displs[r]+counts[r]] from root to rank r's
+// recv (len(recv) = counts[r]). send, counts and displs matter at root only.
+func ScatterV[T Number](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	return scatterV(ctx, c, c.ticket(), send, counts, displs, recv, root)
+}
+
+func scatterV[T Number](ctx context.Context, c *Comm, t uint64, send []T, counts, displs []int, recv []T, root int) error {
+	const name = "scatterv"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
+	if root < 0 || root >= c.size {
+		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
+	}
+	var input []byte
+	if c.rank == root {
+		var err error
+		if displs, err = c.checkV(name, "", counts, displs, len(send)); err != nil {
+			return err
+		}
+		input = bytesOf(send)
+	}
+	if err := c.agreeCounts(ctx, name, root, counts, len(recv), false); err != nil {
+		return err
+	}
+	if c.rank == root {
+		copy(recv, send[displs[root]:displs[root]+counts[root]])
+	}
+	rank, size, n := c.rank, c.size, len(recv)
+	s := spec{coll: collectives.ScatterV, dt: DTypeOf[T](), root: root, work: bytesOf(recv), input: input,
+		build: func(chunk int) *collectives.Schedule {
+			return collectives.DirectScatterV(rank, size, root, n, counts, displs, chunk)
+		}}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// AllToAllV sends send[sendDispls[b]:+sendCounts[b]] to rank b, where it
+// lands at recv[recvDispls[Rank]:+recvCounts[Rank]]. Rank a's
+// sendCounts[b] must equal rank b's recvCounts[a]. send and recv must not
+// overlap.
+func AllToAllV[T Number](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
+	return allToAllV(ctx, c, c.ticket(), send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+}
+
+func allToAllV[T Number](ctx context.Context, c *Comm, t uint64, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
+	const name = "alltoallv"
+	if err := c.enter(ctx, t, name); err != nil {
+		return err
+	}
+	defer c.release()
+	sendDispls, err := c.checkV(name, "send", sendCounts, sendDispls, len(send))
+	if err != nil {
+		return err
+	}
+	if recvDispls, err = c.checkV(name, "recv", recvCounts, recvDispls, len(recv)); err != nil {
+		return err
+	}
+	if err := c.agreeAllToAll(ctx, name, sendCounts, recvCounts); err != nil {
+		return err
+	}
+	r := c.rank
+	if sendCounts[r] != recvCounts[r] {
+		return c.invalid(name, "sendCounts[%d] = %d, recvCounts[%d] = %d (this rank's own block)", r, sendCounts[r], r, recvCounts[r])
+	}
+	copy(recv[recvDispls[r]:recvDispls[r]+recvCounts[r]], send[sendDispls[r]:])
+	size := c.size
+	s := spec{coll: collectives.AllToAllV, dt: DTypeOf[T](), work: bytesOf(recv), input: bytesOf(send),
+		build: func(chunk int) *collectives.Schedule {
+			return collectives.PairwiseAllToAllV(r, size, sendCounts, sendDispls, recvCounts, recvDispls, chunk)
+		}}
+	return rankErr(name, c.exec(ctx, &s))
+}
+
+// checkV validates counts and displacements against a buffer of n
+// elements and returns the displacements (packed ones if displs is nil).
+func (c *Comm) checkV(op, which string, counts, displs []int, n int) ([]int, error) {
+	if which != "" {
+		which += " "
+	}
+	if len(counts) != c.size {
+		return nil, c.invalid(op, "%scounts has %d entries, want Size = %d", which, len(counts), c.size)
+	}
+	if displs == nil {
+		displs = make([]int, c.size)
+		off := 0
+		for i, k := range counts {
+			displs[i] = off
+			off += max(k, 0)
+		}
+	} else if len(displs) != c.size {
+		return nil, c.invalid(op, "%sdispls has %d entries, want Size = %d", which, len(displs), c.size)
+	}
+	for i, k := range counts {
+		if k < 0 {
+			return nil, c.invalid(op, "%scounts[%d] = %d is negative", which, i, k)
+		}
+		if d := displs[i]; d < 0 || d+k > n {
+			return nil, c.invalid(op, "%sblock %d [%d,%d) lies outside the buffer of %d elements", which, i, d, d+k, n)
+		}
+	}
+	return displs, nil
+}
+
+// countsHash identifies a counts vector in message signatures.
+func countsHash(counts []int) int {
+	h := uint64(14695981039346656037)
+	for _, k := range counts {
+		h = (h ^ uint64(k)) * 1099511628211
+	}
+	return int(h >> 2)
+}
+
+// mismatch fails the operation on every rank for a disagreement this rank
+// found between its arguments and a peer's.
+func (c *Comm) mismatch(op, format string, args ...any) error {
+	err := fmt.Errorf("%w: %s", ErrMismatch, fmt.Sprintf(format, args...))
+	c.eng.Abort(c.rank, err)
+	return &RankError{Rank: c.rank, Op: op, Err: err}
+}
+
+// agreeCounts checks that root's counts[r] equals rank r's own count n
+// (root scatters its counts first). gather says which way data will flow,
+// for the error message. The caller holds the turn.
+func (c *Comm) agreeCounts(ctx context.Context, op string, root int, counts []int, n int, gather bool) error {
+	// The scratch buffer is reused, so its registration is cached.
+	buf := int64s(c.scratchFor(8 * (1 + c.size)))
+	mine, all := buf[:1], buf[1:]
+	if c.rank != root {
+		all = nil
+	} else {
+		for i, k := range counts {
+			all[i] = int64(k)
+		}
+		mine[0] = all[root]
+	}
+	s := spec{coll: collectives.Scatter, dt: DTypeOf[int64](), root: root, count: 1, work: bytesOf(mine), input: bytesOf(all)}
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(op, err)
+	}
+	if want := int(mine[0]); want != n {
+		if gather {
+			return c.mismatch(op, "rank %d sends %d elements, root %d expects counts[%d] = %d", c.rank, n, root, c.rank, want)
+		}
+		return c.mismatch(op, "root %d sends counts[%d] = %d elements, rank %d expects %d", root, c.rank, want, c.rank, n)
+	}
+	return nil
+}
+
+// agreeAllToAll checks every pair's counts: rank a's sendCounts[b] against
+// rank b's recvCounts[a] (one all-to-all of the counts). The caller holds
+// the turn.
+func (c *Comm) agreeAllToAll(ctx context.Context, op string, sendCounts, recvCounts []int) error {
+	buf := int64s(c.scratchFor(16 * c.size))
+	out, in := buf[:c.size], buf[c.size:]
+	for i, k := range sendCounts {
+		out[i] = int64(k)
+	}
+	in[c.rank] = out[c.rank]
+	s := spec{coll: collectives.AllToAll, dt: DTypeOf[int64](), count: 1, work: bytesOf(in), input: bytesOf(out)}
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(op, err)
+	}
+	for a, k := range in {
+		if int(k) != recvCounts[a] {
+			return c.mismatch(op, "rank %d sends %d elements to rank %d, which expects recvCounts[%d] = %d", a, k, c.rank, a, recvCounts[a])
+		}
+	}
+	return nil
+}
+
+// int64s views b (8-byte aligned, as the scratch buffer is) as int64s.
+func int64s(b []byte) []int64 {
+	return unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
+}

@@ -1,0 +1,112 @@
+"""Run under `gorun -np 3 /usr/bin/python3 python/tests/package_check.py`:
+the Python package's reduce, gather, scatter, alltoall,
+broadcast_optimizer_state and join (uneven inputs, against a
+single-process reference). Prints "package_check: rank R ok"."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import gorun  # noqa: E402
+
+
+def expect(cond, msg):
+    if not cond:
+        raise SystemExit("package_check: rank %d: %s" % (gorun.rank(), msg))
+
+
+def collectives(r, n):
+    red = gorun.reduce(np.array([r + 1, -r], dtype=np.int32), op="max", root=1)
+    expect((red.tolist() == [n, 0]) if r == 1 else red is None, "reduce %s" % red)
+    t = gorun.reduce(torch.full((2, 2), float(r)), root=0)
+    expect(t is None if r else torch.equal(t, torch.full((2, 2), float(n * (n - 1) / 2))), "torch reduce")
+    g = gorun.gather(torch.tensor([r, r * r]), root=2)
+    expect(g is None if r != 2 else g.tolist() == [[k, k * k] for k in range(n)], "gather %s" % g)
+    src = np.arange(n * 2 * 3, dtype=np.float64).reshape(n * 2, 3) if r == 0 else np.zeros(1)
+    s = gorun.scatter(src, root=0)
+    expect(s.shape == (2, 3) and s[0, 0] == 6 * r and s[1, 2] == 6 * r + 5, "scatter %s" % s)
+    # alltoall with uneven splits: b+1 rows of width 2 to rank b
+    x = torch.cat([torch.full((b + 1, 2), float(10 * r + b)) for b in range(n)])
+    got, splits = gorun.alltoall(x, splits=[b + 1 for b in range(n)])
+    expect(splits == [r + 1] * n, "alltoall splits %s" % splits)
+    want = torch.cat([torch.full((r + 1, 2), float(10 * a + r)) for a in range(n)])
+    expect(torch.equal(got, want), "alltoall %s" % got)
+    even, sp = gorun.alltoall(np.arange(n, dtype=np.int64) + 100 * r)
+    expect(even.tolist() == [100 * a + r for a in range(n)] and sp == [1] * n, "even alltoall %s" % even)
+    bits = np.array([1 << r], dtype=np.uint8)
+    gorun.allreduce_(bits, op="bor")
+    expect(bits[0] == (1 << n) - 1, "bor %s" % bits)
+
+
+def net():
+    torch.manual_seed(3)
+    return torch.nn.Linear(4, 2)
+
+
+def optimizer_state(r):
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.1 * (r + 1))
+    if r == 0:  # only root has trained: it has moments and a step count
+        model(torch.ones(1, 4)).sum().backward()
+        opt.step()
+    gorun.broadcast_optimizer_state(opt, root=0)
+    st = opt.state_dict()
+    expect(st["param_groups"][0]["lr"] == 0.1, "lr %s" % st["param_groups"][0]["lr"])
+    expect(len(st["state"]) == 2 and float(st["state"][0]["step"]) == 1.0, "state %s" % st["state"].keys())
+    m = st["state"][0]["exp_avg"].clone()
+    gorun.allreduce_(m, op="max")
+    expect(torch.equal(m, st["state"][0]["exp_avg"]), "moments differ between ranks")
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)
+
+
+def uneven(r, n):
+    """Rank r has 2 + r batches; join averages over the ranks still going."""
+    counts = [2 + k for k in range(n)]
+    model = net()
+    opt = gorun.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters(), uneven_inputs=True)
+    for step in range(counts[r]):
+        x, y = batch(r, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    last = gorun.join(opt)
+    expect(last == n - 1, "join returned %d, want %d" % (last, n - 1))
+    gorun.broadcast_parameters(model.state_dict(), root=last)  # joined ranks stopped stepping
+    ref = net()
+    sgd = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(max(counts)):
+        active = [k for k in range(n) if step < counts[k]]
+        grads = []
+        for k in active:
+            ref.zero_grad()
+            x, y = batch(k, step)
+            torch.nn.functional.mse_loss(ref(x), y).backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        for i, p in enumerate(ref.parameters()):
+            p.grad = sum(g[i] for g in grads) / len(active)
+        sgd.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6), "join result %s, want %s" % (a.tolist(), b.tolist()))
+
+
+def main():
+    gorun.init()
+    r, n = gorun.rank(), gorun.size()
+    collectives(r, n)
+    optimizer_state(r)
+    uneven(r, n)
+    gorun.barrier()
+    print("package_check: rank %d ok" % r, flush=True)
+    gorun.finalize()
+
+
+if __name__ == "__main__":
+    main()
