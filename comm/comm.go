@@ -58,7 +58,7 @@ type Comm struct {
 
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 
-	obs *commObs // nil unless observed (observe.go)
+	obs  *commObs   // nil unless observed (observe.go)
 	topo Topology   // where the ranks run (topology.go)
 	hier *hierComms // sub-communicators of the hierarchical algorithms; nil: flat only
 }
