@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -296,5 +295,3 @@ func rankFailure(p *proc, err error) *RankError {
 	}
 	return re
 }
-
-var errStopped = errors.New("stopped by gorun")

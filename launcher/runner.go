@@ -22,13 +22,6 @@ type proc struct {
 	done   bool
 }
 
-func (p *proc) name() string {
-	if p.rank < 0 {
-		return "srun"
-	}
-	return fmt.Sprintf("rank %d", p.rank)
-}
-
 type exit struct {
 	p   *proc
 	err error

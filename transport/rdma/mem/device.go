@@ -63,6 +63,9 @@ func (d *device) isClosed() bool {
 }
 
 func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, opErr("register", rdma.ErrInvalid)
+	}
 	if d.isClosed() {
 		return nil, opErr("register", rdma.ErrClosed)
 	}
@@ -70,7 +73,7 @@ func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
 }
 
 func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
-	if n < 0 {
+	if n <= 0 {
 		return nil, opErr("alloc", rdma.ErrInvalid)
 	}
 	if d.isClosed() {

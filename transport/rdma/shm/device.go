@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -60,13 +62,16 @@ func (d *Device) Name() string { return provider }
 // Register makes buf (Go memory, pinned) usable by this device. Peers reach
 // it with cross-memory attach.
 func (d *Device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, rdma.NewOpError(provider, "register", rdma.ErrInvalid)
+	}
 	return d.add(buf, access, &mrInfo{slot: -1, off: noArena})
 }
 
 // Alloc returns n bytes carved from the device's memfd arena. Peers map the
 // arena, so their writes and reads are one memcpy.
 func (d *Device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
-	if n < 0 {
+	if n <= 0 {
 		return nil, rdma.NewOpError(provider, "alloc", rdma.ErrInvalid)
 	}
 	d.mu.Lock()

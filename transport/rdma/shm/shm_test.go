@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -203,7 +205,7 @@ func TestBoundsAndDeregistered(t *testing.T) {
 }
 
 func TestRNRAndLengthError(t *testing.T) {
-	a, b, da, db := pair(t, rdma.Config{RNRRetry: 3, RNRTimer: time.Millisecond})
+	a, b, da, _ := pair(t, rdma.Config{RNRRetry: 3, RNRTimer: time.Millisecond})
 	buf, _ := da.Alloc(64, rdma.AccessLocalWrite)
 	start := time.Now()
 	a.PostSend(1, buf.Bytes()[:8], buf, 0)
@@ -213,7 +215,7 @@ func TestRNRAndLengthError(t *testing.T) {
 	}
 	_ = b
 
-	a, b, da, db = pair(t, rdma.Config{})
+	a, b, da, db := pair(t, rdma.Config{})
 	buf, _ = da.Alloc(64, rdma.AccessLocalWrite)
 	rb, _ := db.Alloc(4, rdma.AccessLocalWrite)
 	b.PostRecv(7, rb.Bytes(), rb)

@@ -60,6 +60,9 @@ func (d *device) isClosed() bool {
 }
 
 func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, opErr("register", rdma.ErrInvalid)
+	}
 	if d.isClosed() {
 		return nil, opErr("register", rdma.ErrClosed)
 	}
