@@ -20,12 +20,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
 )
 
 // envFault is the variable withFault reads.
-const envFault = "GORUN_FAULT"
+const envFault = jobenv.Fault
 
 // withFault wraps dev in the GORUN_FAULT rules that apply to rank, or
 // returns it unchanged when there are none. A malformed spec closes dev and
@@ -35,13 +36,13 @@ func withFault(dev rdma.Device, rank int) (rdma.Device, error) {
 	if spec == "" {
 		return dev, nil
 	}
-	if job, err := strconv.Atoi(strings.TrimSpace(osGetenv("GORUN_RANK"))); err == nil && job >= 0 {
+	if job, err := strconv.Atoi(strings.TrimSpace(osGetenv(jobenv.Rank))); err == nil && job >= 0 {
 		rank = job
 	}
 	plan, err := faulty.ParsePlan(spec, rank)
 	if err != nil {
 		dev.Close()
-		return nil, &envError{envFault, spec, err.Error()}
+		return nil, envErr(envFault, spec, err.Error())
 	}
 	if len(plan.Rules) > 0 {
 		faultNotice(rank, plan)

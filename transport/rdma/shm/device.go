@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
@@ -51,7 +52,7 @@ func open(cfg rdma.Config) (rdma.Device, error) {
 		cfg:       cfg,
 		pd:        soft.NewPD(provider),
 		arena:     a,
-		cma:       os.Getenv("GORUN_SHM_CMA") != "0",
+		cma:       os.Getenv(jobenv.ShmCMA) != "0",
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[*listener]struct{}),
 	}, nil
