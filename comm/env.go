@@ -1,6 +1,7 @@
 package comm
 
-// Environment variables. Every variable gorun reads is parsed in this file.
+// Environment variables. internal/jobenv owns their names and the parsers
+// shared with the launcher and the C ABI; comm's tunables are parsed here.
 //
 // Job variables (set by the launcher; comm.Init reads them):
 //
@@ -16,7 +17,8 @@ package comm
 //
 //	Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //	          OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
-//	Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST
+//	MPICH     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra)
+//	Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST
 //	          (SLURM_JOB_ID becomes the job id)
 //	torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //	          MASTER_ADDR, MASTER_PORT (MASTER_ADDR:MASTER_PORT becomes the
