@@ -96,13 +96,11 @@ const (
 func readTunables(getenv func(string) string) (tunables, error) {
 	var t tunables
 	if s := getenv(jobenv.Transport); s != "" {
-		s = strings.ToLower(strings.TrimSpace(s))
-		switch s {
-		case "auto", "verbs", "tcp", "shm", "mem":
-		default:
-			return t, envErr(jobenv.Transport, s, "want auto, verbs, tcp, shm or mem")
+		name, err := parseTransport(s)
+		if err != nil {
+			return t, envErr(jobenv.Transport, s, err.Error())
 		}
-		t.Transport = s
+		t.Transport = name
 	}
 	if s := getenv(jobenv.Algo); s != "" {
 		m, err := parseAlgoSpec(s)

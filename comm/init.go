@@ -68,6 +68,9 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if job.LocalSize > 0 {
 		cfg.localRanks = job.LocalSize
 	}
+	if err := reachesRanks(cfg.transport, job); err != nil {
+		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
+	}
 	bc, err := bootstrapConfig(job, getenv, cfg)
 	if err != nil {
 		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}

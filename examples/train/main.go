@@ -29,6 +29,7 @@ import (
 
 	"github.com/gorun-hpc/gorun/comm"
 	"github.com/gorun-hpc/gorun/ddp"
+	_ "github.com/gorun-hpc/gorun/transport/rdma/faulty" // gorun --fault (the reliability tests kill ranks mid-run)
 )
 
 func main() {

@@ -20,7 +20,7 @@ const MaxInline = 256
 const provider = "mem"
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+	rdma.RegisterProviderInfo(rdma.ProviderInfo{Name: provider, Reach: rdma.ReachProcess, Preference: 40}, func(cfg rdma.Config) (rdma.Device, error) {
 		return Open(cfg), nil
 	})
 }

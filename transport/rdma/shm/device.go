@@ -15,7 +15,9 @@ import (
 
 const provider = "shm"
 
-func init() { rdma.RegisterProvider(provider, open) }
+func init() {
+	rdma.RegisterProviderInfo(rdma.ProviderInfo{Name: provider, Reach: rdma.ReachHost, Preference: 20}, open)
+}
 
 // Device is the shm protection domain: a key table, a memfd arena for
 // Alloc, and the connections and listeners opened on it.

@@ -12,7 +12,8 @@ import (
 // memfd, futexes, SCM_CREDENTIALS and process_vm_writev. comm's auto
 // transport then uses tcp between ranks of one host.
 func init() {
-	rdma.RegisterProvider("shm", func(rdma.Config) (rdma.Device, error) {
+	info := rdma.ProviderInfo{Name: "shm", Reach: rdma.ReachHost, Preference: 20}
+	rdma.RegisterProviderInfo(info, func(rdma.Config) (rdma.Device, error) {
 		return nil, &rdma.OpError{Op: "open", Provider: "shm", Err: fmt.Errorf("%w: shm needs Linux", rdma.ErrNotSupported)}
 	})
 }

@@ -19,7 +19,8 @@ const provider = "tcp"
 const MaxInline = 256
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+	info := rdma.ProviderInfo{Name: provider, Reach: rdma.ReachNetwork, NeedsIP: true, Preference: 10}
+	rdma.RegisterProviderInfo(info, func(cfg rdma.Config) (rdma.Device, error) {
 		cfg = cfg.WithDefaults()
 		if cfg.SendQueueDepth < 1 || cfg.RecvQueueDepth < 1 || cfg.RNRTimer < 0 || cfg.RNRRetry < -1 {
 			return nil, opErr("open", fmt.Errorf("%w: config %+v", rdma.ErrInvalid, cfg))

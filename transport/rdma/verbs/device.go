@@ -33,7 +33,8 @@ const provider = "verbs"
 const DeviceEnv = "GORUN_VERBS_DEVICE"
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) { return Open(cfg) })
+	info := rdma.ProviderInfo{Name: provider, Reach: rdma.ReachNetwork, NeedsIP: true, Preference: 30}
+	rdma.RegisterProviderInfo(info, func(cfg rdma.Config) (rdma.Device, error) { return Open(cfg) })
 }
 
 // device is one ibv_context (shared with librdmacm) and its protection domain.
