@@ -18,7 +18,7 @@ func main() {
 
 // run is gorun's main, returning the exit status.
 func run(args []string) int {
-	cfg, err := parseArgs(args, os.Stderr)
+	cfg, err := parseArgs(args, os.Stdout, os.Stderr)
 	if err != nil {
 		if isHelp(err) {
 			return 0
