@@ -68,6 +68,12 @@ type Config struct {
 	// a second signal kills the ranks at once.
 	Signals <-chan os.Signal
 
+	// WorkDir is every rank's working directory (-wdir); "" is gorun's.
+	WorkDir string
+	// OutputDir, if set, also writes each rank's output to
+	// OutputDir/rank.N/stdout and stderr, untagged (--output-filename).
+	OutputDir string
+
 	Stdin          io.Reader // rank 0's stdin; nil means none
 	Stdout, Stderr io.Writer // nil means os.Stdout, os.Stderr
 	// Terminal says stderr is a terminal (status line redrawn in place);

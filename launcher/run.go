@@ -129,6 +129,7 @@ func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
 	}
 	if isLocalHost(s.Host) {
 		cmd = exec.Command(prog, cfg.Args...)
+		cmd.Dir = cfg.WorkDir
 		cmd.Env = localEnv(j.rankVars(s))
 		cmd.Stdin = stdin
 	} else {
@@ -136,7 +137,10 @@ func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
 		if agent == nil {
 			agent = DefaultAgent
 		}
-		dir, _ := os.Getwd()
+		dir := cfg.WorkDir
+		if dir == "" {
+			dir, _ = os.Getwd()
+		}
 		a := remoteArgv(agent, s.Host, dir, j.remoteVars(s), append([]string{prog}, cfg.Args...))
 		cmd = exec.Command(a[0], a[1:]...)
 		cmd.Env = localEnv(nil)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -106,6 +107,15 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) start(p *proc, exits chan<- exit) error {
 	p.cmd.Stdout = p.stdout
 	p.cmd.Stderr = p.stderr
+	var logs []*os.File
+	if r.cfg.OutputDir != "" && p.rank >= 0 {
+		var err error
+		if logs, err = rankLogs(r.cfg.OutputDir, p.rank); err != nil {
+			return err
+		}
+		p.cmd.Stdout = io.MultiWriter(p.stdout, logs[0])
+		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
+	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = waitDelay
 	var stdin *os.File
@@ -141,6 +151,9 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		err := p.cmd.Wait()
 		p.stdout.Flush()
 		p.stderr.Flush()
+		for _, f := range logs {
+			f.Close()
+		}
 		exits <- exit{p, err}
 	}()
 	return nil
@@ -199,4 +212,25 @@ func (r *runner) kill(sig syscall.Signal) {
 			p.cmd.Process.Signal(sig)
 		}
 	}
+}
+
+// rankLogs creates dir/rank.N/stdout and stderr (--output-filename, laid
+// out as Open MPI's minus its job-number level).
+func rankLogs(dir string, rank int) ([]*os.File, error) {
+	d := filepath.Join(dir, fmt.Sprintf("rank.%d", rank))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: --output-filename: %v", ErrLaunch, err)
+	}
+	var fs []*os.File
+	for _, name := range []string{"stdout", "stderr"} {
+		f, err := os.Create(filepath.Join(d, name))
+		if err != nil {
+			for _, g := range fs {
+				g.Close()
+			}
+			return nil, fmt.Errorf("%w: --output-filename: %v", ErrLaunch, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs, nil
 }

@@ -93,6 +93,8 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	fs.BoolVar(&showVersion, "version", false, "print gorun's version and exit")
+	fs.StringVar(&cfg.WorkDir, "wdir", "", "every rank's working directory (default: gorun's)")
+	fs.StringVar(&cfg.OutputDir, "output-filename", "", "also write each rank's output to DIR/rank.N/stdout and stderr")
 	if err := fs.Parse(boolValues(fs, args)); err != nil {
 		return cfg, err
 	}

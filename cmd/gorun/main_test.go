@@ -106,6 +106,9 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"-np", "2", "--tag-output", "false", "--elastic", "true", "prog", "false"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.NoTag, c.Elastic = 2, "prog", []string{"false"}, true, true
 		}},
+		{args: []string{"-np", "2", "-wdir", "/tmp", "--output-filename", "/tmp/logs", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.WorkDir, c.OutputDir = 2, "prog", []string{}, "/tmp", "/tmp/logs"
+		}},
 		{args: []string{"-np", "2", "--elastic", "./false"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Elastic = 2, "./false", []string{}, true
 		}},
