@@ -109,6 +109,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			con.message(fmt.Sprintf("gorun: --bind-to %s: %v; local ranks start unbound", cfg.Bind, err))
 		}
+		if w := bindWarning(cfg.Bind, sets); w != "" {
+			con.message(w)
+		}
 		for _, s := range slots {
 			p := rankProc(cfg, prog, j, s, con)
 			p.cpus = sets[s.Rank]
