@@ -68,6 +68,12 @@ type Config struct {
 	// a second signal kills the ranks at once.
 	Signals <-chan os.Signal
 
+	// MapBy is the placement policy (--map-by): "slot" (default) fills a
+	// host before the next, "node" deals ranks round-robin over hosts.
+	MapBy string
+	// ReportBindings prints the CPUs each local rank is bound to.
+	ReportBindings bool
+
 	// WorkDir is every rank's working directory (-wdir); "" is gorun's.
 	WorkDir string
 	// OutputDir, if set, also writes each rank's output to

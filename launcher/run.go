@@ -40,7 +40,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var slots []Slot
 	remoteHost := ""
 	if !srun {
-		if slots, err = Place(cfg.Hosts, cfg.NP); err != nil {
+		if slots, err = PlaceBy(cfg.Hosts, cfg.NP, cfg.MapBy); err != nil {
 			return err
 		}
 		for _, s := range slots {
@@ -111,6 +111,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if w := bindWarning(cfg.Bind, sets); w != "" {
 			con.message(w)
+		}
+		if cfg.ReportBindings {
+			for _, s := range slots {
+				if isLocalHost(s.Host) {
+					con.message(fmt.Sprintf("gorun: rank %d bound to CPUs %v (--bind-to %s)", s.Rank, sets[s.Rank], cfg.Bind))
+				}
+			}
 		}
 		for _, s := range slots {
 			p := rankProc(cfg, prog, j, s, con)

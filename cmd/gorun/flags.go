@@ -64,6 +64,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 		slurm    = "auto"
 
 		showVersion bool
+		npernode    int
 	)
 	fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -93,6 +94,10 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	fs.BoolVar(&showVersion, "version", false, "print gorun's version and exit")
+	fs.StringVar(&cfg.MapBy, "map-by", "", "place ranks: slot (default: fill each host first) or node (round-robin over hosts)")
+	fs.IntVar(&npernode, "npernode", 0, "at most N ranks per host (caps every host's slots)")
+	fs.IntVar(&npernode, "N", 0, "same as --npernode")
+	fs.BoolVar(&cfg.ReportBindings, "report-bindings", false, "print the CPUs each local rank is bound to")
 	fs.StringVar(&cfg.WorkDir, "wdir", "", "every rank's working directory (default: gorun's)")
 	fs.StringVar(&cfg.OutputDir, "output-filename", "", "also write each rank's output to DIR/rank.N/stdout and stderr")
 	if err := fs.Parse(boolValues(fs, args)); err != nil {
@@ -142,6 +147,12 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 	}
 	if err != nil {
 		return cfg, err
+	}
+	if npernode > 0 {
+		if len(cfg.Hosts) == 0 {
+			cfg.Hosts = []launcher.Host{{Name: "", Slots: npernode}} // this machine
+		}
+		cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
 	}
 	if cfg.NP == 0 {
 		// As mpirun: without -np, one rank per slot.

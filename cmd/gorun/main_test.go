@@ -109,6 +109,10 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"-np", "2", "-wdir", "/tmp", "--output-filename", "/tmp/logs", "prog"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.WorkDir, c.OutputDir = 2, "prog", []string{}, "/tmp", "/tmp/logs"
 		}},
+		{args: []string{"-H", "a:4,b:4", "--npernode", "1", "--map-by", "node", "--report-bindings", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.MapBy, c.ReportBindings = 2, "prog", []string{}, "node", true
+			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
+		}},
 		{args: []string{"-np", "2", "--elastic", "./false"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Elastic = 2, "./false", []string{}, true
 		}},
