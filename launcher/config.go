@@ -68,6 +68,11 @@ type Config struct {
 	// a second signal kills the ranks at once.
 	Signals <-chan os.Signal
 
+	// Apps, when set, makes the job MPMD (gorun -np 1 ./a : -np 3 ./b):
+	// app i runs the next Apps[i].NP ranks, and NP is their sum; Program
+	// and Args are then ignored.
+	Apps []App
+
 	// MapBy is the placement policy (--map-by): "slot" (default) fills a
 	// host before the next, "node" deals ranks round-robin over hosts.
 	MapBy string
@@ -137,4 +142,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Stderr = os.Stderr
 	}
 	return c, nil
+}
+
+// App is one program of an MPMD job and its number of ranks.
+type App struct {
+	NP      int
+	Program string
+	Args    []string
 }

@@ -54,6 +54,40 @@ func (f durationFlag) Set(v string) error {
 // Flags come first; the first non-flag word is the program and everything
 // after it is the program's.
 func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error) {
+	// MPMD: gorun [flags] -np 1 ./a ARGS : -np 3 ./b ARGS
+	segs := [][]string{nil}
+	for _, a := range args {
+		if a == ":" {
+			segs = append(segs, nil)
+			continue
+		}
+		segs[len(segs)-1] = append(segs[len(segs)-1], a)
+	}
+	cfg, err := parseFirst(segs[0], stdout, stderr)
+	if err != nil || len(segs) == 1 {
+		return cfg, err
+	}
+	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
+	for _, seg := range segs[1:] {
+		fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var np int
+		fs.IntVar(&np, "np", 0, "number of ranks of this program")
+		fs.IntVar(&np, "n", 0, "same as -np")
+		if err := fs.Parse(seg); err != nil {
+			return cfg, err
+		}
+		if np < 1 || fs.NArg() == 0 {
+			return cfg, fmt.Errorf("%w: after ':', want -np N PROGRAM [ARGS...], got %q", launcher.ErrUsage, seg)
+		}
+		cfg.Apps = append(cfg.Apps, launcher.App{NP: np, Program: fs.Arg(0), Args: fs.Args()[1:]})
+		cfg.NP += np
+	}
+	return cfg, nil
+}
+
+// parseFirst parses the command line up to the first ':'.
+func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error) {
 	var (
 		cfg      launcher.Config
 		hosts    string

@@ -113,6 +113,12 @@ func TestParseArgs(t *testing.T) {
 			c.NP, c.Program, c.Args, c.MapBy, c.ReportBindings = 2, "prog", []string{}, "node", true
 			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
 		}},
+		{args: []string{"-np", "1", "--tag-output=false", "./a", "x", ":", "-np", "3", "./b", "-y"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.NoTag = 4, "./a", []string{"x"}, true
+			c.Apps = []launcher.App{{NP: 1, Program: "./a", Args: []string{"x"}}, {NP: 3, Program: "./b", Args: []string{"-y"}}}
+		}},
+		{args: []string{"-np", "1", "./a", ":", "./b"}, bad: true},
+		{args: []string{"-np", "1", "./a", ":", "-np", "2"}, bad: true},
 		{args: []string{"-np", "2", "--elastic", "./false"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Elastic = 2, "./false", []string{}, true
 		}},
