@@ -125,6 +125,10 @@ func TestParseArgs(t *testing.T) {
 		// Tunables are checked once, here, before any rank starts.
 		{args: []string{"-np", "2", "--transport", "infiniband", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--transport", "mem", "prog"}, bad: true},
+		// verbs may be in the ranks' build even when not in gorun's.
+		{args: []string{"-np", "2", "--transport", "verbs", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Transport = 2, "prog", []string{}, "verbs"
+		}},
 		{args: []string{"-np", "2", "--algo", "allreduce:nosuch", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--debug", "loud", "prog"}, bad: true},
 		{args: []string{"-np", "2"}, bad: true},

@@ -28,6 +28,9 @@ const Supported = true
 
 const provider = "verbs"
 
+// Name is the provider's registered name, in every build.
+const Name = provider
+
 // DeviceEnv names the RDMA device to open (e.g. "mlx5_0"); by default the
 // first device with an active port.
 const DeviceEnv = "GORUN_VERBS_DEVICE"
