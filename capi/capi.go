@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/comm"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // Status codes, as in gorun.h.
@@ -80,14 +81,22 @@ func del[V any](m map[int64]V, id int64) {
 	delete(m, id)
 }
 
-// opTimeout bounds every blocking call: GORUN_TIMEOUT, default 10 minutes
-// (long enough for a first large collective on a slow link, short enough
-// that a hung job ends).
-func opTimeout() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("GORUN_TIMEOUT")); err == nil && d > 0 {
-		return d
+// opContext bounds every blocking call by GORUN_TIMEOUT, read as comm
+// reads it (jobenv.OpTimeout: default 5 minutes, seconds or a duration, 0
+// disables). A bad value was already refused by gorun_init (comm.Init).
+func opContext() (context.Context, context.CancelFunc) {
+	d, _, err := jobenv.OpTimeout(os.Getenv)
+	if err != nil {
+		d = jobenv.DefaultTimeout
 	}
-	return 10 * time.Minute
+	return opContextFor(d)
+}
+
+func opContextFor(d time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		return context.WithCancel(context.Background())
+	}
+	return context.WithTimeout(context.Background(), d)
 }
 
 // fail records err as the thread's last error and maps it to a status.
@@ -137,7 +146,7 @@ func gorun_init(out *C.gorun_comm) (rc C.int) {
 	if out == nil {
 		return fail(statusInvalid, errors.New("gorun_init: comm is NULL"))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	ctx, cancel := opContext()
 	defer cancel()
 	c, err := comm.Init(ctx)
 	if err != nil {
@@ -220,7 +229,7 @@ func gorun_barrier(h C.gorun_comm) (rc C.int) {
 	if c == nil {
 		return rc
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	ctx, cancel := opContext()
 	defer cancel()
 	return classify(c.Barrier(ctx))
 }

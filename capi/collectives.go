@@ -164,7 +164,7 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 		return fail(statusInvalid, fmt.Errorf("gorun: unknown op %d", int(op)))
 	}
 	k.op = comm.Op(op)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	ctx, cancel := opContext()
 	if out == nil {
 		defer cancel()
 		_, err := startAny(ctx, c, dt, k, false)
@@ -240,7 +240,7 @@ func gorun_wait(h C.gorun_request) (rc C.int) {
 	}
 	del(pendings, int64(h))
 	defer p.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	ctx, cancel := opContext()
 	defer cancel()
 	return classify(p.req.Wait(ctx))
 }

@@ -1,6 +1,6 @@
 // Command capi is gorun's C ABI, built as a shared library:
 //
-//	go build -buildmode=c-shared -o libgorun.so ./capi
+//	scripts/build-capi.sh    # build/capi/libgorun.so and gorun.pc (an rpath for the linker)
 //
 // include/gorun.h (written by hand, stable) declares what it exports. Handles
 // are integers into tables kept here, so C never holds Go pointers. Every

@@ -335,7 +335,7 @@ func gorun_ibarrier(h C.gorun_comm, req *C.gorun_request) (rc C.int) {
 	if c == nil {
 		return rc
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout())
+	ctx, cancel := opContext()
 	*req = C.gorun_request(put(pendings, &pending{req: c.IBarrier(ctx), cancel: cancel}))
 	return statusOK
 }

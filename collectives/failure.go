@@ -47,13 +47,6 @@ func (e *Engine) PeerFailed(rank int, err error) {
 	e.Abort(rank, err)
 }
 
-// remoteAbort handles a peer's abort notice. It is passed on to every
-// peer (once: only the first failure is), so that all ranks agree on the
-// culprit even if the notifier's own notices are cut short.
-func (e *Engine) remoteAbort(l *Link, culprit int, code uint32) {
-	e.Abort(culprit, reasonErr(code))
-}
-
 // linkFailed reports l's connection broken. fromRecv: the receive loop saw
 // it, after everything the peer sent (a bye included) was processed, so
 // closed is final; the send loop instead gives the receive loop a moment

@@ -3,6 +3,7 @@ package comm
 import (
 	"fmt"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/internal/numa"
 )
 
@@ -13,16 +14,16 @@ import (
 // sched_setaffinity the system refuses is reported as a warning, since the
 // job can run unbound.
 func applyBind(c *Comm, getenv func(string) string) error {
-	mode, err := numa.ParseBindMode(getenv("GORUN_BIND"))
+	mode, err := numa.ParseBindMode(getenv(jobenv.Bind))
 	if err != nil {
-		return &envError{"GORUN_BIND", getenv("GORUN_BIND"), "want core, numa or none"}
+		return envErr(jobenv.Bind, getenv(jobenv.Bind), "want core, numa or none")
 	}
 	if mode == numa.BindNone {
 		return nil
 	}
 	topo, err := numa.System()
 	if err != nil {
-		c.debugf(debugWarn, "GORUN_BIND=%s: reading the topology: %v; running unbound", getenv("GORUN_BIND"), err)
+		c.debugf(debugWarn, "GORUN_BIND=%s: reading the topology: %v; running unbound", getenv(jobenv.Bind), err)
 		return nil
 	}
 	cpus, err := topo.CPUSetFor(c.localRank, c.localSize, mode)
@@ -30,9 +31,9 @@ func applyBind(c *Comm, getenv func(string) string) error {
 		return fmt.Errorf("GORUN_BIND: %w", err)
 	}
 	if err := numa.BindProcess(cpus); err != nil {
-		c.debugf(debugWarn, "GORUN_BIND=%s: %v; running unbound", getenv("GORUN_BIND"), err)
+		c.debugf(debugWarn, "GORUN_BIND=%s: %v; running unbound", getenv(jobenv.Bind), err)
 		return nil
 	}
-	c.debugf(debugInfo, "bound to CPUs %s (%s)", numa.FormatCPUList(cpus), getenv("GORUN_BIND"))
+	c.debugf(debugInfo, "bound to CPUs %s (%s)", numa.FormatCPUList(cpus), getenv(jobenv.Bind))
 	return nil
 }

@@ -166,10 +166,6 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	return comms, nil
 }
 
-// providerOrder is the preference of auto: verbs, then shm (same host),
-// then tcp.
-var providerOrder = []string{"verbs", "shm", "tcp"}
-
 // newComm opens the providers, listens, exchanges endpoints through rv,
 // picks a provider per peer, connects and returns the communicator.
 func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err error) {
@@ -218,9 +214,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	case cfg.transport != "auto":
 		names = []string{cfg.transport}
 	case cfg.local:
-		names = []string{"mem"}
+		names = autoProviders(rdma.ReachProcess, rdma.ReachProcess)
 	default:
-		names = providerOrder
+		names = autoProviders(rdma.ReachHost, rdma.ReachNetwork)
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), numa: myNUMANode(), addrs: map[string]string{}}
 	if cfg.simHost != nil {
@@ -239,7 +235,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 		laddr := "127.0.0.1:0"
 		var ip string
-		if name == "tcp" || name == "verbs" {
+		if info, _ := rdma.LookupProvider(name); info.NeedsIP {
 			if ip, err = advertiseIP(cfg.socketIfname); err != nil {
 				dev.Close()
 				return nil, err
@@ -320,15 +316,12 @@ func pickProvider(forced string, me, peer *endpoint) string {
 		}
 		return ""
 	}
-	if has("mem") && me.host == peer.host && me.pid == peer.pid {
-		return "mem"
-	}
-	for _, name := range providerOrder {
-		if name == "shm" && me.host != peer.host {
-			continue
-		}
-		if has(name) {
-			return name
+	for _, info := range rdma.ProvidersByPreference(rdma.ReachProcess, rdma.ReachNetwork) {
+		switch {
+		case info.Reach == rdma.ReachProcess && (me.host != peer.host || me.pid != peer.pid):
+		case info.Reach == rdma.ReachHost && me.host != peer.host:
+		case has(info.Name):
+			return info.Name
 		}
 	}
 	return ""

@@ -1,6 +1,7 @@
 package comm
 
-// Environment variables. Every variable gorun reads is parsed in this file.
+// Environment variables. internal/jobenv owns their names and the parsers
+// shared with the launcher and the C ABI; comm's tunables are parsed here.
 //
 // Job variables (set by the launcher; comm.Init reads them):
 //
@@ -16,7 +17,8 @@ package comm
 //
 //	Open MPI  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //	          OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
-//	Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST
+//	MPICH     PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS (Hydra)
+//	Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST
 //	          (SLURM_JOB_ID becomes the job id)
 //	torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //	          MASTER_ADDR, MASTER_PORT (MASTER_ADDR:MASTER_PORT becomes the
@@ -33,7 +35,7 @@ package comm
 //	GORUN_ALGO           per-collective algorithm, e.g. "allreduce:ring,broadcast:tree";
 //	                     a bare name ("ring") applies to every collective that has it
 //	GORUN_TIMEOUT        per-operation timeout: a Go duration ("90s") or seconds ("90");
-//	                     default 5m; 0 disables
+//	                     default 5m (jobenv.DefaultTimeout); 0 disables
 //	GORUN_SOCKET_IFNAME  network interface whose address tcp advertises (default: the
 //	                     first up, non-loopback interface)
 //	GORUN_DEBUG          warn (default) | info | trace: log verbosity (standard log package)
@@ -48,134 +50,27 @@ package comm
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
-// jobEnv is the job description found in the environment.
-type jobEnv struct {
-	Source    string // "gorun", "openmpi", "slurm", "torchrun"; "" if none
-	Rank      int
-	Size      int
-	LocalRank int // -1 if unknown
-	LocalSize int // -1 if unknown
-	Seeds     []string
-	JobID     string
-	Token     string
-	NodeList  string // SLURM_NODELIST, unexpanded
-}
+// jobEnv is the job description found in the environment (internal/jobenv
+// owns the variables and their parsers).
+type jobEnv = jobenv.Job
 
 // envError names the variable and the bad value.
-type envError struct {
-	Var, Value, Why string
-}
+type envError = jobenv.Error
 
-func (e *envError) Error() string {
-	return fmt.Sprintf("gorun: environment %s=%q: %s", e.Var, e.Value, e.Why)
+func envErr(name, value, why string) *envError {
+	return &envError{Var: name, Value: value, Why: why}
 }
 
 // readJobEnv parses the job variables. It returns Source "" and no error
 // when no launcher variables are set.
-func readJobEnv(getenv func(string) string) (jobEnv, error) {
-	j := jobEnv{Rank: -1, Size: -1, LocalRank: -1, LocalSize: -1}
-	type vars struct{ source, rank, size, lrank, lsize string }
-	sets := []vars{
-		{"gorun", "GORUN_RANK", "GORUN_SIZE", "GORUN_LOCAL_RANK", "GORUN_LOCAL_SIZE"},
-		{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-		{"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", ""},
-		{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-	}
-	var err error
-	for _, v := range sets {
-		if getenv(v.size) == "" {
-			continue
-		}
-		j.Source = v.source
-		if j.Size, err = envInt(getenv, v.size, 1); err != nil {
-			return j, err
-		}
-		if getenv(v.rank) == "" {
-			return j, &envError{v.rank, "", "unset while " + v.size + " is set"}
-		}
-		if j.Rank, err = envInt(getenv, v.rank, 0); err != nil {
-			return j, err
-		}
-		if j.Rank >= j.Size {
-			return j, &envError{v.rank, getenv(v.rank), fmt.Sprintf("not below %s=%d", v.size, j.Size)}
-		}
-		if v.lsize != "" && getenv(v.lsize) != "" {
-			if j.LocalSize, err = envInt(getenv, v.lsize, 1); err != nil {
-				return j, err
-			}
-		}
-		if getenv(v.lrank) != "" {
-			if j.LocalRank, err = envInt(getenv, v.lrank, 0); err != nil {
-				return j, err
-			}
-			if j.LocalSize > 0 && j.LocalRank >= j.LocalSize {
-				return j, &envError{v.lrank, getenv(v.lrank), fmt.Sprintf("not below %s=%d", v.lsize, j.LocalSize)}
-			}
-		}
-		break
-	}
-	switch j.Source {
-	case "slurm":
-		j.JobID = getenv("SLURM_JOB_ID")
-		j.NodeList = getenv("SLURM_NODELIST")
-	case "torchrun":
-		j.JobID = getenv("TORCHELASTIC_RUN_ID")
-		addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
-		if addr != "" || port != "" {
-			if addr == "" || port == "" {
-				return j, &envError{"MASTER_ADDR", addr, "MASTER_ADDR and MASTER_PORT must be set together"}
-			}
-			if _, err := envInt(getenv, "MASTER_PORT", 1); err != nil {
-				return j, err
-			}
-			j.Seeds = []string{joinHostPort(addr, port)}
-		}
-	}
-	if s := getenv("GORUN_SEEDS"); s != "" {
-		j.Seeds = nil
-		for _, p := range strings.Split(s, ",") {
-			p = strings.TrimSpace(p)
-			if p == "" {
-				return j, &envError{"GORUN_SEEDS", s, "empty address in list"}
-			}
-			if i := strings.LastIndexByte(p, ':'); i <= 0 || i == len(p)-1 {
-				return j, &envError{"GORUN_SEEDS", s, fmt.Sprintf("%q is not host:port", p)}
-			}
-			j.Seeds = append(j.Seeds, p)
-		}
-	}
-	if s := getenv("GORUN_JOB_ID"); s != "" {
-		j.JobID = s
-	}
-	j.Token = getenv("GORUN_JOB_TOKEN")
-	return j, nil
-}
-
-func joinHostPort(host, port string) string {
-	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
-		return "[" + host + "]:" + port
-	}
-	return host + ":" + port
-}
-
-func envInt(getenv func(string) string, name string, lo int) (int, error) {
-	s := strings.TrimSpace(getenv(name))
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, &envError{name, getenv(name), "not an integer"}
-	}
-	if v < lo {
-		return 0, &envError{name, getenv(name), fmt.Sprintf("must be at least %d", lo)}
-	}
-	return v, nil
-}
+func readJobEnv(getenv func(string) string) (jobEnv, error) { return jobenv.Read(getenv) }
 
 // tunables are the GORUN_* settings that options can also set.
 type tunables struct {
@@ -200,52 +95,43 @@ const (
 
 func readTunables(getenv func(string) string) (tunables, error) {
 	var t tunables
-	if s := getenv("GORUN_TRANSPORT"); s != "" {
-		s = strings.ToLower(strings.TrimSpace(s))
-		switch s {
-		case "auto", "verbs", "tcp", "shm", "mem":
-		default:
-			return t, &envError{"GORUN_TRANSPORT", s, "want auto, verbs, tcp, shm or mem"}
+	if s := getenv(jobenv.Transport); s != "" {
+		name, err := parseTransport(s)
+		if err != nil {
+			return t, envErr(jobenv.Transport, s, err.Error())
 		}
-		t.Transport = s
+		t.Transport = name
 	}
-	if s := getenv("GORUN_ALGO"); s != "" {
+	if s := getenv(jobenv.Algo); s != "" {
 		m, err := parseAlgoSpec(s)
 		if err != nil {
-			return t, &envError{"GORUN_ALGO", s, err.Error()}
+			return t, envErr(jobenv.Algo, s, err.Error())
 		}
 		t.Algos = m
 	}
-	if s := strings.TrimSpace(getenv("GORUN_TIMEOUT")); s != "" {
-		d, err := time.ParseDuration(s)
+	if s := strings.TrimSpace(getenv(jobenv.Timeout)); s != "" {
+		d, err := jobenv.ParseTimeout(s)
 		if err != nil {
-			n, err2 := strconv.ParseFloat(s, 64)
-			if err2 != nil || n < 0 {
-				return t, &envError{"GORUN_TIMEOUT", s, "want a duration (90s) or seconds (90)"}
-			}
-			d = time.Duration(n * float64(time.Second))
-		}
-		if d < 0 {
-			return t, &envError{"GORUN_TIMEOUT", s, "negative"}
+			return t, err
 		}
 		t.Timeout, t.HasTimeout = d, true
 	}
-	t.SocketIfname = strings.TrimSpace(getenv("GORUN_SOCKET_IFNAME"))
-	switch s := strings.ToLower(strings.TrimSpace(getenv("GORUN_CHECKSUM"))); s {
+	t.SocketIfname = strings.TrimSpace(getenv(jobenv.SocketIfname))
+	switch s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Checksum))); s {
 	case "", "0", "false", "off":
 	case "1", "true", "on":
 		t.Checksum = true
 	default:
-		return t, &envError{"GORUN_CHECKSUM", s, "want 1 or 0"}
+		return t, envErr(jobenv.Checksum, s, "want 1 or 0")
 	}
-	if s := strings.ToLower(strings.TrimSpace(getenv("GORUN_SPIN"))); s != "" {
+	if s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Spin))); s != "" {
 		d, y, err := parseSpin(s)
 		if err != nil {
-			return t, &envError{"GORUN_SPIN", s, err.Error()}
+			return t, envErr(jobenv.Spin, s, err.Error())
 		}
 		t.Spin, t.HasSpin, t.Yield = d, true, y
 	}
-	switch s := strings.ToLower(strings.TrimSpace(getenv("GORUN_DEBUG"))); s {
+	switch s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Debug))); s {
 	case "", "warn":
 		t.Debug = debugWarn
 	case "info":
@@ -253,7 +139,7 @@ func readTunables(getenv func(string) string) (tunables, error) {
 	case "trace":
 		t.Debug = debugTrace
 	default:
-		return t, &envError{"GORUN_DEBUG", s, "want warn, info or trace"}
+		return t, envErr(jobenv.Debug, s, "want warn, info or trace")
 	}
 	return t, nil
 }

@@ -13,44 +13,46 @@ package comm
 // GORUN_RANK it names the communicator rank (NewLocal worlds in tests).
 // Rules are counted per device (one per provider a communicator opens),
 // over all its connections, including the posts of connection setup.
-// This file is owned by the reliability maintainer.
+
+//
+// The injection itself lives in transport/rdma/faulty, which registers
+// itself as the "faulty" device wrapper; only binaries that import it (the
+// reliability tests, examples/train) carry it. In any other binary a set
+// GORUN_FAULT fails Init with an error saying so.
 
 import (
-	"log"
+	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
-	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
 )
 
 // envFault is the variable withFault reads.
-const envFault = "GORUN_FAULT"
+const envFault = jobenv.Fault
 
 // withFault wraps dev in the GORUN_FAULT rules that apply to rank, or
-// returns it unchanged when there are none. A malformed spec closes dev and
-// is an error: a fault the user asked for must not silently not happen.
+// returns it unchanged when there are none. A malformed spec, or a spec in
+// a binary without fault injection, closes dev and is an error: a fault
+// the user asked for must not silently not happen.
 func withFault(dev rdma.Device, rank int) (rdma.Device, error) {
 	spec := osGetenv(envFault)
 	if spec == "" {
 		return dev, nil
 	}
-	if job, err := strconv.Atoi(strings.TrimSpace(osGetenv("GORUN_RANK"))); err == nil && job >= 0 {
+	wrap := rdma.LookupWrapper("faulty")
+	if wrap == nil {
+		dev.Close()
+		return nil, envErr(envFault, spec, fmt.Sprintf("this program has no fault injection linked in (import _ %q)",
+			"github.com/gorun-hpc/gorun/transport/rdma/faulty"))
+	}
+	if job, err := strconv.Atoi(strings.TrimSpace(osGetenv(jobenv.Rank))); err == nil && job >= 0 {
 		rank = job
 	}
-	plan, err := faulty.ParsePlan(spec, rank)
+	d, err := wrap(dev, spec, rank)
 	if err != nil {
-		dev.Close()
-		return nil, &envError{envFault, spec, err.Error()}
+		return nil, envErr(envFault, spec, err.Error())
 	}
-	if len(plan.Rules) > 0 {
-		faultNotice(rank, plan)
-	}
-	return faulty.Wrap(dev, plan), nil
-}
-
-// faultNotice is printed once per device so that a log of an injected
-// failure is never mistaken for a real one.
-var faultNotice = func(rank int, plan *faulty.Plan) {
-	log.Printf("gorun rank %d: GORUN_FAULT active: %v", rank, plan.Rules)
+	return d, nil
 }

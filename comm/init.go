@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log"
 	"net"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/internal/jobctl"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // Init joins the job the launcher (gorun, srun, mpirun or torchrun)
@@ -70,6 +69,9 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		cfg.localRanks = job.LocalSize
 	}
 	cfg.localRank = job.LocalRank // offsets GORUN_METRICS_ADDR's port (metrics.go)
+	if err := reachesRanks(cfg.transport, job); err != nil {
+		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
+	}
 	bc, err := bootstrapConfig(job, getenv, cfg)
 	if err != nil {
 		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
@@ -253,7 +255,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	}
 	relaxProbes(&bc, job)
 	bc.Timeout = defaultFormTimeout
-	if getenv("GORUN_TIMEOUT") != "" || cfg.timeout != defaultOpTimeout {
+	if getenv(jobenv.Timeout) != "" || cfg.timeout != defaultOpTimeout {
 		bc.Timeout = cfg.timeout
 		if bc.Timeout == 0 {
 			bc.Timeout = -1 // the context alone
@@ -269,7 +271,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	bc.Seeds = seeds
 	if len(seeds) == 0 {
 		if job.Size > 1 {
-			return bc, fmt.Errorf("no gossip seeds for a job of %d ranks: set GORUN_SEEDS (host:port of rank 0)", job.Size)
+			return bc, job.MissingSeeds()
 		}
 		bc.BindAddr = "127.0.0.1"
 		return bc, nil
@@ -295,12 +297,12 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 }
 
 // defaultOpTimeout is newConfig's default operation timeout.
-const defaultOpTimeout = 5 * time.Minute
+const defaultOpTimeout = jobenv.DefaultTimeout
 
 // seedsFor returns GORUN_SEEDS, or the seed derived from torchrun's or
 // Slurm's variables (see Init).
 func seedsFor(job jobEnv, getenv func(string) string) ([]string, error) {
-	if getenv("GORUN_SEEDS") != "" {
+	if getenv(jobenv.Seeds) != "" {
 		return job.Seeds, nil
 	}
 	switch job.Source {
@@ -315,42 +317,13 @@ func seedsFor(job jobEnv, getenv func(string) string) ([]string, error) {
 		}
 		return []string{net.JoinHostPort(addr, strconv.Itoa(p+1))}, nil
 	case "slurm":
-		host := firstHost(job.NodeList)
+		host := jobenv.FirstHost(job.NodeList)
 		if host == "" {
 			return nil, nil
 		}
-		return []string{net.JoinHostPort(host, strconv.Itoa(slurmGossipPort(getenv("SLURM_JOB_ID"))))}, nil
+		return []string{net.JoinHostPort(host, strconv.Itoa(jobenv.SlurmGossipPort(getenv("SLURM_JOB_ID"))))}, nil
 	}
 	return nil, nil
-}
-
-// slurmGossipPort is 20000 + SLURM_JOB_ID mod 20000.
-func slurmGossipPort(jobID string) int {
-	if n, err := strconv.ParseUint(jobID, 10, 64); err == nil {
-		return 20000 + int(n%20000)
-	}
-	h := fnv.New32a()
-	h.Write([]byte(jobID))
-	return 20000 + int(h.Sum32()%20000)
-}
-
-// firstHost returns the first host of a Slurm node list such as
-// "node[07-09,12],gpu1" ("node07").
-func firstHost(list string) string {
-	list = strings.TrimSpace(list)
-	i := strings.IndexAny(list, ",[")
-	if i < 0 {
-		return list
-	}
-	if list[i] == ',' {
-		return list[:i]
-	}
-	rest := list[i+1:]
-	end := strings.IndexAny(rest, ",-]")
-	if end <= 0 {
-		return ""
-	}
-	return list[:i] + rest[:end]
 }
 
 // gossipIP is the address this rank gossips on: loopback if the seed is on

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // The multi-process test re-runs this test binary as each rank, as
@@ -320,9 +321,9 @@ func TestSeedsFromLaunchers(t *testing.T) {
 
 func TestFirstHost(t *testing.T) {
 	for list, want := range map[string]string{
-		"node[07-09,12],gpu1": "node07", "a,b": "a", "single": "single", "n[3]": "n3", "x[1,2]": "x1", "": "",
+		"node[07-09,12],gpu1": "node07", "node[1-2]-ib": "node1-ib", "a,b": "a", "single": "single", "n[3]": "n3", "x[1,2]": "x1", "": "",
 	} {
-		if got := firstHost(list); got != want {
+		if got := jobenv.FirstHost(list); got != want {
 			t.Errorf("firstHost(%q) = %q, want %q", list, got, want)
 		}
 	}

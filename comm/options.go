@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -105,13 +104,12 @@ func WithChecksum() Option {
 // "shm" or "mem" (mem only within one process).
 func WithTransport(name string) Option {
 	return func(c *config) error {
-		name = strings.ToLower(name)
-		switch name {
-		case "auto", "verbs", "tcp", "shm", "mem":
-			c.transport = name
-			return nil
+		t, err := parseTransport(name)
+		if err != nil {
+			return fmt.Errorf("gorun: unknown transport %q: %w", name, err)
 		}
-		return fmt.Errorf("gorun: unknown transport %q", name)
+		c.transport = t
+		return nil
 	}
 }
 

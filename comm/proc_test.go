@@ -29,9 +29,8 @@ const procChildEnv = "GORUN_PROC_TEST_CHILD" // mode: "check" or "kill"
 
 // tcpRendezvous is the child's side of the test rendezvous.
 type tcpRendezvous struct {
-	addr    string
-	r, n    int
-	timeout time.Duration
+	addr string
+	r, n int
 }
 
 func (t *tcpRendezvous) rank() int { return t.r }

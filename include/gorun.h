@@ -1,8 +1,8 @@
 /*
  * gorun.h: the C ABI of gorun, a collective communication runtime.
  *
- * Build the library:  go build -buildmode=c-shared -o libgorun.so ./capi
- * Link:               cc prog.c -Iinclude -L. -lgorun
+ * Build the library:  scripts/build-capi.sh   (build/capi/libgorun.so, gorun.pc)
+ * Link:               cc prog.c $(pkg-config --cflags --libs build/capi/gorun.pc)
  *
  * A process joins the job its launcher started (gorun, srun, mpirun or
  * torchrun variables; see the README) with gorun_init, which returns a

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 )
 
@@ -26,13 +25,13 @@ func isGoPackage(prog string) bool {
 	return len(m) > 0
 }
 
-// goTool finds the go command: $PATH, then $GOROOT/bin, then the toolchain
-// that built gorun.
+// goTool finds the go command: $PATH, then $GOROOT/bin, then the usual
+// install location.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	for _, root := range []string{os.Getenv("GOROOT"), runtime.GOROOT()} {
+	for _, root := range []string{os.Getenv("GOROOT"), "/usr/local/go"} {
 		if root == "" {
 			continue
 		}

@@ -97,6 +97,23 @@ type Config struct {
 	// a second signal kills the ranks at once.
 	Signals <-chan os.Signal
 
+	// Apps, when set, makes the job MPMD (gorun -np 1 ./a : -np 3 ./b):
+	// app i runs the next Apps[i].NP ranks, and NP is their sum; Program
+	// and Args are then ignored.
+	Apps []App
+
+	// MapBy is the placement policy (--map-by): "slot" (default) fills a
+	// host before the next, "node" deals ranks round-robin over hosts.
+	MapBy string
+	// ReportBindings prints the CPUs each local rank is bound to.
+	ReportBindings bool
+
+	// WorkDir is every rank's working directory (-wdir); "" is gorun's.
+	WorkDir string
+	// OutputDir, if set, also writes each rank's output to
+	// OutputDir/rank.N/stdout and stderr, untagged (--output-filename).
+	OutputDir string
+
 	Stdin          io.Reader // rank 0's stdin; nil means none
 	Stdout, Stderr io.Writer // nil means os.Stdout, os.Stderr
 	// Terminal says stderr is a terminal (status line redrawn in place);
@@ -157,4 +174,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Stderr = os.Stderr
 	}
 	return c, nil
+}
+
+// App is one program of an MPMD job and its number of ranks.
+type App struct {
+	NP      int
+	Program string
+	Args    []string
 }

@@ -6,29 +6,31 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
-// The environment contract (DESIGN.md): what every rank reads in comm.Init.
+// The environment contract (DESIGN.md); internal/jobenv owns the names.
 const (
-	EnvRank      = "GORUN_RANK"
-	EnvSize      = "GORUN_SIZE"
-	EnvLocalRank = "GORUN_LOCAL_RANK"
-	EnvLocalSize = "GORUN_LOCAL_SIZE"
-	EnvSeeds     = "GORUN_SEEDS"     // gossip seed addresses, "host:port,..."
-	EnvJobID     = "GORUN_JOB_ID"    // unique per job
-	EnvJobToken  = "GORUN_JOB_TOKEN" // secret shared by the job's ranks
-	EnvControl   = "GORUN_CONTROL"   // the launcher's job control address (internal/jobctl)
-	EnvBind      = "GORUN_BIND"      // core|numa|none, applied by comm.Init
-	EnvElastic   = "GORUN_ELASTIC"   // "1" when the job keeps going after a rank dies
-	EnvTimeout   = "GORUN_TIMEOUT"
-	EnvTransport = "GORUN_TRANSPORT"
-	EnvAlgo      = "GORUN_ALGO"
-	EnvDebug     = "GORUN_DEBUG"
-	EnvIfname    = "GORUN_SOCKET_IFNAME"
-	EnvFault     = "GORUN_FAULT"    // fault injection rules (comm/fault.go); --fault
-	EnvChecksum  = "GORUN_CHECKSUM" // payload checksums on the wire
-	EnvShmCMA    = "GORUN_SHM_CMA"  // shm provider's cross-memory-attach switch
-	EnvSpin      = "GORUN_SPIN"     // how long a waiting collective polls (comm.WithSpin)
+	EnvRank      = jobenv.Rank
+	EnvSize      = jobenv.Size
+	EnvLocalRank = jobenv.LocalRank
+	EnvLocalSize = jobenv.LocalSize
+	EnvSeeds     = jobenv.Seeds
+	EnvJobID     = jobenv.JobID
+	EnvJobToken  = jobenv.JobToken
+	EnvControl   = jobenv.Control
+	EnvBind      = jobenv.Bind
+	EnvElastic   = jobenv.Elastic
+	EnvTimeout   = jobenv.Timeout
+	EnvTransport = jobenv.Transport
+	EnvAlgo      = jobenv.Algo
+	EnvDebug     = jobenv.Debug
+	EnvIfname    = jobenv.SocketIfname
+	EnvFault     = jobenv.Fault
+	EnvChecksum  = jobenv.Checksum
+	EnvShmCMA    = jobenv.ShmCMA
+	EnvSpin      = jobenv.Spin
 )
 
 // Observability (observe.go).
@@ -37,16 +39,6 @@ const (
 	EnvReport      = "GORUN_REPORT"       // "1": gorun prints the job report; --report
 	EnvMetricsAddr = "GORUN_METRICS_ADDR" // ranks serve Prometheus text; --metrics
 )
-
-// contractVars are set by the launcher and never inherited from its own
-// environment (a gorun started inside a rank must not leak its rank).
-var contractVars = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvSeeds,
-	EnvJobID, EnvJobToken, EnvControl, EnvBind, EnvElastic}
-
-// tunableVars pass from the launcher's environment to every rank, local or
-// remote, as Open MPI passes OMPI_MCA_*.
-var tunableVars = []string{EnvTimeout, EnvTransport, EnvAlgo, EnvDebug, EnvIfname,
-	EnvFault, EnvChecksum, EnvShmCMA, EnvSpin}
 
 // jobEnv is what all ranks of a job share.
 type jobEnv struct {
@@ -109,7 +101,7 @@ func (j *jobEnv) sharedVars() []string {
 // adds the tunables set in the launcher's environment. Later entries win.
 func exportVars(x []string, settings map[string]string) ([]string, error) {
 	var out []string
-	for _, name := range tunableVars {
+	for _, name := range jobenv.TunableVars {
 		if val, ok := os.LookupEnv(name); ok {
 			out = append(out, name+"="+val)
 		}
@@ -174,14 +166,7 @@ func localEnv(vars []string) []string {
 	return append(env, vars...)
 }
 
-func isContractVar(name string) bool {
-	for _, c := range contractVars {
-		if name == c {
-			return true
-		}
-	}
-	return false
-}
+func isContractVar(name string) bool { return jobenv.IsContractVar(name) }
 
 func validEnvName(name string) bool {
 	if name == "" {

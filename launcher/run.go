@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -56,7 +55,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.NNodes > 0 {
 		slots = nodeSlots(cfg)
 	} else if !srun {
-		if slots, err = Place(cfg.Hosts, cfg.NP); err != nil {
+		if slots, err = PlaceBy(cfg.Hosts, cfg.NP, cfg.MapBy); err != nil {
 			return err
 		}
 		for _, s := range slots {
@@ -79,23 +78,21 @@ func Run(ctx context.Context, cfg Config) error {
 	defer obs.cleanup()
 	extra = append(extra, obs.vars()...)
 
-	prog := cfg.Program
-	if isGoPackage(prog) {
-		// Remote and srun ranks need the binary on a path they can see:
-		// the working directory (usually shared on clusters), else /tmp.
-		base := ""
-		if srun || remoteHost != "" {
-			base = "."
-		}
-		tmp, err := os.MkdirTemp(base, ".gorun-build-")
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrLaunch, err)
-		}
-		defer os.RemoveAll(tmp)
-		if prog, err = buildPackage(ctx, prog, tmp); err != nil {
+	apps := cfg.Apps
+	if len(apps) == 0 {
+		apps = []App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
+	} else if srun {
+		return fmt.Errorf("%w: MPMD (':') is not supported with srun placement; use --srun no", ErrUsage)
+	}
+	progs := make([]string, len(apps))
+	for i, app := range apps {
+		var cleanup func()
+		if progs[i], cleanup, err = resolveProgram(ctx, app.Program, srun || remoteHost != ""); err != nil {
 			return err
 		}
+		defer cleanup()
 	}
+	prog := progs[0]
 
 	// The address ranks use to reach this machine.
 	here := "127.0.0.1"
@@ -142,8 +139,19 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			con.message(fmt.Sprintf("gorun: --bind-to %s: %v; local ranks start unbound", cfg.Bind, err))
 		}
+		if w := bindWarning(cfg.Bind, sets); w != "" {
+			con.message(w)
+		}
+		if cfg.ReportBindings {
+			for _, s := range slots {
+				if isLocalHost(s.Host) {
+					con.message(fmt.Sprintf("gorun: rank %d bound to CPUs %v (--bind-to %s)", s.Rank, sets[s.Rank], cfg.Bind))
+				}
+			}
+		}
 		for _, s := range slots {
-			p := rankProc(cfg, prog, j, s, con)
+			prog, args := appOf(apps, progs, s.Rank)
+			p := rankProc(cfg, prog, args, j, s, con)
 			p.cpus = sets[s.Rank]
 			procs = append(procs, p)
 		}
@@ -156,14 +164,15 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // rankProc prepares the command of one rank.
-func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
+func rankProc(cfg Config, prog string, args []string, j *jobEnv, s Slot, con *console) *proc {
 	var cmd *exec.Cmd
 	var stdin io.Reader
 	if s.Rank == 0 {
 		stdin = cfg.Stdin
 	}
 	if isLocalHost(s.Host) {
-		cmd = exec.Command(prog, cfg.Args...)
+		cmd = exec.Command(prog, args...)
+		cmd.Dir = cfg.WorkDir
 		cmd.Env = localEnv(j.rankVars(s))
 		cmd.Stdin = stdin
 	} else {
@@ -171,8 +180,11 @@ func rankProc(cfg Config, prog string, j *jobEnv, s Slot, con *console) *proc {
 		if agent == nil {
 			agent = DefaultAgent
 		}
-		dir, _ := os.Getwd()
-		a := remoteArgv(agent, s.Host, dir, j.remoteVars(s), append([]string{prog}, cfg.Args...))
+		dir := cfg.WorkDir
+		if dir == "" {
+			dir, _ = os.Getwd()
+		}
+		a := remoteArgv(agent, s.Host, dir, j.remoteVars(s), append([]string{prog}, args...))
 		cmd = exec.Command(a[0], a[1:]...)
 		cmd.Env = localEnv(nil)
 		// The token's line, then rank 0's input.
@@ -366,4 +378,38 @@ func rankFailure(p *proc, err error) *RankError {
 	return re
 }
 
-var errStopped = errors.New("stopped by gorun")
+// resolveProgram returns the binary to run for prog: prog itself, or a
+// Go package directory built once. Remote and srun ranks need the binary
+// on a path they can see: the working directory (usually shared on
+// clusters), else /tmp. cleanup removes the build.
+func resolveProgram(ctx context.Context, prog string, shared bool) (string, func(), error) {
+	if !isGoPackage(prog) {
+		return prog, func() {}, nil
+	}
+	base := ""
+	if shared {
+		base = "."
+	}
+	tmp, err := os.MkdirTemp(base, ".gorun-build-")
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: %v", ErrLaunch, err)
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	bin, err := buildPackage(ctx, prog, tmp)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return bin, cleanup, nil
+}
+
+// appOf returns the program and arguments of the app that runs rank.
+func appOf(apps []App, progs []string, rank int) (string, []string) {
+	for i, a := range apps {
+		if rank < a.NP {
+			return progs[i], a.Args
+		}
+		rank -= a.NP
+	}
+	return progs[len(progs)-1], apps[len(apps)-1].Args
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -22,13 +23,6 @@ type proc struct {
 	done   bool
 
 	restarts int // times restarted (--max-restarts, restart.go)
-}
-
-func (p *proc) name() string {
-	if p.rank < 0 {
-		return "srun"
-	}
-	return fmt.Sprintf("rank %d", p.rank)
 }
 
 type exit struct {
@@ -117,6 +111,15 @@ func (r *runner) run(ctx context.Context) error {
 func (r *runner) start(p *proc, exits chan<- exit) error {
 	p.cmd.Stdout = p.stdout
 	p.cmd.Stderr = p.stderr
+	var logs []*os.File
+	if r.cfg.OutputDir != "" && p.rank >= 0 {
+		var err error
+		if logs, err = rankLogs(r.cfg.OutputDir, p.rank); err != nil {
+			return err
+		}
+		p.cmd.Stdout = io.MultiWriter(p.stdout, logs[0])
+		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
+	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = waitDelay
 	var stdin *os.File
@@ -152,6 +155,9 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		err := p.cmd.Wait()
 		p.stdout.Flush()
 		p.stderr.Flush()
+		for _, f := range logs {
+			f.Close()
+		}
 		exits <- exit{p, err}
 	}()
 	return nil
@@ -213,4 +219,25 @@ func (r *runner) kill(sig syscall.Signal) {
 			p.cmd.Process.Signal(sig)
 		}
 	}
+}
+
+// rankLogs creates dir/rank.N/stdout and stderr (--output-filename, laid
+// out as Open MPI's minus its job-number level).
+func rankLogs(dir string, rank int) ([]*os.File, error) {
+	d := filepath.Join(dir, fmt.Sprintf("rank.%d", rank))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: --output-filename: %v", ErrLaunch, err)
+	}
+	var fs []*os.File
+	for _, name := range []string{"stdout", "stderr"} {
+		f, err := os.Create(filepath.Join(d, name))
+		if err != nil {
+			for _, g := range fs {
+				g.Close()
+			}
+			return nil, fmt.Errorf("%w: --output-filename: %v", ErrLaunch, err)
+		}
+		fs = append(fs, f)
+	}
+	return fs, nil
 }

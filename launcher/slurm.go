@@ -6,7 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // useSrun decides whether ranks are placed by srun: inside a Slurm
@@ -87,46 +88,7 @@ func slurmSeed(port int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(port)), nil
 }
 
-func firstSlurmHost() string {
-	list := os.Getenv("SLURM_JOB_NODELIST")
-	if list == "" {
-		list = os.Getenv("SLURM_NODELIST")
-	}
-	return FirstHost(list)
-}
+func firstSlurmHost() string { return jobenv.FirstHost(jobenv.SlurmNodeList(os.Getenv)) }
 
-// FirstHost returns the first host of a Slurm host list such as
-// "node[07-09,12],gpu1" ("node07"), keeping zero padding.
-func FirstHost(list string) string {
-	list = strings.TrimSpace(list)
-	end := len(list)
-	if i := strings.IndexAny(list, ",["); i >= 0 {
-		end = i
-	}
-	prefix := list[:end]
-	if end == len(list) || list[end] == ',' {
-		return prefix
-	}
-	rest := list[end+1:]
-	close := strings.IndexByte(rest, ']')
-	if close < 0 {
-		return ""
-	}
-	first := rest[:close]
-	if i := strings.IndexAny(first, ",-"); i >= 0 {
-		first = first[:i]
-	}
-	return prefix + first + suffix(rest[close+1:])
-}
-
-// suffix is what follows a bracket up to the next host ("node[1-2]-ib,x" →
-// "-ib"); a second bracket range is expanded to its first value.
-func suffix(s string) string {
-	if i := strings.IndexByte(s, ','); i >= 0 {
-		s = s[:i]
-	}
-	if strings.ContainsRune(s, '[') {
-		return FirstHost(s)
-	}
-	return s
-}
+// FirstHost returns the first host of a Slurm host list (jobenv.FirstHost).
+func FirstHost(list string) string { return jobenv.FirstHost(list) }

@@ -7,7 +7,7 @@
 // launcher's environment contract (GORUN_RANK, GORUN_SEEDS, ...) set by
 // the test, so that a rank can be killed, frozen or cut off while its peers
 // are inside a collective. Faults come from GORUN_FAULT (comm/fault.go,
-// transport/rdma/faulty), from signals sent by the test, from
+// transport/rdma/faulty, which this package's tests link in), from signals sent by the test, from
 // faulty.Proxy on the wire and from network namespaces with tc netem.
 // RELIABILITY.md at the repository root records what they measured.
 //

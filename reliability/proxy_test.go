@@ -64,6 +64,7 @@ func handshakeBytes(t testing.TB) int64 {
 	return int64(len(rec.bytes()))
 }
 
+//lint:ignore ST1008 the completion and its error are one result; the bytes are a diagnostic
 func writePattern(t testing.TB, d rdma.Device, c rdma.Conn, tg *target, n int, timeout time.Duration) (rdma.WC, error, []byte) {
 	src, err := d.Alloc(n, rdma.AccessLocalWrite)
 	if err != nil {

@@ -11,8 +11,23 @@ if [ -n "$bad" ]; then echo "gofmt -l lists:"; echo "$bad"; exit 1; fi
 echo "== go vet"
 go vet ./...
 
+echo "== go mod tidy"
+go mod tidy -diff
+
+echo "== staticcheck"
+# .ci/run installs it (go install honnef.co/go/tools/cmd/staticcheck@...).
+staticcheck=$(command -v staticcheck || echo "$(go env GOPATH)/bin/staticcheck")
+if [ ! -x "$staticcheck" ]; then
+  echo "staticcheck not found: run .ci/run, or go install honnef.co/go/tools/cmd/staticcheck@v0.8.2"
+  exit 1
+fi
+"$staticcheck" ./...
+
 echo "== build without cgo"
 CGO_ENABLED=0 go build ./...
+
+echo "== build for darwin (shm is Linux-only there: it registers and reports ErrNotSupported)"
+GOOS=darwin GOARCH=arm64 go build ./...
 
 echo "== go test -race"
 go test -race -count=1 -timeout 15m ./...

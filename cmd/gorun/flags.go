@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gorun-hpc/gorun/comm"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/launcher"
 )
 
@@ -49,7 +53,41 @@ func (f durationFlag) Set(v string) error {
 // parseArgs turns gorun's command line (without argv[0]) into a job.
 // Flags come first; the first non-flag word is the program and everything
 // after it is the program's.
-func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
+func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error) {
+	// MPMD: gorun [flags] -np 1 ./a ARGS : -np 3 ./b ARGS
+	segs := [][]string{nil}
+	for _, a := range args {
+		if a == ":" {
+			segs = append(segs, nil)
+			continue
+		}
+		segs[len(segs)-1] = append(segs[len(segs)-1], a)
+	}
+	cfg, err := parseFirst(segs[0], stdout, stderr)
+	if err != nil || len(segs) == 1 {
+		return cfg, err
+	}
+	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
+	for _, seg := range segs[1:] {
+		fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var np int
+		fs.IntVar(&np, "np", 0, "number of ranks of this program")
+		fs.IntVar(&np, "n", 0, "same as -np")
+		if err := fs.Parse(seg); err != nil {
+			return cfg, err
+		}
+		if np < 1 || fs.NArg() == 0 {
+			return cfg, fmt.Errorf("%w: after ':', want -np N PROGRAM [ARGS...], got %q", launcher.ErrUsage, seg)
+		}
+		cfg.Apps = append(cfg.Apps, launcher.App{NP: np, Program: fs.Arg(0), Args: fs.Args()[1:]})
+		cfg.NP += np
+	}
+	return cfg, nil
+}
+
+// parseFirst parses the command line up to the first ':'.
+func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error) {
 	var (
 		cfg      launcher.Config
 		hosts    string
@@ -58,6 +96,9 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 		tag      = true
 		export   listFlag
 		slurm    = "auto"
+
+		showVersion bool
+		npernode    int
 	)
 	fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -82,7 +123,7 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "with --elastic: restart a failed rank up to N times; it rejoins through comm.Init and Comm.Grow")
 	fs.Var(durationFlag{&cfg.StallTimeout}, "stall-timeout", "report ranks stuck in a collective after this long; 0: 30s, <0: off")
 	fs.Var(durationFlag{&cfg.KillGrace}, "kill-grace", "time between SIGTERM and SIGKILL when stopping ranks (0: 5s)")
-	fs.StringVar(&cfg.Transport, "transport", "", "sets GORUN_TRANSPORT: auto|verbs|tcp|shm")
+	fs.StringVar(&cfg.Transport, "transport", "", "sets GORUN_TRANSPORT: auto or a provider (verbs|tcp|shm); checked before any rank starts")
 	fs.StringVar(&cfg.Algo, "algo", "", "sets GORUN_ALGO, e.g. allreduce:ring,broadcast:tree")
 	fs.StringVar(&cfg.Debug, "debug", "", "sets GORUN_DEBUG: warn|info|trace")
 	fs.StringVar(&cfg.Fault, "fault", "", "sets GORUN_FAULT (fault injection), e.g. rank=2:kill:write:40")
@@ -94,8 +135,19 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	fs.StringVar(&cfg.Seed, "seed", "", "HOST:PORT of node 0, where the nodes meet (the ranks gossip on PORT+1)")
 	fs.Var(durationFlag{&cfg.SeedTimeout}, "seed-timeout", "how long the nodes wait for each other at the seed (0: 30s)")
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
-	if err := fs.Parse(args); err != nil {
+	fs.BoolVar(&showVersion, "version", false, "print gorun's version and exit")
+	fs.StringVar(&cfg.MapBy, "map-by", "", "place ranks: slot (default: fill each host first) or node (round-robin over hosts)")
+	fs.IntVar(&npernode, "npernode", 0, "at most N ranks per host (caps every host's slots)")
+	fs.IntVar(&npernode, "N", 0, "same as --npernode")
+	fs.BoolVar(&cfg.ReportBindings, "report-bindings", false, "print the CPUs each local rank is bound to")
+	fs.StringVar(&cfg.WorkDir, "wdir", "", "every rank's working directory (default: gorun's)")
+	fs.StringVar(&cfg.OutputDir, "output-filename", "", "also write each rank's output to DIR/rank.N/stdout and stderr")
+	if err := fs.Parse(boolValues(fs, args)); err != nil {
 		return cfg, err
+	}
+	if showVersion {
+		fmt.Fprintln(stdout, version())
+		return cfg, errVersion
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -103,6 +155,18 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 		return cfg, fmt.Errorf("%w: no program given", launcher.ErrUsage)
 	}
 	cfg.Program, cfg.Args = rest[0], rest[1:]
+	// The tunables are checked once, here, as every rank's comm.Init would
+	// check them, before any rank starts.
+	settings := map[string]string{jobenv.Transport: cfg.Transport, jobenv.Algo: cfg.Algo, jobenv.Debug: cfg.Debug}
+	getenv := func(k string) string {
+		if v := settings[k]; v != "" {
+			return v
+		}
+		return os.Getenv(k)
+	}
+	if err := comm.CheckEnv(getenv, max(cfg.NP, 2)); err != nil {
+		return cfg, fmt.Errorf("%w: %v", launcher.ErrUsage, err)
+	}
 	cfg.Export = export
 	cfg.NoTag = !tag
 	cfg.UseSrun = slurm
@@ -126,6 +190,12 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	if npernode > 0 {
+		if len(cfg.Hosts) == 0 {
+			cfg.Hosts = []launcher.Host{{Name: "", Slots: npernode}} // this machine
+		}
+		cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
+	}
 	if cfg.NP == 0 {
 		// As mpirun: without -np, one rank per slot.
 		for _, h := range cfg.Hosts {
@@ -138,4 +208,69 @@ func parseArgs(args []string, stderr io.Writer) (launcher.Config, error) {
 	return cfg, nil
 }
 
-func isHelp(err error) bool { return errors.Is(err, errHelp) }
+func isHelp(err error) bool { return errors.Is(err, errHelp) || errors.Is(err, errVersion) }
+
+// errVersion is returned for --version: the version was printed, exit 0.
+var errVersion = errors.New("version printed")
+
+// version is "gorun VERSION (REVISION)" from the build information: the
+// module version for go install ...@v1.2.3, the VCS revision for a build
+// in a checkout.
+func version() string {
+	v, rev := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = s.Value[:12]
+			}
+			if s.Key == "vcs.modified" && s.Value == "true" {
+				rev += "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		return fmt.Sprintf("gorun %s (%s, %s)", v, rev, runtime.Version())
+	}
+	return fmt.Sprintf("gorun %s (%s)", v, runtime.Version())
+}
+
+// boolValues rewrites "--flag true|false" as "--flag=true|false" for
+// gorun's boolean flags, so that "--tag-output false" turns tagging off
+// instead of running /bin/false (a program named true or false is given
+// as a path: ./false). Parsing stops at the first non-flag word, as
+// flag.Parse does.
+func boolValues(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		out = append(out, a)
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			return append(out, args[i+1:]...)
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+			if i+1 < len(args) {
+				if _, err := strconv.ParseBool(args[i+1]); err == nil {
+					out[len(out)-1] = a + "=" + args[i+1]
+					i++
+				}
+			}
+			continue
+		}
+		if i+1 < len(args) { // the flag's value
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}

@@ -21,7 +21,7 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "trace" { // gorun trace (trace.go)
 		return traceMain(args[1:], os.Stdout, os.Stderr)
 	}
-	cfg, err := parseArgs(args, os.Stderr)
+	cfg, err := parseArgs(args, os.Stdout, os.Stderr)
 	if err != nil {
 		if isHelp(err) {
 			return 0

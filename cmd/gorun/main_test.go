@@ -101,6 +101,36 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"--timeout", "1.5", "-np", "1", "p"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Timeout = 1, "p", []string{}, 1500*time.Millisecond
 		}},
+		// A boolean flag takes a following true/false as its value, never
+		// as the program (gorun --tag-output false must not run /bin/false).
+		{args: []string{"-np", "2", "--tag-output", "false", "--elastic", "true", "prog", "false"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.NoTag, c.Elastic = 2, "prog", []string{"false"}, true, true
+		}},
+		{args: []string{"-np", "2", "-wdir", "/tmp", "--output-filename", "/tmp/logs", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.WorkDir, c.OutputDir = 2, "prog", []string{}, "/tmp", "/tmp/logs"
+		}},
+		{args: []string{"-H", "a:4,b:4", "--npernode", "1", "--map-by", "node", "--report-bindings", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.MapBy, c.ReportBindings = 2, "prog", []string{}, "node", true
+			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
+		}},
+		{args: []string{"-np", "1", "--tag-output=false", "./a", "x", ":", "-np", "3", "./b", "-y"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.NoTag = 4, "./a", []string{"x"}, true
+			c.Apps = []launcher.App{{NP: 1, Program: "./a", Args: []string{"x"}}, {NP: 3, Program: "./b", Args: []string{"-y"}}}
+		}},
+		{args: []string{"-np", "1", "./a", ":", "./b"}, bad: true},
+		{args: []string{"-np", "1", "./a", ":", "-np", "2"}, bad: true},
+		{args: []string{"-np", "2", "--elastic", "./false"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Elastic = 2, "./false", []string{}, true
+		}},
+		// Tunables are checked once, here, before any rank starts.
+		{args: []string{"-np", "2", "--transport", "infiniband", "prog"}, bad: true},
+		{args: []string{"-np", "2", "--transport", "mem", "prog"}, bad: true},
+		// verbs may be in the ranks' build even when not in gorun's.
+		{args: []string{"-np", "2", "--transport", "verbs", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Transport = 2, "prog", []string{}, "verbs"
+		}},
+		{args: []string{"-np", "2", "--algo", "allreduce:nosuch", "prog"}, bad: true},
+		{args: []string{"-np", "2", "--debug", "loud", "prog"}, bad: true},
 		{args: []string{"-np", "2"}, bad: true},
 		{args: []string{"prog"}, bad: true},
 		{args: []string{"-np", "x", "prog"}, bad: true},
@@ -110,7 +140,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"--hostfile", filepath.Join(dir, "missing"), "prog"}, bad: true},
 		{args: []string{"--nosuchflag", "prog"}, bad: true},
 	} {
-		got, err := parseArgs(tc.args, io.Discard)
+		got, err := parseArgs(tc.args, io.Discard, io.Discard)
 		if tc.bad {
 			if err == nil {
 				t.Errorf("parseArgs(%q) accepted: %+v", tc.args, got)
@@ -269,5 +299,21 @@ func TestStdinGoesToRankZero(t *testing.T) {
 	want := []string{`[0] stdin "line 1\nline 2\n"`, `[1] stdin ""`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("output %q, want %q", got, want)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out strings.Builder
+	_, err := parseArgs([]string{"--version"}, &out, io.Discard)
+	if !isHelp(err) || !strings.HasPrefix(out.String(), "gorun ") || !strings.Contains(out.String(), "go1.") {
+		t.Fatalf("--version: %q, %v", out.String(), err)
+	}
+}
+
+// --transport mem is refused with a message that says why.
+func TestTransportMemRefusedAtOnce(t *testing.T) {
+	_, err := parseArgs([]string{"-np", "3", "--transport", "mem", "prog"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "one process") {
+		t.Fatalf("--transport mem: %v", err)
 	}
 }

@@ -148,15 +148,6 @@ func envLocalSize() int {
 	return 0
 }
 
-func launched() bool {
-	for _, v := range []string{"GORUN_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "WORLD_SIZE"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
-}
-
 // run makes the communicator(s) and runs the table; it returns the total
 // number of wrong elements.
 func run(ctx context.Context, o options, out io.Writer) (int64, error) {
@@ -165,7 +156,7 @@ func run(ctx context.Context, o options, out io.Writer) (int64, error) {
 		opts = append(opts, comm.WithAlgorithm("allreduce:"+o.algo))
 	}
 	var comms []*comm.Comm
-	if launched() {
+	if comm.Launched() {
 		local := envLocalSize()
 		if local > 0 {
 			setProcs(o.procs, local) // before Init: its goroutines start on the final Ps

@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/gorun-hpc/gorun/comm"
@@ -44,7 +43,7 @@ func run(ctx context.Context, c *comm.Comm) error {
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if os.Getenv("GORUN_SIZE") != "" { // started by gorun
+	if comm.Launched() { // gorun, srun, mpirun (Open MPI or MPICH) or torchrun
 		c, err := comm.Init(ctx)
 		if err != nil {
 			log.Fatal(err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gorun-hpc/gorun/comm"
 	"github.com/gorun-hpc/gorun/ddp"
+	_ "github.com/gorun-hpc/gorun/transport/rdma/faulty" // gorun --fault (the reliability tests kill ranks mid-run)
 )
 
 func main() {
@@ -75,7 +76,7 @@ func main() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if launched() {
+	if comm.Launched() {
 		c, err := comm.Init(ctx)
 		if err != nil {
 			fatal(err)
@@ -115,16 +116,6 @@ func main() {
 	for _, c := range comms {
 		c.Close()
 	}
-}
-
-// launched reports whether a launcher (gorun, srun, mpirun, torchrun) started us.
-func launched() bool {
-	for _, v := range []string{"GORUN_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // result is what -out writes per rank.

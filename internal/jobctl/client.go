@@ -12,13 +12,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // Environment variables the client reads.
 const (
-	EnvControl = "GORUN_CONTROL"   // host:port of the launcher's server
-	EnvToken   = "GORUN_JOB_TOKEN" // shared secret of the job
-	EnvRank    = "GORUN_RANK"
+	EnvControl = jobenv.Control  // host:port of the launcher's server
+	EnvToken   = jobenv.JobToken // shared secret of the job
+	EnvRank    = jobenv.Rank
 )
 
 const (

@@ -26,7 +26,8 @@ func TestHostIdentity(t *testing.T) {
 	if len(long) != MaxHostIdentity {
 		t.Errorf("long hostname gives %d bytes, want %d", len(long), MaxHostIdentity)
 	}
-	if HostIdentity() != HostIdentity() || HostKey() != HostKey() {
+	id, key := HostIdentity(), HostKey()
+	if HostIdentity() != id || HostKey() != key {
 		t.Error("identity not stable within a process")
 	}
 }

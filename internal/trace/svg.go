@@ -56,11 +56,6 @@ const (
 	rankGap   = 12
 )
 
-type svgRow struct {
-	pid, tid int
-	label    string
-}
-
 // SVG draws t as a Gantt chart: a band per rank, a row per thread (the
 // communicators' collectives, coloured by kind, with their wait for the
 // first peer message hatched; ddp buckets; user spans such as compute),

@@ -3,6 +3,7 @@ import ctypes
 import fcntl
 import os
 import subprocess
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
@@ -57,6 +58,7 @@ def _stale(out):
 def _build(out):
     go = os.environ.get("GO", "go")
     tmp = out + ".%d.tmp" % os.getpid()
+    print("gorun: building %s with go build -buildmode=c-shared ./capi..." % out, file=sys.stderr, flush=True)
     try:
         subprocess.run([go, "build", "-buildmode=c-shared", "-o", tmp, "./capi"],
                        cwd=_REPO, check=True, capture_output=True, text=True)

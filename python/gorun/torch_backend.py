@@ -13,6 +13,8 @@ LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged.
 """
 import os
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -48,10 +50,12 @@ def load_extension(verbose=False):
         repo = os.path.dirname(os.path.dirname(here))
         build = os.path.join(libdir, "torch_ext")
         os.makedirs(build, exist_ok=True)
-        if not any(f.endswith(".so") for f in os.listdir(build)) and os.environ.get("GORUN_LOCAL_RANK", "0") == "0":
-            import sys
-            print("gorun: building the torch backend extension in %s (first run only, about a minute)..." % build,
-                  file=sys.stderr, flush=True)
+        src = os.path.join(here, "csrc", "process_group_gorun.cpp")
+        built = os.path.join(build, "gorun_c10d.so")
+        stale = not os.path.exists(built) or os.path.getmtime(built) < os.path.getmtime(src)
+        if stale:
+            _progress("building the torch.distributed extension in %s (about a minute, once)..." % build)
+        t0 = time.monotonic()
         _ext = load(
             name="gorun_c10d",
             sources=[os.path.join(here, "csrc", "process_group_gorun.cpp")],
@@ -62,7 +66,15 @@ def load_extension(verbose=False):
             build_directory=build,
             verbose=verbose,
         )
+        if stale:
+            _progress("torch.distributed extension ready (%.0f s)" % (time.monotonic() - t0))
     return _ext
+
+
+def _progress(msg):
+    """Build progress on stderr, from one process per host (local rank 0)."""
+    if os.environ.get("GORUN_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")) == "0":
+        print("gorun: " + msg, file=sys.stderr, flush=True)
 
 
 def _create(store, rank, size, timeout):

@@ -13,11 +13,13 @@ type Device interface {
 	// Name is the provider name ("tcp", "shm", "mem", "verbs").
 	Name() string
 	// Register makes buf usable by this device's connections with the given
-	// access. Go memory is pinned until Deregister.
+	// access. Go memory is pinned until Deregister. An empty buf is
+	// ErrInvalid on every provider (as ibv_reg_mr); zero-byte transfers
+	// take a nil MR.
 	Register(buf []byte, access Access) (*MR, error)
 	// Alloc returns n bytes of page-aligned memory outside the Go heap
 	// (mmap), locked and placed on the NUMA node local to the device, and
-	// registered with access. Deregister frees it.
+	// registered with access. Deregister frees it. n ≤ 0 is ErrInvalid.
 	Alloc(n int, access Access) (*MR, error)
 	Listen(ctx context.Context, addr string) (Listener, error)
 	// Dial is DialQP with private completion queues.

@@ -14,7 +14,9 @@
 //     (ErrNotConnected);
 //   - a local buffer must lie inside a memory region of the same device with
 //     the access the request needs (ErrNotRegistered, ErrAccess), unless the
-//     request is FlagInline and no longer than Conn.MaxInline;
+//     request is FlagInline and no longer than Conn.MaxInline; an empty
+//     buffer needs no region, and no provider registers an empty one
+//     (ErrInvalid, as ibv_reg_mr);
 //   - remote memory is named by address and rkey, and the target checks the
 //     key, the bounds and the access; a violation completes the request with
 //     StatusRemoteAccessError and moves the connection to an error state, in

@@ -20,7 +20,7 @@ const MaxInline = 256
 const provider = "mem"
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+	rdma.RegisterProviderInfo(rdma.ProviderInfo{Name: provider, Reach: rdma.ReachProcess, Preference: 40}, func(cfg rdma.Config) (rdma.Device, error) {
 		return Open(cfg), nil
 	})
 }
@@ -63,6 +63,9 @@ func (d *device) isClosed() bool {
 }
 
 func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, opErr("register", rdma.ErrInvalid)
+	}
 	if d.isClosed() {
 		return nil, opErr("register", rdma.ErrClosed)
 	}
@@ -70,7 +73,7 @@ func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
 }
 
 func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
-	if n < 0 {
+	if n <= 0 {
 		return nil, opErr("alloc", rdma.ErrInvalid)
 	}
 	if d.isClosed() {

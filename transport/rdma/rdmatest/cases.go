@@ -32,6 +32,8 @@ var sizes = []struct {
 //   - unsignaled: unsignaled, unsignaled-failure;
 //   - post order for effects and completions: ordering/*, many-outstanding;
 //   - MRs busy while in use: deregister-busy;
+//   - no empty regions (ibv_reg_mr's rule), zero-byte transfers without
+//     one: register/zero-length;
 //   - concurrent posting on one conn: concurrent-posters;
 //   - FlagFence, queue depths (rdma.Config): fence, queue-full;
 //   - the poll contract (cq.go), on conns bound to a shared CQ: Poll never
@@ -73,6 +75,7 @@ func buildCases() []testCase {
 		testCase{name: "ordering/send-after-write", run: caseOrderingToPeer},
 		testCase{name: "ordering/send-after-write-from-peer", run: caseOrderingFromPeer},
 		testCase{name: "register", run: caseRegister},
+		testCase{name: "register/zero-length", run: caseZeroLengthRegions},
 		testCase{name: "local-checks", run: caseLocalChecks},
 		testCase{name: "inline", run: caseInline},
 		testCase{name: "deregister-busy", cfg: rnrForever, run: caseDeregisterBusy},

@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -6,13 +8,16 @@ import (
 	"os"
 	"sync"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
 const provider = "shm"
 
-func init() { rdma.RegisterProvider(provider, open) }
+func init() {
+	rdma.RegisterProviderInfo(rdma.ProviderInfo{Name: provider, Reach: rdma.ReachHost, Preference: 20}, open)
+}
 
 // Device is the shm protection domain: a key table, a memfd arena for
 // Alloc, and the connections and listeners opened on it.
@@ -50,7 +55,7 @@ func open(cfg rdma.Config) (rdma.Device, error) {
 		cfg:       cfg,
 		pd:        soft.NewPD(provider),
 		arena:     a,
-		cma:       os.Getenv("GORUN_SHM_CMA") != "0",
+		cma:       os.Getenv(jobenv.ShmCMA) != "0",
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[*listener]struct{}),
 	}, nil
@@ -61,13 +66,16 @@ func (d *Device) Name() string { return provider }
 // Register makes buf (Go memory, pinned) usable by this device. Peers reach
 // it with cross-memory attach.
 func (d *Device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, rdma.NewOpError(provider, "register", rdma.ErrInvalid)
+	}
 	return d.add(buf, access, &mrInfo{slot: -1, off: noArena})
 }
 
 // Alloc returns n bytes carved from the device's memfd arena. Peers map the
 // arena, so their writes and reads are one memcpy.
 func (d *Device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
-	if n < 0 {
+	if n <= 0 {
 		return nil, rdma.NewOpError(provider, "alloc", rdma.ErrInvalid)
 	}
 	d.mu.Lock()

@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -144,8 +146,6 @@ func (s *segment) u64(off int) *atomic.Uint64 {
 func (s *segment) u32(off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&s.mem[off]))
 }
-
-func (s *segment) pid() int { return int(binary.LittleEndian.Uint32(s.mem[offPid:])) }
 
 func (s *segment) dataBell() doorbell {
 	return doorbell{seq: s.u32(offDataSeq), waiters: s.u32(offDataWaiters)}

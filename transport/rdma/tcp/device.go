@@ -19,7 +19,8 @@ const provider = "tcp"
 const MaxInline = 256
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) {
+	info := rdma.ProviderInfo{Name: provider, Reach: rdma.ReachNetwork, NeedsIP: true, Preference: 10}
+	rdma.RegisterProviderInfo(info, func(cfg rdma.Config) (rdma.Device, error) {
 		cfg = cfg.WithDefaults()
 		if cfg.SendQueueDepth < 1 || cfg.RecvQueueDepth < 1 || cfg.RNRTimer < 0 || cfg.RNRRetry < -1 {
 			return nil, opErr("open", fmt.Errorf("%w: config %+v", rdma.ErrInvalid, cfg))
@@ -60,6 +61,9 @@ func (d *device) isClosed() bool {
 }
 
 func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, opErr("register", rdma.ErrInvalid)
+	}
 	if d.isClosed() {
 		return nil, opErr("register", rdma.ErrClosed)
 	}

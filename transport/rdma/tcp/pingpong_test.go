@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
-	"golang.org/x/sys/unix"
 )
 
 // BenchmarkPingPongProcess is an 8-byte write-with-immediate ping-pong
@@ -82,7 +81,7 @@ func (e *endpoint) wait() (rdma.WC, error) {
 			wc = e.wcs[0]
 		} else {
 			if e.mode == "yield" {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+				schedYield()
 			}
 			continue
 		}

@@ -5,10 +5,7 @@ import (
 	"time"
 )
 
-var (
-	noDeadline time.Time
-	longAgo    = time.Unix(1, 0)
-)
+var longAgo = time.Unix(1, 0)
 
 // tuneSocket sets what helps a bulk stream. SO_SNDBUF/SO_RCVBUF are left
 // to autotuning: on Linux a fixed size is capped by net.core.[rw]mem_max

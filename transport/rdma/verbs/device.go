@@ -28,12 +28,16 @@ const Supported = true
 
 const provider = "verbs"
 
+// Name is the provider's registered name, in every build.
+const Name = provider
+
 // DeviceEnv names the RDMA device to open (e.g. "mlx5_0"); by default the
 // first device with an active port.
 const DeviceEnv = "GORUN_VERBS_DEVICE"
 
 func init() {
-	rdma.RegisterProvider(provider, func(cfg rdma.Config) (rdma.Device, error) { return Open(cfg) })
+	info := rdma.ProviderInfo{Name: provider, Reach: rdma.ReachNetwork, NeedsIP: true, Preference: 30}
+	rdma.RegisterProviderInfo(info, func(cfg rdma.Config) (rdma.Device, error) { return Open(cfg) })
 }
 
 // device is one ibv_context (shared with librdmacm) and its protection domain.

@@ -30,7 +30,7 @@ func Mmap(n int) ([]byte, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("mmap", err)
 	}
-	_ = unix.Madvise(m, unix.MADV_DONTFORK)
+	dontFork(m)
 	_ = unix.Mlock(m)
 	return m[:n], nil
 }
@@ -53,7 +53,7 @@ func MmapNode(n, node int) ([]byte, error) {
 		_ = unix.Munmap(m)
 		return nil, err
 	}
-	_ = unix.Madvise(m, unix.MADV_DONTFORK)
+	dontFork(m)
 	_ = unix.Mlock(m) // faults the pages in, on the node
 	return m[:n], nil
 }

@@ -1,0 +1,36 @@
+package comm
+
+import (
+	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/verbs"
+)
+
+// CheckEnv reports whether the tunables in getenv (GORUN_TRANSPORT,
+// GORUN_ALGO, GORUN_TIMEOUT, GORUN_DEBUG, ...) are ones Init would accept
+// for a launched job of size ranks. A launcher calls it once, before any
+// rank starts, so that a bad value is reported once instead of by every
+// rank. The launcher's build may lack verbs (cgo and -tags rdma) while the
+// ranks' have it, so "verbs" is accepted here either way.
+func CheckEnv(getenv func(string) string, size int) error {
+	tr := strings.ToLower(strings.TrimSpace(getenv(jobenv.Transport)))
+	if _, ok := rdma.LookupProvider(tr); !ok && tr == verbs.Name {
+		inner := getenv
+		getenv = func(k string) string {
+			if k == jobenv.Transport {
+				return ""
+			}
+			return inner(k)
+		}
+	}
+	t, err := readTunables(getenv)
+	if err != nil {
+		return err
+	}
+	if t.Transport != "" {
+		return reachesRanks(t.Transport, jobenv.Job{Size: size})
+	}
+	return nil
+}

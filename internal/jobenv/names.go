@@ -1,0 +1,47 @@
+package jobenv
+
+// The environment contract (DESIGN.md). Variables the launcher sets for
+// every rank; Init reads them.
+const (
+	Rank      = "GORUN_RANK"       // this process's rank, 0 ≤ rank < size
+	Size      = "GORUN_SIZE"       // number of ranks in the job
+	LocalRank = "GORUN_LOCAL_RANK" // rank among the job's processes on this host
+	LocalSize = "GORUN_LOCAL_SIZE" // number of the job's processes on this host
+	Seeds     = "GORUN_SEEDS"      // comma-separated host:port gossip addresses
+	JobID     = "GORUN_JOB_ID"     // distinguishes concurrent jobs
+	JobToken  = "GORUN_JOB_TOKEN"  // secret shared by the job's ranks
+	Control   = "GORUN_CONTROL"    // the launcher's job-control address (internal/jobctl)
+	Bind      = "GORUN_BIND"       // core|numa|none, applied by comm.Init
+	Elastic   = "GORUN_ELASTIC"    // "1": the job goes on after a rank dies
+)
+
+// Tunables: read by every rank, passed on by the launcher from its own
+// environment (as Open MPI passes OMPI_MCA_*).
+const (
+	Timeout      = "GORUN_TIMEOUT"       // per-operation timeout (ParseTimeout)
+	Transport    = "GORUN_TRANSPORT"     // auto|verbs|tcp|shm|mem
+	Algo         = "GORUN_ALGO"          // e.g. allreduce:ring,broadcast:tree
+	Debug        = "GORUN_DEBUG"         // warn|info|trace
+	SocketIfname = "GORUN_SOCKET_IFNAME" // interface whose address tcp advertises
+	Fault        = "GORUN_FAULT"         // fault-injection rules (comm/fault.go)
+	Checksum     = "GORUN_CHECKSUM"      // 1: CRC32C of every tcp frame
+	ShmCMA       = "GORUN_SHM_CMA"       // 0: shm does not use process_vm_writev
+	Spin         = "GORUN_SPIN"          // how long a waiting collective polls
+)
+
+// ContractVars are set by the launcher and never inherited from its own
+// environment (a gorun started inside a rank must not leak its rank).
+var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic}
+
+// TunableVars pass from the launcher's environment to every rank.
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, Spin}
+
+// IsContractVar reports whether name is one of ContractVars.
+func IsContractVar(name string) bool {
+	for _, c := range ContractVars {
+		if name == c {
+			return true
+		}
+	}
+	return false
+}

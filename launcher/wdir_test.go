@@ -1,0 +1,55 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// -wdir: every rank runs in the directory given.
+func TestWorkDir(t *testing.T) {
+	dir := t.TempDir()
+	out, stderr, err := runJob(t, "args", Config{NP: 2, WorkDir: dir, NoTag: true})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	want, _ := filepath.EvalSymlinks(dir)
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct{ Cwd string }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		if got, _ := filepath.EvalSymlinks(r.Cwd); got != want {
+			t.Errorf("rank ran in %s, want %s", r.Cwd, want)
+		}
+	}
+}
+
+// --output-filename DIR: one log per rank, untagged, besides the tagged
+// console output.
+func TestOutputFilename(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	out, stderr, err := runJob(t, "env", Config{NP: 3, OutputDir: dir})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for r := range 3 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank.%d", r), "stdout"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("%s=%d", EnvRank, r)
+		if !strings.Contains(string(b), line+"\n") || strings.Contains(string(b), "[") {
+			t.Errorf("rank.%d/stdout lacks %q or is tagged:\n%s", r, line, b)
+		}
+		if !strings.Contains(out, fmt.Sprintf("[%d] %s", r, line)) {
+			t.Errorf("console lacks rank %d's tagged line:\n%s", r, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("rank.%d", r), "stderr")); err != nil {
+			t.Error(err)
+		}
+	}
+}
