@@ -83,12 +83,21 @@ down() { # DIR
   rmdir "$ROOT" 2>/dev/null || true
 }
 
+# alive PID: the process exists and is not a zombie (where pid 1 does not
+# reap, as in a container, a dead owner can stay a zombie for good).
+alive() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  st=${st##*) }
+  case "$st" in Z*|X*) return 1 ;; esac
+}
+
 down_stale() {
   local d owner
   for d in "$ROOT"/[0-9]*; do
     [ -d "$d" ] || continue
     owner=$(cat "$d/owner" 2>/dev/null || echo 1)
-    if [ "$owner" != 0 ] && ! kill -0 "$owner" 2>/dev/null; then
+    if [ "$owner" != 0 ] && ! alive "$owner"; then
       down "$d"
     fi
   done
