@@ -35,7 +35,7 @@ const spinFor = 4 * time.Microsecond
 var spinAfterWake = 25 * time.Microsecond
 
 // doorbell is a futex word plus a "somebody sleeps" flag, both in shared
-// memory: the waiter sets the flag, reads the word, checks its condition
+// memory: the waiter reads the word, sets the flag, checks its condition
 // and sleeps only if the word is unchanged; the ringer, having published
 // its condition with a sequentially consistent store, takes the flag (an
 // atomic swap to zero), and only if it was set bumps the word and calls
@@ -85,8 +85,16 @@ func (d doorbell) wait(ready func() bool, timeout time.Duration) bool {
 // waitNoSpin is wait without the spin (the caller has spun), and also
 // reports whether it slept in the kernel.
 func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slept bool) {
-	d.waiters.Store(1)
+	// The word before the flag: a ringer that takes the flag set here
+	// bumps the word after this read, so the futex wait below returns at
+	// once. (Read after the flag, a ringer's bump between the two would
+	// be taken for the current value: asleep with no flag set, the next
+	// record would not wake us.)
 	s := d.seq.Load()
+	d.waiters.Store(1)
+	if afterFlag != nil {
+		afterFlag(d)
+	}
 	if ready() {
 		return true, false
 	}
@@ -98,6 +106,10 @@ func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slep
 	futex(d.seq, futexWait, s, ts)
 	return ready(), true
 }
+
+// afterFlag, when set by a test, runs in waitNoSpin just after the flag
+// is set: where a sleeper that lost its CPU lets a ringer in.
+var afterFlag func(doorbell)
 
 // yieldCPU lets another process run on this CPU (runtime.Gosched only
 // yields to this process's goroutines).

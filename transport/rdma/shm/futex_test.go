@@ -83,3 +83,41 @@ func TestDoorbellWakesOnce(t *testing.T) {
 		t.Fatalf("100 rings after one sleep made %d FUTEX_WAKE calls, want 1", n)
 	}
 }
+
+// TestDoorbellRingWhileFallingAsleep: a ringer that takes the flag just
+// after a sleeper set it (the sleeper lost its CPU there) leaves no
+// sleeper behind that the next ring cannot wake. (Before the fix the
+// sleeper read the word after the flag, took the ringer's bump for the
+// current value and slept with no flag set: a lost wake-up.)
+func TestDoorbellRingWhileFallingAsleep(t *testing.T) {
+	d := testBell(t)
+	var cond atomic.Bool
+	var once atomic.Bool
+	hooked := make(chan struct{})
+	afterFlag = func(b doorbell) {
+		if b == d && once.CompareAndSwap(false, true) {
+			b.ring() // takes the flag: nothing is ready yet
+			close(hooked)
+		}
+	}
+	defer func() { afterFlag = nil }()
+	done := make(chan struct{})
+	go func() {
+		for {
+			if ok, _ := d.waitNoSpin(cond.Load, 0); ok {
+				break
+			}
+		}
+		close(done)
+	}()
+	<-hooked
+	// Let the sleeper reach FUTEX_WAIT, then publish and ring once.
+	time.Sleep(20 * time.Millisecond)
+	cond.Store(true)
+	d.ring()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("lost wake-up: a ring while the sleeper fell asleep left it asleep with no flag")
+	}
+}
