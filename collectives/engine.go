@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/internal/kernels"
+	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
 // Plan is a Schedule compiled for execution: its ops grouped per peer.
@@ -187,13 +188,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	e.curHash.Store(1<<32 | uint64(callHash(call)))
 	defer e.curHash.Store(0)
 	for _, d := range e.devs {
-		var err error
-		if d.cur[Work], err = d.Cache.Get(call.Work); err != nil {
-			return &PeerError{Rank: e.Rank, Err: err}
-		}
-		if d.cur[Input], err = d.Cache.Get(call.Input); err != nil {
-			return &PeerError{Rank: e.Rank, Err: err}
-		}
+		// Registered on first use (bufMR): a call whose messages all
+		// travel copied needs no registration.
+		d.cur = [2]*rdma.MR{}
 		d.active.Add(1)
 	}
 	defer e.idle()
@@ -204,7 +201,8 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 	remaining := len(p.S.Ops)
 	for {
-		e.poll()
+		// Step first: the sends whose deps are met go out before this
+		// rank spends a poll on messages that may not be there yet.
 		progress, n, err := e.step(p, call)
 		if err != nil {
 			return err
@@ -212,6 +210,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		remaining -= n
 		if remaining == 0 {
 			return nil
+		}
+		if e.poll() > 0 {
+			progress = true
 		}
 		if progress {
 			w.reset()
@@ -222,6 +223,31 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		}
 	}
 }
+
+// bufMR returns the registration of the running call's buffer b on d,
+// registering it on first use in this Run.
+func (e *Engine) bufMR(d *Device, call *Call, b Buf) (*rdma.MR, error) {
+	if mr := d.cur[b]; mr != nil {
+		return mr, nil
+	}
+	buf := call.Work
+	if b == Input {
+		buf = call.Input
+	}
+	mr, err := d.Cache.Get(buf)
+	if err != nil {
+		return nil, &localError{err}
+	}
+	d.cur[b] = mr
+	return mr, nil
+}
+
+// localError is a failure of this rank's own (registration), not of the
+// link it happened on.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
 
 // idle ends a Run on the engine's devices.
 func (e *Engine) idle() {
@@ -273,6 +299,9 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 			}
 			moved, complete, last, err := e.post(l, o, call, ps, es)
 			if err != nil {
+				if le, ok := err.(*localError); ok {
+					return false, 0, &PeerError{Rank: e.Rank, Err: le.err}
+				}
 				if l.closed.Load() {
 					err = ErrPeerClosed
 				} else {
@@ -290,6 +319,9 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 			ps.sendPiece = 0
 		}
 		if moved, err := e.clearAhead(l, p, pp, ps, call, es); err != nil {
+			if le, ok := err.(*localError); ok {
+				return false, 0, &PeerError{Rank: e.Rank, Err: le.err}
+			}
 			return false, 0, e.Err()
 		} else if moved {
 			progress = true

@@ -38,8 +38,11 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		np = 1
 	}
 	for ps.sendPiece < np {
+		// The peer's credits bound the messages in flight, and also free
+		// the header source of slot m: the message that used it last
+		// (m-rs) has been consumed, so its send has completed.
 		m := l.posted
-		if m-l.credits.Load() >= rs || (m >= rs && l.sendDone.Load() < m-rs+1) {
+		if m-l.credits.Load() >= rs {
 			return moved, false, 0, nil
 		}
 		slot := m % rs
@@ -51,9 +54,13 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			}
 			cts := l.cts[l.ctsUsed%ctsDepth]
 			src := buf[o.Off*es : o.Off*es+nbytes]
+			mr, err := e.bufMR(l.dev, call, o.Buf)
+			if err != nil {
+				return moved, false, 0, err
+			}
 			for off := 0; off < nbytes; off += maxWrite {
 				part := src[off:min(nbytes, off+maxWrite)]
-				if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), part, l.dev.cur[o.Buf], 0, cts.addr+uint64(off), cts.rkey); err != nil {
+				if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), part, mr, 0, cts.addr+uint64(off), cts.rkey); err != nil {
 					return moved, false, 0, err
 				}
 			}
@@ -72,9 +79,12 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		e.putHeader(l, hb, call, n, false)
 		h := hb[:hdrSize]
 		if n <= sendMax {
-			// Small: header and payload in one send (link.go).
+			// Small: header and payload in one send (link.go), unsignaled:
+			// the slot's header source is reused only once the peer has
+			// consumed the message (credits), and nothing else waits for
+			// its completion.
 			copy(hb[hdrSize:], src)
-			if err := l.conn.PostSend(wrid(l.id, kindData, m), hb[:hdrSize+n], l.hdrs, rdma.FlagSignaled); err != nil {
+			if err := l.conn.PostSend(wrid(l.id, kindCtrl, 0), hb[:hdrSize+n], l.hdrs, 0); err != nil {
 				return moved, false, 0, err
 			}
 			l.posted++
@@ -86,8 +96,14 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			// Small: the payload rides in the header's write.
 			copy(hb[hdrSize:], src)
 			h = hb[:hdrSize+n]
-		} else if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), src, l.dev.cur[o.Buf], 0, raddr+hdrSize, l.rKey); err != nil {
-			return moved, false, 0, err
+		} else {
+			mr, err := e.bufMR(l.dev, call, o.Buf)
+			if err != nil {
+				return moved, false, 0, err
+			}
+			if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), src, mr, 0, raddr+hdrSize, l.rKey); err != nil {
+				return moved, false, 0, err
+			}
 		}
 		if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
 			return moved, false, 0, err
@@ -119,7 +135,11 @@ func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call 
 			return moved, nil
 		}
 		dst := call.Work[o.Off*es : o.Off*es+o.Len*es]
-		if err := l.sendCtrl(ctrlCTS, l.dev.cur[Work].RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
+		mr, err := e.bufMR(l.dev, call, Work)
+		if err != nil {
+			return moved, err
+		}
+		if err := l.sendCtrl(ctrlCTS, mr.RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
 			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
 			return moved, err
 		}

@@ -35,6 +35,11 @@ func DefaultWait(localRanks int) WaitPolicy {
 	return WaitPolicy{Spin: DefaultSpin, Yield: localRanks > runtime.NumCPU()}
 }
 
+// yieldAfter is how many idle polls a Run makes before it yields the CPU
+// (where it yields at all): a peer on another CPU that is about to answer
+// is cheaper to wait for than a context switch.
+var yieldAfter = 32
+
 // waiter is one Run's waiting state.
 type waiter struct {
 	e        *Engine
@@ -69,7 +74,7 @@ func (w *waiter) idle() error {
 	}
 	w.idleN++
 	if w.idleN&15 != 0 && !w.armed {
-		if e.wait.Yield {
+		if e.wait.Yield && w.idleN > yieldAfter {
 			yieldCPU()
 		}
 		return nil

@@ -39,14 +39,19 @@ type Comm struct {
 	serving uint64
 
 	// guarded by the turn
-	seq      uint32
-	sendSeq  []uint32 // point-to-point messages sent to each peer
-	recvSeq  []uint32 // and received from each peer
-	plans    map[planKey]*collectives.Plan
-	lastKey  planKey // the last plan used: no map lookup for a repeated call
-	lastPlan *collectives.Plan
-	scratch  []byte
-	call     collectives.Call
+	seq     uint32
+	sendSeq []uint32 // point-to-point messages sent to each peer
+	recvSeq []uint32 // and received from each peer
+	plans   map[planKey]*collectives.Plan
+	// The last plans used, most recent first: no map lookup for a call
+	// that repeats, or alternates with a few others (a barrier between
+	// allreduces).
+	recent [4]struct {
+		key  planKey
+		plan *collectives.Plan
+	}
+	scratch []byte
+	call    collectives.Call
 
 	closed atomic.Bool
 

@@ -111,11 +111,13 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 
 // plan returns the cached compiled schedule.
 func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
-	if c.lastPlan != nil && c.lastKey == k {
-		return c.lastPlan, nil
+	for i := range c.recent {
+		if r := &c.recent[i]; r.plan != nil && r.key == k {
+			return r.plan, nil
+		}
 	}
 	if p, ok := c.plans[k]; ok {
-		c.lastKey, c.lastPlan = k, p
+		c.remember(k, p)
 		return p, nil
 	}
 	var s *collectives.Schedule
@@ -132,8 +134,14 @@ func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
 	}
 	p := collectives.Compile(s)
 	c.plans[k] = p
-	c.lastKey, c.lastPlan = k, p
+	c.remember(k, p)
 	return p, nil
+}
+
+// remember puts plan p of k first among the recent plans.
+func (c *Comm) remember(k planKey, p *collectives.Plan) {
+	copy(c.recent[1:], c.recent[:len(c.recent)-1])
+	c.recent[0].key, c.recent[0].plan = k, p
 }
 
 // spec is one operation's parameters.

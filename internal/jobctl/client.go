@@ -42,11 +42,12 @@ type Client struct {
 	token    []byte
 	interval time.Duration
 
-	rank   atomic.Int64
-	joined atomic.Bool
-	phase  atomic.Pointer[string]
-	state  atomic.Uint64 // opID<<48 | inOp<<47 | seq (47 bits)
-	lastOp atomic.Pointer[opEntry]
+	rank    atomic.Int64
+	joined  atomic.Bool
+	phase   atomic.Pointer[string]
+	state   atomic.Uint64              // opID<<48 | inOp<<47 | seq (47 bits)
+	lastOps [4]atomic.Pointer[opEntry] // the ops entered last
+	nextOp  atomic.Uint32              // where the next one goes
 
 	clockOffset, clockRTT atomic.Int64 // clock.go; rtt 0: not measured
 	metricsPort           atomic.Int64
@@ -135,10 +136,18 @@ func (c *Client) Enter(op string, seq uint64) {
 	if c == nil {
 		return
 	}
-	e := c.lastOp.Load() // collectives repeat: skip the table lookup
-	if e == nil || e.name != op {
+	// Collectives repeat, or alternate among a few: skip the table lookup.
+	var e *opEntry
+	for i := range c.lastOps {
+		if x := c.lastOps[i].Load(); x != nil && x.name == op {
+			e = x
+			break
+		}
+	}
+	if e == nil {
 		e = internOp(op)
-		c.lastOp.Store(e)
+		i := c.nextOp.Add(1) % uint32(len(c.lastOps))
+		c.lastOps[i].Store(e)
 	}
 	c.state.Store(uint64(e.id)<<48 | inBit | seq&seqMask)
 }
