@@ -32,11 +32,16 @@ type Comm struct {
 	eng  *collectives.Engine
 
 	// turn: operations run in ticket order (run.go).
+	// The operation order (run.go): tickets handed out and the one being
+	// served; waiters and skips count the callers waiting and the
+	// tickets given up, so that an uncontended call takes no lock.
+	tickets atomic.Uint64
+	serving atomic.Uint64
+	waiters atomic.Int32
+	skips   atomic.Int32
 	turnMu  sync.Mutex
 	turnCh  chan struct{}       // closed by the next release; nil if nobody waits
 	skip    map[uint64]struct{} // tickets given up (their ctx ended first)
-	tickets uint64
-	serving uint64
 
 	// guarded by the turn
 	seq     uint32

@@ -11,24 +11,25 @@ import (
 )
 
 // ticket reserves the caller's place in the communicator's operation order.
-func (c *Comm) ticket() uint64 {
-	c.turnMu.Lock()
-	defer c.turnMu.Unlock()
-	t := c.tickets
-	c.tickets++
-	return t
-}
+func (c *Comm) ticket() uint64 { return c.tickets.Add(1) - 1 }
 
 // enter blocks until ticket t is served (the caller then holds the turn
 // and must release it) or ctx ends. A ticket given up is skipped when its
 // turn comes, and the communicator is aborted: every rank must run the same
 // operations in the same order, so the peers would otherwise wait for one
-// this rank will never run. The uncontended path takes the lock once and
-// allocates nothing; a waiter sleeps on a channel that the next release
-// closes.
+// this rank will never run. The uncontended path is one atomic load and
+// allocates nothing; a waiter counts itself in waiters, then sleeps on a
+// channel that the next release closes.
 func (c *Comm) enter(ctx context.Context, t uint64, op string) error {
+	if c.serving.Load() == t {
+		return nil
+	}
+	// Counted before it looks again: a release that advances serving
+	// after this look sees the count and closes the channel.
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
 	c.turnMu.Lock()
-	for c.serving != t {
+	for c.serving.Load() != t {
 		if c.turnCh == nil {
 			c.turnCh = make(chan struct{})
 		}
@@ -46,15 +47,18 @@ func (c *Comm) enter(ctx context.Context, t uint64, op string) error {
 }
 
 // giveUp abandons ticket t after ctx ended while it waited for its turn.
+// The caller is still counted in waiters, so a release that reaches t
+// takes the lock and skips it.
 func (c *Comm) giveUp(ctx context.Context, t uint64, op string) error {
 	c.turnMu.Lock()
-	if c.serving == t {
+	if c.serving.Load() == t {
 		c.advanceLocked() // served as ctx ended: pass the turn on
 	} else {
 		if c.skip == nil {
 			c.skip = map[uint64]struct{}{}
 		}
 		c.skip[t] = struct{}{}
+		c.skips.Add(1)
 	}
 	c.turnMu.Unlock()
 	kind := ErrAborted
@@ -66,22 +70,35 @@ func (c *Comm) giveUp(ctx context.Context, t uint64, op string) error {
 	return &RankError{Rank: c.rank, Op: op, Err: err}
 }
 
-// release ends the current operation.
+// release ends the current operation. With nobody waiting and no ticket
+// given up it is one atomic addition.
 func (c *Comm) release() {
+	c.serving.Add(1)
+	if c.waiters.Load() == 0 && c.skips.Load() == 0 {
+		return
+	}
 	c.turnMu.Lock()
-	c.advanceLocked()
+	c.wakeLocked()
 	c.turnMu.Unlock()
 }
 
 // advanceLocked serves the next ticket not given up and wakes the waiters.
 func (c *Comm) advanceLocked() {
-	c.serving++
+	c.serving.Add(1)
+	c.wakeLocked()
+}
+
+// wakeLocked skips the given-up tickets from serving on and wakes the
+// waiters; turnMu is held.
+func (c *Comm) wakeLocked() {
 	for len(c.skip) > 0 {
-		if _, ok := c.skip[c.serving]; !ok {
+		s := c.serving.Load()
+		if _, ok := c.skip[s]; !ok {
 			break
 		}
-		delete(c.skip, c.serving)
-		c.serving++
+		delete(c.skip, s)
+		c.skips.Add(-1)
+		c.serving.Add(1)
 	}
 	if c.turnCh != nil {
 		close(c.turnCh)
