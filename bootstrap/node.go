@@ -69,6 +69,7 @@ type Node struct {
 	inWorld  map[string]int // name → rank in world
 	reported map[string]bool
 	leaving  map[string]bool // members that announced they close
+	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
@@ -131,6 +132,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
+		stopped:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
@@ -381,6 +383,8 @@ func (n *Node) reportLocked(name string, left bool) {
 	err := ErrPeerDead
 	if left {
 		err = ErrPeerLeft
+	} else if n.stopped[name] {
+		err = errStopped
 	}
 	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}

@@ -218,7 +218,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	default:
 		names = autoProviders(rdma.ReachHost, rdma.ReachNetwork)
 	}
-	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), numa: myNUMANode(), addrs: map[string]string{}}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), addrs: map[string]string{}}
 	if cfg.simHost != nil {
 		me.host = *cfg.simHost
 	}

@@ -106,7 +106,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
 	done := make(chan struct{})
 	go forwardFailures(fw, node, done)
+	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})
+	go witness(node, stopWitness, witnessDone) // frozen ranks on this host (witness.go)
 	c.onClose = append(c.onClose, func() {
+		close(stopWitness)
+		<-witnessDone
 		node.Close() // closes node.Failures(), which ends forwardFailures
 		<-done
 		ctl.Close()
