@@ -219,9 +219,10 @@ func (fw *failureSink) install(c *Comm, epoch uint32) {
 // gossipRendezvous is Init's rendezvous: the blob is published in the
 // bootstrap meta and the agreed world returns every rank's blob.
 type gossipRendezvous struct {
-	cfg  bootstrap.Config
-	node *bootstrap.Node
-	ctl  *jobctl.Client
+	cfg    bootstrap.Config
+	node   *bootstrap.Node
+	ctl    *jobctl.Client
+	placed bootstrap.World // the world exchange joined
 }
 
 func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
@@ -235,7 +236,8 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	g.node = node
 	g.ctl.Phase(g.cfg.Rank, "connecting")
 	w := node.World()
-	if w.Rank != g.cfg.Rank || w.Size != g.cfg.Size {
+	g.placed = w
+	if w.Epoch <= 1 && (w.Rank != g.cfg.Rank || w.Size != g.cfg.Size) { // a later epoch: Grow placed this rank
 		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)
 	}
 	blobs := make([][]byte, w.Size)
@@ -248,7 +250,7 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 // bootstrapConfig derives this rank's gossip configuration from the job.
 func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (bootstrap.Config, error) {
 	bc := bootstrap.DefaultLANConfig()
-	bc.Rank, bc.Size = job.Rank, job.Size
+	bc.Rank, bc.Size, bc.MaxSize = job.Rank, job.Size, job.MaxNP
 	bc.JobID = job.JobID
 	if bc.JobID == "" {
 		bc.JobID = "gorun"
