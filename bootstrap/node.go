@@ -313,6 +313,26 @@ func (n *Node) joinLoop(seeds []string) {
 	delay := n.cfg.RetryJoin
 	joined := false
 	for {
+		n.mu.Lock()
+		formed := n.formed
+		n.mu.Unlock()
+		if formed && joined {
+			// Keep the seeds in the group: a seed rank that died and was
+			// restarted (gorun --max-restarts) knows nobody but itself, so
+			// the others join it again (a refused connection a second
+			// while it is gone; nothing while it is a member).
+			if !n.seedsLive(seeds) {
+				n.ml.Join(seeds)
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-n.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
 		n.viewMu.Lock()
 		seen := len(n.peers)
 		n.viewMu.Unlock()
@@ -331,12 +351,6 @@ func (n *Node) joinLoop(seeds []string) {
 				n.joinErr = nil
 			}
 			n.mu.Unlock()
-		}
-		n.mu.Lock()
-		formed := n.formed
-		n.mu.Unlock()
-		if formed && joined {
-			return
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -399,4 +413,24 @@ func (n *Node) signal() {
 	case n.changed <- struct{}{}:
 	default:
 	}
+}
+
+// seedsLive reports whether some live member listens at one of seeds
+// (host:port, names resolved).
+func (n *Node) seedsLive(seeds []string) bool {
+	want := map[string]bool{}
+	for _, s := range seeds {
+		if a, err := net.ResolveTCPAddr("tcp", s); err == nil {
+			want[a.String()] = true
+		}
+		want[s] = true
+	}
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	for _, p := range n.peers {
+		if want[p.addr] {
+			return true
+		}
+	}
+	return false
 }
