@@ -121,43 +121,45 @@ func childGrow(rank int) int {
 		return after(rank, base, nil)
 	}
 	buf := make([]int64, 64)
-	if os.Getenv("REL_RESTARTED") == "1" {
-		emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("joined as rank %d of %d", c.Rank(), c.Size())})
-	} else {
+	want := envInt("REL_GROW_TO", 4)
+	// A joiner (restarted, or launched to grow the job) takes part in the
+	// same loop as the others: ranks may join one Grow at a time.
+	grown := os.Getenv("REL_RESTARTED") == "1"
+	how := "joined as"
+	if !grown {
 		emit(event{Kind: "ready", Rank: rank})
-		for {
-			k := []int64{int64(c.Joiners())}
-			err := comm.AllReduce(ctx, c, k, k, comm.Max)
-			if err == nil && k[0] > 0 {
-				fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
-				if c, err = c.Grow(ctx); err != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
-					return after(rank, base, nil)
-				}
-				emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("grew to rank %d of %d", c.Rank(), c.Size())})
-				if c.Size() == envInt("REL_GROW_TO", 4) {
-					break
-				}
-				continue
-			}
-			if err == nil {
-				err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
-					return after(rank, base, c)
-				}
-				fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
-				if c, err = c.Shrink(ctx); err != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
-					return after(rank, base, nil)
-				}
-				emit(event{Kind: "shrunk", Rank: rank, Iter: c.Rank()})
-			}
-			time.Sleep(time.Millisecond)
-		}
+		how = "grew to"
 	}
+	for !grown || c.Size() != want {
+		k := []int64{int64(c.Joiners())}
+		err := comm.AllReduce(ctx, c, k, k, comm.Max)
+		if err == nil && k[0] > 0 {
+			fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
+			if c, err = c.Grow(ctx); err != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
+				return after(rank, base, nil)
+			}
+			grown = true
+			continue
+		}
+		if err == nil {
+			err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
+				return after(rank, base, c)
+			}
+			fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
+			if c, err = c.Shrink(ctx); err != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
+				return after(rank, base, nil)
+			}
+			emit(event{Kind: "shrunk", Rank: rank, Iter: c.Rank()})
+		}
+		time.Sleep(time.Millisecond)
+	}
+	emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("%s rank %d of %d", how, c.Rank(), c.Size())})
 	if err := checkedAllReduces(ctx, c, buf, 20, func() {}); err != nil {
 		emit(event{Kind: "wrong", Rank: rank, Err: "after grow: " + err.Error()})
 		return after(rank, base, c)
