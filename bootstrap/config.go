@@ -20,6 +20,9 @@ type Config struct {
 	Token []byte // job secret; gossip is encrypted with a key derived from it (empty: plaintext)
 	Rank  int    // this rank, or -1 to be assigned one from the agreed view
 	Size  int    // number of ranks in the world
+	// MaxSize is the most ranks Grow admits (gorun --max-np); 0 means Size.
+	// A rank launched to grow the job has Size ≤ Rank < MaxSize.
+	MaxSize int
 
 	BindAddr      string   // gossip address (UDP and TCP); default "0.0.0.0"
 	BindPort      int      // 0 picks a free port
@@ -141,8 +144,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: host identity longer than %d bytes", ErrInvalidConfig, MaxHost)
 	case c.Size < 1:
 		return c, fmt.Errorf("%w: size %d", ErrInvalidConfig, c.Size)
-	case c.Rank < -1 || c.Rank >= c.Size:
-		return c, fmt.Errorf("%w: rank %d not in [-1, %d)", ErrInvalidConfig, c.Rank, c.Size)
+	case c.MaxSize != 0 && c.MaxSize < c.Size:
+		return c, fmt.Errorf("%w: max size %d below size %d", ErrInvalidConfig, c.MaxSize, c.Size)
+	case c.Rank < -1 || c.Rank >= max(c.Size, c.MaxSize):
+		return c, fmt.Errorf("%w: rank %d not in [-1, %d)", ErrInvalidConfig, c.Rank, max(c.Size, c.MaxSize))
 	case c.BindPort < 0 || c.BindPort > 65535:
 		return c, fmt.Errorf("%w: port %d", ErrInvalidConfig, c.BindPort)
 	}

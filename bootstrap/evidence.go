@@ -159,7 +159,11 @@ func refused(addr string) bool {
 
 // markGone removes name from the view for good, reports it if it belongs to
 // the world, and tells the world's other members.
-func (n *Node) markGone(name string) {
+func (n *Node) markGone(name string) { n.markGoneAs(name, msgDead) }
+
+// markGoneAs is markGone telling the others with a message of kind (msgDead:
+// check it yourself; msgStopped: believe it).
+func (n *Node) markGoneAs(name string, kind byte) {
 	n.viewMu.Lock()
 	if n.gone[name] {
 		n.viewMu.Unlock()
@@ -175,7 +179,7 @@ func (n *Node) markGone(name string) {
 	}
 	w := n.world
 	n.mu.Unlock()
-	m := message{kind: msgDead, epoch: w.Epoch, from: n.name, about: name}
+	m := message{kind: kind, epoch: w.Epoch, from: n.name, about: name}
 	for _, q := range w.Members {
 		if q.Name != n.name && q.Name != name {
 			n.send(q.Name, q.Addr, m)

@@ -51,9 +51,14 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 			cmp.Compare(a.name, b.name))
 	})
 	var p proposal
+	limit := max(n.cfg.Size, n.cfg.MaxSize)
 	for i, q := range live {
 		if i > 0 && q.meta.Rank >= 0 && q.meta.Rank == live[i-1].meta.Rank {
 			p.notes = append(p.notes, fmt.Sprintf("rank %d claimed by %s and %s", q.meta.Rank, live[i-1].name, q.name))
+			continue
+		}
+		if len(p.members) == limit {
+			p.notes = append(p.notes, fmt.Sprintf("%s waits: the world is at its most, %d ranks (max size)", q.name, limit))
 			continue
 		}
 		r := len(p.members)
@@ -72,7 +77,8 @@ func b2i(b bool) int {
 }
 
 // Joiners is the number of live ranks of the job that are not members of
-// the current world: ranks restarted or started later that wait for Grow.
+// the current world: ranks restarted or started later that wait for Grow,
+// as many as Grow can admit (Config.MaxSize).
 // It is this node's view; the members must agree on when to grow (for
 // example with an allreduce of the count).
 func (n *Node) Joiners() int {
@@ -93,7 +99,7 @@ func (n *Node) Joiners() int {
 			k++
 		}
 	}
-	return k
+	return min(k, max(0, max(n.cfg.Size, n.cfg.MaxSize)-len(inWorld))) // no more than Grow can admit
 }
 
 // Grow forms the next world from every live rank of the job, the members

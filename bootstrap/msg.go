@@ -19,6 +19,7 @@ const (
 	msgLeaving = 5 // a member closes: its departure is not a failure
 	msgDead    = 6 // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
 	msgEpoch   = 7 // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
+	msgStopped = 8 // a member's process is stopped or gone, seen on its host: believe it (witness.go)
 
 	digestLen = 16
 )
@@ -28,7 +29,7 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
-	about  string // msgDead: the member found gone
+	about  string // msgDead, msgStopped: the member found gone
 }
 
 func (m *message) encode() []byte {
@@ -37,7 +38,7 @@ func (m *message) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(m.epoch))
 	b = append(b, m.digest[:]...)
 	b = appendString(b, m.from)
-	if m.kind == msgDead {
+	if m.kind == msgDead || m.kind == msgStopped {
 		b = appendString(b, m.about)
 	}
 	return b
@@ -45,7 +46,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgEpoch {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgStopped {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -53,7 +54,7 @@ func decodeMessage(buf []byte) (message, bool) {
 	m.epoch = uint32(d.uvarint(1<<32 - 1))
 	copy(m.digest[:], d.fixed(digestLen))
 	m.from = string(d.bytes(255))
-	if m.kind == msgDead {
+	if m.kind == msgDead || m.kind == msgStopped {
 		m.about = string(d.bytes(255))
 	}
 	return m, d.err == nil && len(d.buf) == 0
@@ -112,8 +113,12 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.hints[m.epoch] = true
 	}
 	n.mu.Unlock()
-	if m.kind == msgDead {
+	switch m.kind {
+	case msgDead:
 		n.heardDead(m.about)
+		return
+	case msgStopped:
+		n.witnessed(m.about)
 		return
 	}
 	if reply != 0 {

@@ -69,6 +69,7 @@ type Node struct {
 	inWorld  map[string]int // name → rank in world
 	reported map[string]bool
 	leaving  map[string]bool // members that announced they close
+	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
@@ -131,6 +132,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
+		stopped:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
@@ -311,6 +313,26 @@ func (n *Node) joinLoop(seeds []string) {
 	delay := n.cfg.RetryJoin
 	joined := false
 	for {
+		n.mu.Lock()
+		formed := n.formed
+		n.mu.Unlock()
+		if formed && joined {
+			// Keep the seeds in the group: a seed rank that died and was
+			// restarted (gorun --max-restarts) knows nobody but itself, so
+			// the others join it again (a refused connection a second
+			// while it is gone; nothing while it is a member).
+			if !n.seedsLive(seeds) {
+				n.ml.Join(seeds)
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-n.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
 		n.viewMu.Lock()
 		seen := len(n.peers)
 		n.viewMu.Unlock()
@@ -329,12 +351,6 @@ func (n *Node) joinLoop(seeds []string) {
 				n.joinErr = nil
 			}
 			n.mu.Unlock()
-		}
-		n.mu.Lock()
-		formed := n.formed
-		n.mu.Unlock()
-		if formed && joined {
-			return
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -381,6 +397,8 @@ func (n *Node) reportLocked(name string, left bool) {
 	err := ErrPeerDead
 	if left {
 		err = ErrPeerLeft
+	} else if n.stopped[name] {
+		err = errStopped
 	}
 	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}
@@ -395,4 +413,24 @@ func (n *Node) signal() {
 	case n.changed <- struct{}{}:
 	default:
 	}
+}
+
+// seedsLive reports whether some live member listens at one of seeds
+// (host:port, names resolved).
+func (n *Node) seedsLive(seeds []string) bool {
+	want := map[string]bool{}
+	for _, s := range seeds {
+		if a, err := net.ResolveTCPAddr("tcp", s); err == nil {
+			want[a.String()] = true
+		}
+		want[s] = true
+	}
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	for _, p := range n.peers {
+		if want[p.addr] {
+			return true
+		}
+	}
+	return false
 }

@@ -47,6 +47,10 @@ func (e *Engine) PeerFailed(rank int, err error) {
 	e.Abort(rank, err)
 }
 
+// byeGrace bounds how long a send side that saw its connection break waits
+// for the receive side to get to a bye.
+const byeGrace = 100 * time.Millisecond
+
 // linkFailed reports l's connection broken. fromRecv: the receive loop saw
 // it, after everything the peer sent (a bye included) was processed, so
 // closed is final; the send loop instead gives the receive loop a moment
@@ -54,8 +58,15 @@ func (e *Engine) PeerFailed(rank int, err error) {
 func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
 	// (fromRecv false runs on a goroutine of its own: it may wait.)
 	l.broken.Store(true)
-	for i := 0; !fromRecv && i < 50 && !l.closed.Load() && !l.recvOut.Load(); i++ {
-		time.Sleep(2 * time.Millisecond)
+	if !fromRecv && !l.closed.Load() {
+		// Everything the peer sent, a bye included, is in once the
+		// receive side ends; a peer that is gone ends it at once.
+		t := time.NewTimer(byeGrace)
+		select {
+		case <-l.recvEnd:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if l.closed.Load() {
 		// The peer said bye: it finished every call it made, and all it

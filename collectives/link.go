@@ -117,6 +117,7 @@ type Link struct {
 	closed   atomic.Bool   // the peer said bye
 	broken   atomic.Bool   // the connection failed or ended
 	recvOut  atomic.Bool   // the receive queue ended (flushed)
+	recvEnd  chan struct{} // closed when recvOut is set (failure.go waits on it)
 
 	cts [ctsDepth]struct {
 		addr uint64
@@ -160,7 +161,7 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
 	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes,
-		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{})}
+		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{}), recvEnd: make(chan struct{})}
 	built := l // the error returns below set l to nil before this runs
 	added := false
 	defer func() {
@@ -309,7 +310,9 @@ func (l *Link) setupFailed(err error) {
 func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 	if wc.Status != rdma.StatusSuccess {
 		l.broken.Store(true)
-		l.recvOut.Store(true)
+		if l.recvOut.CompareAndSwap(false, true) {
+			close(l.recvEnd)
+		}
 		err := wc.Err()
 		if cerr := l.conn.Err(); cerr != nil {
 			err = cerr

@@ -180,7 +180,11 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 // picks a provider per peer, connects and returns the communicator.
 func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err error) {
 	rank, size := rv.rank(), rv.size()
-	if size < 1 || rank < 0 || rank >= size {
+	limit := size
+	if g, ok := rv.(*gossipRendezvous); ok {
+		limit = max(size, g.cfg.MaxSize) // a rank launched to grow the job (GORUN_MAX_NP)
+	}
+	if size < 1 || rank < 0 || rank >= limit {
 		return nil, fmt.Errorf("gorun: rank %d of %d: %w", rank, size, ErrInvalid)
 	}
 	if cfg.timeout > 0 {
@@ -228,7 +232,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	default:
 		names = autoProviders(rdma.ReachHost, rdma.ReachNetwork)
 	}
-	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), numa: myNUMANode(), addrs: map[string]string{}}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), addrs: map[string]string{}}
 	if cfg.simHost != nil {
 		me.host = *cfg.simHost
 	}
@@ -280,6 +284,13 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	blobs, err := rv.exchange(ctx, blob)
 	if err != nil {
 		return nil, fmt.Errorf("gorun: rendezvous: %w", err)
+	}
+	if g, ok := rv.(*gossipRendezvous); ok && g.placed.Size > 0 && (g.placed.Rank != rank || g.placed.Size != size) {
+		// This rank joined a running job (restarted, or launched to grow
+		// it): Grow placed it.
+		rank, size = g.placed.Rank, g.placed.Size
+		c.rank, c.size = rank, size
+		c.sendSeq, c.recvSeq = make([]uint32, size), make([]uint32, size)
 	}
 	if len(blobs) != size {
 		return nil, fmt.Errorf("gorun: rendezvous returned %d endpoints for %d ranks", len(blobs), size)

@@ -14,6 +14,7 @@ import (
 type endpoint struct {
 	host  [8]byte
 	pid   uint32
+	start uint64            // the process's start time in clock ticks after boot (/proc/PID/stat), 0 unknown: with pid, names the process (witness.go)
 	numa  int16             // NUMA node, -1 unknown
 	addrs map[string]string // provider -> address
 }
@@ -21,13 +22,14 @@ type endpoint struct {
 // hostIdentity distinguishes hosts (jobenv.HostKey).
 func hostIdentity() [8]byte { return jobenv.HostKey() }
 
-const endpointVersion = 2 // 2: the NUMA node after the pid
+const endpointVersion = 3 // 2: the NUMA node after the pid; 3: the start time after the NUMA node
 
 func (e *endpoint) marshal() ([]byte, error) {
 	b := []byte{endpointVersion}
 	b = append(b, e.host[:]...)
 	b = binary.LittleEndian.AppendUint32(b, e.pid)
 	b = binary.LittleEndian.AppendUint16(b, uint16(e.numa))
+	b = binary.LittleEndian.AppendUint64(b, e.start)
 	b = append(b, byte(len(e.addrs)))
 	for _, name := range sortedKeys(e.addrs) {
 		a := e.addrs[name]
@@ -48,15 +50,16 @@ func (e *endpoint) marshal() ([]byte, error) {
 var errBadEndpoint = errors.New("malformed endpoint")
 
 func unmarshalEndpoint(b []byte) (*endpoint, error) {
-	if len(b) < 16 || b[0] != endpointVersion {
+	if len(b) < 24 || b[0] != endpointVersion {
 		return nil, errBadEndpoint
 	}
 	e := &endpoint{addrs: map[string]string{}}
 	copy(e.host[:], b[1:9])
 	e.pid = binary.LittleEndian.Uint32(b[9:13])
 	e.numa = int16(binary.LittleEndian.Uint16(b[13:15]))
-	n := int(b[15])
-	b = b[16:]
+	e.start = binary.LittleEndian.Uint64(b[15:23])
+	n := int(b[23])
+	b = b[24:]
 	for range n {
 		var name, addr string
 		var ok bool

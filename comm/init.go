@@ -106,7 +106,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
 	done := make(chan struct{})
 	go forwardFailures(fw, node, done)
+	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})
+	go witness(node, stopWitness, witnessDone) // frozen ranks on this host (witness.go)
 	c.onClose = append(c.onClose, func() {
+		close(stopWitness)
+		<-witnessDone
 		node.Close() // closes node.Failures(), which ends forwardFailures
 		<-done
 		ctl.Close()
@@ -215,9 +219,10 @@ func (fw *failureSink) install(c *Comm, epoch uint32) {
 // gossipRendezvous is Init's rendezvous: the blob is published in the
 // bootstrap meta and the agreed world returns every rank's blob.
 type gossipRendezvous struct {
-	cfg  bootstrap.Config
-	node *bootstrap.Node
-	ctl  *jobctl.Client
+	cfg    bootstrap.Config
+	node   *bootstrap.Node
+	ctl    *jobctl.Client
+	placed bootstrap.World // the world exchange joined
 }
 
 func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
@@ -231,7 +236,8 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	g.node = node
 	g.ctl.Phase(g.cfg.Rank, "connecting")
 	w := node.World()
-	if w.Rank != g.cfg.Rank || w.Size != g.cfg.Size {
+	g.placed = w
+	if w.Epoch <= 1 && (w.Rank != g.cfg.Rank || w.Size != g.cfg.Size) { // a later epoch: Grow placed this rank
 		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)
 	}
 	blobs := make([][]byte, w.Size)
@@ -244,7 +250,7 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 // bootstrapConfig derives this rank's gossip configuration from the job.
 func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (bootstrap.Config, error) {
 	bc := bootstrap.DefaultLANConfig()
-	bc.Rank, bc.Size = job.Rank, job.Size
+	bc.Rank, bc.Size, bc.MaxSize = job.Rank, job.Size, job.MaxNP
 	bc.JobID = job.JobID
 	if bc.JobID == "" {
 		bc.JobID = "gorun"

@@ -81,6 +81,21 @@ int gorun_finalize(gorun_comm comm);
 /* Make every rank's pending and later operations fail with reason. */
 int gorun_abort(gorun_comm comm, const char *reason);
 
+/*
+ * Elastic jobs (gorun --elastic, --max-restarts; README "Elastic jobs").
+ * gorun_shrink: every surviving rank calls it after an operation failed
+ * with GORUN_ERR_PEER; *out receives a communicator of the survivors,
+ * renumbered. gorun_grow: every rank calls it at a point they agree on
+ * (gorun_joiners > 0 on some rank: agree with an allreduce of max); *out
+ * receives a communicator of every live rank, in the order of the ranks
+ * they were started with, and a restarted rank's gorun_init returns then.
+ * Both close comm and free its handle, even when they fail.
+ */
+int gorun_shrink(gorun_comm comm, gorun_comm *out);
+int gorun_grow(gorun_comm comm, gorun_comm *out);
+/* Ranks waiting to join through gorun_grow, in this rank's view. */
+int gorun_joiners(gorun_comm comm, int *joiners);
+
 int gorun_rank(gorun_comm comm, int *rank);
 int gorun_size(gorun_comm comm, int *size);
 int gorun_local_rank(gorun_comm comm, int *local_rank);

@@ -81,6 +81,12 @@ type Config struct {
 	// the exit status.
 	MaxRestarts int
 
+	// MaxNP (with Elastic) lets the job grow beyond NP: every rank gets
+	// GORUN_MAX_NP, and a rank launched later for the job, with its
+	// environment and NP ≤ GORUN_RANK < MaxNP, joins through comm.Init and
+	// Comm.Grow. 0: no growth beyond NP.
+	MaxNP int
+
 	// StallTimeout is how long no rank may make progress in a collective
 	// before gorun reports the stall; 0 means 30s, negative turns it off.
 	StallTimeout time.Duration

@@ -50,6 +50,7 @@ type jobEnv struct {
 	bind     string
 	elastic  bool
 	restarts int      // --max-restarts
+	maxNP    int      // --max-np
 	extra    []string // -x and tunables, "K=V"
 }
 
@@ -93,6 +94,9 @@ func (j *jobEnv) sharedVars() []string {
 	}
 	if j.restarts > 0 {
 		v = append(v, EnvMaxRestarts+"="+strconv.Itoa(j.restarts))
+	}
+	if j.maxNP > j.size {
+		v = append(v, jobenv.MaxNP+"="+strconv.Itoa(j.maxNP))
 	}
 	return append(v, j.extra...)
 }

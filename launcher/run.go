@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	case remoteHost != "":
 		here = addressToward(remoteHost)
 	}
-	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, restarts: cfg.MaxRestarts, extra: extra,
+	j := &jobEnv{size: cfg.NP, bind: cfg.Bind, elastic: cfg.Elastic, restarts: cfg.MaxRestarts, maxNP: cfg.MaxNP, extra: extra,
 		jobID: "gorun-" + randomHex(8), token: randomHex(32)}
 	if cfg.NNodes > 0 {
 		j.size = cfg.NNodes * cfg.NP

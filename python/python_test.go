@@ -148,3 +148,21 @@ func TestPackageOps(t *testing.T) {
 		}
 	}
 }
+
+// gorun.elastic under gorun --elastic --max-restarts 1: rank 2 of 4 kills
+// itself mid-run, the survivors shrink and go on, gorun restarts it and it
+// rejoins at a commit, receiving the state; every rank ends at full size
+// with the weights of a run without a failure, and gorun exits 0.
+func TestElasticStateRejoin(t *testing.T) {
+	need(t, "numpy")
+	out := gorun(t, 4, "--elastic", "--max-restarts", "1", python, "python/tests/elastic_check.py")
+	for r := 0; r < 4; r++ {
+		if !strings.Contains(out, "elastic_check: rank "+itoa(r)+" size 4 ") {
+			t.Fatalf("rank %d did not end at full size:\n%s", r, out)
+		}
+	}
+	t.Logf("%s", out)
+	if strings.Count(out, " ok\n") != 4 || !strings.Contains(out, "restarted True") {
+		t.Fatalf("want 4 ranks ok, one of them restarted:\n%s", out)
+	}
+}

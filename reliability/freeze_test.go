@@ -92,3 +92,10 @@ func TestFrozenRankDetected(t *testing.T) {
 	report(t, "freeze", byKey)
 	t.Logf("%d of %d survivors named the frozen rank (timeout %v)", named, total, timeout)
 }
+
+// TestFrozenRecoveryTime is TestRecoveryTime with the victim frozen
+// (SIGSTOP) instead of killed: its sockets stay open, so the survivors learn
+// of it from its witnesses on the host (comm/witness.go) or from gossip.
+// REL_TRIALS jobs per transport, one at a time; it logs the figures and
+// asserts no time.
+func TestFrozenRecoveryTime(t *testing.T) { recoveryTimes(t, syscall.SIGSTOP, "SIGSTOP") }

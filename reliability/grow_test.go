@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,6 +66,51 @@ func TestGrowAfterRestart(t *testing.T) {
 // grow when they do ("grown", with the rank in Iter). A restarted rank
 // (REL_RESTARTED=1) is admitted by comm.Init. Once the communicator has 4
 // ranks again, 20 checked allreduces and "done".
+// TestGrowBeyondStartSize: a job of 4 ranks started with GORUN_MAX_NP=6
+// (gorun --max-np 6) runs; the test launches ranks 4 and 5 for it, with
+// the job's environment (as a launcher adding ranks would); the 4 see them
+// (Joiners), Grow, and all 6 run checked allreduces as ranks 0-5 of 6. A
+// seventh rank launched beyond --max-np is refused by its own Init.
+func TestGrowBeyondStartSize(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second,
+				env: []string{"REL_REINIT=0", "GORUN_MAX_NP=6", "REL_GROW_TO=6"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, rk := range j.ranks {
+				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+				}
+			}
+			launched := time.Now()
+			j.add("REL_RESTARTED=1")
+			j.add("REL_RESTARTED=1")
+			for _, rk := range j.ranks {
+				if _, ok := rk.waitEvent(ctx, "after"); !ok {
+					t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, j.logs())
+				}
+				if e, bad := rk.event("wrong"); bad {
+					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
+				}
+				g, ok := rk.event("grown")
+				if !ok || g.Iter != rk.id || !strings.HasSuffix(g.Err, " of 6") {
+					t.Fatalf("rank %d: grown %+v, want rank %d of 6\n%s", rk.id, g, rk.id, rk.log())
+				}
+				if _, ok := rk.event("done"); !ok {
+					t.Fatalf("rank %d: did not finish\n%s", rk.id, rk.log())
+				}
+				t.Logf("rank %d: %s, %v after the launch", rk.id, g.Err, time.Unix(0, g.T).Sub(launched).Round(time.Millisecond))
+			}
+			extra := j.add("REL_RESTARTED=1") // rank 6 of a job whose --max-np is 6
+			e, ok := extra.waitEvent(ctx, "error")
+			if !ok || !strings.Contains(e.Err, "GORUN_RANK") {
+				t.Fatalf("rank 6 beyond --max-np: %+v, want its Init to refuse GORUN_RANK\n%s", e, extra.log())
+			}
+		})
+	}
+}
+
 func childGrow(rank int) int {
 	base := takeSnapshot()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -75,43 +121,45 @@ func childGrow(rank int) int {
 		return after(rank, base, nil)
 	}
 	buf := make([]int64, 64)
-	if os.Getenv("REL_RESTARTED") == "1" {
-		emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("joined as rank %d of %d", c.Rank(), c.Size())})
-	} else {
+	want := envInt("REL_GROW_TO", 4)
+	// A joiner (restarted, or launched to grow the job) takes part in the
+	// same loop as the others: ranks may join one Grow at a time.
+	grown := os.Getenv("REL_RESTARTED") == "1"
+	how := "joined as"
+	if !grown {
 		emit(event{Kind: "ready", Rank: rank})
-		for {
-			k := []int64{int64(c.Joiners())}
-			err := comm.AllReduce(ctx, c, k, k, comm.Max)
-			if err == nil && k[0] > 0 {
-				fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
-				if c, err = c.Grow(ctx); err != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
-					return after(rank, base, nil)
-				}
-				emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("grew to rank %d of %d", c.Rank(), c.Size())})
-				if c.Size() == 4 {
-					break
-				}
-				continue
-			}
-			if err == nil {
-				err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
-					return after(rank, base, c)
-				}
-				fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
-				if c, err = c.Shrink(ctx); err != nil {
-					emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
-					return after(rank, base, nil)
-				}
-				emit(event{Kind: "shrunk", Rank: rank, Iter: c.Rank()})
-			}
-			time.Sleep(time.Millisecond)
-		}
+		how = "grew to"
 	}
+	for !grown || c.Size() != want {
+		k := []int64{int64(c.Joiners())}
+		err := comm.AllReduce(ctx, c, k, k, comm.Max)
+		if err == nil && k[0] > 0 {
+			fmt.Fprintf(os.Stderr, "rank %d: growing (%d joiners)\n", rank, k[0])
+			if c, err = c.Grow(ctx); err != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
+				return after(rank, base, nil)
+			}
+			grown = true
+			continue
+		}
+		if err == nil {
+			err = comm.AllReduce(ctx, c, buf, buf, comm.Sum)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: err.Error()})
+				return after(rank, base, c)
+			}
+			fmt.Fprintf(os.Stderr, "rank %d: shrinking after %v\n", rank, err)
+			if c, err = c.Shrink(ctx); err != nil {
+				emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
+				return after(rank, base, nil)
+			}
+			emit(event{Kind: "shrunk", Rank: rank, Iter: c.Rank()})
+		}
+		time.Sleep(time.Millisecond)
+	}
+	emit(event{Kind: "grown", Rank: rank, Iter: c.Rank(), Err: fmt.Sprintf("%s rank %d of %d", how, c.Rank(), c.Size())})
 	if err := checkedAllReduces(ctx, c, buf, 20, func() {}); err != nil {
 		emit(event{Kind: "wrong", Rank: rank, Err: "after grow: " + err.Error()})
 		return after(rank, base, c)

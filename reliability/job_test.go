@@ -214,6 +214,14 @@ func (j *job) startRank(r int, extra ...string) *rank {
 
 // restart starts rank r again (its old process must be gone), with extra
 // environment; it replaces j.ranks[r] and is killed with the job.
+// add starts one more rank, numbered after the others, with the job's
+// environment (a rank launched to grow the job).
+func (j *job) add(extra ...string) *rank {
+	rk := j.startRank(len(j.ranks), extra...)
+	j.ranks = append(j.ranks, rk)
+	return rk
+}
+
 func (j *job) restart(r int, extra ...string) *rank {
 	j.old = append(j.old, j.ranks[r])
 	j.ranks[r] = j.startRank(r, extra...)

@@ -98,6 +98,9 @@ func TestCorruptHeaderNotDelivered(t *testing.T) {
 			if err == nil && wc.Status == rdma.StatusSuccess {
 				t.Errorf("write with a corrupted header completed successfully")
 			}
+			if err != nil { // the header's CRC fails the connection at once: no stall until the deadline
+				t.Errorf("write with a corrupted header: no completion: %v", err)
+			}
 			t.Logf("completion %+v %v; target conn: %v", wc, err, s.Err())
 			tg.intact(t)
 		})

@@ -21,7 +21,10 @@ import (
 // REL_TRIALS per transport (default 3; 20 or more for RELIABILITY.md),
 // with the victim drawn from all ranks (rank 0 is the gossip seed). The
 // test checks correctness and logs the figures; it asserts no time.
-func TestRecoveryTime(t *testing.T) {
+func TestRecoveryTime(t *testing.T) { recoveryTimes(t, syscall.SIGKILL, "kill") }
+
+// recoveryTimes runs TestRecoveryTime's trials with the victim sent sig.
+func recoveryTimes(t *testing.T, sig syscall.Signal, what string) {
 	if testing.Short() {
 		t.Skip("sequential jobs")
 	}
@@ -31,27 +34,28 @@ func TestRecoveryTime(t *testing.T) {
 			var took, errAt []time.Duration
 			for i := range trials {
 				victim := rand.IntN(4)
-				d, e := recoveryTrial(t, tr, victim)
+				d, e := recoveryTrial(t, tr, victim, sig)
 				if d > 0 {
 					took, errAt = append(took, d), append(errAt, e)
-					t.Logf("trial %d, victim %d: first error %v after the kill, first good allreduce after %v", i, victim, e.Round(time.Millisecond), d.Round(time.Millisecond))
+					t.Logf("trial %d, victim %d: first error %v after the %s, first good allreduce after %v", i, victim, e.Round(time.Millisecond), what, d.Round(time.Millisecond))
 				}
 			}
 			if len(took) > 0 {
 				slices.Sort(took)
 				slices.Sort(errAt)
-				t.Logf("%s, %d trials: kill → first good allreduce after Shrink: median %v, min %v, max %v; kill → first error: median %v",
-					tr, len(took), took[len(took)/2].Round(time.Millisecond), took[0].Round(time.Millisecond),
-					took[len(took)-1].Round(time.Millisecond), errAt[len(errAt)/2].Round(time.Millisecond))
+				t.Logf("%s, %d trials: %s → first good allreduce after Shrink: median %v, min %v, max %v; %s → first error: median %v, min %v, max %v",
+					tr, len(took), what, took[len(took)/2].Round(time.Millisecond), took[0].Round(time.Millisecond),
+					took[len(took)-1].Round(time.Millisecond), what, errAt[len(errAt)/2].Round(time.Millisecond),
+					errAt[0].Round(time.Millisecond), errAt[len(errAt)-1].Round(time.Millisecond))
 			}
 		})
 	}
 }
 
-// recoveryTrial runs one job, kills victim, and returns the time from the
-// kill to the survivors' first good allreduce and to their first error (the
-// latest survivor's, each).
-func recoveryTrial(t *testing.T, tr string, victim int) (recovered, firstErr time.Duration) {
+// recoveryTrial runs one job, sends victim sig (SIGKILL, or SIGSTOP to
+// freeze it), and returns the time from the signal to the survivors' first
+// good allreduce and to their first error (the latest survivor's, each).
+func recoveryTrial(t *testing.T, tr string, victim int, sig syscall.Signal) (recovered, firstErr time.Duration) {
 	t.Helper()
 	j := startJob(t, jobSpec{n: 4, role: "recover", transport: tr, timeout: 10 * time.Second,
 		env: []string{"REL_REINIT=0"}})
@@ -65,7 +69,7 @@ func recoveryTrial(t *testing.T, tr string, victim int) (recovered, firstErr tim
 	}
 	time.Sleep(50 * time.Millisecond)
 	killed := time.Now()
-	j.ranks[victim].signal(syscall.SIGKILL)
+	j.ranks[victim].signal(sig)
 	for _, rk := range j.ranks {
 		if rk.id == victim {
 			continue

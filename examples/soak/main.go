@@ -38,6 +38,7 @@ func main() {
 	transport := flag.String("transport", "", "provider for -local (default mem; GORUN_TRANSPORT otherwise)")
 	warmup := flag.Duration("warmup", 0, "when to take the warm-up memory reading (default: a tenth of -duration, at most 1m)")
 	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
+	elastic := flag.Bool("elastic", false, "survive rank deaths (Shrink) and admit restarted ranks (Grow): run under gorun --elastic --max-restarts (elastic.go)")
 	flag.Parse()
 	if *warmup == 0 {
 		*warmup = min(*duration/10, time.Minute)
@@ -59,6 +60,17 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(2)
+	}
+	if *elastic {
+		if len(comms) != 1 {
+			fmt.Fprintln(os.Stderr, "soak: -elastic needs a job started by gorun, not -local")
+			os.Exit(2)
+		}
+		if err := soakElastic(ctx, comms[0], *seed, *duration, *maxCount); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: FAIL:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup

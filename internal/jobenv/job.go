@@ -42,6 +42,7 @@ type Job struct {
 	JobID     string
 	Token     string
 	NodeList  string // Slurm's node list, unexpanded
+	MaxNP     int    // GORUN_MAX_NP: the most ranks Grow admits; 0: Size
 }
 
 // Launched reports whether some launcher started this process: any
@@ -93,7 +94,12 @@ func Read(getenv func(string) string) (Job, error) {
 		if j.Rank, err = Int(getenv, v.rank, 0); err != nil {
 			return j, err
 		}
-		if j.Rank >= j.Size {
+		if s := getenv(MaxNP); s != "" && v.rank == Rank {
+			if j.MaxNP, err = Int(getenv, MaxNP, j.Size); err != nil {
+				return j, err
+			}
+		}
+		if j.Rank >= max(j.Size, j.MaxNP) { // a rank launched to grow the job: size ≤ rank < max-np
 			return j, &Error{v.rank, getenv(v.rank), fmt.Sprintf("not below %s=%d", v.size, j.Size)}
 		}
 		if v.lsize != "" && getenv(v.lsize) != "" {

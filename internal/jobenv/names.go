@@ -13,6 +13,7 @@ const (
 	Control   = "GORUN_CONTROL"    // the launcher's job-control address (internal/jobctl)
 	Bind      = "GORUN_BIND"       // core|numa|none, applied by comm.Init
 	Elastic   = "GORUN_ELASTIC"    // "1": the job goes on after a rank dies
+	MaxNP     = "GORUN_MAX_NP"     // --max-np: Grow admits ranks up to this many; a rank launched later has size ≤ rank < max
 )
 
 // Tunables: read by every rank, passed on by the launcher from its own
@@ -31,7 +32,7 @@ const (
 
 // ContractVars are set by the launcher and never inherited from its own
 // environment (a gorun started inside a rank must not leak its rank).
-var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic}
+var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP}
 
 // TunableVars pass from the launcher's environment to every rank.
 var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, Spin}

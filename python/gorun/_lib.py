@@ -102,6 +102,9 @@ def load():
         "gorun_alltoallv": [i64, vp, vp, vp, vp, vp, vp, c_int],
         "gorun_wait": [i64],
         "gorun_test": [i64, p_int],
+        "gorun_shrink": [i64, p_i64],
+        "gorun_grow": [i64, p_i64],
+        "gorun_joiners": [i64, p_int],
     }
     for name, args in sig.items():
         f = getattr(lib, name)

@@ -200,19 +200,45 @@ func (c *conn) peerDead() bool {
 }
 
 // waitZero waits until *users is zero or the peer is dead: a peer copy in
-// flight takes at most a memcpy's time.
-func (c *conn) waitZero(users *atomic.Uint32) {
+// flight takes at most a memcpy's time, unless the peer is frozen in it
+// (SIGSTOP, a debugger). It reports false when it gave up on a frozen
+// peer: one whose process has been stopped for frozenPeerAfter with the
+// count still up. The connection is then in the error state, and the
+// caller must not reuse memory the peer maps (a resumed peer would finish
+// its copy); memory it reaches through CMA is safe, since a stop takes
+// effect only after process_vm_writev returns. The count lives in shared
+// memory and the peer does not signal its decrement (that would cost every
+// copy a wake-up), so the wait polls: a short yielding spin, then sleeps
+// growing to 1 ms, the peer's state read at each.
+func (c *conn) waitZero(users *atomic.Uint32) bool {
+	var stoppedAt time.Time
+	nap := 20 * time.Microsecond
 	for i := 0; users.Load() != 0; i++ {
-		if i%64 == 63 && c.peerDead() {
-			return
-		}
 		if i < 100 {
 			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
+			continue
 		}
+		if c.peerDead() {
+			return true
+		}
+		if peerStopped(c.peerPid) {
+			if stoppedAt.IsZero() {
+				stoppedAt = time.Now()
+			} else if time.Since(stoppedAt) >= frozenPeerAfter {
+				c.markError(c.opErr("wait", fmt.Errorf("peer pid %d is frozen (stopped) with a copy in flight: %w", c.peerPid, rdma.ErrClosed)), false)
+				return false
+			}
+		} else {
+			stoppedAt = time.Time{}
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, time.Millisecond)
 	}
+	return true
 }
+
+// frozenPeerAfter is how long waitZero waits on a stopped peer.
+const frozenPeerAfter = time.Second
 
 func (c *conn) MaxInline() int { return maxInline }
 

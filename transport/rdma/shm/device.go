@@ -11,6 +11,7 @@ import (
 	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
+	"golang.org/x/sys/unix"
 )
 
 const provider = "shm"
@@ -136,12 +137,21 @@ func (d *Device) release(mr *rdma.MR) error {
 		for c := range d.conns {
 			c.local.revoke(info.slot)
 		}
+		frozen := false
 		for c := range d.conns {
-			c.waitZero(c.local.slotUsers(info.slot))
+			if !c.waitZero(c.local.slotUsers(info.slot)) {
+				frozen = true
+			}
 			c.local.clearSlot(info.slot)
 		}
 		d.slots[info.slot] = slotVal{}
 		d.mu.Unlock()
+		if frozen && info.mem != nil {
+			// A frozen peer may resume in the middle of a copy into this
+			// arena memory: keep it out of the allocator (a leak, rare).
+			unix.Munmap(info.mem[:cap(info.mem)])
+			return nil
+		}
 	}
 	if info.mem != nil {
 		return rdma.NewOpError(provider, "deregister", d.arena.release(info.mem, info.off))

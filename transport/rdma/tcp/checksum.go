@@ -10,15 +10,18 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// With Config.Checksum, negotiated in the handshake (both ends must set
-// it), every frame header carries two CRC32Cs after its 32 bytes:
+// Every frame header carries two CRC32Cs after its 32 bytes:
 //
 //	off size field
-//	 32    4 CRC32C of the payload (0 when there is none)
-//	 36    4 CRC32C of bytes [0, 36)
+//	 32    4 CRC32C of the payload (0 without Config.Checksum, or no payload)
+//	 36    4 CRC32C of bytes [0, 36): always
 //
 // The receiver checks the header's CRC before it acts on any field, so a
-// damaged rkey, address or length is never used, and a payload's after
+// damaged op, rkey, address or length is never used: the connection fails
+// at once instead of, say, waiting for the payload of a damaged length.
+// It costs a CRC of 36 bytes per frame at each end (a few ns). The
+// payload's CRC is Config.Checksum's, negotiated in the handshake (both
+// ends must set it): the receiver checks it after
 // reading it into place and before anything makes it visible: a request is
 // acknowledged, a receive completes, a read completes. Since the payload
 // goes straight into the registered region, damaged bytes may already be

@@ -52,11 +52,7 @@ func proxied(t *testing.T, cfg rdma.Config, corruptAt int64) (a, b rdma.Conn, de
 // firstPayload is the forward offset of byte k of the payload of the
 // dialer's first frame (no token: the handshake is one hello).
 func firstPayload(cfg rdma.Config, k int) int64 {
-	hlen := hdrLen
-	if cfg.Checksum {
-		hlen = maxHdr
-	}
-	return int64(helloLen + hlen + k + 1)
+	return int64(helloLen + maxHdr + k + 1)
 }
 
 // corruption is one place a flipped bit can land: byte k of the payload
@@ -166,12 +162,13 @@ func TestChecksumDetectsCorruption(t *testing.T) {
 	}
 }
 
-// Without Checksum the same flipped bit is delivered as good data: this
-// is why the option exists.
+// Without Checksum the same flipped bit in a payload is delivered as good
+// data: this is why the option exists. (A header is always checked:
+// TestHeaderCRCAlwaysOn.)
 func TestCorruptionLandsWithoutChecksum(t *testing.T) {
 	for _, tc := range corruptions {
-		if tc.name == "write-imm-payload" {
-			continue // the same path as write-payload
+		if tc.name == "write-imm-payload" || tc.name == "header" {
+			continue // the same path as write-payload; a header has its CRC
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := rdma.Config{}
@@ -191,10 +188,6 @@ func TestCorruptionLandsWithoutChecksum(t *testing.T) {
 				}
 				want[tc.k] ^= 1
 				got = recvB.Bytes()
-			case "header":
-				// The write of 100 bytes to dst+8 went to dst+9.
-				want = make([]byte, corruptLen)
-				copy(want[9:], src.Bytes()[:100])
 			default:
 				want[tc.k] ^= 1
 			}
@@ -293,5 +286,54 @@ func TestDecodeChecksum(t *testing.T) {
 			}
 			ft.check(t)
 		})
+	}
+}
+
+// Without Checksum, a bit flipped in a frame header's op, rkey, length or
+// address is still caught by the header's CRC, at once: the request fails
+// on its initiator, both ends enter the error state, nothing reaches
+// memory, and the acceptor counts it. (Before the header CRC, a damaged
+// length made the target wait for bytes that never came.)
+func TestHeaderCRCAlwaysOn(t *testing.T) {
+	for _, f := range []struct {
+		name string
+		off  int
+	}{{"op", 0}, {"rkey", 8}, {"length", 12}, {"addr", 24}} {
+		t.Run(f.name, func(t *testing.T) {
+			a, b, devA, devB, px := proxied(t, rdma.Config{}, int64(helloLen+f.off+1))
+			src, dst, _, _ := regions(t, devA, devB)
+			must(t, a.PostWrite(1, src.Bytes()[:100], src, rdma.FlagSignaled, dst.Addr()+8, dst.RKey()))
+			if wc := sendComp(t, a); wc.WRID != 1 || wc.Status != rdma.StatusRetryExceeded {
+				t.Fatalf("initiator's completion %+v, want %v", wc, rdma.StatusRetryExceeded)
+			}
+			for _, c := range []rdma.Conn{a, b} {
+				if err := waitErr(t, c); !errors.Is(err, errChecksum) {
+					t.Fatalf("Err() = %v, want a checksum error", err)
+				}
+			}
+			if n := px.Corrupted.Load(); n != 1 {
+				t.Fatalf("proxy corrupted %d bytes, want 1", n)
+			}
+			if got := counters(devB); got != (rdma.Counters{ChecksumErrors: 1}) {
+				t.Fatalf("acceptor's counters %+v, want one checksum error", got)
+			}
+			if !bytes.Equal(dst.Bytes(), make([]byte, corruptLen)) {
+				t.Fatal("a write with a damaged header reached memory")
+			}
+		})
+	}
+}
+
+// BenchmarkHeaderCRC is what the always-on header CRC adds per frame: seal
+// on the sender, intact on the receiver.
+func BenchmarkHeaderCRC(b *testing.B) {
+	var buf [maxHdr]byte
+	h := header{op: opWriteImm, flags: fAck, imm: 7, rkey: 0x1234, length: 8, seq: 99, addr: 0xdeadbeef}
+	h.encode(head(&buf))
+	for b.Loop() {
+		seal(&buf, 0)
+		if !intact(&buf) {
+			b.Fatal("sealed header not intact")
+		}
 	}
 }

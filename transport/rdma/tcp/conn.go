@@ -75,7 +75,7 @@ type conn struct {
 	r        io.Reader       // decoder tests: where frames come from
 	peer     string
 	cfg      rdma.Config
-	hlen     int // frame header bytes: hdrLen, or maxHdr with Config.Checksum
+	hlen     int // frame header bytes: maxHdr (header and its CRCs)
 	ackEvery uint64
 	sendCQ   *cq
 	recvCQ   *cq
@@ -91,6 +91,7 @@ type conn struct {
 	fdClosed  chan struct{} // the socket is closed
 	dead      chan struct{} // closed after the reap flushed everything
 	rnrTimer  *time.Timer   // runs progress when an RNR retry is due
+	hbTimer   *time.Timer   // the heartbeat's next tick (heartbeat.go), under mu; nil without one
 
 	mu     sync.Mutex
 	state  int
@@ -146,10 +147,7 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 	cfg := d.cfg
 	every := uint64(cfg.SendQueueDepth / 4)
 	every = max(1, min(every, 64))
-	hlen := hdrLen
-	if cfg.Checksum {
-		hlen = maxHdr
-	}
+	hlen := maxHdr // the header's CRC is always on (checksum.go)
 	c := &conn{
 		dev: d, nc: nc, r: r, peer: peer, cfg: cfg, hlen: hlen, ackEvery: every,
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
@@ -193,6 +191,7 @@ func (c *conn) start(init rdma.QPInit) {
 	c.mu.Unlock()
 	go c.watch()
 	go c.writeLoop()
+	c.startHeartbeat() // heartbeat.go
 }
 
 func kick(ch chan struct{}) {

@@ -74,10 +74,7 @@ func TestCounters(t *testing.T) {
 	})
 	t.Run("protocol", func(t *testing.T) {
 		a, b, devA, devB := pair(t, rdma.Config{})
-		var hdr [hdrLen]byte
-		h := header{op: opMax} // an unknown op
-		h.encode(&hdr)
-		b.(*conn).nc.Write(hdr[:])
+		b.(*conn).nc.Write(sealed(header{op: opMax})) // an unknown op, under a good CRC
 		waitErr(t, a)
 		if got := counters(devA); got != (rdma.Counters{ProtocolErrors: 1}) {
 			t.Fatalf("counters %+v", got)

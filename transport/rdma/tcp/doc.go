@@ -15,13 +15,20 @@
 // A conn made by Listen reads nothing until AcceptQP binds it to its
 // completion queues; what its peer sends meanwhile waits in the socket.
 //
-// With Config.Checksum (GORUN_CHECKSUM=1) every frame carries a CRC32C of
-// its header and of its payload (checksum.go). The receiver checks the
-// header before using any field and the payload before acknowledging the
+// Every frame header carries a CRC32C of itself, always (checksum.go): the
+// receiver checks it before using any field, so a damaged op, rkey,
+// address or length fails the connection at once. With Config.Checksum
+// (GORUN_CHECKSUM=1) the header also carries a CRC32C of the payload,
+// which the receiver checks before acknowledging the
 // request or completing a receive or a read; a mismatch fails the request
 // and moves both ends to the error state, so damaged bytes that already
 // reached a region are never reported as delivered. Both ends must agree
 // on the option: the handshake refuses a mismatch.
+//
+// Liveness: keepalive and TCP_USER_TIMEOUT (liveness_linux.go) and a
+// heartbeat (heartbeat.go) that pings an idle connection every 200 ms and
+// fails one whose peer's kernel has acknowledged nothing for 500 ms,
+// reading TCP_INFO on a timer: nothing on the per-message path.
 //
 // The device counts refused work (rdma.CounterSource): handshakes it
 // refused, requests it refused for access, checksum mismatches it found

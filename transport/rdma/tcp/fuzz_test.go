@@ -104,10 +104,12 @@ func (c *conn) serve() error {
 	}
 }
 
-// patch rewrites the symbolic rkeys and addresses of each frame header.
+// patch rewrites the symbolic rkeys and addresses of each frame header and
+// seals it again (its CRC): the fuzzer reaches past the CRC check, which
+// checksum_test.go tests.
 func (ft *fuzzTarget) patch(in []byte) []byte {
 	out := append([]byte(nil), in...)
-	for b := out; len(b) >= hdrLen; {
+	for b := out; len(b) >= maxHdr; {
 		var mr *rdma.MR
 		switch binary.LittleEndian.Uint32(b[8:]) {
 		case 1:
@@ -119,7 +121,8 @@ func (ft *fuzzTarget) patch(in []byte) []byte {
 			binary.LittleEndian.PutUint32(b[8:], mr.RKey())
 			binary.LittleEndian.PutUint64(b[24:], mr.Addr()+binary.LittleEndian.Uint64(b[24:]))
 		}
-		n := hdrLen
+		seal((*[maxHdr]byte)(b[:maxHdr]), binary.LittleEndian.Uint32(b[hdrLen:]))
+		n := maxHdr
 		if h := (header{op: b[0]}); h.hasPayload() {
 			n += int(binary.LittleEndian.Uint32(b[12:]))
 		}
@@ -168,12 +171,18 @@ func (ft *fuzzTarget) close(t *testing.T) {
 }
 
 func frame(h header, payload []byte) []byte {
-	var b [hdrLen]byte
 	if h.length == 0 && h.op != opReadReq {
 		h.length = uint32(len(payload))
 	}
-	h.encode(&b)
-	return append(b[:], payload...)
+	return append(sealed(h), payload...)
+}
+
+// sealed is h encoded as on the wire: with its header CRC (no payload CRC).
+func sealed(h header) []byte {
+	var b [maxHdr]byte
+	h.encode(head(&b))
+	seal(&b, 0)
+	return b[:]
 }
 
 func cat(frames ...[]byte) []byte { return bytes.Join(frames, nil) }

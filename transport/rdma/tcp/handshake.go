@@ -23,7 +23,7 @@ import (
 // Only after that does the connection read frames, so a peer without the
 // token never reaches registered memory.
 const (
-	protoVersion = 1
+	protoVersion = 2 // 2: every frame header has its CRC
 	nonceLen     = 32
 	helloLen     = 8 + 2 + 2 + nonceLen
 	helloAuth    = 1 << 0

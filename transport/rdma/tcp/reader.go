@@ -144,11 +144,11 @@ func (c *conn) read(p []byte) (int, error) {
 // onHeader checks the header just read and starts serving its frame.
 func (c *conn) onHeader() error {
 	h := &c.ps.h
+	if !intact(&c.rhdr) {
+		c.corruptHeader()
+		return nil
+	}
 	if c.cfg.Checksum {
-		if !intact(&c.rhdr) {
-			c.corruptHeader()
-			return nil
-		}
 		h.crc = binary.LittleEndian.Uint32(c.rhdr[hdrLen:])
 	}
 	if err := h.decode(head(&c.rhdr)); err != nil {

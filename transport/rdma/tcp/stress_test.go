@@ -180,10 +180,7 @@ func TestCloseDuringTransfer(t *testing.T) {
 // A peer that breaks the protocol loses the connection; Err says why.
 func TestProtocolViolation(t *testing.T) {
 	a, b, _, _ := pair(t, rdma.Config{})
-	var hdr [hdrLen]byte
-	h := header{op: opAck, seq: 12345} // acknowledges nothing outstanding
-	h.encode(&hdr)
-	b.(*conn).nc.Write(hdr[:])
+	b.(*conn).nc.Write(sealed(header{op: opAck, seq: 12345})) // acknowledges nothing outstanding
 	ctx := testCtx(t)
 	if _, err := a.GetRecvComp(ctx); ctx.Err() != nil || !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("GetRecvComp: %v", err)

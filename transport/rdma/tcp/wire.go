@@ -31,6 +31,7 @@ const (
 	opAck                       // every request up to and including seq succeeded
 	opNak                       // requests before seq succeeded; seq failed with status
 	opReadResp                  // payload is the data of read seq (acks all before it)
+	opPing                      // heartbeat on an idle connection (heartbeat.go): no payload, no answer
 	opMax
 )
 
@@ -88,8 +89,8 @@ func (h *header) decode(b *[hdrLen]byte) error {
 	if h.length > maxMsg {
 		return fmt.Errorf("%w: length %d over %d", errProtocol, h.length, maxMsg)
 	}
-	if h.op == opAck && h.length != 0 {
-		return fmt.Errorf("%w: ack with payload", errProtocol)
+	if (h.op == opAck || h.op == opPing) && h.length != 0 {
+		return fmt.Errorf("%w: op %d (ack or ping) with payload", errProtocol, h.op)
 	}
 	return nil
 }

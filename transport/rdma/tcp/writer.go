@@ -238,7 +238,8 @@ func (c *conn) writeLoop() {
 
 // takeRequests appends the next sendable requests to iov and marks them as
 // on the wire; with Config.Checksum their headers are sealed after c.mu
-// is released (c.seals), so the CRC of a large payload holds no lock.
+// is released (c.seals), so the CRC of a large payload holds no lock;
+// without it only the header's CRC is sealed, at once.
 // Called with c.mu held.
 func (c *conn) takeRequests(iov [][]byte) [][]byte {
 	for n := 0; c.tx < c.tail && n < maxBatch && len(iov) < maxIov; n++ {
@@ -267,6 +268,8 @@ func (c *conn) takeRequests(iov [][]byte) [][]byte {
 		}
 		if c.cfg.Checksum {
 			c.seals = append(c.seals, sealing{hdr: &w.hdr, lo: lo, hi: len(iov)})
+		} else {
+			seal(&w.hdr, 0) // the header's CRC only
 		}
 		c.tx++
 	}
@@ -297,7 +300,5 @@ func (c *conn) queueResp(h header, data []byte, pooled *[]byte) {
 
 func (c *conn) encodeResp(r *response) {
 	r.h.encode(head(&r.hdr))
-	if c.cfg.Checksum {
-		seal(&r.hdr, r.crc)
-	}
+	seal(&r.hdr, r.crc) // r.crc is 0 without Config.Checksum
 }

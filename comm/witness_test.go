@@ -1,0 +1,131 @@
+package comm
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+)
+
+// waitState polls pid's state until it is want (the kernel applies a
+// signal asynchronously).
+func waitState(t *testing.T, pid uint32, want byte) {
+	t.Helper()
+	for range 2000 {
+		if s, _, err := procStat(pid); err == nil && s == want {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s, _, err := procStat(pid)
+	t.Fatalf("pid %d: state %c (%v), want %c", pid, s, err, want)
+}
+
+// The witness's reading of a process: running is alive; stopped is frozen
+// only once it has lasted witnessStopped (by the clock passed in), and
+// running again resets that; a zombie and a reaped process are gone.
+func TestWitnessReadsProcessState(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no sleep binary:", err)
+	}
+	defer cmd.Process.Kill()
+	pid := uint32(cmd.Process.Pid)
+	_, start, err := procStat(pid)
+	if err != nil || start == 0 {
+		t.Fatalf("procStat(%d) = %d, %v", pid, start, err)
+	}
+	p := &watchedRank{rank: 1, pid: pid, start: start}
+	t0 := time.Now()
+	if p.frozenOrGone(t0) {
+		t.Fatal("a sleeping process declared frozen")
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	waitState(t, pid, 'T')
+	if p.frozenOrGone(t0) || p.frozenOrGone(t0.Add(witnessStopped-time.Millisecond)) {
+		t.Fatal("a process stopped for less than witnessStopped declared frozen")
+	}
+	if !p.frozenOrGone(t0.Add(witnessStopped)) {
+		t.Fatal("a process stopped for witnessStopped not declared frozen")
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	waitState(t, pid, 'S')
+	if p.frozenOrGone(t0.Add(time.Minute)) || !p.stoppedSince.IsZero() {
+		t.Fatal("a resumed process declared frozen, or its stop not forgotten")
+	}
+	cmd.Process.Signal(syscall.SIGSTOP) // a new stop starts a new count
+	waitState(t, pid, 'T')
+	if p.frozenOrGone(t0.Add(2 * time.Minute)) {
+		t.Fatal("a new stop counted from the old one")
+	}
+	cmd.Process.Kill()
+	waitState(t, pid, 'Z')
+	if !p.frozenOrGone(t0) {
+		t.Fatal("a zombie not declared gone")
+	}
+	cmd.Wait()
+	if !p.frozenOrGone(t0) {
+		t.Fatal("a reaped process not declared gone")
+	}
+	// Another process behind the same pid (another start time) is not the one watched.
+	self, _, _ := procStat(uint32(os.Getpid()))
+	q := &watchedRank{rank: 1, pid: uint32(os.Getpid()), start: selfStart() + 1}
+	if self == 0 || !q.frozenOrGone(t0) {
+		t.Fatal("a pid whose start time differs not declared gone")
+	}
+}
+
+// watchSet picks the two ranks before this one among the ranks of its host
+// whose process it can see, and never this process, a process of another
+// host, or a pid whose start time does not match.
+func TestWatchSet(t *testing.T) {
+	var kids []uint32
+	for range 3 {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Skip("no sleep binary:", err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		kids = append(kids, uint32(cmd.Process.Pid))
+	}
+	startOf := func(pid uint32) uint64 { _, s, _ := procStat(pid); return s }
+	other := hostIdentity()
+	other[0]++
+	eps := []*endpoint{
+		{host: hostIdentity(), pid: kids[0], start: startOf(kids[0])},        // 0: watched by 2 (and by 4)
+		{host: other, pid: kids[1], start: startOf(kids[1])},                 // 1: another host
+		{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart()}, // 2: this rank
+		{host: hostIdentity(), pid: kids[1], start: startOf(kids[1]) + 7},    // 3: stale start time
+		{host: hostIdentity(), pid: kids[2], start: startOf(kids[2])},        // 4
+	}
+	w := bootstrap.World{Rank: 2, Size: len(eps), Epoch: 1}
+	for r, ep := range eps {
+		ep.addrs = map[string]string{}
+		b, err := ep.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Members = append(w.Members, bootstrap.Member{Rank: r, Blob: b})
+	}
+	// Host ranks in order: 0, 2, 3, 4. Before 2, cyclically: 0 and 4.
+	set := watchSet(w)
+	got := map[int]bool{}
+	for _, p := range set {
+		got[p.rank] = true
+	}
+	if len(set) != 2 || !got[0] || !got[4] {
+		t.Errorf("rank 2 watches %v, want ranks 0 and 4", got)
+	}
+	// Rank 4's two before it are 3 (stale: skipped) and 2 (this process: skipped).
+	w.Rank = 4
+	eps4 := *eps[4]
+	eps4.pid, eps4.start = uint32(os.Getpid()), selfStart()
+	b, _ := eps4.marshal()
+	w.Members[4].Blob = b
+	if set := watchSet(w); len(set) != 0 {
+		t.Errorf("rank 4 watches %d ranks, want none", len(set))
+	}
+}

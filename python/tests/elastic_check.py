@@ -1,0 +1,49 @@
+"""Run under gorun -np 4 --elastic --max-restarts 1: rank 2 kills itself
+once mid-run; the survivors shrink and go on, gorun restarts it, it rejoins
+at a commit and receives the state. Every rank ends at full size with the
+same weights, the ones a run without a failure computes."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+
+import gorun  # noqa: E402
+from gorun import elastic  # noqa: E402
+
+STEPS, KILL_AT = 40, 10
+
+gorun.init()
+restarted = bool(os.environ.get("GORUN_RESTART"))
+state = elastic.State(w=np.zeros(8), step=0, log=[])
+sizes = []
+
+
+@elastic.run
+def train(state):
+    # Until STEPS steps are done and the restarted rank is back (bounded).
+    while (state.step < STEPS or gorun.size() < 4) and state.step < 50 * STEPS:
+        g = np.full(8, float(state.step + 1))
+        gorun.allreduce_(g, "avg")          # the same on every rank: the mean is too
+        state.w += g
+        state.step += 1
+        if state.step == KILL_AT and gorun.rank() == 2 and not restarted:
+            os.kill(os.getpid(), signal.SIGKILL)
+        sizes.append(gorun.size())
+        state.commit()
+        time.sleep(0.02)
+
+
+train(state)
+n = state.step
+want = n * (n + 1) / 2
+ok = gorun.size() == 4 and np.all(state.w == want) and (min(sizes) == 3 or restarted)
+print("elastic_check: rank %d size %d steps %d w %s restarted %s smallest %s %s" % (
+    gorun.rank(), gorun.size(), n, state.w[0], restarted, min(sizes) if sizes else None,
+    "ok" if ok else "WRONG (want w %s)" % want), flush=True)
+gorun.barrier()
+gorun.finalize()
+sys.exit(0 if ok else 1)

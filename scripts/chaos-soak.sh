@@ -1,0 +1,49 @@
+#!/bin/sh
+# Chaos soak (RELIABILITY.md): examples/soak -elastic under
+# gorun --elastic --max-restarts, with a random rank killed (SIGKILL) every
+# few seconds; at the end, the recoveries and their times.
+#
+#   scripts/chaos-soak.sh [DURATION_S [NP [TRANSPORT]]]     defaults: 600 4 auto
+#
+# Kills stop 30 s before the end, so the last restarted rank can rejoin.
+# Exit status: gorun's (0: every step checked, every rank ended well).
+set -eu
+dur=${1:-600}
+np=${2:-4}
+tr=${3:-auto}
+cd "$(dirname "$0")/.."
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/gorun" ./cmd/gorun
+go build -o "$bin/soak" ./examples/soak
+log=${CHAOS_LOG:-$bin/chaos.log}
+"$bin/gorun" -np "$np" --transport "$tr" --elastic --max-restarts 10000 \
+	"$bin/soak" -elastic -duration "${dur}s" >"$log" 2>&1 &
+gpid=$!
+kills=0
+start=$(date +%s)
+while kill -0 "$gpid" 2>/dev/null; do
+	sleep "$(awk -v s="$(od -An -N2 -tu2 /dev/urandom)" 'BEGIN{printf "%.1f", 3 + (s % 30) / 10}')"
+	now=$(date +%s)
+	[ $((now - start)) -lt $((dur - 30)) ] || continue
+	# gorun's children are the ranks (local launch).
+	pids=$(pgrep -P "$gpid" -x soak || true)
+	[ -n "$pids" ] || continue
+	n=$(echo "$pids" | wc -l)
+	pick=$(echo "$pids" | sed -n "$(( $(od -An -N2 -tu2 /dev/urandom) % n + 1 ))p")
+	if kill -9 "$pick" 2>/dev/null; then
+		kills=$((kills + 1))
+		echo "chaos: $(date -u +%T) killed pid $pick (kill $kills)" >>"$log.kills"
+	fi
+done
+set +e
+wait "$gpid"
+rc=$?
+echo "chaos: gorun exited $rc after $kills kills"
+grep -c 'soak: recovery:' "$log" | sed 's/^/chaos: recovery lines (one per survivor per recovery): /'
+grep -c 'rejoined as rank' "$log" | sed 's/^/chaos: rejoins: /'
+grep -o 'first good step [0-9]* ms' "$log" | awk '{print $4}' | sort -n | awk '
+	{ v[NR] = $1 } END { if (NR) printf "chaos: failure → first good step: n=%d median %d ms, min %d, max %d, p90 %d\n", NR, v[int((NR+1)/2)], v[1], v[NR], v[int(NR*0.9)+0] }'
+grep -E 'WRONG|FAIL' "$log" | head -5
+tail -n 8 "$log"
+exit $rc

@@ -1,0 +1,94 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Heartbeat: a silent peer is found within a few hundred ms of idle.
+//
+// TCP_USER_TIMEOUT and keepalive (liveness_linux.go) cut a connection
+// whose peer's host vanished, but keepalive counts in seconds and an idle
+// connection sends nothing that could go unacknowledged. So every
+// heartbeatTick each connection reads its socket's TCP_INFO from the
+// kernel (nothing is added to the per-message path):
+//
+//   - when it has sent nothing for heartbeatIdle, it sends a ping frame
+//     (opPing, a header only; the peer drops it), so that an idle
+//     connection always has something for the peer's kernel to
+//     acknowledge;
+//   - when nothing has been acknowledged by the peer's kernel for
+//     heartbeatSilent although data went out since (or is in flight),
+//     the connection fails naming the peer.
+//
+// Only the peer's kernel must answer, not the peer process: a rank starved
+// of CPU on a loaded host, or frozen, is not cut here (its kernel still
+// acknowledges; the gossip detector and the witnesses judge processes).
+// A link dropping everything is cut within heartbeatSilent plus at most
+// heartbeatIdle + heartbeatTick of going idle. A middlebox that
+// acknowledges for the peer (a proxy) hides a silent peer from this check.
+const (
+	heartbeatTick   = 100 * time.Millisecond
+	heartbeatIdle   = 200 * time.Millisecond
+	heartbeatSilent = 500 * time.Millisecond // ≥ 2 retransmissions at the least RTO (200 ms): one lost segment does not cut a link
+)
+
+var errSilent = errors.New("peer silent (no TCP acknowledgement)")
+
+// linkState is what the heartbeat needs of TCP_INFO.
+type linkState struct {
+	unacked  uint32        // segments sent and not acknowledged
+	sinceAck time.Duration // since the last acknowledgement arrived
+	sinceTx  time.Duration // since data was last sent
+}
+
+// startHeartbeat arms the connection's heartbeat: a timer, no goroutine
+// between ticks; each tick arms the next until the connection fails or
+// closes. Decoder tests, with no socket, have none.
+func (c *conn) startHeartbeat() {
+	if c.rc == nil || !heartbeatSupported {
+		return
+	}
+	c.mu.Lock()
+	c.hbTimer = time.AfterFunc(heartbeatTick, c.heartbeat)
+	c.mu.Unlock()
+}
+
+// heartbeat is one tick: cut a silent link, ping an idle one, and re-arm.
+func (c *conn) heartbeat() {
+	if c.failing.Load() {
+		return
+	}
+	if st, ok := c.linkState(); ok {
+		switch {
+		case st.sinceAck >= heartbeatSilent && (st.unacked > 0 || st.sinceTx+heartbeatIdle < st.sinceAck):
+			// Nothing acknowledged for heartbeatSilent, and segments are in
+			// flight, or were sent well after the last acknowledgement (a
+			// link down here: the kernel keeps trying, nothing leaves).
+
+			c.fail(fmt.Errorf("%w for %v with %d segments in flight", errSilent, st.sinceAck.Round(time.Millisecond), st.unacked))
+			return
+		case st.sinceTx >= heartbeatIdle:
+			c.ping()
+		}
+	}
+	c.mu.Lock()
+	t := c.hbTimer
+	c.mu.Unlock()
+	t.Reset(heartbeatTick)
+}
+
+// ping queues an opPing frame unless something is queued or being
+// written (the connection is not idle then) and writes it.
+func (c *conn) ping() {
+	c.mu.Lock()
+	if c.state != stateOK || c.writing || len(c.resp) > 0 || c.tx < c.tail {
+		c.mu.Unlock()
+		return
+	}
+	c.resp = append(c.resp, response{h: header{op: opPing}})
+	c.encodeResp(&c.resp[len(c.resp)-1])
+	c.mu.Unlock()
+	c.flush()
+}
