@@ -37,6 +37,7 @@ type Comm struct {
 	skip    map[uint64]struct{} // tickets given up (their ctx ended first)
 	tickets uint64
 	serving uint64
+	p2p     []p2pMsg // started ISends and IRecvs waiting to run as a group (p2p.go)
 
 	// guarded by the turn
 	seq      uint32
@@ -46,6 +47,7 @@ type Comm struct {
 	lastKey  planKey // the last plan used: no map lookup for a repeated call
 	lastPlan *collectives.Plan
 	scratch  []byte
+	p2pIn    []byte // a group's sends, gathered (p2p.go)
 	call     collectives.Call
 
 	closed atomic.Bool
@@ -106,6 +108,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	err := c.eng.Close()
+	c.flushP2P() // started messages never waited for fail now (p2p.go)
 	for _, ln := range c.lns {
 		ln.Close()
 	}

@@ -123,6 +123,8 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo c
 		name = "recv"
 		if s.send {
 			name = "send"
+		} else if s.group {
+			name = "sendrecv"
 		}
 	}
 	if m := co.o.met; m != nil {

@@ -14,6 +14,9 @@ import (
 func (c *Comm) ticket() uint64 {
 	c.turnMu.Lock()
 	defer c.turnMu.Unlock()
+	if len(c.p2p) > 0 {
+		c.flushP2PLocked() // started ISends and IRecvs run first (p2p.go)
+	}
 	t := c.tickets
 	c.tickets++
 	return t
@@ -147,6 +150,7 @@ type spec struct {
 	input []byte
 	peer  int // SendRecv: the other rank
 	send  bool
+	group bool // a group of point-to-point messages (p2p.go)
 	// build, when set, makes this call's schedule (the v-collectives,
 	// whose schedules depend on counts that the plan cache does not key).
 	build func(chunk int) *collectives.Schedule

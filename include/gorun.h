@@ -140,9 +140,11 @@ int gorun_allreduce_loc(gorun_comm comm, const void *send, void *recv, size_t co
 int gorun_reduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root);
 
 /* Non-blocking forms of the above. Requests take their place in the
- * communicator's order when started and run in that order, so two ranks
- * that both isend to each other before irecv complete only for messages
- * under 64 KiB; order larger exchanges by rank. */
+ * communicator's order when started and run in that order. Started isends
+ * and irecvs run together, as one group, when a wait or test needs one of
+ * them, a blocking send or recv joins them, or another operation starts:
+ * two ranks may each isend the other messages of any size before irecv.
+ * Start every message of an exchange before waiting on one. */
 int gorun_ibarrier(gorun_comm comm, gorun_request *req);
 int gorun_iallreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
 int gorun_ireduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
