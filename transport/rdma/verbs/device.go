@@ -58,6 +58,8 @@ type device struct {
 	loopOnce sync.Once
 	loopIP   net.IP // what a loopback address stands for (see splitAddr)
 
+	counts counts // refusals (counters.go)
+
 	mu     sync.Mutex
 	closed bool
 	conns  map[*conn]struct{}
