@@ -188,3 +188,19 @@ func (c *Comm) TraceInstant(lane, name string, arg int64) {
 func WithTimeline(path string) Option {
 	return func(c *config) error { c.timeline = path; return nil }
 }
+
+// TraceNow reads the timeline's clock (nanoseconds), for a span begun
+// outside Go: the C ABI's gorun_trace_now, read by the torch backend when
+// a call starts.
+func TraceNow() int64 { return trace.Now() }
+
+// TraceSpanSince records a span named name on the row lane from start (a
+// TraceNow reading) to now, as StartSpan and End would. With the timeline
+// off it records nothing.
+func (c *Comm) TraceSpanSince(lane, name string, arg, start int64) {
+	if !c.Tracing() {
+		return
+	}
+	rec := c.obs.o.rec
+	rec.Add(&trace.Event{Kind: trace.KindSpan, Lane: rec.Lane(lane), Name: name, Arg: arg, Start: start, End: trace.Now()})
+}

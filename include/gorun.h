@@ -171,6 +171,14 @@ int gorun_wait(gorun_request req);
 /* *done = 1 when req finished (then req is freed and its status returned), 0 otherwise. */
 int gorun_test(gorun_request req, int *done);
 
+/* The timeline (GORUN_TIMELINE): a caller's own calls as spans on a row of
+ * their own (the torch backend's "torch" row). gorun_tracing is 1 when comm
+ * records a timeline, else 0 (check it once and skip the rest); a span runs
+ * from start, a gorun_trace_now reading, to the gorun_trace_span call. */
+int gorun_tracing(gorun_comm comm);
+int64_t gorun_trace_now(void);
+int gorun_trace_span(gorun_comm comm, const char *lane, const char *name, int64_t arg, int64_t start);
+
 /* A static description of a status code. */
 const char *gorun_strerror(int status);
 /* The message of the calling thread's last failed call ("" if none). Valid

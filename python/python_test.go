@@ -6,6 +6,7 @@ package python_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -229,4 +230,66 @@ func TestTorchMPIRun(t *testing.T) {
 	p := freePorts(t)
 	runLauncher(t, "torch_ops_check", 2, nil, bin, "-genv", "GORUN_SEEDS", "127.0.0.1:"+strconv.Itoa(p),
 		"-genv", "GORUN_JOB_ID", "torch-mpirun-"+strconv.Itoa(p), "-np", "2", python, "python/tests/torch_ops_check.py")
+}
+
+// TestTorchTimeline: with gorun --timeline, every torch.distributed call on
+// backend "gorun" is a span on its rank's "torch" row, named as torch
+// names the op, beside the collectives it ran.
+func TestTorchTimeline(t *testing.T) {
+	needBackend(t)
+	file := filepath.Join(workDir, "torch-timeline.json")
+	out := gorun(t, 2, "--timeline", file, python, "python/tests/torch_trace_check.py")
+	for r := 0; r < 2; r++ {
+		if !strings.Contains(out, "torch_trace_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Pid  int            `json:"pid"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatalf("%v\n%.2000s", err, data)
+	}
+	torchRow := map[[2]int]bool{} // (pid, tid) of each rank's "torch" row
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" && e.Args["name"] == "torch" {
+			torchRow[[2]int{e.Pid, e.Tid}] = true
+		}
+	}
+	count := map[int]map[string]int{} // pid -> torch op name -> spans
+	ops := map[int]int{}              // pid -> allreduce collectives
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		if torchRow[[2]int{e.Pid, e.Tid}] {
+			if count[e.Pid] == nil {
+				count[e.Pid] = map[string]int{}
+			}
+			count[e.Pid][e.Name]++
+		} else if e.Name == "allreduce" {
+			ops[e.Pid]++
+		}
+	}
+	if len(count) != 2 {
+		t.Fatalf("torch rows with spans on %d ranks, want 2 (rows %v)\n%.3000s", len(count), torchRow, data)
+	}
+	for pid, c := range count {
+		if c["ALLREDUCE"] != 3 || c["BROADCAST"] != 1 || c["BARRIER"] != 1 {
+			t.Errorf("rank process %d: torch spans %v, want 3 ALLREDUCE, 1 BROADCAST, 1 BARRIER", pid, c)
+		}
+		if ops[pid] < 3 {
+			t.Errorf("rank process %d: %d allreduce collectives beside the torch spans, want at least 3", pid, ops[pid])
+		}
+	}
 }
