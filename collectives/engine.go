@@ -81,6 +81,10 @@ type Call struct {
 	Work  []byte
 	Input []byte
 	Stats *OpStats // nil, or filled in by Run (stats.go)
+	// Sigs are the per-message signatures that ops with Op.Sig name (only
+	// Coll, DType, Op, Root, Count and Seq are read); nil for a call whose
+	// messages all carry its own.
+	Sigs []Call
 }
 
 // Engine runs plans over a set of links; see the file comment.

@@ -37,6 +37,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 	if direct {
 		np = 1
 	}
+	sig := call.sig(o)
 	for ps.sendPiece < np {
 		// The peer's credits bound the messages in flight, and also free
 		// the header source of slot m: the message that used it last
@@ -64,7 +65,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 					return moved, false, 0, err
 				}
 			}
-			e.putHeader(l, hb, call, nbytes, true)
+			e.putHeader(l, hb, sig, nbytes, true)
 			if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), hb[:hdrSize], l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
 				return moved, false, 0, err
 			}
@@ -76,7 +77,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		off := ps.sendPiece * payload
 		n := min(payload, nbytes-off)
 		src := buf[o.Off*es+off : o.Off*es+off+n]
-		e.putHeader(l, hb, call, n, false)
+		e.putHeader(l, hb, sig, n, false)
 		h := hb[:hdrSize]
 		if n <= sendMax {
 			// Small: header and payload in one send (link.go), unsignaled:
@@ -116,6 +117,15 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		return moved, true, 0, nil
 	}
 	return moved, true, l.posted, nil
+}
+
+// sig is the signature o's messages carry: the call's own, or one of
+// its Sigs (Op.Sig).
+func (c *Call) sig(o *Op) *Call {
+	if o.Sig != 0 {
+		return &c.Sigs[o.Sig-1]
+	}
+	return c
 }
 
 func isDirectRecv(o *Op, es int) bool { return o.Kind == Recv && o.Len*es >= DirectMin }
@@ -159,6 +169,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		np = 1 // its clear-to-send went out from clearAhead
 	}
 	stage := l.stage.Bytes()
+	sig := call.sig(o)
 	for ps.recvPiece < np {
 		if l.consumed >= l.arrived.Load() {
 			return moved, false, nil
@@ -169,9 +180,9 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		if direct {
 			want = nbytes
 		}
-		if h := stage[base : base+hdrSize]; checkHeader(h, call, want, direct) != "" {
-			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, call, want, direct))
-			e.evidence(e.Rank, callHash(call), l.Peer, headerHash(h), why)
+		if h := stage[base : base+hdrSize]; checkHeader(h, sig, want, direct) != "" {
+			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, sig, want, direct))
+			e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), why)
 			// The decision (which rank is the odd one out) comes once the
 			// others' evidence is in; an abort notice may also overtake it.
 			// Meanwhile this goroutine keeps dispatching, or the others'

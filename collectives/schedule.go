@@ -48,6 +48,11 @@ type Op struct {
 	// RecvReduce, so the executor may write the payload straight into the
 	// receiver's buffer (zero copy) once the receiver says where.
 	ToCopy bool
+	// Sig, when not 0, says the op's messages carry Call.Sigs[Sig-1] as
+	// their signature instead of the call's own: a group of point-to-point
+	// messages with different tags, lengths and sequence numbers runs as
+	// one call (comm's p2p.go).
+	Sig int32
 	// Deps are indices of earlier ops of the same schedule that must have
 	// completed before this op may start (a send: be posted; a receive: be
 	// applied to Work). Finalize derives them from range overlaps; builders

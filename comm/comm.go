@@ -42,6 +42,9 @@ type Comm struct {
 	turnMu  sync.Mutex
 	turnCh  chan struct{}       // closed by the next release; nil if nobody waits
 	skip    map[uint64]struct{} // tickets given up (their ctx ended first)
+	p2p []p2pMsg // started ISends and IRecvs waiting to run as a group (p2p.go); under turnMu
+	// p2pPending is len(p2p), for ticket's lock-free look.
+	p2pPending atomic.Int32
 
 	// guarded by the turn
 	seq     uint32
@@ -56,6 +59,7 @@ type Comm struct {
 		plan *collectives.Plan
 	}
 	scratch []byte
+	p2pIn   []byte // a group's sends, gathered (p2p.go)
 	call    collectives.Call
 
 	closed atomic.Bool
@@ -116,6 +120,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	err := c.eng.Close()
+	c.flushP2P() // started messages never waited for fail now (p2p.go)
 	for _, ln := range c.lns {
 		ln.Close()
 	}

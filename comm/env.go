@@ -227,5 +227,5 @@ type obsEnv struct {
 }
 
 func readObsEnv(getenv func(string) string) obsEnv {
-	return obsEnv{Timeline: strings.TrimSpace(getenv("GORUN_TIMELINE")), MetricsAddr: strings.TrimSpace(getenv("GORUN_METRICS_ADDR"))}
+	return obsEnv{Timeline: strings.TrimSpace(getenv(jobenv.Timeline)), MetricsAddr: strings.TrimSpace(getenv(jobenv.MetricsAddr))}
 }

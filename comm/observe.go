@@ -123,6 +123,8 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo c
 		name = "recv"
 		if s.send {
 			name = "send"
+		} else if s.group {
+			name = "sendrecv"
 		}
 	}
 	if m := co.o.met; m != nil {
@@ -185,4 +187,20 @@ func (c *Comm) TraceInstant(lane, name string, arg int64) {
 // made from it) to path.RANK, as GORUN_TIMELINE does; "" turns it off.
 func WithTimeline(path string) Option {
 	return func(c *config) error { c.timeline = path; return nil }
+}
+
+// TraceNow reads the timeline's clock (nanoseconds), for a span begun
+// outside Go: the C ABI's gorun_trace_now, read by the torch backend when
+// a call starts.
+func TraceNow() int64 { return trace.Now() }
+
+// TraceSpanSince records a span named name on the row lane from start (a
+// TraceNow reading) to now, as StartSpan and End would. With the timeline
+// off it records nothing.
+func (c *Comm) TraceSpanSince(lane, name string, arg, start int64) {
+	if !c.Tracing() {
+		return
+	}
+	rec := c.obs.o.rec
+	rec.Add(&trace.Event{Kind: trace.KindSpan, Lane: rec.Lane(lane), Name: name, Arg: arg, Start: start, End: trace.Now()})
 }

@@ -292,7 +292,12 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 // tag and length, or both fail with ErrMismatch. Send returns once buf may
 // be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
-	return sendMsg(ctx, c, c.ticket(), buf, dst, tag)
+	t, r := c.p2pTurn(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
+	if r != nil { // joined the started ISends and IRecvs (p2p.go)
+		<-r.done
+		return r.err
+	}
+	return sendMsg(ctx, c, t, buf, dst, tag)
 }
 
 func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag int) error {
@@ -311,7 +316,12 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // Recv receives into buf the next message from rank src, which must carry
 // tag and len(buf) elements.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
-	return recvMsg(ctx, c, c.ticket(), buf, src, tag)
+	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
+	if r != nil {
+		<-r.done
+		return r.err
+	}
+	return recvMsg(ctx, c, t, buf, src, tag)
 }
 
 func recvMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, src, tag int) error {

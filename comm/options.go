@@ -17,8 +17,9 @@ type config struct {
 	// timeout bounds every operation; 0 disables. Default 5 minutes: long
 	// enough for a first-step compile skew, short enough to unstick a job.
 	timeout time.Duration
-	// algos forces an algorithm per collective (Auto: the selection table).
-	algos [16]collectives.Algo
+	// algos forces an algorithm per collective (Auto: the selection table);
+	// sized by the number of kinds, so indexing costs no allocation or lookup.
+	algos [collectives.NumCollectives]collectives.Algo
 	// deterministic pins every reduction to a fixed order (see Deterministic).
 	deterministic bool
 	// token is the job secret passed to rdma.Config.Token.

@@ -149,6 +149,14 @@ func TestProcChild(t *testing.T) {
 			}
 		}
 		fmt.Printf("RANK %d OK\n", rank)
+	case "p2p": // p2p_test.go
+		for round := range 2 {
+			if err := p2pRound(ctx, c, round); err != nil {
+				fmt.Printf("RANK %d FAILED: round %d: %v\n", rank, round, err)
+				t.Fatal(err)
+			}
+		}
+		fmt.Printf("RANK %d OK\n", rank)
 	case "kill":
 		buf := make([]float32, 1<<20)
 		for i := 0; ; i++ {

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/collectives"
 )
@@ -11,11 +12,13 @@ import (
 type Request struct {
 	done chan struct{}
 	err  error
+	c    atomic.Pointer[Comm] // an ISend or IRecv not yet run: Wait and Test run it (p2p.go)
 }
 
 // Wait blocks until the operation completes or ctx ends (the operation
 // itself is bounded by the context given when it started).
 func (r *Request) Wait(ctx context.Context) error {
+	r.flush()
 	select {
 	case <-r.done:
 		return r.err
@@ -26,11 +29,24 @@ func (r *Request) Wait(ctx context.Context) error {
 
 // Test reports whether the operation has completed, and its error.
 func (r *Request) Test() (done bool, err error) {
+	r.flush()
 	select {
 	case <-r.done:
 		return true, r.err
 	default:
 		return false, nil
+	}
+}
+
+// flush runs r's group if r is a point-to-point message still waiting.
+func (r *Request) flush() {
+	select {
+	case <-r.done:
+		return
+	default:
+	}
+	if c := r.c.Load(); c != nil {
+		c.flushP2P()
 	}
 }
 
@@ -136,21 +152,21 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 	return start(func() error { return scan(ctx, c, t, collectives.ExScan, send, recv, op) })
 }
 
-// ISend starts Send. Like every request it takes its place in the
-// communicator's operation order when it is started, and requests run in
-// that order: two ranks that both start an ISend to each other before the
-// matching IRecv complete only for messages under 64 KiB (a larger one is
-// written straight into the receiver's buffer once its IRecv runs); for
-// larger exchanges, let the lower rank send first (or use AllToAllV).
+// ISend starts Send. Started point-to-point messages run together, as
+// one group, when something needs them: a Wait or Test on any request, a
+// blocking Send or Recv, or any other operation on c (which runs after
+// them, in the order the calls were made). So two ranks may each ISend the
+// other a message of any size before their IRecv, with any number
+// outstanding, as in MPI; the messages between two ranks are still matched
+// in order (see Send). The buffer must not be touched until the request
+// completes.
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
-	t := c.ticket()
-	return start(func() error { return sendMsg(ctx, c, t, buf, dst, tag) })
+	return c.deferP2P(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 }
 
-// IRecv starts Recv; see ISend for the order requests run in.
+// IRecv starts Recv; see ISend for when it runs.
 func IRecv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) *Request {
-	t := c.ticket()
-	return start(func() error { return recvMsg(ctx, c, t, buf, src, tag) })
+	return c.deferP2P(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 }
 
 // WaitAll waits for every request and returns the first error.

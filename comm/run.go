@@ -11,7 +11,18 @@ import (
 )
 
 // ticket reserves the caller's place in the communicator's operation order.
-func (c *Comm) ticket() uint64 { return c.tickets.Add(1) - 1 }
+// Started ISends and IRecvs waiting to run (p2p.go) run first, as a group
+// with a ticket of its own.
+func (c *Comm) ticket() uint64 {
+	if c.p2pPending.Load() != 0 {
+		c.turnMu.Lock()
+		defer c.turnMu.Unlock()
+		if len(c.p2p) > 0 {
+			c.flushP2PLocked()
+		}
+	}
+	return c.tickets.Add(1) - 1
+}
 
 // enter blocks until ticket t is served (the caller then holds the turn
 // and must release it) or ctx ends. A ticket given up is skipped when its
@@ -172,6 +183,7 @@ type spec struct {
 	input []byte
 	peer  int // SendRecv: the other rank
 	send  bool
+	group bool // a group of point-to-point messages (p2p.go)
 	// build, when set, makes this call's schedule (the v-collectives,
 	// whose schedules depend on counts that the plan cache does not key).
 	build func(chunk int) *collectives.Schedule

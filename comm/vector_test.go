@@ -416,8 +416,8 @@ func TestNonBlockingAll(t *testing.T) {
 		ag, rs := make([]int32, 2*n), make([]int32, 1)
 		a2aIn := []int32{int32(r * 10), int32(r*10 + 1), int32(r*10 + 2), int32(r*10 + 3)}
 		rsIn := []int32{1, 2, 3, 4}
-		got := make([]int32, 64<<10/4)
-		out := make([]int32, 64<<10/4-1) // just under DirectMin: see ISend
+		got := make([]int32, 1<<18)
+		out := make([]int32, 1<<18) // 1 MiB: sent directly, crossed (p2p.go)
 		for i := range out {
 			out[i] = int32(r*1_000_000 + i)
 		}

@@ -155,9 +155,11 @@ int gorun_allreduce_loc(gorun_comm comm, const void *send, void *recv, size_t co
 int gorun_reduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root);
 
 /* Non-blocking forms of the above. Requests take their place in the
- * communicator's order when started and run in that order, so two ranks
- * that both isend to each other before irecv complete only for messages
- * under 64 KiB; order larger exchanges by rank. */
+ * communicator's order when started and run in that order. Started isends
+ * and irecvs run together, as one group, when a wait or test needs one of
+ * them, a blocking send or recv joins them, or another operation starts:
+ * two ranks may each isend the other messages of any size before irecv.
+ * Start every message of an exchange before waiting on one. */
 int gorun_ibarrier(gorun_comm comm, gorun_request *req);
 int gorun_iallreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, gorun_request *req);
 int gorun_ireduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root, gorun_request *req);
@@ -183,6 +185,14 @@ int gorun_ialltoallv(gorun_comm comm, const void *send, const size_t *send_count
 int gorun_wait(gorun_request req);
 /* *done = 1 when req finished (then req is freed and its status returned), 0 otherwise. */
 int gorun_test(gorun_request req, int *done);
+
+/* The timeline (GORUN_TIMELINE): a caller's own calls as spans on a row of
+ * their own (the torch backend's "torch" row). gorun_tracing is 1 when comm
+ * records a timeline, else 0 (check it once and skip the rest); a span runs
+ * from start, a gorun_trace_now reading, to the gorun_trace_span call. */
+int gorun_tracing(gorun_comm comm);
+int64_t gorun_trace_now(void);
+int gorun_trace_span(gorun_comm comm, const char *lane, const char *name, int64_t arg, int64_t start);
 
 /* A static description of a status code. */
 const char *gorun_strerror(int status);

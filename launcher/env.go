@@ -35,9 +35,9 @@ const (
 
 // Observability (observe.go).
 const (
-	EnvTimeline    = "GORUN_TIMELINE"     // ranks record to FILE.RANK; --timeline
-	EnvReport      = "GORUN_REPORT"       // "1": gorun prints the job report; --report
-	EnvMetricsAddr = "GORUN_METRICS_ADDR" // ranks serve Prometheus text; --metrics
+	EnvTimeline    = jobenv.Timeline    // ranks record to FILE.RANK; --timeline
+	EnvReport      = jobenv.Report      // "1": gorun prints the job report; --report
+	EnvMetricsAddr = jobenv.MetricsAddr // ranks serve Prometheus text; --metrics
 )
 
 // jobEnv is what all ranks of a job share.

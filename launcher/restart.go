@@ -5,16 +5,18 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // EnvRestart tells a restarted rank how many times it was restarted
 // (--max-restarts): it joins a running job, whose ranks admit it with
 // Comm.Grow, and takes the application's state from them.
-const EnvRestart = "GORUN_RESTART"
+const EnvRestart = jobenv.Restart
 
 // EnvMaxRestarts is --max-restarts, for every rank: the survivors check
 // for ranks to admit (Comm.Joiners) only when restarts can happen.
-const EnvMaxRestarts = "GORUN_MAX_RESTARTS"
+const EnvMaxRestarts = jobenv.MaxRestarts
 
 // restart starts failed rank p again if --max-restarts allows; it reports
 // whether it did. The new process has p's command and environment but

@@ -6,9 +6,12 @@ package python_test
 
 import (
 	"context"
+	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -145,6 +148,148 @@ func TestPackageOps(t *testing.T) {
 	for r := 0; r < 3; r++ {
 		if !strings.Contains(out, "package_check: rank "+itoa(r)+" ok") {
 			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
+// freePorts returns a port p such that p and p+1 are free on loopback
+// (torch's store takes one, gorun's gossip seed the other).
+func freePorts(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		a, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := a.Addr().(*net.TCPAddr).Port
+		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		a.Close()
+		if err == nil {
+			b.Close()
+			return p
+		}
+	}
+	t.Fatal("no two adjacent free ports")
+	return 0
+}
+
+// run runs a launcher command from the repository root with the backend's
+// build directory and timeout, and checks every rank's "NAME: rank R ok".
+func runLauncher(t *testing.T, name string, n int, env []string, argv ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), append(env, "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+	for r := 0; r < n; r++ {
+		if !strings.Contains(string(out), name+": rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
+func needBackend(t *testing.T) {
+	t.Helper()
+	need(t, "torch")
+	if _, err := os.Stat("/usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp"); err != nil {
+		t.Skip("torch's c10d headers are missing (apt-get install libtorch-dev pybind11-dev): the backend cannot be built")
+	}
+}
+
+// TestTorchrun: torch's own launcher (torch.distributed.run, as `torchrun`)
+// starts 2 ranks of torch_ops_check on backend "gorun": every op,
+// ZeroRedundancyOptimizer, DDP with gradient_as_bucket_view and
+// static_graph, and the send/recv pipeline, with no gorun launcher. gorun
+// finds its peers from torchrun's MASTER_ADDR/MASTER_PORT.
+func TestTorchrun(t *testing.T) {
+	needBackend(t)
+	p := freePorts(t)
+	// --redirects 1 --tee 1: Debian's torch 1.13 on Python 3.11 cannot
+	// parse its own default "0" (Std.from_str returns None, since 3.11's
+	// Flag iteration skips the zero member); teeing stdout still shows it.
+	runLauncher(t, "torch_ops_check", 2, nil, python, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+		"--master_addr", "127.0.0.1", "--master_port", strconv.Itoa(p),
+		"--redirects", "1", "--tee", "1", "--log_dir", filepath.Join(workDir, "torchrun-logs"),
+		"python/tests/torch_ops_check.py")
+}
+
+// TestTorchMPIRun: MPICH's mpirun starts the same script, with only
+// GORUN_SEEDS (and a job id) passed: the backend derives torch's RANK,
+// WORLD_SIZE and LOCAL_RANK from PMI_RANK, PMI_SIZE and MPI_LOCALRANKID.
+func TestTorchMPIRun(t *testing.T) {
+	needBackend(t)
+	bin, err := exec.LookPath("mpirun.mpich")
+	if err != nil {
+		t.Skip("mpirun.mpich not installed (apt-get install mpich)")
+	}
+	p := freePorts(t)
+	runLauncher(t, "torch_ops_check", 2, nil, bin, "-genv", "GORUN_SEEDS", "127.0.0.1:"+strconv.Itoa(p),
+		"-genv", "GORUN_JOB_ID", "torch-mpirun-"+strconv.Itoa(p), "-np", "2", python, "python/tests/torch_ops_check.py")
+}
+
+// TestTorchTimeline: with gorun --timeline, every torch.distributed call on
+// backend "gorun" is a span on its rank's "torch" row, named as torch
+// names the op, beside the collectives it ran.
+func TestTorchTimeline(t *testing.T) {
+	needBackend(t)
+	file := filepath.Join(workDir, "torch-timeline.json")
+	out := gorun(t, 2, "--timeline", file, python, "python/tests/torch_trace_check.py")
+	for r := 0; r < 2; r++ {
+		if !strings.Contains(out, "torch_trace_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Pid  int            `json:"pid"`
+			Tid  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatalf("%v\n%.2000s", err, data)
+	}
+	torchRow := map[[2]int]bool{} // (pid, tid) of each rank's "torch" row
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "M" && e.Name == "thread_name" && e.Args["name"] == "torch" {
+			torchRow[[2]int{e.Pid, e.Tid}] = true
+		}
+	}
+	count := map[int]map[string]int{} // pid -> torch op name -> spans
+	ops := map[int]int{}              // pid -> allreduce collectives
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		if torchRow[[2]int{e.Pid, e.Tid}] {
+			if count[e.Pid] == nil {
+				count[e.Pid] = map[string]int{}
+			}
+			count[e.Pid][e.Name]++
+		} else if e.Name == "allreduce" {
+			ops[e.Pid]++
+		}
+	}
+	if len(count) != 2 {
+		t.Fatalf("torch rows with spans on %d ranks, want 2 (rows %v)\n%.3000s", len(count), torchRow, data)
+	}
+	for pid, c := range count {
+		if c["ALLREDUCE"] != 3 || c["BROADCAST"] != 1 || c["BARRIER"] != 1 {
+			t.Errorf("rank process %d: torch spans %v, want 3 ALLREDUCE, 1 BROADCAST, 1 BARRIER", pid, c)
+		}
+		if ops[pid] < 3 {
+			t.Errorf("rank process %d: %d allreduce collectives beside the torch spans, want at least 3", pid, ops[pid])
 		}
 	}
 }

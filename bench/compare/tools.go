@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // tool is how to start one implementation.
@@ -98,13 +100,13 @@ func build(ctx context.Context, work string) map[string]*tool {
 		if sc.hosts > 0 {
 			return nil // auto: shm inside a host, tcp between hosts
 		}
-		return []string{"GORUN_TRANSPORT=" + sc.fab}
+		return []string{jobenv.Transport + "=" + sc.fab}
 	}
 	tools["gorun"] = &tool{cmd: gorunCmd, env: gorunEnv}
 	// Flat: the ring and the chain, which the table picks for large
 	// buffers when the job does not span hosts.
 	tools["gorun-flat"] = &tool{cmd: gorunCmd, env: func(sc scenario) []string {
-		return append(gorunEnv(sc), "GORUN_ALGO=allreduce:ring,broadcast:chain")
+		return append(gorunEnv(sc), jobenv.Algo+"=allreduce:ring,broadcast:chain")
 	}}
 	return tools
 }

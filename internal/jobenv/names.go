@@ -30,6 +30,27 @@ const (
 	Spin         = "GORUN_SPIN"          // how long a waiting collective polls
 )
 
+// Observability: set by gorun's --timeline, --report and --metrics, or by
+// hand for ranks another launcher started.
+const (
+	Timeline    = "GORUN_TIMELINE"     // ranks record their timeline to FILE.RANK
+	Report      = "GORUN_REPORT"       // "1": the launcher prints the job report
+	MetricsAddr = "GORUN_METRICS_ADDR" // ranks serve Prometheus text on ADDR (port 0: any)
+)
+
+// Restarts (gorun --max-restarts).
+const (
+	Restart     = "GORUN_RESTART"      // n: this process is the n-th restart of its rank
+	MaxRestarts = "GORUN_MAX_RESTARTS" // --max-restarts, for every rank
+)
+
+// Providers and the Python package.
+const (
+	VerbsDevice = "GORUN_VERBS_DEVICE" // the RDMA device verbs opens (e.g. mlx5_0)
+	BuildDir    = "GORUN_BUILD_DIR"    // python/gorun: where libgorun.so and the torch extension are built
+	Lib         = "GORUN_LIB"          // python/gorun: a libgorun.so to load instead of building one
+)
+
 // ContractVars are set by the launcher and never inherited from its own
 // environment (a gorun started inside a rank must not leak its rank).
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP}

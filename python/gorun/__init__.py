@@ -14,6 +14,7 @@ library (libgorun.so, the C ABI in include/gorun.h) is found beside this
 checkout and built with the go tool when it is missing or stale; set
 GORUN_LIB to use another.
 """
+import atexit
 import ctypes
 import threading
 
@@ -66,7 +67,17 @@ def init():
             h = ctypes.c_int64()
             _check(_L().gorun_init(ctypes.byref(h)))
             _comm = h.value
+            # A script that never calls finalize (one written for torchrun)
+            # still leaves cleanly and writes its timeline (GORUN_TIMELINE).
+            atexit.register(_finalize_at_exit)
     return _comm
+
+
+def _finalize_at_exit():
+    try:
+        finalize()
+    except GorunError:
+        pass  # the job already failed; its error was reported
 
 
 def is_initialized():

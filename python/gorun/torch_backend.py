@@ -10,7 +10,8 @@ build directory; `python3 -m gorun.torch_backend` builds it ahead of time.
 It forwards to gorun's C ABI. Under the gorun launcher, torch's env://
 rendezvous variables are derived from gorun's (RANK, WORLD_SIZE,
 LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
-MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged.
+MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
+likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
 """
 import os
 import sys
@@ -24,13 +25,31 @@ from . import _lib, init as _gorun_init
 _ext = None
 
 
+# Where a launcher other than gorun and torchrun puts a rank's place, as
+# internal/jobenv reads it for gorun's own rendezvous: (rank, size, local
+# rank) variables of MPICH's Hydra and Open MPI's mpirun, and Slurm's srun.
+_LAUNCHERS = [
+    ("GORUN_RANK", "GORUN_SIZE", "GORUN_LOCAL_RANK"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+]
+
+
 def _derive_env():
     g = os.environ
-    if "GORUN_RANK" not in g:
+    if "RANK" in g and "WORLD_SIZE" in g:
+        return  # torchrun, or set by hand
+    for rank, size, local in _LAUNCHERS:
+        if rank in g:
+            break
+    else:
         return
-    g.setdefault("RANK", g["GORUN_RANK"])
-    g.setdefault("WORLD_SIZE", g.get("GORUN_SIZE", "1"))
-    g.setdefault("LOCAL_RANK", g.get("GORUN_LOCAL_RANK", "0"))
+    g.setdefault("RANK", g[rank])
+    g.setdefault("WORLD_SIZE", g.get(size, "1"))
+    g.setdefault("LOCAL_RANK", g.get(local, "0"))
+    # MASTER_ADDR/PORT for torch's store: next to gorun's first seed (under
+    # mpirun and srun, GORUN_SEEDS is what lets the ranks find each other).
     seed = g.get("GORUN_SEEDS", "").split(",")[0]
     if seed and "MASTER_ADDR" not in g:
         host, _, port = seed.rpartition(":")

@@ -87,6 +87,11 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
 
 namespace c10d {
 
+// Set when a process group of this process records a timeline
+// (GORUN_TIMELINE): each call then becomes a span on the "torch" row, from
+// the call to its completion, beside the collectives it runs.
+std::atomic<bool> g_tracing{false};
+
 class WorkGorun : public Work {
  public:
   WorkGorun(int rank, OpType type, std::vector<at::Tensor> outputs)
@@ -124,6 +129,11 @@ class WorkGorun : public Work {
       err = std::make_exception_ptr(std::runtime_error(gorunError(rc)));
     }
     finish(err);
+    if (traceStart && comm) {
+      int64_t bytes = 0;
+      for (auto& t : outputs_) bytes += t.numel() * t.element_size();
+      gorun_trace_span(comm, "torch", opTypeToString(retrieveOpType()).c_str(), bytes, traceStart);
+    }
     if (err) {
       future_->setError(err);
     } else {
@@ -137,6 +147,8 @@ class WorkGorun : public Work {
 
   gorun_request req = 0;
   std::function<void()> after;  // e.g. unpack a gathered buffer
+  gorun_comm comm = 0;          // set by enqueue, for the span
+  int64_t traceStart = g_tracing.load(std::memory_order_relaxed) ? gorun_trace_now() : 0;
 
  private:
   std::vector<at::Tensor> outputs_;
@@ -152,6 +164,7 @@ class ProcessGroupGorun : public ProcessGroup {
     check(gorun_size(comm_, &s));
     TORCH_CHECK(r == rank && s == size, "gorun backend: torch says rank ", rank, " of ", size,
                 " but gorun's job says rank ", r, " of ", s);
+    if (gorun_tracing(comm_)) g_tracing.store(true);
     completer_ = std::thread([this] { run(); });
   }
 
@@ -407,6 +420,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
+    w->comm = comm_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(w);

@@ -50,6 +50,8 @@ type device struct {
 	closed bool
 	conns  map[*conn]struct{}
 	lns    map[*listener]struct{}
+
+	counts counts // refusals (counters.go)
 }
 
 func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }

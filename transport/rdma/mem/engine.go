@@ -146,6 +146,7 @@ func (c *conn) failure(w *wr, st rdma.Status, detail string) error {
 }
 
 func (c *conn) remoteErr(w *wr) error {
+	c.peer.dev.counts.access.Add(1)
 	return c.failure(w, rdma.StatusRemoteAccessError,
 		fmt.Sprintf("rkey %#x addr %#x len %d", w.rkey, w.raddr, w.n))
 }

@@ -177,6 +177,7 @@ func (d *device) dial(ctx context.Context, addr string, init rdma.QPInit) (rdma.
 				a, ok := parseAuth(ev.priv)
 				if !ok || a.kind != authAccept || !hmac.Equal(a.mac, authMAC(d.cfg.Token, "server", nonceC, m.nonceS)) {
 					c.abort()
+					d.counts.auth.Add(1)
 					return nil, opErr(op, fmt.Errorf("%w: the peer's proof is wrong", rdma.ErrAuth))
 				}
 			} else if m2, ok := parseAuth(ev.priv); ok && m2.kind == authRefused {
@@ -185,6 +186,7 @@ func (d *device) dial(ctx context.Context, addr string, init rdma.QPInit) (rdma.
 		}
 	} else if err == nil && len(d.cfg.Token) > 0 {
 		c.abort()
+		d.counts.auth.Add(1)
 		return nil, opErr(op, fmt.Errorf("%w: the peer accepted without authenticating", rdma.ErrAuth))
 	}
 	if err != nil {
@@ -408,9 +410,11 @@ func (l *listener) authenticate(ev cmEvent) (reply []byte, ok bool) {
 		if n := l.nonces.issue(); n != nil {
 			return authMsg{kind: authChallenge, nonceS: n}.encode(), false
 		}
+		l.d.counts.auth.Add(1) // no challenge left to issue: refused
 		return authMsg{kind: authRefused}.encode(), false
 	}
 	if !l.nonces.take(m.nonceS) || !hmac.Equal(m.mac, authMAC(tok, "client", m.nonceS, m.nonceC)) {
+		l.d.counts.auth.Add(1)
 		return authMsg{kind: authRefused}.encode(), false
 	}
 	return authMsg{kind: authAccept, mac: authMAC(tok, "server", m.nonceC, m.nonceS)}.encode(), true

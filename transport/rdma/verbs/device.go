@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
@@ -33,7 +34,7 @@ const Name = provider
 
 // DeviceEnv names the RDMA device to open (e.g. "mlx5_0"); by default the
 // first device with an active port.
-const DeviceEnv = "GORUN_VERBS_DEVICE"
+const DeviceEnv = jobenv.VerbsDevice
 
 func init() {
 	info := rdma.ProviderInfo{Name: provider, Reach: rdma.ReachNetwork, NeedsIP: true, Preference: 30}
@@ -56,6 +57,8 @@ type device struct {
 
 	loopOnce sync.Once
 	loopIP   net.IP // what a loopback address stands for (see splitAddr)
+
+	counts counts // refusals (counters.go)
 
 	mu     sync.Mutex
 	closed bool

@@ -123,6 +123,9 @@ func (q *queue) complete(w *C.struct_gorun_wc, out *rdma.WC) bool {
 	}
 	if st != rdma.StatusSuccess {
 		q.lastErr = time.Now()
+		if st == rdma.StatusRemoteAccessError {
+			q.c.d.counts.access.Add(1) // counters.go
+		}
 		if st != rdma.StatusFlushed || !q.c.failed() {
 			q.c.fail(fmt.Errorf("%w (ibv_wc_status %d %s, vendor_err %#x)",
 				&rdma.WCError{WC: rdma.WC{WRID: s.wrid, Status: st, Opcode: s.op}},

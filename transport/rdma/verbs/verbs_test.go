@@ -214,6 +214,12 @@ func TestTokenAuth(t *testing.T) {
 			t.Errorf("%s: dial = %v, %v; want ErrAuth", tc.name, c, err)
 		}
 	}
+	// The wrong proof was refused by the server (counted before its
+	// reject went out); the client without a token gave up on a
+	// challenge, which is no refusal.
+	if got := srv.(rdma.CounterSource).Counters().AuthFailures; got != 1 {
+		t.Errorf("server counted %d refused handshakes, want 1", got)
+	}
 	good := openDev(t, rdma.Config{Token: []byte("job-42")})
 	c, err := good.Dial(ctx, ln.Addr().String())
 	if err != nil {
