@@ -42,7 +42,7 @@ type Comm struct {
 	turnMu  sync.Mutex
 	turnCh  chan struct{}       // closed by the next release; nil if nobody waits
 	skip    map[uint64]struct{} // tickets given up (their ctx ended first)
-	p2p []p2pMsg // started ISends and IRecvs waiting to run as a group (p2p.go); under turnMu
+	p2p     []p2pMsg            // started ISends and IRecvs waiting to run as a group (p2p.go); under turnMu
 	// p2pPending is len(p2p), for ticket's lock-free look.
 	p2pPending atomic.Int32
 
