@@ -119,9 +119,13 @@ type Link struct {
 	recvOut  atomic.Bool   // the receive queue ended (flushed)
 	recvEnd  chan struct{} // closed when recvOut is set (failure.go waits on it)
 
+	// cts is a ring the watcher fills and the engine reads; atomic, since
+	// what orders the engine's read of a slot before the watcher's next
+	// write to it is the peer (the slot is reused only after the peer
+	// consumed the message it cleared), which the race detector cannot see.
 	cts [ctsDepth]struct {
-		addr uint64
-		rkey uint32
+		addr atomic.Uint64
+		rkey atomic.Uint32
 	}
 	ctsArrived atomic.Uint64 // clear-to-send messages received
 	ctsUsed    uint64        // engine: clear-to-send messages used
@@ -366,7 +370,8 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 			l.closed.Store(true)
 		case ctrlCTS:
 			n := l.ctsArrived.Load()
-			l.cts[n%ctsDepth].addr, l.cts[n%ctsDepth].rkey = b, a
+			l.cts[n%ctsDepth].addr.Store(b)
+			l.cts[n%ctsDepth].rkey.Store(a)
 			l.ctsArrived.Store(n + 1)
 		}
 	}

@@ -53,7 +53,8 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			if l.ctsArrived.Load() <= l.ctsUsed {
 				return moved, false, 0, nil
 			}
-			cts := l.cts[l.ctsUsed%ctsDepth]
+			cts := &l.cts[l.ctsUsed%ctsDepth]
+			ctsAddr, ctsKey := cts.addr.Load(), cts.rkey.Load()
 			src := buf[o.Off*es : o.Off*es+nbytes]
 			mr, err := e.bufMR(l.dev, call, o.Buf)
 			if err != nil {
@@ -61,7 +62,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			}
 			for off := 0; off < nbytes; off += maxWrite {
 				part := src[off:min(nbytes, off+maxWrite)]
-				if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), part, mr, 0, cts.addr+uint64(off), cts.rkey); err != nil {
+				if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), part, mr, 0, ctsAddr+uint64(off), ctsKey); err != nil {
 					return moved, false, 0, err
 				}
 			}
