@@ -30,6 +30,7 @@ type Comm struct {
 	devs []*collectives.Device
 	lns  []rdma.Listener
 	eng  *collectives.Engine
+	conn *connector // makes the links (connect.go)
 
 	// turn: operations run in ticket order (run.go).
 	turnMu  sync.Mutex
@@ -45,6 +46,7 @@ type Comm struct {
 	plans    map[planKey]*collectives.Plan
 	lastKey  planKey // the last plan used: no map lookup for a repeated call
 	lastPlan *collectives.Plan
+	missing  []int // connectPlan's scratch
 	scratch  []byte
 	call     collectives.Call
 
@@ -105,6 +107,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.conn.stop()
 	err := c.eng.Close()
 	for _, ln := range c.lns {
 		ln.Close()
@@ -139,6 +142,9 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	}
 	cfg.local = true
 	cfg.localRanks = n
+	if err := checkBounds(providerNames(cfg), n, n); err != nil {
+		return nil, err
+	}
 	hall := newLocalHall(n)
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
@@ -209,14 +215,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}()
 
 	// Open and listen.
-	var names []string
-	switch {
-	case cfg.transport != "auto":
-		names = []string{cfg.transport}
-	case cfg.local:
-		names = autoProviders(rdma.ReachProcess, rdma.ReachProcess)
-	default:
-		names = autoProviders(rdma.ReachHost, rdma.ReachNetwork)
+	names := providerNames(cfg)
+	if !cfg.local { // NewLocal checks for all its ranks
+		if err := checkBounds(names, size, 1); err != nil {
+			return nil, err
+		}
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), numa: myNUMANode(), addrs: map[string]string{}}
 	if cfg.simHost != nil {
@@ -289,13 +292,19 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 	}
 
-	// Connect: each rank dials the lower ranks and accepts the higher ones.
-	links, err := c.connectMesh(ctx, "init", eps, devByName, lnByName)
-	if err != nil {
-		return nil, err
-	}
-	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	// Connect the start-up peers; the others when first needed (connect.go).
+	c.eng = collectives.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
+	var world uint32
+	if w, ok := rv.(interface{ world() uint32 }); ok {
+		world = w.world()
+	}
+	c.startConnector("init", world, eps, devByName, lnByName)
+	if err := c.conn.connectInit(ctx); err != nil {
+		c.conn.stop()
+		c.eng.Close()
+		return nil, rankErr("init", err)
+	}
 	if first && cfg.obs != nil && cfg.obs.met != nil {
 		cfg.obs.met.devs.Store(&c.devs)
 	}
@@ -305,6 +314,17 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		return nil, err
 	}
 	return c, nil
+}
+
+// providerNames lists the providers newComm opens.
+func providerNames(cfg *config) []string {
+	switch {
+	case cfg.transport != "auto":
+		return []string{cfg.transport}
+	case cfg.local:
+		return autoProviders(rdma.ReachProcess, rdma.ReachProcess)
+	}
+	return autoProviders(rdma.ReachHost, rdma.ReachNetwork)
 }
 
 // pickProvider chooses the provider between me and peer (see newComm).
@@ -327,18 +347,20 @@ func pickProvider(forced string, me, peer *endpoint) string {
 	return ""
 }
 
-// stagingFor sizes each peer's staging so that a rank's total stays within
-// 32 MiB (4 MiB per rank for in-process worlds, whose ranks share memory).
+// stagingFor sizes each peer's staging (the same on every rank: it bounds
+// the schedules' chunks) so that the links a rank makes at start-up,
+// collectives.MaxInitPeers(size), take at most 32 MiB per rank, and for an
+// in-process world (whose ranks share one address space) 512 MiB in all.
+// A rank that connects more peers (alltoall) uses as much again per peer.
 func stagingFor(cfg *config, size int) collectives.LinkParams {
 	p := collectives.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
 	if size < 2 {
 		return p
 	}
-	budget := 32 << 20
+	per := stagingPerRank / collectives.MaxInitPeers(size)
 	if cfg.local {
-		budget = max(256<<10, (256<<20)/(size*size))
+		per = stagingPerProcess / (size * collectives.MaxInitPeers(size))
 	}
-	per := budget / (size - 1)
 	for p.Slots*p.SlotBytes > per && p.SlotBytes > 4096 {
 		p.SlotBytes /= 2
 	}
@@ -347,6 +369,12 @@ func stagingFor(cfg *config, size int) collectives.LinkParams {
 	}
 	return p
 }
+
+// Staging budgets (stagingFor).
+const (
+	stagingPerRank    = 32 << 20
+	stagingPerProcess = 512 << 20
+)
 
 // String describes the communicator for logs.
 func (c *Comm) String() string {
