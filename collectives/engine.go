@@ -40,8 +40,9 @@ import (
 
 // Plan is a Schedule compiled for execution: its ops grouped per peer.
 type Plan struct {
-	S     *Schedule
-	peers []planPeer
+	S      *Schedule
+	peers  []planPeer
+	linked bool // every peer has a link (Missing); links are never removed
 }
 
 type planPeer struct {
@@ -90,7 +91,7 @@ type Call struct {
 // Engine runs plans over a set of links; see the file comment.
 type Engine struct {
 	Rank, Size int
-	links      []*Link // by rank; nil for self and unconnected
+	links      []atomic.Pointer[Link] // by rank; nil for self and unconnected (AddLink)
 	devs       []*Device
 
 	wake     chan struct{}
@@ -133,8 +134,11 @@ const maxWrite = 4 << 20
 // NewEngine makes the engine of links (indexed by rank), whose devices
 // are devs, with DefaultWait.
 func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
-	e := &Engine{Rank: rank, Size: size, links: links,
+	e := &Engine{Rank: rank, Size: size, links: make([]atomic.Pointer[Link], size),
 		wake: make(chan struct{}, 1), dead: make(chan struct{}), wait: DefaultWait(1)}
+	for r, l := range links {
+		e.links[r].Store(l)
+	}
 	// Only the devices that carry links are polled (a rank whose peers
 	// are all on shm does not poll its tcp device).
 	for _, d := range devs {
@@ -279,7 +283,7 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 	es := call.DType.Size()
 	for i := range p.peers {
 		pp, ps := &p.peers[i], &st.pp[i]
-		l := e.links[pp.peer]
+		l := e.links[pp.peer].Load()
 		if l == nil {
 			return false, 0, &PeerError{Rank: pp.peer, Err: fmt.Errorf("no connection: %w", ErrPeerFailed)}
 		}
@@ -361,7 +365,7 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 func (e *Engine) needsClosedPeer(p *Plan) (int, bool) {
 	for i := range p.peers {
 		pp, ps := &p.peers[i], &e.st.pp[i]
-		l := e.links[pp.peer]
+		l := e.links[pp.peer].Load()
 		if !l.closed.Load() {
 			continue
 		}
@@ -384,7 +388,7 @@ func (e *Engine) waitingFor(p *Plan) int {
 	}
 	for i := range p.peers {
 		pp, ps := &p.peers[i], &e.st.pp[i]
-		if l := e.links[pp.peer]; l.credits.Load() < l.posted || ps.sendFin < ps.sendCur {
+		if l := e.links[pp.peer].Load(); l.credits.Load() < l.posted || ps.sendFin < ps.sendCur {
 			return pp.peer
 		}
 	}

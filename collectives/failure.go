@@ -30,7 +30,8 @@ func (e *Engine) Abort(culprit int, err error) {
 		return
 	}
 	code := reasonOf(err)
-	for _, l := range e.links {
+	for i := range e.links {
+		l := e.links[i].Load()
 		if l != nil && !l.closed.Load() {
 			l.sendCtrl(ctrlAbort, uint32(int32(culprit)), uint64(code)) // best effort
 		}
@@ -99,7 +100,8 @@ func (e *Engine) Close() error {
 	// rank blames the culprit, not this rank's departure.
 	var pe *PeerError
 	if errors.As(failedBefore, &pe) && pe.Rank != e.Rank {
-		for _, l := range e.links {
+		for i := range e.links {
+			l := e.links[i].Load()
 			if l != nil && !l.closed.Load() && !l.broken.Load() {
 				l.sendCtrl(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err))) // best effort
 			}
@@ -113,7 +115,8 @@ func (e *Engine) Close() error {
 		dead = pe.Rank
 	}
 	var sent []*Link
-	for _, l := range e.links {
+	for i := range e.links {
+		l := e.links[i].Load()
 		if l == nil || l.Peer == dead || l.broken.Load() || l.conn.Err() != nil {
 			continue
 		}
@@ -136,7 +139,8 @@ func (e *Engine) Close() error {
 	}
 	stop()
 	var first error
-	for _, l := range e.links {
+	for i := range e.links {
+		l := e.links[i].Load()
 		if l != nil {
 			if err := l.conn.Close(); err != nil && first == nil {
 				first = err
@@ -144,7 +148,8 @@ func (e *Engine) Close() error {
 		}
 	}
 	// Nothing touches the links' memory once they are out of dispatch.
-	for _, l := range e.links {
+	for i := range e.links {
+		l := e.links[i].Load()
 		if l != nil {
 			l.dev.removeLink(l)
 			l.free()

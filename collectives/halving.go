@@ -2,11 +2,13 @@ package collectives
 
 // Recursive doubling and halving-doubling (Rabenseifner) allreduce.
 //
-// Both work on a power of two p ≤ Size of "active" ranks. The first
-// 2·(Size-p) ranks are folded in pairs first: even rank r sends its buffer
-// to r+1, which reduces it and takes part as active rank r/2; the remaining
-// ranks r ≥ 2·(Size-p) are active rank r-(Size-p). At the end each odd
-// folded rank sends the result back to its even partner.
+// Both work on a power of two p ≤ Size of "active" ranks, ranks 0..p-1.
+// The Size-p ranks r ≥ p are folded first: r sends its buffer to r-p,
+// which reduces it; at the end r-p sends the result back. (MPICH folds
+// adjacent pairs instead; folding across p keeps every partner at a
+// distance of a power of two, so the peers of these algorithms are among
+// those of bruck, dissemination and the binomial trees: a rank connects
+// to 2·log2(Size) peers for all of them together, not 3·log2(Size).)
 //
 // Recursive doubling: at step m = 1, 2, 4, ... < p active rank a exchanges
 // its whole buffer with a^m and reduces. log2(p) steps of the full size:
@@ -32,49 +34,38 @@ func newFold(n int) fold {
 	return fold{p: p, rem: n - p}
 }
 
-// active returns the active index of rank r, or -1 for an even folded rank.
+// active returns the active index of rank r, or -1 for a folded rank.
 func (f fold) active(r int) int {
-	if r < 2*f.rem {
-		if r%2 == 0 {
-			return -1
-		}
-		return r / 2
+	if r >= f.p {
+		return -1
 	}
-	return r - f.rem
+	return r
 }
 
 // real maps an active index back to its rank.
-func (f fold) real(a int) int {
-	if a < f.rem {
-		return 2*a + 1
-	}
-	return a + f.rem
-}
+func (f fold) real(a int) int { return a }
 
 // foldIn appends the pre-step; it reports the active index (-1: idle).
 func (f fold) foldIn(s *Schedule, count, chunk int) int {
 	r := s.Rank
-	a := f.active(r)
-	if r < 2*f.rem {
-		if a < 0 {
-			s.reducing = true
-			s.addChunked(Send, Work, r+1, 0, count, chunk)
-			s.reducing = false
-		} else {
-			s.addChunked(RecvReduce, Work, r-1, 0, count, chunk)
-		}
+	switch {
+	case r >= f.p:
+		s.reducing = true
+		s.addChunked(Send, Work, r-f.p, 0, count, chunk)
+		s.reducing = false
+	case r < f.rem:
+		s.addChunked(RecvReduce, Work, r+f.p, 0, count, chunk)
 	}
-	return a
+	return f.active(r)
 }
 
 func (f fold) foldOut(s *Schedule, count, chunk int) {
 	r := s.Rank
-	if r < 2*f.rem {
-		if r%2 == 0 {
-			s.addChunked(Recv, Work, r+1, 0, count, chunk)
-		} else {
-			s.addChunked(Send, Work, r-1, 0, count, chunk)
-		}
+	switch {
+	case r >= f.p:
+		s.addChunked(Recv, Work, r-f.p, 0, count, chunk)
+	case r < f.rem:
+		s.addChunked(Send, Work, r+f.p, 0, count, chunk)
 	}
 }
 

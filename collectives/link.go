@@ -79,7 +79,13 @@ const (
 	ctrlBye             // the peer closed its communicator
 	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
 	ctrlMismatch        // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
+	ctrlReject          // the acceptor refuses the connection: reason a (connect.go)
 )
+
+// ctrlJoinHello is a dialer's hello with its request (connect.go): the
+// hello's fields packed to make room for the world and the rank dialed.
+// Its high half is a magic number, since it replaces the hello's.
+const ctrlJoinHello uint32 = 0x674a<<16 | 1
 
 // ctsDepth bounds outstanding clear-to-send messages per link; the
 // receiver clears at most this many direct receives ahead of the data.
@@ -148,34 +154,46 @@ type Link struct {
 	ready    chan struct{}
 	setupErr error
 	hello    [ctrlSize]byte
+	// On-demand connections (connect.go): joined is closed when the
+	// dialer's join request has arrived (or the connection failed first).
+	joined chan struct{}
+	join   [ctrlSize]byte
 
 	// The engine the link belongs to; events that need it before it is
 	// attached wait in early (rare: failures, aborts during setup).
 	eng   atomic.Pointer[Engine]
 	engMu sync.Mutex
 	early []func(*Engine)
+
+	added bool    // in dev's dispatch table
+	waker *Engine // woken by completions before the link is attached (connect.go)
 }
 
 // Establish runs the hello exchange on a connected conn, which must have
 // been made with dev.QPInit(), and returns the link, which then knows its
 // peer's rank.
 func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p LinkParams) (l *Link, err error) {
+	if l, err = newLink(conn, dev, p, nil); err != nil {
+		return nil, err
+	}
+	defer l.disposeIf(&err)
+	if err = l.sendHello(rank); err != nil {
+		return nil, err
+	}
+	return l, l.awaitHello(ctx)
+}
+
+// newLink allocates a link's staging and receive ring on conn, enters it
+// in dev's dispatch table and posts its receives; waker (or nil) is the
+// engine it is made for (connect.go). On error nothing stays allocated.
+func newLink(conn rdma.Conn, dev *Device, p LinkParams, waker *Engine) (l *Link, err error) {
 	if conn.MaxInline() < ctrlSize {
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
 	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes,
-		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{}), recvEnd: make(chan struct{})}
-	built := l // the error returns below set l to nil before this runs
-	added := false
-	defer func() {
-		if err != nil {
-			if added {
-				dev.removeLink(built)
-			}
-			built.free()
-		}
-	}()
+		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{}), joined: make(chan struct{}), recvEnd: make(chan struct{}), waker: waker}
+	defer l.disposeIf(&err)
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
@@ -186,12 +204,35 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	if !dev.addLink(l) {
 		return nil, fmt.Errorf("collectives: more than %d links on device %s", maxLinks, dev.Dev.Name())
 	}
-	added = true
+	l.added = true
 	for i := range l.nrecv {
 		if err = l.postRecv(uint64(i)); err != nil {
 			return nil, err
 		}
 	}
+	return l, nil
+}
+
+// dispose undoes newLink after a failed setup. It closes the conn first:
+// the flushed completions that the close produces must reach this link,
+// not one that reuses its id once it is out of dispatch.
+func (l *Link) dispose() {
+	l.conn.Close()
+	if l.added {
+		l.dev.removeLink(l)
+	}
+	l.free()
+}
+
+// disposeIf disposes of l if *err is set (the setups defer it).
+func (l *Link) disposeIf(err *error) {
+	if *err != nil {
+		l.dispose()
+	}
+}
+
+// sendHello tells the peer this rank and where its staging is.
+func (l *Link) sendHello(rank int) error {
 	var hello [ctrlSize]byte
 	binary.LittleEndian.PutUint32(hello[0:], ctrlHello)
 	binary.LittleEndian.PutUint32(hello[4:], uint32(rank))
@@ -200,33 +241,40 @@ func Establish(ctx context.Context, conn rdma.Conn, dev *Device, rank int, p Lin
 	binary.LittleEndian.PutUint32(hello[20:], uint32(l.slots))
 	binary.LittleEndian.PutUint32(hello[24:], uint32(l.slotSize))
 	binary.LittleEndian.PutUint32(hello[28:], hdrMagic)
-	if err = conn.PostSend(wrid(l.id, kindCtrl, 0), hello[:], nil, rdma.FlagInline); err != nil {
-		return nil, err
-	}
-	select {
-	case <-l.ready:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if l.setupErr != nil {
-		return nil, l.setupErr
-	}
-	m := l.hello[:]
+	return l.conn.PostSend(wrid(l.id, kindCtrl, 0), hello[:], nil, rdma.FlagInline)
+}
+
+// takeHello takes the peer's rank and staging from a hello.
+func (l *Link) takeHello(m []byte) error {
 	if binary.LittleEndian.Uint32(m[28:]) != hdrMagic {
-		return nil, fmt.Errorf("collectives: bad hello: %w", ErrProtocol)
+		return fmt.Errorf("collectives: bad hello: %w", ErrProtocol)
 	}
 	l.Peer = int(binary.LittleEndian.Uint32(m[4:]))
 	l.rAddr = binary.LittleEndian.Uint64(m[8:])
 	l.rKey = binary.LittleEndian.Uint32(m[16:])
 	l.rSlots = int(binary.LittleEndian.Uint32(m[20:]))
 	l.rSlotSize = int(binary.LittleEndian.Uint32(m[24:]))
+	return nil
+}
+
+// awaitHello waits for the peer's hello and takes its rank and staging.
+func (l *Link) awaitHello(ctx context.Context) (err error) {
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if l.setupErr != nil {
+		return l.setupErr
+	}
+	if err = l.takeHello(l.hello[:]); err != nil {
+		return err
+	}
 	if l.rSlots < 1 || l.rSlotSize < hdrSize+64 {
-		return nil, fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
+		return fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
 	}
-	if l.hdrs, err = dev.Dev.Alloc(l.rSlots*l.hdrStride(), rdma.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	return l, nil
+	l.hdrs, err = l.dev.Dev.Alloc(l.rSlots*l.hdrStride(), rdma.AccessLocalWrite)
+	return err
 }
 
 // hdrStride is the size of one remote slot's header source: the header and
@@ -295,7 +343,13 @@ func (l *Link) attach(e *Engine) {
 
 // wakeEngine wakes the link's engine if it sleeps.
 func (l *Link) wakeEngine() {
-	if e := l.eng.Load(); e != nil && e.sleeping.Load() {
+	e := l.eng.Load()
+	if e == nil {
+		// Not attached yet (connect.go): the engine it will join may be
+		// asleep on the CQ arm that this completion used up.
+		e = l.waker
+	}
+	if e != nil && e.sleeping.Load() {
 		e.poke()
 	}
 }
@@ -307,6 +361,11 @@ func (l *Link) setupFailed(err error) {
 	default:
 		l.setupErr = err
 		close(l.ready)
+	}
+	select {
+	case <-l.joined:
+	default:
+		close(l.joined) // join is zero: awaitJoin reports setupErr
 	}
 }
 
@@ -321,9 +380,11 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		if cerr := l.conn.Err(); cerr != nil {
 			err = cerr
 		}
-		if l.recvEnded(err) {
-			l.wakeEngine()
-		}
+		// Wake the engine either way: a link not yet attached has used up
+		// the CQ arm it may sleep on (an attached one that failed wakes it
+		// through the abort).
+		l.recvEnded(err)
+		l.wakeEngine()
 		return
 	}
 	switch wc.Opcode {
@@ -358,6 +419,15 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 				copy(l.hello[:], m)
 				close(l.ready)
 			}
+		case ctrlJoinHello:
+			select {
+			case <-l.joined:
+			default:
+				copy(l.join[:], m)
+				close(l.joined)
+			}
+		case ctrlReject:
+			l.setupFailed(rejectErr(a))
 		case ctrlCredit:
 			l.noteCredits(uint32(b))
 		case ctrlAbort:

@@ -246,7 +246,7 @@ func (e *Engine) sendCredits(l *Link) error {
 // to do might otherwise wait on a peer that waits for credits.
 func (e *Engine) flushOwed(p *Plan) error {
 	for i := range p.peers {
-		if err := e.sendCredits(e.links[p.peers[i].peer]); err != nil {
+		if err := e.sendCredits(e.links[p.peers[i].peer].Load()); err != nil {
 			return e.Err()
 		}
 	}

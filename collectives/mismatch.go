@@ -57,7 +57,8 @@ func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, why string) {
 		m.started, m.first = true, cul
 	}
 	m.mu.Unlock()
-	for _, l := range e.links {
+	for i := range e.links {
+		l := e.links[i].Load()
 		if l != nil && !l.closed.Load() && !l.broken.Load() {
 			l.sendCtrl3(ctrlMismatch, uint32(int32(det)), uint64(dh)<<32|uint64(ch), uint64(uint32(int32(cul)))) // best effort
 		}

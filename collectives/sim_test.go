@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -533,4 +534,64 @@ func worldSizes() []int {
 		}
 	}
 	return ns
+}
+
+// Peers lists exactly the peers of each algorithm's schedules, and the
+// start-up set stays within 2·log2(n)+4: ring 2, each binary tree 3, the
+// log-step algorithms log2(n) or 2·log2(n).
+func TestPeers(t *testing.T) {
+	type ca struct {
+		c Collective
+		a Algo
+	}
+	cases := []ca{{AllReduce, Ring}, {AllReduce, Tree}, {AllReduce, RecDoubling}, {AllReduce, HalvingDoubling},
+		{Broadcast, Tree}, {Broadcast, Chain}, {Reduce, Tree}, {AllGather, Ring}, {AllGather, Bruck},
+		{ReduceScatter, Ring}, {ReduceScatter, RecDoubling}, {Barrier, Dissemination}, {AllToAll, Direct},
+		{Gather, Direct}, {Scatter, Direct}, {Scan, RecDoubling}, {ExScan, RecDoubling}}
+	for _, n := range []int{1, 2, 3, 5, 8, 13, 16, 33, 64, 100} {
+		for _, x := range cases {
+			for _, root := range []int{0, n / 3} {
+				for r := range n {
+					s, err := Build(x.c, x.a, r, n, root, 2*n, 1<<20)
+					if err != nil {
+						t.Fatal(err)
+					}
+					seen := map[int]bool{}
+					for _, o := range s.Ops {
+						seen[o.Peer] = true
+					}
+					got := Peers(x.c, x.a, r, n, root)
+					if len(got) != len(seen) {
+						t.Fatalf("%s/%s n=%d root=%d rank %d: Peers %v, schedule uses %d peers", x.c, x.a, n, root, r, got, len(seen))
+					}
+					for _, q := range got {
+						if !seen[q] {
+							t.Fatalf("%s/%s n=%d rank %d: Peers lists %d, which the schedule does not use", x.c, x.a, n, r, q)
+						}
+					}
+				}
+			}
+		}
+	}
+	log2 := func(n int) int {
+		k := 0
+		for 1<<k < n {
+			k++
+		}
+		return k
+	}
+	for _, n := range []int{2, 3, 7, 64, 127, 128, 255, 256, 1000, 1024, 4096} {
+		for r := range n {
+			ring := len(Peers(AllReduce, Ring, r, n, 0))
+			u, a, b := btree(n, r)
+			t1 := len((&peerSet{}).with(n, r, u, a, b))
+			u, a, b = dtree(n, r)
+			t2 := len((&peerSet{}).with(n, r, u, a, b))
+			rd := len(Peers(AllReduce, RecDoubling, r, n, 0))
+			init := len(InitPeers(r, n))
+			if ring != min(2, n-1) || t1 > 3 || t2 > 3 || rd > log2(n)+1 || init > MaxInitPeers(n) || float64(init) > 2*math.Log2(float64(n))+4 {
+				t.Fatalf("n=%d rank %d: ring %d, trees %d and %d, recursive doubling %d, start-up %d (bound %d)", n, r, ring, t1, t2, rd, init, MaxInitPeers(n))
+			}
+		}
+	}
 }

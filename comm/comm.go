@@ -30,6 +30,7 @@ type Comm struct {
 	devs []*collectives.Device
 	lns  []rdma.Listener
 	eng  *collectives.Engine
+	conn *connector // makes the links (connect.go)
 
 	// turn: operations run in ticket order (run.go).
 	// The operation order (run.go): tickets handed out and the one being
@@ -58,6 +59,7 @@ type Comm struct {
 		key  planKey
 		plan *collectives.Plan
 	}
+	missing []int // connectPlan's scratch
 	scratch []byte
 	p2pIn   []byte // a group's sends, gathered (p2p.go)
 	call    collectives.Call
@@ -119,6 +121,7 @@ func (c *Comm) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.conn.stop()
 	err := c.eng.Close()
 	c.flushP2P() // started messages never waited for fail now (p2p.go)
 	for _, ln := range c.lns {
@@ -154,6 +157,9 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	}
 	cfg.local = true
 	cfg.localRanks = n
+	if err := checkBounds(providerNames(cfg), n, n); err != nil {
+		return nil, err
+	}
 	hall := newLocalHall(n)
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
@@ -228,14 +234,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}()
 
 	// Open and listen.
-	var names []string
-	switch {
-	case cfg.transport != "auto":
-		names = []string{cfg.transport}
-	case cfg.local:
-		names = autoProviders(rdma.ReachProcess, rdma.ReachProcess)
-	default:
-		names = autoProviders(rdma.ReachHost, rdma.ReachNetwork)
+	names := providerNames(cfg)
+	if !cfg.local { // NewLocal checks for all its ranks
+		if err := checkBounds(names, size, 1); err != nil {
+			return nil, err
+		}
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), addrs: map[string]string{}}
 	if cfg.simHost != nil {
@@ -315,13 +318,19 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 	}
 
-	// Connect: each rank dials the lower ranks and accepts the higher ones.
-	links, err := c.connectMesh(ctx, "init", eps, devByName, lnByName)
-	if err != nil {
-		return nil, err
-	}
-	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	// Connect the start-up peers; the others when first needed (connect.go).
+	c.eng = collectives.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
+	var world uint32
+	if w, ok := rv.(interface{ world() uint32 }); ok {
+		world = w.world()
+	}
+	c.startConnector("init", world, eps, devByName, lnByName)
+	if err := c.conn.connectInit(ctx); err != nil {
+		c.conn.stop()
+		c.eng.Close()
+		return nil, rankErr("init", err)
+	}
 	if first && cfg.obs != nil && cfg.obs.met != nil {
 		cfg.obs.met.devs.Store(&c.devs)
 	}
@@ -331,6 +340,17 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		return nil, err
 	}
 	return c, nil
+}
+
+// providerNames lists the providers newComm opens.
+func providerNames(cfg *config) []string {
+	switch {
+	case cfg.transport != "auto":
+		return []string{cfg.transport}
+	case cfg.local:
+		return autoProviders(rdma.ReachProcess, rdma.ReachProcess)
+	}
+	return autoProviders(rdma.ReachHost, rdma.ReachNetwork)
 }
 
 // pickProvider chooses the provider between me and peer (see newComm).
@@ -353,18 +373,23 @@ func pickProvider(forced string, me, peer *endpoint) string {
 	return ""
 }
 
-// stagingFor sizes each peer's staging so that a rank's total stays within
-// 32 MiB (4 MiB per rank for in-process worlds, whose ranks share memory).
+// stagingFor sizes each peer's staging (the same on every rank: it bounds
+// the schedules' chunks) so that the links a rank makes at start-up,
+// collectives.MaxInitPeers(size), take at most 32 MiB per rank; an
+// in-process world keeps the full mesh's small budget.
+// A rank that connects more peers (alltoall) uses as much again per peer.
 func stagingFor(cfg *config, size int) collectives.LinkParams {
 	p := collectives.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
 	if size < 2 {
 		return p
 	}
-	budget := 32 << 20
+	per := stagingPerRank / collectives.MaxInitPeers(size)
 	if cfg.local {
-		budget = max(256<<10, (256<<20)/(size*size))
+		// Kept from the full mesh (per rank 256 MiB/n², at least 256 KiB,
+		// over n-1 links): larger staging made the 8-byte allreduce on mem
+		// slower at 4 ranks (measured), and a small one suffices in memory.
+		per = max(256<<10, (256<<20)/(size*size)) / (size - 1)
 	}
-	per := budget / (size - 1)
 	for p.Slots*p.SlotBytes > per && p.SlotBytes > 4096 {
 		p.SlotBytes /= 2
 	}
@@ -373,6 +398,9 @@ func stagingFor(cfg *config, size int) collectives.LinkParams {
 	}
 	return p
 }
+
+// stagingPerRank is a rank's staging budget (stagingFor).
+const stagingPerRank = 32 << 20
 
 // String describes the communicator for logs.
 func (c *Comm) String() string {

@@ -226,7 +226,10 @@ type gossipRendezvous struct {
 }
 
 func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
-func (g *gossipRendezvous) size() int { return g.cfg.Size }
+
+// world numbers the agreed world (connect.go tells worlds apart by it).
+func (g *gossipRendezvous) world() uint32 { return g.node.World().Epoch }
+func (g *gossipRendezvous) size() int     { return g.cfg.Size }
 
 func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, error) {
 	node, err := bootstrap.Join(ctx, g.cfg, mine)

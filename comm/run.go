@@ -221,6 +221,9 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	} else if p, err = c.plan(k); err != nil {
 		return err
 	}
+	if err := c.connectPlan(ctx, p); err != nil { // connect.go
+		return err
+	}
 	c.call = collectives.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
 	c.ctl.Enter(s.coll.String(), uint64(seq))
 	if c.obs != nil {

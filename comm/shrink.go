@@ -93,6 +93,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
 	failed := c.eng.Err()
+	c.conn.stop()
 	c.eng.Close()
 	// A peer whose connection broke may be gone: the bootstrap checks at
 	// once (a refused connection is evidence) instead of waiting for
@@ -124,7 +125,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
 		n.sendSeq, n.recvSeq = make([]uint32, w.Size), make([]uint32, w.Size)
 		n.plans = map[planKey]*collectives.Plan{}
-		err = n.reconnectWatched(ctx, node, w)
+		err = n.reconnectWatched(ctx, node, w, op)
 		if err == nil {
 			if n.shrink.failures != nil {
 				n.shrink.failures.install(n, w.Epoch)
@@ -146,7 +147,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 // reconnectWatched connects n to the members of world w. Members found gone
 // meanwhile (a gossip or evidence report for w) end it early: it probes
 // them every few tens of milliseconds while it waits.
-func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w bootstrap.World) error {
+func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w bootstrap.World, op string) error {
 	eps := make([]*endpoint, w.Size)
 	for r, m := range w.Members {
 		var err error
@@ -176,7 +177,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 			}
 		}
 	}()
-	err := n.reconnect(rctx, eps)
+	err := n.reconnect(rctx, eps, op, w.Epoch)
 	stop(nil)
 	<-probed
 	if err != nil && ctx.Err() == nil {
@@ -207,10 +208,10 @@ func (c *Comm) releaseTransport() {
 	c.lns, c.devs = nil, nil
 }
 
-// reconnect connects c to the ranks described by eps over its open
-// devices and listeners, as newComm does after its rendezvous: each rank
-// dials the lower ranks and accepts the higher ones.
-func (c *Comm) reconnect(ctx context.Context, eps []*endpoint) error {
+// reconnect connects c to the ranks described by eps, of world epoch, over
+// its open devices and listeners, as newComm does after its rendezvous:
+// the start-up peers now, the others when first needed (connect.go).
+func (c *Comm) reconnect(ctx context.Context, eps []*endpoint, op string, epoch uint32) error {
 	rank, size := c.rank, c.size
 	me := eps[rank]
 	devByName := map[string]*collectives.Device{}
@@ -227,11 +228,13 @@ func (c *Comm) reconnect(ctx context.Context, eps []*endpoint) error {
 			c.localSize++
 		}
 	}
-	links, err := c.connectMesh(ctx, "shrink", eps, devByName, lnByName)
-	if err != nil {
-		return err
-	}
-	c.eng = collectives.NewEngine(rank, size, links, c.devs)
+	c.eng = collectives.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(c.cfg.waitPolicy())
+	c.startConnector(op, epoch, eps, devByName, lnByName)
+	if err := c.conn.connectInit(ctx); err != nil {
+		c.conn.stop()
+		c.eng.Close()
+		return rankErr("reconnect", err)
+	}
 	return nil
 }
