@@ -232,6 +232,9 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		gm[i], sigs[i] = g, sig
 	}
 	p := collectives.Compile(collectives.GroupSendRecv(c.rank, c.size, gm))
+	if err := c.connectPlan(ctx, p); err != nil { // connect.go
+		return err
+	}
 	c.call = collectives.Call{Coll: collectives.SendRecv, DType: kernels.Uint8, Count: sendBytes + recvBytes,
 		Seq: sigs[0].Seq, Root: sigs[0].Root, Work: out, Input: in, Sigs: sigs}
 	s := spec{coll: collectives.SendRecv, dt: kernels.Uint8, count: sendBytes + recvBytes, work: out, input: in, peer: msgs[0].peer, group: true}
