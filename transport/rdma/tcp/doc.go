@@ -25,7 +25,7 @@
 // reached a region are never reported as delivered. Both ends must agree
 // on the option: the handshake refuses a mismatch.
 //
-// Liveness: keepalive and TCP_USER_TIMEOUT (liveness_linux.go) and a
+// Liveness: keepalive (liveness_linux.go; no TCP_USER_TIMEOUT) and a
 // heartbeat (heartbeat.go) that pings an idle connection every 200 ms and
 // fails one whose peer's kernel has acknowledged nothing for 500 ms,
 // reading TCP_INFO on a timer: nothing on the per-message path.

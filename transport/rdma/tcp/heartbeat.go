@@ -8,9 +8,10 @@ import (
 
 // Heartbeat: a silent peer is found within a few hundred ms of idle.
 //
-// TCP_USER_TIMEOUT and keepalive (liveness_linux.go) cut a connection
-// whose peer's host vanished, but keepalive counts in seconds and an idle
-// connection sends nothing that could go unacknowledged. So every
+// Keepalive (liveness_linux.go) cuts a connection whose peer's host
+// vanished, but it counts in seconds, and an idle connection sends nothing
+// that could go unacknowledged. (TCP_USER_TIMEOUT is not used: it also
+// aborts on a zero window, a peer that is alive but not reading.) So every
 // heartbeatTick each connection reads its socket's TCP_INFO from the
 // kernel (nothing is added to the per-message path):
 //

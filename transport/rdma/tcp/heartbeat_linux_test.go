@@ -55,8 +55,8 @@ func ipCmd(args ...string) error {
 // A link that goes dark (the veth between two network namespaces set down:
 // every packet dropped, no RST, no FIN) fails an idle connection on both
 // ends with errSilent: the heartbeat pings the idle link and nothing comes
-// back from the peer's kernel. Before the heartbeat only TCP_USER_TIMEOUT
-// after keepalive's first probe (≥ 1 s idle) could end it. Needs root and
+// back from the peer's kernel. Without the heartbeat only keepalive
+// (≥ 1 s idle, then its probes) could end it. Needs root and
 // iproute2; skipped otherwise.
 func TestHeartbeatFindsSilentLink(t *testing.T) {
 	id := os.Getpid() % 100000

@@ -2,7 +2,9 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -12,7 +14,8 @@ import (
 )
 
 // Both ends of a connection carry the liveness settings: keepalive with
-// its idle time, interval and count, and TCP_USER_TIMEOUT.
+// its idle time, interval and count, and no TCP_USER_TIMEOUT (see
+// liveness_linux.go).
 func TestLivenessSocketOptions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -49,7 +52,7 @@ func TestLivenessSocketOptions(t *testing.T) {
 			"TCP_KEEPIDLE":     {unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, int(keepAliveIdle / time.Second)},
 			"TCP_KEEPINTVL":    {unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, int(keepAliveInterval / time.Second)},
 			"TCP_KEEPCNT":      {unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount},
-			"TCP_USER_TIMEOUT": {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(userTimeout / time.Millisecond)},
+			"TCP_USER_TIMEOUT": {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, 0},
 		}
 		for opt, w := range want {
 			var got int
@@ -58,6 +61,47 @@ func TestLivenessSocketOptions(t *testing.T) {
 			if gerr != nil || got != w[2] {
 				t.Errorf("%s: %s = %d (%v), want %d", name, opt, got, gerr, w[2])
 			}
+		}
+	}
+}
+
+// TestZeroWindowNotCut: a socket with the liveness settings, whose peer
+// is alive but reads nothing for 2.5 s (its receive window closes), keeps
+// its connection: writes block until the deadline and then fail with the
+// deadline, not ETIMEDOUT. (With TCP_USER_TIMEOUT at 1.5 s the kernel
+// aborted the connection once its zero-window probes had gone on for
+// 1.5 s: a rank computing or descheduled while a large message waited for
+// it lost the link.)
+func TestZeroWindowNotCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 2.5 s")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer := make(chan net.Conn, 1)
+	go func() { c, _ := ln.Accept(); peer <- c }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := <-peer
+	if p == nil {
+		t.Fatal("accept failed")
+	}
+	defer p.Close() // never read
+	setLiveness(c.(*net.TCPConn))
+	buf := make([]byte, 1<<20)
+	c.SetWriteDeadline(time.Now().Add(2500 * time.Millisecond))
+	for {
+		if _, err := c.Write(buf); err != nil {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("write to a live peer that does not read: %v, want the deadline", err)
+			}
+			return
 		}
 	}
 }

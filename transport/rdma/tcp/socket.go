@@ -13,5 +13,5 @@ var longAgo = time.Unix(1, 0)
 // autotuning on loopback at 1 and 16 MiB writes.
 func tuneSocket(nc *net.TCPConn) {
 	nc.SetNoDelay(true) // frames are whole requests: never wait for more
-	setLiveness(nc)     // keepalive and TCP_USER_TIMEOUT (liveness_linux.go)
+	setLiveness(nc)     // keepalive (liveness_linux.go)
 }
