@@ -41,7 +41,7 @@ type Device struct {
 	Dev   rdma.Device
 	Cache *RegCache
 	CQ    rdma.CQ
-	cur   [2]*rdma.MR // the MRs of the running operation's Work and Input
+	cur   [2]*rdma.MR // the running operation's Work and Input MRs, nil until first needed (Engine.bufMR)
 
 	pollMu sync.Mutex // held while polling and dispatching
 	wcs    [pollBatch]rdma.WC

@@ -4,17 +4,17 @@ package collectives
 //
 // An Engine owns the links of one communicator and runs one Plan (a
 // compiled Schedule) at a time on the caller's goroutine. For every peer
-// the plan lists its sends and receives in program order. The run loop
-// polls the devices' completion queues itself (dispatching each completion
-// to its link, device.go), then, for each peer:
+// the plan lists its sends and receives in program order. The run loop,
+// for each peer:
 //   - marks sends complete whose last header write has completed (or
-//     whose payload was copied when it was posted);
+//     whose payload was copied when it was posted, or the peer consumed);
 //   - posts the next send's pieces (one message per staging slot of the
 //     peer) while its deps are done and the peer has credits;
 //   - applies arrived messages to the next receive while its deps are done
 //     (reduce with internal/kernels, or copy);
 //
-// and when nothing moved, waits as its WaitPolicy says (wait.go): polls,
+// then polls the devices' completion queues itself (dispatching each
+// completion to its link, device.go), and when nothing moved, waits as its WaitPolicy says (wait.go): polls,
 // then arms the CQs and sleeps until a dispatch wakes it, the context
 // ends, the timeout passes or the engine fails. No goroutine sits between
 // a completion and the engine on that path. A Run returns as soon as its
@@ -257,6 +257,14 @@ type localError struct{ err error }
 func (e *localError) Error() string { return e.err.Error() }
 func (e *localError) Unwrap() error { return e.err }
 
+// ownError is err as this rank's PeerError if it is a localError, else nil.
+func (e *Engine) ownError(err error) error {
+	if le, ok := err.(*localError); ok {
+		return &PeerError{Rank: e.Rank, Err: le.err}
+	}
+	return nil
+}
+
 // idle ends a Run on the engine's devices.
 func (e *Engine) idle() {
 	e.sleeping.Store(false)
@@ -307,8 +315,8 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 			}
 			moved, complete, last, err := e.post(l, o, call, ps, es)
 			if err != nil {
-				if le, ok := err.(*localError); ok {
-					return false, 0, &PeerError{Rank: e.Rank, Err: le.err}
+				if own := e.ownError(err); own != nil {
+					return false, 0, own
 				}
 				if l.closed.Load() {
 					err = ErrPeerClosed
@@ -327,8 +335,8 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 			ps.sendPiece = 0
 		}
 		if moved, err := e.clearAhead(l, p, pp, ps, call, es); err != nil {
-			if le, ok := err.(*localError); ok {
-				return false, 0, &PeerError{Rank: e.Rank, Err: le.err}
+			if own := e.ownError(err); own != nil {
+				return false, 0, own
 			}
 			return false, 0, e.Err()
 		} else if moved {
