@@ -122,8 +122,8 @@ func EstablishAccept(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	if l.setupErr != nil {
-		return nil, l.setupErr
+	if l.joinErr != nil {
+		return nil, l.joinErr
 	}
 	m := l.join[:]
 	from := int(int32(binary.LittleEndian.Uint32(m[4:])))

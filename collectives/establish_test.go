@@ -61,3 +61,62 @@ func TestEstablishFailureFreesAndReturns(t *testing.T) {
 		t.Fatalf("Establish = %v, %v; want nil and the Alloc error", l, err)
 	}
 }
+
+// A dialer that goes away after its join request: the acceptor's
+// connection fails while it decides. That failure must reach
+// EstablishAccept as its error without a data race on the link's setup
+// error (the failure is dispatched by the device's watcher goroutine after
+// the join; CI's race detector caught the acceptor reading it unordered).
+func TestAcceptDialerGoneAfterJoin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, _ := rdma.Open("mem")
+	b, _ := rdma.Open("mem")
+	defer a.Close()
+	defer b.Close()
+	da, err := NewDevice(a, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer da.Close()
+	db, err := NewDevice(b, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ea, eb := NewEngine(0, 2, nil, []*Device{da}), NewEngine(1, 2, nil, []*Device{db})
+	ln, err := a.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := LinkParams{Slots: 2, SlotBytes: 4096}
+	dialed := make(chan error, 1)
+	go func() {
+		conn, err := b.DialQP(ctx, ln.Addr().String(), db.QPInit())
+		if err != nil {
+			dialed <- err
+			return
+		}
+		dctx, dcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer dcancel()
+		_, err = EstablishDial(dctx, conn, db, eb, 0, 1, p) // gives up before the answer, closing conn
+		dialed <- err
+	}()
+	conn, err := ln.AcceptQP(ctx, da.QPInit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	decided := false
+	l, err := EstablishAccept(ctx, conn, da, ea, 1, p, func(peer int) uint32 {
+		decided = true
+		time.Sleep(300 * time.Millisecond) // the dialer gives up and its close reaches this side meanwhile
+		return 0
+	})
+	if err == nil || l != nil || !decided {
+		t.Fatalf("EstablishAccept = %v, %v (decided %v); want the failed connection's error", l, err, decided)
+	}
+	if err := <-dialed; err == nil {
+		t.Fatal("EstablishDial succeeded; want it to give up")
+	}
+}

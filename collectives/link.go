@@ -155,9 +155,12 @@ type Link struct {
 	setupErr error
 	hello    [ctrlSize]byte
 	// On-demand connections (connect.go): joined is closed when the
-	// dialer's join request has arrived (or the connection failed first).
-	joined chan struct{}
-	join   [ctrlSize]byte
+	// dialer's join request has arrived, or the connection failed first
+	// (joinErr, written before the close: setupErr may be written after a
+	// join, by a failure that comes later).
+	joined  chan struct{}
+	join    [ctrlSize]byte
+	joinErr error
 
 	// The engine the link belongs to; events that need it before it is
 	// attached wait in early (rare: failures, aborts during setup).
@@ -365,7 +368,8 @@ func (l *Link) setupFailed(err error) {
 	select {
 	case <-l.joined:
 	default:
-		close(l.joined) // join is zero: awaitJoin reports setupErr
+		l.joinErr = err
+		close(l.joined)
 	}
 }
 
