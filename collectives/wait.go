@@ -40,6 +40,14 @@ func DefaultWait(localRanks int) WaitPolicy {
 // is cheaper to wait for than a context switch.
 var yieldAfter = 32
 
+// shareAfter is how long a Run polls before it yields the CPU between
+// polls even where every rank has a CPU of its own. A peer on another CPU
+// answers within a few microseconds; one that has not answered by now may
+// be waiting for this CPU: the scheduler can put two ranks on one CPU for
+// a while (at start, or when other work keeps the others busy), and a
+// spin that never yields then costs each operation the whole Spin.
+const shareAfter = 10 * time.Microsecond
+
 // waiter is one Run's waiting state.
 type waiter struct {
 	e        *Engine
@@ -96,9 +104,10 @@ func (w *waiter) idle() error {
 	}
 	if now-w.since < int64(e.wait.Spin) {
 		// Other goroutines of this process (a provider's, the devices'
-		// watchers) may need this thread.
+		// watchers) may need this thread, and past shareAfter another
+		// process may need this CPU.
 		runtime.Gosched()
-		if e.wait.Yield {
+		if e.wait.Yield || now-w.since >= int64(shareAfter) {
 			yieldCPU()
 		}
 		return nil
