@@ -211,7 +211,7 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		es := m.dt.Size()
 		n := len(m.buf)
 		g := collectives.GroupMsg{Send: m.send, Peer: m.peer, Len: n,
-			Chunk: max(1, min(collectives.ChunkBytes(collectives.Direct, n), window)/es) * es}
+			Chunk: max(1, min(collectives.ChunkBytes(collectives.Direct, 2, n), window)/es) * es}
 		sig := collectives.Call{Coll: collectives.SendRecv, DType: m.dt, Root: m.tag, Count: m.count}
 		if m.send {
 			sig.Seq = c.sendSeq[m.peer]

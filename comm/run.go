@@ -214,7 +214,7 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	// wait for their own send before applying the other's (recursive
 	// doubling) would deadlock on credits.
 	var err error
-	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, s.count*es), collectives.Window(stagingFor(c.cfg, c.size)))/es)
+	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, c.size, s.count*es), collectives.Window(stagingFor(c.cfg, c.size)))/es)
 	var p *collectives.Plan
 	if s.build != nil {
 		p = collectives.Compile(s.build(k.chunk))
