@@ -21,8 +21,9 @@ package comm
 //	Slurm     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST
 //	          (SLURM_JOB_ID becomes the job id)
 //	torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-//	          MASTER_ADDR, MASTER_PORT (MASTER_ADDR:MASTER_PORT becomes the
-//	          seed unless GORUN_SEEDS is set; TORCHELASTIC_RUN_ID the job id)
+//	          MASTER_ADDR, MASTER_PORT (MASTER_ADDR:MASTER_PORT+1 becomes the
+//	          seed unless GORUN_SEEDS is set, torch's store holding
+//	          MASTER_PORT; TORCHELASTIC_RUN_ID the job id)
 //
 // GORUN_SEEDS, GORUN_JOB_ID and GORUN_JOB_TOKEN apply under every launcher.
 //

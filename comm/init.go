@@ -273,10 +273,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	if cfg.debug >= debugTrace {
 		bc.Logger = log.New(os.Stderr, fmt.Sprintf("gorun rank %d: ", job.Rank), log.LstdFlags)
 	}
-	seeds, err := seedsFor(job, getenv)
-	if err != nil {
-		return bc, err
-	}
+	seeds := seedsFor(job)
 	bc.Seeds = seeds
 	if len(seeds) == 0 {
 		if job.Size > 1 {
@@ -308,32 +305,9 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 // defaultOpTimeout is newConfig's default operation timeout.
 const defaultOpTimeout = jobenv.DefaultTimeout
 
-// seedsFor returns GORUN_SEEDS, or the seed derived from torchrun's or
-// Slurm's variables (see Init).
-func seedsFor(job jobEnv, getenv func(string) string) ([]string, error) {
-	if getenv(jobenv.Seeds) != "" {
-		return job.Seeds, nil
-	}
-	switch job.Source {
-	case "torchrun":
-		addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
-		if addr == "" {
-			return nil, nil
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 1 || p >= 65535 {
-			return nil, fmt.Errorf("MASTER_PORT=%q: want a port below 65535", port)
-		}
-		return []string{net.JoinHostPort(addr, strconv.Itoa(p+1))}, nil
-	case "slurm":
-		host := jobenv.FirstHost(job.NodeList)
-		if host == "" {
-			return nil, nil
-		}
-		return []string{net.JoinHostPort(host, strconv.Itoa(jobenv.SlurmGossipPort(getenv("SLURM_JOB_ID"))))}, nil
-	}
-	return nil, nil
-}
+// seedsFor returns the job's gossip seeds: GORUN_SEEDS, or the seed
+// internal/jobenv derives from torchrun's or Slurm's variables (see Init).
+func seedsFor(job jobEnv) []string { return job.Seeds }
 
 // gossipIP is the address this rank gossips on: loopback if the seed is on
 // loopback (a single-host job), the GORUN_SOCKET_IFNAME interface's if set,

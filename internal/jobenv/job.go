@@ -1,6 +1,9 @@
 package jobenv
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Launchers, in the order Read looks for them. Job.Launcher is one of
 // these, or "" outside a job.
@@ -121,6 +124,10 @@ func Read(getenv func(string) string) (Job, error) {
 	case LauncherSlurm:
 		j.JobID = getenv("SLURM_JOB_ID")
 		j.NodeList = SlurmNodeList(getenv)
+		if host := FirstHost(j.NodeList); host != "" {
+			// The first node's first rank serves the seed.
+			j.Seeds = []string{JoinHostPort(host, strconv.Itoa(SlurmGossipPort(j.JobID)))}
+		}
 	case LauncherTorchrun:
 		j.JobID = getenv("TORCHELASTIC_RUN_ID")
 		addr, port := getenv("MASTER_ADDR"), getenv("MASTER_PORT")
@@ -128,10 +135,16 @@ func Read(getenv func(string) string) (Job, error) {
 			if addr == "" || port == "" {
 				return j, &Error{"MASTER_ADDR", addr, "MASTER_ADDR and MASTER_PORT must be set together"}
 			}
-			if _, err := Int(getenv, "MASTER_PORT", 1); err != nil {
+			p, err := Int(getenv, "MASTER_PORT", 1)
+			if err != nil {
 				return j, err
 			}
-			j.Seeds = []string{JoinHostPort(addr, port)}
+			if p >= 65535 {
+				return j, &Error{"MASTER_PORT", port, "want a port below 65535 (gorun's seed is MASTER_PORT+1)"}
+			}
+			// torchrun's own store listens on MASTER_PORT: the gossip
+			// seed is the port after it.
+			j.Seeds = []string{JoinHostPort(addr, strconv.Itoa(p+1))}
 		}
 	}
 	if s := getenv(Seeds); s != "" {
