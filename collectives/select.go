@@ -189,13 +189,15 @@ func ChunkBytes(a Algo, size, bytes int) int {
 	case Ring:
 		if size == 2 {
 			// Two ranks exchange halves: in one piece each, a rank
-			// reduces only once the whole half has arrived. A quarter
-			// of the buffer overlaps the copy of one piece with the
-			// reduction of the last (shm, 2 processes, in place,
-			// 2026-11-24: 1 MiB 340-357 -> 230 us, 2 MiB 540-650 ->
-			// 430-450 us). With more ranks the blocks are smaller
-			// already, and 4 ranks on 2 CPUs were slower with finer
-			// pieces.
+			// reduces only once the whole half has arrived, and its
+			// wait outlasts the spin before a yield (wait.go's
+			// shareAfter). A quarter of the buffer overlaps the copy of
+			// one piece with the reduction of the last: shm, 2
+			// processes, in place, 2026-11-24, with the yield, 1 MiB
+			// 340-357 us in one piece against 230 in quarters; against
+			// the code before the yield, level to 10% faster from 1 to
+			// 4 MiB. With more ranks the blocks are smaller already,
+			// and 4 ranks on 2 CPUs were slower with finer pieces.
 			return min(max(bytes/4, 128<<10), 1<<20)
 		}
 	}
