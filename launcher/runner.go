@@ -44,6 +44,11 @@ type runner struct {
 	killAt   <-chan time.Time
 	first    error // what ends the job with a non-zero status
 	exits    chan exit
+
+	// --add-ranks (addranks.go): requests, and how to make rank r's
+	// process; newRank is nil when the job cannot add ranks.
+	adds    chan addRequest
+	newRank func(rank int) *proc
 }
 
 // tick is how often the live view and the stall checker look at the job.
@@ -101,6 +106,9 @@ func (r *runner) run(ctx context.Context) error {
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
 			r.mon.tick(now)
+		case req := <-r.adds:
+			ranks, err := r.addRanks(req.n)
+			req.reply <- addReply{ranks, err}
 		}
 	}
 	r.mon.finish()
