@@ -182,6 +182,10 @@ func (r *runner) exited(e exit) {
 	if r.cfg.Elastic && r.restart(e.p, re) {
 		return
 	}
+	if r.cfg.Elastic && r.running < r.cfg.MinNP {
+		r.fail(fmt.Errorf("%w; %d ranks left, fewer than --min-np %d", re, r.running, r.cfg.MinNP))
+		return
+	}
 	if r.cfg.Elastic {
 		r.con.message("gorun: " + re.Error() + "; the job goes on (--elastic)")
 		if r.first == nil {

@@ -121,6 +121,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	fs.IntVar(&cfg.GossipPort, "gossip-port", 0, "rank 0's gossip seed port (0: pick one)")
 	fs.BoolVar(&cfg.Elastic, "elastic", false, "keep the job going when a rank dies (sets GORUN_ELASTIC=1; exit status is still the dead rank's)")
 	fs.IntVar(&cfg.MaxRestarts, "max-restarts", 0, "with --elastic: restart a failed rank up to N times; it rejoins through comm.Init and Comm.Grow")
+	fs.IntVar(&cfg.MinNP, "min-np", 0, "with --elastic: stop the job when a rank fails for good and fewer than N ranks remain (torchrun's --nnodes=MIN:MAX)")
 	fs.IntVar(&cfg.MaxNP, "max-np", 0, "with --elastic: the job may grow to N ranks (GORUN_MAX_NP): a rank launched later with the job's environment and GORUN_RANK in [np, N) joins through Comm.Grow; gorun --add-ranks K --job ID starts K of them")
 	fs.Var(durationFlag{&cfg.StallTimeout}, "stall-timeout", "report ranks stuck in a collective after this long; 0: 30s, <0: off")
 	fs.Var(durationFlag{&cfg.KillGrace}, "kill-grace", "time between SIGTERM and SIGKILL when stopping ranks (0: 5s)")
