@@ -64,17 +64,6 @@ func (r *runner) offerAddRanks(ctx context.Context, j *jobEnv, newRank func(rank
 	return stop
 }
 
-// addRequest is one --add-ranks request, answered on reply.
-type addRequest struct {
-	n     int
-	reply chan addReply
-}
-
-type addReply struct {
-	ranks []int
-	err   error
-}
-
 // controlSocket is the abstract socket of job id's add-ranks service.
 func controlSocket(jobID string) string { return "@gorun-ctl-" + jobID }
 

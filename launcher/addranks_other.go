@@ -10,16 +10,6 @@ import (
 
 // --add-ranks needs Linux abstract sockets (addranks.go).
 
-type addRequest struct {
-	n     int
-	reply chan addReply
-}
-
-type addReply struct {
-	ranks []int
-	err   error
-}
-
 func canAddRanks(Config, bool, []Slot) bool { return false }
 
 func (r *runner) offerAddRanks(context.Context, *jobEnv, func(int) *proc) func() { return func() {} }

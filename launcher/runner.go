@@ -51,6 +51,17 @@ type runner struct {
 	newRank func(rank int) *proc
 }
 
+// addRequest is one --add-ranks request (addranks.go), answered on reply.
+type addRequest struct {
+	n     int
+	reply chan addReply
+}
+
+type addReply struct {
+	ranks []int
+	err   error
+}
+
 // tick is how often the live view and the stall checker look at the job.
 const tick = 250 * time.Millisecond
 

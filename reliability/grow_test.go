@@ -22,40 +22,13 @@ func TestGrowAfterRestart(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) {
 			const victim = 2
-			j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second,
-				env: []string{"REL_REINIT=0"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
-			j.ranks[victim].signal(syscall.SIGKILL)
-			<-j.ranks[victim].exited
-			for _, rk := range j.ranks {
-				if rk.id != victim {
-					if _, ok := rk.waitEvent(ctx, "shrunk"); !ok {
-						t.Fatalf("rank %d did not shrink\n%s", rk.id, rk.log())
-					}
-				}
-			}
+			j := growJobAfterKill(ctx, t, tr, victim, "REL_REINIT=0")
 			restarted := time.Now()
 			j.restart(victim, "REL_RESTARTED=1")
 			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "after"); !ok {
-					t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, rk.log())
-				}
-				if e, bad := rk.event("wrong"); bad {
-					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
-				}
-				g, ok := rk.event("grown")
-				if !ok || g.Iter != rk.id {
-					t.Fatalf("rank %d: grown %+v, want rank %d of 4\n%s", rk.id, g, rk.id, rk.log())
-				}
-				if _, ok := rk.event("done"); !ok {
-					t.Fatalf("rank %d: did not finish\n%s", rk.id, rk.log())
-				}
+				g := checkGrown(ctx, t, j, rk)
 				t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
 			}
 		})
@@ -76,24 +49,9 @@ func TestGrowWhileJoinerDies(t *testing.T) {
 	for _, tr := range []string{"tcp", "shm"} {
 		t.Run(tr, func(t *testing.T) {
 			const victim = 2
-			j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second,
-				env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
-			j.ranks[victim].signal(syscall.SIGKILL)
-			<-j.ranks[victim].exited
-			for _, rk := range j.ranks {
-				if rk.id != victim {
-					if _, ok := rk.waitEvent(ctx, "shrunk"); !ok {
-						t.Fatalf("rank %d did not shrink\n%s", rk.id, rk.log())
-					}
-				}
-			}
+			j := growJobAfterKill(ctx, t, tr, victim, "REL_REINIT=0", "REL_GROW_SHARE=1")
 			dying := j.restart(victim, "REL_RESTARTED=1", "GORUN_FAULT=rank=2:kill:send:2")
 			select {
 			case <-dying.exited:
@@ -102,21 +60,53 @@ func TestGrowWhileJoinerDies(t *testing.T) {
 			}
 			j.restart(victim, "REL_RESTARTED=1")
 			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "after"); !ok {
-					t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, j.logs())
-				}
-				if e, bad := rk.event("wrong"); bad {
-					t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
-				}
-				if g, ok := rk.event("grown"); !ok || g.Iter != rk.id {
-					t.Fatalf("rank %d: grown %+v, want rank %d of 4\n%s", rk.id, g, rk.id, rk.log())
-				}
-				if _, ok := rk.event("done"); !ok {
-					t.Fatalf("rank %d: did not finish\n%s", rk.id, rk.log())
-				}
+				checkGrown(ctx, t, j, rk)
 			}
 		})
 	}
+}
+
+// growJobAfterKill starts a job of 4 "grow" ranks over transport tr (env
+// added), waits until all are ready, kills victim and waits until the
+// others have shrunk.
+func growJobAfterKill(ctx context.Context, t *testing.T, tr string, victim int, env ...string) *job {
+	t.Helper()
+	j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second, env: env})
+	for _, rk := range j.ranks {
+		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+		}
+	}
+	j.ranks[victim].signal(syscall.SIGKILL)
+	<-j.ranks[victim].exited
+	for _, rk := range j.ranks {
+		if rk.id != victim {
+			if _, ok := rk.waitEvent(ctx, "shrunk"); !ok {
+				t.Fatalf("rank %d did not shrink\n%s", rk.id, rk.log())
+			}
+		}
+	}
+	return j
+}
+
+// checkGrown waits for rk's report and checks that it ended grown, as its
+// own rank of 4, with every result right; it returns the "grown" event.
+func checkGrown(ctx context.Context, t *testing.T, j *job, rk *rank) event {
+	t.Helper()
+	if _, ok := rk.waitEvent(ctx, "after"); !ok {
+		t.Fatalf("rank %d: no report (hang?)\n%s", rk.id, j.logs())
+	}
+	if e, bad := rk.event("wrong"); bad {
+		t.Fatalf("rank %d: %s\n%s", rk.id, e.Err, j.logs())
+	}
+	g, ok := rk.event("grown")
+	if !ok || g.Iter != rk.id {
+		t.Fatalf("rank %d: grown %+v, want rank %d of 4\n%s", rk.id, g, rk.id, rk.log())
+	}
+	if _, ok := rk.event("done"); !ok {
+		t.Fatalf("rank %d: did not finish\n%s", rk.id, rk.log())
+	}
+	return g
 }
 
 // childGrow: run allreduces; on a failure shrink ("shrunk"); at every step
