@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -168,7 +169,10 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		case <-e.Done():
 			return e.Err()
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
+			if q, cause := deathCause(ctx); cause != nil {
+				// Shrink's reconnection stopped by a report that q died.
+				e.Abort(q, fmt.Errorf("%w: %w", ErrPeerFailed, cause))
+			} else if errors.Is(ctx.Err(), context.Canceled) {
 				e.Abort(cn.c.rank, fmt.Errorf("%w: connecting to rank %d: %w", ErrAborted, w.q, ctx.Err()))
 			} else {
 				e.Abort(w.q, fmt.Errorf("%w: connecting: %w", ErrTimeout, ctx.Err()))
@@ -188,6 +192,17 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		}
 	}
 	return nil
+}
+
+// deathCause says whether ctx was ended by the bootstrap's report that a
+// member died (Shrink's and Grow's reconnection, shrink.go): the report,
+// and the member's rank; nil if not.
+func deathCause(ctx context.Context) (int, error) {
+	var be *bootstrap.OpError
+	if cause := context.Cause(ctx); errors.As(cause, &be) && be.Peer >= 0 {
+		return be.Peer, cause
+	}
+	return 0, nil
 }
 
 // dial connects to q for an operation (peer state dialing).

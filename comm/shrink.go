@@ -46,7 +46,9 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 // ranks wait; agree on it with an AllReduce of Max, say); a joining rank's
 // comm.Init returns its communicator when they do. The application then
 // re-broadcasts its state to the newcomers. c is left closed, as by
-// Shrink. A rank that dies during Grow makes it agree again without it.
+// Shrink. If a rank dies while Grow connects, Grow still returns the grown
+// communicator, as on the ranks that connected before the death: its
+// operations fail with ErrPeerFailed, and every rank calls Shrink.
 func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
 	return c.remake(ctx, "grow", (*bootstrap.Node).Grow)
 }
@@ -116,27 +118,55 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		return nil, &RankError{Rank: rank, Op: op, Err: err}
 	}
 	// A rank that dies while the survivors reconnect fails the
-	// reconnection; they agree again, without it.
-	for {
+	// reconnection; they agree again, without it. GORUN_DEBUG=info logs
+	// how long each phase took (the chaos soak's slow recoveries).
+	begin := time.Now()
+	for attempt := 1; ; attempt++ {
+		t0 := time.Now()
 		w, err := agree(node, ctx)
 		if err != nil {
 			return fail(c.rank, err)
 		}
+		t1 := time.Now()
 		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
+		n.eng, n.conn = nil, nil
 		n.sendSeq, n.recvSeq = make([]uint32, w.Size), make([]uint32, w.Size)
 		n.plans = map[planKey]*collectives.Plan{}
 		err = n.reconnectWatched(ctx, node, w, op)
-		if err == nil {
+		if n.eng == nil { // a member's endpoint did not decode
+			return fail(c.rank, err)
+		}
+		if err == nil || (op == "grow" && ctx.Err() == nil) {
+			// A Grow whose reconnection failed returns the grown
+			// communicator, failed as it would be on the ranks whose Grow
+			// completed before the death: every rank then sees its next
+			// operation fail and calls Shrink. (Agreeing again in here, as
+			// Shrink does, would return from Grow on this rank what is a
+			// Shrink on the others, and the application would run its
+			// after-Grow steps against their after-Shrink steps.)
+			if err != nil {
+				n.eng.Abort(n.rank, fmt.Errorf("%w: %s: %w", ErrAborted, op, err)) // no-op: ensure failed it
+				n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); returned failed",
+					op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err)
+			}
 			if n.shrink.failures != nil {
 				n.shrink.failures.install(n, w.Epoch)
 			}
-			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d)", op, c.rank, c.size, n.rank, n.size, w.Epoch)
+			if err != nil {
+				return n, nil
+			}
+			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): agreed in %v, connected in %v, %v in all",
+				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond),
+				time.Since(t1).Round(time.Microsecond), time.Since(begin).Round(time.Microsecond))
 			return n, nil
 		}
+		n.conn.stop()
+		n.eng.Close()
 		if ctx.Err() != nil {
 			return fail(-1, err)
 		}
-		n.debugf(debugInfo, "%s: reconnecting epoch %d failed (%v); checking the members and shrinking", op, w.Epoch, err)
+		n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); checking the members and shrinking",
+			op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err)
 		for r := range w.Size {
 			node.Suspect(r)
 		}
@@ -232,9 +262,7 @@ func (c *Comm) reconnect(ctx context.Context, eps []*endpoint, op string, epoch 
 	c.eng.SetWait(c.cfg.waitPolicy())
 	c.startConnector(op, epoch, eps, devByName, lnByName)
 	if err := c.conn.connectInit(ctx); err != nil {
-		c.conn.stop()
-		c.eng.Close()
-		return rankErr("reconnect", err)
+		return rankErr("reconnect", err) // the caller closes c.conn and c.eng
 	}
 	return nil
 }

@@ -87,6 +87,11 @@ type Config struct {
 	// Comm.Grow. 0: no growth beyond NP.
 	MaxNP int
 
+	// MinNP (with Elastic) is the fewest ranks the job runs on, as
+	// torchrun's --nnodes=MIN:MAX: when a rank fails for good (no restart
+	// left) and fewer than MinNP remain, gorun stops the job. 0: no floor.
+	MinNP int
+
 	// StallTimeout is how long no rank may make progress in a collective
 	// before gorun reports the stall; 0 means 30s, negative turns it off.
 	StallTimeout time.Duration

@@ -158,6 +158,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
+	if canAddRanks(cfg, srun, slots) {
+		stop := r.offerAddRanks(ctx, j, func(rank int) *proc {
+			prog, args := appOf(apps, progs, cfg.NP-1)
+			p := rankProc(cfg, prog, args, j, Slot{Rank: rank, Host: slots[0].Host, LocalRank: rank, LocalSize: rank + 1}, con)
+			p.cmd.Stdin = nil
+			p.cmd.Env = append(p.cmd.Env, EnvRestart+"=0") // it joins a running job, as a restarted rank does
+			return p
+		})
+		defer stop()
+	}
 	err = r.run(ctx)
 	obs.finish(con)
 	return err

@@ -244,6 +244,20 @@ func TestElasticKeepsGoing(t *testing.T) {
 	}
 }
 
+// --min-np 2 of 2: rank 1's failure leaves fewer than 2 ranks, so gorun
+// stops rank 0 at once instead of letting the job go on.
+func TestElasticMinNPStopsJob(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, err := runJob(t, "fail", Config{NP: 2, Elastic: true, MinNP: 2, Timeout: 30 * time.Second,
+		Export: []string{"GORUN_TEST_DIR=" + dir, "GORUN_TEST_FAIL=1"}})
+	if !errors.Is(err, ErrRankFailed) || !strings.Contains(stderr, "fewer than --min-np 2") {
+		t.Fatalf("Run = %v, want rank 1's failure and the --min-np stop\n%s", err, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "term-0")); err != nil {
+		t.Fatalf("rank 0 was not stopped with SIGTERM (%v)\n%s", err, stderr)
+	}
+}
+
 func TestTimeout(t *testing.T) {
 	start := time.Now()
 	_, stderr, err := runJob(t, "sleep", Config{NP: 2, Timeout: 300 * time.Millisecond})

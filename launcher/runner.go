@@ -44,6 +44,22 @@ type runner struct {
 	killAt   <-chan time.Time
 	first    error // what ends the job with a non-zero status
 	exits    chan exit
+
+	// --add-ranks (addranks.go): requests, and how to make rank r's
+	// process; newRank is nil when the job cannot add ranks.
+	adds    chan addRequest
+	newRank func(rank int) *proc
+}
+
+// addRequest is one --add-ranks request (addranks.go), answered on reply.
+type addRequest struct {
+	n     int
+	reply chan addReply
+}
+
+type addReply struct {
+	ranks []int
+	err   error
 }
 
 // tick is how often the live view and the stall checker look at the job.
@@ -101,6 +117,9 @@ func (r *runner) run(ctx context.Context) error {
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
 			r.mon.tick(now)
+		case req := <-r.adds:
+			ranks, err := r.addRanks(req.n)
+			req.reply <- addReply{ranks, err}
 		}
 	}
 	r.mon.finish()
@@ -172,6 +191,10 @@ func (r *runner) exited(e exit) {
 		return // success, or a rank gorun itself is stopping
 	}
 	if r.cfg.Elastic && r.restart(e.p, re) {
+		return
+	}
+	if r.cfg.Elastic && r.running < r.cfg.MinNP {
+		r.fail(fmt.Errorf("%w; %d ranks left, fewer than --min-np %d", re, r.running, r.cfg.MinNP))
 		return
 	}
 	if r.cfg.Elastic {

@@ -21,6 +21,9 @@ func run(args []string) int {
 	if len(args) > 0 && args[0] == "trace" { // gorun trace (trace.go)
 		return traceMain(args[1:], os.Stdout, os.Stderr)
 	}
+	if isAddRanks(args) { // gorun --add-ranks N --job ID (addranks.go)
+		return addRanksMain(args, os.Stdout, os.Stderr)
+	}
 	cfg, err := parseArgs(args, os.Stdout, os.Stderr)
 	if err != nil {
 		if isHelp(err) {

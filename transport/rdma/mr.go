@@ -1,6 +1,9 @@
 package rdma
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -14,8 +17,9 @@ type MR struct {
 	access Access
 	owner  any // the provider's protection domain; MRs of another device are rejected
 
-	users atomic.Int64 // outstanding requests using the region
-	state atomic.Int32 // mrValid, mrClosing, mrGone
+	users atomic.Int64              // outstanding requests using the region
+	state atomic.Int32              // mrValid, mrClosing, mrDraining, mrGone
+	drain atomic.Pointer[drainWait] // DeregisterWait's, while it waits
 
 	release func(*MR) error
 	// Handle is the provider's own data (an ibv_mr, a memfd offset, ...).
@@ -26,7 +30,14 @@ const (
 	mrValid int32 = iota
 	mrClosing
 	mrGone
+	mrDraining // DeregisterWait waits for the last user
 )
+
+// drainWait is closed by the Release that ends a draining region's last use.
+type drainWait struct {
+	ch   chan struct{}
+	once sync.Once
+}
 
 // NewMR is for providers: it describes buf registered with access under the
 // given keys in the protection domain owner. release runs once, on the first
@@ -75,19 +86,55 @@ func (m *MR) Deregister() error {
 	return nil
 }
 
+// DeregisterWait is Deregister for a region that requests in flight may
+// still use (a peer's copy into it, on a closing device): it refuses new
+// requests at once and deregisters when the last one releases the region.
+// If ctx ends first, the region stays registered and it fails with ErrBusy.
+func (m *MR) DeregisterWait(ctx context.Context) error {
+	if !m.state.CompareAndSwap(mrValid, mrClosing) {
+		return &OpError{Op: "deregister", Provider: "mr", Err: ErrClosed}
+	}
+	w := &drainWait{ch: make(chan struct{})}
+	m.drain.Store(w)
+	// Release adds, then loads the state; this stores the state, then
+	// loads the count: one of the two sees the other.
+	m.state.Store(mrDraining)
+	if m.users.Load() > 0 {
+		select {
+		case <-w.ch:
+		case <-ctx.Done():
+			m.state.Store(mrValid)
+			m.drain.Store(nil)
+			return &OpError{Op: "deregister", Provider: "mr", Err: fmt.Errorf("%w (%w)", ErrBusy, ctx.Err())}
+		}
+	}
+	m.drain.Store(nil)
+	m.state.Store(mrGone)
+	if m.release != nil {
+		return m.release(m)
+	}
+	return nil
+}
+
 // Acquire is for providers: it counts one outstanding request on the region
 // and reports false if the region is no longer registered.
 func (m *MR) Acquire() bool {
 	m.users.Add(1)
 	if m.state.Load() != mrValid {
-		m.users.Add(-1)
+		m.Release()
 		return false
 	}
 	return true
 }
 
 // Release undoes one Acquire.
-func (m *MR) Release() { m.users.Add(-1) }
+func (m *MR) Release() {
+	if m.users.Add(-1) == 0 && m.state.Load() == mrDraining {
+		if w := m.drain.Load(); w != nil {
+			w.once.Do(func() { close(w.ch) })
+		}
+	}
+}
 
 // Range returns the registered bytes [addr, addr+n) if they lie inside the
 // region, for providers serving a remote request.

@@ -198,20 +198,24 @@ func (d *device) Close() error {
 	for _, c := range conns {
 		c.Close()
 	}
-	// A peer's engine may still be copying into a region for a moment.
+	// Closing the conns waited for their engines and their peers', so no
+	// copy into our memory runs now; a request still holding a region is
+	// a Post racing this Close, which lets go as it sees the conn closed.
+	// Wait for it (the Release wakes us), for a bounded time.
+	ctx, cancel := context.WithTimeout(context.Background(), closeDrainTimeout)
+	defer cancel()
 	var firstErr error
 	for _, mr := range d.pd.All() {
-		err := mr.Deregister()
-		for i := 0; i < 1000 && isBusy(err); i++ {
-			time.Sleep(time.Millisecond)
-			err = mr.Deregister()
-		}
+		err := mr.DeregisterWait(ctx)
 		if err != nil && firstErr == nil && !isClosedErr(err) {
 			firstErr = err
 		}
 	}
 	return firstErr
 }
+
+// closeDrainTimeout bounds Close's wait for a region still in use.
+const closeDrainTimeout = time.Second
 
 // Addr is a mem listener's address, "mem:N".
 type Addr string
