@@ -38,8 +38,8 @@ func TestClusterOverRealSSH(t *testing.T) {
 	}
 }
 
-// TestClusterSSHDRefuses: a host whose sshd is down fails the job at once,
-// naming the host.
+// TestClusterSSHDRefuses: a host whose sshd is down, or whose name does not
+// resolve, fails the job at once, naming the host.
 func TestClusterSSHDRefuses(t *testing.T) {
 	c := cluster.Start(t, cluster.Options{Hosts: 2})
 	h2 := c.Hosts[1].Name
@@ -66,6 +66,22 @@ func TestClusterSSHDRefuses(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("took %v", d)
+	}
+
+	// A host that does not resolve, other than rank 0's: ssh says so at
+	// once, and the job fails naming it.
+	bad := "gorun-no-such-host.invalid"
+	cfg.Hosts = []Host{{Name: c.Hosts[0].Name, Slots: 1}, {Name: bad, Slots: 1}}
+	start = time.Now()
+	out, stderr, err = runJob(t, "", cfg)
+	if !errors.As(err, &re) || re.Rank != 1 || re.Host != bad {
+		t.Fatalf("Run: %v, want rank 1 on %s failing\n%s%s", err, bad, out, stderr)
+	}
+	if !strings.Contains(out+stderr, "resolve") {
+		t.Errorf("output does not say the host does not resolve:\n%s%s", out, stderr)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("unresolvable host: took %v", d)
 	}
 }
 

@@ -132,7 +132,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, w)
 	}
 	fmt.Fprintf(&report, "Open MPI: pml ob1, btl self,vader (shm) or tcp,self on lo (tcp), --bind-to none, mpi_yield_when_idle 1 where ranks outnumber CPUs (its own default when oversubscribed; gorun's ranks yield too) and 0 otherwise. gorun: GORUN_TRANSPORT=shm or tcp. MPICH: Debian's ch4:ucx, defaults. Gloo: torch.distributed over TCP loopback.\n")
-	fmt.Fprintf(&report, "Cluster scenarios (scripts/cluster, hosts linked at 2 Gbit/s by tc tbf): gorun -H over ssh, GORUN_TRANSPORT auto (shm in a host, tcp between); gorun-flat adds GORUN_ALGO=allreduce:ring,broadcast:chain; Open MPI over ssh with btl self,vader,tcp on the hosts' subnet, mpi_yield_when_idle 1; Gloo's ranks started in their hosts, GLOO_SOCKET_IFNAME=eth0.\n")
+	fmt.Fprintf(&report, "Cluster scenarios (scripts/cluster, hosts linked at 2 Gbit/s by tc htb, control traffic first): gorun -H over ssh, GORUN_TRANSPORT auto (shm in a host, tcp between); gorun-flat adds GORUN_ALGO=allreduce:ring,broadcast:chain; Open MPI over ssh with btl self,vader,tcp on the hosts' subnet, mpi_yield_when_idle 1; Gloo's ranks started in their hosts, GLOO_SOCKET_IFNAME=eth0.\n")
 	fmt.Fprintf(&report, "\n## Targets\n\nRatios from the same interleaved run, paired within rounds: gorun's time over the best peer's (latency), gorun's busbw over the best peer's (bandwidth).\n\n")
 	report.WriteString(renderTargets(judge(outs, targets)))
 	report.Write(body.Bytes())

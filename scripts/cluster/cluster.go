@@ -31,10 +31,16 @@ var script []byte
 
 // Options describe a cluster; zero values are defaults.
 type Options struct {
-	Hosts  int    // number of hosts; default 2
-	Rate   string // tc rate of each host's link, e.g. "2gbit" (default)
-	Prefix string // host names are Prefix1..PrefixH; default "h"
-	Slurm  bool   // also run munged, slurmctld and a slurmd per host
+	Hosts int    // number of hosts; default 2
+	Rate  string // tc rate of each host's link, e.g. "2gbit" (default)
+	// Queue is the longest a packet waits in a link's queue at Rate, e.g.
+	// "20ms" (default); more is dropped.
+	Queue string
+	// NoPriority puts control traffic (DSCP CS6/CS7/EF, packets of at most
+	// 256 bytes) in the same queue as bulk data; by default it goes first.
+	NoPriority bool
+	Prefix     string // host names are Prefix1..PrefixH; default "h"
+	Slurm      bool   // also run munged, slurmctld and a slurmd per host
 }
 
 // Host is one host of a cluster.
@@ -117,6 +123,12 @@ func Up(ctx context.Context, o Options) (*Cluster, error) {
 		"-prefix", o.Prefix, "-owner", fmt.Sprint(os.Getpid()))...)
 	if o.Slurm {
 		cmd.Args = append(cmd.Args, "-slurm")
+	}
+	if o.Queue != "" {
+		cmd.Args = append(cmd.Args, "-queue", o.Queue)
+	}
+	if o.NoPriority {
+		cmd.Args = append(cmd.Args, "-prio", "0")
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -3,8 +3,9 @@
 #
 # Each host is a network namespace plus a UTS namespace with its own
 # hostname (so gorun and MPI see separate machines), joined by a veth pair to
-# one bridge; both ends of each veth are shaped with tc tbf to RATE, as a
-# full-duplex NIC would be. /etc/hosts gets the host names; a real sshd
+# one bridge; both ends of each veth are shaped to RATE, as a full-duplex
+# NIC would be, with a queue of QUEUE and (-prio 1) a priority class for
+# control traffic (see shape). /etc/hosts gets the host names; a real sshd
 # (Debian's openssh-server) runs in each host with keys made for the run,
 # and a drop-in in /etc/ssh/ssh_config.d makes plain `ssh h1` use them, so
 # `gorun -H h1:2,h2:2 ./prog` goes over real ssh. With -slurm, Debian's
@@ -12,7 +13,8 @@
 # (slurmctld with a UTS namespace of its own), one slurmd in each host;
 # export SLURM_CONF=DIR/slurm/slurm.conf to use it (srun, sbatch).
 #
-#   cluster.sh up [-n H] [-rate 2gbit] [-prefix h] [-owner PID] [-slurm]  prints DIR
+#   cluster.sh up [-n H] [-rate 2gbit] [-queue 20ms] [-prio 1] [-prefix h]
+#                 [-owner PID] [-slurm]     prints DIR
 #   cluster.sh down DIR|all|stale     removes everything a cluster made
 #   cluster.sh exec HOST CMD...       runs CMD in HOST (a launch agent)
 #   cluster.sh run [up options] -- CMD...   up, CMD with GORUN_CLUSTER=DIR, down
@@ -50,6 +52,62 @@ hosts_remove() { # ID: drops this cluster's /etc/hosts lines
 
 hosts_add() { # FILE: appends its lines to /etc/hosts
   cat "$1" >>/etc/hosts
+}
+
+# shape DEV NETNS RATE QUEUE PRIO: DEV's egress limited to RATE with a queue
+# of at most QUEUE (a time at RATE), as a NIC's would be. With PRIO=1 (the
+# default) control traffic goes first, as a datacentre's switches do with
+# DSCP: an htb whose control class (prio 0) takes packets marked CS6, CS7
+# or EF (gorun's gossip is CS6) and small packets (<= 256 bytes: probes,
+# pure TCP acknowledgements, SYNs), and whose bulk class takes the rest; the
+# control class may use the whole rate, and the bulk class what it leaves.
+# PRIO=0 is one tbf queue for everything: a probe waits behind QUEUE of
+# bulk data or is dropped with it.
+shape() {
+  local dev=$1 ns=$2 rate=$3 queue=$4 prio=$5 n=()
+  [ -n "$ns" ] && n=(-n "$ns")
+  if [ "$prio" = 0 ]; then
+    tc "${n[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst 1mb latency "$queue"
+    return
+  fi
+  local bps limit
+  bps=$(tc_bits "$rate")
+  limit=$((bps / 8 * $(tc_ms "$queue") / 1000))
+  [ "$limit" -ge 65536 ] || limit=65536
+  tc "${n[@]}" qdisc add dev "$dev" root handle 1: htb default 20
+  tc "${n[@]}" class add dev "$dev" parent 1: classid 1:1 htb rate "$rate" ceil "$rate" burst 1mb cburst 1mb quantum 60000
+  tc "${n[@]}" class add dev "$dev" parent 1:1 classid 1:10 htb rate $((bps / 20))bit ceil "$rate" burst 64kb cburst 64kb prio 0 quantum 60000
+  tc "${n[@]}" class add dev "$dev" parent 1:1 classid 1:20 htb rate $((bps - bps / 20))bit ceil "$rate" burst 1mb cburst 1mb prio 1 quantum 60000
+  tc "${n[@]}" qdisc add dev "$dev" parent 1:10 pfifo limit 1000
+  tc "${n[@]}" qdisc add dev "$dev" parent 1:20 bfifo limit "$limit"
+  # DSCP CS6 (0xc0), CS7 (0xe0), EF (0xb8): the TOS byte's top six bits.
+  local tos
+  for tos in 0xc0 0xe0 0xb8; do
+    tc "${n[@]}" filter add dev "$dev" parent 1: protocol ip prio 1 u32 match ip dsfield $tos 0xfc flowid 1:10
+  done
+  # IPv4 total length at most 256 bytes.
+  tc "${n[@]}" filter add dev "$dev" parent 1: protocol ip prio 2 u32 match u16 0x0000 0xff00 at 2 flowid 1:10
+}
+
+# tc_bits RATE: bits per second of a tc rate (2gbit, 500mbit, 100kbit).
+tc_bits() {
+  local r=${1,,}
+  case $r in
+    *gbit) echo $((${r%gbit} * 1000000000)) ;;
+    *mbit) echo $((${r%mbit} * 1000000)) ;;
+    *kbit) echo $((${r%kbit} * 1000)) ;;
+    *bit) echo "${r%bit}" ;;
+    *) die "rate $1: want a number with gbit, mbit, kbit or bit" ;;
+  esac
+}
+
+# tc_ms TIME: milliseconds of 20ms, 1s.
+tc_ms() {
+  case $1 in
+    *ms) echo "${1%ms}" ;;
+    *s) echo $((${1%s} * 1000)) ;;
+    *) die "queue $1: want ms or s" ;;
+  esac
 }
 
 down() { # DIR
@@ -104,11 +162,13 @@ down_stale() {
 }
 
 up() {
-  local n=2 rate=2gbit prefix=h owner=0 slurm=
+  local n=2 rate=2gbit queue=20ms prio=1 prefix=h owner=0 slurm=
   while [ $# -gt 0 ]; do
     case $1 in
       -n) n=$2; shift 2 ;;
       -rate) rate=$2; shift 2 ;;
+      -queue) queue=$2; shift 2 ;;
+      -prio) prio=$2; shift 2 ;;
       -prefix) prefix=$2; shift 2 ;;
       -owner) owner=$2; shift 2 ;;
       -slurm) slurm=1; shift ;;
@@ -116,6 +176,8 @@ up() {
     esac
   done
   [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || die "-n $n: want 1..16 hosts"
+  [[ "$prio" =~ ^[01]$ ]] || die "-prio $prio: want 0 or 1"
+  tc_bits "$rate" >/dev/null && tc_ms "$queue" >/dev/null
   [[ "$prefix" =~ ^[a-z][a-z0-9-]{0,20}$ ]] || die "-prefix $prefix: want a short lower-case name"
   [ "$(id -u)" = 0 ] || die "needs root"
   for c in ip tc unshare nsenter flock ssh-keygen; do
@@ -173,8 +235,8 @@ up() {
     ip -n "$ns" link set "$vb" name eth0 up
     ip -n "$ns" route add default via "$net.254"
     # Both directions shaped, as a NIC's send and receive are.
-    tc qdisc add dev "$va" root tbf rate "$rate" burst 1mb latency 20ms
-    tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst 1mb latency 20ms
+    shape "$va" "" "$rate" "$queue" "$prio"
+    shape eth0 "$ns" "$rate" "$queue" "$prio"
     # A persistent UTS namespace with the host's name.
     touch "$dir/uts-$name"
     unshare --uts="$dir/uts-$name" hostname "$name"
