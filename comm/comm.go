@@ -380,6 +380,12 @@ func pickProvider(forced string, me, peer *endpoint) string {
 // A rank that connects more peers (alltoall) uses as much again per peer.
 func stagingFor(cfg *config, size int) collectives.LinkParams {
 	p := collectives.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
+	if p.SlotBytes == 0 {
+		p.SlotBytes = defaultSlotBytes
+		if cfg.transport == "tcp" {
+			p.SlotBytes = tcpSlotBytes
+		}
+	}
 	if size < 2 {
 		return p
 	}
@@ -401,6 +407,19 @@ func stagingFor(cfg *config, size int) collectives.LinkParams {
 
 // stagingPerRank is a rank's staging budget (stagingFor).
 const stagingPerRank = 32 << 20
+
+// Slot sizes (WithStaging overrides them). Over tcp every message costs
+// system calls, a frame header and its acknowledgement at both ends, and
+// the sender waits for credits a round trip away, so fewer, larger
+// messages carry more: 1 MiB slots made a 2-rank tcp allreduce 1.2× faster
+// at 1 MiB and 1.25× at 16 MiB than 128 KiB ones (2 MiB slots, or 4 or 16
+// of them, measured no better). Only a job forced onto tcp (GORUN_TRANSPORT)
+// uses them: every rank must size its staging alike, since it bounds the
+// schedules' chunks.
+const (
+	defaultSlotBytes = 128 << 10
+	tcpSlotBytes     = 1 << 20
+)
 
 // String describes the communicator for logs.
 func (c *Comm) String() string {

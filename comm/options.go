@@ -28,7 +28,8 @@ type config struct {
 	socketIfname string
 	debug        int
 	// slots and slotBytes size each peer's receive staging area. Default
-	// 8 × 128 KiB, shrunk for large worlds to bound memory to ~32 MiB.
+	// 8 × 128 KiB (8 × 1 MiB when the job runs on tcp: stagingFor), shrunk
+	// for large worlds to bound memory to ~32 MiB. slotBytes 0: the default.
 	slots, slotBytes int
 	// regCache bounds the registration cache (entries per device). Default 64.
 	regCache int
@@ -63,7 +64,7 @@ type config struct {
 
 // newConfig applies the defaults, then the GORUN_* tunables, then opts.
 func newConfig(opts ...Option) (*config, error) {
-	c := &config{transport: "auto", timeout: 5 * time.Minute, slots: 8, slotBytes: 128 << 10, regCache: 64}
+	c := &config{transport: "auto", timeout: 5 * time.Minute, slots: 8, regCache: 64}
 	t, err := readTunables(osGetenv)
 	if err != nil {
 		return nil, err
