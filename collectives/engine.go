@@ -121,7 +121,8 @@ type runState struct {
 type peerState struct {
 	sendCur, sendFin, recvCur int
 	sendPiece, recvPiece      int
-	ctsCur                    int // next receive (index in recvs) to clear ahead
+	ctsCur                    int    // next receive (index in recvs) to clear ahead
+	sendRead                  uint64 // the current send's last piece posted from its buffer, +1 (post)
 }
 
 // DirectMin is the smallest op (in bytes) sent directly into the receiver's

@@ -21,8 +21,12 @@ func pieces(nbytes, payload int) int {
 
 // post posts as many pieces of send o as the peer's credits allow. When o
 // is complete, last is the message whose completion (or consumption)
-// means the caller's buffer is no longer read: 0 when every piece was
-// copied at post time.
+// means the caller's buffer is no longer read: the last piece posted
+// from the buffer itself, 0 when every piece was copied at post time. A
+// piece copied at post time may be the unsignaled kind, which never
+// completes: waiting for it would wait for the peer to consume it, and a
+// peer that reduces into the range it sends from (recursive doubling)
+// waits for this rank's consumption in turn.
 func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, last uint64, err error) {
 	nbytes := o.Len * es
 	payload := l.payload()
@@ -38,6 +42,9 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		np = 1
 	}
 	sig := call.sig(o)
+	if ps.sendPiece == 0 {
+		ps.sendRead = 0
+	}
 	for ps.sendPiece < np {
 		// The peer's credits bound the messages in flight, and also free
 		// the header source of slot m: the message that used it last
@@ -106,6 +113,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 			if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), src, mr, 0, raddr+hdrSize, l.rKey); err != nil {
 				return moved, false, 0, err
 			}
+			ps.sendRead = m + 1 // the signaled header write after it completes after it
 		}
 		if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
 			return moved, false, 0, err
@@ -114,10 +122,7 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 		ps.sendPiece++
 		moved = true
 	}
-	if nbytes <= stride-hdrSize {
-		return moved, true, 0, nil
-	}
-	return moved, true, l.posted, nil
+	return moved, true, ps.sendRead, nil
 }
 
 // sig is the signature o's messages carry: the call's own, or one of

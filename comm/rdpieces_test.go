@@ -1,0 +1,50 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Recursive doubling reduces into the range it sends from, so a send must
+// count as done once its buffer is no longer read. An op of several
+// staging slots whose last piece is small goes out last as an unsignaled
+// send, copied at post time, which never completes: both ranks waited for
+// the other to consume it and stalled until the timeout (512 KiB on
+// 8 × 128 KiB slots, found at 1 MiB on tcp's larger slots).
+func TestRecursiveDoublingSmallLastPiece(t *testing.T) {
+	cs := newLocal(t, 2, WithAlgorithm("allreduce:rd"), WithStaging(8, 128<<10))
+	for _, n := range []int{512 << 10, 393216, 393120, 3 << 20} {
+		t.Run(fmt.Sprintf("bytes=%d", n), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			errs := make([]error, len(cs))
+			bufs := make([][]float32, len(cs))
+			for r, c := range cs {
+				bufs[r] = make([]float32, n/4)
+				for i := range bufs[r] {
+					bufs[r][i] = float32(r + 1)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[r] = AllReduce(ctx, c, bufs[r], bufs[r], Sum)
+				}()
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+				for i, v := range bufs[r] {
+					if v != 3 {
+						t.Fatalf("rank %d: [%d] = %v, want 3", r, i, v)
+					}
+				}
+			}
+		})
+	}
+}
