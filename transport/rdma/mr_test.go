@@ -10,8 +10,10 @@ import (
 func TestDeregisterWaitForLastUser(t *testing.T) {
 	released := 0
 	m := NewMR(make([]byte, 64), AccessLocalWrite, 1, 2, nil, func(*MR) error { released++; return nil })
-	if !m.Acquire() || !m.Acquire() {
-		t.Fatal("Acquire of a valid region failed")
+	for range 2 {
+		if !m.Acquire() {
+			t.Fatal("Acquire of a valid region failed")
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- m.DeregisterWait(context.Background()) }()

@@ -313,5 +313,4 @@ func (l *listener) Close() error {
 	return nil
 }
 
-func isBusy(err error) bool      { return errors.Is(err, rdma.ErrBusy) }
 func isClosedErr(err error) bool { return errors.Is(err, rdma.ErrClosed) }
