@@ -62,16 +62,25 @@ func decodeMessage(buf []byte) (message, bool) {
 // send delivers m to the node at addr (host:port) best-effort; losses are
 // repaired by the agreement loop's resends.
 func (n *Node) send(name, addr string, m message) {
+	host, port, ok := splitAddr(addr)
+	if !ok {
+		return
+	}
+	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+	_ = n.ml.SendBestEffort(to, m.encode())
+}
+
+// splitAddr parses a gossip address, host:port.
+func splitAddr(addr string) (net.IP, uint16, bool) {
 	host, ps, err := net.SplitHostPort(addr)
 	if err != nil {
-		return
+		return nil, 0, false
 	}
-	port, err := strconv.Atoi(ps)
+	port, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil {
-		return
+		return nil, 0, false
 	}
-	to := &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(port), PMax: memberlist.ProtocolVersionMax}
-	_ = n.ml.SendBestEffort(to, m.encode())
+	return net.ParseIP(host), uint16(port), true
 }
 
 // NotifyMsg records agreement messages for the agreement loop (agree.go)
@@ -79,6 +88,10 @@ func (n *Node) send(name, addr string, m message) {
 // committed D answers a proposal or ack of D with the commit; a member
 // locked on D answers a prepare of D with its ack.
 func (d *delegate) NotifyMsg(buf []byte) {
+	if len(buf) > 0 && buf[0] == msgTable {
+		d.n.gotTable(buf)
+		return
+	}
 	m, ok := decodeMessage(buf)
 	if !ok {
 		return
