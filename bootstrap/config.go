@@ -66,6 +66,11 @@ type Config struct {
 	TCPTimeout   time.Duration // connect + push/pull deadline
 	RetryJoin    time.Duration // first delay between attempts to join the seeds (doubles, max 1s)
 	LeaveTimeout time.Duration // how long Close waits for the leave message to go out
+
+	// CountTraffic makes Node.Traffic count the packets, streams and bytes
+	// this node's gossip sends and receives (for scale measurements; it
+	// adds a channel hop to every received packet).
+	CountTraffic bool
 }
 
 // DefaultLANConfig is tuned for one job on a LAN or a single host: a killed
