@@ -337,6 +337,9 @@ func (n *Node) joinLoop(seeds []string) {
 // complete cost the seed O(n) syncs of O(n) bytes each.
 func (n *Node) joinOnce(seeds []string) bool {
 	delay := n.cfg.RetryJoin
+	if n.cfg.Size > scaleAbove && !n.sleep(mrand.N(time.Duration(n.cfg.Size)*joinSpread)) {
+		return false
+	}
 	for {
 		k, err := n.ml.Join(seeds)
 		if err == nil && k == 0 {
