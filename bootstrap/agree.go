@@ -133,6 +133,12 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		locked *World // the world this node locked on: final
 		miss   []int  // coordinator: ranks whose proposal or ack is missing
 		start  = time.Now()
+
+		tbl        *tablePrepare   // member: the received table merged into peers (table.go)
+		tableSent  map[string]bool // coordinator: members sent the table
+		tableBuf   []byte          // the encoded table of locked
+		settled    time.Time       // coordinator: since when its table is complete and unchanged
+		preparedAt time.Time
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -145,11 +151,22 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			epoch = next
 			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
+			tbl, tableSent, tableBuf = nil, nil, nil
 		}
 		if locked == nil {
+			n.mu.Lock()
+			t := n.tables[epoch]
+			n.mu.Unlock()
 			n.viewMu.Lock()
-			changed := peers == nil || gen != n.viewGen
+			changed := peers == nil || gen != n.viewGen || t != tbl
+			if changed && epoch == 1 && t == nil && peers != nil && len(n.peers) < n.cfg.Size {
+				// The first world needs Size members: do not derive a table
+				// from each of the first Size-1 joins (O(n) work each, at
+				// every member). formError derives it for the report.
+				changed = false
+			}
 			if changed {
+				tbl = t
 				gen, view = n.viewGen, view[:0]
 				for _, q := range n.peers {
 					view = append(view, q)
@@ -161,10 +178,15 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				for _, q := range view {
 					peers[q.name] = q
 				}
+				peers = n.withTable(peers, tbl)
+				old := d
 				p = table(peers)
 				me = slices.IndexFunc(p.members, func(m Member) bool { return m.Name == n.name })
 				if p.ok && me >= 0 {
 					d = digestOf(n.cfg.JobID, epoch, p.members)
+				}
+				if !p.ok || d != old {
+					settled = time.Now()
 				}
 			}
 		}
@@ -181,6 +203,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			if time.Since(sentAt) >= resend {
 				n.sendTo(locked, miss, msgPrepare)
+				if time.Since(preparedAt) >= tableDirectAfter {
+					n.tableTo(locked, miss, tableBuf, tableSent, tableDirectBatch)
+				}
 				sentAt = time.Now()
 			}
 		case locked != nil:
@@ -197,11 +222,25 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 		case p.ok && me == 0:
 			// Coordinator: prepare once every member proposed our digest.
+			// Or, forming the first world, once its complete table has
+			// settled with no conflict, prepare with the table: members
+			// with an incomplete view vote on it (table.go). (In a shrink
+			// or grow every member knows the old world; waiting for all
+			// proposals keeps a member that is leaving out. A restarted
+			// rank 0 in a running job waits too: the survivors never
+			// propose epoch 1; grow.go.)
 			w := World{Rank: 0, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
-			if miss = n.missing(n.proposals, epoch, &w); len(miss) == 0 {
+			miss = n.missing(n.proposals, epoch, &w)
+			if len(miss) == 0 || (epoch == 1 && len(p.notes) == 0 && p.unassigned == 0 && time.Since(settled) >= n.settle() && !n.jobRunning()) {
 				locked = &w
+				tableSent = make(map[string]bool)
+				if len(miss) > 0 {
+					tableBuf = encodeTable(n.name, locked, peers)
+				}
 				n.sendAll(locked, msgPrepare)
-				sentAt = time.Now()
+				lo, hi := treeChildren(0, len(p.members))
+				n.tableTo(locked, miss[:countBelow(miss, hi)], tableBuf, tableSent, hi-lo)
+				sentAt, preparedAt = time.Now(), time.Now()
 				continue
 			}
 			if epoch > 1 && time.Since(sentAt) >= resend {
@@ -228,6 +267,16 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent || time.Since(sentAt) >= resend {
 				n.send(coord.Name, coord.Addr, m)
 				sent, sentAt = m, time.Now()
+			}
+			if prepared {
+				// Pass the table on down the tree (table.go).
+				lo, hi := treeChildren(me, len(p.members))
+				if lo < hi {
+					buf := encodeTable(coord.Name, locked, peers)
+					for r := lo; r < hi; r++ {
+						_ = n.sendTable(p.members[r], buf)
+					}
+				}
 			}
 		}
 		if time.Since(start) >= evidenceProbeEvery {
@@ -326,6 +375,35 @@ func (n *Node) sendAll(w *World, kind byte) {
 	}
 }
 
+// tableTo sends the table buf to the ranks of w in ranks not yet sent it,
+// at most limit of them.
+func (n *Node) tableTo(w *World, ranks []int, buf []byte, sent map[string]bool, limit int) {
+	if buf == nil {
+		return
+	}
+	for _, r := range ranks {
+		if limit <= 0 {
+			return
+		}
+		if m := w.Members[r]; !sent[m.Name] {
+			sent[m.Name] = true
+			limit--
+			_ = n.sendTable(m, buf)
+		}
+	}
+}
+
+// countBelow is the number of ranks (ascending) below hi.
+func countBelow(ranks []int, hi int) int {
+	k, _ := slices.BinarySearch(ranks, hi)
+	return k
+}
+
+// settle is how long a coordinator's complete table must stay unchanged
+// before it prepares without every member's proposal: a few gossip rounds,
+// for a conflict another member knows of (two claims of a rank) to reach it.
+func (n *Node) settle() time.Duration { return max(2*n.cfg.GossipInterval, 50*time.Millisecond) }
+
 func (n *Node) sendTo(w *World, ranks []int, kind byte) {
 	m := message{kind: kind, epoch: w.Epoch, digest: w.Digest, from: n.name}
 	for _, r := range ranks {
@@ -334,6 +412,18 @@ func (n *Node) sendTo(w *World, ranks []int, kind byte) {
 }
 
 func (n *Node) formError(epoch uint32, p proposal, miss []int, locked *World, cause error) error {
+	if epoch == 1 && locked == nil {
+		n.viewMu.Lock()
+		peers := make(map[string]peer, len(n.peers))
+		for k, v := range n.peers {
+			peers[k] = v
+		}
+		n.viewMu.Unlock()
+		n.mu.Lock()
+		t := n.tables[epoch]
+		n.mu.Unlock()
+		p = formTable(n.withTable(peers, t), n.cfg.Size)
+	}
 	n.mu.Lock()
 	joinErr := n.joinErr
 	n.mu.Unlock()

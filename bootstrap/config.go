@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -66,6 +67,11 @@ type Config struct {
 	TCPTimeout   time.Duration // connect + push/pull deadline
 	RetryJoin    time.Duration // first delay between attempts to join the seeds (doubles, max 1s)
 	LeaveTimeout time.Duration // how long Close waits for the leave message to go out
+
+	// CountTraffic makes Node.Traffic count the packets, streams and bytes
+	// this node's gossip sends and receives (for scale measurements; it
+	// adds a channel hop to every received packet).
+	CountTraffic bool
 }
 
 // DefaultLANConfig is tuned for one job on a LAN or a single host: a killed
@@ -193,6 +199,7 @@ func (c Config) memberlistConfig(name string) *memberlist.Config {
 	mc.EnableCompression = false             // metas are small; saves CPU
 	mc.DeadNodeReclaimTime = time.Second     // a restarted rank may reuse its address
 	mc.QueueCheckInterval = 30 * time.Second
+	c.scale(mc)
 	if len(c.Token) > 0 {
 		mc.SecretKey = GossipKey(c.Token)
 	}
@@ -203,3 +210,44 @@ func (c Config) memberlistConfig(name string) *memberlist.Config {
 	}
 	return mc
 }
+
+// Scaling with the job's size. Every memberlist node sends each update
+// (a join above all) RetransmitMult·⌈log10(n+1)⌉ times, so a formation of
+// n members costs about n²·RetransmitMult·⌈log10(n+1)⌉ message sends in
+// all, and on a few shared cores that CPU, not the network, is what a
+// thousand-member job waits for. Formation does not need every member to
+// hear every join (the coordinator, the seed, learns each at its join, and
+// the prepare carries its table down a tree: table.go), so beyond
+// thinAbove members the multiplier falls to keep about six sends per
+// update per node (four from 1,000), leaving the rest to the push/pull
+// anti-entropy. A Shrink then waits until the views of the survivors
+// hold each other again (shrinkTable keeps the members a node sees),
+// which can take a push/pull period. The anti-entropy moves n members'
+// state per sync, so beyond scaleAbove it runs at least every
+// scaledPushPull (memberlist's LAN default is 30 s; it stretches that
+// further by log2(n/32)). The TCP deadline of a push/pull
+// of n members' state grows with n, and the first joins spread over
+// n·joinSpread, since a seed refuses push/pulls beyond 128 pending.
+const (
+	joinSpread     = time.Millisecond // first join within Size·joinSpread of Start
+	scaleAbove     = 64
+	thinAbove      = 128                  // 256 members formed 10× faster thinned (README, Scale), but shrank slower
+	tcpPerMember   = 4 * time.Millisecond // push/pull deadline per member, beyond Config.TCPTimeout
+	scaledPushPull = 10 * time.Second     // the least PushPullInterval beyond scaleAbove
+)
+
+// scale adapts mc to a job of c.Size (or MaxSize) members.
+func (c Config) scale(mc *memberlist.Config) {
+	n := max(c.Size, c.MaxSize)
+	if n <= scaleAbove {
+		return
+	}
+	if n > thinAbove {
+		mc.RetransmitMult = max(1, 6/retransmitRounds(n))
+	}
+	mc.PushPullInterval = max(mc.PushPullInterval, scaledPushPull)
+	mc.TCPTimeout = max(mc.TCPTimeout, time.Duration(n)*tcpPerMember)
+}
+
+// retransmitRounds is memberlist's ⌈log10(n+1)⌉.
+func retransmitRounds(n int) int { return int(math.Ceil(math.Log10(float64(n + 1)))) }

@@ -30,8 +30,8 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d *delegate) LocalState(join bool) []byte                { return d.n.localState() }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     { d.n.mergeState(buf) }
 
 // check accepts a node only if its meta names our job. It does not
 // allocate: memberlist calls it for every alive message under its lock.

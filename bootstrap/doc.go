@@ -12,10 +12,12 @@
 // gossip address (port 0 picks one), and the seeds (GORUN_SEEDS). A rank
 // whose own address is a seed skips itself; the others contact the seeds
 // until one answers (seeds start at the same time as everyone, so failures
-// are retried), then re-sync with them while they see fewer than Size
-// members: the seeds learn every rank at its join, and one push/pull with
-// a seed is faster than waiting for a burst of joins to gossip through a
-// loaded host.
+// are retried, with jitter: a seed refuses more than 128 pending
+// push/pulls). A joined node does not sync with the seeds again while it
+// forms: that cost the seed O(n) syncs of O(n) bytes each at every
+// formation. Once formed, it joins the seeds again only if no live member
+// is at a seed address: a restarted seed rank is its own seed and joins
+// nobody, so a few members (four, expected, per second) join it (seeds.go).
 //
 // Every node publishes its metadata in its memberlist node meta: rank,
 // size, job id, host identity (hostname plus a hash of the boot id, for
@@ -56,6 +58,17 @@
 //  5. When every member acked, the coordinator commits: it sends commit(D)
 //     to all and finishes; a locked member finishes on commit(D).
 //
+// A member need not see every other member: at a thousand members the
+// last joins take many gossip rounds to reach everyone. Once the
+// coordinator's complete table has been unchanged for two gossip rounds
+// with no conflict in it, it prepares without waiting for every proposal,
+// and the prepare carries the table (table.go): over TCP, down an 8-ary
+// tree over the ranks, so each member receives it about once. A member
+// merges it into its own view (its own records win) and locks only if
+// the table it derives from the merged view hashes to D. This holds in
+// the first epoch; Shrink and Grow keep waiting for every proposal, so a
+// member that is leaving never enters a prepared table.
+//
 // Every message is resent until the next step arrives, and repeats are
 // answered (a committed coordinator answers a late propose or ack with
 // the commit; a locked member answers a repeated prepare with its ack), so
@@ -64,10 +77,11 @@
 // another digest, so two committed tables of one epoch cannot share a
 // member, and every rank that finishes holds the same table, blobs
 // included (the digest covers them). It costs 4·(Size−1) one-hop
-// messages once the view is complete, instead of waiting for Size meta
-// updates to gossip to every node. If the membership changes during the
-// few milliseconds between prepare and commit, or the coordinator dies,
-// the locked ranks do not finish and fail with a *FormError at the
+// messages once the view is complete (plus at most 8 table sends per
+// member), instead of waiting for Size meta updates to gossip to every
+// node: O(1) agreement messages per member and O(n) at the coordinator.
+// If the membership changes during the few milliseconds between prepare
+// and commit, or the coordinator dies, the locked ranks do not finish and fail with a *FormError at the
 // deadline: agreement is safe, not live, under failures, as it must be.
 //
 // If the world does not form before the context is done (or

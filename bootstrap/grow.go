@@ -9,13 +9,61 @@ package bootstrap
 // tells a member whose proposal is missing which epoch runs (msgEpoch); a
 // node still forming the first world moves to that epoch and agrees with
 // the others on the same table.
+//
+// A node still forming the first world must also know that the job runs
+// before that message comes: the coordinator of the first world prepares
+// without every member's proposal once its table is complete (table.go),
+// and a restarted rank 0 sees a complete table at once (the survivors
+// still publish their ranks) but will never get their acks for epoch 1.
+// So a formed member sends its epoch in every push/pull (localState), and
+// a joiner, which always makes or receives one to enter the group, learns
+// from it that it must wait for the others' Grow.
 
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 )
+
+// stateVersion heads the push/pull state (localState).
+const stateVersion = 1
+
+// localState is this node's push/pull state: version | epoch (uvarint) of
+// its world once formed, nothing before.
+func (n *Node) localState() []byte {
+	n.mu.Lock()
+	e, formed := n.world.Epoch, n.formed
+	n.mu.Unlock()
+	if !formed {
+		return nil
+	}
+	return binary.AppendUvarint([]byte{stateVersion}, uint64(e))
+}
+
+// mergeState records the epoch of a formed member's push/pull state.
+func (n *Node) mergeState(buf []byte) {
+	if len(buf) == 0 || buf[0] != stateVersion {
+		return
+	}
+	d := decoder{buf: buf[1:]}
+	e := uint32(d.uvarint(1<<32 - 1))
+	if d.err != nil || len(d.buf) != 0 || e == 0 {
+		return
+	}
+	n.mu.Lock()
+	n.running = max(n.running, e)
+	n.mu.Unlock()
+	n.signal()
+}
+
+// jobRunning says whether a formed member told this node of its world.
+func (n *Node) jobRunning() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.running > 0
+}
 
 // growTable derives the next world from every live rank of the job: they
 // are ordered by the rank they were started with (Config.Rank; a node

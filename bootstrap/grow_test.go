@@ -10,11 +10,15 @@ import (
 // A rank that died is restarted (a new node with the same rank) after the
 // survivors shrank; they see it as a joiner, grow, and the world is whole
 // again with every rank where it started, the restarted one included.
-// Then the original seed (rank 0) dies and comes back the same way.
+// Then the original seed (rank 0) dies and comes back as gorun restarts
+// it: at its old address, which is the others' seed and its own, so it
+// joins nobody; the survivors find the seed missing and join it again
+// (seeds.go).
 func TestGrowAdmitsRestartedRank(t *testing.T) {
 	const job = "grow"
 	nodes := startWorld(t, job, 4, nil)
 	for _, victim := range []int{2, 0} {
+		addr := nodes[victim].Addr()
 		nodes[victim].shutdown(false)
 		var survivors []*Node
 		for r, n := range nodes {
@@ -30,6 +34,10 @@ func TestGrowAdmitsRestartedRank(t *testing.T) {
 		}
 		cfg := testConfig(job, victim, 4)
 		cfg.Seeds = []string{survivors[0].Addr()}
+		if victim == 0 {
+			_, port, _ := splitAddr(addr)
+			cfg.BindPort, cfg.Seeds = int(port), []string{addr}
+		}
 		back, err := Start(cfg, []byte("blob again"))
 		if err != nil {
 			t.Fatal(err)

@@ -20,6 +20,7 @@ const (
 	msgDead    = 6 // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
 	msgEpoch   = 7 // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
 	msgStopped = 8 // a member's process is stopped or gone, seen on its host: believe it (witness.go)
+	msgTable   = 9 // coordinator or tree parent → member: prepare(D) with the table; its own encoding (table.go)
 
 	digestLen = 16
 )
@@ -63,16 +64,25 @@ func decodeMessage(buf []byte) (message, bool) {
 // send delivers m to the node at addr (host:port) best-effort; losses are
 // repaired by the agreement loop's resends.
 func (n *Node) send(name, addr string, m message) {
+	host, port, ok := splitAddr(addr)
+	if !ok {
+		return
+	}
+	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+	_ = n.ml.SendBestEffort(to, m.encode())
+}
+
+// splitAddr parses a gossip address, host:port.
+func splitAddr(addr string) (net.IP, uint16, bool) {
 	host, ps, err := net.SplitHostPort(addr)
 	if err != nil {
-		return
+		return nil, 0, false
 	}
-	port, err := strconv.Atoi(ps)
+	port, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil {
-		return
+		return nil, 0, false
 	}
-	to := &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(port), PMax: memberlist.ProtocolVersionMax}
-	_ = n.ml.SendBestEffort(to, m.encode())
+	return net.ParseIP(host), uint16(port), true
 }
 
 // NotifyMsg records agreement messages for the agreement loop (agree.go)
@@ -80,6 +90,10 @@ func (n *Node) send(name, addr string, m message) {
 // committed D answers a proposal or ack of D with the commit; a member
 // locked on D answers a prepare of D with its ack.
 func (d *delegate) NotifyMsg(buf []byte) {
+	if isTable(buf) {
+		d.n.gotTable(buf)
+		return
+	}
 	m, ok := decodeMessage(buf)
 	if !ok {
 		return

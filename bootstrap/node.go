@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -47,6 +48,8 @@ type Node struct {
 	name string
 	ml   *memberlist.Memberlist
 
+	traffic *countingTransport // nil unless cfg.CountTraffic
+
 	changed chan struct{} // cap 1: the view changed
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
@@ -70,6 +73,7 @@ type Node struct {
 	reported map[string]bool
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
+	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
@@ -83,6 +87,7 @@ type Node struct {
 	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
 	hints     map[uint32]bool                       // epochs a coordinator said it runs (msgEpoch)
+	tables    map[uint32]*tablePrepare              // as member: the last table prepare received (table.go)
 }
 
 // peer is a live job member as the event delegate last saw it.
@@ -142,6 +147,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
 		hints:     make(map[uint32]bool),
+		tables:    make(map[uint32]*tablePrepare),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
 		Blob: append([]byte(nil), blob...)}
@@ -151,7 +157,16 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 	mc := cfg.memberlistConfig(n.name)
 	d := &delegate{n}
 	mc.Delegate, mc.Events, mc.Merge, mc.Alive, mc.Conflict = d, d, d, d, d
+	if cfg.CountTraffic {
+		if n.traffic, err = newCountingTransport(mc); err != nil {
+			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+		}
+		mc.Transport = n.traffic
+	}
 	if n.ml, err = memberlist.Create(mc); err != nil {
+		if n.traffic != nil {
+			_ = n.traffic.Shutdown()
+		}
 		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
 	}
 	if seeds := n.otherSeeds(); len(seeds) > 0 {
@@ -301,65 +316,60 @@ func isSelf(seed string, ip net.IP, port int) bool {
 	return false
 }
 
-// joinLoop contacts the seeds until one answers, then keeps re-syncing
-// with them (a full push/pull) while this node sees fewer than Size members,
-// until the world forms or the node closes. Seeds start at the same time
-// as everyone else, so failures are retried with a doubling delay (at most
-// two seconds). The re-syncs matter for ranks that joined early: the seed
-// learns every rank at its join, while gossip alone takes many rounds to
-// spread a burst of joins when the hosts are loaded.
+// joinLoop joins the seeds once, then keeps them in the group (seeds.go).
 func (n *Node) joinLoop(seeds []string) {
 	defer n.wg.Done()
+	if n.joinOnce(seeds) {
+		n.keepSeeds(seeds)
+	}
+}
+
+// joinOnce contacts the seeds until one answers (a push/pull: this node
+// learns the seed's view, the seed learns this node) or the node closes,
+// and says which. Seeds start at the same time as everyone else, so
+// failures are retried with a doubling delay (at most two seconds),
+// jittered: the ranks of a job start together, and a seed refuses
+// push/pulls beyond memberlist's 128 pending ones. A joined node does not
+// sync with the seeds again while it forms: the seed (usually the
+// coordinator) learns every rank at its join, and a member whose view is
+// still incomplete gets the coordinator's table with the prepare
+// (table.go). Re-syncing every member with the seed until its view was
+// complete cost the seed O(n) syncs of O(n) bytes each.
+func (n *Node) joinOnce(seeds []string) bool {
 	delay := n.cfg.RetryJoin
-	joined := false
+	if n.cfg.Size > scaleAbove && !n.sleep(mrand.N(time.Duration(n.cfg.Size)*joinSpread)) {
+		return false
+	}
 	for {
+		k, err := n.ml.Join(seeds)
+		if err == nil && k == 0 {
+			err = ErrNoSeed
+		}
+		if k > 0 {
+			err = nil
+		}
 		n.mu.Lock()
-		formed := n.formed
+		n.joinErr = err
 		n.mu.Unlock()
-		if formed && joined {
-			// Keep the seeds in the group: a seed rank that died and was
-			// restarted (gorun --max-restarts) knows nobody but itself, so
-			// the others join it again (a refused connection a second
-			// while it is gone; nothing while it is a member).
-			if !n.seedsLive(seeds) {
-				n.ml.Join(seeds)
-			}
-			t := time.NewTimer(time.Second)
-			select {
-			case <-n.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
+		if k > 0 {
+			return true
 		}
-		n.viewMu.Lock()
-		seen := len(n.peers)
-		n.viewMu.Unlock()
-		if !joined || seen < n.cfg.Size {
-			k, err := n.ml.Join(seeds)
-			if err == nil && k == 0 {
-				err = ErrNoSeed
-			}
-			if k > 0 && !joined {
-				joined, delay = true, 4*n.cfg.RetryJoin
-			}
-			n.mu.Lock()
-			if !joined {
-				n.joinErr = err
-			} else {
-				n.joinErr = nil
-			}
-			n.mu.Unlock()
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-n.done:
-			t.Stop()
-			return
-		case <-t.C:
+		if !n.sleep(delay/2 + mrand.N(delay/2+1)) {
+			return false
 		}
 		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// sleep waits d and says true, or false once the node closes.
+func (n *Node) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-n.done:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -413,24 +423,4 @@ func (n *Node) signal() {
 	case n.changed <- struct{}{}:
 	default:
 	}
-}
-
-// seedsLive reports whether some live member listens at one of seeds
-// (host:port, names resolved).
-func (n *Node) seedsLive(seeds []string) bool {
-	want := map[string]bool{}
-	for _, s := range seeds {
-		if a, err := net.ResolveTCPAddr("tcp", s); err == nil {
-			want[a.String()] = true
-		}
-		want[s] = true
-	}
-	n.viewMu.Lock()
-	defer n.viewMu.Unlock()
-	for _, p := range n.peers {
-		if want[p.addr] {
-			return true
-		}
-	}
-	return false
 }

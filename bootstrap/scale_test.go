@@ -1,0 +1,197 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestGossipScale forms worlds of the sizes in GORUN_GOSSIP_SCALE (comma
+// separated, e.g. 64,256,1000) in this process over memberlist's real UDP
+// and TCP on 127.0.0.1, then closes one member and shrinks, and prints the
+// time to an agreed world and the traffic per member. It is a measurement,
+// not a timed test: it fails only if a world does not form or the views
+// differ, and is skipped without the variable.
+//
+//	GORUN_GOSSIP_SCALE=64,256,1000 go test -run GossipScale -v -timeout 30m ./bootstrap/
+func TestGossipScale(t *testing.T) {
+	env := os.Getenv("GORUN_GOSSIP_SCALE")
+	if env == "" {
+		t.Skip("set GORUN_GOSSIP_SCALE=64,256,1000 to measure gossip formation at scale")
+	}
+	// One process holds the heaps of n nodes (a job's ranks have one
+	// each), and at the default GOGC the collector's assists stalled every
+	// node at once for seconds, which starved nodes read as failures.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	var sizes []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			t.Fatalf("GORUN_GOSSIP_SCALE: bad size %q", f)
+		}
+		sizes = append(sizes, n)
+	}
+	t.Logf("%6s %8s %8s %8s | %9s %9s | %9s %9s | %9s %9s | %8s %9s %9s",
+		"ranks", "form s", "cpu s", "load", "msg/mbr", "KiB/mbr", "seed msg", "seed KiB", "max msg", "max KiB",
+		"shrink s", "msg/mbr", "seed msg")
+	for _, size := range sizes {
+		load0 := loadAvg()
+		r := measureFormation(t, fmt.Sprintf("scale-%d", size), size)
+		t.Logf("%6d %8.2f %8.1f %8s | %9.0f %9.1f | %9d %9.1f | %9d %9.1f | %8.2f %9.0f %9d",
+			size, r.form.Seconds(), r.cpu.Seconds(), load0, r.mean.msgs, r.mean.bytes/1024, r.seed.Messages(),
+			float64(r.seed.Bytes())/1024, r.max.Messages(), float64(r.max.Bytes())/1024,
+			r.shrink.Seconds(), r.shrinkMean, r.shrinkSeed.Messages())
+	}
+}
+
+type scaleResult struct {
+	form, shrink time.Duration
+	cpu          time.Duration // user+system CPU of this process while the world formed
+	mean         struct{ msgs, bytes float64 }
+	seed, max    Traffic // at formation; max over the non-seed members, by messages
+	shrinkMean   float64 // messages per survivor during shrink
+	shrinkSeed   Traffic
+}
+
+func measureFormation(t *testing.T, job string, size int) scaleResult {
+	var r scaleResult
+	cfgs := make([]Config, size)
+	for i := range cfgs {
+		cfgs[i] = testConfig(job, i, size)
+		cfgs[i].Timeout = 10 * time.Minute
+		cfgs[i].CountTraffic = true
+		// All ranks share this host's CPUs: relax probes as comm.Init
+		// does on an oversubscribed host (relaxProbes: by ranks per CPU
+		// / 2, at most 8×), or starved nodes are declared dead.
+		if f := min(size/runtime.NumCPU()/2, 8); f > 1 {
+			cfgs[i].ProbeInterval *= time.Duration(f)
+			cfgs[i].ProbeTimeout *= time.Duration(f)
+			cfgs[i].GossipInterval *= time.Duration(f)
+		}
+		if scaleLog != nil {
+			cfgs[i].Logger = scaleLog
+		}
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	seed, err := Start(cfgs[0], []byte("blob 0"))
+	if err != nil {
+		t.Fatalf("start seed: %v", err)
+	}
+	nodes := make([]*Node, size)
+	errs := make([]error, size)
+	at := make([]Traffic, size) // each node's traffic when its Form returned
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for i := range size {
+		wg.Go(func() {
+			if i == 0 {
+				nodes[0] = seed
+				_, errs[0] = seed.Form(ctx)
+			} else {
+				cfgs[i].Seeds = []string{seed.Addr()}
+				nodes[i], errs[i] = Join(ctx, cfgs[i], fmt.Appendf(nil, "tcp 127.0.0.1:%d", 40000+i))
+			}
+			if errs[i] == nil {
+				at[i] = nodes[i].Traffic()
+			}
+		})
+	}
+	wg.Wait()
+	r.form, r.cpu = time.Since(start), cpuTime()-cpu0
+	defer closeAll(nodes)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("world of %d: %v", size, err)
+	}
+	w0 := nodes[0].World()
+	for _, n := range nodes {
+		if w := n.World(); w.Digest != w0.Digest || w.Size != size {
+			t.Fatalf("node %s: world of %d differs", n.Name(), w.Size)
+		}
+	}
+	var sum Traffic
+	for i, tr := range at {
+		sum = sum.Add(tr)
+		if i > 0 && tr.Messages() > r.max.Messages() {
+			r.max = tr
+		}
+	}
+	r.seed = at[0]
+	r.mean.msgs = float64(sum.Messages()) / float64(size)
+	r.mean.bytes = float64(sum.Bytes()) / float64(size)
+
+	// Shrink: the last rank closes; the others agree on the next world.
+	last := nodes[size-1]
+	survivors := slices.Clone(nodes[:size-1])
+	before := make([]Traffic, len(survivors))
+	for i, n := range survivors {
+		before[i] = n.Traffic()
+	}
+	start = time.Now()
+	last.Close()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for i, n := range survivors {
+		wg.Go(func() {
+			var w World
+			if w, errs[i] = n.Shrink(sctx); errs[i] == nil && (w.Size != size-1 || w.Epoch != 2) {
+				errs[i] = fmt.Errorf("node %s: shrunk world of %d, epoch %d", n.Name(), w.Size, w.Epoch)
+			}
+		})
+	}
+	wg.Wait()
+	r.shrink = time.Since(start)
+	if err := errors.Join(errs[:size-1]...); err != nil {
+		t.Errorf("shrink of %d: %.2000v", size, err)
+	}
+	var msgs uint64
+	for i, n := range survivors {
+		d := n.Traffic()
+		msgs += d.Messages() - before[i].Messages()
+		if i == 0 {
+			r.shrinkSeed = Traffic{PacketsSent: d.PacketsSent - before[0].PacketsSent, PacketsRecv: d.PacketsRecv - before[0].PacketsRecv,
+				StreamsOpened: d.StreamsOpened - before[0].StreamsOpened, StreamsAccepted: d.StreamsAccepted - before[0].StreamsAccepted}
+		}
+	}
+	r.shrinkMean = float64(msgs) / float64(len(survivors))
+	return r
+}
+
+// cpuTime is the user and system CPU time this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// loadAvg is the 1-minute load average, for the record.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return f[0]
+}
+
+var scaleLog = func() *log.Logger {
+	if p := os.Getenv("GORUN_GOSSIP_LOG"); p != "" {
+		f, err := os.Create(p)
+		if err == nil {
+			return log.New(f, "", log.Lmicroseconds)
+		}
+	}
+	return nil
+}()
