@@ -48,3 +48,29 @@ func TestRecursiveDoublingSmallLastPiece(t *testing.T) {
 		})
 	}
 }
+
+// The same stall in a 2-rank ReduceScatter of 256 KiB (found by the hier
+// helper; it also hung the hierarchical allreduce, which composes one).
+func TestReduceScatterSmallLastPiece(t *testing.T) {
+	cs := newLocal(t, 2, WithStaging(8, 128<<10))
+	for _, n := range []int{64 << 10, 128 << 10} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		runAll(t, cs, func(c *Comm) error {
+			send := make([]float32, n)
+			for i := range send {
+				send[i] = float32(c.Rank() + i%7)
+			}
+			recv := make([]float32, n/2)
+			if err := ReduceScatter(ctx, c, send, recv, Max); err != nil {
+				return err
+			}
+			for i, v := range recv {
+				if want := float32(1 + (c.Rank()*n/2+i)%7); v != want {
+					return fmt.Errorf("rank %d: [%d] = %v, want %v", c.Rank(), i, v, want)
+				}
+			}
+			return nil
+		})
+		cancel()
+	}
+}
