@@ -20,20 +20,30 @@ import (
 //     connection always has something for the peer's kernel to
 //     acknowledge;
 //   - when nothing has been acknowledged by the peer's kernel for
-//     heartbeatSilent although data went out since (or is in flight),
+//     silentAfter although data went out since (or is in flight),
 //     the connection fails naming the peer.
 //
 // Only the peer's kernel must answer, not the peer process: a rank starved
 // of CPU on a loaded host, or frozen, is not cut here (its kernel still
 // acknowledges; the gossip detector and the witnesses judge processes).
-// A link dropping everything is cut within heartbeatSilent plus at most
+// A link dropping everything is cut within silentAfter plus at most
 // heartbeatIdle + heartbeatTick of going idle. A middlebox that
 // acknowledges for the peer (a proxy) hides a silent peer from this check.
 const (
 	heartbeatTick   = 100 * time.Millisecond
 	heartbeatIdle   = 200 * time.Millisecond
-	heartbeatSilent = 500 * time.Millisecond // ≥ 2 retransmissions at the least RTO (200 ms): one lost segment does not cut a link
+	heartbeatSilent = time.Second // ≥ 3 retransmissions at the least RTO (200 ms); see silentAfter
 )
+
+// silentAfter is how long st's link may go without an acknowledgement:
+// heartbeatSilent, or 4 retransmission timeouts of its smoothed round trip
+// (RFC 6298, before back-off) on a link whose queues hold data long. 500
+// ms cut live links: behind a full shaped queue, and on hosts so loaded
+// that their kernels acknowledged 650-700 ms late (the namespace cluster
+// at load 18-25).
+func silentAfter(st linkState) time.Duration {
+	return max(heartbeatSilent, 4*(st.srtt+4*st.rttvar))
+}
 
 var errSilent = errors.New("peer silent (no TCP acknowledgement)")
 
@@ -42,6 +52,8 @@ type linkState struct {
 	unacked  uint32        // segments sent and not acknowledged
 	sinceAck time.Duration // since the last acknowledgement arrived
 	sinceTx  time.Duration // since data was last sent
+	srtt     time.Duration // smoothed round trip
+	rttvar   time.Duration // its variation
 }
 
 // startHeartbeat arms the connection's heartbeat: a timer, no goroutine
@@ -63,8 +75,8 @@ func (c *conn) heartbeat() {
 	}
 	if st, ok := c.linkState(); ok {
 		switch {
-		case st.sinceAck >= heartbeatSilent && (st.unacked > 0 || st.sinceTx+heartbeatIdle < st.sinceAck):
-			// Nothing acknowledged for heartbeatSilent, and segments are in
+		case st.sinceAck >= silentAfter(st) && (st.unacked > 0 || st.sinceTx+heartbeatIdle < st.sinceAck):
+			// Nothing acknowledged for silentAfter, and segments are in
 			// flight, or were sent well after the last acknowledgement (a
 			// link down here: the kernel keeps trying, nothing leaves).
 

@@ -21,5 +21,7 @@ func (c *conn) linkState() (linkState, bool) {
 		unacked:  info.Unacked,
 		sinceAck: time.Duration(info.Last_ack_recv) * time.Millisecond,
 		sinceTx:  time.Duration(info.Last_data_sent) * time.Millisecond,
+		srtt:     time.Duration(info.Rtt) * time.Microsecond,
+		rttvar:   time.Duration(info.Rttvar) * time.Microsecond,
 	}, true
 }
