@@ -72,9 +72,15 @@ func TestUpSSHDown(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != b.Name {
 		t.Fatalf("exec in %s: %q, %v", b.Name, out, err)
 	}
-	qd, _ := exec.Command("tc", "-n", a.Netns, "qdisc", "show", "dev", "eth0").Output()
-	if !strings.Contains(string(qd), "tbf") || !strings.Contains(string(qd), "rate 2Gbit") {
-		t.Errorf("%s's link is not shaped to 2Gbit: %s", a.Name, qd)
+	// Shaped to 2 Gbit/s, with a control class that goes first.
+	cl, _ := exec.Command("tc", "-n", a.Netns, "class", "show", "dev", "eth0").Output()
+	if !strings.Contains(string(cl), "class htb 1:1 root rate 2Gbit ceil 2Gbit") ||
+		!strings.Contains(string(cl), "class htb 1:10 parent 1:1 leaf") || !strings.Contains(string(cl), "prio 0") {
+		t.Errorf("%s's link is not shaped to 2Gbit with a control class: %s", a.Name, cl)
+	}
+	fl, _ := exec.Command("tc", "-n", a.Netns, "filter", "show", "dev", "eth0").Output()
+	if !strings.Contains(string(fl), "match 00c00000/00fc0000 at 0") {
+		t.Errorf("%s's link does not send DSCP CS6 to the control class: %s", a.Name, fl)
 	}
 	if err := c.Down(); err != nil {
 		t.Fatal(err)
