@@ -11,7 +11,7 @@ func TestSilentAfter(t *testing.T) {
 	for _, tc := range []struct {
 		srtt, rttvar, want time.Duration
 	}{
-		{50 * time.Microsecond, 20 * time.Microsecond, heartbeatSilent}, // loopback, veth
+		{50 * time.Microsecond, 20 * time.Microsecond, heartbeatSilent},  // loopback, veth
 		{100 * time.Millisecond, 25 * time.Millisecond, heartbeatSilent}, // 4 × 200 ms = 800 ms
 		{300 * time.Millisecond, 50 * time.Millisecond, 2 * time.Second}, // a full shaped queue
 	} {
