@@ -231,7 +231,12 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// propose epoch 1; grow.go.)
 			w := World{Rank: 0, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
 			miss = n.missing(n.proposals, epoch, &w)
-			if len(miss) == 0 || (epoch == 1 && len(p.notes) == 0 && p.unassigned == 0 && time.Since(settled) >= n.settle() && !n.jobRunning()) {
+			// A live node that proposes to this one for a world that
+			// leaves it out says this view is behind: a restarted rank 0
+			// that the survivors' proposals reach before gossip shows it
+			// them would agree on a world of itself.
+			behind := len(miss) == 0 && n.proposerOutside(epoch, &w)
+			if !behind && (len(miss) == 0 || (epoch == 1 && len(p.notes) == 0 && p.unassigned == 0 && time.Since(settled) >= n.settle() && !n.jobRunning())) {
 				locked = &w
 				tableSent = make(map[string]bool)
 				if len(miss) > 0 {
@@ -316,6 +321,16 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 func (n *Node) abandon(epoch uint32, locked *World) uint32 {
 	if locked != nil {
 		if epoch == 1 {
+			// Locked on the first world but not formed, while others
+			// agree on a later epoch: the job is running. A restarted
+			// rank 0 that saw every rank before any formed member's
+			// state reached it prepares the first world, which nobody
+			// acks; it joins the survivors' Grow instead (grow.go).
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if next := n.laterEpochLocked(epoch); !n.formed && next > epoch {
+				return next
+			}
 			return 0
 		}
 		n.viewMu.Lock()
@@ -332,6 +347,15 @@ func (n *Node) abandon(epoch uint32, locked *World) uint32 {
 	if n.formed && epoch == 1 {
 		return 0
 	}
+	if next := n.laterEpochLocked(epoch); next > epoch {
+		return next
+	}
+	return 0
+}
+
+// laterEpochLocked is the latest epoch any message names, if later than
+// epoch (else 0); n.mu is held.
+func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 	next := uint32(0)
 	for e := range n.prepares {
 		next = max(next, e)
@@ -351,6 +375,25 @@ func (n *Node) abandon(epoch uint32, locked *World) uint32 {
 		return next
 	}
 	return 0
+}
+
+// proposerOutside says whether a node that is not gone proposed for epoch
+// and is not a member of w.
+func (n *Node) proposerOutside(epoch uint32, w *World) bool {
+	n.mu.Lock()
+	var names []string
+	for name := range n.proposals[epoch] {
+		names = append(names, name)
+	}
+	n.mu.Unlock()
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	for _, name := range names {
+		if !n.gone[name] && !slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == name }) {
+			return true
+		}
+	}
+	return false
 }
 
 // missing lists the ranks of w (but 0) whose entry in book (proposals or
