@@ -29,17 +29,7 @@ func (d *allocFails) Alloc(n int, a rdma.Access) (*rdma.MR, error) {
 // A link whose setup fails part-way frees what it allocated and returns
 // the error (it used to free through a nil *Link and panic).
 func TestEstablishFailureFreesAndReturns(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	a, _ := rdma.Open("mem")
-	b, _ := rdma.Open("mem")
-	defer a.Close()
-	defer b.Close()
-	ln, err := b.Listen(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ctx, a, _, ln := memPair(t, false)
 	go func() {
 		if c, err := ln.Accept(ctx); err == nil {
 			defer c.Close()
@@ -68,12 +58,7 @@ func TestEstablishFailureFreesAndReturns(t *testing.T) {
 // error (the failure is dispatched by the device's watcher goroutine after
 // the join; CI's race detector caught the acceptor reading it unordered).
 func TestAcceptDialerGoneAfterJoin(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	a, _ := rdma.Open("mem")
-	b, _ := rdma.Open("mem")
-	defer a.Close()
-	defer b.Close()
+	ctx, a, b, ln := memPair(t, true)
 	da, err := NewDevice(a, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -85,11 +70,6 @@ func TestAcceptDialerGoneAfterJoin(t *testing.T) {
 	}
 	defer db.Close()
 	ea, eb := NewEngine(0, 2, nil, []*Device{da}), NewEngine(1, 2, nil, []*Device{db})
-	ln, err := a.Listen(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	p := LinkParams{Slots: 2, SlotBytes: 4096}
 	dialed := make(chan error, 1)
 	go func() {
@@ -119,4 +99,25 @@ func TestAcceptDialerGoneAfterJoin(t *testing.T) {
 	if err := <-dialed; err == nil {
 		t.Fatal("EstablishDial succeeded; want it to give up")
 	}
+}
+
+// memPair opens two mem devices a and b for t, and a listener on a (if
+// onA) or b, all closed at the end of t; ctx ends after 10 s.
+func memPair(t *testing.T, onA bool) (ctx context.Context, a, b rdma.Device, ln rdma.Listener) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	a, _ = rdma.Open("mem")
+	b, _ = rdma.Open("mem")
+	t.Cleanup(func() { a.Close(); b.Close() })
+	on := b
+	if onA {
+		on = a
+	}
+	ln, err := on.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ctx, a, b, ln
 }
