@@ -231,11 +231,13 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// propose epoch 1; grow.go.)
 			w := World{Rank: 0, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
 			miss = n.missing(n.proposals, epoch, &w)
-			// A live node that proposes to this one for a world that
-			// leaves it out says this view is behind: a restarted rank 0
-			// that the survivors' proposals reach before gossip shows it
-			// them would agree on a world of itself.
-			behind := len(miss) == 0 && n.proposerOutside(epoch, &w)
+			// A node joining a running job (not formed) that gets
+			// proposals for a world leaving their senders out has a view
+			// that is behind: a restarted rank 0 that the survivors'
+			// proposals reach before gossip shows it them would agree on
+			// a world of itself. (A formed member keeps the old rule: a
+			// proposer that then died is out of its view and its table.)
+			behind := len(miss) == 0 && !n.isFormed() && n.proposerOutside(epoch, &w)
 			if !behind && (len(miss) == 0 || (epoch == 1 && len(p.notes) == 0 && p.unassigned == 0 && time.Since(settled) >= n.settle() && !n.jobRunning())) {
 				locked = &w
 				tableSent = make(map[string]bool)
@@ -375,6 +377,12 @@ func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 		return next
 	}
 	return 0
+}
+
+func (n *Node) isFormed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.formed
 }
 
 // proposerOutside says whether a node that is not gone proposed for epoch
