@@ -68,6 +68,15 @@ type Config struct {
 	RetryJoin    time.Duration // first delay between attempts to join the seeds (doubles, max 1s)
 	LeaveTimeout time.Duration // how long Close waits for the leave message to go out
 
+	// Running, if set, says whether a member's process is known to be
+	// running on this host: the kernel shows it runnable or sleeping, not
+	// stopped, a zombie or gone. Gossip does not declare such a member
+	// dead here: on a loaded host a process starved of CPU misses its
+	// probes, and the kernel is the better witness. It is reported once
+	// the evidence says it is gone (a refused connection, or Witnessed),
+	// and gossip takes it back when it refutes the suspicion.
+	Running func(Member) bool
+
 	// CountTraffic makes Node.Traffic count the packets, streams and bytes
 	// this node's gossip sends and receives (for scale measurements; it
 	// adds a channel hop to every received packet).

@@ -93,10 +93,28 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	n.viewMu.Unlock()
 	if ok {
 		n.mu.Lock()
-		if n.formed {
-			n.reportLocked(node.Name, p.meta.Leaving || n.leaving[node.Name])
+		left := p.meta.Leaving || n.leaving[node.Name]
+		if n.formed && !(!left && n.runsHere(node.Name)) {
+			n.reportLocked(node.Name, left)
 		}
 		n.mu.Unlock()
 	}
 	n.signal()
+}
+
+// runsHere says whether the world member name is a process that the kernel
+// shows running on this host (Config.Running): a gossip death of it is
+// false, a starved process that missed its probes. n.mu is held.
+func (n *Node) runsHere(name string) bool {
+	r, ok := n.inWorld[name]
+	if !ok || n.cfg.Running == nil || r >= len(n.world.Members) || n.reported[name] {
+		return false
+	}
+	if !n.cfg.Running(n.world.Members[r]) {
+		return false
+	}
+	if n.cfg.Logger != nil {
+		n.cfg.Logger.Printf("[WARN] bootstrap: gossip declared rank %d dead, but its process runs on this host: not reported", r)
+	}
+	return true
 }

@@ -17,6 +17,7 @@ package bootstrap
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"syscall"
 	"time"
@@ -29,6 +30,10 @@ const (
 	// evidenceProbeEvery is the least time between two probes of a member.
 	evidenceProbeEvery = 50 * time.Millisecond
 )
+
+// errRefused is the error of a member whose gossip port refused a
+// connection: its process is gone.
+var errRefused = fmt.Errorf("%w: its gossip port refused a connection", ErrPeerDead)
 
 // suspectTries is how many times Suspect probes a member that still
 // accepts: a process being killed closes its sockets only once the kernel
@@ -74,9 +79,20 @@ func (n *Node) heardDead(name string) {
 	}
 	n.viewMu.Lock()
 	p, ok := n.peers[name]
+	addr := p.addr
 	n.viewMu.Unlock()
+	if !ok {
+		// Out of the view but not reported: gossip declared it dead
+		// while its process ran here (Config.Running). Its world entry
+		// has the address.
+		n.mu.Lock()
+		if r, in := n.inWorld[name]; in && r < len(n.world.Members) && !n.reported[name] {
+			addr, ok = n.world.Members[r].Addr, true
+		}
+		n.mu.Unlock()
+	}
 	if ok {
-		n.probe(name, p.addr, suspectTries)
+		n.probe(name, addr, suspectTries)
 	}
 }
 
@@ -138,6 +154,7 @@ func (n *Node) probe(name, addr string, tries int) {
 			st.last = time.Now()
 			if gone {
 				st.tries = 0
+				n.refused[name] = true
 			}
 			n.mu.Unlock()
 			if gone {

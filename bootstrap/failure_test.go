@@ -6,8 +6,11 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // expectFailure waits for rank's failure report on every node of nodes
@@ -163,4 +166,42 @@ func TestNoGoroutineLeak(t *testing.T) {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// TestRunningMemberNotDeclaredDead: a member whose process the kernel
+// shows running on this host (Config.Running) is not reported when gossip
+// declares it dead (a starved process misses its probes), and is reported
+// once the evidence says it is gone.
+func TestRunningMemberNotDeclaredDead(t *testing.T) {
+	var running atomic.Bool
+	running.Store(true)
+	var victim atomic.Value // the name of rank 2
+	victim.Store("")
+	nodes := startWorld(t, "running", 4, func(i int, c *Config) {
+		c.Running = func(m Member) bool { return running.Load() && m.Name == victim.Load().(string) }
+	})
+	victim.Store(nodes[2].Name())
+	nodes[2].shutdown(false) // silent: gossip declares it dead after its suspicion timeout
+	// Wait until gossip on every other node has declared it dead (as
+	// TestKilledRankReported's does within seconds); no node may have
+	// reported it, since Running says its process runs.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, r := range []int{0, 1, 3} {
+		for slices.ContainsFunc(nodes[r].ml.Members(), func(m *memberlist.Node) bool { return m.Name == nodes[2].Name() }) {
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d: gossip did not declare rank 2 dead within 15 s", r)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, r := range []int{0, 1, 3} {
+		select {
+		case f := <-nodes[r].Failures():
+			t.Fatalf("rank %d reported %+v (%v) while its process runs", r, f, f.Err)
+		default:
+		}
+	}
+	running.Store(false)
+	nodes[0].Suspect(2) // its connection broke: the refused gossip port is evidence
+	expectFailure(t, nodes, 2, ErrPeerDead, 10*time.Second)
 }

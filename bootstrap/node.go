@@ -73,6 +73,7 @@ type Node struct {
 	reported map[string]bool
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
+	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
 	failures chan Failure
 	closed   bool
@@ -138,6 +139,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
 		stopped:  make(map[string]bool),
+		refused:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
@@ -409,6 +411,8 @@ func (n *Node) reportLocked(name string, left bool) {
 		err = ErrPeerLeft
 	} else if n.stopped[name] {
 		err = errStopped
+	} else if n.refused[name] {
+		err = errRefused
 	}
 	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}

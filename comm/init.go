@@ -263,6 +263,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 		bc.Token = []byte(job.Token)
 	}
 	relaxProbes(&bc, job)
+	bc.Running = runningHere // a starved rank on this host is not dead (witness.go)
 	bc.Timeout = defaultFormTimeout
 	if getenv(jobenv.Timeout) != "" || cfg.timeout != defaultOpTimeout {
 		bc.Timeout = cfg.timeout

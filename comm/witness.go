@@ -167,3 +167,22 @@ func witness(node *bootstrap.Node, stop <-chan struct{}, done chan<- struct{}) {
 		}
 	}
 }
+
+// runningHere says whether m is another process on this host that the
+// kernel shows running (not stopped, a zombie or gone): the bootstrap's
+// Config.Running, so that gossip does not declare a starved process dead.
+func runningHere(m bootstrap.Member) bool {
+	ep, err := unmarshalEndpoint(m.Blob)
+	if err != nil || ep.host != hostIdentity() || ep.pid == uint32(os.Getpid()) || ep.start == 0 {
+		return false
+	}
+	state, start, err := procStat(ep.pid)
+	if err != nil || start != ep.start {
+		return false
+	}
+	switch state {
+	case 'T', 't', 'Z', 'X':
+		return false
+	}
+	return true
+}

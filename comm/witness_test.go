@@ -129,3 +129,57 @@ func TestWatchSet(t *testing.T) {
 		t.Errorf("rank 4 watches %d ranks, want none", len(set))
 	}
 }
+
+// runningHere, the bootstrap's veto of a gossip death: another process on
+// this host that sleeps or runs is running; stopped, a zombie, gone, this
+// process, another host, or no start time are not.
+func TestRunningHere(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no sleep binary:", err)
+	}
+	defer cmd.Process.Kill()
+	pid := uint32(cmd.Process.Pid)
+	_, start, err := procStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(ep endpoint) bootstrap.Member {
+		b, err := ep.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bootstrap.Member{Rank: 1, Blob: b}
+	}
+	here := endpoint{host: hostIdentity(), pid: pid, start: start, addrs: map[string]string{}}
+	if !runningHere(member(here)) {
+		t.Fatal("a sleeping process on this host is not running")
+	}
+	for name, ep := range map[string]endpoint{
+		"this process":  {host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), addrs: map[string]string{}},
+		"another host":  {host: [8]byte{'o', 't', 'h', 'e', 'r'}, pid: pid, start: start, addrs: map[string]string{}},
+		"no start time": {host: hostIdentity(), pid: pid, addrs: map[string]string{}},
+		"pid reused":    {host: hostIdentity(), pid: pid, start: start + 1, addrs: map[string]string{}},
+	} {
+		if runningHere(member(ep)) {
+			t.Errorf("%s: running", name)
+		}
+	}
+	if runningHere(bootstrap.Member{Blob: []byte("junk")}) {
+		t.Error("an unparsable endpoint: running")
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	waitState(t, pid, 'T')
+	if runningHere(member(here)) {
+		t.Error("a stopped process: running")
+	}
+	cmd.Process.Kill()
+	waitState(t, pid, 'Z') // not reaped yet
+	if runningHere(member(here)) {
+		t.Error("a zombie: running")
+	}
+	cmd.Wait()
+	if runningHere(member(here)) {
+		t.Error("a reaped process: running")
+	}
+}

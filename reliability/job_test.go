@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -92,13 +93,17 @@ var selfPath = sync.OnceValues(os.Executable)
 
 // freePort finds a port free for TCP and UDP on host (the gossip seed).
 func freePort(host string) (int, error) {
+	// Below the kernel's ephemeral range (32768-60999 by default): a port
+	// the kernel handed out and took back could be handed to another
+	// process's connection or port-0 listener (a rank of a job running
+	// beside this one) before this job's seed binds it.
 	var err error
-	for range 20 {
+	for range 50 {
+		port := 20000 + mrand.IntN(12000)
 		var ln net.Listener
-		if ln, err = net.Listen("tcp", net.JoinHostPort(host, "0")); err != nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err != nil {
 			continue
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
 		pc, uerr := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
 		ln.Close()
 		if uerr != nil {
@@ -257,6 +262,11 @@ func (rk *rank) read(r io.Reader) {
 		}
 		rk.mu.Lock()
 		rk.events = append(rk.events, ev)
+		if ev.Kind == "error" {
+			// In the log too: a failure message that shows a rank's
+			// stderr then says why it ended.
+			fmt.Fprintln(&rk.stderr, "event:", s)
+		}
 		rk.mu.Unlock()
 		select {
 		case rk.notify <- struct{}{}:

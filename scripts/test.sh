@@ -30,7 +30,12 @@ echo "== build for darwin (shm is Linux-only there: it registers and reports Err
 GOOS=darwin GOARCH=arm64 go build ./...
 
 echo "== go test -race"
-go test -race -count=1 -timeout 15m ./...
+# reliability runs alone, after the rest: its kill trials run four 4-rank
+# jobs at once under the race detector with 5 s timeouts, and beside the
+# python and comm packages (load 15-50 on two CPUs) live ranks missed
+# their gossip probes and formation deadlines (CI, 2026-11-24).
+go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/reliability$')
+go test -race -count=1 -timeout 15m ./reliability
 
 echo "== verbs in a soft-RoCE VM"
 # Runs the conformance suite, rdma-core interop and comm over real verbs
