@@ -101,6 +101,14 @@
 // ranks on loopback, TestKilledRankReported and comm's
 // TestInitStoppedRank).
 //
+// On one host the kernel is a better witness than a missed probe: a
+// member whose process /proc shows running or sleeping there
+// (Config.Running) is not reported when gossip declares it dead, since a
+// process starved of CPU on a loaded host misses its probes (CI saw live
+// ranks reported dead at load 15-50). It is reported as soon as the
+// evidence says it is gone: its gossip port refuses a connection
+// (evidence.go) or a witness sees it stopped or gone (witness.go).
+//
 // Shrink lets the survivors agree on the next world: the members of the
 // current world still alive, renumbered in the order of their old ranks,
 // in epoch+1, by the same protocol. Every survivor must call it.
