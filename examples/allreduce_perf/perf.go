@@ -93,7 +93,7 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 		if o.coll == "broadcast" {
 			factor = 1
 		}
-		fmt.Fprintf(w, " %12d %12d %8s %6s %9.1f %7.2f %7.2f %6d %9.1f %7.2f %7.2f %6d\n",
+		fmt.Fprintf(w, " %12d %12d %8s %6s %9.2f %7.2f %7.2f %6d %9.2f %7.2f %7.2f %6d\n",
 			int64(count)*es, count, o.dtype, o.op,
 			res[0].us, algbw(res[0].us), algbw(res[0].us)*factor, res[0].wrong,
 			res[1].us, algbw(res[1].us), algbw(res[1].us)*factor, res[1].wrong)
