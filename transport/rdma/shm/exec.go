@@ -54,7 +54,7 @@ const (
 	// cheaper than the cache misses of a direct copy and its record.
 	smallSend = 1024 - recSmallHdr
 	// stampRoom is the space a record needs beyond its own: the next
-	// record's stamp word, zeroed before the record is stamped.
+	// record's stamp word, which stamp may zero.
 	stampRoom = 64
 )
 
@@ -212,12 +212,21 @@ func putHdr(b []byte, typ, plen, imm, flags uint32, total, off uint64) {
 }
 
 // stamp makes rec, written in full at ring position c.exe.head, visible to
-// the receiver: it zeroes the next record's stamp word, then stores rec's
-// stamp. The compiler keeps plain stores ahead of an atomic one, and x86
-// makes stores visible in program order.
+// the receiver by storing its stamp, head+1: the receiver takes a word at
+// its read position p for a record only if it is p+1, and any other value
+// for "not yet" (a stamp of an earlier lap, or payload). The word where
+// the next record will start is left as it is, unless an earlier lap left
+// there the very value the next record's stamp will have (payload that
+// happens to equal it): that is zeroed first. Zeroing it always would cost
+// every message a cache-line ownership transfer ahead of its stamp, since
+// the receiver polls that line. The compiler keeps plain stores ahead of
+// an atomic one, and x86 makes stores visible in program order.
 func (c *conn) stamp(rec []byte) {
-	next := int((c.exe.head + uint64(len(rec))) & (ringSize - 1))
-	binary.LittleEndian.PutUint64(c.local.ring()[next:], 0)
+	next := c.exe.head + uint64(len(rec))
+	w := c.local.ring()[next&(ringSize-1):]
+	if binary.LittleEndian.Uint64(w) == next+1 {
+		binary.LittleEndian.PutUint64(w, 0)
+	}
 	(*atomic.Uint64)(unsafe.Pointer(&rec[0])).Store(c.exe.head + 1)
 }
 

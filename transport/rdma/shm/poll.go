@@ -113,7 +113,7 @@ func (c *conn) tryDrain(out *wcBuf) bool {
 // or someone else is draining it (then that one pushes what it finds). The
 // segment stays mapped while a Poll may call it (cq.unbind).
 func (c *conn) pollRing(out *wcBuf) {
-	if c.state.Load() != stateClosed && ringStamp(c.peer.ring(), c.rxPos.Load()) != 0 {
+	if pos := c.rxPos.Load(); c.state.Load() != stateClosed && ringStamp(c.peer.ring(), pos) == pos+1 {
 		c.tryDrain(out)
 	}
 }

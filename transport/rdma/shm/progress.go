@@ -81,16 +81,15 @@ func (c *conn) progressLoop() {
 // In the error state records are skipped (their receives were flushed).
 func (c *conn) drain(out *wcBuf) bool {
 	ring := c.peer.ring()
-	if ringStamp(ring, c.rxTail) == 0 {
+	if ringStamp(ring, c.rxTail) != c.rxTail+1 {
 		return false
 	}
 	tail := c.peer.u64(offTail)
 	space := c.peer.spaceBell()
 	for {
 		idx := int(c.rxTail & (ringSize - 1))
-		stamp := ringStamp(ring, c.rxTail)
-		if stamp == 0 {
-			break
+		if ringStamp(ring, c.rxTail) != c.rxTail+1 {
+			break // not yet (stamp explains why any other value is)
 		}
 		h := ring[idx:]
 		typ := binary.LittleEndian.Uint32(h[8:])
@@ -103,7 +102,7 @@ func (c *conn) drain(out *wcBuf) bool {
 		if typ == recPad {
 			size = int(binary.LittleEndian.Uint64(h[24:]))
 		}
-		if stamp != c.rxTail+1 || size <= 0 || size > ringSize-idx || plen > maxFrag || size&63 != 0 {
+		if size <= 0 || size > ringSize-idx || plen > maxFrag || size&63 != 0 {
 			// Skip what the peer published: its records are not ours to trust.
 			c.setError(c.opErr("recv", errProtocolRing), true)
 			c.rxTail = c.peer.u64(offHead).Load()
@@ -127,8 +126,8 @@ func (c *conn) drain(out *wcBuf) bool {
 	return true
 }
 
-// ringStamp is the stamp word of the record at ring position pos: zero
-// until the producer has written it in full.
+// ringStamp is the stamp word of the record at ring position pos: pos+1
+// once the producer has written it in full, anything else before (stamp).
 func ringStamp(ring []byte, pos uint64) uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&ring[pos&(ringSize-1)])).Load()
 }
