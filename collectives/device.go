@@ -52,8 +52,8 @@ type Device struct {
 	links []*Link
 	free  []uint32
 
-	active  atomic.Int32 // Runs in progress on this device
-	lastEnd atomic.Int64 // when the last Run ended (monoNow)
+	active atomic.Int32 // Runs in progress on this device
+	ends   atomic.Int64 // Runs ended on this device (no clock read per Run)
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -69,7 +69,6 @@ func NewDevice(dev rdma.Device, cacheSize int) (*Device, error) {
 	}
 	d := &Device{Dev: dev, Cache: NewRegCache(dev, cacheSize), CQ: cq,
 		stop: make(chan struct{}), stopped: make(chan struct{})}
-	d.lastEnd.Store(-int64(idleArm))
 	go d.watch()
 	return d, nil
 }
@@ -94,13 +93,18 @@ func (d *Device) watch() {
 	defer close(d.stopped)
 	t := time.NewTimer(idleArm)
 	defer t.Stop()
+	seen := int64(-1) // Runs ended at the last look; -1: idle from the start
 	for {
-		if d.active.Load() == 0 && monoNow()-d.lastEnd.Load() >= int64(idleArm) {
+		// Idle once no Run is active and none ended since the last look,
+		// at least idleArm ago unless a notification came sooner.
+		ends := d.ends.Load()
+		if d.active.Load() == 0 && (seen < 0 || ends == seen) {
 			d.CQ.Arm()
 			d.pollAll() // what came before the arm
 		} else {
 			t.Reset(idleArm)
 		}
+		seen = ends
 		select {
 		case <-d.CQ.Notify():
 			d.pollAll()

@@ -204,10 +204,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 	defer e.idle()
 	e.st.reset(len(p.S.Ops), len(p.peers))
-	w := waiter{e: e, ctx: ctx, p: p, timeout: timeout}
-	if timeout > 0 {
-		w.deadline = monoNow() + int64(timeout)
-	}
+	w := waiter{e: e, ctx: ctx, p: p, timeout: timeout} // the deadline is set at its first look at the clock (wait.go)
 	remaining := len(p.S.Ops)
 	for {
 		// Step first: the sends whose deps are met go out before this
@@ -269,9 +266,8 @@ func (e *Engine) ownError(err error) error {
 // idle ends a Run on the engine's devices.
 func (e *Engine) idle() {
 	e.sleeping.Store(false)
-	now := monoNow()
 	for _, d := range e.devs {
-		d.lastEnd.Store(now)
+		d.ends.Add(1)
 		d.active.Add(-1)
 	}
 }
