@@ -240,3 +240,32 @@ func TestMetricsAddrInUse(t *testing.T) {
 		t.Fatalf("Run = %v, want a usage error about --metrics", err)
 	}
 }
+
+// A rank whose timeline outgrew its ring: gorun's closing message says
+// how many events it dropped, and the merged file marks the gap.
+func TestTimelineDropsReported(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tl.json")
+	for r, dropped := range []string{"", `{"k":"dropped","n":12}` + "\n"} {
+		text := fmt.Sprintf(`{"k":"header","version":1,"rank":%d,"size":2,"host":"h","pid":1,"clock":"monotonic"}`+"\n", r) +
+			dropped +
+			`{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":12,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n" +
+			`{"k":"clock","offset":0,"rtt":1000}` + "\n"
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", out, r), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	o := &obsRun{size: 2, timeline: out, base: out}
+	o.finish(&console{stdout: &stderr, stderr: &stderr})
+	if !strings.Contains(stderr.String(), "(2 ranks") || !strings.Contains(stderr.String(), "rank 1 dropped 12 events") {
+		t.Errorf("gorun's message does not say rank 1 dropped 12 events:\n%s", stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"name":"12 events dropped (the writer fell behind)","ph":"i"`) {
+		t.Errorf("the merged timeline does not mark the gap:\n%s", data)
+	}
+}
