@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -205,12 +206,17 @@ func TestEndToEndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fams, err := prom.Parse(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	os.WriteFile(hold, nil, 0o644)
 	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := prom.Parse(bytes.NewReader(body))
+	if err != nil {
 		t.Fatalf("gorun's /metrics does not parse: %v", err)
 	}
+	checkReferenceParser(t, body, fams)
 	for r := range 2 {
 		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
 		if v, ok := prom.Get(fams, "gorun_rank_up", rank); !ok || v != 1 {
@@ -267,5 +273,41 @@ func TestTimelineDropsReported(t *testing.T) {
 	}
 	if !strings.Contains(string(data), `"name":"12 events dropped (the writer fell behind)","ph":"i"`) {
 		t.Errorf("the merged timeline does not mark the gap:\n%s", data)
+	}
+}
+
+// checkReferenceParser parses text with the Prometheus project's own
+// parser (prometheus_client, Python; CI installs python3-prometheus-client)
+// and checks it finds the families and samples prom.Parse found. Skipped,
+// with a note, where the module is missing.
+func checkReferenceParser(t *testing.T, text []byte, fams []prom.Family) {
+	t.Helper()
+	const script = `import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(sys.stdin.read()))
+print(len(fams), sum(len(f.samples) for f in fams))`
+	py := ""
+	for _, p := range []string{"python3", "/usr/bin/python3"} { // Debian's modules are in the second
+		if exec.Command(p, "-c", "import prometheus_client").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Log("python3-prometheus-client is not installed: the reference parser's check is skipped")
+		return
+	}
+	cmd := exec.Command(py, "-c", script)
+	cmd.Stdin = bytes.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("prometheus_client rejects gorun's exposition: %v\n%s\n%s", err, out, text)
+	}
+	samples := 0
+	for _, f := range fams {
+		samples += len(f.Samples)
+	}
+	if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("%d %d", len(fams), samples); got != want {
+		t.Errorf("prometheus_client finds %s families and samples, prom.Parse %s", got, want)
 	}
 }
