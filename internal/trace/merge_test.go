@@ -87,3 +87,35 @@ func TestMergeSummarizeSVG(t *testing.T) {
 		}
 	}
 }
+
+// A user span keeps its colour in every window of a trace: the colour
+// follows the name, not what the window happens to show first.
+func TestSVGSpanColoursStable(t *testing.T) {
+	ct := &ChromeTrace{TraceEvents: []ChromeEvent{
+		{Name: "thread_name", Ph: "M", Args: map[string]any{"name": "compute"}},
+		{Name: "forward", Cat: "span", Ph: "X", TS: 0, Dur: 10},
+		{Name: "backward", Cat: "span", Ph: "X", TS: 10, Dur: 10},
+		{Name: "allreduce", Cat: "collective", Ph: "X", TID: 1, TS: 12, Dur: 5},
+	}}
+	fill := func(from, to float64) string {
+		var b bytes.Buffer
+		if err := SVG(&b, ct, from, to); err != nil {
+			t.Fatal(err)
+		}
+		// The bar's fill precedes its title, "backward 10 µs".
+		i := strings.Index(b.String(), "<title>backward")
+		if i < 0 {
+			t.Fatalf("no backward bar in window [%v, %v]:\n%s", from, to, b.String())
+		}
+		s := b.String()[:i]
+		j := strings.LastIndex(s, `fill="`)
+		return s[j+6 : j+6+7]
+	}
+	all, late := fill(0, 0), fill(11, 20)
+	if all != late {
+		t.Errorf("backward is %s in the whole trace, %s in a window without forward", all, late)
+	}
+	if all == collColor["allreduce"] {
+		t.Errorf("backward has allreduce's colour %s", all)
+	}
+}
