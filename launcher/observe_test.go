@@ -176,12 +176,12 @@ func (w *countWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// gorun --metrics serves both ranks' counters, labelled by rank, while the
-// job runs; the exposition parses.
-func TestEndToEndMetrics(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs a comm program")
-	}
+// heldJob runs ./testdata/timeline under cfg with --metrics until holders
+// ranks hold, scrapes gorun's /metrics once, checks it parses (with
+// prom.Parse and the reference parser), lets the ranks go and waits for
+// the job, which must succeed (or with rankFailed, end with ErrRankFailed).
+func heldJob(t *testing.T, cfg Config, holders int, rankFailed bool) []prom.Family {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -190,13 +190,13 @@ func TestEndToEndMetrics(t *testing.T) {
 	ln.Close()
 	hold := filepath.Join(t.TempDir(), "release")
 	seen := make(chan struct{})
-	stdout := &countWriter{want: ": holding", n: 2, seen: seen}
+	stdout := &countWriter{want: ": holding", n: holders, seen: seen}
 	var stderr bytes.Buffer
+	cfg.Program, cfg.Timeout, cfg.UseSrun, cfg.Metrics = "./testdata/timeline", 90*time.Second, "no", addr
+	cfg.Export = append(cfg.Export, "TL_HOLD="+hold)
+	cfg.Stdout, cfg.Stderr, cfg.KillGrace = stdout, &stderr, time.Second
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(context.Background(), Config{NP: 2, Program: "./testdata/timeline", Timeout: 90 * time.Second, UseSrun: "no",
-			Metrics: addr, Export: []string{"TL_HOLD=" + hold}, Stdout: stdout, Stderr: &stderr, KillGrace: time.Second})
-	}()
+	go func() { done <- Run(context.Background(), cfg) }()
 	select {
 	case <-seen:
 	case err := <-done:
@@ -204,6 +204,7 @@ func TestEndToEndMetrics(t *testing.T) {
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
+		os.WriteFile(hold, nil, 0o644)
 		t.Fatal(err)
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -217,6 +218,20 @@ func TestEndToEndMetrics(t *testing.T) {
 		t.Fatalf("gorun's /metrics does not parse: %v", err)
 	}
 	checkReferenceParser(t, body, fams)
+	err = <-done
+	if rankFailed && !errors.Is(err, ErrRankFailed) || !rankFailed && err != nil {
+		t.Fatalf("Run: %v (a rank's failure wanted: %v)\n%s", err, rankFailed, stderr.String())
+	}
+	return fams
+}
+
+// gorun --metrics serves both ranks' counters, labelled by rank, while the
+// job runs; the exposition parses.
+func TestEndToEndMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	fams := heldJob(t, Config{NP: 2}, 2, false)
 	for r := range 2 {
 		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
 		if v, ok := prom.Get(fams, "gorun_rank_up", rank); !ok || v != 1 {
@@ -228,9 +243,37 @@ func TestEndToEndMetrics(t *testing.T) {
 		if v, ok := prom.Get(fams, "gorun_refused_connections_total", rank, prom.Label{Name: "provider", Value: "shm"}); !ok || v != 0 {
 			t.Errorf("rank %d: shm refused connections %v %v, want 0", r, v, ok)
 		}
+		if v, ok := prom.Get(fams, "gorun_reconnects_total", rank); !ok || v != 0 {
+			t.Errorf("rank %d: reconnects %v %v, want 0", r, v, ok)
+		}
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v\n%s", err, stderr.String())
+}
+
+// gorun --elastic --metrics: rank 1 of 3 exits, the survivors shrink and
+// reconnect. Their counters count the reconnections and the failed
+// operation, and rank 1 is down.
+func TestEndToEndMetricsAfterShrink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	// The job fails in the end (rank 1 exited 3), as elastic jobs do.
+	fams := heldJob(t, Config{NP: 3, Elastic: true, Export: []string{"TL_DIE_RANK=1"}}, 2, true)
+	if v, ok := prom.Get(fams, "gorun_rank_up", prom.Label{Name: "rank", Value: "1"}); !ok || v != 0 {
+		t.Errorf("gorun_rank_up{rank=1} = %v %v, want 0 (it exited)", v, ok)
+	}
+	for _, r := range []int{0, 2} {
+		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
+		if v, ok := prom.Get(fams, "gorun_reconnects_total", rank); !ok || v < 1 {
+			t.Errorf("rank %d: reconnects %v %v, want at least 1 (the shrunk world's connection)", r, v, ok)
+		}
+		failed := 0.0
+		for _, kind := range []string{"peer_failed", "peer_closed"} {
+			v, _ := prom.Get(fams, "gorun_errors_total", rank, prom.Label{Name: "kind", Value: kind})
+			failed += v
+		}
+		if failed < 1 {
+			t.Errorf("rank %d: no failed operation counted (peer_failed + peer_closed = %v)", r, failed)
+		}
 	}
 }
 
