@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -117,5 +118,67 @@ func TestSVGSpanColoursStable(t *testing.T) {
 	}
 	if all == collColor["allreduce"] {
 		t.Errorf("backward has allreduce's colour %s", all)
+	}
+}
+
+// ddp buckets get their own rows and colour, drawn against the compute
+// row, so that a bucket launched during the backward pass overlaps it.
+func TestSVGBuckets(t *testing.T) {
+	ct := &ChromeTrace{TraceEvents: []ChromeEvent{
+		{Name: "thread_name", Ph: "M", TID: 1, Args: map[string]any{"name": "compute"}},
+		{Name: "thread_name", Ph: "M", TID: 2, Args: map[string]any{"name": "ddp bucket 0"}},
+		{Name: "backward", Cat: "span", Ph: "X", TID: 1, TS: 0, Dur: 100},
+		{Name: "bucket allreduce", Cat: "span", Ph: "X", TID: 2, TS: 50, Dur: 80, Args: map[string]any{"arg": 0.0}},
+	}}
+	var b bytes.Buffer
+	if err := SVG(&b, ct, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	type bar struct{ x0, x1, y float64 }
+	bars := map[string]bar{} // by title's first word
+	labels := map[string]bool{}
+	d := xml.NewDecoder(&b)
+	var cur map[string]string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if tok.Name.Local == "rect" {
+				cur = map[string]string{}
+				for _, a := range tok.Attr {
+					cur[a.Name.Local] = a.Value
+				}
+			}
+		case xml.CharData:
+			s := string(tok)
+			labels[s] = true
+			if cur != nil && (strings.HasPrefix(s, "backward") || strings.HasPrefix(s, "bucket")) {
+				var x, w, y float64
+				fmt.Sscan(cur["x"], &x)
+				fmt.Sscan(cur["width"], &w)
+				fmt.Sscan(cur["y"], &y)
+				bars[strings.Fields(s)[0]] = bar{x, x + w, y}
+				if strings.HasPrefix(s, "bucket") && cur["fill"] != "#3a86ff" {
+					t.Errorf("bucket bar filled %s, want ddp blue", cur["fill"])
+				}
+			}
+		case xml.EndElement:
+			if tok.Name.Local == "rect" {
+				cur = nil
+			}
+		}
+	}
+	if !labels["ddp bucket 0"] || !labels["compute"] || !labels["ddp bucket"] {
+		t.Errorf("rows or legend missing: %v", labels)
+	}
+	bw, bk := bars["backward"], bars["bucket"]
+	if bk.y <= bw.y || bk.x0 >= bw.x1 || bk.x1 <= bw.x1 {
+		t.Errorf("bucket bar %+v should sit below backward %+v, starting inside it and ending after", bk, bw)
 	}
 }
