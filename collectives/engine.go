@@ -188,7 +188,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	if err := e.Err(); err != nil {
 		return err
 	}
-	if call.Stats != nil {
+	if statsBuilt && call.Stats != nil {
 		call.Stats.begin()
 	}
 	if len(p.S.Ops) == 0 {

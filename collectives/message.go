@@ -202,7 +202,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			return moved, false, ErrMismatch
 		}
 		var t int64
-		if call.Stats != nil {
+		if statsBuilt && call.Stats != nil {
 			t = call.Stats.message()
 		}
 		if want > 0 && !direct {
@@ -210,7 +210,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 			src := stage[base+hdrSize : base+hdrSize+want]
 			if o.Kind == RecvReduce {
 				kernels.ReduceBytes(call.DType, call.Op, dst, src)
-				if call.Stats != nil {
+				if statsBuilt && call.Stats != nil {
 					call.Stats.reduceDone(t)
 				}
 			} else {

@@ -12,6 +12,7 @@ import (
 // calls, bytes and time per collective and algorithm, errors by kind, and
 // the provider's refusals.
 func TestMetricsEndpoint(t *testing.T) {
+	needObservable(t)
 	t.Setenv("GORUN_METRICS_ADDR", "127.0.0.1:0")
 	cs := newLocal(t, 2, WithTransport("tcp"), WithAlgorithm("allreduce:ring"))
 	ctx := testCtx(t)

@@ -7,6 +7,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -35,6 +36,9 @@ type observer struct {
 func newObserver(cfg *config, rank, size int) (*observer, error) {
 	if cfg.timeline == "" && cfg.metricsAddr == "" {
 		return nil, nil
+	}
+	if !observable {
+		return nil, errors.New("gorun: this build (-tags gorun_noobs) has no timeline or metrics")
 	}
 	o := &observer{}
 	if cfg.metricsAddr != "" {

@@ -14,6 +14,7 @@ func BenchmarkOpOverhead(b *testing.B) {
 	for _, tl := range []string{"off", "on"} {
 		b.Run("timeline="+tl, func(b *testing.B) {
 			if tl == "on" {
+				needObservable(b)
 				b.Setenv("GORUN_TIMELINE", filepath.Join(b.TempDir(), "tl"))
 			}
 			cs := newLocal(b, 1)

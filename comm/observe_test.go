@@ -16,6 +16,7 @@ import (
 // rank's timeline with its name, sequence number, algorithm, bytes and a
 // wait/reduce breakdown that fits in the span; user spans are there too.
 func TestTimelineRecordsOperations(t *testing.T) {
+	needObservable(t)
 	base := filepath.Join(t.TempDir(), "tl")
 	ctx := testCtx(t)
 	cs, err := NewLocal(ctx, 2, WithTimeline(base), WithAlgorithm("allreduce:ring"))
@@ -89,6 +90,7 @@ func kindName(k trace.Kind) string {
 
 // An unwritable timeline fails at the start, naming the variable.
 func TestTimelineUnwritable(t *testing.T) {
+	needObservable(t)
 	path := filepath.Join(t.TempDir(), "missing", "tl")
 	_, err := NewLocal(context.Background(), 2, WithTimeline(path))
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
@@ -99,6 +101,7 @@ func TestTimelineUnwritable(t *testing.T) {
 
 // With the timeline on, AllReduce still allocates nothing.
 func TestTimelineAllocs(t *testing.T) {
+	needObservable(t)
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
@@ -124,5 +127,14 @@ func TestTimelineAllocs(t *testing.T) {
 	step()
 	if a := testing.AllocsPerRun(50, step); a > 0 {
 		t.Errorf("%v allocations per AllReduce with the timeline on", a)
+	}
+}
+
+// needObservable skips a test of the timeline or metrics in a build
+// without them (-tags gorun_noobs, scripts/obs-cost.sh).
+func needObservable(t testing.TB) {
+	t.Helper()
+	if !observable {
+		t.Skip("built with -tags gorun_noobs")
 	}
 }

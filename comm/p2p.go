@@ -240,7 +240,7 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 	s := spec{coll: collectives.SendRecv, dt: kernels.Uint8, count: sendBytes + recvBytes, work: out, input: in, peer: msgs[0].peer, group: true}
 	c.ctl.Enter("sendrecv", uint64(sigs[0].Seq))
 	var err error
-	if c.obs != nil {
+	if observable && c.obs != nil {
 		err = c.obs.run(ctx, c, p, collectives.Direct, &s)
 	} else {
 		err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)

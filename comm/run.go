@@ -226,7 +226,7 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	}
 	c.call = collectives.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
 	c.ctl.Enter(s.coll.String(), uint64(seq))
-	if c.obs != nil {
+	if observable && c.obs != nil {
 		err = c.obs.run(ctx, c, p, k.algo, s)
 	} else {
 		err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)

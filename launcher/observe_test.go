@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -175,12 +176,12 @@ func (w *countWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// gorun --metrics serves both ranks' counters, labelled by rank, while the
-// job runs; the exposition parses.
-func TestEndToEndMetrics(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs a comm program")
-	}
+// heldJob runs ./testdata/timeline under cfg with --metrics until holders
+// ranks hold, scrapes gorun's /metrics once, checks it parses (with
+// prom.Parse and the reference parser), lets the ranks go and waits for
+// the job, which must succeed (or with rankFailed, end with ErrRankFailed).
+func heldJob(t *testing.T, cfg Config, holders int, rankFailed bool) []prom.Family {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -189,13 +190,13 @@ func TestEndToEndMetrics(t *testing.T) {
 	ln.Close()
 	hold := filepath.Join(t.TempDir(), "release")
 	seen := make(chan struct{})
-	stdout := &countWriter{want: ": holding", n: 2, seen: seen}
+	stdout := &countWriter{want: ": holding", n: holders, seen: seen}
 	var stderr bytes.Buffer
+	cfg.Program, cfg.Timeout, cfg.UseSrun, cfg.Metrics = "./testdata/timeline", 90*time.Second, "no", addr
+	cfg.Export = append(cfg.Export, "TL_HOLD="+hold)
+	cfg.Stdout, cfg.Stderr, cfg.KillGrace = stdout, &stderr, time.Second
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(context.Background(), Config{NP: 2, Program: "./testdata/timeline", Timeout: 90 * time.Second, UseSrun: "no",
-			Metrics: addr, Export: []string{"TL_HOLD=" + hold}, Stdout: stdout, Stderr: &stderr, KillGrace: time.Second})
-	}()
+	go func() { done <- Run(context.Background(), cfg) }()
 	select {
 	case <-seen:
 	case err := <-done:
@@ -203,14 +204,34 @@ func TestEndToEndMetrics(t *testing.T) {
 	}
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
+		os.WriteFile(hold, nil, 0o644)
 		t.Fatal(err)
 	}
-	fams, err := prom.Parse(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	os.WriteFile(hold, nil, 0o644)
 	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := prom.Parse(bytes.NewReader(body))
+	if err != nil {
 		t.Fatalf("gorun's /metrics does not parse: %v", err)
 	}
+	checkReferenceParser(t, body, fams)
+	err = <-done
+	if rankFailed && !errors.Is(err, ErrRankFailed) || !rankFailed && err != nil {
+		t.Fatalf("Run: %v (a rank's failure wanted: %v)\n%s", err, rankFailed, stderr.String())
+	}
+	return fams
+}
+
+// gorun --metrics serves both ranks' counters, labelled by rank, while the
+// job runs; the exposition parses.
+func TestEndToEndMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	fams := heldJob(t, Config{NP: 2}, 2, false)
 	for r := range 2 {
 		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
 		if v, ok := prom.Get(fams, "gorun_rank_up", rank); !ok || v != 1 {
@@ -222,9 +243,37 @@ func TestEndToEndMetrics(t *testing.T) {
 		if v, ok := prom.Get(fams, "gorun_refused_connections_total", rank, prom.Label{Name: "provider", Value: "shm"}); !ok || v != 0 {
 			t.Errorf("rank %d: shm refused connections %v %v, want 0", r, v, ok)
 		}
+		if v, ok := prom.Get(fams, "gorun_reconnects_total", rank); !ok || v != 0 {
+			t.Errorf("rank %d: reconnects %v %v, want 0", r, v, ok)
+		}
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v\n%s", err, stderr.String())
+}
+
+// gorun --elastic --metrics: rank 1 of 3 exits, the survivors shrink and
+// reconnect. Their counters count the reconnections and the failed
+// operation, and rank 1 is down.
+func TestEndToEndMetricsAfterShrink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	// The job fails in the end (rank 1 exited 3), as elastic jobs do.
+	fams := heldJob(t, Config{NP: 3, Elastic: true, Export: []string{"TL_DIE_RANK=1"}}, 2, true)
+	if v, ok := prom.Get(fams, "gorun_rank_up", prom.Label{Name: "rank", Value: "1"}); !ok || v != 0 {
+		t.Errorf("gorun_rank_up{rank=1} = %v %v, want 0 (it exited)", v, ok)
+	}
+	for _, r := range []int{0, 2} {
+		rank := prom.Label{Name: "rank", Value: fmt.Sprint(r)}
+		if v, ok := prom.Get(fams, "gorun_reconnects_total", rank); !ok || v < 1 {
+			t.Errorf("rank %d: reconnects %v %v, want at least 1 (the shrunk world's connection)", r, v, ok)
+		}
+		failed := 0.0
+		for _, kind := range []string{"peer_failed", "peer_closed"} {
+			v, _ := prom.Get(fams, "gorun_errors_total", rank, prom.Label{Name: "kind", Value: kind})
+			failed += v
+		}
+		if failed < 1 {
+			t.Errorf("rank %d: no failed operation counted (peer_failed + peer_closed = %v)", r, failed)
+		}
 	}
 }
 
@@ -238,5 +287,70 @@ func TestMetricsAddrInUse(t *testing.T) {
 	_, _, err = runJob(t, "env", Config{NP: 2, Metrics: ln.Addr().String()})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--metrics") {
 		t.Fatalf("Run = %v, want a usage error about --metrics", err)
+	}
+}
+
+// A rank whose timeline outgrew its ring: gorun's closing message says
+// how many events it dropped, and the merged file marks the gap.
+func TestTimelineDropsReported(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tl.json")
+	for r, dropped := range []string{"", `{"k":"dropped","n":12}` + "\n"} {
+		text := fmt.Sprintf(`{"k":"header","version":1,"rank":%d,"size":2,"host":"h","pid":1,"clock":"monotonic"}`+"\n", r) +
+			dropped +
+			`{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":12,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n" +
+			`{"k":"clock","offset":0,"rtt":1000}` + "\n"
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", out, r), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	o := &obsRun{size: 2, timeline: out, base: out}
+	o.finish(&console{stdout: &stderr, stderr: &stderr})
+	if !strings.Contains(stderr.String(), "(2 ranks") || !strings.Contains(stderr.String(), "rank 1 dropped 12 events") {
+		t.Errorf("gorun's message does not say rank 1 dropped 12 events:\n%s", stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"name":"12 events dropped (the writer fell behind)","ph":"i"`) {
+		t.Errorf("the merged timeline does not mark the gap:\n%s", data)
+	}
+}
+
+// checkReferenceParser parses text with the Prometheus project's own
+// parser (prometheus_client, Python; CI installs python3-prometheus-client)
+// and checks it finds the families and samples prom.Parse found. Skipped,
+// with a note, where the module is missing.
+func checkReferenceParser(t *testing.T, text []byte, fams []prom.Family) {
+	t.Helper()
+	const script = `import sys
+from prometheus_client.parser import text_string_to_metric_families
+fams = list(text_string_to_metric_families(sys.stdin.read()))
+print(len(fams), sum(len(f.samples) for f in fams))`
+	py := ""
+	for _, p := range []string{"python3", "/usr/bin/python3"} { // Debian's modules are in the second
+		if exec.Command(p, "-c", "import prometheus_client").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Log("python3-prometheus-client is not installed: the reference parser's check is skipped")
+		return
+	}
+	cmd := exec.Command(py, "-c", script)
+	cmd.Stdin = bytes.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("prometheus_client rejects gorun's exposition: %v\n%s\n%s", err, out, text)
+	}
+	samples := 0
+	for _, f := range fams {
+		samples += len(f.Samples)
+	}
+	if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("%d %d", len(fams), samples); got != want {
+		t.Errorf("prometheus_client finds %s families and samples, prom.Parse %s", got, want)
 	}
 }

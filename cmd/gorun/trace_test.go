@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,5 +45,42 @@ func TestTraceCommand(t *testing.T) {
 	}
 	if code := traceMain([]string{filepath.Join(dir, "missing.json"), "-o", svg}, &out, &errb); code != 1 {
 		t.Errorf("a missing file: status %d, want 1", code)
+	}
+}
+
+// --timeline, --report and --metrics reach the launcher's Config, and
+// GORUN_TIMELINE / GORUN_REPORT=1 in gorun's environment do what the
+// flags do (flags win).
+func TestObservabilityFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env              map[string]string
+		args             []string
+		timeline, metric string
+		report           bool
+	}{
+		{args: []string{"-np", "2", "prog"}},
+		{args: []string{"-np", "2", "--timeline", "tl.json", "--report", "--metrics", "127.0.0.1:9400", "prog"},
+			timeline: "tl.json", report: true, metric: "127.0.0.1:9400"},
+		{env: map[string]string{"GORUN_REPORT": "1", "GORUN_TIMELINE": "env.json"}, args: []string{"-np", "2", "prog"},
+			timeline: "env.json", report: true},
+		{env: map[string]string{"GORUN_REPORT": "1", "GORUN_TIMELINE": "env.json"}, args: []string{"-np", "2", "--report=false", "--timeline", "f.json", "prog"},
+			timeline: "f.json"},
+		{env: map[string]string{"GORUN_REPORT": "0"}, args: []string{"-np", "2", "prog"}},
+	} {
+		t.Run("", func(t *testing.T) {
+			t.Setenv("GORUN_REPORT", "")
+			t.Setenv("GORUN_TIMELINE", "")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			cfg, err := parseArgs(tc.args, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatalf("parseArgs(%q): %v", tc.args, err)
+			}
+			if cfg.Timeline != tc.timeline || cfg.Report != tc.report || cfg.Metrics != tc.metric {
+				t.Errorf("env %v, parseArgs(%q): timeline %q report %v metrics %q; want %q %v %q",
+					tc.env, tc.args, cfg.Timeline, cfg.Report, cfg.Metrics, tc.timeline, tc.report, tc.metric)
+			}
+		})
 	}
 }

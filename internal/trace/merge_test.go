@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -85,5 +86,99 @@ func TestMergeSummarizeSVG(t *testing.T) {
 		if !strings.Contains(texts, want) {
 			t.Errorf("SVG lacks the text %q", want)
 		}
+	}
+}
+
+// A user span keeps its colour in every window of a trace: the colour
+// follows the name, not what the window happens to show first.
+func TestSVGSpanColoursStable(t *testing.T) {
+	ct := &ChromeTrace{TraceEvents: []ChromeEvent{
+		{Name: "thread_name", Ph: "M", Args: map[string]any{"name": "compute"}},
+		{Name: "forward", Cat: "span", Ph: "X", TS: 0, Dur: 10},
+		{Name: "backward", Cat: "span", Ph: "X", TS: 10, Dur: 10},
+		{Name: "allreduce", Cat: "collective", Ph: "X", TID: 1, TS: 12, Dur: 5},
+	}}
+	fill := func(from, to float64) string {
+		var b bytes.Buffer
+		if err := SVG(&b, ct, from, to); err != nil {
+			t.Fatal(err)
+		}
+		// The bar's fill precedes its title, "backward 10 µs".
+		i := strings.Index(b.String(), "<title>backward")
+		if i < 0 {
+			t.Fatalf("no backward bar in window [%v, %v]:\n%s", from, to, b.String())
+		}
+		s := b.String()[:i]
+		j := strings.LastIndex(s, `fill="`)
+		return s[j+6 : j+6+7]
+	}
+	all, late := fill(0, 0), fill(11, 20)
+	if all != late {
+		t.Errorf("backward is %s in the whole trace, %s in a window without forward", all, late)
+	}
+	if all == collColor["allreduce"] {
+		t.Errorf("backward has allreduce's colour %s", all)
+	}
+}
+
+// ddp buckets get their own rows and colour, drawn against the compute
+// row, so that a bucket launched during the backward pass overlaps it.
+func TestSVGBuckets(t *testing.T) {
+	ct := &ChromeTrace{TraceEvents: []ChromeEvent{
+		{Name: "thread_name", Ph: "M", TID: 1, Args: map[string]any{"name": "compute"}},
+		{Name: "thread_name", Ph: "M", TID: 2, Args: map[string]any{"name": "ddp bucket 0"}},
+		{Name: "backward", Cat: "span", Ph: "X", TID: 1, TS: 0, Dur: 100},
+		{Name: "bucket allreduce", Cat: "span", Ph: "X", TID: 2, TS: 50, Dur: 80, Args: map[string]any{"arg": 0.0}},
+	}}
+	var b bytes.Buffer
+	if err := SVG(&b, ct, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	type bar struct{ x0, x1, y float64 }
+	bars := map[string]bar{} // by title's first word
+	labels := map[string]bool{}
+	d := xml.NewDecoder(&b)
+	var cur map[string]string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if tok.Name.Local == "rect" {
+				cur = map[string]string{}
+				for _, a := range tok.Attr {
+					cur[a.Name.Local] = a.Value
+				}
+			}
+		case xml.CharData:
+			s := string(tok)
+			labels[s] = true
+			if cur != nil && (strings.HasPrefix(s, "backward") || strings.HasPrefix(s, "bucket")) {
+				var x, w, y float64
+				fmt.Sscan(cur["x"], &x)
+				fmt.Sscan(cur["width"], &w)
+				fmt.Sscan(cur["y"], &y)
+				bars[strings.Fields(s)[0]] = bar{x, x + w, y}
+				if strings.HasPrefix(s, "bucket") && cur["fill"] != "#3a86ff" {
+					t.Errorf("bucket bar filled %s, want ddp blue", cur["fill"])
+				}
+			}
+		case xml.EndElement:
+			if tok.Name.Local == "rect" {
+				cur = nil
+			}
+		}
+	}
+	if !labels["ddp bucket 0"] || !labels["compute"] || !labels["ddp bucket"] {
+		t.Errorf("rows or legend missing: %v", labels)
+	}
+	bw, bk := bars["backward"], bars["bucket"]
+	if bk.y <= bw.y || bk.x0 >= bw.x1 || bk.x1 <= bw.x1 {
+		t.Errorf("bucket bar %+v should sit below backward %+v, starting inside it and ending after", bk, bw)
 	}
 }

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,6 +124,33 @@ func TestOverflowDropsOldest(t *testing.T) {
 	}
 	if !strings.Contains(text, `{"k":"dropped","n":`) {
 		t.Error("the file does not say events were dropped")
+	}
+	// The merged timeline says so too, where the events were lost: an
+	// instant on the rank's process just before the first event kept after
+	// the gap.
+	var merged bytes.Buffer
+	if err := Merge(&merged, []*RankFile{rf}); err != nil {
+		t.Fatal(err)
+	}
+	ct, err := ReadChrome(&merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d events dropped (the writer fell behind)", rf.Dropped)
+	marker, next := -1, -1
+	for i, e := range ct.TraceEvents {
+		if e.Name == want && e.Ph == "i" && e.PID == 0 {
+			marker = i
+		}
+		if marker >= 0 && next < 0 && i > marker && e.Ph == "i" && e.Name == "e" {
+			next = i
+		}
+	}
+	if marker < 0 {
+		t.Fatalf("merged timeline has no %q marker", want)
+	}
+	if next < 0 || ct.TraceEvents[next].Args["arg"].(float64) != float64(rf.Events[rf.Drops[0].Before].Arg) {
+		t.Errorf("the marker is not followed by the first event kept after the gap (event %d)", rf.Drops[0].Before)
 	}
 }
 

@@ -44,8 +44,8 @@ var collColor = map[string]string{
 	"barrier": "#555555", "send": "#bc4749", "recv": "#386641",
 }
 
-// spanColors fill user spans (compute), by name in order of appearance.
-var spanColors = []string{"#bbbbbb", "#8fbf6f", "#7fb7be", "#d9c38f", "#c9a0dc", "#e0a3a3"}
+// spanColors fill user spans (compute), by their names' sorted order.
+var spanColors = []string{"#8fbf6f", "#d9c38f", "#7fb7be", "#bbbbbb", "#c9a0dc", "#e0a3a3"}
 
 const (
 	svgWidth  = 1200
@@ -65,7 +65,11 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 	threads := map[[2]int]string{}
 	var spans []ChromeEvent
 	lo, hi := math.Inf(1), math.Inf(-1)
+	userColor := map[string]string{} // user spans' fills, from the whole trace
 	for _, e := range t.TraceEvents {
+		if e.Ph == "X" && e.Cat != "collective" && !strings.HasPrefix(e.Name, "bucket") {
+			userColor[e.Name] = ""
+		}
 		switch e.Ph {
 		case "M":
 			name, _ := e.Args["name"].(string)
@@ -85,6 +89,16 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 	}
 	if len(spans) == 0 {
 		return fmt.Errorf("no spans to draw")
+	}
+	// A user span's colour follows its name's place among all of them, so
+	// that every window of one trace colours "backward" alike.
+	userNames := make([]string, 0, len(userColor))
+	for n := range userColor {
+		userNames = append(userNames, n)
+	}
+	sort.Strings(userNames)
+	for i, n := range userNames {
+		userColor[n] = spanColors[i%len(spanColors)]
 	}
 	if to > from {
 		lo, hi = from, to
@@ -150,7 +164,6 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 		return spans[i].Dur > spans[j].Dur
 	})
 	kinds := map[string]string{} // legend: name -> fill
-	spanN := 0
 	for _, e := range spans {
 		ry := rowY[[2]int{e.PID, e.TID}]
 		x0, x1 := x(e.TS), x(e.TS+e.Dur)
@@ -175,12 +188,8 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 			kinds["ddp bucket"] = "#3a86ff"
 			fmt.Fprintf(&b, `<rect x="%.2f" y="%.0f" width="%.2f" height="%d" fill="#3a86ff" opacity="0.8"><title>%s</title></rect>`+"\n", x0, ry+2, wd, rowHeight-4, html.EscapeString(title))
 		default:
-			c, ok := kinds[e.Name]
-			if !ok {
-				c = spanColors[spanN%len(spanColors)]
-				spanN++
-				kinds[e.Name] = c
-			}
+			c := userColor[e.Name]
+			kinds[e.Name] = c
 			fmt.Fprintf(&b, `<rect x="%.2f" y="%.0f" width="%.2f" height="%d" fill="%s" stroke="#777777" stroke-width="0.5"><title>%s</title></rect>`+"\n", x0, ry+1, wd, rowHeight-2, c, html.EscapeString(title))
 		}
 	}

@@ -3,7 +3,9 @@
 // request a skewed clock (rank TL_SKEW_RANK re-runs itself in a time
 // namespace whose CLOCK_MONOTONIC is TL_SKEW seconds ahead) and a
 // straggler (rank TL_SLEEP_RANK sleeps TL_SLEEP before each allreduce);
-// with TL_HOLD it waits for that file to exist before it leaves.
+// with TL_DIE_RANK that rank exits after the barrier and the others
+// shrink and run one more allreduce; with TL_HOLD it waits for that file
+// to exist before it leaves.
 package main
 
 import (
@@ -76,6 +78,27 @@ func run() error {
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return err
+	}
+	if die := os.Getenv("TL_DIE_RANK"); die != "" {
+		if strconv.Itoa(c.Rank()) == die {
+			fmt.Printf("rank %d: leaving\n", c.Rank())
+			os.Exit(3)
+		}
+		// The survivors shrink (gorun --elastic), reconnecting to each
+		// other, and go on.
+		for {
+			if err := comm.AllReduce(ctx, c, v, v, comm.Sum); err != nil {
+				break
+			}
+		}
+		s, err := c.Shrink(ctx)
+		if err != nil {
+			return fmt.Errorf("shrink: %w", err)
+		}
+		defer s.Close()
+		if err := comm.AllReduce(ctx, s, v, v, comm.Sum); err != nil {
+			return fmt.Errorf("allreduce after shrink: %w", err)
+		}
 	}
 	if hold := os.Getenv("TL_HOLD"); hold != "" {
 		// Stay in the job (for a scrape of its metrics) until hold exists.

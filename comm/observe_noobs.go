@@ -1,0 +1,6 @@
+//go:build gorun_noobs
+
+package comm
+
+// observable: see observe_built.go.
+const observable = false
