@@ -95,6 +95,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
 	failed := c.eng.Err()
+	from := node.World() // c's world, for checkMembership (expel.go)
 	c.conn.stop()
 	c.eng.Close()
 	// A peer whose connection broke may be gone: the bootstrap checks at
@@ -154,6 +155,15 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 			}
 			if err != nil {
 				return n, nil
+			}
+			// A member the others had left out, back (expel.go).
+			if contested, cerr := n.checkMembership(ctx, w, &from); cerr == nil && len(contested) > 0 {
+				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, contested)
+				if xerr := n.expelled(contested, op); xerr != nil {
+					n.conn.stop()
+					n.eng.Close()
+					return fail(n.rank, ErrExpelled)
+				}
 			}
 			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): agreed in %v, connected in %v, %v in all; links: %s",
 				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond),
