@@ -35,7 +35,8 @@ func TestAddRanksRefusesOtherUID(t *testing.T) {
 	client := `import socket,sys
 s=socket.socket(socket.AF_UNIX,socket.SOCK_STREAM)
 s.connect("\0"+sys.argv[1][1:]); s.settimeout(10)
-s.sendall(b"add 1\n")
+try: s.sendall(b"add 1\n")
+except OSError: pass # refused: the answer came first, and the hang-up
 print(s.makefile().readline().strip())`
 	run := func(asOther bool) <-chan string {
 		out := make(chan string, 1)
