@@ -81,7 +81,10 @@ func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
 
 // Close says bye to every peer, stops the progress goroutines and closes
 // the connections and the links' memory. It does not close the devices.
-func (e *Engine) Close() error {
+func (e *Engine) Close() error { return e.CloseContext(context.Background()) }
+
+// CloseContext is Close whose wait for the byes to go out also ends with ctx.
+func (e *Engine) CloseContext(ctx context.Context) error {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -131,7 +134,7 @@ func (e *Engine) Close() error {
 	}
 	// One deadline for all byes; this goroutine polls for their
 	// completions (a bye to a peer that already closed never completes).
-	grace, stop := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	grace, stop := context.WithTimeout(ctx, 500*time.Millisecond)
 	for _, l := range sent {
 		for !e.byeDone(l) && grace.Err() == nil {
 			e.pollOrSleep(grace)

@@ -64,7 +64,8 @@ type Comm struct {
 	p2pIn   []byte // a group's sends, gathered (p2p.go)
 	call    collectives.Call
 
-	closed atomic.Bool
+	closed  atomic.Bool
+	closing closing // Close's outcome (close.go)
 
 	// onClose runs at the end of Close (Init: leaves the gossip group).
 	onClose []func()
@@ -116,13 +117,25 @@ func (c *Comm) Abort(err error) {
 func (c *Comm) peerFailed(rank int, err error) { c.eng.PeerFailed(rank, err) }
 
 // Close releases the communicator. It is not collective; peers' later
-// operations that need this rank fail with ErrPeerClosed.
+// operations that need this rank fail with ErrPeerClosed. It is
+// CloseContext bounded by the communicator's timeout (WithTimeout,
+// GORUN_TIMEOUT).
 func (c *Comm) Close() error {
-	if c.closed.Swap(true) {
-		return nil
+	ctx := context.Background()
+	if c.cfg != nil && c.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
+		defer cancel()
 	}
+	return c.CloseContext(ctx)
+}
+
+// teardown is Close's work (close.go): it stops the running operation,
+// says bye to the peers (until ctx ends), then frees the transport and
+// leaves the gossip group.
+func (c *Comm) teardown(ctx context.Context) error {
 	c.conn.stop()
-	err := c.eng.Close()
+	err := c.eng.CloseContext(ctx)
 	c.flushP2P() // started messages never waited for fail now (p2p.go)
 	for _, ln := range c.lns {
 		ln.Close()

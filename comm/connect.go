@@ -59,6 +59,12 @@ type peerConn struct {
 	st   peerState
 	wait chan struct{} // closed when st leaves dialing..installing
 	err  error         // why the last attempt failed
+
+	// For the debug log of a slow or failed reconnection (describe).
+	since time.Time     // when st last changed from idle or linked
+	tries int           // dials refused as "later" (the peer was in an earlier world)
+	took  time.Duration // from since to linked
+	steps string        // how long the last connection's steps took
 }
 
 // connector makes c's links; see the file comment.
@@ -124,7 +130,7 @@ func (cn *connector) connectInit(ctx context.Context) error {
 	cn.mu.Lock()
 	for _, q := range peers {
 		if pc := &cn.peers[q]; q < c.rank && pc.st == peerIdle {
-			pc.st, pc.wait = peerAwaiting, make(chan struct{})
+			pc.st, pc.wait, pc.since = peerAwaiting, make(chan struct{}), time.Now()
 		}
 	}
 	cn.mu.Unlock()
@@ -155,7 +161,7 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 			if cn.c.eng.Linked(q) { // installed by an earlier communicator's engine: cannot happen
 				continue
 			}
-			pc.st, pc.wait = peerDialing, make(chan struct{})
+			pc.st, pc.wait, pc.since = peerDialing, make(chan struct{}), time.Now()
 			cn.wg.Add(1)
 			go cn.dial(q)
 		}
@@ -213,6 +219,9 @@ func (cn *connector) dial(q int) {
 		l, err := cn.dialOnce(q)
 		reason := collectives.RejectReason(err)
 		if reason == collectives.RejectLater && cn.ctx.Err() == nil {
+			cn.mu.Lock()
+			cn.peers[q].tries++
+			cn.mu.Unlock()
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
@@ -258,11 +267,18 @@ func (cn *connector) dialOnce(q int) (*collectives.Link, error) {
 	}
 	ctx, cancel := context.WithTimeout(cn.ctx, handshakeTimeout)
 	defer cancel()
+	t0 := time.Now()
 	conn, err := d.Dev.DialQP(ctx, ep.addrs[prov], d.QPInit())
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", prov, limitHint(err))
 	}
+	t1 := time.Now()
 	l, err := collectives.EstablishDial(ctx, conn, d, c.eng, q, cn.world, cn.params)
+	if c.cfg.debug >= debugInfo {
+		cn.mu.Lock()
+		cn.peers[q].steps = fmt.Sprintf("dial %v, join %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
+		cn.mu.Unlock()
+	}
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -310,11 +326,20 @@ func (cn *connector) accepted(conn rdma.Conn, d *collectives.Device) {
 		if pc.wait == nil {
 			pc.wait = make(chan struct{})
 		}
+		if pc.st == peerIdle {
+			pc.since = time.Now()
+		}
 		pc.st, pc.err = peerAccepting, nil
 		chosen = q
 		return 0
 	}
+	t0 := time.Now()
 	l, err := collectives.EstablishAccept(ctx, conn, d, cn.c.eng, cn.world, cn.params, decide)
+	if cn.c.cfg.debug >= debugInfo && chosen >= 0 {
+		cn.mu.Lock()
+		cn.peers[chosen].steps = fmt.Sprintf("accepted, join %v", time.Since(t0).Round(time.Millisecond))
+		cn.mu.Unlock()
+	}
 	if err != nil {
 		conn.Close()
 		if chosen >= 0 {
@@ -348,6 +373,9 @@ func (cn *connector) install(l *collectives.Link) {
 	}
 	pc := &cn.peers[l.Peer]
 	pc.st = peerLinked
+	if !pc.since.IsZero() {
+		pc.took = time.Since(pc.since)
+	}
 	close(pc.wait)
 	pc.wait = nil
 }
@@ -360,6 +388,50 @@ func (cn *connector) failedLocked(q int, err error) {
 		close(pc.wait)
 		pc.wait = nil
 	}
+}
+
+// describe says where the connections not yet made stand, for the debug
+// log of a slow or failed reconnection (shrink.go): each peer's state,
+// for how long, the dials it refused as "later", and the last error.
+func (cn *connector) describe() string {
+	names := [...]string{"idle", "dialing", "awaiting its dial", "in the acceptor's handshake", "installing", "linked"}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	var b []byte
+	for q, pc := range cn.peers {
+		if q == cn.c.rank || (pc.st == peerIdle && pc.err == nil) {
+			continue
+		}
+		if pc.st == peerLinked {
+			if pc.took >= 100*time.Millisecond {
+				b = fmt.Appendf(b, "; rank %d linked in %v", q, pc.took.Round(time.Millisecond))
+				if pc.tries > 0 {
+					b = fmt.Appendf(b, " after %d dials refused as later", pc.tries)
+				}
+				if pc.steps != "" {
+					b = fmt.Appendf(b, " (%s)", pc.steps)
+				}
+			}
+			continue
+		}
+		b = fmt.Appendf(b, "; rank %d %s", q, names[pc.st])
+		if !pc.since.IsZero() {
+			b = fmt.Appendf(b, " since %v", time.Since(pc.since).Round(time.Millisecond))
+		}
+		if pc.tries > 0 {
+			b = fmt.Appendf(b, ", refused %d times as later", pc.tries)
+		}
+		if pc.steps != "" {
+			b = fmt.Appendf(b, ", last %s", pc.steps)
+		}
+		if pc.err != nil {
+			b = fmt.Appendf(b, " (%v)", pc.err)
+		}
+	}
+	if len(b) == 0 {
+		return "every link within 100 ms"
+	}
+	return string(b[2:])
 }
 
 // Connections is the number of peers this rank has a connection to: the

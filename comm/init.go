@@ -115,6 +115,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		<-done
 		ctl.Close()
 	})
+	if w := node.World(); w.Epoch > 1 { // joined a running job: a member back from exclusion? (expel.go)
+		if contested, err := c.checkMembership(ctx, w, nil); err == nil && len(contested) > 0 {
+			c.expelled(contested, "init")
+		}
+	}
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)
 		c.Close()
 		return nil, &RankError{Rank: c.rank, Op: "init", Err: err}

@@ -95,6 +95,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
 	failed := c.eng.Err()
+	from := node.World() // c's world, for checkMembership (expel.go)
 	c.conn.stop()
 	c.eng.Close()
 	// A peer whose connection broke may be gone: the bootstrap checks at
@@ -146,8 +147,8 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 			// after-Grow steps against their after-Shrink steps.)
 			if err != nil {
 				n.eng.Abort(n.rank, fmt.Errorf("%w: %s: %w", ErrAborted, op, err)) // no-op: ensure failed it
-				n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); returned failed",
-					op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err)
+				n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); returned failed; links: %s",
+					op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err, n.conn.describe())
 			}
 			if n.shrink.failures != nil {
 				n.shrink.failures.install(n, w.Epoch)
@@ -155,9 +156,18 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 			if err != nil {
 				return n, nil
 			}
-			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): agreed in %v, connected in %v, %v in all",
+			// A member the others had left out, back (expel.go).
+			if contested, cerr := n.checkMembership(ctx, w, &from); cerr == nil && len(contested) > 0 {
+				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, contested)
+				if xerr := n.expelled(contested, op); xerr != nil {
+					n.conn.stop()
+					n.eng.Close()
+					return fail(n.rank, ErrExpelled)
+				}
+			}
+			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): agreed in %v, connected in %v, %v in all; links: %s",
 				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond),
-				time.Since(t1).Round(time.Microsecond), time.Since(begin).Round(time.Microsecond))
+				time.Since(t1).Round(time.Microsecond), time.Since(begin).Round(time.Microsecond), n.conn.describe())
 			return n, nil
 		}
 		n.conn.stop()
@@ -165,8 +175,8 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		if ctx.Err() != nil {
 			return fail(-1, err)
 		}
-		n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); checking the members and shrinking",
-			op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err)
+		n.debugf(debugInfo, "%s: epoch %d (attempt %d) agreed in %v; reconnecting failed after %v (%v); links: %s; checking the members and shrinking",
+			op, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond), time.Since(t1).Round(time.Microsecond), err, n.conn.describe())
 		for r := range w.Size {
 			node.Suspect(r)
 		}

@@ -1,0 +1,91 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+)
+
+// worldOf is a bootstrap.World of the named members, seen from rank.
+func worldOf(rank int, epoch uint32, names ...string) bootstrap.World {
+	w := bootstrap.World{Rank: rank, Size: len(names), Epoch: epoch}
+	for r, n := range names {
+		w.Members = append(w.Members, bootstrap.Member{Rank: r, Name: n})
+	}
+	return w
+}
+
+// TestCheckMembership: the members of a new world (3 ranks in process) say
+// where they come from; a member that some take for continuing and others
+// for a newcomer is found on every rank, and only then.
+func TestCheckMembership(t *testing.T) {
+	abc := []string{"a", "b", "c"}
+	cases := []struct {
+		name string
+		from []*bootstrap.World // per rank; nil: joins through Init
+		want []int
+	}{
+		{"shrink", []*bootstrap.World{ptr(worldOf(0, 1, "a", "b", "c", "d")), ptr(worldOf(1, 1, "a", "b", "c", "d")), ptr(worldOf(2, 1, "a", "b", "c", "d"))}, nil},
+		{"grow with a joiner", []*bootstrap.World{ptr(worldOf(0, 2, "a", "b")), ptr(worldOf(1, 2, "a", "b")), nil}, nil},
+		// c was declared dead (world 2 is a, b) and calls Shrink from
+		// world 1 while a and b Grow it back in.
+		{"shrink back from exclusion", []*bootstrap.World{ptr(worldOf(0, 2, "a", "b")), ptr(worldOf(1, 2, "a", "b")), ptr(worldOf(2, 1, "a", "b", "c"))}, []int{2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, err := NewLocal(ctx, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, c := range cs {
+					c.Close()
+				}
+			}()
+			got := make([][]int, 3)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r, c := range cs {
+				wg.Go(func() { got[r], errs[r] = c.checkMembership(ctx, worldOf(r, 3, abc...), tc.from[r]) })
+			}
+			wg.Wait()
+			for r := range cs {
+				if errs[r] != nil || !slices.Equal(got[r], tc.want) {
+					t.Fatalf("rank %d: contested %v (%v), want %v", r, got[r], errs[r], tc.want)
+				}
+			}
+			if len(tc.want) == 0 {
+				return
+			}
+			// The contested rank gets ErrExpelled; the others' communicator
+			// fails naming it.
+			for r, c := range cs {
+				err := c.expelled(got[r], "shrink")
+				if r == tc.want[0] {
+					var re *RankError
+					if !errors.As(err, &re) || re.Rank != r || !errors.Is(err, ErrExpelled) {
+						t.Errorf("rank %d (expelled): %v", r, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+				var re *RankError
+				if err := c.Barrier(ctx); !errors.As(err, &re) || re.Rank != tc.want[0] || !errors.Is(err, ErrPeerFailed) || !errors.Is(err, ErrExpelled) {
+					t.Errorf("rank %d: barrier after the check: %v", r, fmt.Sprint(err))
+				}
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
