@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/gorun-hpc/gorun/internal/jobenv"
@@ -16,6 +17,14 @@ import (
 // ranks' have it, so "verbs" is accepted here either way.
 func CheckEnv(getenv func(string) string, size int) error {
 	tr := strings.ToLower(strings.TrimSpace(getenv(jobenv.Transport)))
+	if _, ok := rdma.LookupProvider(tr); !ok && tr != "" && tr != "auto" && tr != verbs.Name {
+		// The choices for a launched job: what reaches other processes.
+		names := autoProviders(rdma.ReachHost, rdma.ReachNetwork)
+		if !slices.Contains(names, verbs.Name) {
+			names = append(names, verbs.Name)
+		}
+		return &jobenv.Error{Var: jobenv.Transport, Value: getenv(jobenv.Transport), Why: "want auto or one of " + strings.Join(names, ", ")}
+	}
 	if _, ok := rdma.LookupProvider(tr); !ok && tr == verbs.Name {
 		inner := getenv
 		getenv = func(k string) string {

@@ -101,6 +101,7 @@ func initCleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "GORUN_") || strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "OMPI_") ||
+			strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "MPI_LOCAL") ||
 			slices.Contains([]string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}, k) {
 			continue
 		}

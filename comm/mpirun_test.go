@@ -41,7 +41,12 @@ func TestMPIRunChild(t *testing.T) {
 	if err := c.Barrier(ctx); err != nil {
 		t.Fatalf("rank %d: barrier: %v", c.Rank(), err)
 	}
-	fmt.Printf("RANK %d OF %d LOCAL %d OF %d SUM %d\n", c.Rank(), c.Size(), c.LocalRank(), c.LocalSize(), vec[0])
+	// LaunchInfo, read without joining, agrees with the joined job.
+	li, err := LaunchInfo()
+	if err != nil || li.Rank != c.Rank() || li.Size != c.Size() || li.LocalRank != c.LocalRank() || li.LocalSize != c.LocalSize() {
+		t.Fatalf("rank %d: LaunchInfo %+v, %v; Init: rank %d of %d, local %d of %d", c.Rank(), li, err, c.Rank(), c.Size(), c.LocalRank(), c.LocalSize())
+	}
+	fmt.Printf("RANK %d OF %d LOCAL %d OF %d SUM %d LAUNCHER %s\n", c.Rank(), c.Size(), c.LocalRank(), c.LocalSize(), vec[0], li.Launcher)
 }
 
 func TestMPIRun(t *testing.T) {
@@ -95,7 +100,7 @@ func TestMPIRun(t *testing.T) {
 				seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
 				out := run(t, []string{"GORUN_SEEDS=" + seed, "GORUN_JOB_ID=mpirun-" + initRandomID()})
 				for r := range n {
-					if want := fmt.Sprintf("RANK %d OF %d LOCAL %d OF %d SUM %d", r, n, r, n, n*(n+1)/2); !strings.Contains(out, want) {
+					if want := fmt.Sprintf("RANK %d OF %d LOCAL %d OF %d SUM %d LAUNCHER %s\n", r, n, r, n, n*(n+1)/2, l.name); !strings.Contains(out, want) {
 						t.Errorf("no %q in the output:\n%s", want, out)
 					}
 				}

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -15,5 +16,38 @@ func TestBindWarning(t *testing.T) {
 	}
 	if w := bindWarning("numa", map[int][]int{0: {0, 1}, 1: {0, 1}}); w != "" {
 		t.Errorf("numa binding shares a node by design: %q", w)
+	}
+}
+
+func TestBindingReport(t *testing.T) {
+	slots := []Slot{{Rank: 0, Host: "localhost"}, {Rank: 1, Host: "localhost"}, {Rank: 2, Host: "node9.invalid"}}
+	got := strings.Join(bindingReport(slots, map[int][]int{0: {0}, 1: {1}}, "core"), "\n")
+	for _, want := range []string{"rank 0 bound to CPUs [0] (--bind-to core)", "rank 1 bound to CPUs [1]", "rank 2 on node9.invalid: binds itself at start (--bind-to core)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("core: lacks %q:\n%s", want, got)
+		}
+	}
+	got = strings.Join(bindingReport(slots, nil, "none"), "\n")
+	for _, want := range []string{"rank 0 not bound: may run on any CPU (--bind-to none)", "rank 2 on node9.invalid: not bound"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("none: lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "CPUs []") {
+		t.Errorf("an unbound rank reported as bound to no CPU:\n%s", got)
+	}
+}
+
+// --report-bindings through a real job: a line per rank on gorun's
+// stderr, with the CPUs the rank was bound to at fork.
+func TestReportBindingsJob(t *testing.T) {
+	_, stderr, err := runJob(t, "args", Config{NP: 2, Bind: "core", ReportBindings: true, NoTag: true})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	for r := range 2 {
+		if want := fmt.Sprintf("gorun: rank %d bound to CPUs [", r); !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
 	}
 }

@@ -143,10 +143,8 @@ func Run(ctx context.Context, cfg Config) error {
 			con.message(w)
 		}
 		if cfg.ReportBindings {
-			for _, s := range slots {
-				if isLocalHost(s.Host) {
-					con.message(fmt.Sprintf("gorun: rank %d bound to CPUs %v (--bind-to %s)", s.Rank, sets[s.Rank], cfg.Bind))
-				}
+			for _, line := range bindingReport(slots, sets, cfg.Bind) {
+				con.message(line)
 			}
 		}
 		for _, s := range slots {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -65,12 +66,46 @@ func gorun(t *testing.T, n int, args ...string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gorunBin, append([]string{"-np", itoa(n)}, args...)...)
 	cmd.Dir = ".."
+	killGroup(cmd)
 	cmd.Env = append(os.Environ(), "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("gorun -np %d %s: %v\n%s", n, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// killGroup makes cmd's timeout kill its whole process group, and stop
+// waiting for output soon after: a launcher killed on timeout (torchrun)
+// leaves its ranks holding the output pipe, and the test would wait for
+// them instead of failing.
+func killGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+}
+
+// TestTorchLeftoverLock: a rank killed while building the extension
+// leaves torch's lock file behind (torch's FileBaton), and every later
+// load used to wait for it forever, silently. Now the ranks load under a
+// lock the kernel releases, and remove such a leftover.
+func TestTorchLeftoverLock(t *testing.T) {
+	needBackend(t)
+	ext := filepath.Join(workDir, "build", "torch_ext")
+	if err := os.MkdirAll(ext, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ext, "lock"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PYTHONPATH", "python")
+	out := gorun(t, 2, python, "-m", "gorun.torch_backend")
+	if c := strings.Count(out, "gorun torch backend built"); c != 2 {
+		t.Fatalf("%d ranks loaded the backend, want 2:\n%s", c, out)
+	}
+	if c := strings.Count(out, "left by a process killed while building"); c != 1 {
+		t.Fatalf("the leftover lock was reported %d times, want once:\n%s", c, out)
+	}
 }
 
 func itoa(n int) string { return string(rune('0' + n)) }
@@ -181,6 +216,7 @@ func runLauncher(t *testing.T, name string, n int, env []string, argv ...string)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = ".."
+	killGroup(cmd)
 	cmd.Env = append(os.Environ(), append(env, "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

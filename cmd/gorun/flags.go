@@ -167,7 +167,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 		return os.Getenv(k)
 	}
 	if err := comm.CheckEnv(getenv, max(cfg.NP, 2)); err != nil {
-		return cfg, fmt.Errorf("%w: %v", launcher.ErrUsage, err)
+		return cfg, fmt.Errorf("%w: %s", launcher.ErrUsage, strings.TrimPrefix(err.Error(), "gorun: "))
 	}
 	cfg.Export = export
 	cfg.NoTag = !tag

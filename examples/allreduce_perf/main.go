@@ -87,8 +87,8 @@ func main() {
 		os.Exit(2)
 	}
 	if *cpuprofile != "" {
-		if r := envRank(); r > 0 {
-			*cpuprofile += "." + strconv.Itoa(r) // launched ranks share the flag
+		if li, _ := comm.LaunchInfo(); li.Rank > 0 {
+			*cpuprofile += "." + strconv.Itoa(li.Rank) // launched ranks share the flag
 		}
 		f, perr := os.Create(*cpuprofile)
 		if perr == nil {
@@ -128,26 +128,6 @@ func setProcs(procs, localSize int) {
 	}
 }
 
-// envRank is the launcher's rank of this process, or 0.
-func envRank() int {
-	for _, v := range []string{"GORUN_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"} {
-		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 0
-}
-
-// envLocalSize is the launcher's count of ranks on this host, or 0.
-func envLocalSize() int {
-	for _, v := range []string{"GORUN_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE"} {
-		if n, err := strconv.Atoi(os.Getenv(v)); err == nil && n > 0 {
-			return n
-		}
-	}
-	return 0
-}
-
 // run makes the communicator(s) and runs the table; it returns the total
 // number of wrong elements.
 func run(ctx context.Context, o options, out io.Writer) (int64, error) {
@@ -157,7 +137,11 @@ func run(ctx context.Context, o options, out io.Writer) (int64, error) {
 	}
 	var comms []*comm.Comm
 	if comm.Launched() {
-		local := envLocalSize()
+		li, err := comm.LaunchInfo()
+		if err != nil {
+			return 0, err
+		}
+		local := li.LocalSize
 		if local > 0 {
 			setProcs(o.procs, local) // before Init: its goroutines start on the final Ps
 		}

@@ -13,6 +13,7 @@ LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
 likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
 """
+import fcntl
 import os
 import sys
 import time
@@ -71,29 +72,40 @@ def load_extension(verbose=False):
         os.makedirs(build, exist_ok=True)
         src = os.path.join(here, "csrc", "process_group_gorun.cpp")
         built = os.path.join(build, "gorun_c10d.so")
-        stale = not os.path.exists(built) or os.path.getmtime(built) < os.path.getmtime(src)
-        if stale:
-            _progress("building the torch.distributed extension in %s (about a minute, once)..." % build)
-        t0 = time.monotonic()
-        _ext = load(
-            name="gorun_c10d",
-            sources=[os.path.join(here, "csrc", "process_group_gorun.cpp")],
-            extra_include_paths=[os.path.join(repo, "include")],
-            # No -lgorun: the gorun_* symbols bind at load time to the
-            # libgorun.so that the Python package already loaded with
-            # RTLD_GLOBAL, so the process never holds two Go runtimes.
-            build_directory=build,
-            verbose=verbose,
-        )
-        if stale:
-            _progress("torch.distributed extension ready (%.0f s)" % (time.monotonic() - t0))
+        # The ranks of a host load one at a time, under a lock the kernel
+        # releases when its holder dies. torch's own lock (the file
+        # "lock", created and deleted) outlives a rank killed while it
+        # builds, and every later load would then wait for it forever; no
+        # one else can be building while this lock is held, so a "lock"
+        # found here is such a leftover.
+        with open(os.path.join(build, "load.flock"), "w") as flock:
+            fcntl.flock(flock, fcntl.LOCK_EX)
+            leftover = os.path.join(build, "lock")
+            if os.path.exists(leftover):
+                _progress("removing %s, left by a process killed while building" % leftover)
+                os.remove(leftover)
+            stale = not os.path.exists(built) or os.path.getmtime(built) < os.path.getmtime(src)
+            if stale:
+                _progress("building the torch.distributed extension in %s (about a minute, once)..." % build)
+            t0 = time.monotonic()
+            _ext = load(
+                name="gorun_c10d",
+                sources=[src],
+                extra_include_paths=[os.path.join(repo, "include")],
+                # No -lgorun: the gorun_* symbols bind at load time to the
+                # libgorun.so that the Python package already loaded with
+                # RTLD_GLOBAL, so the process never holds two Go runtimes.
+                build_directory=build,
+                verbose=verbose,
+            )
+            if stale:
+                _progress("torch.distributed extension ready (%.0f s)" % (time.monotonic() - t0))
     return _ext
 
 
 def _progress(msg):
-    """Build progress on stderr, from one process per host (local rank 0)."""
-    if os.environ.get("GORUN_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")) == "0":
-        print("gorun: " + msg, file=sys.stderr, flush=True)
+    """Build progress on stderr, from the one process that builds."""
+    print("gorun: " + msg, file=sys.stderr, flush=True)
 
 
 def _create(store, rank, size, timeout):
