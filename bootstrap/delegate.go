@@ -79,6 +79,7 @@ func (d *delegate) update(node *memberlist.Node) {
 		return // found dead (evidence.go); gossip has not caught up
 	}
 	n.peers[node.Name] = p
+	delete(n.departed, node.Name)
 	n.viewGen++
 	n.viewMu.Unlock()
 	n.signal()
@@ -89,6 +90,9 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	n.viewMu.Lock()
 	p, ok := n.peers[node.Name]
 	delete(n.peers, node.Name)
+	if ok {
+		n.departed[node.Name] = true
+	}
 	n.viewGen++
 	n.viewMu.Unlock()
 	if ok {

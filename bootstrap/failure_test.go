@@ -205,3 +205,37 @@ func TestRunningMemberNotDeclaredDead(t *testing.T) {
 	nodes[0].Suspect(2) // its connection broke: the refused gossip port is evidence
 	expectFailure(t, nodes, 2, ErrPeerDead, 10*time.Second)
 }
+
+// TestUnseenMemberNotReportedAtInstall: a world may be committed on a node
+// whose gossip view has not seen every member yet (it takes the
+// coordinator's table); such a member is not dead. One that gossip
+// dropped from the view before the world formed is.
+func TestUnseenMemberNotReportedAtInstall(t *testing.T) {
+	n, err := Start(testConfig("unseen", 0, 3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.viewMu.Lock()
+	n.departed["r2"] = true // seen, then dropped by gossip
+	n.viewMu.Unlock()
+	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
+		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
+		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"}, // not seen yet
+		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
+	}}
+	n.install(w)
+	select {
+	case f := <-n.Failures():
+		if f.Rank != 2 || !errors.Is(f.Err, ErrPeerDead) {
+			t.Fatalf("failure %+v (%v), want rank 2 dead", f, f.Err)
+		}
+	default:
+		t.Fatal("the member gossip dropped before formation is not reported")
+	}
+	select {
+	case f := <-n.Failures():
+		t.Fatalf("the member not seen yet reported: %+v (%v)", f, f.Err)
+	default:
+	}
+}

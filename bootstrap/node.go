@@ -65,6 +65,12 @@ type Node struct {
 	peers   map[string]peer
 	viewGen uint64          // incremented on every change of peers
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
+	// departed holds the members gossip dropped from the view (dead or
+	// left) until they come back: a member of a new world that is not in
+	// the view may have left it, or may not have reached it yet (the
+	// agreement lets a member with an incomplete view take the
+	// coordinator's table), and only the first is a failure.
+	departed map[string]bool
 
 	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
 	world    World
@@ -135,6 +141,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
+		departed: make(map[string]bool),
 		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
 		leaving:  make(map[string]bool),
@@ -386,15 +393,25 @@ func (n *Node) install(w World) {
 		n.inWorld[m.Name] = m.Rank
 	}
 	n.viewMu.Lock()
-	var gone []string
+	var gone, dropped []string // found gone by evidence; dropped by gossip
 	for _, m := range w.Members {
-		if _, ok := n.peers[m.Name]; !ok {
+		if _, ok := n.peers[m.Name]; ok {
+			continue
+		}
+		if n.gone[m.Name] {
 			gone = append(gone, m.Name)
+		} else if n.departed[m.Name] {
+			dropped = append(dropped, m.Name)
 		}
 	}
 	n.viewMu.Unlock()
 	for _, name := range gone {
-		n.reportLocked(name, false)
+		n.reportLocked(name, n.leaving[name])
+	}
+	for _, name := range dropped {
+		if !n.runsHere(name) {
+			n.reportLocked(name, n.leaving[name])
+		}
 	}
 }
 
