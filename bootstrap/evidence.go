@@ -133,7 +133,7 @@ func (n *Node) probe(name, addr string, tries int) {
 					t.Stop()
 				}
 			}
-			gone := refused(addr)
+			gone := n.refused(addr)
 			n.mu.Lock()
 			st.last = time.Now()
 			if gone {
