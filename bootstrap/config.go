@@ -81,6 +81,12 @@ type Config struct {
 	// this node's gossip sends and receives (for scale measurements; it
 	// adds a channel hop to every received packet).
 	CountTraffic bool
+
+	// Network, if set, carries this node's gossip in this process instead
+	// of over UDP and TCP (memnet.go): for tests and measurements of many
+	// nodes in one process. BindAddr is then ignored; BindPort 0 takes a
+	// free port of the network. Traffic is counted.
+	Network *MemNetwork
 }
 
 // DefaultLANConfig is tuned for one job on a LAN or a single host: a killed

@@ -149,7 +149,7 @@ func (n *Node) probe(name, addr string, tries int) {
 					t.Stop()
 				}
 			}
-			gone := refused(addr)
+			gone := n.probeRefused(addr)
 			n.mu.Lock()
 			st.last = time.Now()
 			if gone {

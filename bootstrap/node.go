@@ -48,7 +48,7 @@ type Node struct {
 	name string
 	ml   *memberlist.Memberlist
 
-	traffic *countingTransport // nil unless cfg.CountTraffic
+	traffic *counters // nil unless cfg.CountTraffic or cfg.Network
 
 	changed chan struct{} // cap 1: the view changed
 	done    chan struct{} // closed by Close
@@ -166,15 +166,23 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 	mc := cfg.memberlistConfig(n.name)
 	d := &delegate{n}
 	mc.Delegate, mc.Events, mc.Merge, mc.Alive, mc.Conflict = d, d, d, d, d
-	if cfg.CountTraffic {
-		if n.traffic, err = newCountingTransport(mc); err != nil {
+	switch {
+	case cfg.Network != nil:
+		t, err := cfg.Network.attach(cfg.BindPort)
+		if err != nil {
 			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
 		}
-		mc.Transport = n.traffic
+		mc.Transport, n.traffic = t, t.counters
+	case cfg.CountTraffic:
+		t, err := newCountingTransport(mc)
+		if err != nil {
+			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+		}
+		mc.Transport, n.traffic = t, t.counters
 	}
 	if n.ml, err = memberlist.Create(mc); err != nil {
-		if n.traffic != nil {
-			_ = n.traffic.Shutdown()
+		if mc.Transport != nil {
+			_ = mc.Transport.Shutdown()
 		}
 		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
 	}

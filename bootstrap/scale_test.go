@@ -18,11 +18,12 @@ import (
 )
 
 // TestGossipScale forms worlds of the sizes in GORUN_GOSSIP_SCALE (comma
-// separated, e.g. 64,256,1000) in this process over memberlist's real UDP
-// and TCP on 127.0.0.1, then closes one member and shrinks, and prints the
-// time to an agreed world and the traffic per member. It is a measurement,
-// not a timed test: it fails only if a world does not form or the views
-// differ, and is skipped without the variable.
+// separated, e.g. 64,256,1000) in this process, then closes one member and
+// shrinks, and prints the time to an agreed world and the traffic per
+// member. GORUN_GOSSIP_NET says over what: "mem" (the default) an
+// in-process MemNetwork, "udp" memberlist's real UDP and TCP on 127.0.0.1.
+// It is a measurement, not a timed test: it fails only if a world does not
+// form or the views differ, and is skipped without the variable.
 //
 //	GORUN_GOSSIP_SCALE=64,256,1000 go test -run GossipScale -v -timeout 30m ./bootstrap/
 func TestGossipScale(t *testing.T) {
@@ -42,16 +43,26 @@ func TestGossipScale(t *testing.T) {
 		}
 		sizes = append(sizes, n)
 	}
-	t.Logf("%6s %8s %8s %8s | %9s %9s | %9s %9s | %9s %9s | %8s %9s %9s",
+	var nw func() *MemNetwork
+	switch v := os.Getenv("GORUN_GOSSIP_NET"); v {
+	case "", "mem":
+		nw = NewMemNetwork
+	case "udp":
+		nw = func() *MemNetwork { return nil }
+	default:
+		t.Fatalf("GORUN_GOSSIP_NET: %q is neither mem nor udp", v)
+	}
+	t.Logf("%6s %8s %8s %8s | %9s %9s | %9s %9s | %9s %9s | %8s %9s %9s %8s",
 		"ranks", "form s", "cpu s", "load", "msg/mbr", "KiB/mbr", "seed msg", "seed KiB", "max msg", "max KiB",
-		"shrink s", "msg/mbr", "seed msg")
+		"shrink s", "msg/mbr", "seed msg", "lost %")
+	t.Logf("(lost: percent of packets sent until formed / until shrunk)")
 	for _, size := range sizes {
 		load0 := loadAvg()
-		r := measureFormation(t, fmt.Sprintf("scale-%d", size), size)
-		t.Logf("%6d %8.2f %8.1f %8s | %9.0f %9.1f | %9d %9.1f | %9d %9.1f | %8.2f %9.0f %9d",
+		r := measureFormation(t, fmt.Sprintf("scale-%d", size), size, nw())
+		t.Logf("%6d %8.2f %8.1f %8s | %9.0f %9.1f | %9d %9.1f | %9d %9.1f | %8.2f %9.0f %9d %4.1f/%4.1f",
 			size, r.form.Seconds(), r.cpu.Seconds(), load0, r.mean.msgs, r.mean.bytes/1024, r.seed.Messages(),
 			float64(r.seed.Bytes())/1024, r.max.Messages(), float64(r.max.Bytes())/1024,
-			r.shrink.Seconds(), r.shrinkMean, r.shrinkSeed.Messages())
+			r.shrink.Seconds(), r.shrinkMean, r.shrinkSeed.Messages(), r.formLost, r.lost)
 	}
 }
 
@@ -62,15 +73,20 @@ type scaleResult struct {
 	seed, max    Traffic // at formation; max over the non-seed members, by messages
 	shrinkMean   float64 // messages per survivor during shrink
 	shrinkSeed   Traffic
+	formLost     float64 // percent of the packets sent until formed that were lost (MemNetwork only)
+	lost         float64 // percent of the packets sent until shrunk that were lost (MemNetwork only)
 }
 
-func measureFormation(t *testing.T, job string, size int) scaleResult {
+// measureFormation forms a world of size members over nw (nil: UDP and
+// TCP on loopback) and shrinks it by one.
+func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleResult {
 	var r scaleResult
 	cfgs := make([]Config, size)
 	for i := range cfgs {
 		cfgs[i] = testConfig(job, i, size)
 		cfgs[i].Timeout = 10 * time.Minute
 		cfgs[i].CountTraffic = true
+		cfgs[i].Network = nw
 		// All ranks share this host's CPUs: relax probes as comm.Init
 		// does on an oversubscribed host (relaxProbes: by ranks per CPU
 		// / 2, at most 8×), or starved nodes are declared dead.
@@ -127,6 +143,9 @@ func measureFormation(t *testing.T, job string, size int) scaleResult {
 		}
 	}
 	r.seed = at[0]
+	if sum.PacketsSent > 0 {
+		r.formLost = 100 * float64(sum.PacketsLost) / float64(sum.PacketsSent)
+	}
 	r.mean.msgs = float64(sum.Messages()) / float64(size)
 	r.mean.bytes = float64(sum.Bytes()) / float64(size)
 
@@ -164,6 +183,13 @@ func measureFormation(t *testing.T, job string, size int) scaleResult {
 		}
 	}
 	r.shrinkMean = float64(msgs) / float64(len(survivors))
+	var all Traffic
+	for _, n := range survivors {
+		all = all.Add(n.Traffic())
+	}
+	if all.PacketsSent > 0 {
+		r.lost = 100 * float64(all.PacketsLost) / float64(all.PacketsSent)
+	}
 	return r
 }
 
@@ -195,3 +221,11 @@ var scaleLog = func() *log.Logger {
 	}
 	return nil
 }()
+
+// GORUN_MEMQ sets the MemNetwork's receive queue (memQueue) for a
+// measurement: 4096 against 256 showed whether drops caused a failure.
+func init() {
+	if v, err := strconv.Atoi(os.Getenv("GORUN_MEMQ")); err == nil {
+		memQueue = v
+	}
+}

@@ -23,6 +23,7 @@ type Traffic struct {
 	StreamsAccepted          uint64
 	StreamBytesSent          uint64
 	StreamBytesRecv          uint64
+	PacketsLost              uint64 // sent but not delivered (Config.Network only: a full queue or nobody there)
 }
 
 // Messages is packets and streams, both directions.
@@ -40,18 +41,27 @@ func (t Traffic) Add(u Traffic) Traffic {
 	return Traffic{t.PacketsSent + u.PacketsSent, t.PacketsRecv + u.PacketsRecv,
 		t.PacketBytesSent + u.PacketBytesSent, t.PacketBytesRecv + u.PacketBytesRecv,
 		t.StreamsOpened + u.StreamsOpened, t.StreamsAccepted + u.StreamsAccepted,
-		t.StreamBytesSent + u.StreamBytesSent, t.StreamBytesRecv + u.StreamBytesRecv}
+		t.StreamBytesSent + u.StreamBytesSent, t.StreamBytesRecv + u.StreamBytesRecv,
+		t.PacketsLost + u.PacketsLost}
 }
 
 // Traffic returns the node's gossip traffic so far (zero unless
-// Config.CountTraffic).
+// Config.CountTraffic or Config.Network).
 func (n *Node) Traffic() Traffic {
 	if n.traffic == nil {
 		return Traffic{}
 	}
 	c := n.traffic
 	return Traffic{c.pktOut.Load(), c.pktIn.Load(), c.pktBytesOut.Load(), c.pktBytesIn.Load(),
-		c.dialled.Load(), c.accepted.Load(), c.streamOut.Load(), c.streamIn.Load()}
+		c.dialled.Load(), c.accepted.Load(), c.streamOut.Load(), c.streamIn.Load(), c.pktLost.Load()}
+}
+
+// counters are a transport's traffic counts, updated as it sends and
+// receives.
+type counters struct {
+	pktOut, pktIn, pktBytesOut, pktBytesIn atomic.Uint64
+	dialled, accepted, streamOut, streamIn atomic.Uint64
+	pktLost                                atomic.Uint64
 }
 
 // countingTransport wraps memberlist's NetTransport and counts its traffic.
@@ -63,9 +73,7 @@ type countingTransport struct {
 	streams chan net.Conn
 	stop    chan struct{}
 	wg      sync.WaitGroup
-
-	pktOut, pktIn, pktBytesOut, pktBytesIn atomic.Uint64
-	dialled, accepted, streamOut, streamIn atomic.Uint64
+	*counters
 }
 
 var _ memberlist.NodeAwareTransport = (*countingTransport)(nil)
@@ -90,7 +98,7 @@ func newCountingTransport(mc *memberlist.Config) (*countingTransport, error) {
 		mc.AdvertisePort = mc.BindPort
 	}
 	t := &countingTransport{NetTransport: nt, packets: make(chan *memberlist.Packet),
-		streams: make(chan net.Conn), stop: make(chan struct{})}
+		streams: make(chan net.Conn), stop: make(chan struct{}), counters: &counters{}}
 	t.wg.Add(2)
 	go func() {
 		defer t.wg.Done()
