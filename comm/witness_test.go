@@ -24,20 +24,28 @@ func waitState(t *testing.T, pid uint32, want byte) {
 	t.Fatalf("pid %d: state %c (%v), want %c", pid, s, err, want)
 }
 
-// The witness's reading of a process: running is alive; stopped is frozen
-// only once it has lasted witnessStopped (by the clock passed in), and
-// running again resets that; a zombie and a reaped process are gone.
-func TestWitnessReadsProcessState(t *testing.T) {
+// sleeper starts a process that sleeps for a minute (killed at the end of
+// the test) and returns it with its pid and start time.
+func sleeper(t *testing.T) (*exec.Cmd, uint32, uint64) {
+	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sleep binary:", err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	pid := uint32(cmd.Process.Pid)
 	_, start, err := procStat(pid)
 	if err != nil || start == 0 {
 		t.Fatalf("procStat(%d) = %d, %v", pid, start, err)
 	}
+	return cmd, pid, start
+}
+
+// The witness's reading of a process: running is alive; stopped is frozen
+// only once it has lasted witnessStopped (by the clock passed in), and
+// running again resets that; a zombie and a reaped process are gone.
+func TestWitnessReadsProcessState(t *testing.T) {
+	cmd, pid, start := sleeper(t)
 	p := &watchedRank{rank: 1, pid: pid, start: start}
 	t0 := time.Now()
 	if p.frozenOrGone(t0) {
@@ -134,16 +142,7 @@ func TestWatchSet(t *testing.T) {
 // this host that sleeps or runs is running; stopped, a zombie, gone, this
 // process, another host, or no start time are not.
 func TestRunningHere(t *testing.T) {
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Skip("no sleep binary:", err)
-	}
-	defer cmd.Process.Kill()
-	pid := uint32(cmd.Process.Pid)
-	_, start, err := procStat(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, pid, start := sleeper(t)
 	member := func(ep endpoint) bootstrap.Member {
 		b, err := ep.marshal()
 		if err != nil {
