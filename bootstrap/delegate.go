@@ -98,7 +98,7 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	if ok {
 		n.mu.Lock()
 		left := p.meta.Leaving || n.leaving[node.Name]
-		if n.formed && !(!left && n.runsHere(node.Name)) {
+		if n.formed && (left || !n.runsHere(node.Name)) {
 			n.reportLocked(node.Name, left)
 		}
 		n.mu.Unlock()
