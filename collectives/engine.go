@@ -180,7 +180,8 @@ func (e *Engine) Err() error {
 	return e.err
 }
 
-// Run executes plan p for call; timeout > 0 bounds it. Errors are
+// Run executes plan p for call; timeout > 0 bounds it, counted from its
+// first wait (wait.go: a Run that never waits reads no clock). Errors are
 // *PeerError values naming the rank at fault (or being waited for).
 func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Duration) error {
 	e.runMu.Lock()
