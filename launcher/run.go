@@ -264,8 +264,41 @@ func resolves(host string) error {
 }
 
 // freePort finds a port free for both TCP and UDP on host (memberlist
-// gossips over both).
+// gossips over both) whose next port is free for TCP too: gorun's torch
+// backend puts torch's store at MASTER_PORT = seed + 1. It draws below
+// the kernel's ephemeral range (32768-60999 by default), where a port
+// checked free is not handed to another process's outgoing connection
+// before the job binds it (CI: torch's store failed with "address already
+// in use" on a seed + 1 in that range), and falls back to a port the
+// kernel picks.
 func freePort(host string) (int, error) {
+	free := func(port int) bool {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		defer ln.Close()
+		pc, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return false
+		}
+		pc.Close()
+		next, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port+1)))
+		if err != nil {
+			return false
+		}
+		next.Close()
+		return true
+	}
+	for try := 0; try < 50; try++ {
+		n, err := rand.Int(rand.Reader, big.NewInt(12000))
+		if err != nil {
+			break
+		}
+		if port := 20000 + int(n.Int64()); free(port) {
+			return port, nil
+		}
+	}
 	var err error
 	for try := 0; try < 10; try++ {
 		var ln net.Listener
@@ -273,14 +306,11 @@ func freePort(host string) (int, error) {
 			continue
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
-		pc, uerr := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
 		ln.Close()
-		if uerr != nil {
-			err = uerr
-			continue
+		if port < 65535 && free(port) {
+			return port, nil
 		}
-		pc.Close()
-		return port, nil
+		err = fmt.Errorf("port %d (or %d) not free", port, port+1)
 	}
 	return 0, err
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -326,5 +327,25 @@ func TestTunablesReachRemoteRanks(t *testing.T) {
 				t.Errorf("remote rank %d: %s=%q, want %q", r, k, env[k], v)
 			}
 		}
+	}
+}
+
+// TestFreePortAndNext: the seed port is free for TCP and UDP, and the next
+// one (torch's store under gorun's backend) for TCP, below the ephemeral
+// range.
+func TestFreePortAndNext(t *testing.T) {
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port < 20000 || port >= 32000 {
+		t.Errorf("port %d, want one in [20000, 32000)", port)
+	}
+	for _, p := range []int{port, port + 1} {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			t.Fatalf("port %d: %v", p, err)
+		}
+		ln.Close()
 	}
 }
