@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,24 +108,9 @@ func closeJobOnce(t *testing.T, transport, mode string, sig syscall.Signal, clos
 	common := append(initCleanEnv(), closeChildEnv+"="+mode, "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
 		"GORUN_JOB_ID=close-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=100s",
 		"GORUN_TRANSPORT="+transport, "GORUN_CLOSE_TEST_CTX="+closeCtx.String())
-	outs := make([]initOutput, n)
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCloseChild$", "-test.v")
-		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		var err error
-		if stdins[r], err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
+	cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestCloseChild")
 	last := cmds[n-1]
 	defer func() {
 		last.Process.Signal(syscall.SIGCONT)

@@ -372,24 +372,9 @@ func TestInitStoppedRank(t *testing.T) {
 	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
 	common := append(initCleanEnv(), initChildEnv+"=stall", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
 		"GORUN_JOB_ID=stall-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=60s")
-	outs := make([]initOutput, n)
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInitChild$", "-test.v")
-		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		var err error
-		if stdins[r], err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
+	cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestInitChild")
 	defer func() {
 		for _, cmd := range cmds {
 			cmd.Process.Kill()
@@ -506,4 +491,28 @@ func TestInitMissingRankProcesses(t *testing.T) {
 	if d := time.Since(start); d > 15*time.Second {
 		t.Errorf("ranks gave up after %v with GORUN_TIMEOUT=2s", d)
 	}
+}
+
+// startStdinRanks starts n ranks of this test binary running the test
+// child, each with common plus its GORUN_RANK, its output captured and
+// its stdin a pipe the test writes to (to release or stop it).
+func startStdinRanks(t *testing.T, ctx context.Context, n int, common []string, child string) ([]*exec.Cmd, []io.WriteCloser, []initOutput) {
+	t.Helper()
+	outs := make([]initOutput, n)
+	cmds := make([]*exec.Cmd, n)
+	stdins := make([]io.WriteCloser, n)
+	for r := range n {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+child+"$", "-test.v")
+		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		var err error
+		if stdins[r], err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	return cmds, stdins, outs
 }
