@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/jobctl"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -27,9 +28,9 @@ type Comm struct {
 	localRank, localSize int
 	cfg                  *config
 
-	devs []*collectives.Device
+	devs []*engine.Device
 	lns  []rdma.Listener
-	eng  *collectives.Engine
+	eng  *engine.Engine
 	conn *connector // makes the links (connect.go)
 
 	// turn: operations run in ticket order (run.go).
@@ -51,18 +52,18 @@ type Comm struct {
 	seq     uint32
 	sendSeq []uint32 // point-to-point messages sent to each peer
 	recvSeq []uint32 // and received from each peer
-	plans   map[planKey]*collectives.Plan
+	plans   map[planKey]*engine.Plan
 	// The last plans used, most recent first: no map lookup for a call
 	// that repeats, or alternates with a few others (a barrier between
 	// allreduces).
 	recent [4]struct {
 		key  planKey
-		plan *collectives.Plan
+		plan *engine.Plan
 	}
 	missing []int // connectPlan's scratch
 	scratch []byte
 	p2pIn   []byte // a group's sends, gathered (p2p.go)
-	call    collectives.Call
+	call    engine.Call
 
 	closed  atomic.Bool
 	closing closing // Close's outcome (close.go)
@@ -217,7 +218,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		defer cancel()
 	}
 	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
-		plans: map[planKey]*collectives.Plan{}}
+		plans: map[planKey]*engine.Plan{}}
 	first := cfg.obs == nil // this communicator opens the observer (observe.go)
 	if first {
 		if cfg.obs, err = newObserver(cfg, rank, size); err != nil {
@@ -230,7 +231,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if cfg.obs != nil {
 		c.obs = cfg.obs.attach()
 	}
-	devByName := map[string]*collectives.Device{}
+	devByName := map[string]*engine.Device{}
 	lnByName := map[string]rdma.Listener{}
 	defer func() {
 		if err != nil {
@@ -283,7 +284,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			openErrs = append(openErrs, err)
 			continue
 		}
-		d, err := collectives.NewDevice(dev, cfg.regCache)
+		d, err := engine.NewDevice(dev, cfg.regCache)
 		if err != nil {
 			ln.Close()
 			dev.Close()
@@ -332,7 +333,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 
 	// Connect the start-up peers; the others when first needed (connect.go).
-	c.eng = collectives.NewEngine(rank, size, nil, c.devs)
+	c.eng = engine.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
 	var world uint32
 	if w, ok := rv.(interface{ world() uint32 }); ok {
@@ -391,8 +392,8 @@ func pickProvider(forced string, me, peer *endpoint) string {
 // collectives.MaxInitPeers(size), take at most 32 MiB per rank; an
 // in-process world keeps the full mesh's small budget.
 // A rank that connects more peers (alltoall) uses as much again per peer.
-func stagingFor(cfg *config, size int) collectives.LinkParams {
-	p := collectives.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
+func stagingFor(cfg *config, size int) engine.LinkParams {
+	p := engine.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
 	if p.SlotBytes == 0 {
 		p.SlotBytes = defaultSlotBytes
 		if cfg.transport == "tcp" {

@@ -19,7 +19,7 @@ package comm
 // per listener, for the life of the communicator), so a rank busy in
 // another operation still answers, and two ranks that dial each other at
 // once agree on one connection: the one the lower rank dialed
-// (collectives.EstablishDial and EstablishAccept carry the choice). A join
+// (engine.EstablishDial and EstablishAccept carry the choice). A join
 // from a later world (a peer that shrank first) is refused as "later" and
 // dialed again; one from an earlier world is refused for good.
 //
@@ -40,6 +40,7 @@ import (
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -73,9 +74,9 @@ type connector struct {
 	op     string // "init", "shrink", "grow": names errors
 	world  uint32
 	eps    []*endpoint
-	devs   map[string]*collectives.Device
+	devs   map[string]*engine.Device
 	lns    map[string]rdma.Listener
-	params collectives.LinkParams
+	params engine.LinkParams
 
 	ctx    context.Context // ends with stop
 	cancel context.CancelFunc
@@ -101,7 +102,7 @@ const (
 // startConnector makes c's connector for the world described by eps (op
 // names it in errors, world numbers it) and starts accepting on every
 // listener. c.eng must exist.
-func (c *Comm) startConnector(op string, world uint32, eps []*endpoint, devs map[string]*collectives.Device, lns map[string]rdma.Listener) {
+func (c *Comm) startConnector(op string, world uint32, eps []*endpoint, devs map[string]*engine.Device, lns map[string]rdma.Listener) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cn := &connector{c: c, op: op, world: world, eps: eps, devs: devs, lns: lns,
 		params: stagingFor(c.cfg, c.size), ctx: ctx, cancel: cancel, peers: make([]peerConn, c.size)}
@@ -150,7 +151,7 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 	cn.mu.Lock()
 	if cn.stopped {
 		cn.mu.Unlock()
-		return &collectives.PeerError{Rank: cn.c.rank, Err: ErrClosed}
+		return &engine.PeerError{Rank: cn.c.rank, Err: ErrClosed}
 	}
 	for _, q := range peers {
 		pc := &cn.peers[q]
@@ -217,8 +218,8 @@ func (cn *connector) dial(q int) {
 	delay := redialDelay
 	for {
 		l, err := cn.dialOnce(q)
-		reason := collectives.RejectReason(err)
-		if reason == collectives.RejectLater && cn.ctx.Err() == nil {
+		reason := engine.RejectReason(err)
+		if reason == engine.RejectLater && cn.ctx.Err() == nil {
 			cn.mu.Lock()
 			cn.peers[q].tries++
 			cn.mu.Unlock()
@@ -245,7 +246,7 @@ func (cn *connector) dial(q int) {
 			pc.st = peerInstalling
 			cn.mu.Unlock()
 			cn.install(l)
-		case reason == collectives.RejectDuplicate:
+		case reason == engine.RejectDuplicate:
 			pc.st = peerAwaiting // q dialed this rank too, and its connection wins
 			cn.mu.Unlock()
 		default:
@@ -257,7 +258,7 @@ func (cn *connector) dial(q int) {
 }
 
 // dialOnce dials q and runs the dialer's handshake.
-func (cn *connector) dialOnce(q int) (*collectives.Link, error) {
+func (cn *connector) dialOnce(q int) (*engine.Link, error) {
 	c := cn.c
 	me, ep := cn.eps[c.rank], cn.eps[q]
 	prov := pickProvider(c.cfg.transport, me, ep)
@@ -273,7 +274,7 @@ func (cn *connector) dialOnce(q int) (*collectives.Link, error) {
 		return nil, fmt.Errorf("dial %s: %w", prov, limitHint(err))
 	}
 	t1 := time.Now()
-	l, err := collectives.EstablishDial(ctx, conn, d, c.eng, q, cn.world, cn.params)
+	l, err := engine.EstablishDial(ctx, conn, d, c.eng, q, cn.world, cn.params)
 	if c.cfg.debug >= debugInfo {
 		cn.mu.Lock()
 		cn.peers[q].steps = fmt.Sprintf("dial %v, join %v", t1.Sub(t0).Round(time.Millisecond), time.Since(t1).Round(time.Millisecond))
@@ -287,7 +288,7 @@ func (cn *connector) dialOnce(q int) (*collectives.Link, error) {
 }
 
 // acceptLoop accepts connections on ln until stop.
-func (cn *connector) acceptLoop(ln rdma.Listener, d *collectives.Device) {
+func (cn *connector) acceptLoop(ln rdma.Listener, d *engine.Device) {
 	defer cn.wg.Done()
 	for {
 		conn, err := ln.AcceptQP(cn.ctx, d.QPInit())
@@ -306,7 +307,7 @@ func (cn *connector) acceptLoop(ln rdma.Listener, d *collectives.Device) {
 }
 
 // accepted runs the acceptor's handshake on conn and installs the link.
-func (cn *connector) accepted(conn rdma.Conn, d *collectives.Device) {
+func (cn *connector) accepted(conn rdma.Conn, d *engine.Device) {
 	defer cn.wg.Done()
 	ctx, cancel := context.WithTimeout(cn.ctx, handshakeTimeout)
 	defer cancel()
@@ -317,11 +318,11 @@ func (cn *connector) accepted(conn rdma.Conn, d *collectives.Device) {
 		pc := &cn.peers[q]
 		switch {
 		case cn.stopped:
-			return collectives.RejectClosing
+			return engine.RejectClosing
 		case pc.st == peerIdle, pc.st == peerAwaiting:
 		case pc.st == peerDialing && q < cn.c.rank: // both dialed: the lower rank's connection wins
 		default:
-			return collectives.RejectDuplicate
+			return engine.RejectDuplicate
 		}
 		if pc.wait == nil {
 			pc.wait = make(chan struct{})
@@ -334,7 +335,7 @@ func (cn *connector) accepted(conn rdma.Conn, d *collectives.Device) {
 		return 0
 	}
 	t0 := time.Now()
-	l, err := collectives.EstablishAccept(ctx, conn, d, cn.c.eng, cn.world, cn.params, decide)
+	l, err := engine.EstablishAccept(ctx, conn, d, cn.c.eng, cn.world, cn.params, decide)
 	if cn.c.cfg.debug >= debugInfo && chosen >= 0 {
 		cn.mu.Lock()
 		cn.peers[chosen].steps = fmt.Sprintf("accepted, join %v", time.Since(t0).Round(time.Millisecond))
@@ -358,7 +359,7 @@ func (cn *connector) accepted(conn rdma.Conn, d *collectives.Device) {
 }
 
 // install hands l to the engine and wakes the operations waiting for it.
-func (cn *connector) install(l *collectives.Link) {
+func (cn *connector) install(l *engine.Link) {
 	err := cn.c.eng.AddLink(l)
 	if err != nil {
 		l.Close()
@@ -441,7 +442,7 @@ func (c *Comm) Connections() int { return c.eng.Links() }
 
 // connectPlan connects the peers of p that have no link yet; the caller
 // holds the turn. It costs one test once p's peers are all connected.
-func (c *Comm) connectPlan(ctx context.Context, p *collectives.Plan) error {
+func (c *Comm) connectPlan(ctx context.Context, p *engine.Plan) error {
 	c.missing = c.eng.Missing(p, c.missing[:0])
 	if len(c.missing) == 0 {
 		return nil
@@ -450,7 +451,7 @@ func (c *Comm) connectPlan(ctx context.Context, p *collectives.Plan) error {
 		return err
 	}
 	if c.missing = c.eng.Missing(p, c.missing[:0]); len(c.missing) > 0 {
-		return &collectives.PeerError{Rank: c.missing[0], Err: fmt.Errorf("%w: not connected", ErrPeerFailed)}
+		return &engine.PeerError{Rank: c.missing[0], Err: fmt.Errorf("%w: not connected", ErrPeerFailed)}
 	}
 	return nil
 }

@@ -4,18 +4,18 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // Sentinel errors; a *RankError wraps one of them (or a transport error).
 var (
-	ErrAborted    = collectives.ErrAborted    // Abort was called (on this or another rank)
-	ErrMismatch   = collectives.ErrMismatch   // ranks disagree on collective, count, type, op or root
-	ErrInvalid    = collectives.ErrInvalid    // bad lengths, root or peer
-	ErrTimeout    = collectives.ErrTimeout    // the communicator's timeout elapsed
-	ErrPeerFailed = collectives.ErrPeerFailed // a peer's connection failed or the peer died
-	ErrPeerClosed = collectives.ErrPeerClosed // a peer closed its communicator
-	ErrClosed     = collectives.ErrClosed     // Close was called
+	ErrAborted    = engine.ErrAborted    // Abort was called (on this or another rank)
+	ErrMismatch   = engine.ErrMismatch   // ranks disagree on collective, count, type, op or root
+	ErrInvalid    = engine.ErrInvalid    // bad lengths, root or peer
+	ErrTimeout    = engine.ErrTimeout    // the communicator's timeout elapsed
+	ErrPeerFailed = engine.ErrPeerFailed // a peer's connection failed or the peer died
+	ErrPeerClosed = engine.ErrPeerClosed // a peer closed its communicator
+	ErrClosed     = engine.ErrClosed     // Close was called
 )
 
 // RankError is the error of a failed operation: Op is the operation
@@ -49,7 +49,7 @@ func rankErr(op string, err error) error {
 		}
 		return &RankError{Rank: re.Rank, Op: op, Err: re.Err}
 	}
-	var pe *collectives.PeerError
+	var pe *engine.PeerError
 	if errors.As(err, &pe) {
 		return &RankError{Rank: pe.Rank, Op: op, Err: pe.Err}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/prom"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -44,7 +45,7 @@ type metrics struct {
 	reconnects          atomic.Uint64
 	// devs lists the devices whose refusals are reported (the first
 	// communicator's, shared by those made from it).
-	devs atomic.Pointer[[]*collectives.Device]
+	devs atomic.Pointer[[]*engine.Device]
 
 	ln  net.Listener
 	srv *http.Server

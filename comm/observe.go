@@ -3,7 +3,7 @@ package comm
 // Observability: the timeline (GORUN_TIMELINE, internal/trace) and its
 // user-facing spans. Off, a communicator's obs is nil and an operation
 // pays one nil check; on, it pays two clock reads, a few per message in
-// the engine (collectives.OpStats) and one locked copy into the ring.
+// the engine (engine.OpStats) and one locked copy into the ring.
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/trace"
 )
 
@@ -112,12 +113,12 @@ func (o *observer) attach() *commObs {
 type commObs struct {
 	o     *observer
 	lane  uint16
-	stats collectives.OpStats
+	stats engine.OpStats
 	ev    trace.Event
 }
 
 // run runs c's current call as exec would, recording it.
-func (co *commObs) run(ctx context.Context, c *Comm, p *collectives.Plan, algo collectives.Algo, s *spec) error {
+func (co *commObs) run(ctx context.Context, c *Comm, p *engine.Plan, algo collectives.Algo, s *spec) error {
 	c.call.Stats = &co.stats
 	start := trace.Now()
 	err := c.eng.Run(ctx, p, &c.call, c.cfg.timeout)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // Option configures Init, NewLocal and Split.
@@ -182,8 +183,8 @@ func WithSpin(d time.Duration) Option {
 }
 
 // waitPolicy is the engine's wait policy for this configuration.
-func (c *config) waitPolicy() collectives.WaitPolicy {
-	p := collectives.DefaultWait(c.localRanks)
+func (c *config) waitPolicy() engine.WaitPolicy {
+	p := engine.DefaultWait(c.localRanks)
 	if c.local {
 		// One process: a wake-up is a goroutine switch, and the ranks'
 		// goroutines share GOMAXPROCS threads; long polls only slow them.

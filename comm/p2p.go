@@ -28,6 +28,7 @@ import (
 	"context"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/kernels"
 )
 
@@ -202,9 +203,9 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 	if nrecv > 1 {
 		out = c.scratchFor(recvBytes)
 	}
-	window := collectives.Window(stagingFor(c.cfg, c.size))
+	window := engine.Window(stagingFor(c.cfg, c.size))
 	gm := make([]collectives.GroupMsg, len(msgs))
-	sigs := make([]collectives.Call, len(msgs))
+	sigs := make([]engine.Call, len(msgs))
 	var inOff, outOff int
 	for i := range msgs {
 		m := &msgs[i]
@@ -212,7 +213,7 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		n := len(m.buf)
 		g := collectives.GroupMsg{Send: m.send, Peer: m.peer, Len: n,
 			Chunk: max(1, min(collectives.ChunkBytes(collectives.Direct, 2, n), window)/es) * es}
-		sig := collectives.Call{Coll: collectives.SendRecv, DType: m.dt, Root: m.tag, Count: m.count}
+		sig := engine.Call{Coll: collectives.SendRecv, DType: m.dt, Root: m.tag, Count: m.count}
 		if m.send {
 			sig.Seq = c.sendSeq[m.peer]
 			c.sendSeq[m.peer]++
@@ -231,11 +232,11 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		}
 		gm[i], sigs[i] = g, sig
 	}
-	p := collectives.Compile(collectives.GroupSendRecv(c.rank, c.size, gm))
+	p := engine.Compile(collectives.GroupSendRecv(c.rank, c.size, gm))
 	if err := c.connectPlan(ctx, p); err != nil { // connect.go
 		return err
 	}
-	c.call = collectives.Call{Coll: collectives.SendRecv, DType: kernels.Uint8, Count: sendBytes + recvBytes,
+	c.call = engine.Call{Coll: collectives.SendRecv, DType: kernels.Uint8, Count: sendBytes + recvBytes,
 		Seq: sigs[0].Seq, Root: sigs[0].Root, Work: out, Input: in, Sigs: sigs}
 	s := spec{coll: collectives.SendRecv, dt: kernels.Uint8, count: sendBytes + recvBytes, work: out, input: in, peer: msgs[0].peer, group: true}
 	c.ctl.Enter("sendrecv", uint64(sigs[0].Seq))
@@ -246,7 +247,7 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
 	}
 	c.ctl.Leave()
-	c.call = collectives.Call{}
+	c.call = engine.Call{}
 	if err != nil {
 		if r, ok := brokenPeer(err); ok && c.shrink.node != nil {
 			c.shrink.node.Suspect(r)

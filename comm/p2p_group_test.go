@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // groupCycle is a program MPI completes for any message size: rank 0's
 // send to 1 is grouped with its receive from 2, and rank 1 takes that
 // send only after a chain of messages that starts with rank 0's send to 2
 // after its Wait. gorun runs a group to its end before what follows
-// (README: Non-blocking calls), so from collectives.DirectMin bytes, where
+// (README: Non-blocking calls), so from engine.DirectMin bytes, where
 // a send waits for its receive, the cycle stalls.
 func groupCycle(ctx context.Context, c *Comm, m int) error {
 	a, b, cc, d := make([]int32, m), make([]int32, m), make([]int32, m), make([]int32, m)
@@ -49,7 +49,7 @@ func groupCycle(ctx context.Context, c *Comm, m int) error {
 // rank, in the operation timeout naming a rank, not in a hang.
 func TestGroupCycle(t *testing.T) {
 	small := 1
-	large := collectives.DirectMin / 4
+	large := engine.DirectMin / 4
 	t.Run(fmt.Sprint(small), func(t *testing.T) {
 		cs := newLocal(t, 3, WithTimeout(20*time.Second))
 		ctx := testCtx(t)

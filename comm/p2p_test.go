@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // p2pSizes are the lengths (in elements) of the messages p2pRound sends:
 // empty, tiny, staged, just under and exactly at the direct threshold
 // for 4-byte elements, and several times the staging window.
-var p2pSizes = []int{0, 1, 1000, collectives.DirectMin/4 - 1, collectives.DirectMin / 4, 70_000, 300_001}
+var p2pSizes = []int{0, 1, 1000, engine.DirectMin/4 - 1, engine.DirectMin / 4, 70_000, 300_001}
 
 func p2pVal(src, dst, k, i, round int) int { return src*7 + dst*13 + k*31 + i + round }
 

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/kernels"
 )
 
@@ -138,7 +139,7 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 }
 
 // plan returns the cached compiled schedule.
-func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
+func (c *Comm) plan(k planKey) (*engine.Plan, error) {
 	for i := range c.recent {
 		if r := &c.recent[i]; r.plan != nil && r.key == k {
 			return r.plan, nil
@@ -160,14 +161,14 @@ func (c *Comm) plan(k planKey) (*collectives.Plan, error) {
 	if len(c.plans) >= 256 {
 		clear(c.plans)
 	}
-	p := collectives.Compile(s)
+	p := engine.Compile(s)
 	c.plans[k] = p
 	c.remember(k, p)
 	return p, nil
 }
 
 // remember puts plan p of k first among the recent plans.
-func (c *Comm) remember(k planKey, p *collectives.Plan) {
+func (c *Comm) remember(k planKey, p *engine.Plan) {
 	copy(c.recent[1:], c.recent[:len(c.recent)-1])
 	c.recent[0].key, c.recent[0].plan = k, p
 }
@@ -214,17 +215,17 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	// wait for their own send before applying the other's (recursive
 	// doubling) would deadlock on credits.
 	var err error
-	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, c.size, s.count*es), collectives.Window(stagingFor(c.cfg, c.size)))/es)
-	var p *collectives.Plan
+	k.chunk = max(1, min(collectives.ChunkBytes(k.algo, c.size, s.count*es), engine.Window(stagingFor(c.cfg, c.size)))/es)
+	var p *engine.Plan
 	if s.build != nil {
-		p = collectives.Compile(s.build(k.chunk))
+		p = engine.Compile(s.build(k.chunk))
 	} else if p, err = c.plan(k); err != nil {
 		return err
 	}
 	if err := c.connectPlan(ctx, p); err != nil { // connect.go
 		return err
 	}
-	c.call = collectives.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
+	c.call = engine.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
 	c.ctl.Enter(s.coll.String(), uint64(seq))
 	if observable && c.obs != nil {
 		err = c.obs.run(ctx, c, p, k.algo, s)
@@ -232,7 +233,7 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 		err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
 	}
 	c.ctl.Leave()
-	c.call = collectives.Call{}
+	c.call = engine.Call{}
 	if err != nil && c.shrink.node != nil {
 		if r, ok := brokenPeer(err); ok {
 			c.shrink.node.Suspect(r) // the bootstrap checks whether r is gone (shrink.go)

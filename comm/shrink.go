@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
-	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -132,7 +132,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
 		n.eng, n.conn = nil, nil
 		n.sendSeq, n.recvSeq = make([]uint32, w.Size), make([]uint32, w.Size)
-		n.plans = map[planKey]*collectives.Plan{}
+		n.plans = map[planKey]*engine.Plan{}
 		err = n.reconnectWatched(ctx, node, w, op)
 		if n.eng == nil { // a member's endpoint did not decode
 			return fail(c.rank, err)
@@ -230,7 +230,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 
 // brokenPeer says which peer's broken connection, if any, failed err.
 func brokenPeer(err error) (int, bool) {
-	var pe *collectives.PeerError
+	var pe *engine.PeerError
 	if errors.As(err, &pe) && errors.Is(err, ErrPeerFailed) {
 		return pe.Rank, true
 	}
@@ -254,7 +254,7 @@ func (c *Comm) releaseTransport() {
 func (c *Comm) reconnect(ctx context.Context, eps []*endpoint, op string, epoch uint32) error {
 	rank, size := c.rank, c.size
 	me := eps[rank]
-	devByName := map[string]*collectives.Device{}
+	devByName := map[string]*engine.Device{}
 	lnByName := map[string]rdma.Listener{}
 	for i, d := range c.devs {
 		devByName[d.Dev.Name()] = d
@@ -268,7 +268,7 @@ func (c *Comm) reconnect(ctx context.Context, eps []*endpoint, op string, epoch 
 			c.localSize++
 		}
 	}
-	c.eng = collectives.NewEngine(rank, size, nil, c.devs)
+	c.eng = engine.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(c.cfg.waitPolicy())
 	c.startConnector(op, epoch, eps, devByName, lnByName)
 	if err := c.conn.connectInit(ctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // A job on tcp stages 1 MiB slots, others 128 KiB ones, WithStaging wins
@@ -16,14 +17,14 @@ func TestStagingForTransport(t *testing.T) {
 		name string
 		opts []Option
 		size int
-		want collectives.LinkParams
+		want engine.LinkParams
 	}{
-		{"auto", nil, 2, collectives.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
-		{"shm", []Option{WithTransport("shm")}, 2, collectives.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
-		{"tcp", []Option{WithTransport("tcp")}, 2, collectives.LinkParams{Slots: 8, SlotBytes: 1 << 20}},
-		{"tcp4", []Option{WithTransport("tcp")}, 4, collectives.LinkParams{Slots: 8, SlotBytes: 1 << 20}},
-		{"tcp-set", []Option{WithTransport("tcp"), WithStaging(4, 64<<10)}, 2, collectives.LinkParams{Slots: 4, SlotBytes: 64 << 10}},
-		{"tcp-large", []Option{WithTransport("tcp")}, 1024, collectives.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
+		{"auto", nil, 2, engine.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
+		{"shm", []Option{WithTransport("shm")}, 2, engine.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
+		{"tcp", []Option{WithTransport("tcp")}, 2, engine.LinkParams{Slots: 8, SlotBytes: 1 << 20}},
+		{"tcp4", []Option{WithTransport("tcp")}, 4, engine.LinkParams{Slots: 8, SlotBytes: 1 << 20}},
+		{"tcp-set", []Option{WithTransport("tcp"), WithStaging(4, 64<<10)}, 2, engine.LinkParams{Slots: 4, SlotBytes: 64 << 10}},
+		{"tcp-large", []Option{WithTransport("tcp")}, 1024, engine.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
 	} {
 		cfg, err := newConfig(tc.opts...)
 		if err != nil {

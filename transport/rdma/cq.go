@@ -42,7 +42,7 @@ import (
 // CQ is a completion queue that connections of one device share.
 // Poll, Arm and Notify may be called from any goroutine; completions are
 // handed out once each, so callers that poll from several goroutines must
-// agree among themselves who handles what (collectives.Engine holds a lock).
+// agree among themselves who handles what (engine.Engine holds a lock).
 type CQ interface {
 	// Poll moves up to len(wcs) ready completions into wcs, in order, and
 	// returns how many. It never blocks, and allocates nothing.

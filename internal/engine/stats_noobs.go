@@ -1,6 +1,6 @@
 //go:build gorun_noobs
 
-package collectives
+package engine
 
 // statsBuilt: see stats_built.go.
 const statsBuilt = false

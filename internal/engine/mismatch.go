@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Naming the rank that called differently.
 //

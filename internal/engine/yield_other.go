@@ -1,6 +1,6 @@
 //go:build !linux
 
-package collectives
+package engine
 
 import "runtime"
 

@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 import "golang.org/x/sys/unix"
 

@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Device: one opened provider, its registration cache, and the completion
 // queue that every link on it shares.

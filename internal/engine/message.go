@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Messages: how one schedule op becomes staging-slot messages (or one
 // direct write), and the header that carries the call's signature.
@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/kernels"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -27,12 +28,12 @@ func pieces(nbytes, payload int) int {
 // completes: waiting for it would wait for the peer to consume it, and a
 // peer that reduces into the range it sends from (recursive doubling)
 // waits for this rank's consumption in turn.
-func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, last uint64, err error) {
+func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es int) (moved, complete bool, last uint64, err error) {
 	nbytes := o.Len * es
 	payload := l.payload()
 	np := pieces(nbytes, payload)
 	buf := call.Work
-	if o.Buf == Input {
+	if o.Buf == collectives.Input {
 		buf = call.Input
 	}
 	rs := uint64(l.rSlots)
@@ -127,14 +128,16 @@ func (e *Engine) post(l *Link, o *Op, call *Call, ps *peerState, es int) (moved,
 
 // sig is the signature o's messages carry: the call's own, or one of
 // its Sigs (Op.Sig).
-func (c *Call) sig(o *Op) *Call {
+func (c *Call) sig(o *collectives.Op) *Call {
 	if o.Sig != 0 {
 		return &c.Sigs[o.Sig-1]
 	}
 	return c
 }
 
-func isDirectRecv(o *Op, es int) bool { return o.Kind == Recv && o.Len*es >= DirectMin }
+func isDirectRecv(o *collectives.Op, es int) bool {
+	return o.Kind == collectives.Recv && o.Len*es >= DirectMin
+}
 
 // clearAhead sends clear-to-sends for the direct receives from pp's peer,
 // in order, from the first not yet cleared on, as far as their deps are
@@ -151,7 +154,7 @@ func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call 
 			return moved, nil
 		}
 		dst := call.Work[o.Off*es : o.Off*es+o.Len*es]
-		mr, err := e.bufMR(l.dev, call, Work)
+		mr, err := e.bufMR(l.dev, call, collectives.Work)
 		if err != nil {
 			return moved, err
 		}
@@ -166,7 +169,7 @@ func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call 
 }
 
 // consume applies arrived messages to receive o.
-func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
+func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, es int) (moved, complete bool, err error) {
 	nbytes := o.Len * es
 	payload := l.slotSize - hdrSize
 	np := pieces(nbytes, payload)
@@ -208,7 +211,7 @@ func (e *Engine) consume(l *Link, o *Op, call *Call, ps *peerState, es int) (mov
 		if want > 0 && !direct {
 			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
 			src := stage[base+hdrSize : base+hdrSize+want]
-			if o.Kind == RecvReduce {
+			if o.Kind == collectives.RecvReduce {
 				kernels.ReduceBytes(call.DType, call.Op, dst, src)
 				if statsBuilt && call.Stats != nil {
 					call.Stats.reduceDone(t)
@@ -286,7 +289,7 @@ func checkHeader(h []byte, c *Call, want int, direct bool) string {
 	if binary.LittleEndian.Uint32(h[0:]) != hdrMagic {
 		return "corrupt header"
 	}
-	coll := Collective(h[8])
+	coll := collectives.Collective(h[8])
 	switch {
 	case coll != c.Coll:
 		return fmt.Sprintf("it called %s, this rank %s", coll, c.Coll)
@@ -298,7 +301,7 @@ func checkHeader(h []byte, c *Call, want int, direct bool) string {
 		return fmt.Sprintf("op %s, this rank %s", kernels.Op(h[10]), c.Op)
 	case int(int32(binary.LittleEndian.Uint32(h[12:]))) != c.Root:
 		what := "root"
-		if c.Coll == SendRecv {
+		if c.Coll == collectives.SendRecv {
 			what = "tag"
 		}
 		return fmt.Sprintf("%s %d, this rank %d", what, int32(binary.LittleEndian.Uint32(h[12:])), c.Root)

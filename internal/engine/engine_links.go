@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Links made after the engine: a communicator connects a peer when a plan
 // first needs it (package comm). AddLink may run on any goroutine, while

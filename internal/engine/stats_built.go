@@ -1,6 +1,6 @@
 //go:build !gorun_noobs
 
-package collectives
+package engine
 
 // statsBuilt is false only in a build with -tags gorun_noobs, which
 // compiles out the per-message Stats checks; it exists to measure what

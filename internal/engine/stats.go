@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // OpStats receives a few timestamps of one Run when a Call carries it
 // (Call.Stats); a nil Stats costs one predictable branch per message. The

@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Waiting: what Run does when nothing can move. It polls the devices' CQs
 // for WaitPolicy.Spin (handling every completion itself), giving the CPU

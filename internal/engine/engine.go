@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // The executor.
 //
@@ -34,13 +34,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/kernels"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
 // Plan is a Schedule compiled for execution: its ops grouped per peer.
 type Plan struct {
-	S      *Schedule
+	S      *collectives.Schedule
 	peers  []planPeer
 	linked bool // every peer has a link (Missing); links are never removed
 }
@@ -51,7 +52,7 @@ type planPeer struct {
 }
 
 // Compile groups s's ops by peer.
-func Compile(s *Schedule) *Plan {
+func Compile(s *collectives.Schedule) *Plan {
 	p := &Plan{S: s}
 	idx := map[int]int{}
 	for i, o := range s.Ops {
@@ -61,7 +62,7 @@ func Compile(s *Schedule) *Plan {
 			idx[o.Peer] = j
 			p.peers = append(p.peers, planPeer{peer: o.Peer})
 		}
-		if o.Kind == Send {
+		if o.Kind == collectives.Send {
 			p.peers[j].sends = append(p.peers[j].sends, int32(i))
 		} else {
 			p.peers[j].recvs = append(p.peers[j].recvs, int32(i))
@@ -73,7 +74,7 @@ func Compile(s *Schedule) *Plan {
 // Call describes one operation: its signature, which every rank must agree
 // on, and its buffers.
 type Call struct {
-	Coll  Collective
+	Coll  collectives.Collective
 	DType kernels.DType
 	Op    kernels.Op
 	Root  int // root, or the tag of a point-to-point message
@@ -233,12 +234,12 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 
 // bufMR returns the registration of the running call's buffer b on d,
 // registering it on first use in this Run.
-func (e *Engine) bufMR(d *Device, call *Call, b Buf) (*rdma.MR, error) {
+func (e *Engine) bufMR(d *Device, call *Call, b collectives.Buf) (*rdma.MR, error) {
 	if mr := d.cur[b]; mr != nil {
 		return mr, nil
 	}
 	buf := call.Work
-	if b == Input {
+	if b == collectives.Input {
 		buf = call.Input
 	}
 	mr, err := d.Cache.Get(buf)
@@ -422,7 +423,7 @@ func (st *runState) reset(nops, npeers int) {
 	clear(st.pp)
 }
 
-func (st *runState) ready(o *Op) bool {
+func (st *runState) ready(o *collectives.Op) bool {
 	for _, d := range o.Deps {
 		if !st.done[d] {
 			return false

@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Failure handling: the engine's first error wins and is final; abort
 // notices carry it to every peer; Close says bye.

@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // Link: the wire protocol between two ranks over one rdma.Conn.
 //

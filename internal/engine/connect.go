@@ -1,4 +1,4 @@
-package collectives
+package engine
 
 // On-demand connections: the handshake of a link that one rank dials when
 // it first needs the peer, while the peer accepts whenever the request
