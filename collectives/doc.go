@@ -1,5 +1,6 @@
-// Package collectives holds gorun's collective algorithms, split in two
-// layers, as STYLE.md asks.
+// Package collectives holds gorun's collective algorithms as schedules, pure
+// data, apart from the executor that runs them (internal/engine), as
+// STYLE.md asks.
 //
 // # Schedules (pure data)
 //
@@ -29,37 +30,19 @@
 //
 // Mark a send ToCopy when its matching receive is a Recv (the simulator
 // checks it): large ToCopy sends then go straight into the receiver's
-// buffer. The executor splits an op into staging-slot messages; comm caps
-// the chunk at the staging window (Window) so that two ranks that each wait
-// for their own send before applying the other's cannot run out of credits.
+// buffer. The executor (internal/engine) splits an op into staging-slot
+// messages; comm caps the chunk at the staging window (engine.Window) so
+// that two ranks that each wait for their own send before applying the
+// other's cannot run out of credits.
 //
 // # Executor
 //
-// The executor (engine.go, wait.go, device.go, link.go, message.go,
-// failure.go) runs schedules over transport/rdma. Per peer connection
-// (Link), each side has a staging area registered for remote write; a
-// message is one write-with-immediate of a 32-byte header carrying the
-// call's signature (and, up to smallMax bytes, the payload behind it), or
-// a payload write followed by that header. Credits piggyback on headers.
-// Large stores are zero copy: the receiver sends a clear-to-send with the
-// address and rkey of the destination in its registered buffer, and the
-// sender writes there. The Engine runs one Plan (a compiled Schedule) at a
-// time on the caller's goroutine, posting sends whose deps are done and
-// applying arrivals (kernels.ReduceBytes or copy) to receives whose deps
-// are done. All links of a Device share one completion queue, which the
-// running engine polls itself; when it has nothing to do it waits as its
-// WaitPolicy says (spin, yield, then arm and sleep), and the device's
-// watcher goroutine handles completions only when the CQ is armed (a
-// sleeping Run, setup, an idle device). A mismatched header, a failed
-// connection, a timeout or Abort fails the engine and sends abort notices
-// to every peer. Package comm builds schedules (and caches them),
-// registers buffers (RegCache, bounded LRU) and owns the links.
+// The executor lives in internal/engine: Engine, Plan, Call, Link, Device,
+// RegCache, Establish and the executor's errors. Being internal, any
+// package of this module may import it and nothing outside can; only
+// package comm does. It imports this package for the schedule data model
+// (Schedule, Op, Kind, Buf, Collective).
 //
 // Ownership and concurrency: schedules are immutable once Finalized and may
-// be shared between goroutines. An Engine runs one operation at a time (the
-// caller serialises). Completions are dispatched to links under their
-// device's pollMu by whichever goroutine polled (a Run, or the device's
-// watcher); links' counters are atomics for that reason. Device.Close
-// stops the watcher; Engine.Close removes its links from dispatch before
-// freeing their memory.
+// be shared between goroutines.
 package collectives

@@ -190,8 +190,8 @@ func ChunkBytes(a Algo, size, bytes int) int {
 		if size == 2 {
 			// Two ranks exchange halves: in one piece each, a rank
 			// reduces only once the whole half has arrived, and its
-			// wait outlasts the spin before a yield (wait.go's
-			// shareAfter). A quarter of the buffer overlaps the copy of
+			// wait outlasts the spin before a yield (shareAfter in
+			// internal/engine/wait.go). A quarter of the buffer overlaps the copy of
 			// one piece with the reduction of the last: shm, 2
 			// processes, in place, 2026-11-24, with the yield, 1 MiB
 			// 340-357 us in one piece against 230 in quarters; against

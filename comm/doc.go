@@ -9,8 +9,8 @@
 // mpirun or torchrun), NewLocal (n ranks in one process, for tests and
 // simulation), Split or Dup. Every path goes through newComm, which opens
 // the providers, exchanges endpoints through a rendezvous, picks a provider
-// per peer and connects; the algorithms and the executor live in
-// package collectives.
+// per peer and connects; the algorithms live in package collectives, the
+// executor in internal/engine.
 //
 // Ownership and concurrency: a Comm may be used from several goroutines;
 // its operations run one at a time, in the order they were called (for the
