@@ -180,6 +180,7 @@ func (e *Engine) pollOrSleep(ctx context.Context) {
 		return
 	}
 	e.sleeping.Store(true)
+	raceFence()
 	for _, d := range e.devs {
 		d.CQ.Arm()
 	}

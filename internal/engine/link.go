@@ -352,6 +352,7 @@ func (l *Link) wakeEngine() {
 		// asleep on the CQ arm that this completion used up.
 		e = l.waker
 	}
+	raceFence()
 	if e != nil && e.sleeping.Load() {
 		e.poke()
 	}

@@ -135,6 +135,7 @@ func (w *waiter) idle() error {
 		// came before the arm is found by that look, one after it sends
 		// a notification, and dispatch wakes a sleeping engine.
 		e.sleeping.Store(true)
+		raceFence()
 		for _, d := range e.devs {
 			d.CQ.Arm()
 		}

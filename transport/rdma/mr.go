@@ -97,8 +97,10 @@ func (m *MR) DeregisterWait(ctx context.Context) error {
 	w := &drainWait{ch: make(chan struct{})}
 	m.drain.Store(w)
 	// Release adds, then loads the state; this stores the state, then
-	// loads the count: one of the two sees the other.
-	m.state.Store(mrDraining)
+	// loads the count: one of the two sees the other. A locked exchange,
+	// not Store: under the race detector Store is a release store that the
+	// load may pass (golang/go#58020).
+	m.state.Swap(mrDraining)
 	if m.users.Load() > 0 {
 		select {
 		case <-w.ch:

@@ -363,7 +363,7 @@ func (c *conn) postRecv(r *rwr) error {
 		c.local.u64(offRecvMinCap).Store(c.minCap)
 	}
 	c.posted++
-	c.local.u64(offRecvPosted).Store(c.posted)
+	storeSC64(c.local.u64(offRecvPosted), c.posted)
 	c.local.recvBell().ring()
 	return nil
 }

@@ -236,7 +236,7 @@ func (c *conn) stamp(rec []byte) {
 func (c *conn) publish(rec []byte) {
 	c.stamp(rec)
 	c.exe.head += uint64(len(rec))
-	c.local.u64(offHead).Store(c.exe.head)
+	storeSC64(c.local.u64(offHead), c.exe.head)
 	c.local.dataBell().ring()
 }
 

@@ -57,7 +57,7 @@ type doorbell struct {
 }
 
 // ring wakes the sleepers, if any, after a condition was published with
-// an atomic store.
+// storeSC.
 func (d doorbell) ring() {
 	if d.waiters.Load() != 0 && d.waiters.Swap(0) != 0 {
 		d.seq.Add(1)
@@ -91,7 +91,7 @@ func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slep
 	// be taken for the current value: asleep with no flag set, the next
 	// record would not wake us.)
 	s := d.seq.Load()
-	d.waiters.Store(1)
+	d.waiters.Swap(1) // then ready's loads: a locked exchange (storeSC64)
 	if afterFlag != nil {
 		afterFlag(d)
 	}
@@ -106,6 +106,17 @@ func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slep
 	futex(d.seq, futexWait, s, ts)
 	return ready(), true
 }
+
+// storeSC64 publishes a doorbell's condition before ring loads the flag.
+// The protocol is Dekker's: each side stores its word (the condition, the
+// flag), then loads the other's, and neither load may pass its own store.
+// Go's atomic Store is an XCHG on amd64 and gives that, as the memory model
+// says; under the race detector it is ThreadSanitizer's release store, a
+// plain MOV that a later load passes (golang/go#58020), and CI's -race runs
+// lost wake-ups that way: TestSharedCQArmStress caught a sleeper on the
+// flag, the record published, and no FUTEX_WAKE. Swap is a locked exchange
+// in both builds, the same instruction as Store in the normal one.
+func storeSC64(p *atomic.Uint64, v uint64) { p.Swap(v) }
 
 // afterFlag, when set by a test, runs in waitNoSpin just after the flag
 // is set: where a sleeper that lost its CPU lets a ringer in.

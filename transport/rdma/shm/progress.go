@@ -107,7 +107,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			c.setError(c.opErr("recv", errProtocolRing), true)
 			c.rxTail = c.peer.u64(offHead).Load()
 			c.rxPos.Store(c.rxTail)
-			tail.Store(c.rxTail)
+			storeSC64(tail, c.rxTail)
 			space.ring()
 			return true
 		}
@@ -120,7 +120,7 @@ func (c *conn) drain(out *wcBuf) bool {
 		}
 		c.rxTail += uint64(size)
 		c.rxPos.Store(c.rxTail)
-		tail.Store(c.rxTail)
+		storeSC64(tail, c.rxTail)
 		space.ring()
 	}
 	return true

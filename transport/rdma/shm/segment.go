@@ -235,7 +235,9 @@ func (s *segment) publish(i int, v slotVal) {
 
 // revoke clears slot i and reports whether no peer copy is in flight.
 func (s *segment) revoke(i int) {
-	s.u32(s.slot(i) + slotState).Store(0)
+	// Then the users count is loaded (Device.release), while enter adds
+	// to it, then loads the state: a locked exchange, as storeSC64 says.
+	s.u32(s.slot(i) + slotState).Swap(0)
 }
 
 func (s *segment) slotUsers(i int) *atomic.Uint32 { return s.u32(s.slot(i) + slotUsers) }
