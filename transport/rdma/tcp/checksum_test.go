@@ -19,6 +19,8 @@ import (
 func proxied(t *testing.T, cfg rdma.Config, corruptAt int64) (a, b rdma.Conn, devA, devB rdma.Device, px *faulty.Proxy) {
 	t.Helper()
 	ctx := testCtx(t)
+	heartbeatOff.Store(true) // offsets count from the first frame
+	t.Cleanup(func() { heartbeatOff.Store(false) })
 	devA, _ = rdma.OpenConfig("tcp", cfg)
 	devB, _ = rdma.OpenConfig("tcp", cfg)
 	t.Cleanup(func() { devA.Close(); devB.Close() })
