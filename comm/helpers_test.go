@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,10 +47,16 @@ func onAll(cs []*Comm, f func(c *Comm) error) []error {
 // mustAll fails the test if any rank failed.
 func mustAll(t testing.TB, what string, errs []error) {
 	t.Helper()
+	// Every failing rank, not the first only: the first is often one that
+	// saw a peer fail, and the cause is on another rank.
+	var msg strings.Builder
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("%s: rank %d: %v", what, r, err)
+			fmt.Fprintf(&msg, "\n  rank %d: %v", r, err)
 		}
+	}
+	if msg.Len() > 0 {
+		t.Fatalf("%s:%s", what, msg.String())
 	}
 }
 

@@ -111,7 +111,11 @@ type conn struct {
 	kick     chan struct{} // state change → this conn's engine
 	done     chan struct{} // closed when the conn leaves service
 	doneOnce sync.Once
-	timer    *time.Timer // the engine's RNR timer
+	// flushed is closed once the shutdown that left service has put every
+	// completion in the CQs. The peer's Close runs that shutdown on its own
+	// goroutine; this end's Close, coming while it runs, waits for it.
+	flushed chan struct{}
+	timer   *time.Timer // the engine's RNR timer
 
 	// The completion queues: private ones, or a shared CQ (see bind).
 	// Set before the conn is handed out, under mu and rqMu.
@@ -127,6 +131,7 @@ func newConn(d *device, name string) *conn {
 		kick:       make(chan struct{}, 1),
 		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
+		flushed:    make(chan struct{}),
 		sendCQ:     soft.NewCQ(),
 		recvCQ:     soft.NewCQ(),
 	}
@@ -414,7 +419,11 @@ func (c *conn) shutdown(to int32, reason error) bool {
 	}
 	c.mu.Unlock()
 	if from == statePeerGone {
-		return true // already flushed and drained
+		// Flushed and drained by the peer's Close, or being so now: wait
+		// for it, for the caller may reuse the wrids of this conn once
+		// Close returns (the engine gives its link id to the next link).
+		<-c.flushed
+		return true
 	}
 	c.doneOnce.Do(func() { close(c.done) })
 	c.rqMu.Lock()
@@ -428,5 +437,6 @@ func (c *conn) shutdown(to int32, reason error) bool {
 	if !c.sendShared {
 		c.sendCQ.Shut(reason)
 	}
+	close(c.flushed)
 	return true
 }

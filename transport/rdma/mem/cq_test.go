@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
+	"github.com/gorun-hpc/gorun/transport/rdma/mem"
 )
 
 // A CQ belongs to its device: binding a conn of another device to it is
@@ -73,5 +75,65 @@ func TestCQPollAfterClose(t *testing.T) {
 	case <-cq.Notify():
 	default:
 		t.Fatal("no token after Close")
+	}
+}
+
+// TestCloseLeavesItsFlushesInTheCQ: when Close returns, every completion
+// of the conn is in its CQ, even while the peer's Close runs at the same
+// moment (it flushes this end's receives on its own goroutine). The engine
+// relies on it: once it has closed a conn and polled the CQ, it gives the
+// conn's wrid prefix to the next conn, and a flush arriving later failed
+// that one (comm's TestCollectivesSampled, n=64: "recv ... flushed" on a
+// healthy new connection).
+func TestCloseLeavesItsFlushesInTheCQ(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	da, db := mem.Open(rdma.Config{}), mem.Open(rdma.Config{})
+	defer da.Close()
+	defer db.Close()
+	q, _ := da.CreateCQ(0)
+	defer q.Close()
+	ln, err := db.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	buf, _ := da.Alloc(64, rdma.AccessLocalWrite)
+	const recvs = 8
+	wcs := make([]rdma.WC, 2*recvs)
+	for round := range 2000 {
+		ch := make(chan rdma.Conn, 1)
+		go func() {
+			c, _ := ln.Accept(ctx)
+			ch <- c
+		}()
+		a, err := da.DialQP(ctx, ln.Addr().String(), rdma.QPInit{SendCQ: q, RecvCQ: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := <-ch
+		if b == nil {
+			t.Fatal("accept failed")
+		}
+		for i := range recvs {
+			if err := a.PostRecv(uint64(i), buf.Bytes()[:8], buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := make(chan struct{})
+		peerClosed := make(chan struct{})
+		go func() {
+			<-start
+			b.Close()
+			close(peerClosed)
+		}()
+		close(start)
+		a.Close()
+		n := q.Poll(wcs)
+		<-peerClosed
+		if n != recvs {
+			later := q.Poll(wcs[n:])
+			t.Fatalf("round %d: %d flushed receives in the CQ when Close returned, %d after the peer's Close, want %d", round, n, later, recvs)
+		}
 	}
 }

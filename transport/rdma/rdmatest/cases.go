@@ -95,6 +95,7 @@ func buildCases() []testCase {
 		testCase{name: "cq/once", run: caseCQOnce},
 		testCase{name: "cq/flush-close", cfg: rnrForever, run: caseCQFlushClose},
 		testCase{name: "cq/flush-peer-closed", cfg: rnrForever, run: caseCQFlushPeerClosed},
+		testCase{name: "cq/flush-both-close", cfg: rnrForever, run: caseCQFlushBothClose},
 		testCase{name: "cq/flush-peer-died", cfg: rnrForever, run: caseCQFlushPeerDied},
 		testCase{name: "cq/get-comp", run: caseCQGetComp},
 		testCase{name: "cq/zero-length", run: caseCQZeroLength},

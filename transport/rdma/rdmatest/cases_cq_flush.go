@@ -194,6 +194,31 @@ func caseCQFlushPeerClosed(e *env) {
 	e.noMore(cq)
 }
 
+// caseCQFlushBothClose: both ends close at once, and when Close returns
+// every completion of the conn is in the shared CQ already, even where
+// the peer's close is flushing it at that moment: a Poll right after
+// Close finds them all. An engine that has closed a conn and polled its CQ
+// reuses the conn's wrids for the next one, and a flush arriving later
+// fails the wrong conn (mem did this: comm's 64-rank tests saw "recv
+// flushed" on a healthy new connection).
+func caseCQFlushBothClose(e *env) {
+	cq := e.newCQ()
+	init := rdma.QPInit{SendCQ: cq, RecvCQ: cq}
+	for k := range 5 {
+		a := e.bind(init)
+		e.postStuck(a, k, 5, 3)
+		peer := make(chan error, 1)
+		go func() { peer <- a.p.CloseConn() }()
+		e.must(a.c.Close(), "close")
+		var wcs [16]rdma.WC
+		if n := cq.Poll(wcs[:]); n != 8 {
+			e.fatalf("round %d: %d completions in the CQ when Close returned, want 8", k, n)
+		}
+		e.must(<-peer, "peer close")
+		e.noMore(cq)
+	}
+}
+
 // caseCQFlushPeerDied: a second peer (a child process, killed with
 // SIGKILL; in-process, its device closed at once) dies while a conn bound
 // to the shared CQ has receives and requests outstanding: they complete in
