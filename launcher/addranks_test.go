@@ -19,6 +19,14 @@ func TestAddRanksGrowsRunningJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs examples/soak")
 	}
+	// Built here, not by Run: runJob's minute covers the job, and a cold
+	// non-race build of the module on a loaded 2-CPU machine took most of it.
+	bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	soak, err := buildPackage(bctx, "../examples/soak", t.TempDir())
+	bcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := make(chan struct{})
 	watch := &watchWriter{want: "--add-ranks N --job ", seen: func() { close(seen) }}
 	type result struct {
@@ -43,7 +51,7 @@ func TestAddRanksGrowsRunningJob(t *testing.T) {
 		}
 		r.second, r.err2 = AddRanks(ctx, m[1], 1)
 	}()
-	out, _, err := runJob(t, "", Config{NP: 2, Program: "../examples/soak", Args: []string{"-elastic", "-duration", "6s"},
+	out, _, err := runJob(t, "", Config{NP: 2, Program: soak, Args: []string{"-elastic", "-duration", "6s"},
 		Elastic: true, MaxNP: 3, Timeout: 90 * time.Second, Stderr: watch})
 	stderr := watch.String()
 	if err != nil {
