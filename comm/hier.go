@@ -20,9 +20,11 @@ import (
 //   - allreduce: the host's ranks reduce-scatter the buffer into L shards
 //     (shm); each cross communicator allreduces its shard between hosts,
 //     so all L ranks of a host use the host's link at once, each moving
-//     1/L of the data; the host's ranks allgather the shards (shm). The
-//     network carries 2(H-1)/H of the buffer per host, where a flat ring
-//     over H·L ranks carries 2(HL-1)/(HL).
+//     1/L of the data (between two hosts as an exchange of halves with
+//     one connection for each direction: hierCross2); the host's ranks
+//     allgather the shards (shm). The network carries 2(H-1)/H of the
+//     buffer per host, where a flat ring over H·L ranks carries
+//     2(HL-1)/(HL).
 //   - broadcast: the root scatters the buffer over its host's ranks, each
 //     cross communicator broadcasts its shard from the root's host, and
 //     every host allgathers the shards.
