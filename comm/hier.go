@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/kernels"
 )
 
 // Hierarchical collectives, for communicators whose ranks span hosts with
@@ -19,9 +20,11 @@ import (
 //   - allreduce: the host's ranks reduce-scatter the buffer into L shards
 //     (shm); each cross communicator allreduces its shard between hosts,
 //     so all L ranks of a host use the host's link at once, each moving
-//     1/L of the data; the host's ranks allgather the shards (shm). The
-//     network carries 2(H-1)/H of the buffer per host, where a flat ring
-//     over H·L ranks carries 2(HL-1)/(HL).
+//     1/L of the data (between two hosts as an exchange of halves with
+//     one connection for each direction: hierCross2); the host's ranks
+//     allgather the shards (shm). The network carries 2(H-1)/H of the
+//     buffer per host, where a flat ring over H·L ranks carries
+//     2(HL-1)/(HL).
 //   - broadcast: the root scatters the buffer over its host's ranks, each
 //     cross communicator broadcasts its shard from the root's host, and
 //     every host allgathers the shards.
@@ -134,16 +137,27 @@ func hierAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error
 		return nil
 	}
 	b := (n + s - 1) / s
-	full := buf
+	pad := 0
 	if n != s*b { // pad to s equal shards
-		full, _ = hierScratch[T](h, s*b, 0)
+		pad = s * b
+	}
+	full, tmp := hierScratch[T](h, pad, (b+1)/2)
+	if pad == 0 {
+		full = buf
+	} else {
 		copy(full, buf)
 	}
 	shard := full[h.localIdx*b : (h.localIdx+1)*b]
 	if err := ReduceScatter(ctx, h.local, full, shard, op); err != nil {
 		return c.subErr(err, true)
 	}
-	if err := AllReduce(ctx, h.cross, shard, shard, op); err != nil {
+	var err error
+	if h.back != nil && hierDirected {
+		err = hierCross2(ctx, c, shard, tmp, op)
+	} else {
+		err = AllReduce(ctx, h.cross, shard, shard, op)
+	}
+	if err != nil {
 		return c.subErr(err, false)
 	}
 	if err := AllGather(ctx, h.local, shard, full); err != nil {
@@ -153,6 +167,52 @@ func hierAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error
 		copy(buf, full[:n])
 	}
 	return nil
+}
+
+// hierDirected turns on hierCross2 between two hosts (tests turn it off
+// to check both paths).
+var hierDirected = true
+
+// hierCross2 allreduces shard between the two hosts' ranks of a cross
+// communicator as a reduce-scatter and an allgather of halves, with each
+// host's sends on a communicator of their own: host 0 sends on h.cross and
+// host 1 on h.back, so each TCP connection carries bulk data one way only.
+// AllReduce over the 2-rank cross communicator sends both ways on one
+// connection, and then the staging credits that pace each direction wait
+// behind the other direction's data in the sender's queue (a shaped link
+// holds milliseconds of it): the 2-host exchange ran at about half the
+// link's rate, where a ring over 3 or more hosts sends each connection's
+// data one way and its credits the other. tmp holds at least half the
+// shard (rounded up).
+func hierCross2[T Number](ctx context.Context, c *Comm, shard, tmp []T, op Op) error {
+	h := c.hier
+	out, in := h.cross, h.back
+	peer := 1
+	half := len(shard) / 2
+	mine, theirs := shard[:half], shard[half:]
+	if h.hostIdx == 1 {
+		out, in = in, out
+		peer = 0
+		mine, theirs = theirs, mine
+	}
+	tmp = tmp[:len(mine)]
+	if err := hierExchange(ctx, out, in, theirs, tmp, peer); err != nil {
+		return err
+	}
+	kernels.Reduce(op, mine, tmp)
+	return hierExchange(ctx, out, in, mine, theirs, peer)
+}
+
+// hierExchange sends send to peer on out while it receives recv from peer
+// on in.
+func hierExchange[T Number](ctx context.Context, out, in *Comm, send, recv []T, peer int) error {
+	s := ISend(ctx, out, send, peer, 0)
+	s.Test() // runs it now: the receive below does not flush another communicator
+	err := Recv(ctx, in, recv, peer, 0)
+	if err != nil {
+		return errors.Join(err, s.Wait(ctx))
+	}
+	return s.Wait(ctx)
 }
 
 // hierBroadcast broadcasts root's buf.

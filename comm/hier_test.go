@@ -61,6 +61,8 @@ func runAll(t *testing.T, cs []*Comm, f func(c *Comm) error) {
 // TestHierarchicalCollectives checks every hierarchical collective against
 // the values a flat computation gives, on each layout, at sizes around the
 // selection threshold and with counts that do not split evenly.
+// Between two even hosts the allreduce's cross-host step runs as
+// hierCross2; it is checked both ways, with hierDirected off as well.
 func TestHierarchicalCollectives(t *testing.T) {
 	for name, layout := range hostLayouts {
 		t.Run(name, func(t *testing.T) {
@@ -68,7 +70,29 @@ func TestHierarchicalCollectives(t *testing.T) {
 			for _, count := range hierCounts {
 				runAll(t, cs, func(c *Comm) error { return checkCollectives(context.Background(), c, count) })
 			}
+			if cs[0].hier == nil || cs[0].hier.back == nil {
+				return
+			}
+			defer func() { hierDirected = true }()
+			hierDirected = false
+			for _, count := range hierCounts {
+				runAll(t, cs, func(c *Comm) error { return checkCollectives(context.Background(), c, count) })
+			}
 		})
+	}
+}
+
+// TestHierarchicalBack: the second cross communicator exists between two
+// even hosts only.
+func TestHierarchicalBack(t *testing.T) {
+	for name, layout := range hostLayouts {
+		cs := newLocal(t, len(layout), withHosts(layout...))
+		want := name == "2x2" || name == "2x3" || name == "interleave"
+		for r, c := range cs {
+			if c.hier != nil && (c.hier.back != nil) != want {
+				t.Errorf("%s rank %d: back %v, want one: %v", name, r, c.hier.back, want)
+			}
+		}
 	}
 }
 

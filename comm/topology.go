@@ -77,6 +77,10 @@ type hierComms struct {
 	// has one, ranked by host; nil when this rank's local rank is not below
 	// shards.
 	cross *Comm
+	// back has cross's ranks too, on connections of its own: between two
+	// hosts, host 1's ranks send on it and host 0's on cross
+	// (hierCross2). nil with more hosts, or uneven ones.
+	back *Comm
 	// shards is the smallest number of ranks on a host: a buffer splits
 	// into that many shards, one per local rank below it.
 	shards int
@@ -127,11 +131,20 @@ func (c *Comm) makeHierComms(ctx context.Context) error {
 		h.local.Close()
 		return err
 	}
+	if len(t.Hosts) == 2 && h.even {
+		if h.back, err = c.Split(ctx, color, h.hostIdx); err != nil {
+			h.local.Close()
+			h.cross.Close()
+			return err
+		}
+	}
 	c.hier = h
 	c.onClose = append(c.onClose, func() {
 		h.local.Close()
-		if h.cross != nil {
-			h.cross.Close()
+		for _, x := range []*Comm{h.cross, h.back} {
+			if x != nil {
+				x.Close()
+			}
 		}
 	})
 	return nil

@@ -98,6 +98,9 @@ func (o *outcome) render(plot string) string {
 	sc := o.sc
 	var w strings.Builder
 	fabric := map[string]string{"shm": "same host, shared memory", "tcp": "TCP loopback"}[sc.fab]
+	if sc.hosts > 0 {
+		fabric = fmt.Sprintf("%d namespace hosts × %d, 2 Gbit/s links", sc.hosts, sc.ranks/sc.hosts)
+	}
 	fmt.Fprintf(&w, "\n## %s: %s, %d ranks, %s\n\n", sc.name, sc.coll, sc.ranks, fabric)
 	fmt.Fprintf(&w, "vCPU placement (cache-line round trip CPU 0 ↔ 1): %s at the start, %s at the end.\n\n", o.before, o.after)
 	fmt.Fprintf(&w, "| bytes |")

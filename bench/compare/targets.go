@@ -45,6 +45,10 @@ var targets = []target{
 	{"cluster-2x2", 1 << 20, true, openMPI, 1.2},
 	{"cluster-2x2", 16 << 20, true, openMPI, 1.2},
 	{"cluster-2x2", 64 << 20, true, openMPI, 1.2},
+	{"cluster-4x1", 8, false, openMPI, 1.5},
+	{"cluster-4x1", 1 << 20, true, openMPI, 1.2},
+	{"cluster-4x1", 16 << 20, true, openMPI, 1.2},
+	{"cluster-4x1", 64 << 20, true, openMPI, 1.2},
 }
 
 func (t target) String() string {
