@@ -11,12 +11,16 @@ package bootstrap
 // every member of it locked on R (agree.go), so a node agreeing on epoch
 // E ≤ R that is not locked on R is not a member of that world: the job
 // went on without it, and its Shrink or Grow fails with ErrExpelled. It
-// learns R from two sources: a formed member's push/pull state (grow.go,
-// every PushPullInterval), and, sooner, the answer to msgAsk, which it
-// sends to the members it waits for once the agreement has waited
-// askAfter: a formed member whose world is of epoch E or later and leaves
-// the asker out answers msgRunning with that epoch. The asker includes its
-// gossip address, since the others have dropped it from their views.
+// learns R from three sources: a formed member's push/pull state (grow.go,
+// every PushPullInterval); sooner, the answer to msgAsk, which it sends to
+// the members it waits for once the agreement has waited askAfter: a
+// formed member whose world is of epoch E or later and leaves the asker
+// out answers msgRunning with that epoch (the asker includes its gossip
+// address, since the others have dropped it from their views); and, if the
+// others finished while it was away, their leave notice (msgLeaving
+// carries the leaver's epoch), which a leaving node also sends to the
+// members it found gone (node.go shutdown). Without the last, it agreed on
+// a world of itself once they had all left.
 
 import (
 	"fmt"

@@ -54,3 +54,22 @@ func TestExpelledNodeLearnsIt(t *testing.T) {
 		})
 	}
 }
+
+// The same after the others finished and left while the victim was away:
+// their leave notice reaches the members they had found gone, and the
+// victim learns that the job ran past it instead of agreeing on a world of
+// itself once nobody else is left.
+func TestExpelledNodeLearnsItAfterTheJobLeft(t *testing.T) {
+	nodes := startWorld(t, "expel-left", 3, slowGossip)
+	nodes[0].Witnessed(1, 2)
+	survivors := nodes[:2]
+	shrinkAll(t, survivors, 10*time.Second)
+	closeAll(survivors)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	w, err := nodes[2].Shrink(ctx)
+	if !errors.Is(err, ErrExpelled) {
+		t.Fatalf("victim: Shrink returned world %+v, error %v; want ErrExpelled", w, err)
+	}
+	t.Logf("victim: %v", err)
+}

@@ -65,6 +65,9 @@ type Node struct {
 	peers   map[string]peer
 	viewGen uint64          // incremented on every change of peers
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
+	// goneAddr is the gossip address of each member in gone, for the
+	// leave notice (shutdown): a frozen member may resume (expel.go).
+	goneAddr map[string]string
 	// departed holds the members gossip dropped from the view (dead or
 	// left) until they come back: a member of a new world that is not in
 	// the view may have left it, or may not have reached it yet (the
@@ -141,6 +144,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
+		goneAddr: make(map[string]string),
 		departed: make(map[string]bool),
 		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
@@ -281,6 +285,19 @@ func (n *Node) shutdown(leave bool) {
 			if m.Name != n.name {
 				n.send(m.Name, m.Addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
 			}
+		}
+		// And the members found gone, at their last address: one frozen
+		// while the others went on without it reads this when it resumes
+		// and learns that the job ran past it (expel.go), rather than
+		// agree on a world of itself once everyone has left.
+		n.viewMu.Lock()
+		gone := make(map[string]string, len(n.goneAddr))
+		for name, addr := range n.goneAddr {
+			gone[name] = addr
+		}
+		n.viewMu.Unlock()
+		for name, addr := range gone {
+			n.send(name, addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
 		}
 		n.metaMu.Lock()
 		n.meta.Leaving = true
