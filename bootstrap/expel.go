@@ -50,7 +50,7 @@ func (n *Node) expelledAt(epoch uint32, locked *World) uint32 {
 	if !n.formed {
 		return 0
 	}
-	if r := n.running; r > epoch || (r == epoch && locked == nil) {
+	if r := n.ranPast; r > epoch || (r == epoch && locked == nil) {
 		return r
 	}
 	return 0
@@ -94,7 +94,7 @@ func (n *Node) answerAsk(m message) {
 // heardRunning records a msgRunning answer: a formed member runs epoch.
 func (n *Node) heardRunning(epoch uint32) {
 	n.mu.Lock()
-	n.running = max(n.running, epoch)
+	n.ranPast = max(n.ranPast, epoch)
 	n.mu.Unlock()
 	n.signal()
 }

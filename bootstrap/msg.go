@@ -128,7 +128,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.commits[m.epoch] = m
 	case msgLeaving:
 		n.leaving[m.from] = true
-		n.running = max(n.running, m.epoch) // the epoch of its world (expel.go)
+		n.ranPast = max(n.ranPast, m.epoch) // the epoch of its world (expel.go)
 	case msgEpoch:
 		n.hints[m.epoch] = true
 	}

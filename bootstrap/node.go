@@ -84,6 +84,10 @@ type Node struct {
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
+	// ranPast is the latest epoch a formed member runs or left, told in a
+	// push/pull, a msgRunning or a msgLeaving: only for expelledAt
+	// (expel.go), never for forming (running).
+	ranPast uint32
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
