@@ -126,12 +126,9 @@ func (r *rwr) list() []rdma.SGE {
 }
 
 func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
-	seg, fd, ok := d.spares.take(d.cfg.RecvQueueDepth) // spare.go
-	if !ok {
-		var err error
-		if seg, fd, err = newSegment(d.cfg.RecvQueueDepth); err != nil {
-			return nil, err
-		}
+	seg, fd, err := newSegment(d.cfg.RecvQueueDepth)
+	if err != nil {
+		return nil, err
 	}
 	c := &conn{
 		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd, pidfd: -1,

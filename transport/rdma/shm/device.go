@@ -32,7 +32,6 @@ type Device struct {
 	cma     bool
 	cmaWarn sync.Once // the fallback is logged once per device
 	counts  counts    // refusals (counters.go)
-	spares  spares    // segments made in advance (spare.go)
 
 	mu        sync.Mutex
 	closed    bool
@@ -224,7 +223,6 @@ func (d *Device) Close() error {
 			first = err
 		}
 	}
-	d.spares.close()
 	d.arena.close()
 	return first
 }
