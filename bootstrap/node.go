@@ -87,7 +87,7 @@ type Node struct {
 	// ranPast is the latest epoch a formed member runs or left, told in a
 	// push/pull, a msgRunning or a msgLeaving: only for expelledAt
 	// (expel.go), never for forming (running).
-	ranPast uint32
+	ranPast  uint32
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
