@@ -139,6 +139,8 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		tableBuf   []byte          // the encoded table of locked
 		settled    time.Time       // coordinator: since when its table is complete and unchanged
 		preparedAt time.Time
+		asked      time.Time // when this node last asked whether the job went on without it (expel.go)
+		askRound   int
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -152,6 +154,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			epoch = next
 			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
 			tbl, tableSent, tableBuf = nil, nil, nil
+		}
+		if r := n.expelledAt(epoch, locked); r > 0 {
+			return World{}, n.expelledError("agree", epoch, r)
 		}
 		if locked == nil {
 			n.mu.Lock()
@@ -286,18 +291,26 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				}
 			}
 		}
+		var members []Member // and the ranks of them this node waits for
+		var waiting []int
+		switch {
+		case locked != nil && locked.Rank == 0:
+			members, waiting = locked.Members, miss
+		case locked != nil:
+			members, waiting = locked.Members, []int{0}
+		case p.ok && me == 0:
+			members, waiting = p.members, miss
+		case p.ok && me > 0:
+			members, waiting = p.members, []int{0}
+		}
 		if time.Since(start) >= evidenceProbeEvery {
 			// Check that the members this node waits for are not gone.
-			switch {
-			case locked != nil && locked.Rank == 0:
-				n.probeWaitingFor(epoch, locked.Members, miss)
-			case locked != nil:
-				n.probeWaitingFor(epoch, locked.Members, []int{0})
-			case p.ok && me == 0:
-				n.probeWaitingFor(epoch, p.members, miss)
-			case p.ok && me > 0:
-				n.probeWaitingFor(epoch, p.members, []int{0})
-			}
+			n.probeWaitingFor(epoch, members, waiting)
+		}
+		if epoch > 1 && time.Since(start) >= askAfter && time.Since(asked) >= askEvery && n.isFormed() {
+			// Ask them whether the job went on without this node (expel.go).
+			n.ask(epoch, members, waiting, askRound)
+			asked, askRound = time.Now(), askRound+1
 		}
 		select {
 		case <-ctx.Done():

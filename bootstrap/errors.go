@@ -19,6 +19,7 @@ var (
 	ErrPeerLeft      = errors.New("peer left the job")
 	ErrPeerDead      = errors.New("peer failed (unreachable)")
 	ErrWrongJob      = errors.New("peer belongs to another job")
+	ErrExpelled      = errors.New("this rank was declared dead and the job went on without it")
 )
 
 // OpError is the error type of this package: which operation failed, on

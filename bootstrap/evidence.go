@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -187,6 +188,9 @@ func (n *Node) markGoneAs(name string, kind byte) {
 		return
 	}
 	n.gone[name] = true
+	if q, ok := n.peers[name]; ok {
+		n.goneAddr[name] = q.addr
+	}
 	delete(n.peers, name)
 	n.viewGen++
 	n.viewMu.Unlock()
@@ -196,6 +200,13 @@ func (n *Node) markGoneAs(name string, kind byte) {
 	}
 	w := n.world
 	n.mu.Unlock()
+	if i := slices.IndexFunc(w.Members, func(m Member) bool { return m.Name == name }); i >= 0 {
+		n.viewMu.Lock()
+		if _, ok := n.goneAddr[name]; !ok {
+			n.goneAddr[name] = w.Members[i].Addr // gossip had dropped it already
+		}
+		n.viewMu.Unlock()
+	}
 	m := message{kind: kind, epoch: w.Epoch, from: n.name, about: name}
 	for _, q := range w.Members {
 		if q.Name != n.name && q.Name != name {

@@ -54,6 +54,7 @@ func (n *Node) mergeState(buf []byte) {
 	}
 	n.mu.Lock()
 	n.running = max(n.running, e)
+	n.ranPast = max(n.ranPast, e)
 	n.mu.Unlock()
 	n.signal()
 }

@@ -12,15 +12,17 @@ import (
 // like all gossip). Encoding: kind byte | epoch uvarint | digest (16
 // bytes) | len(sender) sender.
 const (
-	msgPropose = 1 // member → coordinator: my table for epoch has digest D
-	msgPrepare = 2 // coordinator → member: every member proposed D; lock on it?
-	msgAck     = 3 // member → coordinator: locked on D; I will take no other table
-	msgCommit  = 4 // coordinator → member: every member locked on D; it is the world
-	msgLeaving = 5 // a member closes: its departure is not a failure
-	msgDead    = 6 // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
-	msgEpoch   = 7 // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
-	msgStopped = 8 // a member's process is stopped or gone, seen on its host: believe it (witness.go)
-	msgTable   = 9 // coordinator or tree parent → member: prepare(D) with the table; its own encoding (table.go)
+	msgPropose = 1  // member → coordinator: my table for epoch has digest D
+	msgPrepare = 2  // coordinator → member: every member proposed D; lock on it?
+	msgAck     = 3  // member → coordinator: locked on D; I will take no other table
+	msgCommit  = 4  // coordinator → member: every member locked on D; it is the world
+	msgLeaving = 5  // a member closes: its departure is not a failure
+	msgDead    = 6  // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
+	msgEpoch   = 7  // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
+	msgStopped = 8  // a member's process is stopped or gone, seen on its host: believe it (witness.go)
+	msgTable   = 9  // coordinator or tree parent → member: prepare(D) with the table; its own encoding (table.go)
+	msgAsk     = 10 // a formed node agreeing on epoch: is the job past it without me? about: my gossip address (expel.go)
+	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch that leaves the asker out (expel.go)
 
 	digestLen = 16
 )
@@ -30,8 +32,11 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
-	about  string // msgDead, msgStopped: the member found gone
+	about  string // msgDead, msgStopped: the member found gone; msgAsk: the sender's gossip address
 }
+
+// hasAbout says whether messages of kind carry the about field.
+func hasAbout(kind byte) bool { return kind == msgDead || kind == msgStopped || kind == msgAsk }
 
 func (m *message) encode() []byte {
 	b := make([]byte, 0, 1+5+digestLen+1+len(m.from))
@@ -39,7 +44,7 @@ func (m *message) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(m.epoch))
 	b = append(b, m.digest[:]...)
 	b = appendString(b, m.from)
-	if m.kind == msgDead || m.kind == msgStopped {
+	if hasAbout(m.kind) {
 		b = appendString(b, m.about)
 	}
 	return b
@@ -47,7 +52,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgStopped {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgRunning || buf[0] == msgTable {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -55,7 +60,7 @@ func decodeMessage(buf []byte) (message, bool) {
 	m.epoch = uint32(d.uvarint(1<<32 - 1))
 	copy(m.digest[:], d.fixed(digestLen))
 	m.from = string(d.bytes(255))
-	if m.kind == msgDead || m.kind == msgStopped {
+	if hasAbout(m.kind) {
 		m.about = string(d.bytes(255))
 	}
 	return m, d.err == nil && len(d.buf) == 0
@@ -123,6 +128,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.commits[m.epoch] = m
 	case msgLeaving:
 		n.leaving[m.from] = true
+		n.ranPast = max(n.ranPast, m.epoch) // the epoch of its world (expel.go)
 	case msgEpoch:
 		n.hints[m.epoch] = true
 	}
@@ -133,6 +139,12 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		return
 	case msgStopped:
 		n.witnessed(m.about)
+		return
+	case msgAsk:
+		n.answerAsk(m)
+		return
+	case msgRunning:
+		n.heardRunning(m.epoch)
 		return
 	}
 	if reply != 0 {

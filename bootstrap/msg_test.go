@@ -6,9 +6,12 @@ import (
 )
 
 func TestMessageRoundTrip(t *testing.T) {
-	for kind := byte(msgPropose); kind <= msgStopped; kind++ {
+	for kind := byte(msgPropose); kind <= msgRunning; kind++ {
+		if kind == msgTable {
+			continue
+		}
 		m := message{kind: kind, epoch: 1<<32 - 1, digest: [digestLen]byte{9, 8, 7}, from: "r12-0123456789ab"}
-		if kind == msgDead || kind == msgStopped {
+		if hasAbout(kind) {
 			m.about = "r3-ba9876543210"
 		}
 		got, ok := decodeMessage(m.encode())
@@ -22,7 +25,7 @@ func TestMessageRoundTrip(t *testing.T) {
 			t.Errorf("kind %d is routed as a table prepare", kind)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
+	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgRunning + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
 		if _, ok := decodeMessage(bad); ok {
 			t.Errorf("decodeMessage(%x) accepted", bad)
 		}

@@ -65,6 +65,9 @@ type Node struct {
 	peers   map[string]peer
 	viewGen uint64          // incremented on every change of peers
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
+	// goneAddr is the gossip address of each member in gone, for the
+	// leave notice (shutdown): a frozen member may resume (expel.go).
+	goneAddr map[string]string
 	// departed holds the members gossip dropped from the view (dead or
 	// left) until they come back: a member of a new world that is not in
 	// the view may have left it, or may not have reached it yet (the
@@ -81,6 +84,10 @@ type Node struct {
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
+	// ranPast is the latest epoch a formed member runs or left, told in a
+	// push/pull, a msgRunning or a msgLeaving: only for expelledAt
+	// (expel.go), never for forming (running).
+	ranPast  uint32
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
@@ -141,6 +148,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
+		goneAddr: make(map[string]string),
 		departed: make(map[string]bool),
 		probes:   make(map[string]*probeState),
 		reported: make(map[string]bool),
@@ -281,6 +289,19 @@ func (n *Node) shutdown(leave bool) {
 			if m.Name != n.name {
 				n.send(m.Name, m.Addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
 			}
+		}
+		// And the members found gone, at their last address: one frozen
+		// while the others went on without it reads this when it resumes
+		// and learns that the job ran past it (expel.go), rather than
+		// agree on a world of itself once everyone has left.
+		n.viewMu.Lock()
+		gone := make(map[string]string, len(n.goneAddr))
+		for name, addr := range n.goneAddr {
+			gone[name] = addr
+		}
+		n.viewMu.Unlock()
+		for name, addr := range gone {
+			n.send(name, addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
 		}
 		n.metaMu.Lock()
 		n.meta.Leaving = true

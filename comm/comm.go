@@ -154,9 +154,13 @@ func (c *Comm) teardown(ctx context.Context) error {
 
 func (c *Comm) debugf(level int, format string, args ...any) {
 	if c.cfg.debug >= level {
-		log.Printf("gorun rank %d: "+format, append([]any{c.rank}, args...)...)
+		debugLog.Printf("gorun rank %d: "+format, append([]any{c.rank}, args...)...)
 	}
 }
+
+// debugLog writes GORUN_DEBUG's lines, to the microsecond: the phases of
+// a recovery on different ranks are put side by side by their times.
+var debugLog = log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds)
 
 // NewLocal returns n ranks of one communicator in this process, connected
 // through the "mem" provider unless WithTransport (or GORUN_TRANSPORT)

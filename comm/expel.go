@@ -20,15 +20,16 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 )
 
 // ErrExpelled: the other ranks declared this rank dead and went on
-// without it; its state is stale.
-var ErrExpelled = errors.New("this rank was declared dead and the job went on without it")
+// without it; its state is stale. Shrink and Grow return it on such a
+// rank, whether it finds out from its new world's membership check or
+// from the bootstrap (the others agreed on a later epoch without it).
+var ErrExpelled = bootstrap.ErrExpelled
 
 // checkMembership runs the check above on n, a communicator of world w;
 // from is the world this rank comes from (nil: it joins the running job).

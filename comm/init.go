@@ -277,7 +277,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 		}
 	}
 	if cfg.debug >= debugTrace {
-		bc.Logger = log.New(os.Stderr, fmt.Sprintf("gorun rank %d: ", job.Rank), log.LstdFlags)
+		bc.Logger = log.New(os.Stderr, fmt.Sprintf("gorun rank %d: ", job.Rank), log.LstdFlags|log.Lmicroseconds)
 	}
 	seeds := seedsFor(job)
 	bc.Seeds = seeds

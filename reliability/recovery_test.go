@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -173,7 +174,11 @@ func childRecover(rank int) int {
 	s := c
 	for shrinks := 0; ; shrinks++ {
 		if s, err = s.Shrink(ctx); err != nil {
-			emit(event{Kind: "wrong", Rank: rank, Err: "shrink: " + err.Error()})
+			kind := "wrong"
+			if errors.Is(err, comm.ErrExpelled) {
+				kind = "expelled" // the others went on without this rank (TestResumedRankExpelled)
+			}
+			emit(event{Kind: kind, Rank: rank, Err: "shrink: " + err.Error(), ErrRank: errRank(err)})
 			return after(rank, base, c)
 		}
 		if err = checkedAllReduces(ctx, s, buf, 5, func() {

@@ -1,0 +1,100 @@
+package bootstrap
+
+// Expelled: a member the others declared dead while it lived (frozen by
+// SIGSTOP or a debugger, starved, cut off) comes back and calls Shrink or
+// Grow from its old world. The others have agreed on a later world without
+// it and will never answer its agreement: without a word from them it
+// waited until they left, then agreed on a world of itself and went on
+// alone (seen in the chaos soak, 52-85 s after the resume).
+//
+// The word is the epoch the job runs. A committed world of epoch R needs
+// every member of it locked on R (agree.go), so a node agreeing on epoch
+// E ≤ R that is not locked on R is not a member of that world: the job
+// went on without it, and its Shrink or Grow fails with ErrExpelled. It
+// learns R from three sources: a formed member's push/pull state (grow.go,
+// every PushPullInterval); sooner, the answer to msgAsk, which it sends to
+// the members it waits for once the agreement has waited askAfter: a
+// formed member whose world is of epoch E or later and leaves the asker
+// out answers msgRunning with that epoch (the asker includes its gossip
+// address, since the others have dropped it from their views); and, if the
+// others finished while it was away, their leave notice (msgLeaving
+// carries the leaver's epoch), which a leaving node also sends to the
+// members it found gone (node.go shutdown). Without the last, it agreed on
+// a world of itself once they had all left.
+
+import (
+	"fmt"
+	"time"
+)
+
+const (
+	// askAfter is how long an agreement waits before it asks: a Shrink of
+	// live members agrees within tens of milliseconds, and the asks are
+	// wasted then.
+	askAfter = 200 * time.Millisecond
+	// askEvery is the least time between two rounds of asks; askFanout
+	// bounds the members asked in one round.
+	askEvery  = 200 * time.Millisecond
+	askFanout = 3
+)
+
+// expelledAt says whether this node, agreeing on epoch (locked on the
+// world locked, or not locked), is left out of a world the job runs: it
+// returns that world's epoch, or 0.
+func (n *Node) expelledAt(epoch uint32, locked *World) uint32 {
+	if epoch <= 1 {
+		return 0 // forming the first world, or joining a running job (grow.go)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.formed {
+		return 0
+	}
+	if r := n.ranPast; r > epoch || (r == epoch && locked == nil) {
+		return r
+	}
+	return 0
+}
+
+// expelledError is the error of an agreement for epoch on a node the job
+// left out of its world of epoch r.
+func (n *Node) expelledError(op string, epoch, r uint32) error {
+	n.mu.Lock()
+	rank := n.world.Rank
+	n.mu.Unlock()
+	return &OpError{Op: op, Rank: rank, Peer: -1,
+		Err: fmt.Errorf("%w: agreeing on epoch %d, the others run epoch %d without it", ErrExpelled, epoch, r)}
+}
+
+// ask sends msgAsk for epoch to up to askFanout of the members (by rank
+// in members) this node waits for, starting at the round's offset.
+func (n *Node) ask(epoch uint32, members []Member, ranks []int, round int) {
+	m := message{kind: msgAsk, epoch: epoch, from: n.name, about: n.Addr()}
+	for i := 0; i < min(askFanout, len(ranks)); i++ {
+		r := ranks[(round*askFanout+i)%len(ranks)]
+		if r >= 0 && r < len(members) && members[r].Name != n.name {
+			n.send(members[r].Name, members[r].Addr, m)
+		}
+	}
+}
+
+// answerAsk answers another node's msgAsk: with msgRunning if this node's
+// world is of the asked epoch or later and leaves the asker out.
+func (n *Node) answerAsk(m message) {
+	n.mu.Lock()
+	w, formed := n.world, n.formed
+	_, in := n.inWorld[m.from]
+	n.mu.Unlock()
+	if !formed || in || w.Epoch < m.epoch || m.from == n.name {
+		return
+	}
+	n.send(m.from, m.about, message{kind: msgRunning, epoch: w.Epoch, from: n.name})
+}
+
+// heardRunning records a msgRunning answer: a formed member runs epoch.
+func (n *Node) heardRunning(epoch uint32) {
+	n.mu.Lock()
+	n.ranPast = max(n.ranPast, epoch)
+	n.mu.Unlock()
+	n.signal()
+}

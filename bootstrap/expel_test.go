@@ -1,0 +1,75 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A member the others shrank without while it was alive (a witness saw it
+// stopped; it then resumed) calls Shrink from its old world: it must learn
+// that the job went on without it (ErrExpelled), not wait for the others
+// to leave and then agree on a world of itself. With push/pull slowed
+// down, only the msgAsk answer can tell it; with push/pull at its default,
+// either can.
+func TestExpelledNodeLearnsIt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(int, *Config)
+	}{
+		{"ask", func(i int, c *Config) { slowGossip(i, c); c.PushPullInterval = time.Hour }},
+		{"default", slowGossip},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, victim := range []int{0, 2} { // the old coordinator, and a member
+				nodes := startWorld(t, "expel-"+c.name, 4, c.mod)
+				nodes[(victim+1)%4].Witnessed(1, victim)
+				var survivors []*Node
+				for r, n := range nodes {
+					if r != victim {
+						survivors = append(survivors, n)
+					}
+				}
+				for _, w := range shrinkAll(t, survivors, 10*time.Second) {
+					if w.Size != 3 || w.Epoch != 2 {
+						t.Fatalf("survivors' world %+v, want 3 ranks of epoch 2", w)
+					}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				w, err := nodes[victim].Shrink(ctx)
+				cancel()
+				if !errors.Is(err, ErrExpelled) {
+					t.Fatalf("victim rank %d: Shrink returned world %+v, error %v; want ErrExpelled", victim, w, err)
+				}
+				t.Logf("victim rank %d: %v", victim, err)
+				// The survivors go on: a second Shrink among them still agrees.
+				for _, w := range shrinkAll(t, survivors, 10*time.Second) {
+					if w.Size != 3 || w.Epoch != 3 {
+						t.Fatalf("survivors' second world %+v, want 3 ranks of epoch 3", w)
+					}
+				}
+				closeAll(nodes)
+			}
+		})
+	}
+}
+
+// The same after the others finished and left while the victim was away:
+// their leave notice reaches the members they had found gone, and the
+// victim learns that the job ran past it instead of agreeing on a world of
+// itself once nobody else is left.
+func TestExpelledNodeLearnsItAfterTheJobLeft(t *testing.T) {
+	nodes := startWorld(t, "expel-left", 3, slowGossip)
+	nodes[0].Witnessed(1, 2)
+	survivors := nodes[:2]
+	shrinkAll(t, survivors, 10*time.Second)
+	closeAll(survivors)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	w, err := nodes[2].Shrink(ctx)
+	if !errors.Is(err, ErrExpelled) {
+		t.Fatalf("victim: Shrink returned world %+v, error %v; want ErrExpelled", w, err)
+	}
+	t.Logf("victim: %v", err)
+}
