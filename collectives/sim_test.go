@@ -3,20 +3,45 @@ package collectives
 import (
 	"fmt"
 	"math"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
 // The simulator runs a set of schedules on in-memory arrays, following the
 // execution rules of Schedule with a bounded queue per ordered pair of
-// ranks. Elements are symbolic: the position they came from and how many
-// times each rank's contribution was reduced into them, so a missing,
-// doubled or misplaced contribution is caught exactly.
-
-const maxRanks = 64
+// ranks. Elements are symbolic: the position they came from and the set
+// of ranks whose contributions were reduced into them, and a rank reduced
+// in twice is recorded, so a missing, doubled or misplaced contribution is
+// caught exactly.
 
 type elem struct {
-	idx int32 // source position; -1 = garbage
-	c   [maxRanks]uint8
+	idx int32    // source position; -1 = garbage
+	dup int32    // 1 + a rank whose contribution was reduced in twice; 0 none
+	c   []uint64 // the contributing ranks, a bit each; never written once shared
+}
+
+// reduce is a reduction of e into d.
+func reduce(d, e elem) elem {
+	c := make([]uint64, max(len(d.c), len(e.c)))
+	copy(c, d.c)
+	for w, bits := range e.c {
+		if both := c[w] & bits; both != 0 && d.dup == 0 {
+			for b := 0; b < 64; b++ {
+				if both&(1<<b) != 0 {
+					d.dup = int32(w*64+b) + 1
+					break
+				}
+			}
+		}
+		c[w] |= bits
+	}
+	if d.dup == 0 {
+		d.dup = e.dup
+	}
+	d.c = c
+	return d
 }
 
 type msg struct {
@@ -28,8 +53,8 @@ type simRank struct {
 	s            *Schedule
 	work, input  []elem
 	done         []bool
-	lo           int           // every op before lo is done
-	sendQ, recvQ map[int][]int // per peer: op indices in program order
+	sendQ, recvQ map[int][]int // per peer: op indices in program order, the done ones removed
+	peers        []int         // the keys of both, sorted
 }
 
 // simulate runs scheds; capacity bounds each pair's in-flight messages;
@@ -53,22 +78,41 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 		ranks[r] = sr
 	}
 	queues := map[[2]int][]msg{}
+	left := 0 // ops not yet done, over all ranks
+	for _, sr := range ranks {
+		left += len(sr.s.Ops)
+		for q := range sr.sendQ {
+			sr.peers = append(sr.peers, q)
+		}
+		for q := range sr.recvQ {
+			if _, ok := sr.sendQ[q]; !ok {
+				sr.peers = append(sr.peers, q)
+			}
+		}
+		slices.Sort(sr.peers)
+	}
+	var heads []int
 	for round := 0; ; round++ {
-		progress, remaining, waiting := false, 0, false
+		progress, waiting := false, false
 		for r, sr := range ranks {
 			if started != nil && !started(r, round) {
 				waiting = true
 				continue
 			}
-			for sr.lo < len(sr.done) && sr.done[sr.lo] {
-				sr.lo++
-			}
-			for i := sr.lo; i < len(sr.s.Ops); i++ {
-				o := sr.s.Ops[i]
-				if sr.done[i] {
-					continue
+			// Only the first send and the first receive of each peer may
+			// go (FIFO per pair): those are the candidates, in program order.
+			heads = heads[:0]
+			for _, q := range sr.peers {
+				if sq := sr.sendQ[q]; len(sq) > 0 {
+					heads = append(heads, sq[0])
 				}
-				remaining++
+				if rq := sr.recvQ[q]; len(rq) > 0 {
+					heads = append(heads, rq[0])
+				}
+			}
+			slices.Sort(heads)
+			for _, i := range heads {
+				o := sr.s.Ops[i]
 				ready := true
 				for _, d := range o.Deps {
 					ready = ready && sr.done[d]
@@ -114,17 +158,15 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 						if dst[j].idx != e.idx {
 							return fmt.Errorf("rank %d op %d (%v): reducing position %d into %d", r, i, o, e.idx, dst[j].idx)
 						}
-						for k := range dst[j].c {
-							dst[j].c[k] += e.c[k]
-						}
+						dst[j] = reduce(dst[j], e)
 					}
 				}
 				sr.done[i] = true
 				progress = true
-				remaining--
+				left--
 			}
 		}
-		if remaining == 0 && !waiting {
+		if left == 0 && !waiting {
 			for k, q := range queues {
 				if len(q) > 0 {
 					return fmt.Errorf("%d unreceived messages from rank %d to %d", len(q), k[0], k[1])
@@ -160,10 +202,17 @@ func peerReady(pr *simRank, from int) bool {
 	return true
 }
 
+// singletons[r] is rank r's set: the elements a rank starts with share it.
+var singletons [][]uint64
+
 func one(rank, idx int) elem {
-	e := elem{idx: int32(idx)}
-	e.c[rank] = 1
-	return e
+	for len(singletons) <= rank {
+		k := len(singletons)
+		c := make([]uint64, k/64+1)
+		c[k/64] = 1 << (k % 64)
+		singletons = append(singletons, c)
+	}
+	return elem{idx: int32(idx), c: singletons[rank]}
 }
 
 func garbage(n int) []elem {
@@ -174,37 +223,48 @@ func garbage(n int) []elem {
 	return g
 }
 
-func checkElem(got elem, idx int, want func(k int) uint8) error {
+func checkElem(got elem, idx int, want []uint64) error {
 	if got.idx != int32(idx) {
 		return fmt.Errorf("position %d holds element of position %d", idx, got.idx)
 	}
-	for k := range got.c {
-		if got.c[k] != want(k) {
-			return fmt.Errorf("position %d: rank %d contributed %d times, want %d", idx, k, got.c[k], want(k))
+	if got.dup != 0 {
+		return fmt.Errorf("position %d: rank %d contributed twice", idx, got.dup-1)
+	}
+	for w := range max(len(got.c), len(want)) {
+		var g, x uint64
+		if w < len(got.c) {
+			g = got.c[w]
+		}
+		if w < len(want) {
+			x = want[w]
+		}
+		for b := 0; b < 64; b++ {
+			if (g^x)&(1<<b) != 0 {
+				return fmt.Errorf("position %d: rank %d contributed %d times, want %d", idx, w*64+b, g>>b&1, x>>b&1)
+			}
 		}
 	}
 	return nil
 }
 
-func allOnes(n int) func(int) uint8 {
-	return func(k int) uint8 {
-		if k < n {
-			return 1
-		}
-		return 0
+// allOnes is the set of ranks 0..n-1.
+func allOnes(n int) []uint64 {
+	c := make([]uint64, (n+63)/64)
+	for k := range n {
+		c[k/64] |= 1 << (k % 64)
 	}
+	return c
 }
 
-func only(r int) func(int) uint8 {
-	return func(k int) uint8 {
-		if k == r {
-			return 1
-		}
-		return 0
-	}
-}
+// only is the set of rank r alone.
+func only(r int) []uint64 { return one(r, 0).c }
 
 func testCounts(n int) []int {
+	if n > 64 {
+		// Fewer than n elements leave some ranks empty blocks, more than
+		// n give every rank one and some two.
+		return []int{1, n + 1}
+	}
 	return []int{0, 1, n - 1, n + 1, 2*n + 3, 37}
 }
 
@@ -227,7 +287,7 @@ func TestAllReduceSchedules(t *testing.T) {
 		for _, n := range worldSizes() {
 			for _, count := range testCounts(n) {
 				for _, chunk := range testChunks {
-					if chunk == 1 && n > 8 {
+					if chunk == 1 && n > 8 || chunk == 3 && n > 256 {
 						continue // chunk 3 covers the splitting; 1 is slow at large n
 					}
 					scheds := build(t, AllReduce, a, n, 0, count, chunk)
@@ -523,15 +583,26 @@ func TestSelect(t *testing.T) {
 	}
 }
 
-// worldSizes is 1..33. The schedule tests are single-goroutine, so the race
-// detector (which slows them 30x) adds nothing; under -race they sample the
-// sizes instead: 1..9 and the sizes 16, 17 and 33.
+// worldSizes is every size to 64, then 127, 128, 255, 256, 1,000, 1,024
+// and 4,096 (the sizes at which an algorithm's power-of-two arithmetic or
+// tree shape changes, and a job as large as a user plans). The schedule
+// tests are single-goroutine, so the race detector (which slows them 30x)
+// adds nothing; under -race, and in -short, they sample the sizes instead:
+// 1..9, 16, 17, 33, 64 and 127. GORUN_SIM_LARGE=1 adds 1,000, 1,024 and
+// 4,096, which take far longer than a test run's 10 minutes here.
 func worldSizes() []int {
 	var ns []int
-	for n := 1; n <= 33; n++ {
-		if !raceEnabled || n <= 9 || n == 16 || n == 17 || n == 33 {
+	for n := 1; n <= 64; n++ {
+		if !raceEnabled && !testing.Short() || n <= 9 || n == 16 || n == 17 || n == 33 || n == 64 {
 			ns = append(ns, n)
 		}
+	}
+	ns = append(ns, 127)
+	if !raceEnabled && !testing.Short() {
+		ns = append(ns, 128, 255, 256)
+	}
+	if os.Getenv("GORUN_SIM_LARGE") != "" {
+		ns = append(ns, 1000, 1024, 4096)
 	}
 	return ns
 }
@@ -592,6 +663,32 @@ func TestPeers(t *testing.T) {
 			if ring != min(2, n-1) || t1 > 3 || t2 > 3 || rd > log2(n)+1 || init > MaxInitPeers(n) || float64(init) > 2*math.Log2(float64(n))+4 {
 				t.Fatalf("n=%d rank %d: ring %d, trees %d and %d, recursive doubling %d, start-up %d (bound %d)", n, r, ring, t1, t2, rd, init, MaxInitPeers(n))
 			}
+		}
+	}
+}
+
+// The simulator's element algebra: a doubled contribution, a missing one
+// and a misplaced element are each reported, at any rank number.
+func TestSimElem(t *testing.T) {
+	for _, n := range []int{3, 64, 65, 4096} {
+		e := elem{idx: 0}
+		for r := range n {
+			e = reduce(e, one(r, 0))
+		}
+		if err := checkElem(e, 0, allOnes(n)); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		if err := checkElem(reduce(e, one(n-1, 0)), 0, allOnes(n)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d contributed twice", n-1)) {
+			t.Errorf("n=%d: doubled contribution: %v", n, err)
+		}
+		if err := checkElem(e, 0, allOnes(n-1)); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d contributed 1 times, want 0", n-1)) {
+			t.Errorf("n=%d: extra contribution: %v", n, err)
+		}
+		if err := checkElem(one(n-1, 0), 0, allOnes(n)); err == nil || !strings.Contains(err.Error(), "rank 0 contributed 0 times, want 1") {
+			t.Errorf("n=%d: missing contributions: %v", n, err)
+		}
+		if err := checkElem(one(2, 5), 4, only(2)); err == nil {
+			t.Errorf("n=%d: a misplaced element passed", n)
 		}
 	}
 }
