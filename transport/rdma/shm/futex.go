@@ -57,7 +57,7 @@ type doorbell struct {
 }
 
 // ring wakes the sleepers, if any, after a condition was published with
-// storeSC.
+// storeSC64.
 func (d doorbell) ring() {
 	if d.waiters.Load() != 0 && d.waiters.Swap(0) != 0 {
 		d.seq.Add(1)
