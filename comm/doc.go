@@ -31,7 +31,4 @@
 // (the timeline's recorder, the metrics' counters and HTTP server), which
 // the communicators made from it share, each with its own timeline row,
 // and which that first communicator closes. Otherwise a Comm's obs is nil.
-//
-// This package is owned by the comm/collectives maintainer, except
-// init.go (Init, the bootstrap's rendezvous), owned by the bootstrap's.
 package comm
