@@ -118,25 +118,10 @@ func TestInitProcesses(t *testing.T) {
 	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
 	common := append(initCleanEnv(), initChildEnv+"=1", "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
 		"GORUN_JOB_ID=init-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=60s")
-	outs := make([]initOutput, n)
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	start := time.Now()
-	for r := range n {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInitChild$", "-test.v")
-		cmd.Env = append(slices.Clone(common), "GORUN_RANK="+strconv.Itoa(r))
-		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
-		var err error
-		if stdins[r], err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
+	cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestInitChild")
 	// Wait until every rank reported its allreduce (or one exited), then
 	// let them all close.
 	exited := make(chan int, n)
