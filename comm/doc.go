@@ -23,7 +23,10 @@
 // Failures: an operation that fails (timeout, cancelled context, a dead or
 // disagreeing peer, Abort anywhere) aborts the communicator on every rank;
 // every pending and later operation returns a *RankError naming the rank at
-// fault. Configuration comes from options and the GORUN_* variables
+// fault. A rank's failure of its own (a bad argument, a cancelled context,
+// a disagreement it found) fails its peers from the first collective it
+// did not complete: a peer still in an earlier one completes it, as this
+// rank did. Configuration comes from options and the GORUN_* variables
 // documented in env.go.
 //
 // Observability (observe.go, metrics.go): with GORUN_TIMELINE or

@@ -132,6 +132,36 @@ func TestInvalidArguments(t *testing.T) {
 	checkEventually(t, "lengths", cs, errs, ErrInvalid, 3)
 }
 
+// TestWithdrawLetsEarlierCallsFinish: a rank's bad argument fails its
+// peers from that call on, not in a call it completed before. In a gather
+// to rank 0, rank 1 completes once its data is in rank 0's staging and
+// goes on to a bad call while rank 0 still waits for rank 2 (the CI
+// failure of capi's mpi_check: "allreduce: rank 1: invalid argument" on a
+// rank still in the call before rank 1's bad one).
+func TestWithdrawLetsEarlierCallsFinish(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 3)
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 2 {
+			time.Sleep(200 * time.Millisecond) // rank 1's notice reaches rank 0 first
+		}
+		got := make([]int32, 6)
+		if err := Gather(ctx, c, []int32{int32(c.Rank()), 7}, got, 0); err != nil {
+			t.Errorf("rank %d: the gather rank 1 completed failed: %v", c.Rank(), err)
+			return err
+		}
+		if c.Rank() == 0 && got[4] != 2 {
+			t.Errorf("rank 0: gather gave %v", got)
+		}
+		f := []float32{1}
+		if c.Rank() == 1 {
+			return AllReduce(ctx, c, f, f, BAnd) // not defined on floats
+		}
+		return AllReduce(ctx, c, f, f, Sum)
+	})
+	checkAll(t, "withdraw after a completed gather", errs, ErrInvalid, 1)
+}
+
 func TestAbortWakesPeers(t *testing.T) {
 	ctx := testCtx(t)
 	cs := newLocal(t, 4)

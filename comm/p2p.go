@@ -232,6 +232,9 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		}
 		gm[i], sigs[i] = g, sig
 	}
+	if err := c.eng.Admit(collectives.SendRecv, 0); err != nil { // a peer's withdrawal
+		return err
+	}
 	p := engine.Compile(collectives.GroupSendRecv(c.rank, c.size, gm))
 	if err := c.connectPlan(ctx, p); err != nil { // connect.go
 		return err

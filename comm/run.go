@@ -78,7 +78,7 @@ func (c *Comm) giveUp(ctx context.Context, t uint64, op string) error {
 		kind = ErrTimeout
 	}
 	err := fmt.Errorf("%w: %s gave up waiting for the operation ahead of it: %w", kind, op, ctx.Err())
-	c.eng.Abort(c.rank, err)
+	c.eng.Withdraw(err)
 	return &RankError{Rank: c.rank, Op: op, Err: err}
 }
 
@@ -211,6 +211,9 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 		k.algo = c.algoFor(s.coll, s.count*es)
 		c.seq++
 	}
+	if err := c.eng.Admit(s.coll, seq); err != nil { // a peer's withdrawal that reaches this call
+		return err
+	}
 	// An op must fit in the peer's staging window, or two ranks that each
 	// wait for their own send before applying the other's (recursive
 	// doubling) would deadlock on credits.
@@ -243,10 +246,11 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 }
 
 // invalid fails the operation on every rank: this rank aborts the
-// communicator naming itself.
+// communicator naming itself, from its first collective not completed (a
+// peer still in an earlier one finishes it).
 func (c *Comm) invalid(op, format string, args ...any) error {
 	err := fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
-	c.eng.Abort(c.rank, err)
+	c.eng.Withdraw(err)
 	return &RankError{Rank: c.rank, Op: op, Err: err}
 }
 

@@ -209,7 +209,7 @@ func countsHash(counts []int) int {
 // found between its arguments and a peer's.
 func (c *Comm) mismatch(op, format string, args ...any) error {
 	err := fmt.Errorf("%w: %s", ErrMismatch, fmt.Sprintf(format, args...))
-	c.eng.Abort(c.rank, err)
+	c.eng.Withdraw(err)
 	return &RankError{Rank: c.rank, Op: op, Err: err}
 }
 

@@ -102,10 +102,17 @@ type Engine struct {
 
 	mu     sync.Mutex
 	err    error
+	from   uint64 // the failure's notice (abort)
 	closed bool
 	failed atomic.Bool
 	timer  *time.Timer
 	runMu  sync.Mutex // held by Run; Close waits for it
+
+	// next is 1<<32 | the number of the collective after the last one Run
+	// completed; 0 before the first. pending is a peer's withdrawal that
+	// fails a later call (failure.go).
+	next    atomic.Uint64
+	pending atomic.Pointer[withdrawal]
 
 	mm      mismatchState
 	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
@@ -187,13 +194,16 @@ func (e *Engine) Err() error {
 func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Duration) error {
 	e.runMu.Lock()
 	defer e.runMu.Unlock()
-	if err := e.Err(); err != nil {
-		return err
+	if e.failed.Load() || e.pending.Load() != nil {
+		if err := e.admit(call); err != nil {
+			return err
+		}
 	}
 	if statsBuilt && call.Stats != nil {
 		call.Stats.begin()
 	}
 	if len(p.S.Ops) == 0 {
+		e.completed(call)
 		return nil
 	}
 	e.curHash.Store(1<<32 | uint64(callHash(call)))
@@ -206,7 +216,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 	defer e.idle()
 	e.st.reset(len(p.S.Ops), len(p.peers))
-	w := waiter{e: e, ctx: ctx, p: p, timeout: timeout} // the deadline is set at its first look at the clock (wait.go)
+	w := waiter{e: e, ctx: ctx, p: p, call: call, timeout: timeout} // the deadline is set at its first look at the clock (wait.go)
 	remaining := len(p.S.Ops)
 	for {
 		// Step first: the sends whose deps are met go out before this
@@ -217,6 +227,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		}
 		remaining -= n
 		if remaining == 0 {
+			e.completed(call)
 			return nil
 		}
 		if e.poll() > 0 {
@@ -229,6 +240,13 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		if err := w.idle(); err != nil {
 			return err
 		}
+	}
+}
+
+// completed notes that Run completed call (Withdraw's notice).
+func (e *Engine) completed(call *Call) {
+	if call.Coll != collectives.SendRecv {
+		e.next.Store(1<<32 | uint64(call.Seq+1))
 	}
 }
 

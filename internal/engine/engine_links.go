@@ -26,7 +26,7 @@ func (e *Engine) AddLink(l *Link) error {
 	l.attach(e)
 	var pe *PeerError
 	if err := e.Err(); errors.As(err, &pe) && !errors.Is(err, ErrClosed) {
-		l.sendCtrl(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err))) // best effort
+		l.sendCtrl3(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err)), e.note()) // best effort
 	}
 	return nil
 }

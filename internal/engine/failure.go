@@ -8,16 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
 )
 
-// fail records err (the first one wins) and wakes the run loop.
-func (e *Engine) fail(err error) bool {
+// fail records err (the first one wins) with the notice that passes it on
+// (Engine.note), and wakes the run loop.
+func (e *Engine) fail(err error, from uint64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.err != nil {
 		return false
 	}
-	e.err = err
+	e.err, e.from = err, from
 	e.failed.Store(true)
 	close(e.dead)
 	return true
@@ -25,17 +28,65 @@ func (e *Engine) fail(err error) bool {
 
 // Abort fails the engine with a *PeerError{culprit, err} and sends an abort
 // notice to every peer, whose operations then fail with the same culprit.
-func (e *Engine) Abort(culprit int, err error) {
-	if !e.fail(&PeerError{Rank: culprit, Err: err}) {
+func (e *Engine) Abort(culprit int, err error) { e.abort(culprit, err, 0) }
+
+// Withdraw fails this rank's engine with a *PeerError naming itself, and
+// its peers' from the first collective it has not completed: a peer still
+// in an earlier one finishes it. Call it for a failure of this rank's own
+// that leaves its peers well (a bad argument, a cancelled call, a
+// disagreement it found), not for a peer's: a rank that completed a
+// collective has sent all that call needed from it, so the call completes
+// on every rank.
+func (e *Engine) Withdraw(err error) { e.abort(e.Rank, err, e.next.Load()) }
+
+// abort fails the engine and sends the abort notice, which carries from:
+// 0, or 1<<32 | the sequence number of the first collective call it fails
+// (Withdraw).
+func (e *Engine) abort(culprit int, err error, from uint64) {
+	if !e.fail(&PeerError{Rank: culprit, Err: err}, from) {
 		return
 	}
 	code := reasonOf(err)
 	for i := range e.links {
 		l := e.links[i].Load()
 		if l != nil && !l.closed.Load() {
-			l.sendCtrl(ctrlAbort, uint32(int32(culprit)), uint64(code)) // best effort
+			l.sendCtrl3(ctrlAbort, uint32(int32(culprit)), uint64(code), from) // best effort
 		}
 	}
+}
+
+// withdrawal is a peer's Withdraw that this rank has yet to act on.
+type withdrawal struct {
+	culprit int
+	err     error
+	from    uint32 // the first collective call (Call.Seq) it fails
+}
+
+// deferAbort handles an abort notice that fails collectives from call
+// from on: an earlier one that runs, or has yet to start, goes on.
+func (e *Engine) deferAbort(culprit int, err error, from uint32) {
+	if e.pending.CompareAndSwap(nil, &withdrawal{culprit, err, from}) {
+		e.poke() // a running call past from fails at its next look (wait.go)
+	}
+}
+
+// admit fails the engine for a withdrawal that call reaches: a collective
+// numbered from or later, or a point-to-point call (whose numbers are per
+// pair); it returns the engine's error.
+func (e *Engine) admit(call *Call) error {
+	if d := e.pending.Load(); d != nil && (call.Coll == collectives.SendRecv || int32(call.Seq-d.from) >= 0) {
+		e.abort(d.culprit, d.err, 1<<32|uint64(d.from))
+	}
+	return e.Err()
+}
+
+// Admit is the engine's error for a call of coll numbered seq about to
+// start (Run checks it too; the caller checks before connecting).
+func (e *Engine) Admit(coll collectives.Collective, seq uint32) error {
+	if !e.failed.Load() && e.pending.Load() == nil {
+		return nil
+	}
+	return e.admit(&Call{Coll: coll, Seq: seq})
 }
 
 // PeerFailed reports from outside (the bootstrap) that rank died.
@@ -95,7 +146,7 @@ func (e *Engine) CloseContext(ctx context.Context) error {
 	// Stop a running operation (it returns at its next wakeup) and wait for
 	// it: Run uses the links' memory, which Close frees.
 	failedBefore := e.Err()
-	e.fail(&PeerError{Rank: e.Rank, Err: ErrClosed})
+	e.fail(&PeerError{Rank: e.Rank, Err: ErrClosed}, 0)
 	e.runMu.Lock()
 	defer e.runMu.Unlock()
 	// A rank that failed before closing passes the failure on ahead of its
@@ -106,7 +157,7 @@ func (e *Engine) CloseContext(ctx context.Context) error {
 		for i := range e.links {
 			l := e.links[i].Load()
 			if l != nil && !l.closed.Load() && !l.broken.Load() {
-				l.sendCtrl(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err))) // best effort
+				l.sendCtrl3(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err)), e.note()) // best effort
 			}
 		}
 	}
@@ -191,4 +242,11 @@ func (e *Engine) pollOrSleep(ctx context.Context) {
 		}
 	}
 	e.sleeping.Store(false)
+}
+
+// note is the from of the engine's failure (abort).
+func (e *Engine) note() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.from
 }

@@ -75,7 +75,7 @@ const (
 const (
 	ctrlHello    uint32 = iota + 1
 	ctrlCredit          // b: messages consumed so far (cumulative)
-	ctrlAbort           // rank a is the culprit, b the reason code
+	ctrlAbort           // rank a is the culprit, b the reason code; c: 0, or 1<<32 | the first collective it fails (Withdraw)
 	ctrlBye             // the peer closed its communicator
 	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
 	ctrlMismatch        // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
@@ -436,8 +436,14 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		case ctrlCredit:
 			l.noteCredits(uint32(b))
 		case ctrlAbort:
-			culprit := int(int32(a))
-			l.withEngine(func(e *Engine) { e.Abort(culprit, reasonErr(uint32(b))) })
+			culprit, from := int(int32(a)), binary.LittleEndian.Uint64(m[16:])
+			l.withEngine(func(e *Engine) {
+				if from == 0 {
+					e.Abort(culprit, reasonErr(uint32(b)))
+				} else {
+					e.deferAbort(culprit, reasonErr(uint32(b)), uint32(from))
+				}
+			})
 		case ctrlMismatch:
 			c := binary.LittleEndian.Uint64(m[16:])
 			l.withEngine(func(e *Engine) { e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "") })

@@ -201,7 +201,7 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 				e.pollOrSleep(wait)
 			}
 			stop()
-			e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)})
+			e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)}, 0)
 			return moved, false, ErrMismatch
 		}
 		var t int64

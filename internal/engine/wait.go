@@ -55,6 +55,7 @@ type waiter struct {
 	e        *Engine
 	ctx      context.Context
 	p        *Plan
+	call     *Call
 	timeout  time.Duration
 	deadline int64 // monoNow; 0 none
 
@@ -93,6 +94,11 @@ func (w *waiter) idle() error {
 	if peer, ok := e.needsClosedPeer(w.p); ok {
 		e.Abort(peer, ErrPeerClosed) // the others may wait on this rank
 		return e.Err()
+	}
+	if e.pending.Load() != nil {
+		if err := e.admit(w.call); err != nil {
+			return err
+		}
 	}
 	select {
 	case <-e.dead:
@@ -176,7 +182,7 @@ func (w *waiter) ctxDone() error {
 	e := w.e
 	if errors.Is(w.ctx.Err(), context.Canceled) {
 		// The caller gave up: this rank aborts the others.
-		e.Abort(e.Rank, fmt.Errorf("%w: %w", ErrAborted, w.ctx.Err()))
+		e.Withdraw(fmt.Errorf("%w: %w", ErrAborted, w.ctx.Err()))
 	} else {
 		e.Abort(e.waitingFor(w.p), fmt.Errorf("%w: %w", ErrTimeout, w.ctx.Err()))
 	}
