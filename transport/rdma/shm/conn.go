@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -138,6 +139,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		respCh: make(chan fallbackResp, 1), pollIdle: make(chan struct{}, 1),
 		armKick: make(chan struct{}, 1),
 	}
+	touch(c.rq)
 	c.exe.keys = make(map[uint32]int)
 	c.minCap = ^uint64(0)
 	c.sqIdle.L = &c.sqMu
@@ -147,6 +149,20 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// touch writes one element per page of s so that its pages are mapped now.
+// Fresh heap memory is mapped at first touch, and the receive queue is
+// walked in posting order through all its RecvQueueDepth entries (72
+// bytes each): its first lap took a page fault every 57 receives, which
+// on the VMs measured cost 20 µs each and slowed a 2-rank barrier from
+// 0.7-0.8 µs to 1.1-1.2 µs over a connection's first 4096 messages.
+func touch[T any](s []T) {
+	var zero T
+	step := max(1, 4096/int(unsafe.Sizeof(zero)))
+	for i := 0; i < len(s); i += step {
+		s[i] = zero
+	}
 }
 
 func (c *conn) takeSegFd() (int, error) {
