@@ -44,7 +44,12 @@ type Plan struct {
 	S      *collectives.Schedule
 	peers  []planPeer
 	linked bool // every peer has a link (Missing); links are never removed
+	small  bool // no op moves more than smallOp elements (wait.go: leaveCPU)
 }
+
+// smallOp is the most elements of an op in a small plan: 64 KiB of 8-byte
+// elements.
+const smallOp = 8 << 10
 
 type planPeer struct {
 	peer         int
@@ -53,9 +58,10 @@ type planPeer struct {
 
 // Compile groups s's ops by peer.
 func Compile(s *collectives.Schedule) *Plan {
-	p := &Plan{S: s}
+	p := &Plan{S: s, small: true}
 	idx := map[int]int{}
 	for i, o := range s.Ops {
+		p.small = p.small && o.Len <= smallOp
 		j, ok := idx[o.Peer]
 		if !ok {
 			j = len(p.peers)
@@ -118,6 +124,8 @@ type Engine struct {
 	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
 
 	st runState
+
+	leftCPU int64 // monoNow of the last leaveCPU (wait.go); Run only
 }
 
 type runState struct {

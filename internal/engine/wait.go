@@ -50,6 +50,19 @@ var yieldAfter = 32
 // allreduce lost 5-20% to yields between its chunks.
 const shareAfter = 100 * time.Microsecond
 
+// A rank that sleeps and is woken by its peer is often put on the peer's
+// CPU by the scheduler (it wakes a task near its waker), and two ranks
+// that then spin on one CPU take a whole shareAfter per operation until
+// the load balancer parts them, 10-20 ms later: 60-200 calls of 110-120 µs
+// each after every idle stretch (2 ranks on shm, the first 200 allreduces
+// after a 1 s pause, in buckets of 10; 2026-11-24). A small operation
+// (Plan.small) that waits past shareAfter, a hundred round trips, is most
+// likely in that state, so it moves its thread to another CPU (leaveCPU),
+// at most once per leaveAfter. Only odd ranks move: two ranks that both
+// moved would swap CPUs and share one again. A large operation is not
+// moved: its peer may be busy on the other CPU.
+const leaveAfter = time.Millisecond
+
 // waiter is one Run's waiting state.
 type waiter struct {
 	e        *Engine
@@ -133,6 +146,10 @@ func (w *waiter) idle() error {
 			// another CPU (a large message) pays few system calls.
 			w.share = now
 			yieldCPU()
+			if w.p.small && e.Rank&1 == 1 && now-e.leftCPU >= int64(leaveAfter) {
+				e.leftCPU = now
+				leaveCPU()
+			}
 		}
 		return nil
 	}
