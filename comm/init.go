@@ -125,6 +125,13 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		return nil, &RankError{Rank: c.rank, Op: "init", Err: err}
 	}
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
+	// Collect Init's garbage (the gossip layer's buffers, the connections'
+	// set-up) now rather than in a cycle that starts during the job's first
+	// operations: with one P per rank (GOMAXPROCS=1 from the launcher), a
+	// background mark worker there held the rank's CPU for up to 8 ms at a
+	// stretch while its peer waited (an execution trace of a 2-rank barrier
+	// loop right after Init).
+	runtime.GC()
 	return c, nil
 }
 
