@@ -1,6 +1,9 @@
 package collectives
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Kind is what one schedule op does.
 type Kind uint8
@@ -105,23 +108,103 @@ func (s *Schedule) After(i, j int) { s.Ops[i].Deps = append(s.Ops[i].Deps, int32
 // for earlier receives into an overlapping Work range (read after write); a
 // receive waits for earlier sends (write after read) and receives (write
 // after write, which also fixes the reduction order) that overlap it.
+//
+// The deps of an op are appended in increasing order, after any given by
+// After. Checking every earlier op costs k²/2 for k ops, which a ring's
+// 2(n-1) ops make minutes at thousands of ranks; so the Work range is cut
+// at every op's ends into pieces, each piece lists the earlier ops over it
+// (sends and receives apart), and an op looks at the lists of the pieces
+// it covers, unless they hold more entries than there are earlier ops
+// (many ops over many pieces), where it checks every earlier op instead.
 func (s *Schedule) Finalize() *Schedule {
+	k := len(s.Ops)
+	if k <= finalizeDirect {
+		for i := range s.Ops {
+			s.depsDirect(i)
+		}
+		return s
+	}
+	var cuts []int
+	for i := range s.Ops {
+		if o := &s.Ops[i]; o.Len > 0 && o.Buf == Work {
+			cuts = append(cuts, o.Off, o.Off+o.Len)
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	// piece p is [cuts[p], cuts[p+1]); sends[p] and recvs[p] are the ops
+	// seen so far that cover it, in program order.
+	sends := make([][]int32, len(cuts))
+	recvs := make([][]int32, len(cuts))
+	seen := make([]int32, k) // seen[j] == i+1: j is a dep of i already
+	var found []int32
 	for i := range s.Ops {
 		oi := &s.Ops[i]
 		if oi.Len == 0 || oi.Buf != Work {
 			continue
 		}
-		for j := 0; j < i; j++ {
-			oj := &s.Ops[j]
-			if oj.Len == 0 || oj.Buf != Work || (oi.Kind == Send && oj.Kind == Send) {
-				continue
+		a, _ := slices.BinarySearch(cuts, oi.Off)
+		b, _ := slices.BinarySearch(cuts, oi.Off+oi.Len)
+		cost := 0
+		for p := a; p < b; p++ {
+			cost += len(recvs[p])
+			if oi.Kind != Send {
+				cost += len(sends[p])
 			}
-			if oj.Off < oi.Off+oi.Len && oi.Off < oj.Off+oj.Len {
-				oi.Deps = append(oi.Deps, int32(j))
+		}
+		if cost > i {
+			s.depsDirect(i)
+		} else {
+			found = found[:0]
+			for p := a; p < b; p++ {
+				found = mark(found, recvs[p], seen, int32(i+1))
+				if oi.Kind != Send {
+					found = mark(found, sends[p], seen, int32(i+1))
+				}
+			}
+			slices.Sort(found)
+			oi.Deps = append(oi.Deps, found...)
+		}
+		for p := a; p < b; p++ {
+			if oi.Kind == Send {
+				sends[p] = append(sends[p], int32(i))
+			} else {
+				recvs[p] = append(recvs[p], int32(i))
 			}
 		}
 	}
 	return s
+}
+
+// finalizeDirect is the size up to which Finalize checks every pair.
+const finalizeDirect = 64
+
+// mark appends to found the ops of list not yet marked with stamp.
+func mark(found, list, seen []int32, stamp int32) []int32 {
+	for _, j := range list {
+		if seen[j] != stamp {
+			seen[j] = stamp
+			found = append(found, j)
+		}
+	}
+	return found
+}
+
+// depsDirect appends op i's hazard deps by checking every earlier op.
+func (s *Schedule) depsDirect(i int) {
+	oi := &s.Ops[i]
+	if oi.Len == 0 || oi.Buf != Work {
+		return
+	}
+	for j := 0; j < i; j++ {
+		oj := &s.Ops[j]
+		if oj.Len == 0 || oj.Buf != Work || (oi.Kind == Send && oj.Kind == Send) {
+			continue
+		}
+		if oj.Off < oi.Off+oi.Len && oi.Off < oj.Off+oj.Len {
+			oi.Deps = append(oi.Deps, int32(j))
+		}
+	}
 }
 
 // Validate checks the schedule's own invariants: peers in range and not
