@@ -24,10 +24,12 @@
 // returns s.Finalize(); add an Algo constant and a case to Build, Algos and
 // (if it should be chosen automatically) Select; add it to the schedule
 // tests in sim_test.go, which simulate every rank on symbolic elements for
-// every world size 1..64, 127, 128, 255 and 256 (worldSizes; 1,000, 1,024
-// and 4,096 with GORUN_SIM_LARGE=1) with one message in flight per pair (so flow
-// control deadlocks are caught) and check exactly which rank contributed to
-// which position.
+// every world size 1..64, 127, 128, 255, 256, 1,000, 1,024 and 4,096
+// (worldSizes; the race detector and -short take a sample; at 1,000 ranks
+// and more some counts and chunks, and 4,096 for the schedules with ops in
+// proportion to the size, only with GORUN_SIM_LARGE=1) with one message in
+// flight per pair (so flow control deadlocks are caught) and check exactly
+// which rank contributed to which position.
 //
 // Mark a send ToCopy when its matching receive is a Recv (the simulator
 // checks it): large ToCopy sends then go straight into the receiver's
