@@ -36,9 +36,15 @@ func DefaultWait(localRanks int) WaitPolicy {
 }
 
 // yieldAfter is how many idle polls a Run makes before it yields the CPU
-// (where it yields at all): a peer on another CPU that is about to answer
-// is cheaper to wait for than a context switch.
-var yieldAfter = 32
+// where ranks outnumber CPUs (Yield): there the peer it waits for is as
+// likely to wait for this CPU as to be about to answer from another, and an
+// idle poll costs as much as a yield (a tcp poll is a read per connection).
+// With 32, 4 ranks on 2 CPUs held a CPU ~220 us between switches (tcp,
+// sched_switch trace); 1 against 32, interleaved (allreduce_perf 8 B, -n
+// 1000, 5-6 rounds, 2026-11-24): tcp allreduce 350 -> 253 us and barrier
+// 298 -> 210 us, shm barrier 25.9 -> 18.4 us and allreduce 30 -> 27 us
+// (medians). Open MPI's mpi_yield_when_idle yields at every idle poll.
+var yieldAfter = 1
 
 // shareAfter is how long a Run polls before it yields the CPU, and then
 // how often, even where every rank has a CPU of its own. A peer on another
