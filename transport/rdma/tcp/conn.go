@@ -72,6 +72,7 @@ type conn struct {
 	dev      *device
 	nc       net.Conn        // nil in decoder tests
 	rc       syscall.RawConn // nc's descriptor; nil in decoder tests
+	fd       int32           // rc's descriptor number when made; -1 without rc
 	r        io.Reader       // decoder tests: where frames come from
 	peer     string
 	cfg      rdma.Config
@@ -162,6 +163,10 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 		if rc, err := tc.SyscallConn(); err == nil {
 			c.rc = rc
 		}
+	}
+	c.fd = -1
+	if c.rc != nil {
+		_ = c.rc.Control(func(fd uintptr) { c.fd = int32(fd) })
 	}
 	c.readFn = c.readFd
 	c.watchFn = c.watchFd

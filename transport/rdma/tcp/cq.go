@@ -19,13 +19,15 @@ type cq struct {
 	dev     *device
 	private bool
 
-	mu    sync.Mutex              // serialises changes to conns
+	mu    sync.Mutex              // serialises changes to conns and ep's set
 	conns atomic.Pointer[[]*conn] // copy on write: Poll reads it unlocked
+	ep    readySet                // which sockets have bytes (shared queues)
 }
 
 func newCQ(d *device) *cq {
 	q := &cq{CQ: soft.NewCQ(), dev: d}
 	q.conns.Store(new([]*conn))
+	q.ep.init()
 	return q
 }
 
@@ -44,10 +46,23 @@ func (q *cq) Poll(wcs []rdma.WC) int {
 		return 0
 	default:
 	}
-	for _, c := range *q.conns.Load() {
-		c.progress()
+	conns := *q.conns.Load()
+	// With two conns or more, one readiness check costs less than a read
+	// per conn: 4 ranks over tcp polled 3 sockets a poll, mostly empty.
+	if len(conns) < 2 || !q.ep.progressReady(conns) {
+		for _, c := range conns {
+			c.progress()
+		}
 	}
 	return q.CQ.Poll(wcs)
+}
+
+// Close implements rdma.CQ.
+func (q *cq) Close() error {
+	q.mu.Lock()
+	q.ep.close()
+	q.mu.Unlock()
+	return q.CQ.Close()
 }
 
 func (q *cq) bind(c *conn) {
@@ -55,6 +70,7 @@ func (q *cq) bind(c *conn) {
 	defer q.mu.Unlock()
 	next := append(slices.Clone(*q.conns.Load()), c)
 	q.conns.Store(&next)
+	q.ep.add(c)
 }
 
 func (q *cq) unbind(c *conn) {
@@ -62,6 +78,7 @@ func (q *cq) unbind(c *conn) {
 	defer q.mu.Unlock()
 	next := slices.DeleteFunc(slices.Clone(*q.conns.Load()), func(x *conn) bool { return x == c })
 	q.conns.Store(&next)
+	q.ep.remove(c)
 }
 
 // CreateCQ implements rdma.Device. depth is not needed: the queue grows.

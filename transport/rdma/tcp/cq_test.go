@@ -3,6 +3,8 @@ package tcp
 import (
 	"errors"
 	"net"
+	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -322,5 +324,58 @@ func TestPollDoesNotAllocate(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, step); n > 0 {
 		t.Fatalf("%v allocations per round trip", n)
+	}
+}
+
+// A Poll of a CQ shared by several conns reads only the sockets that hold
+// bytes (readySet): idle conns cost no read, a message on one of them is
+// read and completes, and the poll allocates nothing.
+func TestSharedCQReadsOnlyReadySockets(t *testing.T) {
+	devA, devB := devices(t, rdma.Config{})
+	q := mustCQ(t, devA)
+	init := rdma.QPInit{SendCQ: q, RecvCQ: q}
+	var as, bs [3]rdma.Conn
+	var reads [3]atomic.Int64
+	count := func() [3]int64 { return [3]int64{reads[0].Load(), reads[1].Load(), reads[2].Load()} }
+	for k := range as {
+		as[k], bs[k] = qpPair(t, devA, devB, init, rdma.QPInit{})
+		c := as[k].(*conn)
+		for !c.rtok.acquire() { // readFn is the read token's
+			runtime.Gosched()
+		}
+		orig := c.readFn
+		c.readFn = func(fd uintptr) { reads[k].Add(1); orig(fd) }
+		for c.rtok.release() {
+			c.readPass()
+		}
+	}
+	wcs := make([]rdma.WC, 8)
+	// Handshake bytes may still be unread: take them first.
+	for range 10 {
+		q.Poll(wcs)
+	}
+	before := count()
+	for range 100 {
+		if n := q.Poll(wcs); n != 0 {
+			t.Fatalf("idle poll returned %+v", wcs[:n])
+		}
+	}
+	// Reading every socket would be 300 reads; a frame the peer sends
+	// meanwhile (the watchers read it too) may cost one.
+	after := count()
+	if n := after[0] + after[1] + after[2] - before[0] - before[1] - before[2]; n > 10 {
+		t.Fatalf("100 idle polls of 3 conns read their sockets %d times", n)
+	}
+	buf := make([]byte, 8)
+	mr := mustReg(t, devA, buf, rdma.AccessLocalWrite)
+	must(t, as[1].PostRecv(5, buf, mr))
+	must(t, bs[1].PostSend(6, []byte("ready"), nil, rdma.FlagInline))
+	if wc := pollN(t, q, 1)[0]; wc.WRID != 5 || wc.Status != rdma.StatusSuccess || string(buf[:5]) != "ready" {
+		t.Fatalf("wc %+v, buf %q", wc, buf[:5])
+	}
+	if !raceEnabled {
+		if n := testing.AllocsPerRun(100, func() { q.Poll(wcs) }); n != 0 {
+			t.Fatalf("a poll of 3 conns allocates %v times", n)
+		}
 	}
 }

@@ -76,7 +76,10 @@
 // stop flushes both queues into their CQs (a shared CQ is never shut) and
 // unbinds the conn. The socket is closed from a goroutine of its own,
 // since a close waits for every use of the descriptor to end. A CQ holds
-// the list of its conns (copy on write, read without a lock by Poll).
+// the list of its conns (copy on write, read without a lock by Poll); a
+// CQ shared by two conns or more also holds an epoll instance watching
+// their sockets (readySet, Linux), so that a Poll reads only the sockets
+// that have bytes, plus any conn in a receiver-not-ready wait or failing.
 // Post* and Reg* are safe for concurrent use; GetSendComp and GetRecvComp
 // each by one goroutine at a time. The device owns its protection domain
 // and closes its listeners, connections and regions on Close.
