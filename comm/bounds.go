@@ -8,7 +8,8 @@ package comm
 //	descriptors, tcp                  one per connection: about
 //	                                  2·log2(n)+4 per rank at start-up, up to
 //	                                  n-1 after alltoall (both ends count in
-//	                                  one process); RLIMIT_NOFILE
+//	                                  one process), and one per rank for its
+//	                                  completion queue's epoll; RLIMIT_NOFILE
 //	memory mappings, mem              three per connection end, but
 //	                                  adjacent ones merge: 359 in all at
 //	                                  512 ranks (vm.max_map_count 65530)
@@ -50,7 +51,7 @@ func checkBounds(names []string, size, ranks int) error {
 	for _, name := range names {
 		switch name {
 		case "tcp":
-			if err := checkFDs(conns, openFDs(), nofile()); err != nil {
+			if err := checkFDs(conns, ranks, openFDs(), nofile()); err != nil {
 				return err
 			}
 		}
@@ -58,14 +59,16 @@ func checkBounds(names []string, size, ranks int) error {
 	return nil
 }
 
-// checkFDs checks that conns more descriptors fit under the limit with
-// open already in use.
-func checkFDs(conns, open int, limit uint64) error {
-	if limit == 0 || uint64(open+conns+16) <= limit {
+// checkFDs checks that the descriptors of conns connections and of ranks
+// completion queues (tcp's readiness check holds an epoll instance) fit
+// under the limit with open already in use.
+func checkFDs(conns, ranks, open int, limit uint64) error {
+	need := conns + ranks
+	if limit == 0 || uint64(open+need+16) <= limit {
 		return nil
 	}
-	return fmt.Errorf("gorun: %d tcp connections need %d descriptors with %d open: %w: RLIMIT_NOFILE is %d (raise it: ulimit -n %d, or LimitNOFILE= in a systemd unit)",
-		conns, conns, open, ErrLimit, limit, 2*(open+conns+16))
+	return fmt.Errorf("gorun: %d tcp connections of %d ranks need %d descriptors with %d open: %w: RLIMIT_NOFILE is %d (raise it: ulimit -n %d, or LimitNOFILE= in a systemd unit)",
+		conns, ranks, need, open, ErrLimit, limit, 2*(open+need+16))
 }
 
 // nofile is the soft RLIMIT_NOFILE (0 unknown).

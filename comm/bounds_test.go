@@ -48,13 +48,13 @@ func TestBoundsDescriptors(t *testing.T) {
 }
 
 func TestCheckFDs(t *testing.T) {
-	if err := checkFDs(100, 10, 1024); err != nil {
+	if err := checkFDs(100, 4, 10, 1024); err != nil {
 		t.Fatal(err)
 	}
-	if err := checkFDs(1000, 10, 0); err != nil { // unknown limit
+	if err := checkFDs(1000, 4, 10, 0); err != nil { // unknown limit
 		t.Fatal(err)
 	}
-	if err := checkFDs(1000, 10, 1024); !errors.Is(err, ErrLimit) {
+	if err := checkFDs(1000, 4, 10, 1024); !errors.Is(err, ErrLimit) {
 		t.Fatalf("checkFDs = %v", err)
 	}
 	if err := limitHint(syscall.EMFILE); !errors.Is(err, ErrLimit) || !errors.Is(err, syscall.EMFILE) {
