@@ -89,6 +89,15 @@ func (e *Engine) Admit(coll collectives.Collective, seq uint32) error {
 	return e.admit(&Call{Coll: coll, Seq: seq})
 }
 
+// Expel fails the engine with a *PeerError{culprit, err} and sends no
+// notice: for a failure that every rank finds by itself at the same point
+// (comm's membership check), where a notice from the first rank to act
+// would reach the others ahead of their own finding and put its reason
+// code (ErrPeerFailed) in place of their err.
+func (e *Engine) Expel(culprit int, err error) {
+	e.fail(&PeerError{Rank: culprit, Err: err}, 0)
+}
+
 // PeerFailed reports from outside (the bootstrap) that rank died.
 func (e *Engine) PeerFailed(rank int, err error) {
 	if err == nil {
