@@ -247,7 +247,8 @@ func (e *env) recvComp() rdma.WC {
 func (e *env) expect(wc rdma.WC, wrid uint64, op rdma.Opcode, st rdma.Status) {
 	e.t.Helper()
 	if wc.WRID != wrid || wc.Status != st || (st == rdma.StatusSuccess && wc.Opcode != op) {
-		e.fatalf("completion %+v (%v, %v): want wrid %d, %v, %v", wc, wc.Opcode, wc.Status, wrid, op, st)
+		// A flushed completion says only that the connection failed: name why.
+		e.fatalf("completion %+v (%v, %v): want wrid %d, %v, %v (connection: %v)", wc, wc.Opcode, wc.Status, wrid, op, st, e.a.Err())
 	}
 }
 
