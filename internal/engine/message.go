@@ -102,10 +102,16 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 			moved = true
 			continue
 		}
+		flags := rdma.FlagSignaled
 		if n <= stride-hdrSize {
-			// Small: the payload rides in the header's write.
+			// Small: the payload rides in the header's write, unsignaled
+			// as a small send is: nothing waits for its completion (the
+			// slot's header source is reused once the peer has consumed
+			// the message), and on tcp a signaled write costs the peer an
+			// acknowledgement frame and this rank the read of it.
 			copy(hb[hdrSize:], src)
 			h = hb[:hdrSize+n]
+			flags = 0
 		} else {
 			mr, err := e.bufMR(l.dev, call, o.Buf)
 			if err != nil {
@@ -116,7 +122,7 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 			}
 			ps.sendRead = m + 1 // the signaled header write after it completes after it
 		}
-		if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), h, l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
+		if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), h, l.hdrs, flags, raddr, l.rKey, uint32(m)); err != nil {
 			return moved, false, 0, err
 		}
 		l.posted++
