@@ -98,12 +98,12 @@ var (
 	signalsSeen = &signals{}
 )
 
-// A data message whose payload is copied behind its header is posted
-// unsignaled: nothing waits for its completion, and on tcp a signaled
-// write costs the peer an acknowledgement frame and the sender its read
-// (2 ranks over tcp, 256 B - 2 KiB allreduce: 19-25 -> 12-16 us,
-// 2026-11-24). A message sent from the caller's buffer stays signaled:
-// its completion frees that buffer.
+// A data message whose payload is copied behind its header (up to 16 KiB;
+// 64 KiB over tcp) is posted unsignaled: nothing waits for its
+// completion, and on tcp a signaled write costs the peer an
+// acknowledgement frame and the sender its read (2 ranks over tcp, 256 B -
+// 2 KiB allreduce: 19-25 -> 12-16 us, 2026-11-24). A message sent from the
+// caller's buffer stays signaled: its completion frees that buffer.
 func TestCopiedDataUnsignaled(t *testing.T) {
 	signalsOnce.Do(func() {
 		rdma.RegisterProviderInfo(rdma.ProviderInfo{Name: "test-signals", Reach: rdma.ReachProcess}, func(cfg rdma.Config) (rdma.Device, error) {
@@ -120,7 +120,7 @@ func TestCopiedDataUnsignaled(t *testing.T) {
 	s.mu.Unlock()
 	cs := newLocal(t, 2, WithTransport("test-signals"))
 	ctx := testCtx(t)
-	for _, n := range []int{64, 256, 512} { // 256 B to 2 KiB of float32
+	for _, n := range []int{64, 512, 4096} { // 256 B to 16 KiB of float32 (engine's smallMax)
 		mustAll(t, "allreduce", onAll(cs, func(c *Comm) error {
 			v := make([]float32, n)
 			for range 20 {
@@ -135,7 +135,7 @@ func TestCopiedDataUnsignaled(t *testing.T) {
 	copied, copiedSig, header := s.copied, s.copiedSig, s.header
 	s.mu.Unlock()
 	if copied == 0 || copiedSig != 0 || header != 0 {
-		t.Errorf("256 B - 2 KiB: %d copied data writes, %d of them signaled, %d header-only writes; want copied writes only, none signaled", copied, copiedSig, header)
+		t.Errorf("256 B - 16 KiB: %d copied data writes, %d of them signaled, %d header-only writes; want copied writes only, none signaled", copied, copiedSig, header)
 	}
 	mustAll(t, "allreduce 1 MiB", onAll(cs, func(c *Comm) error {
 		v := make([]float32, 1<<18)

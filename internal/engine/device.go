@@ -41,7 +41,11 @@ type Device struct {
 	Dev   rdma.Device
 	Cache *RegCache
 	CQ    rdma.CQ
-	cur   [2]*rdma.MR // the running operation's Work and Input MRs, nil until first needed (Engine.bufMR)
+	// CopyMax is the largest data payload this device's links copy behind
+	// its header and post unsignaled (link.go); 0 means smallMax. Set it
+	// before the first link is made.
+	CopyMax int
+	cur     [2]*rdma.MR // the running operation's Work and Input MRs, nil until first needed (Engine.bufMR)
 
 	pollMu sync.Mutex // held while polling and dispatching
 	wcs    [pollBatch]rdma.WC
@@ -212,3 +216,11 @@ var monoStart = time.Now()
 
 // monoNow is a monotonic clock in nanoseconds.
 func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// copyMax is CopyMax, or smallMax when unset.
+func (d *Device) copyMax() int {
+	if d.CopyMax > 0 {
+		return d.CopyMax
+	}
+	return smallMax
+}
