@@ -247,8 +247,13 @@ func (e *env) recvComp() rdma.WC {
 func (e *env) expect(wc rdma.WC, wrid uint64, op rdma.Opcode, st rdma.Status) {
 	e.t.Helper()
 	if wc.WRID != wrid || wc.Status != st || (st == rdma.StatusSuccess && wc.Opcode != op) {
-		// A flushed completion says only that the connection failed: name why.
-		e.fatalf("completion %+v (%v, %v): want wrid %d, %v, %v (connection: %v)", wc, wc.Opcode, wc.Status, wrid, op, st, e.a.Err())
+		// A flushed completion says only that the connection failed: name
+		// why, at both ends (a reset by the peer names only the reset).
+		peerErr, askErr := e.b.ConnErr()
+		if askErr != nil {
+			peerErr = fmt.Errorf("not known: %w", askErr)
+		}
+		e.fatalf("completion %+v (%v, %v): want wrid %d, %v, %v (connection: %v; the peer's end: %v)", wc, wc.Opcode, wc.Status, wrid, op, st, e.a.Err(), peerErr)
 	}
 }
 

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"net"
 	"testing"
 	"time"
 )
@@ -20,3 +21,45 @@ func TestSilentAfter(t *testing.T) {
 		}
 	}
 }
+
+// A link is silent when nothing was acknowledged for silentAfter with data
+// in flight, or sent since; a loopback connection is never cut for it
+// (CI's conformance child: 2.4 s without an acknowledgement on a starved
+// host, 2 segments in flight).
+func TestSilentNotCutOnLoopback(t *testing.T) {
+	starved := linkState{sinceAck: 2388 * time.Millisecond, sinceTx: 10 * time.Millisecond, unacked: 2, srtt: 50 * time.Microsecond}
+	for _, tc := range []struct {
+		st   linkState
+		want bool
+	}{
+		{starved, true},
+		{linkState{sinceAck: 2 * time.Second, sinceTx: 3 * time.Second}, false},                       // idle: nothing sent since the last ack
+		{linkState{sinceAck: 2 * time.Second, sinceTx: time.Second}, true},                            // sent well after it, nothing leaves
+		{linkState{sinceAck: 900 * time.Millisecond, unacked: 5, srtt: 50 * time.Microsecond}, false}, // not yet
+	} {
+		if got := silent(tc.st); got != tc.want {
+			t.Errorf("silent(%+v) = %v, want %v", tc.st, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		peer string
+		want bool
+	}{{"127.0.0.1:1", true}, {"127.3.0.9:1", true}, {"[::1]:1", true}, {"10.0.0.2:1", false}, {"[fe80::1]:1", false}} {
+		a, err := net.ResolveTCPAddr("tcp", tc.peer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &conn{nc: fakeRemote{remote: a}}
+		if got := c.loopback(); got != tc.want {
+			t.Errorf("loopback with peer %s = %v, want %v", tc.peer, got, tc.want)
+		}
+	}
+}
+
+// fakeRemote is a net.Conn that only knows its remote address.
+type fakeRemote struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (f fakeRemote) RemoteAddr() net.Addr { return f.remote }
