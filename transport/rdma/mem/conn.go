@@ -236,21 +236,23 @@ func (c *conn) postSQ(name string, op opKind, wrid uint64, sgl []rdma.SGE, vec b
 		} else {
 			w.one[0] = sgl[0]
 		}
-		if !soft.AcquireAll(w.list()) {
-			return c.postErr(name, rdma.ErrNotRegistered)
-		}
 	}
+	// The regions are taken under mu, after the state is read, so that no
+	// reference taken by a post racing Close outlives Close.
 	c.mu.Lock()
 	if c.state.Load() >= statePeerGone {
 		c.mu.Unlock()
-		soft.ReleaseAll(w.list())
 		return c.closedErr(name)
 	}
 	if c.outstanding.Add(1) > int64(c.dev.cfg.SendQueueDepth) {
 		c.outstanding.Add(-1)
 		c.mu.Unlock()
-		soft.ReleaseAll(w.list())
 		return c.postErr(name, rdma.ErrQueueFull)
+	}
+	if !w.inline && !soft.AcquireAll(w.list()) {
+		c.outstanding.Add(-1)
+		c.mu.Unlock()
+		return c.postErr(name, rdma.ErrNotRegistered)
 	}
 	if c.owner == ownNone && len(c.sq) == 0 {
 		// Nothing ahead of it: run it here (see runInline).
@@ -292,22 +294,21 @@ func (c *conn) postRQ(name string, wrid uint64, sgl []rdma.SGE, vec bool) error 
 	} else {
 		r.one[0] = sgl[0]
 	}
-	if !soft.AcquireAll(r.list()) {
-		return c.postErr(name, rdma.ErrNotRegistered)
-	}
+	// The regions are taken under rqMu, after the state is read, so that
+	// no reference taken by a post racing Close outlives Close.
 	c.rqMu.Lock()
 	switch {
 	case c.state.Load() >= statePeerGone:
 		c.rqMu.Unlock()
-		soft.ReleaseAll(r.list())
 		return c.closedErr(name)
 	case c.rqDead: // error state: the receive completes flushed at once
-		soft.ReleaseAll(r.list())
 		c.recvCQ.Push(rdma.WC{WRID: wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 	case len(c.rq)-c.rqHead >= c.dev.cfg.RecvQueueDepth:
 		c.rqMu.Unlock()
-		soft.ReleaseAll(r.list())
 		return c.postErr(name, rdma.ErrQueueFull)
+	case !soft.AcquireAll(r.list()):
+		c.rqMu.Unlock()
+		return c.postErr(name, rdma.ErrNotRegistered)
 	default:
 		c.rq = append(c.rq, r)
 	}

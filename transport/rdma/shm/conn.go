@@ -349,24 +349,26 @@ func (c *conn) postRecv(r *rwr) error {
 		return c.opErr("post_recv", err)
 	}
 	r.total = total
-	if !soft.AcquireAll(r.list()) {
-		return c.opErr("post_recv", rdma.ErrNotRegistered)
-	}
+	// The regions are taken under rqMu, after the state is read: a post
+	// racing Close either lands before Close's flush (which releases it)
+	// or sees the conn closed, so no reference outlives Close (taken
+	// before the lock, one did: TestDirectSendVersusClose's Deregister
+	// after Close found its region busy, under load).
 	c.rqMu.Lock()
 	defer c.rqMu.Unlock()
 	switch c.state.Load() {
 	case stateClosed:
-		soft.ReleaseAll(r.list())
 		return c.opErr("post_recv", rdma.ErrClosed)
 	case stateError:
-		soft.ReleaseAll(r.list())
 		c.pushRecv(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
 		c.kickRecv()
 		return nil
 	}
 	if c.rqLen == len(c.rq) {
-		soft.ReleaseAll(r.list())
 		return c.opErr("post_recv", rdma.ErrQueueFull)
+	}
+	if !soft.AcquireAll(r.list()) {
+		return c.opErr("post_recv", rdma.ErrNotRegistered)
 	}
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r
 	c.rqLen++

@@ -56,17 +56,19 @@ func (c *conn) post(op string, w wr, need rdma.Access) error {
 	}
 	w.total = total
 	inline := w.flags&rdma.FlagInline != 0 && need&rdma.AccessLocalWrite == 0
+	// The regions are taken under sqMu, after the state is read: a post
+	// racing Close is flushed by it or sees the conn closed, so no
+	// reference outlives Close.
+	c.sqMu.Lock()
+	defer c.sqMu.Unlock()
+	if c.state.Load() == stateClosed {
+		return c.opErr(op, rdma.ErrClosed)
+	}
 	if !inline {
 		if !soft.AcquireAll(w.list()) {
 			return c.opErr(op, rdma.ErrNotRegistered)
 		}
 		w.held = true
-	}
-	c.sqMu.Lock()
-	defer c.sqMu.Unlock()
-	if c.state.Load() == stateClosed {
-		c.release(&w)
-		return c.opErr(op, rdma.ErrClosed)
 	}
 	if len(c.pending) == 0 && !c.busy && c.exec(&w, false) {
 		return nil
