@@ -27,8 +27,9 @@
 //
 // Liveness: keepalive (liveness_linux.go; no TCP_USER_TIMEOUT) and a
 // heartbeat (heartbeat.go) that pings an idle connection every 200 ms and
-// fails one whose peer's kernel has acknowledged nothing for 500 ms,
-// reading TCP_INFO on a timer: nothing on the per-message path.
+// fails one whose peer's kernel has acknowledged nothing for 1 s (never
+// on loopback), reading TCP_INFO on a timer: nothing on the per-message
+// path.
 //
 // The device counts refused work (rdma.CounterSource): handshakes it
 // refused, requests it refused for access, checksum mismatches it found
