@@ -32,6 +32,11 @@ func (c *conn) progressLoop() {
 	}
 	var q *cq // the shared receive CQ, once bound
 	armedMore := func() bool { return more() || !q.armed() }
+	// A goroutine that starts before its conn is bound to a shared CQ
+	// (DialQP binds after the handshake) must not sleep in private mode
+	// once it is: under load it reached that sleep late, inside
+	// TestSharedCQSpin's window ("1 FUTEX_WAIT while both sides spin").
+	privateMore := func() bool { return more() || c.recvShared.Load() != nil }
 	for {
 		if c.state.Load() == stateClosed {
 			return
@@ -56,7 +61,7 @@ func (c *conn) progressLoop() {
 			continue
 		}
 		if q = c.recvShared.Load(); q == nil {
-			bell.wait(more, 0)
+			bell.wait(privateMore, 0)
 			continue
 		}
 		if !q.armed() {
