@@ -28,6 +28,9 @@ import (
 // Only the peer's kernel must answer, not the peer process: a rank starved
 // of CPU on a loaded host, or frozen, is not cut here (its kernel still
 // acknowledges; the gossip detector and the witnesses judge processes).
+// A link dropping everything is cut within silentAfter plus at most
+// heartbeatIdle + heartbeatTick of going idle. A middlebox that
+// acknowledges for the peer (a proxy) hides a silent peer from this check.
 //
 // A loopback connection (the peer at 127.0.0.0/8 or ::1) is never cut for
 // silence: no link can go dark there, a dead peer's kernel resets the
@@ -36,9 +39,6 @@ import (
 // more) saw 2.4 s without an acknowledgement on loopback: a 64 MiB read
 // through a conformance child was cut in two CI runs of three, and in one
 // of three runs here beside shm's tests.
-// A link dropping everything is cut within silentAfter plus at most
-// heartbeatIdle + heartbeatTick of going idle. A middlebox that
-// acknowledges for the peer (a proxy) hides a silent peer from this check.
 const (
 	heartbeatTick   = 100 * time.Millisecond
 	heartbeatIdle   = 200 * time.Millisecond
