@@ -157,12 +157,16 @@ func TestElasticTraining(t *testing.T) {
 		dead            [][]int     // per recovery, the ranks gone
 		final           map[int]int // survivor → its final rank
 	}{
-		{"tcp", "tcp", "rank=2:kill:write:200", [][]int{{2}}, map[int]int{0: 0, 1: 1, 3: 2}},
-		{"shm", "shm", "rank=2:kill:write:200", [][]int{{2}}, map[int]int{0: 0, 1: 1, 3: 2}},
-		// Rank 3 makes about 200-215 writes in all since connections are
-		// made only to the peers the algorithms use (lazy connections):
-		// its kill must come before its last write, after rank 2's.
-		{"tcp/two-kills", "tcp", "rank=2:kill:write:150;rank=3:kill:write:180", [][]int{{2}, {3}}, map[int]int{0: 0, 1: 1}},
+		// A rank makes about 4 writes a step with 4 ranks and 1 with 3
+		// (2026-11-24, since payloads up to 16 KiB ride in their header's
+		// write; it was 200-215 in all before, and a kill at 200 came
+		// after the last step): rank 2 dies near step 28 of 48 here.
+		{"tcp", "tcp", "rank=2:kill:write:120", [][]int{{2}}, map[int]int{0: 0, 1: 1, 3: 2}},
+		{"shm", "shm", "rank=2:kill:write:120", [][]int{{2}}, map[int]int{0: 0, 1: 1, 3: 2}},
+		// Rank 2 dies near step 13, rank 3 (about 52 writes by then, 1 a
+		// step after) near step 36: its kill must come before its last
+		// write, after rank 2's.
+		{"tcp/two-kills", "tcp", "rank=2:kill:write:60;rank=3:kill:write:75", [][]int{{2}, {3}}, map[int]int{0: 0, 1: 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -270,7 +274,7 @@ func TestElasticRegrow(t *testing.T) {
 	}
 	for i := range 2 * envInt("REL_TRIALS", 2) {
 		tr := []string{"tcp", "shm"}[i%2]
-		kill := 120 + 20*i // rank 2's write to die at: steps ≈ 10–25 of 160 (the rest leaves time to restart and rejoin)
+		kill := 120 + 20*i // rank 2's write to die at: steps ≈ 28–43 of 160 at 4 writes a step (the rest leaves time to restart and rejoin)
 		t.Run(fmt.Sprintf("%s/kill@%d", tr, kill), func(t *testing.T) {
 			out, tmp := t.TempDir(), t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
