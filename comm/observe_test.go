@@ -106,24 +106,7 @@ func TestTimelineAllocs(t *testing.T) {
 		t.Skip("the race detector allocates")
 	}
 	cs := newLocal(t, 2, WithTimeline(filepath.Join(t.TempDir(), "tl")))
-	ctx := testCtx(t)
-	bufs := [][]float32{make([]float32, 4096), make([]float32, 4096)}
-	start, done := make(chan struct{}), make(chan error)
-	go func() {
-		for range start {
-			done <- AllReduce(ctx, cs[1], bufs[1], bufs[1], Sum)
-		}
-	}()
-	defer close(start)
-	step := func() {
-		start <- struct{}{}
-		if err := AllReduce(ctx, cs[0], bufs[0], bufs[0], Sum); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
+	step := allReduceStep(t, cs, 4096)
 	step()
 	if a := testing.AllocsPerRun(50, step); a > 0 {
 		t.Errorf("%v allocations per AllReduce with the timeline on", a)
