@@ -56,8 +56,11 @@ type Device struct {
 	links []*Link
 	free  []uint32
 
-	active atomic.Int32 // Runs in progress on this device
-	ends   atomic.Int64 // Runs ended on this device (no clock read per Run)
+	// Runs begun and ended on this device (no clock read per Run): none is
+	// in progress when they are equal. Two counters, not an active count
+	// beside ends: a Run pays two locked additions, not three.
+	begun atomic.Int64
+	ends  atomic.Int64
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -101,8 +104,10 @@ func (d *Device) watch() {
 	for {
 		// Idle once no Run is active and none ended since the last look,
 		// at least idleArm ago unless a notification came sooner.
+		// ends first: begun never falls below it, so equal values mean
+		// that no Run was in progress when begun was read.
 		ends := d.ends.Load()
-		if d.active.Load() == 0 && (seen < 0 || ends == seen) {
+		if d.begun.Load() == ends && (seen < 0 || ends == seen) {
 			d.CQ.Arm()
 			d.pollAll() // what came before the arm
 		} else {

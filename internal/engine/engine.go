@@ -220,7 +220,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		// Registered on first use (bufMR): a call whose messages all
 		// travel copied needs no registration.
 		d.cur = [2]*rdma.MR{}
-		d.active.Add(1)
+		d.begun.Add(1)
 	}
 	defer e.idle()
 	e.st.reset(len(p.S.Ops), len(p.peers))
@@ -293,10 +293,11 @@ func (e *Engine) ownError(err error) error {
 
 // idle ends a Run on the engine's devices.
 func (e *Engine) idle() {
-	e.sleeping.Store(false)
+	if e.sleeping.Load() { // a locked exchange only when it was set
+		e.sleeping.Store(false)
+	}
 	for _, d := range e.devs {
 		d.ends.Add(1)
-		d.active.Add(-1)
 	}
 }
 

@@ -121,6 +121,7 @@ type Link struct {
 	rSlots    int
 	rSlotSize int
 	hdrs      *rdma.MR // header (and small payload) sources, one per remote slot
+	inline    int      // conn.MaxInline(): a data send this long is posted FlagInline
 
 	// set by dispatch (onRecv, onSend)
 	arrived  atomic.Uint64 // data messages landed in our staging
@@ -200,7 +201,7 @@ func newLink(conn rdma.Conn, dev *Device, p LinkParams, waker *Engine) (l *Link,
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
-	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes,
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, inline: conn.MaxInline(),
 		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{}), joined: make(chan struct{}), recvEnd: make(chan struct{}), waker: waker}
 	defer l.disposeIf(&err)
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {

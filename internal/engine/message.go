@@ -92,9 +92,15 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 			// Small: header and payload in one send (link.go), unsignaled:
 			// the slot's header source is reused only once the peer has
 			// consumed the message (credits), and nothing else waits for
-			// its completion.
+			// its completion. Inline where the provider takes it: shm then
+			// takes and drops no reference to l.hdrs (two locked
+			// instructions of a message's ~25).
 			copy(hb[hdrSize:], src)
-			if err := l.conn.PostSend(wrid(l.id, kindCtrl, 0), hb[:hdrSize+n], l.hdrs, 0); err != nil {
+			var flags rdma.Flags
+			if hdrSize+n <= l.inline {
+				flags = rdma.FlagInline
+			}
+			if err := l.conn.PostSend(wrid(l.id, kindCtrl, 0), hb[:hdrSize+n], l.hdrs, flags); err != nil {
 				return moved, false, 0, err
 			}
 			l.posted++
@@ -322,15 +328,23 @@ func checkHeader(h []byte, c *Call, want int, direct bool) string {
 }
 
 // headerHash identifies the call a header belongs to (everything but the
-// message's own length and direct flag).
+// message's own length and direct flag): seq, coll, dtype and op, root,
+// count, each word through a 64-bit finalizer (murmur3's fmix64). Every
+// Run hashes its call (callHash): three multiplications per word cost a
+// few nanoseconds, where the byte-wise FNV-1a it replaces cost ~25.
 func headerHash(h []byte) uint32 {
-	x := uint32(2166136261)
-	for _, r := range [][]byte{h[4:11], h[12:16], h[24:32]} {
-		for _, b := range r {
-			x = (x ^ uint32(b)) * 16777619
-		}
-	}
-	return x
+	a := binary.LittleEndian.Uint64(h[4:]) &^ (0xff << 56) // bytes 4-10
+	b := uint64(binary.LittleEndian.Uint32(h[12:]))
+	c := binary.LittleEndian.Uint64(h[24:])
+	return uint32(fmix64(fmix64(fmix64(c)^b)^a) >> 16)
+}
+
+func fmix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	return x ^ x>>33
 }
 
 // callHash is headerHash of c's own header.
