@@ -73,6 +73,8 @@ type Comm struct {
 
 	// ctl reports progress to the launcher (Init only; nil is a no-op).
 	ctl *jobctl.Client
+	// pairTCP: two ranks whose link is tcp (pairOverTCP; run.go's algoFor).
+	pairTCP bool
 
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 
@@ -362,6 +364,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		cfg.obs.met.devs.Store(&c.devs)
 	}
 	c.topo = topologyOf(eps)
+	c.pairTCP = pairOverTCP(cfg.transport, eps)
 	if err := c.makeHierComms(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -398,6 +401,13 @@ func pickProvider(forced string, me, peer *endpoint) string {
 		}
 	}
 	return ""
+}
+
+// pairOverTCP reports whether eps are two ranks that pickProvider links
+// over tcp: the same answer on both (it is symmetric), so both may choose
+// their algorithms by it.
+func pairOverTCP(forced string, eps []*endpoint) bool {
+	return len(eps) == 2 && pickProvider(forced, eps[0], eps[1]) == "tcp"
 }
 
 // stagingFor sizes each peer's staging (the same on every rank: it bounds

@@ -135,8 +135,23 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 	if c.cfg.deterministic {
 		return collectives.Algos(coll)[0]
 	}
+	if coll == collectives.AllReduce && c.pairTCP && bytes <= pairTCPRecDoublingMax {
+		return collectives.RecDoubling
+	}
 	return collectives.Select(coll, c.size, bytes)
 }
+
+// pairTCPRecDoublingMax is the largest allreduce that two ranks linked by
+// tcp run by recursive doubling (one exchange of the whole buffer) where
+// collectives.Select, which knows no transport, picks the ring above 16
+// KiB (two dependent exchanges of halves; on shm the ring is level or
+// faster from 32 KiB on). 2 processes on tcp loopback, 3 interleaved
+// rounds (2026-11-24, allreduce_perf in place, us, ring -> rd): 32 KiB
+// 62-73 -> 28-37, 64 KiB 69-88 -> 55-62, 128 KiB 151-174 -> 89-113,
+// 256 KiB 224-328 -> 114-141, 512 KiB 325-348 -> 184-211; 1 MiB mixed
+// (485-505 against 404-699), 2 MiB ring faster (821-917 against
+// 1141-1372).
+const pairTCPRecDoublingMax = 512 << 10
 
 // plan returns the cached compiled schedule.
 func (c *Comm) plan(k planKey) (*engine.Plan, error) {
