@@ -176,8 +176,15 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 	return e
 }
 
-// SetWait sets how Run waits; call it before the first Run.
-func (e *Engine) SetWait(p WaitPolicy) { e.wait = p }
+// SetWait sets how Run waits; call it before the first Run. A policy that
+// spins without yielding (every local rank has a CPU) also keeps Go's
+// sysmon thread from preempting the spin (quietSysmon, sysmon_linux.go).
+func (e *Engine) SetWait(p WaitPolicy) {
+	e.wait = p
+	if p.Spin > 0 && !p.Yield {
+		quietSysmon()
+	}
+}
 
 func (e *Engine) poke() {
 	select {
