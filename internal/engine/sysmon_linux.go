@@ -53,7 +53,8 @@ var goMainThread = unix.Gettid() == unix.Getpid()
 var sysmonOnce sync.Once
 
 // quietSysmon gives sysmon's thread SCHED_IDLE, once per process; see
-// above. It reports the thread id, or 0 when it left it alone.
+// above. The first call reports the thread id, or 0 when it left it
+// alone; later calls do nothing and report 0.
 func quietSysmon() (tid int) {
 	sysmonOnce.Do(func() { tid = idleSysmon() })
 	return tid
