@@ -23,14 +23,16 @@ import (
 // rank that spins on its CPU: the kernel favours a thread that has just
 // woken. Timed one by one, a fresh 2-rank shm job's first 400 8-byte
 // allreduces (a barrier before each) held a 50-100 µs call every 30-70
-// calls; the mean of windows of 200 calls fell from 1.3-3.6 µs to 0.7
-// only after 800-1,000 calls (3 jobs; 2026-11-24). Open MPI's ranks have
-// no such thread.
+// calls, and windows of 200 calls after the first ran at 1.0-3.6 µs in
+// stretches of up to 1,600 calls (in one job again from call 2,000 to
+// 3,600), 0.7 µs otherwise (6 jobs; 2026-11-24). Open MPI's ranks have no
+// such thread.
 //
 // quietSysmon gives sysmon's thread SCHED_IDLE: the kernel then runs it
 // when a CPU has nothing else to run, or in the small share it grants that
 // class, and never preempts a rank for it. With it, windows 2 to 10 of the
-// same jobs ran at 0.68-0.88 µs (3 jobs; a stray 1.3-6 µs window in two).
+// same kind of job ran at 0.67-0.88 µs (3 jobs; a stray window of
+// 1.25-6.1 µs in two).
 // sysmon's work (retaking a P from a blocking system call, preempting a
 // goroutine that runs for 10 ms, polling the network when nobody has for
 // 10 ms, forcing a GC every 2 minutes) waits while the ranks spin; a
