@@ -23,39 +23,43 @@ func TestAlgoTableEveryKind(t *testing.T) {
 	}
 }
 
-// TestPairOverTCPRecDoubling: two ranks linked by tcp allreduce by
-// recursive doubling up to pairTCPRecDoublingMax, both ranks alike, and
-// by the selection table above it; a pair on another transport, or more
-// ranks on tcp, follow the table throughout. A run over tcp gives the sum.
-func TestPairOverTCPRecDoubling(t *testing.T) {
-	mid, big := 64<<10, 2<<20
+// TestAllTCPAlgos: two ranks linked by tcp allreduce by recursive
+// doubling up to pairTCPRecDoublingMax, and 4 ranks forced onto tcp by
+// halving-doubling up to tcpHalvingDoublingMax where the table picks the
+// ring; every rank alike, the table above those sizes, and a job on
+// another transport, or of 3 ranks on tcp, follows the table throughout.
+// A run of each tcp choice gives the sum.
+func TestAllTCPAlgos(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		n    int
-		opts []Option
-		want collectives.Algo // at mid
+		name     string
+		n        int
+		opts     []Option
+		mid, big int
+		want     collectives.Algo // at mid
 	}{
-		{"tcp-pair", 2, []Option{WithTransport("tcp")}, collectives.RecDoubling},
-		{"mem-pair", 2, nil, collectives.Select(collectives.AllReduce, 2, mid)},
-		{"tcp-three", 3, []Option{WithTransport("tcp")}, collectives.Select(collectives.AllReduce, 3, mid)},
+		{"tcp-pair", 2, []Option{WithTransport("tcp")}, 64 << 10, 2 << 20, collectives.RecDoubling},
+		{"mem-pair", 2, nil, 64 << 10, 2 << 20, collectives.Select(collectives.AllReduce, 2, 64<<10)},
+		{"tcp-four", 4, []Option{WithTransport("tcp")}, 1 << 20, 16 << 20, collectives.HalvingDoubling},
+		{"mem-four", 4, nil, 1 << 20, 16 << 20, collectives.Select(collectives.AllReduce, 4, 1<<20)},
+		{"tcp-three", 3, []Option{WithTransport("tcp")}, 1 << 20, 16 << 20, collectives.Select(collectives.AllReduce, 3, 1<<20)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newLocal(t, tc.n, tc.opts...)
 			for _, c := range cs {
-				if got := c.algoFor(collectives.AllReduce, mid); got != tc.want {
-					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), mid, got, tc.want)
+				if got := c.algoFor(collectives.AllReduce, tc.mid); got != tc.want {
+					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.mid, got, tc.want)
 				}
-				if got, want := c.algoFor(collectives.AllReduce, big), collectives.Select(collectives.AllReduce, tc.n, big); got != want {
-					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), big, got, want)
+				if got, want := c.algoFor(collectives.AllReduce, tc.big), collectives.Select(collectives.AllReduce, tc.n, tc.big); got != want {
+					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.big, got, want)
 				}
 			}
-			if tc.want != collectives.RecDoubling {
+			if tc.want == collectives.Select(collectives.AllReduce, tc.n, tc.mid) {
 				return
 			}
 			ctx := testCtx(t)
 			bufs := make([][]float32, tc.n)
 			mustAll(t, "allreduce", onAll(cs, func(c *Comm) error {
-				b := make([]float32, mid/4)
+				b := make([]float32, tc.mid/4)
 				for i := range b {
 					b[i] = float32(c.Rank() + i%5)
 				}
@@ -64,7 +68,7 @@ func TestPairOverTCPRecDoubling(t *testing.T) {
 			}))
 			for r, b := range bufs {
 				for i, v := range b {
-					if want := float32(1 + 2*(i%5)); v != want {
+					if want := float32(tc.n*(tc.n-1)/2 + tc.n*(i%5)); v != want {
 						t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
 					}
 				}

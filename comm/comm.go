@@ -73,8 +73,9 @@ type Comm struct {
 
 	// ctl reports progress to the launcher (Init only; nil is a no-op).
 	ctl *jobctl.Client
-	// pairTCP: two ranks whose link is tcp (pairOverTCP; run.go's algoFor).
-	pairTCP bool
+	// allTCP: every link this communicator makes is tcp (linksAllTCP;
+	// run.go's algoFor).
+	allTCP bool
 
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 
@@ -364,7 +365,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		cfg.obs.met.devs.Store(&c.devs)
 	}
 	c.topo = topologyOf(eps)
-	c.pairTCP = pairOverTCP(cfg.transport, eps)
+	c.allTCP = linksAllTCP(cfg.transport, eps)
 	if err := c.makeHierComms(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -403,11 +404,26 @@ func pickProvider(forced string, me, peer *endpoint) string {
 	return ""
 }
 
-// pairOverTCP reports whether eps are two ranks that pickProvider links
-// over tcp: the same answer on both (it is symmetric), so both may choose
-// their algorithms by it.
-func pairOverTCP(forced string, eps []*endpoint) bool {
-	return len(eps) == 2 && pickProvider(forced, eps[0], eps[1]) == "tcp"
+// linksAllTCP reports whether pickProvider links every pair of eps over
+// tcp: two ranks whose one link is tcp, or a job forced onto tcp
+// (GORUN_TRANSPORT) where every rank has a tcp address. The answer is the
+// same on every rank (pickProvider is symmetric and every rank holds the
+// same endpoints), so all may choose their algorithms by it. A job on
+// auto over several hosts is not counted: it mixes providers, and its
+// hosts' collectives are hierarchical.
+func linksAllTCP(forced string, eps []*endpoint) bool {
+	switch {
+	case len(eps) == 2:
+		return pickProvider(forced, eps[0], eps[1]) == "tcp"
+	case len(eps) < 2 || forced != "tcp":
+		return false
+	}
+	for _, ep := range eps[1:] {
+		if pickProvider(forced, eps[0], ep) != "tcp" {
+			return false
+		}
+	}
+	return true
 }
 
 // stagingFor sizes each peer's staging (the same on every rank: it bounds

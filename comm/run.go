@@ -135,10 +135,16 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 	if c.cfg.deterministic {
 		return collectives.Algos(coll)[0]
 	}
-	if coll == collectives.AllReduce && c.pairTCP && bytes <= pairTCPRecDoublingMax {
-		return collectives.RecDoubling
+	a := collectives.Select(coll, c.size, bytes)
+	if coll == collectives.AllReduce && c.allTCP {
+		switch {
+		case c.size == 2 && bytes <= pairTCPRecDoublingMax:
+			return collectives.RecDoubling
+		case a == collectives.Ring && c.size > 2 && c.size&(c.size-1) == 0 && bytes <= tcpHalvingDoublingMax:
+			return collectives.HalvingDoubling
+		}
 	}
-	return collectives.Select(coll, c.size, bytes)
+	return a
 }
 
 // pairTCPRecDoublingMax is the largest allreduce that two ranks linked by
@@ -152,6 +158,21 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 // (485-505 against 404-699), 2 MiB ring faster (821-917 against
 // 1141-1372).
 const pairTCPRecDoublingMax = 512 << 10
+
+// tcpHalvingDoublingMax is the largest allreduce that a job of 4, 8 or 16
+// ranks (a power of two above 2) linked by tcp runs by halving-doubling
+// (Rabenseifner: 2·log2 n exchanges) where collectives.Select picks the
+// ring above 256 KiB (2·(n-1) dependent exchanges: on tcp each costs
+// system calls at both ends and, with ranks outnumbering CPUs, a turn of
+// the scheduler). Both move 2·(n-1)/n of the buffer. tcp loopback, 4 ranks
+// on 2 CPUs under chrt -f 50, 3 interleaved rounds (2026-11-24, allreduce_perf
+// in place, µs, ring -> hd): 512 KiB 1119-1444 -> 661-993, 1 MiB
+// 1972-3259 -> 1141-1377, 2 MiB 3554-4821 -> 2447-3074, 4 MiB 6818-7400
+// -> 6177-7143, 16 MiB mixed (30484-35208 against 31757-32952); 8 ranks,
+// 2 rounds: 1 MiB 11308-13162 -> 5861-7354, 2 MiB 11209-17755 ->
+// 7279-10590, 4 MiB level, 16 MiB mixed. At 3 ranks (folded) it was no
+// better, so other sizes keep the ring.
+const tcpHalvingDoublingMax = 2 << 20
 
 // plan returns the cached compiled schedule.
 func (c *Comm) plan(k planKey) (*engine.Plan, error) {

@@ -196,7 +196,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 		}
 	}
 	n.topo = topologyOf(eps) // flat algorithms only: no sub-communicators after a shrink
-	n.pairTCP = pairOverTCP(n.cfg.transport, eps)
+	n.allTCP = linksAllTCP(n.cfg.transport, eps)
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if fw := n.shrink.failures; fw != nil {
