@@ -118,6 +118,29 @@ func (n *Node) left() map[string]bool {
 	return out
 }
 
+// relayLeaving passes the msgLeaving of each member of the current world
+// that said it leaves to the ranks of w in ranks (whose proposals are
+// missing or differ). A leaver tells every member once, by UDP; one that
+// missed it, and whose gossip view never held the leaver (hello.go), keeps
+// it in its table until told again.
+func (n *Node) relayLeaving(w *World, ranks []int) {
+	n.mu.Lock()
+	var leavers []string
+	for name := range n.leaving {
+		if _, in := n.inWorld[name]; in {
+			leavers = append(leavers, name)
+		}
+	}
+	epoch := n.world.Epoch
+	n.mu.Unlock()
+	for _, name := range leavers {
+		m := message{kind: msgLeaving, epoch: epoch, from: name}
+		for _, r := range ranks {
+			n.send(w.Members[r].Name, w.Members[r].Addr, m)
+		}
+	}
+}
+
 // probeUnseen probes up to unseenBatch members of a table that this
 // node's view does not hold, from the round-th batch on: it cannot hear
 // of their death from gossip (shrinkTable). Each probe is a goroutine and
@@ -308,6 +331,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				// A member may be a rank that joins a running job: tell it
 				// the epoch (it is still forming the first world).
 				n.sendTo(&w, miss, msgEpoch)
+				n.relayLeaving(&w, miss)
 				sentAt = time.Now()
 			}
 		case p.ok && me > 0:

@@ -43,8 +43,11 @@ const (
 	helloEvery = 500 * time.Millisecond
 	// helloFallback is how long a node says hello before it joins the
 	// seeds through memberlist instead; it grows by helloPerMember.
-	helloFallback  = 10 * time.Second
-	helloPerMember = 10 * time.Millisecond
+	// A fallback at scale costs the seed O(n) bytes per join again, so it
+	// waits long: 60 s at 1,000 members (one formed in 10-41 s at load
+	// 6-11 on 2 cores, and 20 s sent many back to the old path).
+	helloFallback  = 30 * time.Second
+	helloPerMember = 30 * time.Millisecond
 )
 
 // usesHello says whether this node forms its first world by hello.

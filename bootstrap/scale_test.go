@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,6 +103,17 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 			cfgs[i].Logger = scaleLog
 		}
 	}
+	stopProf := func() {}
+	if p := os.Getenv("GORUN_GOSSIP_FORMPROF"); p != "" {
+		// A CPU profile of the formation alone, until the coordinator
+		// commits (-test.cpuprofile covers the whole run).
+		if f, err := os.Create(p); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer f.Close()
+				stopProf = pprof.StopCPUProfile
+			}
+		}
+	}
 	start, cpu0 := time.Now(), cpuTime()
 	seed, err := Start(cfgs[0], []byte("blob 0"))
 	if err != nil {
@@ -111,12 +123,15 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	errs := make([]error, size)
 	at := make([]Traffic, size) // each node's traffic when its Form returned
 	var wg sync.WaitGroup
+	var committed, commitCPU time.Duration // when the coordinator committed: every member locked on the world
 	ctx := context.Background()
 	for i := range size {
 		wg.Go(func() {
 			if i == 0 {
 				nodes[0] = seed
 				_, errs[0] = seed.Form(ctx)
+				committed, commitCPU = time.Since(start), cpuTime()-cpu0
+				stopProf()
 			} else {
 				cfgs[i].Seeds = []string{seed.Addr()}
 				nodes[i], errs[i] = Join(ctx, cfgs[i], fmt.Appendf(nil, "tcp 127.0.0.1:%d", 40000+i))
@@ -129,7 +144,8 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	wg.Wait()
 	r.form, r.cpu = time.Since(start), cpuTime()-cpu0
 	formed := time.Now()
-	t.Logf("%d formed in %.2f s, %.1f CPU s", size, r.form.Seconds(), r.cpu.Seconds())
+	t.Logf("%d: agreed (coordinator committed) in %.2f s, %.1f CPU s; every member returned in %.2f s, %.1f CPU s",
+		size, committed.Seconds(), commitCPU.Seconds(), r.form.Seconds(), r.cpu.Seconds())
 	defer closeAll(nodes)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("world of %d: %v", size, err)
