@@ -76,19 +76,89 @@ func member(rank int, q peer) Member {
 	return Member{Rank: rank, Name: q.name, Addr: q.addr, Host: q.meta.Host, Blob: q.meta.Blob}
 }
 
-// shrinkTable derives the next world from old: its members still alive in
-// the view, renumbered in the order of their old ranks.
-func shrinkTable(peers map[string]peer, old World) proposal {
+// shrinkTable derives the next world from old: its members that have not
+// left it, renumbered in the order of their old ranks. A member has left
+// if it is in out (gossip dropped it, evidence found it gone, or it said
+// it leaves) or its meta in the view says it leaves. A member this node's
+// view has not reached yet stays: a large world is agreed before every
+// view holds every member (hello.go), and a node that never saw a member
+// cannot hear of its death from gossip; the agreement probes such members
+// when it stalls (probeUnseen).
+func shrinkTable(peers map[string]peer, old World, out map[string]bool) proposal {
 	var p proposal
 	for _, m := range old.Members {
-		if q, ok := peers[m.Name]; ok && !q.meta.Leaving {
-			m.Rank = len(p.members)
-			p.members = append(p.members, m)
-			p.seen = append(p.seen, m.Rank)
+		if q, ok := peers[m.Name]; (ok && q.meta.Leaving) || out[m.Name] {
+			continue
 		}
+		m.Rank = len(p.members)
+		p.members = append(p.members, m)
+		p.seen = append(p.seen, m.Rank)
 	}
 	p.ok = len(p.members) > 0
 	return p
+}
+
+// left is the set of members that gossip dropped, evidence found gone, or
+// that said they leave: out for shrinkTable.
+func (n *Node) left() map[string]bool {
+	out := make(map[string]bool)
+	n.viewMu.Lock()
+	for name := range n.departed {
+		out[name] = true
+	}
+	for name := range n.gone {
+		out[name] = true
+	}
+	n.viewMu.Unlock()
+	n.mu.Lock()
+	for name := range n.leaving {
+		out[name] = true
+	}
+	n.mu.Unlock()
+	return out
+}
+
+// relayLeaving passes the msgLeaving of each member of the current world
+// that said it leaves to the ranks of w in ranks (whose proposals are
+// missing or differ). A leaver tells every member once, by UDP; one that
+// missed it, and whose gossip view never held the leaver (hello.go), keeps
+// it in its table until told again.
+func (n *Node) relayLeaving(w *World, ranks []int) {
+	n.mu.Lock()
+	var leavers []string
+	for name := range n.leaving {
+		if _, in := n.inWorld[name]; in {
+			leavers = append(leavers, name)
+		}
+	}
+	epoch := n.world.Epoch
+	n.mu.Unlock()
+	for _, name := range leavers {
+		m := message{kind: msgLeaving, epoch: epoch, from: name}
+		for _, r := range ranks {
+			n.send(w.Members[r].Name, w.Members[r].Addr, m)
+		}
+	}
+}
+
+// probeUnseen probes up to unseenBatch members of a table that this
+// node's view does not hold, from the round-th batch on: it cannot hear
+// of their death from gossip (shrinkTable). Each probe is a goroutine and
+// a connection, and right after a large world formed a view may miss
+// most members, so a period probes a batch.
+func (n *Node) probeUnseen(members []Member, round int) {
+	n.viewMu.Lock()
+	var unseen []Member
+	for _, m := range members {
+		if _, ok := n.peers[m.Name]; !ok && m.Name != n.name {
+			unseen = append(unseen, m)
+		}
+	}
+	n.viewMu.Unlock()
+	for i := range min(unseenBatch, len(unseen)) {
+		m := unseen[(round*unseenBatch+i)%len(unseen)]
+		n.probe(m.Name, m.Addr, 1)
+	}
 }
 
 // digestOf hashes everything a world view consists of.
@@ -134,13 +204,15 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		miss   []int  // coordinator: ranks whose proposal or ack is missing
 		start  = time.Now()
 
-		tbl        *tablePrepare   // member: the received table merged into peers (table.go)
-		tableSent  map[string]bool // coordinator: members sent the table
-		tableBuf   []byte          // the encoded table of locked
-		settled    time.Time       // coordinator: since when its table is complete and unchanged
-		preparedAt time.Time
-		asked      time.Time // when this node last asked whether the job went on without it (expel.go)
-		askRound   int
+		tbl         *tablePrepare   // member: the received table merged into peers (table.go)
+		tableSent   map[string]bool // coordinator: members sent the table
+		tableBuf    []byte          // the encoded table of locked
+		settled     time.Time       // coordinator: since when its table is complete and unchanged
+		preparedAt  time.Time
+		asked       time.Time // when this node last asked whether the job went on without it (expel.go)
+		unseenAt    time.Time // when this node last probed the members its view does not hold
+		unseenRound int
+		askRound    int
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -259,6 +331,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				// A member may be a rank that joins a running job: tell it
 				// the epoch (it is still forming the first world).
 				n.sendTo(&w, miss, msgEpoch)
+				n.relayLeaving(&w, miss)
 				sentAt = time.Now()
 			}
 		case p.ok && me > 0:
@@ -306,6 +379,11 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		if time.Since(start) >= evidenceProbeEvery {
 			// Check that the members this node waits for are not gone.
 			n.probeWaitingFor(epoch, members, waiting)
+		}
+		if epoch > 1 && locked == nil && p.ok && time.Since(start) >= unseenAfter && time.Since(unseenAt) >= unseenAfter {
+			// Stalled: members this table keeps may have died unseen.
+			n.probeUnseen(p.members, unseenRound)
+			unseenAt, unseenRound = time.Now(), unseenRound+1
 		}
 		if epoch > 1 && time.Since(start) >= askAfter && time.Since(asked) >= askEvery && n.isFormed() {
 			// Ask them whether the job went on without this node (expel.go).
@@ -463,6 +541,14 @@ func countBelow(ranks []int, hi int) int {
 	return k
 }
 
+// unseenAfter is how long a later epoch's agreement waits before it
+// probes the members of its table that its view does not hold, and the
+// period of those probes.
+const (
+	unseenAfter = 2 * time.Second
+	unseenBatch = 16
+)
+
 // settle is how long a coordinator's complete table must stay unchanged
 // before it prepares without every member's proposal: a few gossip rounds,
 // for a conflict another member knows of (two claims of a rank) to reach it.
@@ -525,7 +611,7 @@ func (n *Node) Shrink(ctx context.Context) (World, error) {
 	if closed {
 		return World{}, &OpError{Op: "shrink", Rank: old.Rank, Peer: -1, Err: ErrClosed}
 	}
-	w, err := n.agree(ctx, old.Epoch+1, func(ps map[string]peer) proposal { return shrinkTable(ps, old) })
+	w, err := n.agree(ctx, old.Epoch+1, func(ps map[string]peer) proposal { return shrinkTable(ps, old, n.left()) })
 	if err != nil {
 		return World{}, err
 	}

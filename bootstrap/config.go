@@ -235,9 +235,10 @@ func (c Config) memberlistConfig(name string) *memberlist.Config {
 // the prepare carries its table down a tree: table.go), so beyond
 // thinAbove members the multiplier falls to keep about six sends per
 // update per node (four from 1,000), leaving the rest to the push/pull
-// anti-entropy. A Shrink then waits until the views of the survivors
-// hold each other again (shrinkTable keeps the members a node sees),
-// which can take a push/pull period. The anti-entropy moves n members'
+// anti-entropy. (A Shrink used to wait until the views of the survivors
+// held each other again; shrinkTable now keeps every member not known to
+// have left, and beyond helloAbove the first world forms by hello,
+// before the views fill: hello.go.) The anti-entropy moves n members'
 // state per sync, so beyond scaleAbove it runs at least every
 // scaledPushPull (memberlist's LAN default is 30 s; it stretches that
 // further by log2(n/32)). The TCP deadline of a push/pull

@@ -18,6 +18,9 @@
 // formation. Once formed, it joins the seeds again only if no live member
 // is at a seed address: a restarted seed rank is its own seed and joins
 // nobody, so a few members (four, expected, per second) join it (seeds.go).
+// Beyond 64 ranks a node forming the first world sends the seeds a hello
+// instead, and joins memberlist through its parent in the table tree once
+// the world is agreed (hello.go).
 //
 // Every node publishes its metadata in its memberlist node meta: rank,
 // size, job id, host identity (hostname plus a hash of the boot id, for

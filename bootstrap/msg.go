@@ -23,6 +23,7 @@ const (
 	msgTable   = 9  // coordinator or tree parent → member: prepare(D) with the table; its own encoding (table.go)
 	msgAsk     = 10 // a formed node agreeing on epoch: is the job past it without me? about: my gossip address (expel.go)
 	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch that leaves the asker out (expel.go)
+	msgHello   = 12 // a node forming a large world → seed: here I am, with my meta; its own encoding (hello.go)
 
 	digestLen = 16
 )
@@ -99,6 +100,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		d.n.gotTable(buf)
 		return
 	}
+	if isHello(buf) {
+		d.n.gotHello(buf)
+		return
+	}
 	m, ok := decodeMessage(buf)
 	if !ok {
 		return
@@ -129,6 +134,9 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	case msgLeaving:
 		n.leaving[m.from] = true
 		n.ranPast = max(n.ranPast, m.epoch) // the epoch of its world (expel.go)
+		n.viewMu.Lock()
+		n.viewGen++ // a shrink's table leaves it out (shrinkTable)
+		n.viewMu.Unlock()
 	case msgEpoch:
 		n.hints[m.epoch] = true
 	}

@@ -50,9 +50,10 @@ type Node struct {
 
 	traffic *counters // nil unless cfg.CountTraffic or cfg.Network
 
-	changed chan struct{} // cap 1: the view changed
-	done    chan struct{} // closed by Close
-	wg      sync.WaitGroup
+	changed  chan struct{} // cap 1: the view changed
+	formedCh chan struct{} // closed when the first world is installed
+	done     chan struct{} // closed by Close
+	wg       sync.WaitGroup
 
 	metaMu  sync.Mutex // guards meta, metaBuf; never held across memberlist calls
 	meta    meta
@@ -145,6 +146,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		cfg:      cfg,
 		name:     nodeName(cfg.Rank),
 		changed:  make(chan struct{}, 1),
+		formedCh: make(chan struct{}),
 		done:     make(chan struct{}),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
@@ -354,10 +356,15 @@ func isSelf(seed string, ip net.IP, port int) bool {
 	return false
 }
 
-// joinLoop joins the seeds once, then keeps them in the group (seeds.go).
+// joinLoop joins the seeds once (by hello in a large job: hello.go), then
+// keeps them in the group (seeds.go).
 func (n *Node) joinLoop(seeds []string) {
 	defer n.wg.Done()
-	if n.joinOnce(seeds) {
+	join := n.joinOnce
+	if n.usesHello() {
+		join = n.helloLoop
+	}
+	if join(seeds) {
 		n.keepSeeds(seeds)
 	}
 }
@@ -416,6 +423,9 @@ func (n *Node) install(w World) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.world = w
+	if !n.formed {
+		close(n.formedCh)
+	}
 	n.formed = true
 	n.inWorld = make(map[string]int, len(w.Members))
 	for _, m := range w.Members {

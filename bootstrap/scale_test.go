@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,17 +53,18 @@ func TestGossipScale(t *testing.T) {
 	default:
 		t.Fatalf("GORUN_GOSSIP_NET: %q is neither mem nor udp", v)
 	}
-	t.Logf("%6s %8s %8s %8s | %9s %9s | %9s %9s | %9s %9s | %8s %9s %9s %8s",
+	t.Logf("%6s %8s %8s %8s | %9s %9s | %9s %9s | %9s %9s | %8s %9s %9s %8s | %8s %8s",
 		"ranks", "form s", "cpu s", "load", "msg/mbr", "KiB/mbr", "seed msg", "seed KiB", "max msg", "max KiB",
-		"shrink s", "msg/mbr", "seed msg", "lost %")
+		"shrink s", "msg/mbr", "seed msg", "lost %", "views s", "cpu s")
+	t.Logf("(views: from formed until every survivor's memberlist holds all survivors, and the CPU from start until then)")
 	t.Logf("(lost: percent of packets sent until formed / until shrunk)")
 	for _, size := range sizes {
 		load0 := loadAvg()
 		r := measureFormation(t, fmt.Sprintf("scale-%d", size), size, nw())
-		t.Logf("%6d %8.2f %8.1f %8s | %9.0f %9.1f | %9d %9.1f | %9d %9.1f | %8.2f %9.0f %9d %4.1f/%4.1f",
+		t.Logf("%6d %8.2f %8.1f %8s | %9.0f %9.1f | %9d %9.1f | %9d %9.1f | %8.2f %9.0f %9d %4.1f/%4.1f | %8.2f %8.1f",
 			size, r.form.Seconds(), r.cpu.Seconds(), load0, r.mean.msgs, r.mean.bytes/1024, r.seed.Messages(),
 			float64(r.seed.Bytes())/1024, r.max.Messages(), float64(r.max.Bytes())/1024,
-			r.shrink.Seconds(), r.shrinkMean, r.shrinkSeed.Messages(), r.formLost, r.lost)
+			r.shrink.Seconds(), r.shrinkMean, r.shrinkSeed.Messages(), r.formLost, r.lost, r.views.Seconds(), r.viewsCPU.Seconds())
 	}
 }
 
@@ -73,6 +75,8 @@ type scaleResult struct {
 	seed, max    Traffic // at formation; max over the non-seed members, by messages
 	shrinkMean   float64 // messages per survivor during shrink
 	shrinkSeed   Traffic
+	views        time.Duration // from formed until every survivor's memberlist holds every survivor
+	viewsCPU     time.Duration
 	formLost     float64 // percent of the packets sent until formed that were lost (MemNetwork only)
 	lost         float64 // percent of the packets sent until shrunk that were lost (MemNetwork only)
 }
@@ -99,6 +103,17 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 			cfgs[i].Logger = scaleLog
 		}
 	}
+	stopProf := func() {}
+	if p := os.Getenv("GORUN_GOSSIP_FORMPROF"); p != "" {
+		// A CPU profile of the formation alone, until the coordinator
+		// commits (-test.cpuprofile covers the whole run).
+		if f, err := os.Create(p); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer f.Close()
+				stopProf = pprof.StopCPUProfile
+			}
+		}
+	}
 	start, cpu0 := time.Now(), cpuTime()
 	seed, err := Start(cfgs[0], []byte("blob 0"))
 	if err != nil {
@@ -108,12 +123,15 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	errs := make([]error, size)
 	at := make([]Traffic, size) // each node's traffic when its Form returned
 	var wg sync.WaitGroup
+	var committed, commitCPU time.Duration // when the coordinator committed: every member locked on the world
 	ctx := context.Background()
 	for i := range size {
 		wg.Go(func() {
 			if i == 0 {
 				nodes[0] = seed
 				_, errs[0] = seed.Form(ctx)
+				committed, commitCPU = time.Since(start), cpuTime()-cpu0
+				stopProf()
 			} else {
 				cfgs[i].Seeds = []string{seed.Addr()}
 				nodes[i], errs[i] = Join(ctx, cfgs[i], fmt.Appendf(nil, "tcp 127.0.0.1:%d", 40000+i))
@@ -125,6 +143,9 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	}
 	wg.Wait()
 	r.form, r.cpu = time.Since(start), cpuTime()-cpu0
+	formed := time.Now()
+	t.Logf("%d: agreed (coordinator committed) in %.2f s, %.1f CPU s; every member returned in %.2f s, %.1f CPU s",
+		size, committed.Seconds(), commitCPU.Seconds(), r.form.Seconds(), r.cpu.Seconds())
 	defer closeAll(nodes)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("world of %d: %v", size, err)
@@ -170,6 +191,7 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	}
 	wg.Wait()
 	r.shrink = time.Since(start)
+	t.Logf("%d shrunk in %.2f s", size, r.shrink.Seconds())
 	if err := errors.Join(errs[:size-1]...); err != nil {
 		t.Errorf("shrink of %d: %.2000v", size, err)
 	}
@@ -183,6 +205,24 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 		}
 	}
 	r.shrinkMean = float64(msgs) / float64(len(survivors))
+	// Failure detection needs every survivor in every memberlist; a world
+	// formed by hello (hello.go) is agreed before that. This polls, as a
+	// measurement: nothing waits on it.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for full := false; !full && sctx.Err() == nil; {
+		full = true
+		for _, n := range survivors {
+			if n.ml.NumMembers() < size-1 {
+				full = false
+				break
+			}
+		}
+		if !full {
+			<-tick.C
+		}
+	}
+	r.views, r.viewsCPU = time.Since(formed), cpuTime()-cpu0
 	var all Traffic
 	for _, n := range survivors {
 		all = all.Add(n.Traffic())

@@ -40,6 +40,9 @@ func (n *Node) keepSeeds(seeds []string) {
 	want := seedAddrs(seeds)
 	for n.sleep(rejoinEvery*3/4 + mrand.N(rejoinEvery/2)) {
 		live, members := n.seedsLive(want)
+		// A view still filling (a large world formed by hello) counts the
+		// world's members: they are there, and would all join at once.
+		members = max(members, len(n.World().Members))
 		if live || (members > rejoiners && mrand.N(members) >= rejoiners) {
 			continue
 		}
