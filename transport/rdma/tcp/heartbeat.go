@@ -32,8 +32,9 @@ import (
 // heartbeatIdle + heartbeatTick of going idle. A middlebox that
 // acknowledges for the peer (a proxy) hides a silent peer from this check.
 //
-// A loopback connection (the peer at 127.0.0.0/8 or ::1) is never cut for
-// silence: no link can go dark there, a dead peer's kernel resets the
+// A loopback connection (the peer at 127.0.0.0/8 or ::1, or at an address
+// of this host: ranks on one host reach each other at the host's address,
+// and Linux routes that through lo) is never cut for silence: no link can go dark there, a dead peer's kernel resets the
 // connection and a frozen peer's still acknowledges, so only a starved
 // kernel is late, and late is not dead. CI's race runs (2 CPUs, load 4 and
 // more) saw 2.4 s without an acknowledgement on loopback: a 64 MiB read
@@ -66,13 +67,39 @@ func silent(st linkState) bool {
 }
 
 // loopback reports whether c's peer is reached over loopback, where
-// silence is never cut (see above).
+// silence is never cut (see above): a loopback address, or one of this
+// host's (the connection's own local address, or any interface's; asked
+// only of a connection found silent).
 func (c *conn) loopback() bool {
 	if c.nc == nil {
 		return false
 	}
 	a, ok := c.nc.RemoteAddr().(*net.TCPAddr)
-	return ok && a.IP.IsLoopback()
+	if !ok {
+		return false
+	}
+	if a.IP.IsLoopback() {
+		return true
+	}
+	if l, ok := c.nc.LocalAddr().(*net.TCPAddr); ok && l.IP.Equal(a.IP) {
+		return true
+	}
+	return hostAddr(a.IP)
+}
+
+// hostAddr reports whether ip is assigned to an interface of this host
+// (in this network namespace).
+func hostAddr(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // linkState is what the heartbeat needs of TCP_INFO.

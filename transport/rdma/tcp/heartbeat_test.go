@@ -41,25 +41,44 @@ func TestSilentNotCutOnLoopback(t *testing.T) {
 			t.Errorf("silent(%+v) = %v, want %v", tc.st, got, tc.want)
 		}
 	}
+	// A peer at this host's own address is reached through lo as well:
+	// local ranks over tcp connect at the host's address.
+	local := &net.TCPAddr{IP: net.IPv4(10, 9, 8, 7), Port: 2}
 	for _, tc := range []struct {
 		peer string
 		want bool
-	}{{"127.0.0.1:1", true}, {"127.3.0.9:1", true}, {"[::1]:1", true}, {"10.0.0.2:1", false}, {"[fe80::1]:1", false}} {
+	}{{"127.0.0.1:1", true}, {"127.3.0.9:1", true}, {"[::1]:1", true}, {"10.9.8.7:1", true}, {"10.0.0.2:1", false}, {"[fe80::1]:1", false}} {
 		a, err := net.ResolveTCPAddr("tcp", tc.peer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := &conn{nc: fakeRemote{remote: a}}
+		c := &conn{nc: fakeRemote{local: local, remote: a}}
 		if got := c.loopback(); got != tc.want {
 			t.Errorf("loopback with peer %s = %v, want %v", tc.peer, got, tc.want)
 		}
 	}
+	// And at any address of this host's interfaces.
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range addrs {
+		n, ok := x.(*net.IPNet)
+		if !ok || n.IP.IsLoopback() {
+			continue
+		}
+		c := &conn{nc: fakeRemote{local: local, remote: &net.TCPAddr{IP: n.IP, Port: 1}}}
+		if !c.loopback() {
+			t.Errorf("loopback with peer %s, an address of this host, = false", n.IP)
+		}
+	}
 }
 
-// fakeRemote is a net.Conn that only knows its remote address.
+// fakeRemote is a net.Conn that only knows its addresses.
 type fakeRemote struct {
 	net.Conn
-	remote net.Addr
+	local, remote net.Addr
 }
 
+func (f fakeRemote) LocalAddr() net.Addr  { return f.local }
 func (f fakeRemote) RemoteAddr() net.Addr { return f.remote }
