@@ -84,6 +84,7 @@ type conn struct {
 	rtok      token         // the read token: who reads and serves (progress.go)
 	rnrWait   atomic.Bool   // the parser waits for a receive
 	wake      chan struct{} // hands a full socket to the writer goroutine
+	handing   atomic.Bool   // handed, read without mu by pollers (resume)
 	done      chan struct{} // closed when the conn is going down
 	failing   atomic.Bool   // set before done is closed
 	started   bool
@@ -107,7 +108,8 @@ type conn struct {
 	rqHead, rqTail  uint64
 	resp, respSpare []response
 	writing         bool // the write token is taken (writer.go)
-	handed          bool // ... and handed to the writer goroutine
+	handed          bool // ... and handed to the writer goroutine (also handing)
+	wactive         bool // the writer goroutine is writing what it was handed
 	readExited      bool // the read side stopped for good
 	writeExited     bool // the write side stopped for good
 
@@ -120,7 +122,8 @@ type conn struct {
 	wn      int
 	werr    error
 	tryW    func(fd uintptr)
-	blockW  func(fd uintptr) bool
+	handW   func(fd uintptr) bool
+	wdone   bool // the writer goroutine wrote (or failed) what it was handed
 
 	// Read-token owned (reader.go).
 	ps        parser
@@ -172,7 +175,7 @@ func newConn(d *device, nc net.Conn, r io.Reader, peer string) *conn {
 	c.watchFn = c.watchFd
 	c.goneFn = func(fd uintptr) { c.gone = hungUp(fd) }
 	c.tryW = c.tryWriteFd
-	c.blockW = c.blockWriteFd
+	c.handW = c.handedWriteFd
 	c.rnrTimer = time.AfterFunc(time.Hour, c.progress)
 	c.rnrTimer.Stop()
 	return c

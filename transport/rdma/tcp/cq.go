@@ -47,6 +47,9 @@ func (q *cq) Poll(wcs []rdma.WC) int {
 	default:
 	}
 	conns := *q.conns.Load()
+	for _, c := range conns {
+		c.resume() // a write waiting for room in its socket
+	}
 	// With two conns or more, one readiness check costs less than a read
 	// per conn: 4 ranks over tcp polled 3 sockets a poll, mostly empty.
 	if len(conns) < 2 || !q.ep.progressReady(conns) {

@@ -64,7 +64,7 @@ func (c *conn) post(name string, op uint8, opcode rdma.Opcode, wrid uint64, sgl 
 		return nil
 	}
 	c.writing = true
-	c.writeRounds(false)
+	c.writeRounds()
 	return nil
 }
 

@@ -179,6 +179,7 @@ func (c *conn) getComp(ctx context.Context, q *cq) (rdma.WC, error) {
 	}
 	for {
 		for range 2 {
+			c.resume()
 			c.progress()
 			if wc, ok, err := q.Next(); ok {
 				return wc, nil
