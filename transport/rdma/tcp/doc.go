@@ -68,7 +68,8 @@
 // never sit unread while someone wanted them read) guards the parser and
 // the read side; the write token (c.writing, under c.mu) guards the
 // writev in progress, and passes to the writer goroutine with a full
-// socket. c.mu guards the queues and the state; completions are pushed
+// socket, from which a poller takes it back while that goroutine waits
+// for room (writer.go: with one P per rank it would run late). c.mu guards the queues and the state; completions are pushed
 // under it, so each conn's completions reach its CQ in post order. The
 // reader never waits for the writer, so two ends writing large messages
 // at each other cannot deadlock; read responses are therefore copied out
