@@ -114,10 +114,10 @@ type Config struct {
 // probes with a 100 ms timeout and at most 2× unconfirmed suspicion
 // declared live ranks dead at load 19-25 in the test suite, before a
 // member on the same host whose process runs was exempt (Config.Running);
-// and 250 ms without the last call declared a live rank dead in 2 of 4
-// load soaks with one rank per namespace host beside a CPU hog (the
-// observer's own gossip ran a second late). With the last call: no false
-// death in the soaks of RELIABILITY.md. Lifeguard's awareness (memberlist's
+// without the last call, 250 ms probes declared a live rank dead in 3 of
+// 5 load soaks with one rank per namespace host beside a CPU hog, and
+// 300 ms probes in 1 of 6 (the observer's own gossip ran a second late).
+// With the last call: no false death in the soaks of RELIABILITY.md. Lifeguard's awareness (memberlist's
 // default) also stretches the probes of a node that notices it is slow.
 func DefaultLANConfig() Config {
 	return Config{
