@@ -89,17 +89,36 @@ type Config struct {
 	Network *MemNetwork
 }
 
-// DefaultLANConfig is tuned for one job on a LAN or a single host: a killed
-// rank is reported within 2-4 s (about 2.5 s measured on loopback), and 64
-// ranks in one process form their world in 0.2-2 s on a loaded 2-core
-// machine (BenchmarkBootstrap). memberlist's own LAN preset (1 s probes,
-// 500 ms probe timeout, suspicion 4·log10(N) s, 200 ms gossip) is built
-// for long-lived server clusters and reports a crash after 5-25 s; a
-// stalled collective cannot wait that long. It is not tuned further down
-// because ranks run on busy hosts (data loaders, kernels): probes answered
-// late by a starved process must not declare it dead, and a false failure
-// kills the job. Lifeguard's awareness (memberlist's default) additionally
-// stretches the timeouts of a node that notices it is slow.
+// DefaultLANConfig is tuned for one job on a LAN or a single host: a rank
+// that stops answering (frozen, or its host cut off) with no witness on
+// its host (comm/witness.go) is reported about 1.25 s later (4 ranks, one
+// per namespace host: median 1.24 s, max 1.75 s, n = 20, RELIABILITY.md),
+// and 64 ranks in one process form their world in 0.2-2 s on a loaded
+// 2-core machine (BenchmarkBootstrap). memberlist's own LAN preset (1 s
+// probes, 500 ms probe timeout, suspicion 4·log10(N) s, 200 ms gossip) is
+// built for long-lived server clusters and reports a crash after 5-25 s;
+// a stalled collective cannot wait that long.
+//
+// How the time adds up: a survivor probes the frozen rank within about
+// ProbeInterval/3 (each of 3 survivors probes one of its 3 peers per
+// interval); the probe fails at the end of its interval (direct ping,
+// indirect pings, TCP fallback); a second survivor's failed probe
+// confirms the suspicion, which then ends SuspicionMult·ProbeInterval
+// after it began; the last call (lastcall.go) adds ProbeTimeout. Before
+// 2026-11-25 the interval was 500 ms: 2.3 s (n = 5).
+//
+// A live rank is declared dead only if it answers none of two or more
+// peers' probes, nor refutes their suspicion, for about a second, and then
+// misses the last call's two pings. Ranks run on busy hosts (data
+// loaders, kernels), so shorter settings were tried and dropped: 200 ms
+// probes with a 100 ms timeout and at most 2× unconfirmed suspicion
+// declared live ranks dead at load 19-25 in the test suite, before a
+// member on the same host whose process runs was exempt (Config.Running);
+// without the last call, 250 ms probes declared a live rank dead in 3 of
+// 5 load soaks with one rank per namespace host beside a CPU hog, and
+// 300 ms probes in 1 of 6 (the observer's own gossip ran a second late).
+// With the last call: no false death in the soaks of RELIABILITY.md. Lifeguard's awareness (memberlist's
+// default) also stretches the probes of a node that notices it is slow.
 func DefaultLANConfig() Config {
 	return Config{
 		Rank:             -1,
@@ -108,9 +127,9 @@ func DefaultLANConfig() Config {
 		GossipInterval:   20 * time.Millisecond,  // joins spread in a few 20 ms rounds; idle rounds send nothing
 		GossipNodes:      4,                      // fan-out of each round
 		PushPullInterval: 2 * time.Second,        // repairs lost UDP; memberlist scales it up beyond 32 nodes
-		ProbeInterval:    500 * time.Millisecond, // each node probes one peer twice a second (200 ms found a frozen rank within 1.5 s, but declared a live Python rank dead at load 19 in the test suite)
-		ProbeTimeout:     200 * time.Millisecond, // LAN RTT is ≪ 1 ms; the rest is room for a loaded host (100 ms gave a false death at load 25 on 2 cores; Lifeguard stretches it on a node that misses its own deadlines)
-		SuspicionMult:    3,                      // dead after 3·max(1,log10 N)·500 ms = 1.5 s (N ≤ 10) to 2.7 s (N = 64) once confirmed, at most four times that unconfirmed
+		ProbeInterval:    250 * time.Millisecond, // each node probes one peer 4 times a second; a probe fails when nothing answers within the interval
+		ProbeTimeout:     150 * time.Millisecond, // the direct UDP ping's share of the interval (the indirect pings and the TCP fallback get the rest), and a last call's wait
+		SuspicionMult:    3,                      // dead after 3·max(1,log10 N)·250 ms = 750 ms (N ≤ 10) to 1.35 s (N = 64) once confirmed, at most four times that unconfirmed
 		IndirectChecks:   3,                      // ask 3 peers before suspecting (avoids false positives)
 		TCPTimeout:       2 * time.Second,        // push/pull and join connections
 		RetryJoin:        50 * time.Millisecond,  // seeds start at the same time as the other ranks
@@ -210,7 +229,7 @@ func (c Config) memberlistConfig(name string) *memberlist.Config {
 	mc.DisableTcpPings = c.DisableTCPPings
 	mc.GossipToTheDeadTime = 2 * time.Second // dead ranks do not come back
 	mc.RetransmitMult = 4                    // as LAN: an update is sent 4·log(N+1) times
-	mc.SuspicionMaxTimeoutMult = 4           // unconfirmed suspicion lasts at most 4× the confirmed one (LAN: 6); 2 with a 200 ms probe gave false deaths under load
+	mc.SuspicionMaxTimeoutMult = 4           // unconfirmed suspicion lasts at most 4× the confirmed one (LAN: 6); 2 with a 200 ms probe gave false deaths under load. With SuspicionMult 3, one confirmation brings it down to the confirmed one
 	mc.EnableCompression = false             // metas are small; saves CPU
 	mc.DeadNodeReclaimTime = time.Second     // a restarted rank may reuse its address
 	mc.QueueCheckInterval = 30 * time.Second

@@ -97,9 +97,12 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	n.viewMu.Unlock()
 	if ok {
 		n.mu.Lock()
-		left := p.meta.Leaving || n.leaving[node.Name]
-		if n.formed && (left || !n.runsHere(node.Name)) {
+		switch left := p.meta.Leaving || n.leaving[node.Name]; {
+		case !n.formed:
+		case left:
 			n.reportLocked(node.Name, left)
+		case !n.runsHere(node.Name):
+			n.lastCallLocked(node.Name, p.addr) // reports it unless it answers (lastcall.go)
 		}
 		n.mu.Unlock()
 	}

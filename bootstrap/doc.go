@@ -99,10 +99,12 @@
 // detected by probes, ErrPeerLeft for a rank that Closed (before it leaves
 // it tells the world's members directly and sets a leaving flag in its
 // meta, so that the gossiped departure is not taken for a crash). Failure
-// detection is tuned in DefaultLANConfig (see its comment): a killed rank
-// is reported within 2-4 s on a LAN or loopback (measured: about 2.5 s for 3-4
-// ranks on loopback, TestKilledRankReported and comm's
-// TestInitStoppedRank).
+// detection is tuned in DefaultLANConfig (see its comment): a rank that
+// stops answering is reported about 1.25 s later on a LAN (a killed one
+// usually at once, by a refused connection: evidence.go). Before a gossip
+// death is reported the node pings the member itself (the last call,
+// lastcall.go): one that answers is not reported, since this node's own
+// lateness may have made the verdict.
 //
 // On one host the kernel is a better witness than a missed probe: a
 // member whose process /proc shows running or sleeping there

@@ -84,6 +84,7 @@ type Node struct {
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
+	calling  map[string]bool // members gossip dropped that a last call checks (lastcall.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
 	// ranPast is the latest epoch a formed member runs or left, told in a
 	// push/pull, a msgRunning or a msgLeaving: only for expelledAt
@@ -157,6 +158,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		leaving:  make(map[string]bool),
 		stopped:  make(map[string]bool),
 		refused:  make(map[string]bool),
+		calling:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
@@ -448,8 +450,11 @@ func (n *Node) install(w World) {
 		n.reportLocked(name, n.leaving[name])
 	}
 	for _, name := range dropped {
-		if !n.runsHere(name) {
-			n.reportLocked(name, n.leaving[name])
+		switch r := n.inWorld[name]; {
+		case n.leaving[name]:
+			n.reportLocked(name, true)
+		case !n.runsHere(name):
+			n.lastCallLocked(name, w.Members[r].Addr) // reports it unless it answers
 		}
 	}
 }

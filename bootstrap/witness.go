@@ -5,7 +5,7 @@ package bootstrap
 // A stopped process (SIGSTOP, a debugger) keeps its sockets open: its
 // gossip port still accepts connections (evidence.go finds nothing) and
 // only memberlist's suspicion timeout, which must stay long enough for a
-// process starved of CPU on a loaded host, declares it dead (2-3.4 s).
+// process starved of CPU on a loaded host, declares it dead (1.2-1.8 s).
 // The kernel knows better: a member on the same host reads the process's
 // state (comm's witness reads /proc/PID/stat) and tells the node, which
 // removes the member at once and passes the word on (msgStopped). The

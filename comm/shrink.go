@@ -79,6 +79,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
 		defer cancel()
 	}
+	start := time.Now() // GORUN_DEBUG=info logs how long closing c took, beside the phases below
 	// Shrink: stop every operation on c (they are failing anyway). Grow:
 	// the peers may still be finishing the operation that told them to
 	// grow, so no abort notice: the links close with a bye, after the data.
@@ -165,8 +166,8 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 					return fail(n.rank, ErrExpelled)
 				}
 			}
-			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): agreed in %v, connected in %v, %v in all; links: %s",
-				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, t1.Sub(t0).Round(time.Microsecond),
+			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): closed the old communicator in %v, agreed in %v, connected in %v, %v in all; links: %s",
+				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, begin.Sub(start).Round(time.Microsecond), t1.Sub(t0).Round(time.Microsecond),
 				time.Since(t1).Round(time.Microsecond), time.Since(begin).Round(time.Microsecond), n.conn.describe())
 			return n, nil
 		}

@@ -5,7 +5,7 @@ package comm
 // A rank stopped by SIGSTOP (or a debugger) keeps its connections and its
 // gossip port open, so neither the transport nor a refused connection
 // finds it; gossip suspicion would, but only after a timeout long enough
-// not to kill a process that a loaded host starves of CPU (2-3.4 s).
+// not to kill a process that a loaded host starves of CPU (1.2-1.8 s).
 // The kernel tells the two apart: a starved process is running or
 // runnable, a frozen one is in the stopped state. Each rank watches the
 // two ranks before it among the ranks of its host (so every rank has two

@@ -58,8 +58,16 @@ func recoveryTimes(t *testing.T, sig syscall.Signal, what string) {
 // good allreduce and to their first error (the latest survivor's, each).
 func recoveryTrial(t *testing.T, tr string, victim int, sig syscall.Signal) (recovered, firstErr time.Duration) {
 	t.Helper()
-	j := startJob(t, jobSpec{n: 4, role: "recover", transport: tr, timeout: 10 * time.Second,
-		env: []string{"REL_REINIT=0"}})
+	recovered, firstErr, _ = recoveryTrialSpec(t, jobSpec{n: 4, role: "recover", transport: tr, timeout: 10 * time.Second,
+		env: []string{"REL_REINIT=0"}}, victim, sig)
+	return recovered, firstErr
+}
+
+// recoveryTrialSpec is recoveryTrial for a job of spec (4 ranks, role
+// "recover"); it also returns the survivors' first errors.
+func recoveryTrialSpec(t *testing.T, spec jobSpec, victim int, sig syscall.Signal) (recovered, firstErr time.Duration, errs []event) {
+	t.Helper()
+	j := startJob(t, spec)
 	defer j.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -95,9 +103,13 @@ func recoveryTrial(t *testing.T, tr string, victim int, sig syscall.Signal) (rec
 		recovered = max(recovered, time.Unix(0, r.T).Sub(killed))
 		if e, ok := rk.event("error"); ok {
 			firstErr = max(firstErr, time.Unix(0, e.T).Sub(killed))
+			errs = append(errs, e)
 		}
 	}
-	return recovered, firstErr
+	if os.Getenv("REL_SHOW_LOGS") != "" {
+		t.Logf("SIGSTOP/kill at %s\n%s", killed.Format("15:04:05.000000"), j.logs())
+	}
+	return recovered, firstErr, errs
 }
 
 // A second rank dies while the survivors shrink after the first death

@@ -355,11 +355,13 @@ exec_in() { # HOST CMD...
   shift
   for d in "$ROOT"/[0-9]*; do
     [ -f "$d/hosts" ] || continue
-    while read -r name ip ns; do
+    # The hosts file on fd 3, not stdin: CMD gets the caller's stdin (a
+    # launcher sends the job token on it).
+    while read -r name ip ns <&3; do
       if [ "$name" = "$host" ] || [ "$ip" = "$host" ]; then
-        exec nsenter --net="/run/netns/$ns" --uts="$d/uts-$name" -- "$@"
+        exec 3<&- nsenter --net="/run/netns/$ns" --uts="$d/uts-$name" -- "$@"
       fi
-    done <"$d/hosts"
+    done 3<"$d/hosts"
   done
   die "exec: no cluster host $host"
 }

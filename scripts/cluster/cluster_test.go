@@ -72,6 +72,13 @@ func TestUpSSHDown(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != b.Name {
 		t.Fatalf("exec in %s: %q, %v", b.Name, out, err)
 	}
+	// exec passes its stdin on: gorun --launch-agent sends the job token
+	// on it (it used to read the hosts file there).
+	cmd := c.Command(context.Background(), b.Name, "sh", "-c", "IFS= read -r x; echo \"$x\"")
+	cmd.Stdin = strings.NewReader("the token\n")
+	if out, err = cmd.Output(); err != nil || string(out) != "the token\n" {
+		t.Fatalf("exec in %s read %q from its stdin (%v), want the token", b.Name, out, err)
+	}
 	// Shaped to 2 Gbit/s, with a control class that goes first.
 	cl, _ := exec.Command("tc", "-n", a.Netns, "class", "show", "dev", "eth0").Output()
 	if !strings.Contains(string(cl), "class htb 1:1 root rate 2Gbit ceil 2Gbit") ||
