@@ -77,23 +77,33 @@ func (c *conn) writeRounds() {
 			seal(s.hdr, crcOf(c.iov[s.lo:s.hi]))
 		}
 		c.out = c.iov
-		err := c.writeOut()
-		if err == errAgain {
-			c.mu.Lock()
-			if !c.failing.Load() {
-				c.setHanded(true)
-				c.mu.Unlock()
-				kick(c.wake)
-				return
-			}
-			c.mu.Unlock()
-		}
-		c.doneOut()
-		if err != nil && err != errAgain {
-			c.fail(err)
+		if c.endOut(c.writeOut()) {
+			return
 		}
 		c.mu.Lock()
 	}
+}
+
+// endOut ends a write of c.out that returned err. With the socket full it
+// hands the token and the rest to the writer goroutine and reports true:
+// the caller holds neither any more. Otherwise it returns the round's
+// buffers, and an error fails the conn. Called without c.mu.
+func (c *conn) endOut(err error) bool {
+	if err == errAgain {
+		c.mu.Lock()
+		if !c.failing.Load() {
+			c.setHanded(true)
+			c.mu.Unlock()
+			kick(c.wake)
+			return true
+		}
+		c.mu.Unlock()
+	}
+	c.doneOut()
+	if err != nil && err != errAgain {
+		c.fail(err)
+	}
+	return false
 }
 
 // setHanded records whether the write token is with the writer goroutine.
@@ -117,20 +127,8 @@ func (c *conn) resume() {
 	}
 	c.setHanded(false) // the token is ours; the writer goroutine lets it be
 	c.mu.Unlock()
-	err := c.writeOut()
-	if err == errAgain {
-		c.mu.Lock()
-		if !c.failing.Load() {
-			c.setHanded(true)
-			c.mu.Unlock()
-			kick(c.wake)
-			return
-		}
-		c.mu.Unlock()
-	}
-	c.doneOut()
-	if err != nil && err != errAgain {
-		c.fail(err)
+	if c.endOut(c.writeOut()) {
+		return
 	}
 	c.mu.Lock()
 	c.writeRounds()
