@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -31,14 +30,7 @@ func TestNoFalseDeathUnderLoad(t *testing.T) {
 		t.Skip("set REL_LOAD_SOAK=1 (a minute or two per layout; RELIABILITY.md)")
 	}
 	d := time.Duration(envInt("REL_SOAK_SECONDS", 30)) * time.Second
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build examples/soak")
-	}
-	bin := filepath.Join(t.TempDir(), "soak")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "../examples/soak").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildSoak(t)
 	layouts := []string{"local", "hosts"}
 	if l := os.Getenv("REL_LOAD_SOAK_LAYOUT"); l != "" {
 		layouts = []string{l}

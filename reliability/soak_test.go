@@ -25,14 +25,7 @@ func TestSoakUnderLauncher(t *testing.T) {
 	if s := envInt("REL_SOAK_SECONDS", 0); s > 0 {
 		d = time.Duration(s) * time.Second
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build examples/soak")
-	}
-	bin := filepath.Join(t.TempDir(), "soak")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "../examples/soak").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildSoak(t)
 	var wg sync.WaitGroup
 	for _, tr := range []string{"tcp", "shm"} {
 		wg.Add(1)
@@ -64,4 +57,19 @@ func TestSoakUnderLauncher(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// buildSoak builds examples/soak into the test's temporary directory and
+// returns its path; without a go tool the test is skipped.
+func buildSoak(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool to build examples/soak")
+	}
+	bin := filepath.Join(t.TempDir(), "soak")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../examples/soak").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
 }
