@@ -176,14 +176,21 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 	return e
 }
 
-// SetWait sets how Run waits; call it before the first Run. A policy that
-// spins without yielding (every local rank has a CPU) also keeps Go's
-// sysmon thread from preempting the spin (quietSysmon, sysmon_linux.go).
+// SetWait sets how Run waits; call it before the first Run.
+//
+// Go's sysmon thread is left at its normal priority, though its wake-ups
+// preempt a spinning rank in a job's first milliseconds (README, "Go's
+// sysmon thread"). From 2026-11-24 to 11-25 a spinning policy put it in
+// SCHED_IDLE, and that froze ranks whenever other processes kept the
+// CPUs busy: with one P per rank, a goroutine blocked in a system call
+// (a provider's futex wait while the engine sleeps) keeps the P until
+// sysmon takes it back, and a compute loop runs on until sysmon preempts
+// it, so memberlist's probes went unanswered and tcp handshakes timed
+// out. Live ranks were declared dead: CI's TestCluster/nnodes-2x2, and
+// 8 of 9 runs beside four CPU-bound loops (nice 19 instead: 3 of 3; at
+// normal priority 6 of 6 passed).
 func (e *Engine) SetWait(p WaitPolicy) {
 	e.wait = p
-	if p.Spin > 0 && !p.Yield {
-		quietSysmon()
-	}
 }
 
 func (e *Engine) poke() {
