@@ -10,6 +10,10 @@ package comm
 //	                                  n-1 after alltoall (both ends count in
 //	                                  one process), and one per rank for its
 //	                                  completion queue's epoll; RLIMIT_NOFILE
+//	descriptors, shm                  four per connection (its socket, the
+//	                                  peer's pidfd, its eventfd and the
+//	                                  peer's): 252 with 64 ranks on a host,
+//	                                  not checked
 //	memory mappings, mem              three per connection end, but
 //	                                  adjacent ones merge: 359 in all at
 //	                                  512 ranks (vm.max_map_count 65530)

@@ -67,7 +67,7 @@ func latencyCQ(b *testing.B, writeImm bool) {
 		round(i)
 	}
 	b.SetBytes(8)
-	waits, wakes := futexCalls[futexWait].Load(), futexCalls[futexWake].Load()
+	waits, wakes := bellCalls[bellSleep].Load(), bellCalls[bellWake].Load()
 	rtt := make([]time.Duration, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -79,8 +79,8 @@ func latencyCQ(b *testing.B, writeImm bool) {
 	slices.Sort(rtt)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
 	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "p50-ns/one-way")
-	b.ReportMetric(float64(futexCalls[futexWait].Load()-waits)/float64(b.N), "futex-waits/op")
-	b.ReportMetric(float64(futexCalls[futexWake].Load()-wakes)/float64(b.N), "futex-wakes/op")
+	b.ReportMetric(float64(bellCalls[bellSleep].Load()-waits)/float64(b.N), "sleeps/op")
+	b.ReportMetric(float64(bellCalls[bellWake].Load()-wakes)/float64(b.N), "wakes/op")
 	reportChildFutex(b, a, cmd, out)
 }
 
@@ -162,13 +162,13 @@ func childPongCQ(ctx context.Context, t *testing.T, dev rdma.Device, writeImm bo
 	}
 }
 
-// printChildFutex tells the parent the peer process's futex calls.
+// printChildFutex tells the parent the peer process.s doorbell sleeps and writes.
 func printChildFutex(rounds int) {
-	fmt.Printf("child-futex waits=%d wakes=%d rounds=%d\n", futexCalls[futexWait].Load(), futexCalls[futexWake].Load(), rounds)
+	fmt.Printf("child-futex waits=%d wakes=%d rounds=%d\n", bellCalls[bellSleep].Load(), bellCalls[bellWake].Load(), rounds)
 }
 
 // reportChildFutex closes a, waits for the peer process to finish and
-// reports its futex calls per round trip (setup included).
+// reports its doorbell sleeps and writes per round trip (setup included).
 func reportChildFutex(b *testing.B, a rdma.Conn, cmd *exec.Cmd, out *bytes.Buffer) {
 	a.Close()
 	done := make(chan error, 1)
@@ -191,8 +191,8 @@ func reportChildFutex(b *testing.B, a rdma.Conn, cmd *exec.Cmd, out *bytes.Buffe
 		b.Logf("peer process reported no rounds:\n%s", out)
 		return
 	}
-	b.ReportMetric(float64(waits)/float64(rounds), "peer-futex-waits/op")
-	b.ReportMetric(float64(wakes)/float64(rounds), "peer-futex-wakes/op")
+	b.ReportMetric(float64(waits)/float64(rounds), "peer-sleeps/op")
+	b.ReportMetric(float64(wakes)/float64(rounds), "peer-wakes/op")
 }
 
 // BenchmarkMessageCost is the CPU cost of one 8-byte message on a shared

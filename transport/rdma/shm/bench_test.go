@@ -222,7 +222,7 @@ func pingPong(b *testing.B, a rdma.Conn, dev rdma.Device) {
 		round()
 	}
 	b.SetBytes(8)
-	waits, wakes := futexCalls[futexWait].Load(), futexCalls[futexWake].Load()
+	waits, wakes := bellCalls[bellSleep].Load(), bellCalls[bellWake].Load()
 	rtt := make([]time.Duration, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -235,10 +235,10 @@ func pingPong(b *testing.B, a rdma.Conn, dev rdma.Device) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/one-way")
 	// The median: on an oversubscribed host the mean is the scheduler's.
 	b.ReportMetric(float64(rtt[len(rtt)/2].Nanoseconds())/2, "p50-ns/one-way")
-	// This process's futex system calls per round trip (the peer process's
+	// This process's doorbell sleeps and writes per round trip (the peer process's
 	// are not counted).
-	b.ReportMetric(float64(futexCalls[futexWait].Load()-waits)/float64(b.N), "futex-waits/op")
-	b.ReportMetric(float64(futexCalls[futexWake].Load()-wakes)/float64(b.N), "futex-wakes/op")
+	b.ReportMetric(float64(bellCalls[bellSleep].Load()-waits)/float64(b.N), "sleeps/op")
+	b.ReportMetric(float64(bellCalls[bellWake].Load()-wakes)/float64(b.N), "wakes/op")
 }
 
 // BenchmarkWriteVsMemcpy interleaves, iteration by iteration, a plain copy

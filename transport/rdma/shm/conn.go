@@ -40,6 +40,9 @@ type conn struct {
 	cma       bool
 	segFd     int
 	pidfd     int // the peer process (pidfd_open), -1 if unavailable
+	// This side's eventfd and the peer's (bell.go), which the segments'
+	// doorbells ring; closed with the mappings.
+	bell, peerBell *bellFd
 
 	// Private completion queues (GetSendComp, GetRecvComp), and the shared
 	// ones the queues are bound to, if any (set before the conn is handed
@@ -76,8 +79,8 @@ type conn struct {
 	minCap uint64     // the smallest receive ever posted (published in local)
 	progMu sync.Mutex // held while draining the peer's ring
 	// pollers counts receive pollers spinning on the ring; while there
-	// are any, the progress goroutine stays off the futex, so that
-	// senders skip FUTEX_WAKE.
+	// are any, the progress goroutine stays off the doorbell, so that
+	// senders skip the wake-up write.
 	pollers  atomic.Int32
 	pollIdle chan struct{}
 	slept    atomic.Bool // the receive poller's last wait slept: spin longer next
@@ -131,8 +134,15 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	bell, err := newBellFd()
+	if err != nil {
+		unix.Close(fd)
+		seg.unmap()
+		return nil, err
+	}
+	seg.owner = bell
 	c := &conn{
-		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd, pidfd: -1,
+		dev: d, uc: uc, peerPid: pid, local: seg, segFd: fd, pidfd: -1, bell: bell,
 		sendCQ: soft.NewCQ(), recvCQ: soft.NewCQ(),
 		done: make(chan struct{}), sqWake: make(chan struct{}, 1),
 		rq:     make([]rwr, d.cfg.RecvQueueDepth),
@@ -146,6 +156,7 @@ func newConn(d *Device, uc *net.UnixConn, pid int) (*conn, error) {
 	if err := d.addConn(c); err != nil {
 		unix.Close(fd)
 		seg.unmap()
+		bell.close()
 		return nil, err
 	}
 	return c, nil
@@ -179,6 +190,8 @@ func (c *conn) abandon() {
 	}
 	c.local.unmap()
 	c.peer.unmap()
+	c.bell.close()
+	c.peerBell.close()
 	if c.peerArena != nil {
 		unix.Munmap(c.peerArena)
 	}
@@ -423,6 +436,8 @@ func (c *conn) Close() error {
 		c.rqMu.Lock()
 		c.local.unmap()
 		c.peer.unmap()
+		c.bell.close()
+		c.peerBell.close()
 		c.rqMu.Unlock()
 		c.progMu.Unlock()
 		unix.Munmap(c.peerArena)

@@ -21,7 +21,7 @@ import (
 // completions are pushed by whoever drains the peer's ring: Poll when the
 // caller spins, the connection's progress goroutine when the queue is
 // armed (it sleeps on the peer's data doorbell only then, so that while
-// the caller spins, senders make no FUTEX_WAKE), or a flush.
+// the caller spins, senders make no wake-up write), or a flush.
 type cq struct {
 	dev *Device
 	q   *soft.CQ
@@ -31,7 +31,7 @@ type cq struct {
 	// arm is Arm's count times two, plus one while armed: Arm sets the
 	// bit, the next push clears it (the push soft.CQ sends the token for)
 	// unless an Arm came since the push began. The bit may be set while q
-	// is not armed (harmless: a progress goroutine sleeps on the futex
+	// is not armed (harmless: a progress goroutine sleeps on the doorbell
 	// once more), never the other way round while a poller waits (Arm).
 	arm    atomic.Uint64
 	closed atomic.Bool
@@ -101,7 +101,7 @@ type wcBuf struct {
 // was set, and soft.CQ sends a token for it (its Push sees q.q armed, or
 // q.q.Arm sees the completion). Until then, each progress goroutine either
 // is parked on armKick (which this Arm fills) or checks the bit before
-// its futex wait, and the data doorbell protocol (futex.go) makes a record
+// its sleep, and the data doorbell protocol (bell.go) makes a record
 // published after that check wake it. And while the bit is set, no drain
 // hands a completion straight to a Poll (completeRecv): every completion
 // after Arm reaches q.q.
@@ -209,7 +209,7 @@ func (c *conn) bindCQs(sq, rq *cq) {
 		rq.bind(c)
 		// The progress goroutine may be asleep on the doorbell in private
 		// mode: wake it so that it parks instead (else the peer's first
-		// record would cost a FUTEX_WAKE).
+		// record would cost a wake-up write).
 		c.progMu.Lock()
 		if c.state.Load() != stateClosed {
 			c.peer.dataBell().wake()

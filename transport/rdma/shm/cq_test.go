@@ -87,7 +87,7 @@ func mustPoll(ctx context.Context, t testing.TB, q rdma.CQ, want rdma.WC) rdma.W
 }
 
 // TestSharedCQSpin: a write-with-immediate ping-pong where both sides only
-// Poll. It allocates nothing, and makes no futex call at all (the progress
+// Poll. It allocates nothing, and makes no doorbell sleep or write at all (the progress
 // goroutines stay parked while nobody arms).
 func TestSharedCQSpin(t *testing.T) {
 	a, b, qa, qb, da, db := cqPair(t, rdma.Config{})
@@ -110,15 +110,15 @@ func TestSharedCQSpin(t *testing.T) {
 	for i := range uint32(50) {
 		round(i) // warm up: the queues reach their size
 	}
-	waits, wakes := futexCalls[futexWait].Load(), futexCalls[futexWake].Load()
+	waits, wakes := bellCalls[bellSleep].Load(), bellCalls[bellWake].Load()
 	if allocs := testing.AllocsPerRun(500, func() { round(7) }); allocs > 0 {
 		t.Errorf("%.1f allocations per round", allocs)
 	}
-	if n := futexCalls[futexWait].Load() - waits; n != 0 {
-		t.Errorf("%d FUTEX_WAIT while both sides spin", n)
+	if n := bellCalls[bellSleep].Load() - waits; n != 0 {
+		t.Errorf("%d doorbell sleeps while both sides spin", n)
 	}
-	if n := futexCalls[futexWake].Load() - wakes; n != 0 {
-		t.Errorf("%d FUTEX_WAKE while both sides spin", n)
+	if n := bellCalls[bellWake].Load() - wakes; n != 0 {
+		t.Errorf("%d doorbell writes while both sides spin", n)
 	}
 	if allocs := testing.AllocsPerRun(1000, func() { qa.Poll(empty[:]) }); allocs > 0 {
 		t.Errorf("empty poll: %.1f allocations", allocs)

@@ -9,7 +9,7 @@ import (
 )
 
 // Off Linux the provider is registered but cannot open: it is built on
-// memfd, futexes, SCM_CREDENTIALS and process_vm_writev. comm's auto
+// memfd, eventfd, SCM_CREDENTIALS and process_vm_writev. comm's auto
 // transport then uses tcp between ranks of one host.
 func init() {
 	info := rdma.ProviderInfo{Name: "shm", Reach: rdma.ReachHost, Preference: 20}

@@ -40,15 +40,18 @@
 //
 // # Waiting
 //
-// Every wait is a bounded spin (4µs, yielding with runtime.Gosched), then
-// FUTEX_WAIT on a word of the shared segment (no FUTEX_PRIVATE_FLAG). A
-// waiter sets a flag in shared memory before its last check; a producer
-// takes the flag (swaps it to zero) and calls FUTEX_WAKE only when it was
-// set, so a busy connection makes no syscalls, and a woken sleeper that
-// has not run yet costs later messages nothing. GetRecvComp drains the peer's ring itself and sleeps on its
-// doorbell, so a message costs at most one wake-up; while it does, the
-// progress goroutine stays off the futex, and it takes over when nobody
-// polls, so the ring always drains. After a wait that slept, the receive
+// Every wait is a bounded spin (4 µs, yielding with runtime.Gosched), then
+// a sleep on the waiting process's eventfd for the connection, in Go's
+// netpoller; each side hands the other its eventfd at setup. A waiter
+// sets a flag in shared memory before its last check; a producer takes
+// the flag (swaps it to zero) and writes to the waiter's eventfd only when
+// it was set, so a busy connection makes no syscalls, and a woken sleeper
+// that has not run yet costs later messages nothing. A sleeper in the
+// netpoller gives its P up at once (a futex wait held it until Go's sysmon
+// took it back: bell.go). GetRecvComp drains the peer's ring itself and
+// sleeps on its doorbell, so a message costs at most one wake-up; while it
+// does, the progress goroutine stays off the doorbell, and it takes over
+// when nobody polls, so the ring always drains. After a wait that slept, the receive
 // poller's next spin is longer (25µs, yielding the CPU with sched_yield):
 // a wake-up across vCPUs costs more than the short spin, and without it a
 // ping-pong that once fell asleep would pay a wake-up per message for ever.
@@ -69,12 +72,12 @@
 // inline, or the send-queue goroutine. A connection's progress goroutine
 // sleeps on the peer's data doorbell only while the CQ is armed; the rest
 // of the time it is parked on a channel that Arm fills, so while the
-// caller spins in Poll the peer makes no FUTEX_WAKE. After Arm every
+// caller spins in Poll the peer makes no wake-up write. After Arm every
 // completion goes through the queue, whose next push sends the Notify
 // token (the lost-wake-up argument is at cq.Arm). One goroutine per
-// connection rather than one per CQ waiting on every doorbell with
-// futex_waitv: it reuses the connection's lifetime (its segments stay
-// mapped while it runs) and has no limit of 128 words. A bound queue's
+// connection rather than one per CQ waiting on every doorbell: it reuses
+// the connection's lifetime (its segments and eventfds stay open while it
+// runs). A bound queue's
 // outstanding work is flushed into the shared CQ when the connection fails,
 // closes or loses its peer; the CQ itself is never shut by a connection.
 // GetSendComp and GetRecvComp on a bound queue are rdma.WaitComp on it.

@@ -14,6 +14,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"strconv"
 	"time"
 	"unsafe"
 
@@ -111,40 +112,46 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	var setup [setupLen]byte
 	binary.LittleEndian.PutUint64(setup[0:], segMagic)
 	binary.LittleEndian.PutUint64(setup[8:], uint64(uintptr(unsafe.Pointer(&c.local.mem[0]))))
-	_, _, err = uc.WriteMsgUnix(setup[:], unix.UnixRights(segFd, d.arena.fd), nil)
+	// The segment, the arena and this side's eventfd (bell.go).
+	_, _, err = uc.WriteMsgUnix(setup[:], unix.UnixRights(segFd, d.arena.fd, c.bell.fd), nil)
 	unix.Close(segFd)
 	if err != nil {
 		return nil, err
 	}
 	var peerSetup [setupLen]byte
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := uc.ReadMsgUnix(peerSetup[:], oob)
 	if err != nil {
 		return nil, err
 	}
 	fds, ferr := parseRights(oob[:oobn])
-	if ferr != nil || len(fds) != 2 {
+	closeFds := func() {
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
+	}
+	if ferr != nil || len(fds) != 3 {
+		closeFds()
 		return nil, errProtocol
 	}
 	if n < setupLen {
 		if _, err := io.ReadFull(uc, peerSetup[n:]); err != nil {
-			unix.Close(fds[0])
-			unix.Close(fds[1])
+			closeFds()
 			return nil, err
 		}
 	}
-	if binary.LittleEndian.Uint64(peerSetup[0:]) != segMagic {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
+	if binary.LittleEndian.Uint64(peerSetup[0:]) != segMagic || !isEventfd(fds[2]) {
+		closeFds()
 		return nil, errProtocol
 	}
+	unix.CloseOnExec(fds[2]) // kept open, unlike the other two
+	c.peerBell = peerBellFd(fds[2])
+	c.local.other = c.peerBell
 	if c.peer, err = mapSegment(fds[0]); err != nil {
 		unix.Close(fds[1])
 		return nil, err
 	}
+	c.peer.owner, c.peer.other = c.peerBell, c.bell
 	if c.peerArena, err = mapPeerArena(fds[1]); err != nil {
 		return nil, err
 	}
@@ -236,6 +243,13 @@ func parseRights(oob []byte) ([]int, error) {
 		fds = append(fds, f...)
 	}
 	return fds, nil
+}
+
+// isEventfd reports whether fd is an eventfd, as a peer's third
+// descriptor must be: the doorbells write 8 bytes to it.
+func isEventfd(fd int) bool {
+	l, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	return err == nil && l == "anon_inode:[eventfd]"
 }
 
 // probeCMA reads the peer's segment magic through process_vm_readv: it

@@ -15,11 +15,11 @@ import (
 // the request, so GetSendComp spins briefly, then sleeps on the queue. A
 // receive completion comes from draining the peer's ring, so GetRecvComp
 // drains it itself: it spins, draining, for a few microseconds, then
-// sleeps with FUTEX_WAIT on the peer's data doorbell, so that the sender's
-// FUTEX_WAKE reaches the thread that returns the completion (one wake-up,
+// sleeps on the peer's data doorbell, so that the sender's wake-up
+// reaches the thread that returns the completion (one wake-up,
 // not two). (On a queue bound to a shared CQ, both poll the CQ instead:
 // rdma.WaitComp.) While a receive poller is inside GetRecvComp the progress
-// goroutine stays parked off the futex; it takes over when the poller
+// goroutine stays parked off the doorbell; it takes over when the poller
 // leaves, so that the ring keeps draining when nobody polls.
 
 func (c *conn) GetSendComp(ctx context.Context) (rdma.WC, error) {

@@ -314,7 +314,7 @@ func childRing(ctx context.Context, t *testing.T, dev rdma.Device) {
 const ringRounds = 300
 
 // TestProcessRing is TestRingOfRanks with 4 processes (twice as many as
-// cores): real futex sleeps and wake-ups across address spaces.
+// cores): real doorbell sleeps and wake-ups across address spaces.
 func TestProcessRing(t *testing.T) {
 	const ranks = 4
 	dir := t.TempDir()

@@ -22,7 +22,7 @@ var errProtocolRing = errors.New("malformed record in the peer's ring")
 // doorbell itself), or the caller of the shared receive CQ's Poll, which
 // drains the ring whenever it polls. Bound to a shared CQ, the goroutine
 // sleeps on the doorbell only while the CQ is armed, so that while the
-// caller spins in Poll the peer's sends make no FUTEX_WAKE.
+// caller spins in Poll the peer's sends make no wake-up write.
 func (c *conn) progressLoop() {
 	defer c.wg.Done()
 	head, tail := c.peer.u64(offHead), c.peer.u64(offTail)
@@ -35,7 +35,7 @@ func (c *conn) progressLoop() {
 	// A goroutine that starts before its conn is bound to a shared CQ
 	// (DialQP binds after the handshake) must not sleep in private mode
 	// once it is: under load it reached that sleep late, inside
-	// TestSharedCQSpin's window ("1 FUTEX_WAIT while both sides spin").
+	// TestSharedCQSpin's window ("1 doorbell sleep while both sides spin").
 	privateMore := func() bool { return more() || c.recvShared.Load() != nil }
 	for {
 		if c.state.Load() == stateClosed {

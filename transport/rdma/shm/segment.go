@@ -19,10 +19,10 @@ import (
 // and checks its writes and reads against the key table.
 //
 //	0     header: magic, owner pid, sizes
-//	64    ring head (owner) and the data doorbell (peer sleeps on it)
-//	128   ring tail (peer) and the space doorbell (owner sleeps on it)
-//	192   receives posted (owner), the receive doorbell (peer sleeps on it)
-//	      and a lower bound of the posted receives' capacity
+//	64    ring head (owner) and the data doorbell's flag (peer sleeps on it)
+//	128   ring tail (peer) and the space doorbell's flag (owner sleeps on it)
+//	192   receives posted (owner), the receive doorbell's flag (peer sleeps
+//	      on it) and a lower bound of the posted receives' capacity
 //	256   direct-send users (peer) and the receive fence (owner)
 //	4096  receives: capacity and arena offset of each posted receive, by
 //	      sequence mod depth
@@ -30,7 +30,7 @@ import (
 //	...   ring: ringSize bytes of records
 const (
 	segMagic   = 0x6d68736e75726f67 // "gorunshm"
-	segVersion = 4
+	segVersion = 5                  // 5: doorbells ring eventfds passed at setup, not futex words
 
 	offMagic     = 0
 	offPid       = 8
@@ -40,13 +40,10 @@ const (
 	offRingSize  = 24
 
 	offHead        = 64
-	offDataSeq     = 72
 	offDataWaiters = 76
 	offTail        = 128
-	offSpaceSeq    = 136
 	offSpaceWait   = 140
 	offRecvPosted  = 192
-	offRecvSeq     = 200
 	offRecvWaiters = 204
 	offRecvMinCap  = 208 // u64: no receive posted and not yet consumed is smaller
 	offDirectUsers = 256 // u32: peer sends copying into our receive buffers
@@ -68,6 +65,12 @@ type segment struct {
 	recvDepth int
 	keysOff   int
 	ringOff   int
+	// The eventfds of the process that owns the segment and of the other
+	// one (bell.go): the data and receive doorbells wake the other side
+	// (the receiver, a sender waiting for receives), the space doorbell
+	// the owner (a sender waiting for room in its ring). Closed by the
+	// conn with the mapping.
+	owner, other *bellFd
 }
 
 func segLayout(recvDepth int) (keysOff, ringOff, size int) {
@@ -150,15 +153,15 @@ func (s *segment) u32(off int) *atomic.Uint32 {
 }
 
 func (s *segment) dataBell() doorbell {
-	return doorbell{seq: s.u32(offDataSeq), waiters: s.u32(offDataWaiters)}
+	return doorbell{waiters: s.u32(offDataWaiters), efd: s.other}
 }
 
 func (s *segment) spaceBell() doorbell {
-	return doorbell{seq: s.u32(offSpaceSeq), waiters: s.u32(offSpaceWait)}
+	return doorbell{waiters: s.u32(offSpaceWait), efd: s.owner}
 }
 
 func (s *segment) recvBell() doorbell {
-	return doorbell{seq: s.u32(offRecvSeq), waiters: s.u32(offRecvWaiters)}
+	return doorbell{waiters: s.u32(offRecvWaiters), efd: s.other}
 }
 
 // A posted receive's entry: capacity, arena offset, address.

@@ -16,20 +16,24 @@ func testBell(t *testing.T) doorbell {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Munmap(mem) })
-	return doorbell{seq: (*atomic.Uint32)(unsafe.Pointer(&mem[0])), waiters: (*atomic.Uint32)(unsafe.Pointer(&mem[64]))}
+	efd, err := newBellFd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem); efd.close() })
+	return doorbell{waiters: (*atomic.Uint32)(unsafe.Pointer(&mem[64])), efd: efd}
 }
 
 func TestDoorbellSkipsWakeWithoutSleepers(t *testing.T) {
 	d := testBell(t)
-	before := futexCalls[futexWake].Load()
+	before := bellCalls[bellWake].Load()
 	for i := 0; i < 1000; i++ {
 		d.ring()
 	}
 	// The counter is process-wide: no test here runs in parallel, and the
 	// earlier tests' connections are closed.
-	if n := futexCalls[futexWake].Load() - before; n != 0 {
-		t.Fatalf("%d FUTEX_WAKE calls with nobody sleeping", n)
+	if n := bellCalls[bellWake].Load() - before; n != 0 {
+		t.Fatalf("%d doorbell writes with nobody sleeping", n)
 	}
 }
 
@@ -43,11 +47,11 @@ func TestDoorbellWakesSleeper(t *testing.T) {
 		}
 		done <- time.Since(start)
 	}()
-	// Let the waiter get past its spin into FUTEX_WAIT.
+	// Let the waiter get past its spin into its sleep.
 	for d.waiters.Load() == 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	wakes := futexCalls[futexWake].Load()
+	wakes := bellCalls[bellWake].Load()
 	flag.Store(true)
 	d.ring()
 	select {
@@ -55,11 +59,11 @@ func TestDoorbellWakesSleeper(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("sleeper not woken")
 	}
-	if futexCalls[futexWake].Load() == wakes {
-		t.Fatal("ring did not call FUTEX_WAKE for a sleeper")
+	if bellCalls[bellWake].Load() == wakes {
+		t.Fatal("ring did not write the eventfd of a sleeper")
 	}
 	// A timed wait returns by itself (it may also return early: a signal
-	// interrupts FUTEX_WAIT, and callers re-check).
+	// or a count left by an earlier ring ends a sleep, and callers re-check).
 	start := time.Now()
 	if d.wait(func() bool { return false }, 2*time.Millisecond) {
 		t.Fatal("wait reported ready")
@@ -71,16 +75,16 @@ func TestDoorbellWakesSleeper(t *testing.T) {
 
 // TestDoorbellWakesOnce: a ring takes the sleeper's flag, so a sleeper that
 // was woken but has not run yet (its thread waits for a CPU) costs the
-// rings after the first no FUTEX_WAKE.
+// rings after the first no write.
 func TestDoorbellWakesOnce(t *testing.T) {
 	d := testBell(t)
 	d.waiters.Store(1) // as waitNoSpin leaves it while asleep
-	wakes := futexCalls[futexWake].Load()
+	wakes := bellCalls[bellWake].Load()
 	for range 100 {
 		d.ring()
 	}
-	if n := futexCalls[futexWake].Load() - wakes; n != 1 {
-		t.Fatalf("100 rings after one sleep made %d FUTEX_WAKE calls, want 1", n)
+	if n := bellCalls[bellWake].Load() - wakes; n != 1 {
+		t.Fatalf("100 rings after one sleep made %d doorbell writes, want 1", n)
 	}
 }
 
@@ -111,7 +115,7 @@ func TestDoorbellRingWhileFallingAsleep(t *testing.T) {
 		close(done)
 	}()
 	<-hooked
-	// Let the sleeper reach FUTEX_WAIT, then publish and ring once.
+	// Let the sleeper fall asleep, then publish and ring once.
 	time.Sleep(20 * time.Millisecond)
 	cond.Store(true)
 	d.ring()
@@ -119,5 +123,40 @@ func TestDoorbellRingWhileFallingAsleep(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("lost wake-up: a ring while the sleeper fell asleep left it asleep with no flag")
+	}
+}
+
+// TestDoorbellWakesEverySleeper: the sleepers of one eventfd (a
+// connection's progress goroutine and a receive poller, or a sender
+// waiting for room) all wake on one ring, though one read takes the count.
+func TestDoorbellWakesEverySleeper(t *testing.T) {
+	d := testBell(t)
+	other := doorbell{waiters: new(atomic.Uint32), efd: d.efd} // another bell of the same eventfd
+	var flag atomic.Bool
+	done := make(chan struct{}, 3)
+	sleeps := bellCalls[bellSleep].Load()
+	for _, b := range []doorbell{d, d, other} {
+		go func() {
+			for {
+				if ok, _ := b.waitNoSpin(flag.Load, 0); ok {
+					break
+				}
+			}
+			done <- struct{}{}
+		}()
+	}
+	// Let them fall asleep, then publish and ring one bell once.
+	for bellCalls[bellSleep].Load()-sleeps < 3 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	time.Sleep(10 * time.Millisecond)
+	flag.Store(true)
+	d.ring()
+	for i := range 3 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of 3 sleepers woken", i)
+		}
 	}
 }
