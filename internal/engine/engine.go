@@ -189,8 +189,15 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 // out. Live ranks were declared dead: CI's TestCluster/nnodes-2x2, and
 // 8 of 9 runs beside four CPU-bound loops (nice 19 instead: 3 of 3; at
 // normal priority 6 of 6 passed).
+//
+// A policy that spins without yielding (every local rank has a CPU)
+// raises the timer slack of sysmon instead, so that it wakes less often
+// (slowSysmon, sysmon_linux.go).
 func (e *Engine) SetWait(p WaitPolicy) {
 	e.wait = p
+	if p.Spin > 0 && !p.Yield {
+		slowSysmon()
+	}
 }
 
 func (e *Engine) poke() {
