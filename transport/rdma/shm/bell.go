@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"os"
 	"runtime"
 	"sync"
@@ -145,7 +146,8 @@ func peerBellFd(fd int) *bellFd { return &bellFd{fd: fd} }
 // signal adds one to the eventfd's count.
 func (b *bellFd) signal() {
 	bellCalls[bellWake].Add(1)
-	one := [8]byte{1}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
 	// EAGAIN means the count is at its maximum: a sleeper wakes anyway.
 	_, _ = unix.Write(b.fd, one[:])
 }

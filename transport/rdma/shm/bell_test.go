@@ -90,9 +90,10 @@ func TestDoorbellWakesOnce(t *testing.T) {
 
 // TestDoorbellRingWhileFallingAsleep: a ringer that takes the flag just
 // after a sleeper set it (the sleeper lost its CPU there) leaves no
-// sleeper behind that the next ring cannot wake. (Before the fix the
-// sleeper read the word after the flag, took the ringer's bump for the
-// current value and slept with no flag set: a lost wake-up.)
+// sleeper behind that the next ring cannot wake. (When the doorbells
+// were futex words, a sleeper that read the word after the flag took the
+// ringer's bump for the current value and slept with no flag set: a lost
+// wake-up. The eventfd keeps the ringer's count for the sleep.)
 func TestDoorbellRingWhileFallingAsleep(t *testing.T) {
 	d := testBell(t)
 	var cond atomic.Bool

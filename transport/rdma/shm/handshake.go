@@ -246,10 +246,11 @@ func parseRights(oob []byte) ([]int, error) {
 }
 
 // isEventfd reports whether fd is an eventfd, as a peer's third
-// descriptor must be: the doorbells write 8 bytes to it.
+// descriptor must be: the doorbells write 8 bytes to it. Without /proc it
+// cannot tell, and trusts the authenticated peer.
 func isEventfd(fd int) bool {
 	l, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	return err == nil && l == "anon_inode:[eventfd]"
+	return err != nil || l == "anon_inode:[eventfd]"
 }
 
 // probeCMA reads the peer's segment magic through process_vm_readv: it
