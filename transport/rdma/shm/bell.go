@@ -105,6 +105,11 @@ func (d doorbell) wait(ready func() bool, timeout time.Duration) bool {
 // bell of the same eventfd, a count left by an earlier ring): callers
 // re-check.
 func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slept bool) {
+	// The eventfd's read generation before the flag: a ring after the
+	// flag is set writes a count that a read ending after this load takes,
+	// so sleep returns at once if any read ended since (another sleeper
+	// of the eventfd may have taken this ring's count).
+	gen := d.efd.reads.Load()
 	d.waiters.Swap(1) // then ready's loads: a locked exchange (storeSC64)
 	if afterFlag != nil {
 		afterFlag(d)
@@ -112,7 +117,7 @@ func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slep
 	if ready() {
 		return true, false
 	}
-	d.efd.sleep(timeout)
+	d.efd.sleep(timeout, gen)
 	return ready(), true
 }
 
@@ -128,6 +133,7 @@ type bellFd struct {
 	mu      sync.Mutex
 	reading bool          // a sleeper is in f.Read
 	woke    chan struct{} // closed when that read returns
+	reads   atomic.Uint64 // reads ended; written under mu
 }
 
 // newBellFd makes this side's eventfd of a connection.
@@ -153,10 +159,14 @@ func (b *bellFd) signal() {
 }
 
 // sleep returns after a signal, or after timeout (0: none), or when the
-// descriptor is closed.
-func (b *bellFd) sleep(timeout time.Duration) {
+// descriptor is closed, or at once if a read ended since gen (reads).
+func (b *bellFd) sleep(timeout time.Duration, gen uint64) {
 	bellCalls[bellSleep].Add(1)
 	b.mu.Lock()
+	if b.reads.Load() != gen {
+		b.mu.Unlock()
+		return
+	}
 	if b.reading {
 		woke := b.woke
 		b.mu.Unlock()
@@ -183,6 +193,7 @@ func (b *bellFd) sleep(timeout time.Duration) {
 	}
 	b.mu.Lock()
 	b.reading = false
+	b.reads.Add(1)
 	close(b.woke)
 	b.woke = make(chan struct{})
 	b.mu.Unlock()

@@ -161,3 +161,65 @@ func TestDoorbellWakesEverySleeper(t *testing.T) {
 		}
 	}
 }
+
+// TestDoorbellRingTakenByAnotherSleeper: a ring that comes after a
+// sleeper's last check but before it sleeps, whose count another sleeper
+// of the same eventfd reads, still wakes it. (Before the read generation
+// the late sleeper became the next reader, found the count taken and
+// slept through its ring: CI's TestProcessRing hung once so.)
+func TestDoorbellRingTakenByAnotherSleeper(t *testing.T) {
+	x := testBell(t)
+	y := doorbell{waiters: new(atomic.Uint32), efd: x.efd} // another bell of the same eventfd
+	var stopA atomic.Bool
+	aDone := make(chan struct{})
+	go func() { // A sleeps on x and reads the eventfd
+		for {
+			if ok, _ := x.waitNoSpin(stopA.Load, 0); ok {
+				break
+			}
+		}
+		close(aDone)
+	}()
+	for {
+		x.efd.mu.Lock()
+		reading := x.efd.reading
+		x.efd.mu.Unlock()
+		if reading {
+			break
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	var condB, checked atomic.Bool
+	readyB := func() bool {
+		if condB.Load() {
+			return true
+		}
+		if checked.CompareAndSwap(false, true) {
+			// After B's check: the ringer publishes and rings y, and A's
+			// read takes the count before B sleeps.
+			reads := x.efd.reads.Load()
+			condB.Store(true)
+			y.ring()
+			for x.efd.reads.Load() == reads {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		return false
+	}
+	bDone := make(chan bool)
+	go func() {
+		ok, _ := y.waitNoSpin(readyB, 0)
+		bDone <- ok
+	}()
+	select {
+	case ok := <-bDone:
+		if !ok {
+			t.Error("B woke without its condition")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("lost wake-up: B slept through a ring whose count A read")
+	}
+	stopA.Store(true)
+	x.wake()
+	<-aDone
+}

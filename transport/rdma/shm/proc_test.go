@@ -330,10 +330,23 @@ func TestProcessRing(t *testing.T) {
 			done <- r
 		}()
 	}
+	waited := 0
+	// Before startChild's cleanups (they run after this one): a failure
+	// ends the test with children running, and their Wait here must end
+	// before the cleanup's.
+	t.Cleanup(func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+		}
+		for ; waited < ranks; waited++ {
+			<-done
+		}
+	})
 	timeout := time.After(60 * time.Second)
 	for range ranks {
 		select {
 		case r := <-done:
+			waited++
 			if !cmds[r].ProcessState.Success() {
 				t.Fatalf("rank %d: %v\n%s", r, cmds[r].ProcessState, outs[r])
 			}
