@@ -13,10 +13,11 @@ import (
 
 // TestSetWaitLeavesThreadsAlone: no wait policy changes the scheduling
 // policy or priority of any thread of the process (a spinning one raises
-// sysmon's timer slack only: TestSlowSysmon). Go's sysmon must run when other processes
-// keep the CPUs busy: it alone takes a P back from a goroutine blocked in
-// a system call and preempts a long-running one, and with one P per rank
-// gossip and tcp handshakes wait for it (SetWait's comment).
+// sysmon's timer slack only: TestSlowSysmon). Go's sysmon must run when
+// other processes keep the CPUs busy: it alone takes a P back from a
+// goroutine blocked in a system call and preempts a long-running one, and
+// with one P per rank gossip and tcp handshakes wait for it (SetWait's
+// comment).
 func TestSetWaitLeavesThreadsAlone(t *testing.T) {
 	for _, p := range []WaitPolicy{{}, {Spin: DefaultSpin}, {Spin: DefaultSpin, Yield: true}, DefaultWait(1), DefaultWait(1 << 10)} {
 		e := &Engine{}
