@@ -51,6 +51,9 @@ type Op struct {
 	// RecvReduce, so the executor may write the payload straight into the
 	// receiver's buffer (zero copy) once the receiver says where.
 	ToCopy bool
+	// FromInput (RecvReduce only) says the receive is the first write of
+	// its range: Work[Off:] = Input[Off:] op incoming. ReadInput sets it.
+	FromInput bool
 	// Sig, when not 0, says the op's messages carry Call.Sigs[Sig-1] as
 	// their signature instead of the call's own: a group of point-to-point
 	// messages with different tags, lengths and sequence numbers runs as
@@ -64,7 +67,7 @@ type Op struct {
 }
 
 func (o Op) String() string {
-	return fmt.Sprintf("%s peer=%d buf=%d [%d,+%d) copy=%v deps=%v", o.Kind, o.Peer, o.Buf, o.Off, o.Len, o.ToCopy, o.Deps)
+	return fmt.Sprintf("%s peer=%d buf=%d [%d,+%d) copy=%v input=%v deps=%v", o.Kind, o.Peer, o.Buf, o.Off, o.Len, o.ToCopy, o.FromInput, o.Deps)
 }
 
 // Schedule is one rank's part of a collective: its ops in program order.
@@ -78,6 +81,11 @@ func (o Op) String() string {
 type Schedule struct {
 	Rank, Size int
 	Ops        []Op
+	// InputCopies, in a schedule rewritten by ReadInput, are the ranges
+	// of Work that no receive writes: the caller copies them from Input.
+	InputCopies []Span
+	// ReadsInput says ReadInput rewrote the schedule.
+	ReadsInput bool
 
 	reducing bool // builders: sends appended now go to RecvReduce ops
 }
@@ -221,7 +229,10 @@ func (s *Schedule) Validate(workLen, inputLen int) error {
 				return fmt.Errorf("op %d (%v): receive into Input", i, o)
 			}
 		}
-		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > lim {
+		if o.FromInput && o.Kind != RecvReduce {
+			return fmt.Errorf("op %d (%v): FromInput on a %s", i, o, o.Kind)
+		}
+		if o.Off < 0 || o.Len < 0 || o.Off+o.Len > lim || o.FromInput && o.Off+o.Len > inputLen {
 			return fmt.Errorf("op %d (%v): range outside [0,%d)", i, o, lim)
 		}
 		for _, d := range o.Deps {

@@ -212,10 +212,14 @@ func simulate(scheds []*Schedule, work, input [][]elem, capacity int, started fu
 					dst[k] = e
 					continue
 				}
-				if dst[k].idx != e.idx {
-					return fmt.Errorf("rank %d op %d (%v): reducing position %d into %d", r, i, o, e.idx, dst[k].idx)
+				d := dst[k]
+				if o.FromInput {
+					d = sr.input[o.Off+k]
 				}
-				dst[k] = reduce(dst[k], e)
+				if d.idx != e.idx {
+					return fmt.Errorf("rank %d op %d (%v): reducing position %d into %d", r, i, o, e.idx, d.idx)
+				}
+				dst[k] = reduce(d, e)
 			}
 			push(r, sr.recv[j].first())
 			pushSender(o.Peer, b) // room in its queue; its clear-to-send may be due
@@ -397,21 +401,41 @@ func TestAllReduceSchedules(t *testing.T) {
 					if chunk == 1 && n > 8 || chunk == 3 && n > 256 {
 						continue // chunk 3 covers the splitting; 1 is slow at large n
 					}
-					scheds := build(t, AllReduce, a, n, 0, count, chunk)
-					work := make([][]elem, n)
-					for r := range work {
-						work[r] = make([]elem, count)
-						for i := range work[r] {
-							work[r][i] = one(r, i)
+					for _, outOfPlace := range []bool{false, true} {
+						if outOfPlace && (n > 256 || n > 64 && chunk != 1<<20) {
+							continue // the rewrite does not depend on size; the simulation does
 						}
-					}
-					if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
-						t.Fatalf("%s n=%d count=%d chunk=%d: %v", a, n, count, chunk, err)
-					}
-					for r := range n {
-						for i := range count {
-							if err := checkElem(work[r][i], i, want); err != nil {
-								t.Fatalf("%s n=%d count=%d chunk=%d rank %d: %v", a, n, count, chunk, r, err)
+						scheds := build(t, AllReduce, a, n, 0, count, chunk)
+						work, input := make([][]elem, n), make([][]elem, n)
+						for r := range work {
+							work[r] = make([]elem, count)
+							for i := range work[r] {
+								work[r][i] = one(r, i)
+							}
+							if outOfPlace {
+								// Work starts as garbage: a send or
+								// reduce that reads it before a receive
+								// wrote it is caught.
+								input[r], work[r] = work[r], garbage(count)
+								if !scheds[r].ReadInput(count) {
+									t.Fatalf("%s n=%d count=%d chunk=%d rank %d: ReadInput refused the schedule", a, n, count, chunk, r)
+								}
+								if err := scheds[r].Validate(count, count); err != nil {
+									t.Fatalf("%s n=%d count=%d chunk=%d rank %d: %v", a, n, count, chunk, r, err)
+								}
+							}
+						}
+						if err := simulate(scheds, work, input, 1, nil); err != nil {
+							t.Fatalf("%s n=%d count=%d chunk=%d out of place %v: %v", a, n, count, chunk, outOfPlace, err)
+						}
+						for r := range n {
+							for _, sp := range scheds[r].InputCopies {
+								copy(work[r][sp.Off:sp.Off+sp.Len], input[r][sp.Off:])
+							}
+							for i := range count {
+								if err := checkElem(work[r][i], i, want); err != nil {
+									t.Fatalf("%s n=%d count=%d chunk=%d rank %d out of place %v: %v", a, n, count, chunk, r, outOfPlace, err)
+								}
 							}
 						}
 					}

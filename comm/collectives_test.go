@@ -168,13 +168,26 @@ func rankRound[T Number](ctx context.Context, c *Comm, ci, count int, ops []Op, 
 			}
 			recv := send
 			if !inPlace {
+				// recv starts as garbage and send must come back
+				// unchanged: the schedule reads send until it has
+				// written recv (collectives.ReadInput).
 				recv = make([]T, count)
+				for i := range bytesOf(recv) {
+					bytesOf(recv)[i] = 0x5a
+				}
 			}
 			if err := AllReduce(ctx, c, send, recv, op); err != nil {
 				return err
 			}
 			if err := checkReduced(n, op, 0, recv); err != nil {
 				return fmt.Errorf("allreduce op=%s in-place=%v: %w", op, inPlace, err)
+			}
+			if !inPlace {
+				for i := range send {
+					if want := gen[T](r, i, op); send[i] != want && !(send[i] != send[i] && want != want) {
+						return fmt.Errorf("allreduce op=%s: send[%d] changed to %v from %v", op, i, send[i], want)
+					}
+				}
 			}
 		}
 		if wants(only, "reducescatter") {

@@ -36,15 +36,24 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 	if op > Avg && !op.Valid(DTypeOf[T]()) {
 		return c.badOp(name, op, DTypeOf[T]())
 	}
-	if !sameSlice(send, recv) {
-		copy(recv, send)
-	}
 	if c.hierFor(collectives.AllReduce, len(bytesOf(recv))) {
+		if !sameSlice(send, recv) {
+			copy(recv, send)
+		}
 		if err := hierAllReduce(ctx, c, recv, op); err != nil {
 			return rankErr(name, err)
 		}
 	} else {
 		s := spec{coll: collectives.AllReduce, dt: DTypeOf[T](), op: op, count: len(recv), work: bytesOf(recv)}
+		switch {
+		case sameSlice(send, recv):
+		case overlap(bytesOf(send), bytesOf(recv)):
+			copy(recv, send)
+		default:
+			// The schedule reads send where recv is not written yet
+			// (collectives.ReadInput): no copy first.
+			s.input, s.outOfPlace = bytesOf(send), true
+		}
 		if err := c.exec(ctx, &s); err != nil {
 			return rankErr(name, err)
 		}

@@ -125,6 +125,9 @@ type planKey struct {
 	count int
 	chunk int
 	send  bool
+	// fromInput: the schedule reads the caller's input where Work has not
+	// been written yet (collectives.ReadInput), instead of a copy first.
+	fromInput bool
 }
 
 // algoFor picks c's algorithm for coll moving bytes.
@@ -194,6 +197,9 @@ func (c *Comm) plan(k planKey) (*engine.Plan, error) {
 			return nil, err
 		}
 	}
+	if k.fromInput {
+		s.ReadInput(k.count) // if it declines, exec copies the input first
+	}
 	if len(c.plans) >= 256 {
 		clear(c.plans)
 	}
@@ -221,6 +227,9 @@ type spec struct {
 	peer  int // SendRecv: the other rank
 	send  bool
 	group bool // a group of point-to-point messages (p2p.go)
+	// outOfPlace: work starts undefined, input holds the data a
+	// reduction's work would start with (an out-of-place AllReduce).
+	outOfPlace bool
 	// build, when set, makes this call's schedule (the v-collectives,
 	// whose schedules depend on counts that the plan cache does not key).
 	build func(chunk int) *collectives.Schedule
@@ -232,7 +241,7 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 		return err
 	}
 	es := s.dt.Size()
-	k := planKey{coll: s.coll, algo: collectives.Direct, root: s.root, count: s.count}
+	k := planKey{coll: s.coll, algo: collectives.Direct, root: s.root, count: s.count, fromInput: s.outOfPlace}
 	seq := c.seq
 	if s.coll == collectives.SendRecv {
 		k.root, k.send = s.peer, s.send
@@ -263,6 +272,14 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	}
 	if err := c.connectPlan(ctx, p); err != nil { // connect.go
 		return err
+	}
+	if s.outOfPlace {
+		if !p.S.ReadsInput {
+			copy(s.work, s.input)
+		}
+		for _, sp := range p.S.InputCopies {
+			copy(s.work[sp.Off*es:(sp.Off+sp.Len)*es], s.input[sp.Off*es:])
+		}
 	}
 	c.call = engine.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
 	c.ctl.Enter(s.coll.String(), uint64(seq))
@@ -301,6 +318,15 @@ func bytesOf[T Number](s []T) []byte {
 
 func sameSlice[T Number](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// overlap says whether a and b share memory.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // scratchFor returns c's scratch buffer with at least n bytes (reused, so

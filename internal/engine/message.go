@@ -224,7 +224,11 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
 			src := stage[base+hdrSize : base+hdrSize+want]
 			if o.Kind == collectives.RecvReduce {
-				kernels.ReduceBytes(call.DType, call.Op, dst, src)
+				if o.FromInput { // the range's first write (collectives.ReadInput)
+					kernels.ReduceBytesTo(call.DType, call.Op, dst, call.Input[o.Off*es+off:o.Off*es+off+want], src)
+				} else {
+					kernels.ReduceBytes(call.DType, call.Op, dst, src)
+				}
 				if statsBuilt && call.Stats != nil {
 					call.Stats.reduceDone(t)
 				}
