@@ -412,26 +412,15 @@ func TestAllReduceSchedules(t *testing.T) {
 							for i := range work[r] {
 								work[r][i] = one(r, i)
 							}
-							if outOfPlace {
-								// Work starts as garbage: a send or
-								// reduce that reads it before a receive
-								// wrote it is caught.
-								input[r], work[r] = work[r], garbage(count)
-								if !scheds[r].ReadInput(count) {
-									t.Fatalf("%s n=%d count=%d chunk=%d rank %d: ReadInput refused the schedule", a, n, count, chunk, r)
-								}
-								if err := scheds[r].Validate(count, count); err != nil {
-									t.Fatalf("%s n=%d count=%d chunk=%d rank %d: %v", a, n, count, chunk, r, err)
-								}
-							}
+						}
+						if outOfPlace {
+							readInput(t, scheds, work, input)
 						}
 						if err := simulate(scheds, work, input, 1, nil); err != nil {
 							t.Fatalf("%s n=%d count=%d chunk=%d out of place %v: %v", a, n, count, chunk, outOfPlace, err)
 						}
 						for r := range n {
-							for _, sp := range scheds[r].InputCopies {
-								copy(work[r][sp.Off:sp.Off+sp.Len], input[r][sp.Off:])
-							}
+							applyInputCopies(scheds[r], work[r], input[r])
 							for i := range count {
 								if err := checkElem(work[r][i], i, want); err != nil {
 									t.Fatalf("%s n=%d count=%d chunk=%d rank %d out of place %v: %v", a, n, count, chunk, r, outOfPlace, err)
@@ -450,24 +439,55 @@ func TestReduceSchedules(t *testing.T) {
 		want := allOnes(n)
 		for _, root := range []int{0, n / 2, n - 1} {
 			for _, count := range testCounts(n) {
-				scheds := build(t, Reduce, Tree, n, root, count, 4)
-				work := make([][]elem, n)
-				for r := range work {
-					work[r] = make([]elem, count)
-					for i := range work[r] {
-						work[r][i] = one(r, i)
+				for _, outOfPlace := range []bool{false, true} {
+					scheds := build(t, Reduce, Tree, n, root, count, 4)
+					work, input := make([][]elem, n), make([][]elem, n)
+					for r := range work {
+						work[r] = make([]elem, count)
+						for i := range work[r] {
+							work[r][i] = one(r, i)
+						}
 					}
-				}
-				if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
-					t.Fatalf("n=%d root=%d count=%d: %v", n, root, count, err)
-				}
-				for i := range count {
-					if err := checkElem(work[root][i], i, want); err != nil {
-						t.Fatalf("n=%d root=%d count=%d: %v", n, root, count, err)
+					if outOfPlace {
+						readInput(t, scheds, work, input)
+					}
+					if err := simulate(scheds, work, input, 1, nil); err != nil {
+						t.Fatalf("n=%d root=%d count=%d out of place %v: %v", n, root, count, outOfPlace, err)
+					}
+					applyInputCopies(scheds[root], work[root], input[root])
+					for i := range count {
+						if err := checkElem(work[root][i], i, want); err != nil {
+							t.Fatalf("n=%d root=%d count=%d out of place %v: %v", n, root, count, outOfPlace, err)
+						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// readInput makes every rank's work its input, starts work as garbage (a
+// send or reduce that reads it before a receive wrote it is caught), and
+// rewrites the schedules with ReadInput, which must accept them.
+func readInput(t *testing.T, scheds []*Schedule, work, input [][]elem) {
+	t.Helper()
+	for r, s := range scheds {
+		n := len(work[r])
+		input[r], work[r] = work[r], garbage(n)
+		if !s.ReadInput(n) {
+			t.Fatalf("rank %d of %d: ReadInput declined the schedule", r, len(scheds))
+		}
+		if err := s.Validate(n, n); err != nil {
+			t.Fatalf("rank %d of %d: %v", r, len(scheds), err)
+		}
+	}
+}
+
+// applyInputCopies copies what s's InputCopies name, as the caller of a
+// rewritten schedule does.
+func applyInputCopies(s *Schedule, work, input []elem) {
+	for _, sp := range s.InputCopies {
+		copy(work[sp.Off:sp.Off+sp.Len], input[sp.Off:])
 	}
 }
 
@@ -565,21 +585,30 @@ func TestReduceScatterSchedules(t *testing.T) {
 					if n >= 1000 && (count > 3 || a == RecDoubling && count > 1) && !simLarge {
 						continue // as in TestAllGatherSchedules
 					}
-					scheds := build(t, ReduceScatter, a, n, 0, count, chunk)
-					work := make([][]elem, n)
-					for r := range work {
-						work[r] = make([]elem, n*count)
-						for i := range work[r] {
-							work[r][i] = one(r, i)
+					for _, outOfPlace := range []bool{false, true} {
+						if outOfPlace && n > 256 {
+							continue // the rewrite does not depend on size; the simulation does
 						}
-					}
-					if err := simulate(scheds, work, make([][]elem, n), 1, nil); err != nil {
-						t.Fatalf("n=%d count=%d: %v", n, count, err)
-					}
-					for r := range n {
-						for j := range count {
-							if err := checkElem(work[r][r*count+j], r*count+j, want); err != nil {
-								t.Fatalf("%s n=%d count=%d rank %d: %v", a, n, count, r, err)
+						scheds := build(t, ReduceScatter, a, n, 0, count, chunk)
+						work, input := make([][]elem, n), make([][]elem, n)
+						for r := range work {
+							work[r] = make([]elem, n*count)
+							for i := range work[r] {
+								work[r][i] = one(r, i)
+							}
+						}
+						if outOfPlace {
+							readInput(t, scheds, work, input)
+						}
+						if err := simulate(scheds, work, input, 1, nil); err != nil {
+							t.Fatalf("n=%d count=%d out of place %v: %v", n, count, outOfPlace, err)
+						}
+						for r := range n {
+							applyInputCopies(scheds[r], work[r], input[r])
+							for j := range count {
+								if err := checkElem(work[r][r*count+j], r*count+j, want); err != nil {
+									t.Fatalf("%s n=%d count=%d rank %d out of place %v: %v", a, n, count, r, outOfPlace, err)
+								}
 							}
 						}
 					}

@@ -100,3 +100,23 @@ func BenchmarkBroadcast(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReduceScatter: bytes is each rank's input (n blocks); busbw is
+// algbw·(n-1)/n of it, as nccl-tests counts.
+func BenchmarkReduceScatter(b *testing.B) {
+	for _, n := range []int{2, 4} {
+		for _, bytes := range []int64{64 << 10, 1 << 20, 16 << 20} {
+			b.Run(fmt.Sprintf("ranks=%d/bytes=%s", n, sizeName(bytes)), func(b *testing.B) {
+				cs := newLocal(b, n)
+				send, recv := make([][]float32, n), make([][]float32, n)
+				for i := range send {
+					send[i], recv[i] = make([]float32, bytes/4), make([]float32, bytes/4/int64(n))
+				}
+				ctx := testCtx(b)
+				benchRanks(b, cs, bytes, float64(n-1)/float64(n), func(c *Comm) error {
+					return ReduceScatter(ctx, c, send[c.Rank()], recv[c.Rank()], Sum)
+				})
+			})
+		}
+	}
+}

@@ -52,7 +52,7 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 		default:
 			// The schedule reads send where recv is not written yet
 			// (collectives.ReadInput): no copy first.
-			s.input, s.outOfPlace = bytesOf(send), true
+			s.input, s.outOfPlace, s.keep = bytesOf(send), true, collectives.Span{Len: len(recv)}
 		}
 		if err := c.exec(ctx, &s); err != nil {
 			return rankErr(name, err)
@@ -85,17 +85,22 @@ func reduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op
 	if op > Avg && !op.Valid(DTypeOf[T]()) {
 		return c.badOp(name, op, DTypeOf[T]())
 	}
-	var work []byte
-	if c.rank == root {
-		if !sameSlice(send, recv) {
-			copy(recv, send)
-		}
-		work = bytesOf(recv)
-	} else {
-		work = c.scratchFor(len(bytesOf(send)))
-		copy(work, bytesOf(send))
+	// The schedule reads send where work is not written yet
+	// (collectives.ReadInput): no copy first. Only the root's work holds
+	// a result.
+	s := spec{coll: collectives.Reduce, dt: DTypeOf[T](), op: op, root: root, count: len(send),
+		input: bytesOf(send), outOfPlace: true}
+	switch {
+	case c.rank != root:
+		s.work = c.scratchFor(len(bytesOf(send)))
+	case sameSlice(send, recv):
+		s.work, s.input, s.outOfPlace = bytesOf(recv), nil, false
+	case overlap(bytesOf(send), bytesOf(recv)):
+		copy(recv, send)
+		s.work, s.input, s.outOfPlace = bytesOf(recv), nil, false
+	default:
+		s.work, s.keep = bytesOf(recv), collectives.Span{Len: len(recv)}
 	}
-	s := spec{coll: collectives.Reduce, dt: DTypeOf[T](), op: op, root: root, count: len(send), work: work}
 	if err := c.exec(ctx, &s); err != nil {
 		return rankErr(name, err)
 	}
@@ -181,9 +186,12 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 		}
 		return nil
 	}
+	// The schedule reads send where work is not written yet
+	// (collectives.ReadInput): no copy first; work's block of this rank
+	// holds the result.
 	work := c.scratchFor(len(in))
-	copy(work, in)
-	s := spec{coll: collectives.ReduceScatter, dt: DTypeOf[T](), op: op, count: n, work: work}
+	s := spec{coll: collectives.ReduceScatter, dt: DTypeOf[T](), op: op, count: n, work: work,
+		input: in, outOfPlace: true, keep: collectives.Span{Off: c.rank * n, Len: n}}
 	if err := c.exec(ctx, &s); err != nil {
 		return rankErr(name, err)
 	}

@@ -198,7 +198,11 @@ func (c *Comm) plan(k planKey) (*engine.Plan, error) {
 		}
 	}
 	if k.fromInput {
-		s.ReadInput(k.count) // if it declines, exec copies the input first
+		n := k.count
+		if k.coll == collectives.ReduceScatter {
+			n *= c.size // Work holds every rank's block
+		}
+		s.ReadInput(n) // if it declines, exec copies the input first
 	}
 	if len(c.plans) >= 256 {
 		clear(c.plans)
@@ -228,8 +232,11 @@ type spec struct {
 	send  bool
 	group bool // a group of point-to-point messages (p2p.go)
 	// outOfPlace: work starts undefined, input holds the data a
-	// reduction's work would start with (an out-of-place AllReduce).
+	// reduction's work would start with (an out-of-place AllReduce, a
+	// Reduce, a ReduceScatter); keep is the part of work the caller
+	// reads afterwards, in elements (what must hold a result).
 	outOfPlace bool
+	keep       collectives.Span
 	// build, when set, makes this call's schedule (the v-collectives,
 	// whose schedules depend on counts that the plan cache does not key).
 	build func(chunk int) *collectives.Schedule
@@ -274,11 +281,17 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 		return err
 	}
 	if s.outOfPlace {
+		// What of keep no receive writes comes from the input (all of
+		// it where ReadInput declined the schedule).
+		copies := p.S.InputCopies
 		if !p.S.ReadsInput {
-			copy(s.work, s.input)
+			copies = []collectives.Span{{Off: 0, Len: len(s.work) / es}}
 		}
-		for _, sp := range p.S.InputCopies {
-			copy(s.work[sp.Off*es:(sp.Off+sp.Len)*es], s.input[sp.Off*es:])
+		for _, sp := range copies {
+			lo, hi := max(sp.Off, s.keep.Off), min(sp.Off+sp.Len, s.keep.Off+s.keep.Len)
+			if lo < hi {
+				copy(s.work[lo*es:hi*es], s.input[lo*es:])
+			}
 		}
 	}
 	c.call = engine.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
