@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,25 @@ func TestNewConfigOrder(t *testing.T) {
 	}
 	if _, err := newConfig(WithAlgorithm("broadcast:ring")); err == nil {
 		t.Fatal("broadcast:ring accepted")
+	}
+}
+
+// Ranks in one process are goroutines sharing its threads: an idle poll
+// hands the thread to them (engine.WaitPolicy.InProcess), never the CPU to
+// other processes, however many ranks there are; a job's ranks yield the
+// CPU where they outnumber the CPUs. GORUN_YIELD-style settings still win.
+func TestWaitPolicyInProcess(t *testing.T) {
+	many := 4 * runtime.NumCPU()
+	local := config{local: true, localRanks: many}
+	if p := local.waitPolicy(); !p.InProcess || p.Yield || p.Spin <= 0 {
+		t.Errorf("NewLocal's %d ranks: policy %+v, want InProcess, no Yield, a spin", many, p)
+	}
+	job := config{localRanks: many}
+	if p := job.waitPolicy(); p.InProcess || !p.Yield {
+		t.Errorf("a job's %d local ranks: policy %+v, want Yield and not InProcess", many, p)
+	}
+	forced := config{local: true, localRanks: many, yield: 1}
+	if p := forced.waitPolicy(); !p.Yield {
+		t.Errorf("NewLocal with yield forced on: policy %+v, want Yield", p)
 	}
 }

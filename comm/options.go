@@ -187,8 +187,11 @@ func (c *config) waitPolicy() engine.WaitPolicy {
 	p := engine.DefaultWait(c.localRanks)
 	if c.local {
 		// One process: a wake-up is a goroutine switch, and the ranks'
-		// goroutines share GOMAXPROCS threads; long polls only slow them.
+		// goroutines share GOMAXPROCS threads; long polls only slow them,
+		// and a poll that finds nothing hands the thread to the others
+		// rather than the CPU to other processes.
 		p.Spin = 20 * time.Microsecond
+		p.InProcess, p.Yield = true, false
 	}
 	if c.hasSpin {
 		p.Spin = c.spin

@@ -21,6 +21,12 @@ type WaitPolicy struct {
 	Spin time.Duration
 	// Yield gives the CPU to other processes (sched_yield) between polls.
 	Yield bool
+	// InProcess says the ranks are goroutines of this process sharing its
+	// threads (comm.NewLocal): an idle poll hands the thread to them
+	// (runtime.Gosched) instead. A sched_yield would keep the P, and the
+	// rank it waits for could not run until this Run slept or reached
+	// its next Gosched, 16 idle polls (16 system calls) later.
+	InProcess bool
 }
 
 // DefaultSpin is the polling time before a sleep. A wake-up across CPUs
@@ -105,7 +111,10 @@ func (w *waiter) idle() error {
 	}
 	w.idleN++
 	if w.idleN&15 != 0 && !w.armed {
-		if e.wait.Yield && w.idleN > yieldAfter {
+		switch {
+		case e.wait.InProcess:
+			runtime.Gosched()
+		case e.wait.Yield && w.idleN > yieldAfter:
 			yieldCPU()
 		}
 		return nil
