@@ -19,15 +19,16 @@ const (
 // Tunables: read by every rank, passed on by the launcher from its own
 // environment (as Open MPI passes OMPI_MCA_*).
 const (
-	Timeout      = "GORUN_TIMEOUT"       // per-operation timeout (ParseTimeout)
-	Transport    = "GORUN_TRANSPORT"     // auto|verbs|tcp|shm|mem
-	Algo         = "GORUN_ALGO"          // e.g. allreduce:ring,broadcast:tree
-	Debug        = "GORUN_DEBUG"         // warn|info|trace
-	SocketIfname = "GORUN_SOCKET_IFNAME" // interface whose address tcp advertises
-	Fault        = "GORUN_FAULT"         // fault-injection rules (comm/fault.go)
-	Checksum     = "GORUN_CHECKSUM"      // 1: CRC32C of every tcp frame
-	ShmCMA       = "GORUN_SHM_CMA"       // 0: shm does not use process_vm_writev
-	Spin         = "GORUN_SPIN"          // how long a waiting collective polls
+	Timeout      = "GORUN_TIMEOUT"        // per-operation timeout (ParseTimeout)
+	Transport    = "GORUN_TRANSPORT"      // auto|verbs|tcp|shm|mem
+	Algo         = "GORUN_ALGO"           // e.g. allreduce:ring,broadcast:tree
+	Debug        = "GORUN_DEBUG"          // warn|info|trace
+	SocketIfname = "GORUN_SOCKET_IFNAME"  // interface whose address tcp advertises
+	Fault        = "GORUN_FAULT"          // fault-injection rules (comm/fault.go)
+	Checksum     = "GORUN_CHECKSUM"       // 1: CRC32C of every tcp frame
+	ShmCMA       = "GORUN_SHM_CMA"        // 0: shm does not use process_vm_writev
+	ShmFence     = "GORUN_SHM_MEMBARRIER" // 0: shm's doorbells use locked exchanges, not membarrier
+	Spin         = "GORUN_SPIN"           // how long a waiting collective polls
 )
 
 // Observability: set by gorun's --timeline, --report and --metrics, or by
@@ -56,7 +57,7 @@ const (
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP}
 
 // TunableVars pass from the launcher's environment to every rank.
-var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, Spin}
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, Spin}
 
 // IsContractVar reports whether name is one of ContractVars.
 func IsContractVar(name string) bool {

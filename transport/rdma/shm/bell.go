@@ -76,7 +76,8 @@ type doorbell struct {
 }
 
 // ring wakes the sleepers, if any, after a condition was published with
-// storeSC64.
+// conn.ringStore (a release store where both processes fence their sleeps
+// with membarrier, fence.go; else storeSC64).
 func (d doorbell) ring() {
 	if d.waiters.Load() != 0 && d.waiters.Swap(0) != 0 {
 		d.efd.signal()
@@ -111,6 +112,7 @@ func (d doorbell) waitNoSpin(ready func() bool, timeout time.Duration) (ok, slep
 	// of the eventfd may have taken this ring's count).
 	gen := d.efd.reads.Load()
 	d.waiters.Swap(1) // then ready's loads: a locked exchange (storeSC64)
+	sleepFence()      // and the ringers' CPUs too (fence.go)
 	if afterFlag != nil {
 		afterFlag(d)
 	}

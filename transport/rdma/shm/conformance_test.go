@@ -28,4 +28,10 @@ func TestConformance(t *testing.T) {
 		t.Setenv("GORUN_SHM_CMA", "0")
 		rdmatest.Run(t, rdmatest.Options{Provider: "shm", CrossProcess: true})
 	})
+	// The child without membarrier: every connection then publishes with
+	// locked exchanges (fence.go), both ends, whatever this process does.
+	t.Run("membarrier=off", func(t *testing.T) {
+		t.Setenv("GORUN_SHM_MEMBARRIER", "0")
+		rdmatest.Run(t, rdmatest.Options{Provider: "shm", CrossProcess: true})
+	})
 }

@@ -38,6 +38,9 @@ type conn struct {
 	peer      *segment // the peer's: its ring, receives, keys
 	peerArena []byte
 	cma       bool
+	// plainRing: both processes fence their doorbell sleeps, so a ring's
+	// condition is published with a release store (fence.go).
+	plainRing bool
 	segFd     int
 	pidfd     int // the peer process (pidfd_open), -1 if unavailable
 	// This side's eventfd and the peer's (bell.go), which the segments'
@@ -394,7 +397,7 @@ func (c *conn) postRecv(r *rwr) error {
 		c.local.u64(offRecvMinCap).Store(c.minCap)
 	}
 	c.posted++
-	storeSC64(c.local.u64(offRecvPosted), c.posted)
+	c.ringStore(c.local.u64(offRecvPosted), c.posted)
 	c.local.recvBell().ring()
 	return nil
 }

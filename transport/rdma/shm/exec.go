@@ -227,7 +227,7 @@ func (c *conn) stamp(rec []byte) {
 	if binary.LittleEndian.Uint64(w) == next+1 {
 		binary.LittleEndian.PutUint64(w, 0)
 	}
-	(*atomic.Uint64)(unsafe.Pointer(&rec[0])).Store(c.exe.head + 1)
+	storeRelease64((*atomic.Uint64)(unsafe.Pointer(&rec[0])), c.exe.head+1)
 }
 
 // publish stamps the record rec, reserved at the head of our ring, moves
@@ -236,7 +236,7 @@ func (c *conn) stamp(rec []byte) {
 func (c *conn) publish(rec []byte) {
 	c.stamp(rec)
 	c.exe.head += uint64(len(rec))
-	storeSC64(c.local.u64(offHead), c.exe.head)
+	c.ringStore(c.local.u64(offHead), c.exe.head)
 	c.local.dataBell().ring()
 }
 

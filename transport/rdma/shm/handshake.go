@@ -152,6 +152,7 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 		return nil, err
 	}
 	c.peer.owner, c.peer.other = c.peerBell, c.bell
+	c.plainRing = plainRing(c.local, c.peer)
 	if c.peerArena, err = mapPeerArena(fds[1]); err != nil {
 		return nil, err
 	}

@@ -112,7 +112,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			c.setError(c.opErr("recv", errProtocolRing), true)
 			c.rxTail = c.peer.u64(offHead).Load()
 			c.rxPos.Store(c.rxTail)
-			storeSC64(tail, c.rxTail)
+			c.ringStore(tail, c.rxTail)
 			space.ring()
 			return true
 		}
@@ -125,7 +125,7 @@ func (c *conn) drain(out *wcBuf) bool {
 		}
 		c.rxTail += uint64(size)
 		c.rxPos.Store(c.rxTail)
-		storeSC64(tail, c.rxTail)
+		c.ringStore(tail, c.rxTail)
 		space.ring()
 	}
 	return true

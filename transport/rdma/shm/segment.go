@@ -38,6 +38,7 @@ const (
 	offRecvDepth = 16
 	offMaxKeys   = 20
 	offRingSize  = 24
+	offFences    = 28 // u32: membarrierFenceFlag if the owner fences its doorbell sleeps (fence.go)
 
 	offHead        = 64
 	offDataWaiters = 76
@@ -102,6 +103,9 @@ func newSegment(recvDepth int) (*segment, int, error) {
 	binary.LittleEndian.PutUint32(mem[offMaxKeys:], maxKeys)
 	binary.LittleEndian.PutUint32(mem[offRingSize:], ringSize)
 	binary.LittleEndian.PutUint64(mem[offRecvMinCap:], ^uint64(0))
+	if registerFences() {
+		binary.LittleEndian.PutUint32(mem[offFences:], membarrierFenceFlag)
+	}
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[offMagic])), segMagic)
 	return &segment{mem: mem, recvDepth: recvDepth, keysOff: keysOff, ringOff: ringOff}, fd, nil
 }
@@ -135,6 +139,12 @@ func mapSegment(fd int) (*segment, error) {
 	s.recvDepth, s.keysOff, s.ringOff = depth, keysOff, ringOff
 	populate(mem) // its size checked: a peer's memfd of any size is not populated
 	return s, nil
+}
+
+// fences reports whether the segment's owner fences its doorbell sleeps
+// (fence.go). A peer of an earlier version wrote 0 there.
+func (s *segment) fences() bool {
+	return binary.LittleEndian.Uint32(s.mem[offFences:])&membarrierFenceFlag != 0
 }
 
 func (s *segment) unmap() {
