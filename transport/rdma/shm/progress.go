@@ -111,7 +111,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			// Skip what the peer published: its records are not ours to trust.
 			c.setError(c.opErr("recv", errProtocolRing), true)
 			c.rxTail = c.peer.u64(offHead).Load()
-			c.rxPos.Store(c.rxTail)
+			storeReleaseHeap(&c.rxPos, c.rxTail)
 			c.ringStore(tail, c.rxTail)
 			space.ring()
 			return true
@@ -124,7 +124,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			c.deliver(out, typ, h[:hdr], h[hdr:hdr+plen])
 		}
 		c.rxTail += uint64(size)
-		c.rxPos.Store(c.rxTail)
+		storeReleaseHeap(&c.rxPos, c.rxTail)
 		c.ringStore(tail, c.rxTail)
 		space.ring()
 	}
