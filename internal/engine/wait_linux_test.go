@@ -2,14 +2,18 @@ package engine
 
 import (
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // TestSetWaitLeavesThreadsAlone: no wait policy changes the scheduling
-// policy or priority of any thread of the process. Go's sysmon must run when
+// policy or priority of any thread of the process (a spinning one raises
+// sysmon's timer slack only: TestSlowSysmon). Go's sysmon must run when
 // other processes keep the CPUs busy: it alone takes a P back from a
 // goroutine blocked in a system call and preempts a long-running one, and
 // with one P per rank gossip and tcp handshakes wait for it (SetWait's
@@ -55,4 +59,61 @@ func threadPriorities(t *testing.T) map[int][2]int {
 		m[tid] = [2]int{int(pol), nice}
 	}
 	return m
+}
+
+// TestSlowSysmon: in a Go executable (this test binary) the thread
+// slowSysmon picks is sysmon's, and it alone of the process's threads
+// gets the larger timer slack.
+func TestSlowSysmon(t *testing.T) {
+	if !goMainThread {
+		t.Fatal("package initialization did not run on the main thread of a Go executable")
+	}
+	// A goroutine that spins, as an engine does: sysmon then polls (in
+	// nanosleep) rather than sleeping deeply as it does when every P is
+	// idle.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}()
+	tid := sysmonTid()
+	slowSysmon() // once per process: an earlier test's SetWait may have made the call
+	for try := 0; slackOf(tid) != int(sysmonSlack) && try < 100; try++ {
+		slackSysmon() // as that first call did, until sysmon is seen in nanosleep
+		time.Sleep(time.Millisecond)
+	}
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		id, _ := strconv.Atoi(e.Name())
+		slack := slackOf(id)
+		if slack < 0 {
+			continue // the thread exited
+		}
+		if want := id == tid; (slack == int(sysmonSlack)) != want {
+			t.Errorf("thread %d (sysmon %d): timer slack %d ns", id, tid, slack)
+		}
+	}
+}
+
+// slackOf is thread tid's timer slack in nanoseconds, -1 if unknown.
+func slackOf(tid int) int {
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/timerslack_ns")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return -1
+	}
+	return n
 }
