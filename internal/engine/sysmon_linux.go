@@ -35,11 +35,18 @@ import (
 // The runtime does not name sysmon's thread. In an executable it is the
 // first thread the runtime creates after the main one (runtime.main starts
 // it before any package is initialized), so it has the smallest thread id
-// after the process's own; and while it polls it is in nanosleep. Both are
-// checked: a process where Go is a library (the C ABI: package
-// initialization then runs on a thread that is not the main one) is left
-// alone, and so is a thread that is not in nanosleep in any of a few
+// after the process's own; and it is asleep: in nanosleep while it polls,
+// in a futex wait in its deep sleep (every P idle, as while Init waits for
+// its peers). Both are checked: a process where Go is a library (the C
+// ABI: package initialization then runs on a thread that is not the main
+// one) is left alone, and so is a thread in neither sleep in any of a few
 // looks.
+//
+// Another thread's timer slack is written at /proc/TID/timerslack_ns
+// (Linux lists the file among a process's entries, not a thread's, so
+// /proc/self/task/TID has none) and needs CAP_SYS_NICE; without it sysmon
+// is left alone. Until 2026-11-27 the write went to the task directory,
+// failed, and no slack was ever set (README, "Go's sysmon thread").
 
 // sysmonSlack is sysmon's timer slack (the kernel's default is 50 µs).
 const sysmonSlack = 2 * time.Millisecond
@@ -63,7 +70,7 @@ func slackSysmon() int {
 		return 0
 	}
 	for try := 0; ; try++ {
-		if inNanosleep(tid) {
+		if inSysmonSleep(tid) {
 			break
 		}
 		if try == 4 {
@@ -71,12 +78,14 @@ func slackSysmon() int {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	path := "/proc/self/task/" + strconv.Itoa(tid) + "/timerslack_ns"
-	if os.WriteFile(path, []byte(strconv.FormatInt(int64(sysmonSlack), 10)), 0) != nil {
-		return 0
+	if os.WriteFile(slackPath(tid), []byte(strconv.FormatInt(int64(sysmonSlack), 10)), 0) != nil {
+		return 0 // EPERM without CAP_SYS_NICE
 	}
 	return tid
 }
+
+// slackPath is the file of thread tid's timer slack.
+func slackPath(tid int) string { return "/proc/" + strconv.Itoa(tid) + "/timerslack_ns" }
 
 // goMainThread: package initialization ran on the process's main thread,
 // as it does in a Go executable (runtime.main locks it there).
@@ -101,9 +110,10 @@ func sysmonTid() int {
 	return slices.Min(tids)
 }
 
-// inNanosleep reports whether thread tid of this process is blocked in
-// nanosleep or clock_nanosleep (/proc's syscall file: the number first).
-func inNanosleep(tid int) bool {
+// inSysmonSleep reports whether thread tid of this process is blocked in
+// one of sysmon's sleeps: nanosleep or clock_nanosleep (usleep), or a
+// futex wait (notetsleep). /proc's syscall file gives the number first.
+func inSysmonSleep(tid int) bool {
 	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/syscall")
 	if err != nil {
 		return false
@@ -113,5 +123,5 @@ func inNanosleep(tid int) bool {
 		return false
 	}
 	n, err := strconv.Atoi(f[0])
-	return err == nil && (n == unix.SYS_NANOSLEEP || n == unix.SYS_CLOCK_NANOSLEEP)
+	return err == nil && (n == unix.SYS_NANOSLEEP || n == unix.SYS_CLOCK_NANOSLEEP || n == unix.SYS_FUTEX)
 }
