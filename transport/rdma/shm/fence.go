@@ -55,6 +55,15 @@ var (
 	fenceOnce sync.Once
 	// fencing: this process is registered and fences every doorbell sleep.
 	fencing atomic.Bool
+
+	// The process's membarrier calls, one at a time (sleepFence): begun
+	// counts those begun, ended is the number of the last that returned.
+	fenceMu    sync.Mutex
+	fenceBegun atomic.Uint64
+	fenceEnded atomic.Uint64
+	// fenceWait, when set by a test, runs in sleepFence once the sleeper
+	// knows which call it needs, before it waits for one.
+	fenceWait func()
 )
 
 // registerFences registers the process for global expedited membarriers,
@@ -79,9 +88,30 @@ func registerFences() bool {
 // sleepFence is the sleeper's barrier, between its flag and its last look
 // at the condition. Once the process is registered the command does not
 // fail (membarrier(2)), so its result is not looked at.
+//
+// A call interrupts every CPU that runs a thread of a registered process,
+// and a rank arming its completion queue puts a sleeper on each of its
+// connections at once, so the sleepers of a process share calls: any
+// call begun after a sleeper's flag was stored (its number is above what
+// the sleeper read of begun, after its flag's locked exchange) serves it
+// as well as its own would. A sleeper that finds one under way waits for
+// it, and starts its own only if that one began too early.
 func sleepFence() {
-	if fencing.Load() {
-		unix.Syscall(unix.SYS_MEMBARRIER, membarrierGlobalExpedited, 0, 0)
+	if !fencing.Load() {
+		return
+	}
+	need := fenceBegun.Load() + 1
+	if fenceWait != nil {
+		fenceWait()
+	}
+	for fenceEnded.Load() < need {
+		fenceMu.Lock()
+		if fenceEnded.Load() < need {
+			n := fenceBegun.Add(1)
+			unix.Syscall(unix.SYS_MEMBARRIER, membarrierGlobalExpedited, 0, 0)
+			fenceEnded.Store(n)
+		}
+		fenceMu.Unlock()
 	}
 }
 

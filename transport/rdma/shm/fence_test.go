@@ -4,6 +4,7 @@ package shm
 
 import (
 	"encoding/binary"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -45,5 +46,35 @@ func TestFencesNegotiated(t *testing.T) {
 	if !plainRing(segs[0], segs[0]) || plainRing(segs[0], segs[1]) || plainRing(segs[1], segs[0]) {
 		t.Errorf("plainRing: both fencing %v, peer not %v, this side not %v; want true, false, false",
 			plainRing(segs[0], segs[0]), plainRing(segs[0], segs[1]), plainRing(segs[1], segs[0]))
+	}
+}
+
+// TestSleepFencesShared: sleepers that need a fence at the same time share
+// one membarrier call: 50 sleepers that all read the call count before
+// any call is made are served by the one call that the first of them
+// makes, and the count of calls says so.
+func TestSleepFencesShared(t *testing.T) {
+	if !registerFences() {
+		t.Skip("membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) is not available here")
+	}
+	const sleepers = 50
+	var read sync.WaitGroup
+	read.Add(sleepers)
+	fenceWait = read.Done
+	defer func() { fenceWait = nil }()
+	fenceMu.Lock() // no call can start until every sleeper has read begun
+	before := fenceBegun.Load()
+	var done sync.WaitGroup
+	for range sleepers {
+		done.Go(sleepFence)
+	}
+	read.Wait()
+	fenceMu.Unlock()
+	done.Wait()
+	if calls := fenceBegun.Load() - before; calls != 1 {
+		t.Errorf("%d sleepers made %d membarrier calls, want 1", sleepers, calls)
+	}
+	if fenceEnded.Load() != fenceBegun.Load() {
+		t.Errorf("calls begun %d, last ended %d", fenceBegun.Load(), fenceEnded.Load())
 	}
 }
