@@ -46,7 +46,11 @@
 // sets a flag in shared memory before its last check; a producer takes
 // the flag (swaps it to zero) and writes to the waiter's eventfd only when
 // it was set, so a busy connection makes no syscalls, and a woken sleeper
-// that has not run yet costs later messages nothing. A sleeper in the
+// that has not run yet costs later messages nothing. The producer
+// publishes with a plain release store, not a locked exchange, where both
+// processes are registered for membarrier: the barrier the flag protocol
+// needs is then the sleeper's, a membarrier(GLOBAL_EXPEDITED) call that
+// the sleepers of a process share (fence.go). A sleeper in the
 // netpoller gives its P up at once (a futex wait held it until Go's sysmon
 // took it back: bell.go). GetRecvComp drains the peer's ring itself and
 // sleeps on its doorbell, so a message costs at most one wake-up; while it
