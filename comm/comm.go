@@ -358,7 +358,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	c.startConnector("init", world, eps, devByName, lnByName)
 	if err := c.conn.connectInit(ctx); err != nil {
 		c.conn.stop()
-		c.eng.Close()
+		c.eng.CloseContext(ctx)
 		return nil, rankErr("init", err)
 	}
 	if first && cfg.obs != nil && cfg.obs.met != nil {

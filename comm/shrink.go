@@ -98,7 +98,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	failed := c.eng.Err()
 	from := node.World() // c's world, for checkMembership (expel.go)
 	c.conn.stop()
-	c.eng.Close()
+	c.eng.CloseContext(ctx)
 	// A peer whose connection broke may be gone: the bootstrap checks at
 	// once (a refused connection is evidence) instead of waiting for
 	// gossip to declare it dead.
@@ -162,7 +162,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, contested)
 				if xerr := n.expelled(contested, op); xerr != nil {
 					n.conn.stop()
-					n.eng.Close()
+					n.eng.CloseContext(ctx)
 					return fail(n.rank, ErrExpelled)
 				}
 			}
@@ -172,7 +172,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 			return n, nil
 		}
 		n.conn.stop()
-		n.eng.Close()
+		n.eng.CloseContext(ctx)
 		if ctx.Err() != nil {
 			return fail(-1, err)
 		}
