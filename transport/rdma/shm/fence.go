@@ -63,7 +63,7 @@ var (
 	fenceEnded atomic.Uint64
 	// fenceWait, when set by a test, runs in sleepFence once the sleeper
 	// knows which call it needs, before it waits for one.
-	fenceWait func()
+	fenceWait atomic.Pointer[func()]
 )
 
 // registerFences registers the process for global expedited membarriers,
@@ -101,8 +101,8 @@ func sleepFence() {
 		return
 	}
 	need := fenceBegun.Load() + 1
-	if fenceWait != nil {
-		fenceWait()
+	if f := fenceWait.Load(); f != nil {
+		(*f)()
 	}
 	for fenceEnded.Load() < need {
 		fenceMu.Lock()

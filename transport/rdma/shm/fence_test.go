@@ -60,17 +60,18 @@ func TestSleepFencesShared(t *testing.T) {
 	const sleepers = 50
 	var read sync.WaitGroup
 	read.Add(sleepers)
-	fenceWait = read.Done
-	defer func() { fenceWait = nil }()
+	done := read.Done
+	fenceWait.Store(&done)
+	defer fenceWait.Store(nil)
 	fenceMu.Lock() // no call can start until every sleeper has read begun
 	before := fenceBegun.Load()
-	var done sync.WaitGroup
+	var all sync.WaitGroup
 	for range sleepers {
-		done.Go(sleepFence)
+		all.Go(sleepFence)
 	}
 	read.Wait()
 	fenceMu.Unlock()
-	done.Wait()
+	all.Wait()
 	if calls := fenceBegun.Load() - before; calls != 1 {
 		t.Errorf("%d sleepers made %d membarrier calls, want 1", sleepers, calls)
 	}
