@@ -36,6 +36,7 @@ import (
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/kernels"
+	"github.com/gorun-hpc/gorun/internal/release"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -235,8 +236,8 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		e.completed(call)
 		return nil
 	}
-	storeRelease64(&e.curHash, 1<<32|uint64(callHash(call)))
-	defer storeRelease64(&e.curHash, 0)
+	release.Store64(&e.curHash, 1<<32|uint64(callHash(call)))
+	defer release.Store64(&e.curHash, 0)
 	for _, d := range e.devs {
 		// Registered on first use (bufMR): a call whose messages all
 		// travel copied needs no registration.
@@ -275,7 +276,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 // completed notes that Run completed call (Withdraw's notice).
 func (e *Engine) completed(call *Call) {
 	if call.Coll != collectives.SendRecv {
-		storeRelease64(&e.next, 1<<32|uint64(call.Seq+1))
+		release.Store64(&e.next, 1<<32|uint64(call.Seq+1))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/gorun-hpc/gorun/internal/release"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
@@ -111,7 +112,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			// Skip what the peer published: its records are not ours to trust.
 			c.setError(c.opErr("recv", errProtocolRing), true)
 			c.rxTail = c.peer.u64(offHead).Load()
-			storeReleaseHeap(&c.rxPos, c.rxTail)
+			release.Store64(&c.rxPos, c.rxTail)
 			c.ringStore(tail, c.rxTail)
 			space.ring()
 			return true
@@ -124,7 +125,7 @@ func (c *conn) drain(out *wcBuf) bool {
 			c.deliver(out, typ, h[:hdr], h[hdr:hdr+plen])
 		}
 		c.rxTail += uint64(size)
-		storeReleaseHeap(&c.rxPos, c.rxTail)
+		release.Store64(&c.rxPos, c.rxTail)
 		c.ringStore(tail, c.rxTail)
 		space.ring()
 	}
