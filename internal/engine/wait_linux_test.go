@@ -130,6 +130,9 @@ func canSetSlack() bool {
 	id := <-tid
 	defer close(done)
 	old := slackOf(id)
+	if old < 0 {
+		return false
+	}
 	err := os.WriteFile(slackPath(id), []byte(strconv.Itoa(old+1)), 0)
 	os.WriteFile(slackPath(id), []byte(strconv.Itoa(old)), 0)
 	return err == nil
