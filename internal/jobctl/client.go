@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/internal/jobenv"
+	"github.com/gorun-hpc/gorun/internal/release"
 )
 
 // Environment variables the client reads.
@@ -149,7 +150,9 @@ func (c *Client) Enter(op string, seq uint64) {
 		i := c.nextOp.Add(1) % uint32(len(c.lastOps))
 		c.lastOps[i].Store(e)
 	}
-	c.state.Store(uint64(e.id)<<48 | inBit | seq&seqMask)
+	// A release store, not atomic's Store (a locked exchange): the loop
+	// only reads the word, and a collective pays for this twice.
+	release.Store64(&c.state, uint64(e.id)<<48|inBit|seq&seqMask)
 }
 
 // Leave records that the rank left its current collective.
@@ -157,7 +160,10 @@ func (c *Client) Leave() {
 	if c == nil {
 		return
 	}
-	c.state.And(^uint64(inBit))
+	// A load and a release store, not a locked And: only Enter and Leave
+	// write the word, around a collective. (Where two communicators of a
+	// process run at once, the word shows one of them, as it did.)
+	release.Store64(&c.state, c.state.Load()&^inBit)
 }
 
 // Close sends a last report (waiting at most half a second) and stops the

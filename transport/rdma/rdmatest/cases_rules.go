@@ -157,6 +157,31 @@ func caseDeregisterBusy(e *env) {
 	e.expect(e.peerRecvComp(), 1, rdma.OpRecv, rdma.StatusSuccess)
 	e.must(e.b.Deregister(rb), "peer: deregister after the receive completed")
 
+	// Several receives in one region, and in two regions interleaved: each
+	// region is busy until its last receive has completed (a provider may
+	// count them together: shm holds one reference per region).
+	rx, ry := e.peerBuf(3*64, lw), e.peerBuf(64, lw)
+	for i, r := range []struct {
+		b   rbuf
+		off int
+	}{{rx, 0}, {ry, 0}, {rx, 64}, {rx, 128}} {
+		e.must(e.b.PostRecv(uint64(10+i), []seg{{r.b.ID, r.off, 64}}), "peer post_recv")
+	}
+	for i := range 4 {
+		e.must(e.a.PostSend(uint64(10+i), src.Bytes(), src, rdma.FlagSignaled), "post_send")
+		e.expectSend(uint64(10+i), rdma.OpSend, rdma.StatusSuccess)
+		e.expect(e.peerRecvComp(), uint64(10+i), rdma.OpRecv, rdma.StatusSuccess)
+		switch i {
+		case 0:
+			e.wantErr(e.b.Deregister(rx), rdma.ErrBusy, "peer: deregister a region with two receives still posted")
+		case 1:
+			e.must(e.b.Deregister(ry), "peer: deregister the second region after its only receive completed")
+		case 2:
+			e.wantErr(e.b.Deregister(rx), rdma.ErrBusy, "peer: deregister a region with one receive still posted")
+		}
+	}
+	e.must(e.b.Deregister(rx), "peer: deregister after its last receive completed")
+
 	src2 := e.alloc(64, lw, false)
 	e.must(e.a.PostSend(2, src2.Bytes(), src2, rdma.FlagSignaled), "post_send (no receive posted)")
 	e.wantErr(src2.Deregister(), rdma.ErrBusy, "deregister the region of an outstanding send")

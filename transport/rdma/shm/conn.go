@@ -78,7 +78,15 @@ type conn struct {
 	rq     []rwr
 	rqHead int
 	rqLen  int
-	posted uint64     // receives posted so far (published in local)
+	posted uint64 // receives posted so far (published in local)
+	// holdMR is the region of the single-buffer receives in rq marked
+	// held, holdN how many there are: the connection holds one reference
+	// to it (MR.Acquire) for all of them, so a receive reposted into the
+	// same region as the others costs no locked instruction, where an
+	// Acquire and a Release are two. The region stays busy exactly while
+	// a receive that uses it is posted, as with a reference each.
+	holdMR *rdma.MR
+	holdN  int
 	minCap uint64     // the smallest receive ever posted (published in local)
 	progMu sync.Mutex // held while draining the peer's ring
 	// pollers counts receive pollers spinning on the ring; while there
@@ -123,6 +131,9 @@ type rwr struct {
 	one   [1]rdma.SGE
 	sgl   []rdma.SGE
 	total int
+	// held: its region is counted in the connection's hold (holdMR), not
+	// acquired on its own.
+	held bool
 }
 
 func (r *rwr) list() []rdma.SGE {
@@ -339,13 +350,48 @@ func (c *conn) flushRecvsLocked() {
 		c.fenceRecvs()
 	}
 	for c.rqLen > 0 {
-		r := &c.rq[c.rqHead]
-		soft.ReleaseAll(r.list())
-		c.pushRecv(rdma.WC{WRID: r.wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv})
-		*r = rwr{}
-		c.rqHead = (c.rqHead + 1) % len(c.rq)
-		c.rqLen--
+		wc := rdma.WC{WRID: c.rq[c.rqHead].wrid, Status: rdma.StatusFlushed, Opcode: rdma.OpRecv}
+		c.popRecv()
+		c.pushRecv(wc)
 	}
+}
+
+// acquireRecv takes r's regions for as long as it is posted; rqMu is held.
+func (c *conn) acquireRecv(r *rwr) bool {
+	mr := r.one[0].MR
+	if r.sgl != nil || mr == nil {
+		return soft.AcquireAll(r.list())
+	}
+	switch {
+	case mr == c.holdMR && mr.Valid():
+		// Valid: a DeregisterWait begun since the hold was taken refuses
+		// new requests, as Acquire would.
+	case c.holdN == 0:
+		if !mr.Acquire() {
+			return false
+		}
+		c.holdMR = mr
+	default:
+		return soft.AcquireAll(r.list())
+	}
+	c.holdN++
+	r.held = true
+	return true
+}
+
+// popRecv retires the head of the receive queue and releases its
+// regions; rqMu is held.
+func (c *conn) popRecv() {
+	r := &c.rq[c.rqHead]
+	if !r.held {
+		soft.ReleaseAll(r.list())
+	} else if c.holdN--; c.holdN == 0 {
+		c.holdMR.Release()
+		c.holdMR = nil
+	}
+	*r = rwr{}
+	c.rqHead = (c.rqHead + 1) % len(c.rq)
+	c.rqLen--
 }
 
 func (c *conn) PostRecv(wrid uint64, buf []byte, mr *rdma.MR) error {
@@ -383,7 +429,7 @@ func (c *conn) postRecv(r *rwr) error {
 	if c.rqLen == len(c.rq) {
 		return c.opErr("post_recv", rdma.ErrQueueFull)
 	}
-	if !soft.AcquireAll(r.list()) {
+	if !c.acquireRecv(r) {
 		return c.opErr("post_recv", rdma.ErrNotRegistered)
 	}
 	c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = *r

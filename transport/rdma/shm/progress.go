@@ -11,7 +11,6 @@ import (
 
 	"github.com/gorun-hpc/gorun/internal/release"
 	"github.com/gorun-hpc/gorun/transport/rdma"
-	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
 )
 
 var errProtocolRing = errors.New("malformed record in the peer's ring")
@@ -198,13 +197,4 @@ func (c *conn) deliver(out *wcBuf, typ uint32, h, payload []byte) {
 	if fault != nil {
 		c.setError(fault, true)
 	}
-}
-
-// popRecv retires the head of the receive queue; rqMu is held.
-func (c *conn) popRecv() {
-	r := &c.rq[c.rqHead]
-	soft.ReleaseAll(r.list())
-	*r = rwr{}
-	c.rqHead = (c.rqHead + 1) % len(c.rq)
-	c.rqLen--
 }
