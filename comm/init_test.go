@@ -215,6 +215,38 @@ func TestInitMissingRank(t *testing.T) {
 	}
 }
 
+// TestInitHonoursContext: as TestInitMissingRank, with the communicator's
+// timeout left at its default (minutes) and a 300 ms context instead: Init
+// returns when the context ends.
+func TestInitHonoursContext(t *testing.T) {
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	job, token := "init-ctx-"+initRandomID(), initRandomID()
+	ctx, cancel := context.WithTimeout(initTestCtx(t), 300*time.Millisecond)
+	defer cancel()
+	errs := make(chan error, 2)
+	for r := range 2 { // rank 2 of 3 never starts
+		go func() {
+			c, err := initFromEnv(ctx, initVars(initRankVars(r, 3, seed, job, token)))
+			if err == nil {
+				c.Close()
+			}
+			errs <- err
+		}()
+	}
+	limit := time.After(10 * time.Second) // a hang, not a slow machine: the context ends after 300 ms
+	for range 2 {
+		select {
+		case err := <-errs:
+			var fe *bootstrap.FormError
+			if !errors.As(err, &fe) || !errors.Is(err, context.DeadlineExceeded) || !slices.Equal(fe.Missing, []int{2}) {
+				t.Fatalf("Init whose context ended: %v, want a *bootstrap.FormError naming rank 2 as missing, wrapping context.DeadlineExceeded", err)
+			}
+		case <-limit:
+			t.Fatal("Init did not return 10 s after its 300 ms context ended")
+		}
+	}
+}
+
 func TestInitWrongTokenRefused(t *testing.T) {
 	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
 	job, token := "token-"+initRandomID(), initRandomID()

@@ -1,0 +1,67 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestSplitHonoursContext: a rank that calls Split while another rank never
+// does returns when its context ends, with an error of op "split" that
+// names the rank it waited for and wraps the context's. The communicator
+// is then aborted: a rank in the same Split with a longer context, and the
+// rank that never called it, fail at once with the timeout instead of
+// waiting out their own contexts.
+func TestSplitHonoursContext(t *testing.T) {
+	for _, tr := range []string{"mem", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			cs := newLocal(t, 3, WithTransport(tr))
+			ctx := testCtx(t)
+			long, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel2()
+			type result struct {
+				sub  *Comm
+				err  error
+				took time.Duration
+			}
+			res := [2]chan result{make(chan result, 1), make(chan result, 1)}
+			for r, cctx := range []context.Context{short, long} { // rank 2 never calls Split
+				go func() {
+					start := time.Now()
+					sub, err := cs[r].Split(cctx, 0, r)
+					res[r] <- result{sub, err, time.Since(start)}
+				}()
+			}
+			// A hang, not a slow machine: the short context ends after 300 ms.
+			limit := time.After(10 * time.Second)
+			for r := range 2 {
+				select {
+				case got := <-res[r]:
+					t.Logf("rank %d: Split returned after %v: %v", r, got.took.Round(time.Millisecond), got.err)
+					if got.sub != nil {
+						got.sub.Close()
+						t.Fatalf("rank %d: Split returned a communicator without rank 2", r)
+					}
+					var re *RankError
+					if !errors.As(got.err, &re) || re.Op != "split" || re.Rank != 2 || !errors.Is(got.err, ErrTimeout) {
+						t.Fatalf("rank %d: Split: %v, want a *RankError of op split naming rank 2, wrapping ErrTimeout", r, got.err)
+					}
+					if r == 0 && !errors.Is(got.err, context.DeadlineExceeded) {
+						t.Fatalf("rank 0: Split whose context ended: %v, want it to wrap context.DeadlineExceeded", got.err)
+					}
+				case <-limit:
+					t.Fatalf("rank %d: Split did not return 10 s after rank 0's 300 ms context ended", r)
+				}
+			}
+			// The rank that never called Split does not wait for the others.
+			err := cs[2].Barrier(long)
+			var re *RankError
+			if !errors.As(err, &re) || re.Op != "barrier" || !errors.Is(err, ErrTimeout) {
+				t.Fatalf("rank 2's Barrier after the others gave up on Split: %v, want the abort's ErrTimeout", err)
+			}
+		})
+	}
+}
