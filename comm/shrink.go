@@ -27,7 +27,8 @@ type shrinkState struct {
 // they agree on the survivors through the gossip bootstrap, then connect
 // again over the providers and listeners c already had open (no new
 // ports). c is left closed: Shrink takes over its transport and its
-// membership, and c's later operations fail with ErrClosed.
+// membership, and c's later operations fail with ErrAborted (Shrink
+// aborts c first, to end its running operation).
 //
 // Only communicators made by Init can shrink. After Shrink, the gossip
 // failure reports go to the new communicator: a survivor that dies later
