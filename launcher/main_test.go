@@ -187,6 +187,17 @@ func fakeRank(mode string, args []string) int {
 	case "sleep":
 		time.Sleep(20 * time.Second)
 		return 0
+	case "helper":
+		// Starts a helper in the rank's process group, reports its pid
+		// and exits 0 without waiting for it.
+		h := exec.Command(os.Args[0])
+		h.Env = append(os.Environ(), "GORUN_TEST_MODE=sleep")
+		if err := h.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("helper", h.Process.Pid)
+		return 0
 	}
 	fmt.Fprintf(os.Stderr, "fake rank: unknown mode %q\n", mode)
 	return 99
@@ -210,4 +221,16 @@ func mustAtoi(s string) int {
 	var n int
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// alive reports whether pid runs, from /proc (Linux): a zombie is dead,
+// its descriptors closed; init may be slow to reap an orphan, or not reap
+// it at all in a container.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
 }

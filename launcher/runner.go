@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // proc is one started command: a rank, or srun standing for all of them.
@@ -41,6 +43,7 @@ type runner struct {
 
 	running  int
 	stopping bool
+	stopSig  syscall.Signal // the signal stop sent first
 	killAt   <-chan time.Time
 	first    error // what ends the job with a non-zero status
 	exits    chan exit
@@ -113,7 +116,7 @@ func (r *runner) run(ctx context.Context) error {
 			r.stop(s)
 		case <-r.killAt:
 			r.killAt = nil
-			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after SIGTERM: killing them", r.running, r.cfg.KillGrace))
+			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after %s: killing them", r.running, r.cfg.KillGrace, unix.SignalName(r.stopSig)))
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
 			r.mon.tick(now)
@@ -171,6 +174,7 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 	}
 	r.running++
 	go func() {
+		endGroup(p.cmd.Process)
 		err := p.cmd.Wait()
 		p.stdout.Flush()
 		p.stderr.Flush()
@@ -227,7 +231,7 @@ func (r *runner) fail(err error) {
 // stop sends sig to every running process and arms the SIGKILL timer.
 func (r *runner) stop(sig syscall.Signal) {
 	if !r.stopping {
-		r.stopping = true
+		r.stopping, r.stopSig = true, sig
 		r.killAt = time.After(r.cfg.KillGrace)
 	}
 	r.kill(sig)
