@@ -155,16 +155,27 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
-// gorun starts the test binary as gorun.
+// gorun starts the test binary as gorun, with the test binary as the ranks.
 func gorun(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	return gorunProgram(t, testBinary(t), append(args, "-x", "GORUN_TEST_ROLE=rank")...)
+}
+
+// gorunProgram starts the test binary as gorun with args and program.
+func gorunProgram(t *testing.T, program string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testBinary(t), append(append([]string{"--srun=no"}, args...), program)...)
+	cmd.Env = append(os.Environ(), "GORUN_TEST_ROLE=gorun")
+	return cmd
+}
+
+func testBinary(t *testing.T) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, append(append([]string{"--srun=no"}, args...), "-x", "GORUN_TEST_ROLE=rank", self)...)
-	cmd.Env = append(os.Environ(), "GORUN_TEST_ROLE=gorun")
-	return cmd
+	return self
 }
 
 func TestSignalIsForwarded(t *testing.T) {

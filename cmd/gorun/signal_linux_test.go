@@ -1,0 +1,246 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// gorun stopped by SIGINT or SIGTERM in the middle of a job leaves
+// nothing behind: no process of any rank's process group (each rank has a
+// helper that ignores both signals), nothing in its TMPDIR (where it
+// builds the program, and where shm sockets once were), nothing new in
+// /dev/shm. It exits with 128+signal and says why. The ranks loop over
+// allreduce (shm) when the signal comes; in the ignore cases they ignore
+// SIGINT and SIGTERM, so gorun's SIGKILL after --kill-grace, or after a
+// second signal, ends them.
+func TestSignalLeavesNothingBehind(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	for _, tc := range []struct {
+		name   string
+		sigs   []syscall.Signal // sent to gorun, each after gorun reported the one before
+		ignore bool             // the ranks ignore SIGINT and SIGTERM
+		grace  time.Duration
+		msgs   []string // on gorun's stderr
+	}{
+		{"SIGINT", []syscall.Signal{syscall.SIGINT}, false, time.Minute,
+			[]string{"gorun: job interrupted by interrupt; forwarding interrupt to 3 ranks\n"}},
+		{"SIGTERM", []syscall.Signal{syscall.SIGTERM}, false, time.Minute,
+			[]string{"gorun: job interrupted by terminated; forwarding terminated to 3 ranks\n"}},
+		{"SIGINT/ranks-ignore-it", []syscall.Signal{syscall.SIGINT}, true, time.Second,
+			[]string{"gorun: 3 ranks still running 1s after SIGINT: killing them\n"}},
+		{"SIGTERM/ranks-ignore-it", []syscall.Signal{syscall.SIGTERM}, true, time.Second,
+			[]string{"gorun: 3 ranks still running 1s after SIGTERM: killing them\n"}},
+		// A second signal within the (long) grace kills the ranks at once.
+		{"SIGINT-twice", []syscall.Signal{syscall.SIGINT, syscall.SIGINT}, true, time.Minute,
+			[]string{"gorun: job interrupted by interrupt; forwarding interrupt to 3 ranks\n",
+				"gorun: interrupt again: killing 3 ranks\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp := t.TempDir() // gorun's TMPDIR, and its ranks'
+			shmBefore := devShm()
+			args := []string{"-np", "3", "--transport", "shm", "--kill-grace", tc.grace.String()}
+			if tc.ignore {
+				args = append(args, "-x", "SIGLOOP_IGNORE=1")
+			}
+			cmd := gorunProgram(t, "./testdata/sigloop", args...)
+			cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+			stdout, stderr := &lineLog{}, &lineLog{}
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			var groups []int // the ranks' process groups (each rank leads its own)
+			t.Cleanup(func() {
+				cmd.Process.Kill()
+				for _, g := range groups {
+					syscall.Kill(-g, syscall.SIGKILL)
+				}
+			})
+			// The first build of the program can take minutes on a loaded machine.
+			ready := regexp.MustCompile(`(?m)^\[\d\] sigloop: pid (\d+) helper (\d+)$`)
+			if !stdout.waitFor(func(s string) bool { return len(ready.FindAllString(s, -1)) == 3 }, 5*time.Minute, exited) {
+				t.Fatalf("the ranks did not start\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+			for _, m := range ready.FindAllStringSubmatch(stdout.String(), -1) {
+				pid, _ := strconv.Atoi(m[1])
+				helper, _ := strconv.Atoi(m[2])
+				if g := pgrp(helper); g != pid {
+					t.Fatalf("helper %d is in process group %d, not its rank's %d", helper, g, pid)
+				}
+				groups = append(groups, pid)
+			}
+			var sent time.Time
+			for i, sig := range tc.sigs {
+				if i > 0 && !stderr.waitFor(func(s string) bool { return strings.Contains(s, tc.msgs[i-1]) }, 30*time.Second, exited) {
+					t.Fatalf("gorun did not report signal %d (%v)\nstderr:\n%s", i, tc.sigs[i-1], stderr)
+				}
+				sent = time.Now()
+				if err := cmd.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			select {
+			case err = <-exited:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("gorun did not exit 30s after %v (kill grace %v)\nstderr:\n%s", tc.sigs[len(tc.sigs)-1], tc.grace, stderr)
+			}
+			took := time.Since(sent)
+			var ee *exec.ExitError
+			last := tc.sigs[len(tc.sigs)-1]
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(last) {
+				t.Errorf("gorun exited with %v, want status %d", err, 128+int(last))
+			}
+			for _, m := range tc.msgs {
+				if !strings.Contains(stderr.String(), m) {
+					t.Errorf("stderr does not say %q:\n%s", m, stderr)
+				}
+			}
+			if tc.grace == time.Minute && took > 20*time.Second {
+				t.Errorf("gorun took %v to exit after the last signal: it waited for the kill grace", took)
+			}
+			// gorun reaped the ranks; a member of a rank's group that is
+			// still there outlives the job. Killing takes a moment to land.
+			for _, g := range groups {
+				var left []int
+				for end := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+					if left = groupMembers(g); len(left) == 0 || time.Now().After(end) {
+						break
+					}
+				}
+				if len(left) > 0 {
+					t.Errorf("rank %d's process group still has %v after gorun exited", g, left)
+				}
+			}
+			if left := walk(tmp); len(left) > 0 {
+				t.Errorf("left in gorun's TMPDIR: %v", left)
+			}
+			for name := range devShm() {
+				if !shmBefore[name] {
+					if strings.Contains(strings.ToLower(name), "gorun") {
+						t.Errorf("left in /dev/shm: %s", name)
+					} else {
+						t.Logf("new in /dev/shm (another test's?): %s", name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// lineLog collects a process's output for waitFor.
+type lineLog struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	changed chan struct{} // closed and replaced on every Write
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Write(p)
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+	return len(p), nil
+}
+
+func (l *lineLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits until ok holds for the output, for at most d, and not
+// after the process exited (exited is left for the caller).
+func (l *lineLog) waitFor(ok func(string) bool, d time.Duration, exited chan error) bool {
+	timeout := time.After(d)
+	for {
+		l.mu.Lock()
+		s := l.b.String()
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		if ok(s) {
+			return true
+		}
+		select {
+		case <-changed:
+		case err := <-exited:
+			exited <- err
+			return ok(l.String())
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+// pgrp is pid's process group, or 0 when pid is gone or a zombie.
+func pgrp(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 3 || f[0] == "Z" {
+		return 0
+	}
+	g, _ := strconv.Atoi(f[2])
+	return g
+}
+
+// groupMembers lists the live processes of process group g (zombies are
+// dead: their parent, init here, has yet to reap them).
+func groupMembers(g int) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && pgrp(pid) == g {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// walk lists what is under dir.
+func walk(dir string) []string {
+	var names []string
+	filepath.WalkDir(dir, func(p string, _ fs.DirEntry, _ error) error {
+		if p != dir {
+			names = append(names, strings.TrimPrefix(p, dir+"/"))
+		}
+		return nil
+	})
+	return names
+}
+
+// devShm lists /dev/shm.
+func devShm() map[string]bool {
+	m := map[string]bool{}
+	ents, _ := os.ReadDir("/dev/shm")
+	for _, e := range ents {
+		m[e.Name()] = true
+	}
+	return m
+}
