@@ -52,6 +52,13 @@ func TestClusterSSHDRefuses(t *testing.T) {
 	if proc, err := os.FindProcess(p); err != nil || proc.Kill() != nil {
 		t.Fatalf("cannot stop %s's sshd (pid %d)", h2, p)
 	}
+	// Until it has exited, its socket may still take a connection and
+	// reset it ("kex_exchange_identification: ... reset by peer").
+	for end := time.Now().Add(10 * time.Second); alive(p); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s's sshd (pid %d) still runs 10s after SIGKILL", h2, p)
+		}
+	}
 	cfg := hostAndRank
 	cfg.NP = 2
 	cfg.Hosts = []Host{{Name: c.Hosts[0].Name, Slots: 1}, {Name: h2, Slots: 1}}
