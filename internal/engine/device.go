@@ -16,6 +16,7 @@ package engine
 // other closely the CQ stays unarmed, so providers make no wake-up calls.
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,11 +57,12 @@ type Device struct {
 	links []*Link
 	free  []uint32
 
-	// Runs begun and ended on this device (no clock read per Run): none is
-	// in progress when they are equal. Two counters, not an active count
-	// beside ends: a Run pays two locked additions, not three.
-	begun atomic.Int64
-	ends  atomic.Int64
+	// The engines that run collectives on this device (copy on write,
+	// under engMu): the watcher reads their run counters (Engine.runs),
+	// which each engine publishes with plain release stores, where shared
+	// counters here cost every Run two locked additions.
+	engMu   sync.Mutex
+	engines atomic.Pointer[[]*Engine]
 
 	stop     chan struct{}
 	stopped  chan struct{}
@@ -104,16 +106,14 @@ func (d *Device) watch() {
 	for {
 		// Idle once no Run is active and none ended since the last look,
 		// at least idleArm ago unless a notification came sooner.
-		// ends first: begun never falls below it, so equal values mean
-		// that no Run was in progress when begun was read.
-		ends := d.ends.Load()
-		if d.begun.Load() == ends && (seen < 0 || ends == seen) {
+		runs, busy := d.runs()
+		if !busy && (seen < 0 || runs == seen) {
 			d.CQ.Arm()
 			d.pollAll() // what came before the arm
 		} else {
 			t.Reset(idleArm)
 		}
-		seen = ends
+		seen = runs
 		select {
 		case <-d.CQ.Notify():
 			d.pollAll()
@@ -124,29 +124,70 @@ func (d *Device) watch() {
 	}
 }
 
+// runs sums the run counters of the device's engines (Engine.runs); busy
+// says that one of them is in a Run.
+func (d *Device) runs() (sum int64, busy bool) {
+	if es := d.engines.Load(); es != nil {
+		for _, e := range *es {
+			v := e.runs.Load()
+			sum += int64(v)
+			busy = busy || v&1 != 0
+		}
+	}
+	return sum, busy
+}
+
+// watchEngine adds e to the engines whose Runs the watcher follows.
+func (d *Device) watchEngine(e *Engine) {
+	d.engMu.Lock()
+	defer d.engMu.Unlock()
+	var es []*Engine
+	if old := d.engines.Load(); old != nil {
+		es = *old
+	}
+	if slices.Contains(es, e) {
+		return
+	}
+	es = append(slices.Clip(es), e)
+	d.engines.Store(&es)
+}
+
+// unwatchEngine removes e (closed) from them.
+func (d *Device) unwatchEngine(e *Engine) {
+	d.engMu.Lock()
+	defer d.engMu.Unlock()
+	if old := d.engines.Load(); old != nil {
+		es := slices.DeleteFunc(slices.Clone(*old), func(x *Engine) bool { return x == e })
+		d.engines.Store(&es)
+	}
+}
+
 // pollAll polls and dispatches until the CQ is empty.
 func (d *Device) pollAll() {
 	d.pollMu.Lock()
-	for d.pollLocked() == pollBatch {
+	for d.pollLocked(nil) == pollBatch {
 	}
 	d.pollMu.Unlock()
 }
 
-// tryPoll polls once unless someone else is polling (who then dispatches
-// and wakes the engines concerned); it returns the completions handled.
-func (d *Device) tryPoll() int {
+// tryPoll polls once for engine self unless someone else is polling (who
+// then dispatches and wakes the engines concerned); it returns the
+// completions handled.
+func (d *Device) tryPoll(self *Engine) int {
 	if !d.pollMu.TryLock() {
 		return 0
 	}
-	n := d.pollLocked()
+	n := d.pollLocked(self)
 	d.pollMu.Unlock()
 	return n
 }
 
-func (d *Device) pollLocked() int {
+// pollLocked polls once and dispatches; self is the engine polling (nil:
+// the watcher), which looks at its links again without a wake-up.
+func (d *Device) pollLocked(self *Engine) int {
 	n := d.CQ.Poll(d.wcs[:])
 	for i := range n {
-		d.dispatch(&d.wcs[i])
+		d.dispatch(&d.wcs[i], self)
 	}
 	return n
 }
@@ -178,7 +219,7 @@ func (d *Device) removeLink(l *Link) {
 	defer d.tabMu.Unlock()
 	d.pollMu.Lock()
 	defer d.pollMu.Unlock()
-	for d.pollLocked() == pollBatch {
+	for d.pollLocked(nil) == pollBatch {
 	}
 	if int(l.id) < len(d.links) && d.links[l.id] == l {
 		d.links[l.id] = nil
@@ -201,8 +242,9 @@ func wrid(id uint32, kind, value uint64) uint64 {
 	return uint64(id)<<48 | kind<<valueBits | value&(1<<valueBits-1)
 }
 
-// dispatch hands one completion to its link; pollMu is held.
-func (d *Device) dispatch(wc *rdma.WC) {
+// dispatch hands one completion to its link; pollMu is held, self is the
+// engine polling or nil.
+func (d *Device) dispatch(wc *rdma.WC, self *Engine) {
 	id := int(wc.WRID >> 48)
 	if id >= len(d.links) || d.links[id] == nil {
 		return // a link already closed
@@ -211,9 +253,9 @@ func (d *Device) dispatch(wc *rdma.WC) {
 	kind := wc.WRID >> valueBits & 0xf
 	value := wc.WRID & (1<<valueBits - 1)
 	if kind == kindRecv {
-		l.onRecv(wc, value)
+		l.onRecv(wc, value, self)
 	} else {
-		l.onSend(wc, kind, value)
+		l.onSend(wc, kind, value, self)
 	}
 }
 

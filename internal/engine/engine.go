@@ -123,6 +123,9 @@ type Engine struct {
 
 	mm      mismatchState
 	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
+	// runs is twice the Runs ended, plus one while a Run is in progress:
+	// written by Run alone (under runMu), read by the devices' watchers.
+	runs atomic.Uint64
 
 	st runState
 
@@ -163,6 +166,7 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 		for _, l := range links {
 			if l != nil && l.dev == d {
 				e.devs = append(e.devs, d)
+				d.watchEngine(e)
 				break
 			}
 		}
@@ -242,8 +246,8 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		// Registered on first use (bufMR): a call whose messages all
 		// travel copied needs no registration.
 		d.cur = [2]*rdma.MR{}
-		d.begun.Add(1)
 	}
+	release.Store64(&e.runs, e.runs.Load()+1) // odd: in a Run (Device.runs)
 	defer e.idle()
 	e.st.reset(len(p.S.Ops), len(p.peers))
 	w := waiter{e: e, ctx: ctx, p: p, call: call, timeout: timeout} // the deadline is set at its first look at the clock (wait.go)
@@ -318,16 +322,14 @@ func (e *Engine) idle() {
 	if e.sleeping.Load() { // a locked exchange only when it was set
 		e.sleeping.Store(false)
 	}
-	for _, d := range e.devs {
-		d.ends.Add(1)
-	}
+	release.Store64(&e.runs, e.runs.Load()+1)
 }
 
 // poll handles the completions waiting on every device.
 func (e *Engine) poll() int {
 	n := 0
 	for _, d := range e.devs {
-		n += d.tryPoll()
+		n += d.tryPoll(e)
 	}
 	return n
 }

@@ -57,6 +57,7 @@ func (e *Engine) Missing(p *Plan, buf []int) []int {
 		}
 		if !found {
 			e.devs = append(e.devs, d)
+			d.watchEngine(e)
 		}
 	}
 	e.runMu.Unlock()

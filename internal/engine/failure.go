@@ -158,6 +158,9 @@ func (e *Engine) CloseContext(ctx context.Context) error {
 	e.fail(&PeerError{Rank: e.Rank, Err: ErrClosed}, 0)
 	e.runMu.Lock()
 	defer e.runMu.Unlock()
+	for _, d := range e.devs {
+		d.unwatchEngine(e) // it runs no more
+	}
 	// A rank that failed before closing passes the failure on ahead of its
 	// bye (in order on each link), so that a peer still waiting on this
 	// rank blames the culprit, not this rank's departure.

@@ -55,6 +55,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gorun-hpc/gorun/internal/release"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -351,16 +352,26 @@ func (l *Link) attach(e *Engine) {
 	}
 }
 
-// wakeEngine wakes the link's engine if it sleeps.
-func (l *Link) wakeEngine() {
+// wakeEngine wakes the link's engine if it sleeps. self is the engine
+// whose poll dispatched the completion (nil: the watcher, or a failure):
+// that engine looks at its links again after its poll, so it needs no
+// wake-up, and the link's counters need no locked store for it (the
+// release stores of onRecv and onSend: a Run that polls its own
+// messages pays no locked instruction for them).
+func (l *Link) wakeEngine(self *Engine) {
 	e := l.eng.Load()
 	if e == nil {
 		// Not attached yet (connect.go): the engine it will join may be
 		// asleep on the CQ arm that this completion used up.
 		e = l.waker
 	}
-	raceFence()
-	if e != nil && e.sleeping.Load() {
+	if e == nil || e == self {
+		return
+	}
+	// Dekker's fence (fence_norace.go): the counters were published with
+	// release stores, which a load of sleeping may pass.
+	fullFence()
+	if e.sleeping.Load() {
 		e.poke()
 	}
 }
@@ -381,8 +392,9 @@ func (l *Link) setupFailed(err error) {
 	}
 }
 
-// onRecv handles a receive completion (slot is the control slot).
-func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
+// onRecv handles a receive completion (slot is the control slot); self
+// is the engine that polled, or nil (wakeEngine).
+func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 	if wc.Status != rdma.StatusSuccess {
 		l.broken.Store(true)
 		if l.recvOut.CompareAndSwap(false, true) {
@@ -396,7 +408,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		// the CQ arm it may sleep on (an attached one that failed wakes it
 		// through the abort).
 		l.recvEnded(err)
-		l.wakeEngine()
+		l.wakeEngine(nil)
 		return
 	}
 	switch wc.Opcode {
@@ -410,7 +422,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		if binary.LittleEndian.Uint32(h[0:]) == hdrMagic {
 			l.noteCredits(binary.LittleEndian.Uint32(h[20:]))
 		}
-		l.arrived.Store(n + 1)
+		release.Store64(&l.arrived, n+1)
 	case rdma.OpRecv:
 		m := l.ctrlMsg(slot)
 		a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
@@ -423,7 +435,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 			}
 			copy(l.stage.Bytes()[int(n%uint64(l.slots))*l.slotSize:], m[:wc.ByteLen])
 			l.noteCredits(binary.LittleEndian.Uint32(m[20:]))
-			l.arrived.Store(n + 1)
+			release.Store64(&l.arrived, n+1)
 		case ctrlHello:
 			select {
 			case <-l.ready:
@@ -468,7 +480,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 		l.fail(err, true)
 		return
 	}
-	l.wakeEngine()
+	l.wakeEngine(self)
 }
 
 // noteCredits takes the peer's cumulative consumed count (its low 32
@@ -476,12 +488,12 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64) {
 func (l *Link) noteCredits(v uint32) {
 	cur := l.credits.Load()
 	if d := v - uint32(cur); d != 0 && d < 1<<31 {
-		l.credits.Store(cur + uint64(d))
+		release.Store64(&l.credits, cur+uint64(d)) // under pollMu: one writer at a time
 	}
 }
 
-// onSend handles a send-queue completion.
-func (l *Link) onSend(wc *rdma.WC, kind, value uint64) {
+// onSend handles a send-queue completion; self as for onRecv.
+func (l *Link) onSend(wc *rdma.WC, kind, value uint64, self *Engine) {
 	if wc.Status != rdma.StatusSuccess {
 		l.broken.Store(true)
 		l.outOnce.Do(func() { close(l.sendOut) })
@@ -494,16 +506,16 @@ func (l *Link) onSend(wc *rdma.WC, kind, value uint64) {
 			}
 			l.fail(err, false)
 		}
-		l.wakeEngine()
+		l.wakeEngine(nil)
 		return
 	}
 	switch kind {
 	case kindData:
-		l.sendDone.Store(value + 1)
+		release.Store64(&l.sendDone, value+1)
 	case kindBye:
 		l.byeOnce.Do(func() { close(l.byeSent) })
 	}
-	l.wakeEngine()
+	l.wakeEngine(self)
 }
 
 // recvEnded handles the end of the receive queue (the first flushed
