@@ -38,13 +38,13 @@ func main() {
 	one := flag.String("scenario", "", "the same as -scenarios (kept for old command lines)")
 	out := flag.String("o", "bench/compare/RESULTS.md", "the report; plots go next to it (-quick: under the temporary directory unless set)")
 	iters := flag.Int("iters", 20, "timed iterations per size")
-	latIters := flag.Int("lat-iters", 200, "timed iterations per size in the barrier and sweep scenarios")
+	latIters := flag.Int("lat-iters", 200, "timed iterations per size in the barrier and sweep scenarios, and at sizes up to 8 KiB")
 	warm := flag.Int("warmup", 5, "warm-up iterations per size")
 	// OSU's micro-benchmarks skip 1,000 iterations of a small message
 	// before they time; gorun's first few milliseconds after Init hold a
 	// start-up transient (Go's sysmon, ranks woken onto one CPU: README),
 	// which the rows of -iters calls after -warmup still show.
-	latWarm := flag.Int("lat-warmup", 1000, "warm-up iterations per size in the barrier and sweep scenarios")
+	latWarm := flag.Int("lat-warmup", 1000, "warm-up iterations per size where -lat-iters applies")
 	quick := flag.Bool("quick", false, "smoke test: 1 round, 3 iterations (20 for latency), sizes up to 1 MiB, sweeps by 4")
 	spin := flag.Bool("ompi-spin", false, "also run Open MPI busy-polling (mpi_yield_when_idle 0) where ranks outnumber CPUs")
 	flag.Parse()
@@ -88,17 +88,13 @@ func main() {
 	for _, sc := range scs {
 		o := &outcome{sc: sc, runs: map[string][]run{}, before: probe.probe(ctx)}
 		fmt.Printf("%s: placement %s\n", sc.name, o.before)
-		n, w := *iters, *warm
-		if sc.lat {
-			n, w = *latIters, *latWarm
-		}
 		for r := 0; r < *rounds; r++ {
 			for i := range sc.impls {
 				impl := sc.impls[(i+r)%len(sc.impls)] // rotate the order too
 				if tools[impl] == nil {
 					continue
 				}
-				res, err := runOne(ctx, tools[impl], impl, sc, w, n)
+				res, err := runSized(ctx, tools[impl], impl, sc, counts{*warm, *iters, *latWarm, *latIters})
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "%s %s round %d: %v\n", sc.name, impl, r, err)
 					o.failed = append(o.failed, fmt.Sprintf("%s round %d: %s", impl, r, firstLine(err.Error())))
@@ -129,7 +125,7 @@ func main() {
 	var report bytes.Buffer
 	fmt.Fprintf(&report, "# gorun vs Open MPI, MPICH and Gloo\n\n")
 	fmt.Fprintf(&report, "Measured %s on %s (%d CPUs) with `go run ./bench/compare %s`.\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), hostDesc(), runtime.NumCPU(), strings.Join(os.Args[1:], " "))
-	fmt.Fprintf(&report, "Medians of %d interleaved rounds; %d timed iterations per size after %d warm-up (%d after %d in the barrier and sweep scenarios); float32, sum, in place; busbw as nccl-tests defines it, computed from the time.\n", *rounds, *iters, *warm, *latIters, *latWarm)
+	fmt.Fprintf(&report, "Medians of %d interleaved rounds; %d timed iterations per size after %d warm-up (%d after %d in the barrier and sweep scenarios, and up to 8 KiB in the others); float32, sum, in place; busbw as nccl-tests defines it, computed from the time.\n", *rounds, *iters, *warm, *latIters, *latWarm)
 	end := loadAvg()
 	fmt.Fprintf(&report, "Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n", start, end)
 	if w := loadWarning(start, end, runtime.NumCPU()); w != "" {
