@@ -117,7 +117,7 @@ func (c *conn) readSome(p []byte) (int, error) {
 
 func (c *conn) readFd(fd uintptr) {
 	for {
-		n, err := syscall.Read(int(fd), c.rbuf)
+		n, err := readRaw(int(fd), c.rbuf) // rawio.go
 		switch {
 		case err == syscall.EINTR:
 			continue

@@ -5,6 +5,8 @@ package tcp
 import (
 	"slices"
 	"sync"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,8 +89,8 @@ func (rs *readySet) progressReady(conns []*conn) bool {
 	}
 	n := -1
 	if rs.fd >= 0 && !rs.broken {
-		var err error
-		if n, err = unix.EpollWait(rs.fd, rs.evs[:], 0); err != nil {
+		var e syscall.Errno
+		if n, e = epollPoll(rs.fd, unsafe.Pointer(&rs.evs[0]), len(rs.evs)); e != 0 { // rawio.go
 			n = -1
 		}
 		for i := range max(n, 0) {

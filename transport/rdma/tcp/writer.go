@@ -3,7 +3,6 @@ package tcp
 import (
 	"hash/crc32"
 	"syscall"
-	"unsafe"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -259,7 +258,7 @@ func writev(fd uintptr, bufs [][]byte, iovecs *[]syscall.Iovec) (int, error) {
 		return 0, nil
 	}
 	for {
-		n, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)))
+		n, e := writevRaw(fd, &v[0], len(v)) // rawio.go
 		switch e {
 		case 0:
 			clear(v)
