@@ -120,6 +120,8 @@ func (w *waiter) idle() error {
 			runtime.Gosched()
 		case e.wait.Yield && w.idleN > yieldAfter:
 			yieldCPU()
+		default:
+			spinPause() // pause_amd64.go
 		}
 		return nil
 	}
