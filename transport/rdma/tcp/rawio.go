@@ -23,8 +23,9 @@ func writevRaw(fd uintptr, iov *syscall.Iovec, n int) (int, syscall.Errno) {
 	return int(r), e
 }
 
-// epollPoll is epoll_wait(2) with a zero timeout.
+// epollPoll is epoll_wait(2) with a zero timeout, as epoll_pwait with no
+// signal mask (arm64 has no epoll_wait).
 func epollPoll(epfd int, evs unsafe.Pointer, n int) (int, syscall.Errno) {
-	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(epfd), uintptr(evs), uintptr(n), 0, 0, 0)
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(evs), uintptr(n), 0, 0, 0)
 	return int(r), e
 }
