@@ -141,7 +141,6 @@ func sizeArgs(sc scenario) []string {
 	return s
 }
 
-// runOne runs one implementation on one scenario and checks its results.
 // latMax is the largest size that every scenario times as the barrier
 // and sweep scenarios do (-lat-iters after -lat-warmup), as OSU's
 // micro-benchmarks run more iterations below their large-message size (8
@@ -197,6 +196,7 @@ func runSized(ctx context.Context, t *tool, impl string, sc scenario, n counts) 
 	return out, nil
 }
 
+// runOne runs one implementation on one scenario and checks its results.
 func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters int) ([]result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()

@@ -359,8 +359,8 @@ func (c *conn) flushRecvsLocked() {
 // acquireRecv takes r's regions for as long as it is posted; rqMu is held.
 func (c *conn) acquireRecv(r *rwr) bool {
 	mr := r.one[0].MR
-	if r.sgl != nil || mr == nil {
-		return soft.AcquireAll(r.list())
+	if r.sgl != nil || mr == nil || len(r.one[0].Buf) == 0 {
+		return soft.AcquireAll(r.list()) // an empty buffer takes no reference
 	}
 	switch {
 	case mr == c.holdMR && mr.Valid():
