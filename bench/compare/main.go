@@ -36,7 +36,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "interleaved rounds; medians are reported")
 	list := flag.String("scenarios", "", "comma-separated scenarios or groups (shm2,shm4,tcp2,tcp4,bcast4,barrier,sweep; default all)")
 	one := flag.String("scenario", "", "the same as -scenarios (kept for old command lines)")
-	out := flag.String("o", "bench/compare/RESULTS.md", "the report; plots go next to it (-quick: under the temporary directory unless set)")
+	out := flag.String("o", "bench/compare/RESULTS.md", "the report; plots go next to it (-quick: none kept unless set)")
 	iters := flag.Int("iters", 20, "timed iterations per size")
 	latIters := flag.Int("lat-iters", 200, "timed iterations per size in the barrier and sweep scenarios, and at sizes up to 8 KiB")
 	warm := flag.Int("warmup", 5, "warm-up iterations per size")
@@ -59,23 +59,26 @@ func main() {
 				*v = map[string]int{"rounds": 1, "iters": 3, "lat-iters": 20, "warmup": 1, "lat-warmup": 5}[name]
 			}
 		}
-		if !set["o"] {
-			*out = filepath.Join(os.TempDir(), "gorun-compare-quick", "RESULTS.md")
-		}
 	}
 	scs, err := selectScenarios(*list, *quick, *spin, runtime.NumCPU())
 	if err != nil {
 		fail(err)
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		fail(err)
-	}
 	ctx := context.Background()
-	work, err := os.MkdirTemp("", "gorun-compare")
+	work, err = os.MkdirTemp("", "gorun-compare")
 	if err != nil {
 		fail(err)
 	}
 	defer os.RemoveAll(work)
+	// A smoke test keeps no files: its report and plots go to the
+	// work directory, removed at the end (the sections are printed).
+	keep := !*quick || set["o"]
+	if !keep {
+		*out = filepath.Join(work, "report", "RESULTS.md")
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		fail(err)
+	}
 	if scs = startCluster(ctx, scs); theCluster != nil {
 		defer theCluster.Down()
 	}
@@ -140,6 +143,11 @@ func main() {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(*out), "HISTORY.md")); err == nil {
 		fmt.Fprintf(&report, "\nEarlier runs and their profile analysis: [HISTORY.md](HISTORY.md).\n")
 	}
+	if !keep {
+		fmt.Print("\n" + renderTargets(judge(outs, targets)))
+		fmt.Println("\n-quick keeps no report (-o FILE keeps one)")
+		return
+	}
 	if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
 		fail(err)
 	}
@@ -177,10 +185,16 @@ func firstLine(s string) string {
 	return l
 }
 
+// work holds the built programs (and a -quick run's report) until exit.
+var work string
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "compare:", err)
 	if theCluster != nil {
 		theCluster.Down()
+	}
+	if work != "" {
+		os.RemoveAll(work) // os.Exit skips main's deferred removal
 	}
 	os.Exit(1)
 }
