@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -70,6 +71,7 @@ func TestGossipScale(t *testing.T) {
 
 type scaleResult struct {
 	form, shrink time.Duration
+	shrinkCPU    time.Duration
 	cpu          time.Duration // user+system CPU of this process while the world formed
 	mean         struct{ msgs, bytes float64 }
 	seed, max    Traffic // at formation; max over the non-seed members, by messages
@@ -99,6 +101,13 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 			cfgs[i].ProbeTimeout *= time.Duration(f)
 			cfgs[i].GossipInterval *= time.Duration(f)
 		}
+		if nw != nil {
+			// One host, as comm's jobs on one host: the kernel (here the
+			// network: a closed node leaves it) says which members run,
+			// and gossip does not report a starved one dead (comm's
+			// runningHere).
+			cfgs[i].Running = func(m Member) bool { return nw.lookup(m.Addr) != nil }
+		}
 		if scaleLog != nil {
 			cfgs[i].Logger = scaleLog
 		}
@@ -120,11 +129,15 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 		t.Fatalf("start seed: %v", err)
 	}
 	nodes := make([]*Node, size)
+	started := make([]atomic.Pointer[Node], size) // for the timeline, before Form returns
+	started[0].Store(seed)
 	errs := make([]error, size)
-	at := make([]Traffic, size) // each node's traffic when its Form returned
+	at := make([]Traffic, size)             // each node's traffic when its Form returned
+	returned := make([]time.Duration, size) // when each node's Form returned
 	var wg sync.WaitGroup
 	var committed, commitCPU time.Duration // when the coordinator committed: every member locked on the world
 	ctx := context.Background()
+	stopTimeline := agreeTimeline(t, start, cpu0, 1, started)
 	for i := range size {
 		wg.Go(func() {
 			if i == 0 {
@@ -134,8 +147,17 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 				stopProf()
 			} else {
 				cfgs[i].Seeds = []string{seed.Addr()}
-				nodes[i], errs[i] = Join(ctx, cfgs[i], fmt.Appendf(nil, "tcp 127.0.0.1:%d", 40000+i))
+				var n *Node
+				if n, errs[i] = Start(cfgs[i], fmt.Appendf(nil, "tcp 127.0.0.1:%d", 40000+i)); errs[i] == nil {
+					started[i].Store(n)
+					if _, errs[i] = n.Form(ctx); errs[i] != nil {
+						n.shutdown(false)
+					} else {
+						nodes[i] = n
+					}
+				}
 			}
+			returned[i] = time.Since(start)
 			if errs[i] == nil {
 				at[i] = nodes[i].Traffic()
 			}
@@ -144,6 +166,10 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	wg.Wait()
 	r.form, r.cpu = time.Since(start), cpuTime()-cpu0
 	formed := time.Now()
+	stopTimeline()
+	slices.Sort(returned)
+	t.Logf("%d: members' Form returned after (s): median %.2f, 90%% %.2f, 99%% %.2f, last %.2f",
+		size, returned[size/2].Seconds(), returned[size*9/10].Seconds(), returned[size*99/100].Seconds(), returned[size-1].Seconds())
 	t.Logf("%d: agreed (coordinator committed) in %.2f s, %.1f CPU s; every member returned in %.2f s, %.1f CPU s",
 		size, committed.Seconds(), commitCPU.Seconds(), r.form.Seconds(), r.cpu.Seconds())
 	defer closeAll(nodes)
@@ -169,6 +195,9 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	}
 	r.mean.msgs = float64(sum.Messages()) / float64(size)
 	r.mean.bytes = float64(sum.Bytes()) / float64(size)
+	t.Logf("%d formed: per member %.0f messages, %.1f KiB (most %d, %.1f KiB); the seed %d messages, %.1f KiB; %.1f%% of packets lost",
+		size, r.mean.msgs, r.mean.bytes/1024, r.max.Messages(), float64(r.max.Bytes())/1024,
+		r.seed.Messages(), float64(r.seed.Bytes())/1024, r.formLost)
 
 	// Shrink: the last rank closes; the others agree on the next world.
 	last := nodes[size-1]
@@ -177,9 +206,16 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	for i, n := range survivors {
 		before[i] = n.Traffic()
 	}
-	start = time.Now()
+	for i := range started {
+		started[i].Store(nil)
+	}
+	for i, n := range survivors {
+		started[i].Store(n)
+	}
+	start, cpu1 := time.Now(), cpuTime()
+	stopTimeline = agreeTimeline(t, start, cpu1, 2, started)
 	last.Close()
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	sctx, cancel := context.WithTimeout(ctx, shrinkTimeout)
 	defer cancel()
 	for i, n := range survivors {
 		wg.Go(func() {
@@ -190,10 +226,13 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 		})
 	}
 	wg.Wait()
-	r.shrink = time.Since(start)
-	t.Logf("%d shrunk in %.2f s", size, r.shrink.Seconds())
-	if err := errors.Join(errs[:size-1]...); err != nil {
-		t.Errorf("shrink of %d: %.2000v", size, err)
+	stopTimeline()
+	r.shrink, r.shrinkCPU = time.Since(start), cpuTime()-cpu1
+	failed := slices.IndexFunc(errs[:size-1], func(err error) bool { return err != nil })
+	t.Logf("%d shrunk in %.2f s, %.1f CPU s (load %s)", size, r.shrink.Seconds(), r.shrinkCPU.Seconds(), loadAvg())
+	if failed >= 0 {
+		k := len(slices.DeleteFunc(slices.Clone(errs[:size-1]), func(err error) bool { return err == nil }))
+		t.Errorf("shrink of %d: %d survivors failed, the first: %.2000v", size, k, errs[failed])
 	}
 	var msgs uint64
 	for i, n := range survivors {
@@ -205,24 +244,35 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 		}
 	}
 	r.shrinkMean = float64(msgs) / float64(len(survivors))
+	t.Logf("%d shrink: per survivor %.0f messages; the seed %d", size, r.shrinkMean, r.shrinkSeed.Messages())
 	// Failure detection needs every survivor in every memberlist; a world
 	// formed by hello (hello.go) is agreed before that. This polls, as a
 	// measurement: nothing waits on it.
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	for full := false; !full && sctx.Err() == nil; {
-		full = true
+	vctx, cancel := context.WithTimeout(ctx, viewsTimeout)
+	defer cancel()
+	var complete, least int
+	for vctx.Err() == nil {
+		complete, least = 0, size
 		for _, n := range survivors {
-			if n.ml.NumMembers() < size-1 {
-				full = false
-				break
+			k := n.ml.NumMembers()
+			if k >= size-1 {
+				complete++
 			}
+			least = min(least, k)
 		}
-		if !full {
-			<-tick.C
+		if complete == len(survivors) {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-vctx.Done():
 		}
 	}
 	r.views, r.viewsCPU = time.Since(formed), cpuTime()-cpu0
+	t.Logf("%d views: %d of %d survivors hold every survivor %.2f s after formation (%.1f CPU s since start; the least holds %d; load %s)",
+		size, complete, len(survivors), r.views.Seconds(), r.viewsCPU.Seconds(), least, loadAvg())
 	var all Traffic
 	for _, n := range survivors {
 		all = all.Add(n.Traffic())
@@ -252,6 +302,13 @@ func loadAvg() string {
 	return f[0]
 }
 
+// shrinkTimeout and viewsTimeout bound a measurement's shrink, and its
+// wait for complete views after formation.
+const (
+	shrinkTimeout = 3 * time.Minute
+	viewsTimeout  = 3 * time.Minute
+)
+
 var scaleLog = func() *log.Logger {
 	if p := os.Getenv("GORUN_GOSSIP_LOG"); p != "" {
 		f, err := os.Create(p)
@@ -268,4 +325,53 @@ func init() {
 	if v, err := strconv.Atoi(os.Getenv("GORUN_MEMQ")); err == nil {
 		memQueue = v
 	}
+}
+
+// agreeTimeline logs, every half second until stopped, how far the
+// agreement on epoch got: the members the coordinator (node 0) heard of
+// (epoch 1: hellos and joins in its view; later: proposals), those that
+// got a prepare, locked, acked at the coordinator, and installed the
+// world, and the packets sent and lost so far. It reads the nodes' state
+// as the agreement loop does.
+func agreeTimeline(t *testing.T, start time.Time, cpu0 time.Duration, epoch uint32, nodes []atomic.Pointer[Node]) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			var heard, acked, prepared, locked, installed int
+			var lost, sent uint64
+			for i := range nodes {
+				n := nodes[i].Load()
+				if n == nil {
+					continue
+				}
+				n.mu.Lock()
+				_, p := n.prepares[epoch]
+				_, l := n.locked[epoch]
+				if i == 0 {
+					heard, acked = len(n.proposals[epoch]), len(n.acks[epoch])
+				}
+				f := n.formed && n.world.Epoch >= epoch
+				n.mu.Unlock()
+				if i == 0 && epoch == 1 {
+					n.viewMu.Lock()
+					heard = len(n.peers)
+					n.viewMu.Unlock()
+				}
+				tr := n.Traffic()
+				lost, sent = lost+tr.PacketsLost, sent+tr.PacketsSent
+				prepared, locked, installed = prepared+b2i(p), locked+b2i(l), installed+b2i(f)
+			}
+			t.Logf("  %5.1f s %5.1f cpu s: heard %4d prepared %4d locked %4d acked %4d installed %4d; packets sent %d, lost %d (load %s)",
+				time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), heard, prepared, locked, acked, installed, sent, lost, loadAvg())
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
