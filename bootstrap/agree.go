@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"time"
 )
@@ -283,7 +284,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				if time.Since(preparedAt) >= tableDirectAfter {
 					n.tableTo(locked, miss, tableBuf, tableSent, tableDirectBatch)
 				}
-				sentAt = time.Now()
+				sentAt = n.sentNow(resend)
 			}
 		case locked != nil:
 			// Member, locked: wait for the commit; repeat the ack.
@@ -295,7 +296,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			if time.Since(sentAt) >= resend {
 				n.send(locked.Members[0].Name, locked.Members[0].Addr, sent)
-				sentAt = time.Now()
+				sentAt = n.sentNow(resend)
 			}
 		case p.ok && me == 0:
 			// Coordinator: prepare once every member proposed our digest.
@@ -324,7 +325,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				n.sendAll(locked, msgPrepare)
 				lo, hi := treeChildren(0, len(p.members))
 				n.tableTo(locked, miss[:countBelow(miss, hi)], tableBuf, tableSent, hi-lo)
-				sentAt, preparedAt = time.Now(), time.Now()
+				sentAt, preparedAt = n.sentNow(resend), time.Now()
 				continue
 			}
 			if epoch > 1 && time.Since(sentAt) >= resend {
@@ -332,7 +333,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				// the epoch (it is still forming the first world).
 				n.sendTo(&w, miss, msgEpoch)
 				n.relayLeaving(&w, miss)
-				sentAt = time.Now()
+				sentAt = n.sentNow(resend)
 			}
 		case p.ok && me > 0:
 			// Member: lock on a prepare of our digest, else propose it.
@@ -351,16 +352,13 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent || time.Since(sentAt) >= resend {
 				n.send(coord.Name, coord.Addr, m)
-				sent, sentAt = m, time.Now()
+				sent, sentAt = m, n.sentNow(resend)
 			}
 			if prepared {
 				// Pass the table on down the tree (table.go).
 				lo, hi := treeChildren(me, len(p.members))
 				if lo < hi {
-					buf := encodeTable(coord.Name, locked, peers)
-					for r := lo; r < hi; r++ {
-						_ = n.sendTable(p.members[r], buf)
-					}
+					n.sendTables(p.members[lo:hi], encodeTable(coord.Name, locked, peers))
 				}
 			}
 		}
@@ -523,22 +521,36 @@ func (n *Node) tableTo(w *World, ranks []int, buf []byte, sent map[string]bool, 
 	if buf == nil {
 		return
 	}
+	var to []Member
 	for _, r := range ranks {
-		if limit <= 0 {
-			return
+		if len(to) == limit {
+			break
 		}
 		if m := w.Members[r]; !sent[m.Name] {
 			sent[m.Name] = true
-			limit--
-			_ = n.sendTable(m, buf)
+			to = append(to, m)
 		}
 	}
+	n.sendTables(to, buf)
 }
 
 // countBelow is the number of ranks (ascending) below hi.
 func countBelow(ranks []int, hi int) int {
 	k, _ := slices.BinarySearch(ranks, hi)
 	return k
+}
+
+// sentNow is the time to record as a message's send, now, for its resend
+// after period: beyond scaleAbove members shifted by up to a quarter of
+// the period either way. Hundreds of members lock within one tree level's
+// delivery and ack at once; a coordinator's receive queue drops what it
+// cannot hold, and unjittered resends came back as the same burst.
+func (n *Node) sentNow(period time.Duration) time.Time {
+	now := time.Now()
+	if max(n.cfg.Size, n.cfg.MaxSize) <= scaleAbove {
+		return now
+	}
+	return now.Add(mrand.N(period/2) - period/4)
 }
 
 // unseenAfter is how long a later epoch's agreement waits before it

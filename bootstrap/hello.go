@@ -19,7 +19,8 @@ package bootstrap
 // seed i to rank i), so its table completes with the last hello and its
 // prepare carries it down the tree: O(1) messages per member and O(n) at
 // the coordinator. Once the world is formed, each member joins memberlist
-// through its parent in that tree (the coordinator is the root), and
+// through its parent in that tree (the coordinator is the root), the
+// joins spread over Size·formedJoinSpread, and
 // gossip fills the views for failure detection after the world is agreed,
 // not before. A node that gets no prepare within helloFallback (its seed
 // is not the coordinator, or the job already runs: a formed seed ignores
@@ -48,6 +49,12 @@ const (
 	// 6-11 on 2 cores, and 20 s sent many back to the old path).
 	helloFallback  = 30 * time.Second
 	helloPerMember = 30 * time.Millisecond
+	// formedJoinSpread: a formed member joins memberlist within
+	// Size·formedJoinSpread of forming (2 s at 1,000). The commit reaches
+	// every member within milliseconds, and when all joined at once the
+	// gossip of their joins starved the members still taking theirs: at
+	// 1,000 (load 13) the last Form returned 13 s after the commit.
+	formedJoinSpread = 2 * time.Millisecond
 )
 
 // usesHello says whether this node forms its first world by hello.
@@ -136,6 +143,9 @@ func (n *Node) helloLoop(seeds []string) bool {
 	case <-n.done:
 		return false
 	case <-n.formedCh:
+	}
+	if !n.sleep(mrand.N(time.Duration(n.cfg.Size) * formedJoinSpread)) {
+		return false
 	}
 	return n.joinParent()
 }

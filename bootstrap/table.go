@@ -17,7 +17,8 @@ package bootstrap
 // The table travels over TCP (memberlist's reliable user messages: about
 // 100 bytes a member) down a tableFanout-ary tree over the table's ranks:
 // the coordinator sends it to ranks 1..tableFanout, and each member, once
-// locked, to its children r·tableFanout+1 ... r·tableFanout+tableFanout. So
+// locked, to its children r·tableFanout+1 ... r·tableFanout+tableFanout,
+// all of them at once (sendTables). So
 // every member receives the table about once (O(n) bytes) and sends it at
 // most tableFanout times, the coordinator included. A member still missing
 // its ack tableDirectAfter into the prepare gets the table from the
@@ -26,6 +27,7 @@ package bootstrap
 
 import (
 	"encoding/binary"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -116,6 +118,18 @@ func (n *Node) sendTable(m Member, buf []byte) error {
 	}
 	to.Addr, to.Port = host, port
 	return n.ml.SendReliable(to, buf)
+}
+
+// sendTables sends an encoded table prepare to each of to at once and
+// waits until every send ended (each is bounded by TCPTimeout): one after
+// the other, a tree level took a stream's round trip per child, and a
+// stream waits for the receiver's goroutine to be scheduled.
+func (n *Node) sendTables(to []Member, buf []byte) {
+	var wg sync.WaitGroup
+	for _, m := range to {
+		wg.Go(func() { _ = n.sendTable(m, buf) })
+	}
+	wg.Wait()
 }
 
 // treeChildren are rank r's children in the table tree of size ranks.
