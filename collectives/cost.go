@@ -2,42 +2,67 @@ package collectives
 
 // The cost model.
 //
-// Each algorithm's time is predicted from three constants per provider, as
-// in Hockney's model and Thakur, Rabenseifner and Gropp's analysis of the
-// MPICH collectives: a message of m bytes between two ranks takes α + m·β,
-// and reducing m bytes takes m·γ. An algorithm's time is the cost of its
-// critical path: the messages, bytes and reduced bytes of the busiest rank
-// in the order its steps depend on each other. A message larger than the
-// pipelining chunk (ChunkBytes) is sent in pieces, each paying α.
+// Each algorithm's time is predicted from a few constants per provider.
+// As in Hockney's model and Thakur, Rabenseifner and Gropp's analysis of
+// the MPICH collectives, a message of m bytes between two ranks takes
+// α + m·β and reducing m bytes takes m·γ; an algorithm's path is the cost
+// of its critical path, the messages, bytes and reduced bytes of the
+// busiest rank in the order its steps depend on each other. A message
+// larger than the pipelining chunk (ChunkBytes, capped by the link's
+// staging window) goes in pieces, each paying α. A block of less than an
+// element is not sent (ElemBytes).
 //
-// Ranks sharing too few CPUs (n ranks in one process on two cores) do not
-// run their steps in parallel, so Estimate also gives the work of all ranks
-// together; Time takes the larger of the path and the work spread over
-// the CPUs.
+// Ranks that share too few CPUs (n ranks in one process on two cores) do
+// not run their steps in parallel. There the time is bounded by the CPU
+// time of all ranks spread over the CPUs: per message o (LogP's overhead:
+// the CPU part of α, most of which is latency waited out), β and γ per
+// byte, and an idle turn for every rank at each dependent step of the
+// path whose receiver must wait for its next turn (an idle rank hands the
+// CPU on: WaitPolicy.InProcess). β and γ grow once the ranks' buffers
+// outgrow the last-level cache (Spill).
 //
-// The constants (costs) are fitted on this machine by comm's TestCostFit
-// (GORUN_COST_FIT=1), which also checks the predictions against measured
-// times and prints the error. Select's table is not derived from the model
-// yet: beyond 2 ranks on this 2-core machine the model's error is far above
-// 30% (README, cost model), so it could not yet tell which of the two is
-// right where they disagree.
+// The constants (costs) are fitted by collectives' TestCostPoints from
+// points that comm's TestCostFit measures on this machine (README, cost
+// model, for the commands and the error).
 
 import (
 	"math"
 	"math/bits"
 )
 
-// Cost holds a provider's constants, in seconds: Alpha per message, Beta
-// per byte sent, Gamma per byte reduced.
+// Cost holds a provider's constants, in seconds.
 type Cost struct {
-	Alpha, Beta, Gamma float64
+	// Alpha is a message's latency: from its send to the moment its
+	// receiver may use it, on a path of dependent steps.
+	Alpha float64
+	// Beta is the time per byte sent, Gamma per byte reduced, while the
+	// ranks' buffers fit in the last-level cache.
+	Beta, Gamma float64
+	// Overhead is the CPU time a message costs its two ranks (LogP's o,
+	// both ends): what the work bound counts per message where Alpha is
+	// mostly latency waited out.
+	Overhead float64
+	// Turn is the CPU time of one idle turn of a rank that shares its CPU
+	// with others: a poll that finds nothing and hands the CPU on
+	// (WaitPolicy.InProcess). Where ranks outnumber CPUs, every rank
+	// takes about one turn per dependent step of the path.
+	Turn float64
+	// Spill is how much more a byte sent or reduced costs out of the
+	// cache than in it: β and γ grow by Spill times the share of the
+	// ranks' buffers that does not fit in CacheBytes.
+	Spill float64
 }
 
-// costs are the fitted constants per provider: comm's TestCostFit,
-// 2026-11-24 06:59 UTC, 2 ranks in one process, the fastest of 7 batches
-// per point, on this 2-core machine at load 21-24 (batches' p90/p10 up to
-// 6× on mem, 34× on shm, 26× on tcp). The README's cost model section has
-// the prediction error.
+// CacheBytes is the last-level cache the buffers of ranks on one host
+// share (this machine's L3: 32 MiB).
+const CacheBytes = 32 << 20
+
+// ElemBytes is the element size the model counts messages in: a block of
+// a ring or halving-doubling smaller than one element is not sent.
+const ElemBytes = 4
+
+// costs are the fitted constants per provider (not refitted yet: the
+// 2026-11-24 fit of α, β and γ alone).
 var costs = map[string]Cost{
 	"mem": {Alpha: 1.76e-6, Beta: 5.38e-11, Gamma: 2.22e-10},
 	"shm": {Alpha: 2.08e-6, Beta: 2.89e-10, Gamma: 2.62e-10},
@@ -51,42 +76,96 @@ func CostOf(provider string) (Cost, bool) {
 }
 
 // Estimate is an algorithm's predicted cost: Path, the seconds of its
-// critical path, and Work, the seconds all ranks spend together.
+// critical path with one CPU per rank; Work, the CPU seconds all ranks
+// spend on their messages and bytes together; Idle, the CPU seconds they
+// spend on idle turns where they share CPUs.
 type Estimate struct {
-	Path, Work float64
+	Path, Work, Idle float64
 }
 
 // Time is the predicted time when the ranks share cpus CPUs (0: one CPU
-// per rank): the larger of the path and the work spread over the CPUs.
+// per rank): the path, or where ranks outnumber CPUs the larger of the
+// path and all ranks' work and idle turns spread over the CPUs.
 func (e Estimate) Time(ranks, cpus int) float64 {
 	if cpus <= 0 || cpus >= ranks {
 		return e.Path
 	}
-	return max(e.Path, e.Work/float64(cpus))
+	return max(e.Path, (e.Work+e.Idle)/float64(cpus))
 }
 
 // terms count one rank's (or all ranks') messages, bytes sent and bytes
 // reduced.
 type terms struct{ msgs, bytes, red float64 }
 
-func (k Cost) of(t terms) float64 { return t.msgs*k.Alpha + t.bytes*k.Beta + t.red*k.Gamma }
+// spill is the factor on β and γ for size ranks' buffers of bytes each.
+func (k Cost) spill(size, bytes int) float64 {
+	ws := float64(size) * float64(bytes)
+	return 1 + k.Spill*max(0, 1-CacheBytes/ws)
+}
 
 // Estimate predicts c with algorithm a over size ranks, bytes as Select
 // takes them (the whole buffer of an allreduce, broadcast or reduce; one
-// rank's block otherwise).
+// rank's block otherwise), in pieces of ChunkBytes.
 func (k Cost) Estimate(c Collective, a Algo, size, bytes int) Estimate {
-	path, work := model(c, a, size, bytes)
-	return Estimate{Path: k.of(path), Work: k.of(work)}
+	return k.EstimateWindow(c, a, size, bytes, 0)
+}
+
+// EstimateWindow is Estimate where a link's staging holds window bytes
+// (engine.Window; 0: no bound), which caps the pieces: a world in one
+// process gives its n ranks staging for about 256 MiB/n² each, 8 KiB per
+// link from 32 ranks on.
+func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Estimate {
+	if a == Auto {
+		a = Algos(c)[0]
+	}
+	chunk := ChunkBytes(a, size, bytes)
+	if window > 0 {
+		chunk = min(chunk, window)
+	}
+	path, work := model(c, a, size, bytes, chunk)
+	f := k.spill(size, bytes)
+	return Estimate{
+		Path: path.msgs*k.Alpha + f*(path.bytes*k.Beta+path.red*k.Gamma),
+		Work: work.msgs*k.Overhead + f*(work.bytes*k.Beta+work.red*k.Gamma),
+		Idle: turns(c, a, size, bytes, chunk, path) * float64(size) * k.Turn,
+	}
+}
+
+// turns is how many turns each rank takes, where ranks share CPUs, while
+// c/a runs: one per message of the path whose receiver must wait for its
+// next turn to take it. The ranks take their turns in rank order (each
+// hands the CPU on to the back of the run queue), so a message to a
+// higher rank (relative to the root) is taken in the same round: a
+// broadcast's piece crosses all ranks in one. Recursive doubling's
+// exchange takes two (the lower rank of a pair takes its partner's half
+// a round later).
+func turns(c Collective, a Algo, n, bytes, chunk int, path terms) float64 {
+	switch {
+	case c == Broadcast:
+		return npieces(float64(bytes), chunk)
+	case c == AllReduce && a == RecDoubling:
+		return 2 * path.msgs
+	case c == AllReduce && a == Ring:
+		return path.msgs * min(1, elems(float64(bytes))/float64(n))
+	case c == AllReduce && a == HalvingDoubling:
+		L2 := float64(bits.Len(uint(n)) - 1)
+		return path.msgs - 2*(L2-min(L2, math.Floor(math.Log2(elems(float64(bytes))))))
+	}
+	return path.msgs
 }
 
 // npieces is how many messages of at most chunk bytes carry m bytes.
 func npieces(m float64, chunk int) float64 { return max(1, math.Ceil(m/float64(chunk))) }
 
+// elems is how many elements of ElemBytes make up m bytes (at least one).
+func elems(m float64) float64 { return max(1, math.Floor(m/ElemBytes)) }
+
 // log2 is ⌈log2 n⌉.
 func log2(n int) float64 { return float64(bits.Len(uint(n - 1))) }
 
-// model returns the critical path and the total work of c/a in terms.
-func model(c Collective, a Algo, n, bytes int) (path, work terms) {
+// model returns the critical path and the total work of c/a in terms,
+// messages cut into pieces of at most chunk bytes.
+func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 	if n < 2 {
 		return terms{}, terms{}
 	}
@@ -100,36 +179,43 @@ func model(c Collective, a Algo, n, bytes int) (path, work terms) {
 	if n != p2 {
 		fold = 1
 	}
-	chunk := ChunkBytes(a, n, bytes)
 	switch c {
 	case AllReduce:
 		switch a {
 		case Ring:
+			// Of the n blocks only those of one element or more are
+			// sent: each goes round the ring twice, so the path is
+			// 2(n-1) messages, but a rank sends only its share.
 			q := npieces(S/N, chunk)
 			path = terms{2 * (N - 1) * q, 2 * (N - 1) / N * S, (N - 1) / N * S}
-			return path, scale(path, N)
+			sent := min(1, elems(S)/N)
+			return path, terms{2 * (N - 1) * q * N * sent, 2 * (N - 1) * S, (N - 1) * S}
 		case RecDoubling:
 			q := npieces(S, chunk)
 			path = terms{(L2 + 2*fold) * q, (L2 + 2*fold) * S, (L2 + fold) * S}
 			work = terms{(P2*L2 + 2*R) * q, (P2*L2 + 2*R) * S, (P2*L2 + R) * S}
 			return path, work
 		case HalvingDoubling:
+			// Step i of the halving sends S/2^i bytes, none once that
+			// is less than one element; the doubling mirrors it.
 			h := (1 - 1/P2) * S
 			q := npieces(S, chunk)
+			sent := min(L2, math.Floor(math.Log2(max(1, elems(S)))))
 			path = terms{2*L2 + 2*fold*q, 2*h + 2*fold*S, h + fold*S}
-			work = terms{P2*2*L2 + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
+			work = terms{P2*2*sent + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
 			return path, work
 		case Tree:
 			// Two binary trees, each reducing half the buffer up and
 			// broadcasting it down in pieces; a rank is interior in one
-			// tree (two children) and a leaf in the other. The busiest
-			// rank sends four pieces and reduces two per piece of
-			// the pipeline, after a fill of 2·depth steps.
+			// tree (two children) and a leaf in the other. A piece
+			// takes depth steps up and depth down; the busiest rank
+			// then sends four pieces and reduces two for each further
+			// piece of the pipeline.
 			h := S / 2
 			cb := min(float64(chunk), h)
 			kp := npieces(h, chunk)
-			D := math.Floor(math.Log2(N))
-			path = terms{2*D + 4*kp, 2*D*cb + 4*h, D*cb + 2*h}
+			D := treeDepth(n)
+			path = terms{2*D + 4*(kp-1), (2*D + 4*(kp-1)) * cb, (D + 2*(kp-1)) * cb}
 			work = terms{4 * (N - 1) * kp, 2 * (N - 1) * S, (N - 1) * S}
 			return path, work
 		}
@@ -161,7 +247,7 @@ func model(c Collective, a Algo, n, bytes int) (path, work terms) {
 		return path, scale(path, N)
 	case ReduceScatter:
 		if a == RecDoubling {
-			return model(AllReduce, RecDoubling, n, bytes*n)
+			return model(AllReduce, RecDoubling, n, bytes*n, chunk)
 		}
 		path = terms{(N - 1) * npieces(S, chunk), (N - 1) * S, (N - 1) * S}
 		return path, scale(path, N)
@@ -180,14 +266,29 @@ func model(c Collective, a Algo, n, bytes int) (path, work terms) {
 	return path, scale(path, N)
 }
 
+// treeDepth is the depth of btree over n ranks (dtree's is the same):
+// the longest walk from a rank up to the root.
+func treeDepth(n int) float64 {
+	d := 0
+	for r := range n {
+		k := 0
+		for v := r; v > 0; v, _, _ = btree(n, v) {
+			k++
+		}
+		d = max(d, k)
+	}
+	return float64(d)
+}
+
 func scale(t terms, f float64) terms { return terms{t.msgs * f, t.bytes * f, t.red * f} }
 
-// Best is the algorithm for c with the least predicted path over size
-// ranks and bytes, and that path in seconds.
-func (k Cost) Best(c Collective, size, bytes int) (Algo, float64) {
+// Best is the algorithm for c with the least predicted time over size
+// ranks sharing cpus CPUs (0: one CPU per rank) and bytes, and that time
+// in seconds.
+func (k Cost) Best(c Collective, size, cpus, bytes int) (Algo, float64) {
 	best, bt := Algos(c)[0], math.Inf(1)
 	for _, a := range Algos(c) {
-		if t := k.Estimate(c, a, size, bytes).Path; t < bt {
+		if t := k.Estimate(c, a, size, bytes).Time(size, cpus); t < bt {
 			best, bt = a, t
 		}
 	}

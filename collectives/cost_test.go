@@ -13,11 +13,11 @@ import (
 // algorithms, the ring's bandwidth term is 2(n-1)/n·S, all ranks' work
 // exceeds one rank's path at 64 ranks and more, and a world of one costs nothing.
 func TestCostModelShape(t *testing.T) {
-	k := Cost{Alpha: 1e-5, Beta: 1e-9, Gamma: 1e-9}
-	if a, _ := k.Best(AllReduce, 1024, 8); a != RecDoubling {
+	k := Cost{Alpha: 1e-5, Beta: 1e-9, Gamma: 1e-9, Overhead: 1e-5, Turn: 1e-6}
+	if a, _ := k.Best(AllReduce, 1024, 0, 8); a != RecDoubling {
 		t.Errorf("8 B over 1,024 ranks: best %s, want rd", a)
 	}
-	if a, _ := k.Best(Broadcast, 1024, 8); a != Tree {
+	if a, _ := k.Best(Broadcast, 1024, 0, 8); a != Tree {
 		t.Errorf("8 B broadcast over 1,024 ranks: best %s, want tree", a)
 	}
 	ring := Cost{Beta: 1}.Estimate(AllReduce, Ring, 8, 1<<20).Path
@@ -129,4 +129,27 @@ func secs(v float64) string {
 		return fmt.Sprintf("%gµs", v*1e6)
 	}
 	return fmt.Sprintf("%gns", v*1e9)
+}
+
+// TestTreeDepth checks treeDepth against both trees' parent links.
+func TestTreeDepth(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 5, 7, 8, 64, 100} {
+		for _, tree := range []func(n, r int) (int, int, int){btree, dtree} {
+			d := 0
+			for r := range n {
+				k := 0
+				for v := r; ; k++ {
+					up, _, _ := tree(n, v)
+					if up < 0 {
+						break
+					}
+					v = up
+				}
+				d = max(d, k)
+			}
+			if float64(d) != treeDepth(n) {
+				t.Errorf("n=%d: depth %d, treeDepth %g", n, d, treeDepth(n))
+			}
+		}
+	}
 }

@@ -1,0 +1,357 @@
+package collectives
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// costPoint is one measured point of comm's TestCostFit: the fastest of
+// its passes.
+type costPoint struct {
+	set, provider string
+	c             Collective
+	a             Algo
+	ranks, bytes  int
+	window        int // the staging window; 0 if not recorded
+	secs          float64
+}
+
+// readCostPoints reads the CSV comm's TestCostFit writes and keeps each
+// point's fastest pass.
+func readCostPoints(path string) ([]costPoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	head, err := r.Read()
+	if err != nil {
+		return nil, err
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, h := range []string{"set", "provider", "collective", "algo", "ranks", "bytes", "min_s"} {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("%s: no column %q", path, h)
+		}
+	}
+	type key struct {
+		set, p       string
+		c            Collective
+		a            Algo
+		ranks, bytes int
+	}
+	at := map[key]int{}
+	var pts []costPoint
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		c, err1 := ParseCollective(rec[col["collective"]])
+		a, err2 := ParseAlgo(rec[col["algo"]])
+		n, err3 := strconv.Atoi(rec[col["ranks"]])
+		b, err4 := strconv.Atoi(rec[col["bytes"]])
+		s, err5 := strconv.ParseFloat(rec[col["min_s"]], 64)
+		w, err6 := 0, error(nil)
+		if i, ok := col["window"]; ok {
+			w, err6 = strconv.Atoi(rec[i])
+		}
+		if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		k := key{rec[col["set"]], rec[col["provider"]], c, a, n, b}
+		if i, ok := at[k]; ok {
+			pts[i].secs = min(pts[i].secs, s)
+			continue
+		}
+		at[k] = len(pts)
+		pts = append(pts, costPoint{k.set, k.p, c, a, n, b, w, s})
+	}
+	return pts, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// predict is k's time for p.
+func (p costPoint) predict(k Cost) float64 {
+	return k.EstimateWindow(p.c, p.a, p.ranks, p.bytes, p.window).Time(p.ranks, costCPUs)
+}
+
+// costCPUs is the CPUs of the machine the points were measured on.
+const costCPUs = 2
+
+// trains says whether a check point of ranks trains the constants that
+// only ranks sharing CPUs show (Overhead, Turn, Spill): the rank counts
+// that are not powers of two (3, 6, 12, 24, 48). The powers of two are
+// the check, as in the README's table.
+func trains(ranks int) bool { return ranks&(ranks-1) != 0 }
+
+// fitCost fits one provider's constants from its points: Alpha and Beta
+// by least squares on the 2-rank broadcasts of the fit set (one message
+// of S bytes, in pieces), Gamma from the 2-rank allreduces by recursive
+// doubling (one exchange and one reduction) less their message, then
+// Overhead, Turn and Spill by Nelder and Mead's simplex on the training
+// points (trains), minimising the squared log error capped at a factor
+// of 2 so that a point another job slowed does not drag the rest.
+func fitCost(pts []costPoint) Cost {
+	var sqq, sqx, sxx, sqy, sxy float64
+	for _, p := range pts {
+		if p.set != "fit" || p.c != Broadcast {
+			continue
+		}
+		x, y := float64(p.bytes), p.secs
+		q := npieces(x, ChunkBytes(Tree, 2, p.bytes))
+		w := 1 / (y * y) // relative error: small sizes count as much
+		sqq += w * q * q
+		sqx += w * q * x
+		sxx += w * x * x
+		sqy += w * q * y
+		sxy += w * x * y
+	}
+	det := sqq*sxx - sqx*sqx
+	k := Cost{Alpha: (sqy*sxx - sxy*sqx) / det, Beta: (sqq*sxy - sqx*sqy) / det}
+	var gs []float64
+	for _, p := range pts {
+		if p.set == "fit" && p.c == AllReduce {
+			x := float64(p.bytes)
+			q := npieces(x, ChunkBytes(RecDoubling, 2, p.bytes))
+			gs = append(gs, (p.secs-k.Alpha*q-k.Beta*x)/x)
+		}
+	}
+	slices.Sort(gs)
+	k.Gamma = max(gs[len(gs)/2], 0)
+	var train []costPoint
+	for _, p := range pts {
+		if p.set == "check" && trains(p.ranks) {
+			train = append(train, p)
+		}
+	}
+	loss := func(x []float64) float64 {
+		k := k
+		k.Overhead, k.Turn, k.Spill = math.Exp(x[0]), math.Exp(x[1]), math.Exp(x[2])
+		sum := 0.0
+		for _, p := range train {
+			e := math.Log(p.predict(k) / p.secs)
+			sum += min(e*e, math.Ln2*math.Ln2)
+		}
+		return sum
+	}
+	x := nelderMead(loss, []float64{math.Log(k.Alpha / 2), math.Log(k.Alpha / 4), 0})
+	k.Overhead, k.Turn, k.Spill = math.Exp(x[0]), math.Exp(x[1]), math.Exp(x[2])
+	return k
+}
+
+// nelderMead minimises f from x0 (steps of 1 in each coordinate).
+func nelderMead(f func([]float64) float64, x0 []float64) []float64 {
+	n := len(x0)
+	pts := make([][]float64, n+1)
+	vals := make([]float64, n+1)
+	for i := range pts {
+		pts[i] = slices.Clone(x0)
+		if i > 0 {
+			pts[i][i-1]++
+		}
+		vals[i] = f(pts[i])
+	}
+	at := func(c []float64, w []float64, t float64) []float64 {
+		r := make([]float64, n)
+		for j := range r {
+			r[j] = c[j] + t*(w[j]-c[j])
+		}
+		return r
+	}
+	for range 2000 {
+		idx := []int{}
+		for i := range pts {
+			idx = append(idx, i)
+		}
+		slices.SortFunc(idx, func(a, b int) int { return cmpF(vals[a], vals[b]) })
+		best, worst, second := idx[0], idx[n], idx[n-1]
+		if vals[worst]-vals[best] < 1e-9 {
+			break
+		}
+		c := make([]float64, n)
+		for _, i := range idx[:n] {
+			for j := range c {
+				c[j] += pts[i][j] / float64(n)
+			}
+		}
+		r := at(c, pts[worst], -1)
+		fr := f(r)
+		switch {
+		case fr < vals[best]:
+			if e := at(c, pts[worst], -2); f(e) < fr {
+				pts[worst], vals[worst] = e, f(e)
+			} else {
+				pts[worst], vals[worst] = r, fr
+			}
+		case fr < vals[second]:
+			pts[worst], vals[worst] = r, fr
+		default:
+			if s := at(c, pts[worst], 0.5); f(s) < vals[worst] {
+				pts[worst], vals[worst] = s, f(s)
+				continue
+			}
+			for _, i := range idx[1:] {
+				pts[i] = at(pts[best], pts[i], 0.5)
+				vals[i] = f(pts[i])
+			}
+		}
+	}
+	best := 0
+	for i := range vals {
+		if vals[i] < vals[best] {
+			best = i
+		}
+	}
+	return pts[best]
+}
+
+func cmpF(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// costGroup is a row of the error table.
+type costGroup struct {
+	provider, ranks string
+	errs            []float64
+}
+
+// rankGroup is the README table's group of n ranks on provider p.
+func rankGroup(p string, n int) string {
+	switch {
+	case n == 2 || p != "mem" && n <= 4:
+		return strconv.Itoa(n)
+	case n <= 8:
+		return "3–8"
+	}
+	return "12–64"
+}
+
+// costErrors returns the absolute relative error of k's prediction per
+// provider and rank group, for the check points that train (or do not).
+func costErrors(ks map[string]Cost, pts []costPoint, train bool, log func(string, ...any)) []*costGroup {
+	var gs []*costGroup
+	find := func(p, r string) *costGroup {
+		for _, g := range gs {
+			if g.provider == p && g.ranks == r {
+				return g
+			}
+		}
+		g := &costGroup{provider: p, ranks: r}
+		gs = append(gs, g)
+		return g
+	}
+	for _, p := range pts {
+		if p.set != "check" || trains(p.ranks) != train {
+			continue
+		}
+		pred := p.predict(ks[p.provider])
+		e := (pred - p.secs) / p.secs
+		if log != nil {
+			log("%-4s %-10s %-5s %3d %9d  measured %10.4g µs  predicted %10.4g µs  %+5.0f%%",
+				p.provider, p.c, p.a, p.ranks, p.bytes, p.secs*1e6, pred*1e6, 100*e)
+		}
+		g := find(p.provider, rankGroup(p.provider, p.ranks))
+		g.errs = append(g.errs, math.Abs(e))
+		all := find("all", "")
+		all.errs = append(all.errs, math.Abs(e))
+	}
+	for _, g := range gs {
+		slices.Sort(g.errs)
+	}
+	return gs
+}
+
+func (g *costGroup) median() float64 { return g.errs[len(g.errs)/2] }
+
+func (g *costGroup) within(v float64) int {
+	k := 0
+	for _, e := range g.errs {
+		if e <= v {
+			k++
+		}
+	}
+	return k
+}
+
+// TestCostPoints fits the cost model's constants from the points comm's
+// TestCostFit measured (the CSV file GORUN_COST_POINTS names, or
+// cost_points.csv here, the points cost.go's constants were fitted on)
+// and prints them and the prediction error per provider and rank group,
+// of the fitted constants and of cost.go's. It fails if cost.go's
+// constants are no longer within 30% of the stored points as often as
+// when they were fitted.
+//
+//	GORUN_COST_POINTS=points.csv go test -run CostPoints -v ./collectives/
+func TestCostPoints(t *testing.T) {
+	path := os.Getenv("GORUN_COST_POINTS")
+	if path == "" {
+		path = "cost_points.csv"
+	}
+	pts, err := readCostPoints(path)
+	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS") == "" {
+		t.Skip("no cost_points.csv")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	fitted := map[string]Cost{}
+	for _, p := range []string{"mem", "shm", "tcp"} {
+		var own []costPoint
+		for _, q := range pts {
+			if q.provider == p {
+				own = append(own, q)
+			}
+		}
+		k := fitCost(own)
+		fitted[p] = k
+		t.Logf("%q: {Alpha: %.3g, Beta: %.3g, Gamma: %.3g, Overhead: %.3g, Turn: %.3g, Spill: %.3g},",
+			p, k.Alpha, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill)
+	}
+	var log func(string, ...any)
+	if testing.Verbose() {
+		log = t.Logf
+	}
+	for _, c := range []struct {
+		name  string
+		ks    map[string]Cost
+		train bool
+	}{{"fitted, training points", fitted, true}, {"fitted, check points", fitted, false}, {"cost.go, check points", costs, false}} {
+		var l func(string, ...any)
+		if c.name == "fitted, check points" {
+			l = log
+		}
+		t.Logf("%s:", c.name)
+		t.Logf("| provider | ranks | points | median error | within 30%% |")
+		for _, g := range costErrors(c.ks, pts, c.train, l) {
+			t.Logf("| %s | %s | %d | %.0f%% | %d |", g.provider, g.ranks, len(g.errs), 100*g.median(), g.within(0.3))
+		}
+	}
+}
