@@ -38,9 +38,10 @@ type Cost struct {
 	// Beta is the time per byte sent, Gamma per byte reduced, while the
 	// ranks' buffers fit in the last-level cache.
 	Beta, Gamma float64
-	// Overhead is the CPU time a message costs its two ranks (LogP's o,
-	// both ends): what the work bound counts per message where Alpha is
-	// mostly latency waited out.
+	// Overhead is the CPU time a message costs its ranks where they share
+	// CPUs (LogP's o at both ends, with the polls and hand-offs it takes
+	// there): what the work bound counts per message, where much of Alpha
+	// is latency waited out while other ranks run.
 	Overhead float64
 	// Turn is the CPU time of one idle turn of a rank that shares its CPU
 	// with others: a poll that finds nothing and hands the CPU on
@@ -61,12 +62,17 @@ const CacheBytes = 32 << 20
 // a ring or halving-doubling smaller than one element is not sent.
 const ElemBytes = 4
 
-// costs are the fitted constants per provider (not refitted yet: the
-// 2026-11-24 fit of α, β and γ alone).
+// costs are the fitted constants per provider: collectives'
+// TestCostPoints on cost_points.csv, which comm's TestCostFit measured on
+// 2026-11-27 15:26-15:30 UTC (GORUN_COST_FIT=wide, 3 passes, the fastest
+// kept), all ranks in one process on this 2-core machine at load 3.4-6.8
+// (other jobs). shm's γ and tcp's Turn came out at their floor (0 here):
+// shm's reductions hide in its copies, and tcp's idle turns in its
+// per-message CPU time.
 var costs = map[string]Cost{
-	"mem": {Alpha: 1.76e-6, Beta: 5.38e-11, Gamma: 2.22e-10},
-	"shm": {Alpha: 2.08e-6, Beta: 2.89e-10, Gamma: 2.62e-10},
-	"tcp": {Alpha: 53.2e-6, Beta: 1.01e-9, Gamma: 1.05e-9},
+	"mem": {Alpha: 4.6e-07, Beta: 2.11e-11, Gamma: 3.38e-11, Overhead: 7.48e-07, Turn: 1.58e-07, Spill: 1.85},
+	"shm": {Alpha: 3.42e-07, Beta: 6.26e-11, Gamma: 0, Overhead: 7.41e-07, Turn: 6.41e-08, Spill: 2.94},
+	"tcp": {Alpha: 7.45e-06, Beta: 1.88e-10, Gamma: 9.26e-11, Overhead: 1.46e-05, Turn: 0, Spill: 0.88},
 }
 
 // CostOf returns the fitted constants of provider.
@@ -127,7 +133,7 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 	return Estimate{
 		Path: path.msgs*k.Alpha + f*(path.bytes*k.Beta+path.red*k.Gamma),
 		Work: work.msgs*k.Overhead + f*(work.bytes*k.Beta+work.red*k.Gamma),
-		Idle: turns(c, a, size, bytes, chunk, path) * float64(size) * k.Turn,
+		Idle: turns(c, a, bytes, chunk, window, path) * float64(size) * k.Turn,
 	}
 }
 
@@ -138,20 +144,23 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 // higher rank (relative to the root) is taken in the same round: a
 // broadcast's piece crosses all ranks in one. Recursive doubling's
 // exchange takes two (the lower rank of a pair takes its partner's half
-// a round later).
-func turns(c Collective, a Algo, n, bytes, chunk int, path terms) float64 {
+// a round later). The ring's steps take one each, even where a step has
+// no block to send (measured: 126 rounds for 8 B over 64 ranks). A
+// staging window that holds one piece doubles them.
+func turns(c Collective, a Algo, bytes, chunk, window int, path terms) float64 {
+	t := path.msgs
 	switch {
 	case c == Broadcast:
-		return npieces(float64(bytes), chunk)
+		t = npieces(float64(bytes), chunk)
 	case c == AllReduce && a == RecDoubling:
-		return 2 * path.msgs
-	case c == AllReduce && a == Ring:
-		return path.msgs * min(1, elems(float64(bytes))/float64(n))
-	case c == AllReduce && a == HalvingDoubling:
-		L2 := float64(bits.Len(uint(n)) - 1)
-		return path.msgs - 2*(L2-min(L2, math.Floor(math.Log2(elems(float64(bytes))))))
+		t = 2 * path.msgs
 	}
-	return path.msgs
+	if window > 0 && window < 2*chunk && bytes > chunk {
+		// One piece in flight per link: the sender waits a turn of the
+		// receiver's for its slots back before the next.
+		t *= 2
+	}
+	return t
 }
 
 // npieces is how many messages of at most chunk bytes carry m bytes.
@@ -198,11 +207,12 @@ func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 		case HalvingDoubling:
 			// Step i of the halving sends S/2^i bytes, none once that
 			// is less than one element; the doubling mirrors it.
+			// Fewer elements than ranks: as in the ring, each element
+			// is sent by all but one rank in each half.
 			h := (1 - 1/P2) * S
 			q := npieces(S, chunk)
-			sent := min(L2, math.Floor(math.Log2(max(1, elems(S)))))
 			path = terms{2*L2 + 2*fold*q, 2*h + 2*fold*S, h + fold*S}
-			work = terms{P2*2*sent + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
+			work = terms{2*min(P2*L2, elems(S)*(P2-1)) + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
 			return path, work
 		case Tree:
 			// Two binary trees, each reducing half the buffer up and

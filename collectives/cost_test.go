@@ -68,8 +68,8 @@ func TestCostPlot(t *testing.T) {
 	w, h := len(sizes)*(pw+ml+20), ph+mt+80
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="15">allreduce, predicted time by the cost model (%s: α %.2g s, β %.2g s/B, γ %.2g s/B)</text>`+"\n",
-		w/2, p, k.Alpha, k.Beta, k.Gamma)
+	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="15">allreduce, predicted time by the cost model, one CPU per rank (%s: α %.2g s, β %.2g s/B, γ %.2g s/B, spill %.2g)</text>`+"\n",
+		w/2, p, k.Alpha, k.Beta, k.Gamma, k.Spill)
 	for i, s := range sizes {
 		x0 := i*(pw+ml+20) + ml
 		// y range: decades around this panel's values.

@@ -1,0 +1,39 @@
+package collectives
+
+import (
+	"math"
+	"testing"
+)
+
+// TestCostCounts checks the messages the model counts for all ranks
+// together (its work) against the sends of the schedules themselves, for
+// allreduce and broadcast, over world sizes to 64 and buffers of fewer
+// elements than ranks to many pieces.
+func TestCostCounts(t *testing.T) {
+	for _, c := range []Collective{AllReduce, Broadcast} {
+		for _, a := range Algos(c) {
+			for _, n := range []int{2, 3, 4, 5, 8, 12, 16, 33, 64} {
+				for _, count := range []int{2, 1000, 1 << 18} {
+					bytes := count * ElemBytes
+					chunk := ChunkBytes(a, n, bytes)
+					sends := 0
+					for r := range n {
+						s, err := Build(c, a, r, n, 0, count, chunk/ElemBytes)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, op := range s.Ops {
+							if op.Kind == Send {
+								sends++
+							}
+						}
+					}
+					_, work := model(c, a, n, bytes, chunk)
+					if math.Abs(work.msgs-float64(sends)) > 0.02*float64(sends) {
+						t.Errorf("%s/%s n=%d %d elements: model %g messages, schedules %d", c, a, n, count, work.msgs, sends)
+					}
+				}
+			}
+		}
+	}
+}
