@@ -78,6 +78,9 @@ func (d *delegate) update(node *memberlist.Node) {
 		n.viewMu.Unlock()
 		return // found dead (evidence.go); gossip has not caught up
 	}
+	if old, had := n.peers[node.Name]; n.departed[node.Name] || old.meta.Leaving != m.Leaving || (!had && m.Leaving) {
+		n.outGen++ // back in the view, or its Leaving flag changed: a shrink's table changes
+	}
 	n.peers[node.Name] = p
 	delete(n.departed, node.Name)
 	n.viewGen++
@@ -94,6 +97,7 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 		n.departed[node.Name] = true
 	}
 	n.viewGen++
+	n.outGen++
 	n.viewMu.Unlock()
 	if ok {
 		n.mu.Lock()
@@ -113,15 +117,21 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 // shows running on this host (Config.Running): a gossip death of it is
 // false, a starved process that missed its probes. n.mu is held.
 func (n *Node) runsHere(name string) bool {
+	if !n.runningLocked(name) {
+		return false
+	}
+	if n.cfg.Logger != nil {
+		n.cfg.Logger.Printf("[WARN] bootstrap: gossip declared rank %d dead, but its process runs on this host: not reported", n.inWorld[name])
+	}
+	return true
+}
+
+// runningLocked says, as runsHere, whether the world member name runs on
+// this host, without the warning. n.mu is held.
+func (n *Node) runningLocked(name string) bool {
 	r, ok := n.inWorld[name]
 	if !ok || n.cfg.Running == nil || r >= len(n.world.Members) || n.reported[name] {
 		return false
 	}
-	if !n.cfg.Running(n.world.Members[r]) {
-		return false
-	}
-	if n.cfg.Logger != nil {
-		n.cfg.Logger.Printf("[WARN] bootstrap: gossip declared rank %d dead, but its process runs on this host: not reported", r)
-	}
-	return true
+	return n.cfg.Running(n.world.Members[r])
 }

@@ -193,6 +193,7 @@ func (n *Node) markGoneAs(name string, kind byte) {
 	}
 	delete(n.peers, name)
 	n.viewGen++
+	n.outGen++
 	n.viewMu.Unlock()
 	n.mu.Lock()
 	if n.formed {

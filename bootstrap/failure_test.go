@@ -240,3 +240,34 @@ func TestUnseenMemberNotReportedAtInstall(t *testing.T) {
 	default:
 	}
 }
+
+// TestShrinkKeepsRunningMember: a member that gossip dropped but whose
+// process the kernel shows running on this host stays in the next
+// world's table (it is not reported either, and keeps itself in its own
+// table); one that gossip dropped and that does not run leaves it.
+func TestShrinkKeepsRunningMember(t *testing.T) {
+	cfg := testConfig("keeps", 0, 3)
+	cfg.Running = func(m Member) bool { return m.Name == "r1" }
+	n, err := Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
+		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
+		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
+		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
+	}}
+	n.install(w)
+	n.viewMu.Lock()
+	n.departed["r1"], n.departed["r2"] = true, true // both dropped by gossip
+	n.viewMu.Unlock()
+	p := shrinkTable(nil, w, n.left())
+	var names []string
+	for _, m := range p.members {
+		names = append(names, m.Name)
+	}
+	if want := []string{n.Name(), "r1"}; !slices.Equal(names, want) {
+		t.Fatalf("next world %v, want %v", names, want)
+	}
+}

@@ -163,7 +163,7 @@ func (n *Node) Grow(ctx context.Context) (World, error) {
 	if closed {
 		return World{}, &OpError{Op: "grow", Rank: old.Rank, Peer: -1, Err: ErrClosed}
 	}
-	w, err := n.agree(ctx, old.Epoch+1, n.growTable)
+	w, err := n.agree(ctx, old.Epoch+1, n.growTable, false)
 	if err != nil {
 		return World{}, err
 	}

@@ -136,6 +136,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.ranPast = max(n.ranPast, m.epoch) // the epoch of its world (expel.go)
 		n.viewMu.Lock()
 		n.viewGen++ // a shrink's table leaves it out (shrinkTable)
+		n.outGen++
 		n.viewMu.Unlock()
 	case msgEpoch:
 		n.hints[m.epoch] = true

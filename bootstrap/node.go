@@ -59,12 +59,13 @@ type Node struct {
 	meta    meta
 	metaBuf []byte
 
-	// viewMu guards peers and viewGen. memberlist calls the event delegate
+	// viewMu guards peers, viewGen and outGen. memberlist calls the event delegate
 	// with its node lock held, and that lock stalls its packet handling, so
 	// every critical section of viewMu is a few map operations.
 	viewMu  sync.Mutex
 	peers   map[string]peer
 	viewGen uint64          // incremented on every change of peers
+	outGen  uint64          // incremented when a member leaves peers, comes back, changes its Leaving flag, is found gone or says it leaves
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
 	// goneAddr is the gossip address of each member in gone, for the
 	// leave notice (shutdown): a frozen member may resume (expel.go).
@@ -221,7 +222,7 @@ func (n *Node) Form(ctx context.Context) (World, error) {
 		defer cancel()
 	}
 	size := n.cfg.Size
-	w, err := n.agree(ctx, 1, func(ps map[string]peer) proposal { return formTable(ps, size) })
+	w, err := n.agree(ctx, 1, func(ps map[string]peer) proposal { return formTable(ps, size) }, false)
 	// (A rank restarted into a running job joins the survivors' Grow: agree
 	// moves it to their epoch, whose table is growTable.)
 	if err != nil {
