@@ -199,6 +199,14 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 		size, r.mean.msgs, r.mean.bytes/1024, r.max.Messages(), float64(r.max.Bytes())/1024,
 		r.seed.Messages(), float64(r.seed.Bytes())/1024, r.formLost)
 
+	if viewsFirst {
+		complete, least := waitViews(ctx, t, nodes, size)
+		heapProfile()
+		r.views, r.viewsCPU = time.Since(formed), cpuTime()-cpu0
+		t.Logf("%d views: %d of %d members hold every member %.2f s after formation (%.1f CPU s since start; the least holds %d; load %s)",
+			size, complete, size, r.views.Seconds(), r.viewsCPU.Seconds(), least, loadAvg())
+	}
+
 	// Shrink: the last rank closes; the others agree on the next world.
 	last := nodes[size-1]
 	survivors := slices.Clone(nodes[:size-1])
@@ -245,34 +253,13 @@ func measureFormation(t *testing.T, job string, size int, nw *MemNetwork) scaleR
 	}
 	r.shrinkMean = float64(msgs) / float64(len(survivors))
 	t.Logf("%d shrink: per survivor %.0f messages; the seed %d", size, r.shrinkMean, r.shrinkSeed.Messages())
-	// Failure detection needs every survivor in every memberlist; a world
-	// formed by hello (hello.go) is agreed before that. This polls, as a
-	// measurement: nothing waits on it.
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	vctx, cancel := context.WithTimeout(ctx, viewsTimeout)
-	defer cancel()
-	var complete, least int
-	for vctx.Err() == nil {
-		complete, least = 0, size
-		for _, n := range survivors {
-			k := n.ml.NumMembers()
-			if k >= size-1 {
-				complete++
-			}
-			least = min(least, k)
-		}
-		if complete == len(survivors) {
-			break
-		}
-		select {
-		case <-tick.C:
-		case <-vctx.Done():
-		}
+	if !viewsFirst {
+		complete, least := waitViews(ctx, t, survivors, size-1)
+		heapProfile()
+		r.views, r.viewsCPU = time.Since(formed), cpuTime()-cpu0
+		t.Logf("%d views: %d of %d survivors hold every survivor %.2f s after formation (%.1f CPU s since start; the least holds %d; load %s)",
+			size, complete, len(survivors), r.views.Seconds(), r.viewsCPU.Seconds(), least, loadAvg())
 	}
-	r.views, r.viewsCPU = time.Since(formed), cpuTime()-cpu0
-	t.Logf("%d views: %d of %d survivors hold every survivor %.2f s after formation (%.1f CPU s since start; the least holds %d; load %s)",
-		size, complete, len(survivors), r.views.Seconds(), r.viewsCPU.Seconds(), least, loadAvg())
 	var all Traffic
 	for _, n := range survivors {
 		all = all.Add(n.Traffic())
@@ -292,6 +279,20 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// rss is this process's resident memory, for the record.
+func rss() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return "RSS ?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return "RSS " + strings.TrimSpace(v)
+		}
+	}
+	return "RSS ?"
+}
+
 // loadAvg is the 1-minute load average, for the record.
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -301,6 +302,61 @@ func loadAvg() string {
 	f := strings.Fields(string(b))
 	return f[0]
 }
+
+// waitViews waits until every node's memberlist holds want members, or
+// viewsTimeout, and says how many do and the fewest one holds. Failure
+// detection needs every member in every memberlist; a world formed by
+// hello (hello.go) is agreed before that. It polls, as a measurement:
+// nothing in bootstrap waits on it.
+func waitViews(ctx context.Context, t *testing.T, nodes []*Node, want int) (complete, least int) {
+	tick := time.NewTicker(time.Second) // NumMembers is O(n) under memberlist's node lock
+	defer tick.Stop()
+	ctx, cancel := context.WithTimeout(ctx, viewsTimeout)
+	defer cancel()
+	start, cpu0, logged := time.Now(), cpuTime(), time.Now()
+	for {
+		complete, least = 0, want
+		var tr Traffic
+		for _, n := range nodes {
+			k := n.ml.NumMembers()
+			if k >= want {
+				complete++
+			}
+			least = min(least, k)
+			tr = tr.Add(n.Traffic())
+		}
+		if complete == len(nodes) {
+			return complete, least
+		}
+		if time.Since(logged) >= 5*time.Second {
+			logged = time.Now()
+			t.Logf("  %5.1f s %5.1f cpu s: %d of %d views complete, the least %d; packets sent %d, lost %d; %s (load %s)",
+				time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), complete, len(nodes), least,
+				tr.PacketsSent, tr.PacketsLost, rss(), loadAvg())
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return complete, least
+		}
+	}
+}
+
+// heapProfile writes the heap's profile to GORUN_GOSSIP_HEAPPROF, if set:
+// once the views filled, or at viewsTimeout.
+func heapProfile() {
+	if p := os.Getenv("GORUN_GOSSIP_HEAPPROF"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+	}
+}
+
+// viewsFirst (GORUN_GOSSIP_SHRINK=views) shrinks once the views are
+// complete, in a world whose gossip has settled, rather than right after
+// formation while the views still fill.
+var viewsFirst = os.Getenv("GORUN_GOSSIP_SHRINK") == "views"
 
 // shrinkTimeout and viewsTimeout bound a measurement's shrink, and its
 // wait for complete views after formation.
@@ -369,8 +425,8 @@ func agreeTimeline(t *testing.T, start time.Time, cpu0 time.Duration, epoch uint
 				lost, sent = lost+tr.PacketsLost, sent+tr.PacketsSent
 				prepared, locked, installed = prepared+b2i(p), locked+b2i(l), installed+b2i(f)
 			}
-			t.Logf("  %5.1f s %5.1f cpu s: heard %4d prepared %4d locked %4d acked %4d installed %4d; packets sent %d, lost %d (load %s)",
-				time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), heard, prepared, locked, acked, installed, sent, lost, loadAvg())
+			t.Logf("  %5.1f s %5.1f cpu s: heard %4d prepared %4d locked %4d acked %4d installed %4d; packets sent %d, lost %d; %s (load %s)",
+				time.Since(start).Seconds(), (cpuTime() - cpu0).Seconds(), heard, prepared, locked, acked, installed, sent, lost, rss(), loadAvg())
 		}
 	})
 	return func() { close(done); wg.Wait() }
