@@ -385,6 +385,7 @@ func TestCostPoints(t *testing.T) {
 			t.Logf("| %s | %s | %d | %.0f%% | %d |", g.provider, g.ranks(), len(g.errs), 100*g.median(), g.within(0.3))
 		}
 		all := gs[len(gs)-1]
+		t.Logf("all: p90 %.0f%%, max %.0f%%", 100*all.errs[len(all.errs)*9/10], 100*all.errs[len(all.errs)-1])
 		if c.name == "cost.go, check points" && os.Getenv("GORUN_COST_POINTS") == "" && all.within(0.3) < costWithin30 {
 			t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costWithin30)
 		}
@@ -393,4 +394,4 @@ func TestCostPoints(t *testing.T) {
 
 // costWithin30 is how many check points of cost_points.csv the constants
 // in cost.go predicted within 30% when they were fitted on it.
-const costWithin30 = 147
+const costWithin30 = 156
