@@ -148,7 +148,7 @@ func (n *Node) relayLeaving(w *World, ranks []int) {
 	for _, name := range leavers {
 		m := message{kind: msgLeaving, epoch: epoch, from: name}
 		for _, r := range ranks {
-			n.send(w.Members[r].Name, w.Members[r].Addr, m)
+			n.resend(w.Members[r].Name, w.Members[r].Addr, m)
 		}
 	}
 }
@@ -307,7 +307,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				return *locked, nil
 			}
 			if time.Since(sentAt) >= resend {
-				n.sendTo(locked, miss, msgPrepare)
+				n.resendTo(locked, miss, msgPrepare)
 				if time.Since(preparedAt) >= tableDirectAfter {
 					n.tableTo(locked, miss, tableBuf, tableSent, tableDirectBatch)
 				}
@@ -322,7 +322,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				return *locked, nil
 			}
 			if time.Since(sentAt) >= resend {
-				n.send(locked.Members[0].Name, locked.Members[0].Addr, sent)
+				n.resend(locked.Members[0].Name, locked.Members[0].Addr, sent)
 				sentAt = n.sentNow(resend)
 			}
 		case p.ok && me == 0:
@@ -358,7 +358,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			if epoch > 1 && time.Since(sentAt) >= resend {
 				// A member may be a rank that joins a running job: tell it
 				// the epoch (it is still forming the first world).
-				n.sendTo(&w, miss, msgEpoch)
+				n.resendTo(&w, miss, msgEpoch)
 				n.relayLeaving(&w, miss)
 				sentAt = n.sentNow(resend)
 			}
@@ -377,8 +377,11 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
 				locked, kind = &w, msgAck
 			}
-			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent || time.Since(sentAt) >= resend {
+			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent {
 				n.send(coord.Name, coord.Addr, m)
+				sent, sentAt = m, n.sentNow(resend)
+			} else if time.Since(sentAt) >= resend {
+				n.resend(coord.Name, coord.Addr, m)
 				sent, sentAt = m, n.sentNow(resend)
 			}
 			if prepared {
@@ -593,12 +596,24 @@ const (
 // for a conflict another member knows of (two claims of a rank) to reach it.
 func (n *Node) settle() time.Duration { return max(2*n.cfg.GossipInterval, 50*time.Millisecond) }
 
-func (n *Node) sendTo(w *World, ranks []int, kind byte) {
+// resendTo repeats a message of kind to the ranks of w in ranks: to the
+// first resendBatch by resend (a stream beyond helloAbove members), to
+// the rest by UDP, so that a coordinator still missing most members'
+// answers does not open a stream to each of them every period.
+func (n *Node) resendTo(w *World, ranks []int, kind byte) {
 	m := message{kind: kind, epoch: w.Epoch, digest: w.Digest, from: n.name}
-	for _, r := range ranks {
-		n.send(w.Members[r].Name, w.Members[r].Addr, m)
+	for i, r := range ranks {
+		if i < resendBatch {
+			n.resend(w.Members[r].Name, w.Members[r].Addr, m)
+		} else {
+			n.send(w.Members[r].Name, w.Members[r].Addr, m)
+		}
 	}
 }
+
+// resendBatch is how many members a coordinator's repeat reaches by
+// stream per period (resendTo).
+const resendBatch = 64
 
 func (n *Node) formError(epoch uint32, p proposal, miss []int, locked *World, cause error) error {
 	if epoch == 1 && locked == nil {

@@ -78,6 +78,47 @@ func (n *Node) send(name, addr string, m message) {
 	_ = n.ml.SendBestEffort(to, m.encode())
 }
 
+// resend delivers m again to the node at addr, as send does, but beyond
+// helloAbove members over a stream (memberlist's reliable user message),
+// from a goroutine, at most resendStreams at once. A message repeated was
+// lost or is late: while gossip filled the views of 512 members in one
+// process, the UDP repeats of a few acks were lost for 55 s (the
+// receiver's queue was full whenever they came). A stream is not dropped
+// at a full queue, and memberlist hands its message to NotifyMsg from the
+// connection's goroutine, not behind the gossip in its packet queue. The
+// first sends stay UDP: one packet each, and most arrive.
+func (n *Node) resend(name, addr string, m message) {
+	if !n.usesHello() {
+		n.send(name, addr, m)
+		return
+	}
+	host, port, ok := splitAddr(addr)
+	if !ok {
+		return
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		select {
+		case n.streams <- struct{}{}:
+		case <-n.done:
+			return
+		}
+		defer func() { <-n.streams }()
+		to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is resent again
+	}()
+}
+
+// resendStreams bounds a node's resends in flight (resend).
+const resendStreams = 16
+
 // splitAddr parses a gossip address, host:port.
 func splitAddr(addr string) (net.IP, uint16, bool) {
 	host, ps, err := net.SplitHostPort(addr)
@@ -161,7 +202,8 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		to, ok := n.peers[m.from]
 		n.viewMu.Unlock()
 		if ok {
-			n.send(to.name, to.addr, message{kind: reply, epoch: m.epoch, digest: m.digest, from: n.name})
+			// A reply answers a repeat: the first answer was lost.
+			n.resend(to.name, to.addr, message{kind: reply, epoch: m.epoch, digest: m.digest, from: n.name})
 		}
 	}
 	n.signal()

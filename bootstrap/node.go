@@ -53,6 +53,7 @@ type Node struct {
 	changed  chan struct{} // cap 1: the view changed
 	formedCh chan struct{} // closed when the first world is installed
 	done     chan struct{} // closed by Close
+	streams  chan struct{} // resends in flight (msg.go), at most resendStreams
 	wg       sync.WaitGroup
 
 	metaMu  sync.Mutex // guards meta, metaBuf; never held across memberlist calls
@@ -150,6 +151,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		changed:  make(chan struct{}, 1),
 		formedCh: make(chan struct{}),
 		done:     make(chan struct{}),
+		streams:  make(chan struct{}, resendStreams),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
 		goneAddr: make(map[string]string),
