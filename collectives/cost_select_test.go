@@ -23,13 +23,13 @@ func TestCostSelect(t *testing.T) {
 	}
 	ranks := []int{2, 3, 4, 8, 16, 32, 64}
 	var sizes []int
-	for b := 8; b <= 64<<20; b *= 4 {
+	for b := 8; b <= 64<<20; b *= 2 {
 		sizes = append(sizes, b)
 	}
 	for _, p := range []string{"shm", "tcp", "mem"} {
 		k, _ := CostOf(p)
 		for _, c := range []Collective{AllReduce, Broadcast, AllGather, ReduceScatter} {
-			agree, all := 0, 0
+			same, agree, all := 0, 0, 0
 			var b strings.Builder
 			fmt.Fprintf(&b, "%s %s: Select[~model (a tie) or /model (its predicted gain)]\n%8s", p, c, "bytes")
 			for _, n := range ranks {
@@ -46,6 +46,7 @@ func TestCostSelect(t *testing.T) {
 					all++
 					switch {
 					case best == sel:
+						same++
 						agree++
 					case st < costTie*bt:
 						agree++
@@ -57,7 +58,7 @@ func TestCostSelect(t *testing.T) {
 				}
 				b.WriteByte('\n')
 			}
-			t.Logf("%sagree (ties included) at %d of %d\n", b.String(), agree, all)
+			t.Logf("%sthe same at %d of %d, ties included at %d\n", b.String(), same, all, agree)
 		}
 	}
 }
