@@ -25,10 +25,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -64,7 +66,10 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	ctx := context.Background()
+	// An interrupt stops the runs (each gets SIGINT: command) and the
+	// run as a whole, taking the cluster and the work directory down.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	work, err = os.MkdirTemp("", "gorun-compare")
 	if err != nil {
 		fail(err)
@@ -98,6 +103,9 @@ func main() {
 					continue
 				}
 				res, err := runSized(ctx, tools[impl], impl, sc, counts{*warm, *iters, *latWarm, *latIters})
+				if ctx.Err() != nil {
+					fail(fmt.Errorf("interrupted during %s %s round %d: no report written", sc.name, impl, r))
+				}
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "%s %s round %d: %v\n", sc.name, impl, r, err)
 					o.failed = append(o.failed, fmt.Sprintf("%s round %d: %s", impl, r, firstLine(err.Error())))

@@ -206,7 +206,7 @@ func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters 
 	if impl == "gloo" {
 		out, err = runRanks(ctx, argv, sc)
 	} else {
-		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd := command(ctx, argv)
 		cmd.Env = append(os.Environ(), t.env(sc)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -233,6 +233,16 @@ func runOne(ctx context.Context, t *tool, impl string, sc scenario, warm, iters 
 	return res, nil
 }
 
+// command runs argv until ctx ends, then interrupts it (SIGINT), as a
+// person at the terminal would, so that a launcher (gorun, mpirun) takes
+// its ranks down; SIGKILL after 10 s.
+func command(ctx context.Context, argv []string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
+}
+
 // runRanks starts one process per rank with torchrun's variables (on the
 // cluster, each in its rank's host).
 func runRanks(ctx context.Context, argv []string, sc scenario) ([]byte, error) {
@@ -245,7 +255,7 @@ func runRanks(ctx context.Context, argv []string, sc scenario) ([]byte, error) {
 		if sc.hosts > 0 {
 			a, master, extra = clusterAgent(sc, r, argv), rankHost(sc, 0), []string{"GLOO_SOCKET_IFNAME=eth0"}
 		}
-		c := exec.CommandContext(ctx, a[0], a[1:]...)
+		c := command(ctx, a)
 		c.Env = append(append(os.Environ(), "RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n), "MASTER_ADDR="+master, "MASTER_PORT="+strconv.Itoa(port)), extra...)
 		if r == 0 {
 			c.Stdout = &out
