@@ -67,12 +67,12 @@ const ElemBytes = 4
 // 2026-11-27 15:26-15:30 UTC (GORUN_COST_FIT=wide, 3 passes, the fastest
 // kept), all ranks in one process on this 2-core machine, 1-minute load
 // 5.8 falling to 3.4 (another session's test held most of a CPU); within
-// 30% at 156 of its 227 check points, median 20%. shm's γ and tcp's Turn came out at their floor (0 here):
+// 30% at 160 of its 227 check points, median 18%. shm's γ and tcp's Turn came out at their floor (0 here):
 // shm's reductions hide in its copies, and tcp's idle turns in its
 // per-message CPU time.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.74e-07, Beta: 1.97e-11, Gamma: 3.36e-11, Overhead: 8.31e-07, Turn: 1.12e-07, Spill: 1.94},
-	"shm": {Alpha: 3.42e-07, Beta: 6.24e-11, Gamma: 0, Overhead: 7.49e-07, Turn: 6.13e-08, Spill: 2.95},
+	"mem": {Alpha: 4.58e-07, Beta: 1.96e-11, Gamma: 3.4e-11, Overhead: 7.96e-07, Turn: 1.15e-07, Spill: 1.95},
+	"shm": {Alpha: 3.42e-07, Beta: 6.26e-11, Gamma: 0, Overhead: 7.45e-07, Turn: 6.24e-08, Spill: 2.93},
 	"tcp": {Alpha: 7.45e-06, Beta: 1.88e-10, Gamma: 9.26e-11, Overhead: 1.46e-05, Turn: 0, Spill: 0.88},
 }
 
@@ -130,17 +130,18 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 		chunk = min(chunk, window)
 	}
 	path, work := model(c, a, size, bytes, chunk)
-	if window > 0 && window < 2*chunk && bytes > chunk {
-		// A piece that fills the window makes its receiver owe half
-		// of it, so it returns an explicit credit message before the
-		// next piece can go (internal/engine/link.go).
+	stall := window > 0 && 2*min(chunk, message(c, a, size, bytes)) >= window
+	if stall {
+		// A piece of half the window or more makes its receiver owe
+		// half of it, so it returns an explicit credit message before
+		// the next piece can go (internal/engine/link.go).
 		work.msgs *= 2
 	}
 	f := k.spill(size, bytes)
 	return Estimate{
 		Path: path.msgs*k.Alpha + f*(path.bytes*k.Beta+path.red*k.Gamma),
 		Work: work.msgs*k.Overhead + f*(work.bytes*k.Beta+work.red*k.Gamma),
-		Idle: turns(c, a, bytes, chunk, window, path) * float64(size) * k.Turn,
+		Idle: turns(c, a, bytes, chunk, stall, path) * float64(size) * k.Turn,
 	}
 }
 
@@ -154,7 +155,7 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 // a round later). The ring's steps take one each, even where a step has
 // no block to send (measured: 126 rounds for 8 B over 64 ranks). A
 // staging window that holds one piece doubles them.
-func turns(c Collective, a Algo, bytes, chunk, window int, path terms) float64 {
+func turns(c Collective, a Algo, bytes, chunk int, stall bool, path terms) float64 {
 	t := path.msgs
 	switch {
 	case c == Broadcast:
@@ -162,9 +163,9 @@ func turns(c Collective, a Algo, bytes, chunk, window int, path terms) float64 {
 	case c == AllReduce && a == RecDoubling:
 		t = 2 * path.msgs
 	}
-	if window > 0 && window < 2*chunk && bytes > chunk {
-		// One piece in flight per link: the sender waits a turn of the
-		// receiver's for its slots back before the next.
+	if stall {
+		// A piece fills half the window or more: the sender waits a
+		// turn of the receiver's for its credit before the next.
 		t *= 2
 	}
 	return t
@@ -281,6 +282,18 @@ func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 	// Scans and point-to-point: one message per log step.
 	path = terms{log2(n) * npieces(S, chunk), log2(n) * S, log2(n) * S}
 	return path, scale(path, N)
+}
+
+// message is the largest message c/a sends, before pieces: a ring's
+// block, halving-doubling's first half, the double tree's half.
+func message(c Collective, a Algo, n, bytes int) int {
+	switch {
+	case c == AllReduce && a == Ring:
+		return bytes / n
+	case c == AllReduce && (a == HalvingDoubling || a == Tree):
+		return bytes / 2
+	}
+	return bytes
 }
 
 // treeDepth is the depth of btree over n ranks (dtree's is the same):
