@@ -64,7 +64,7 @@ const ElemBytes = 4
 
 // costs are the fitted constants per provider: collectives'
 // TestCostPoints on cost_points.csv, which comm's TestCostFit measured on
-// 2026-11-27 15:26-15:30 UTC (GORUN_COST_FIT=wide, 3 passes, the fastest
+// 2026-11-27 15:26-15:30 UTC (the whole grid, 3 passes, the fastest
 // kept), all ranks in one process on this 2-core machine, 1-minute load
 // 5.8 falling to 3.4 (another session's test held most of a CPU); within
 // 30% at 160 of its 227 check points, median 18%. shm's γ and tcp's Turn came out at their floor (0 here):
