@@ -67,9 +67,9 @@ const ElemBytes = 4
 // 2026-11-27 15:26-15:30 UTC (the whole grid, 3 passes, the fastest
 // kept), all ranks in one process on this 2-core machine, 1-minute load
 // 5.8 falling to 3.4 (another session's test held most of a CPU); within
-// 30% at 160 of its 227 check points, median 18%. shm's γ and tcp's Turn came out at their floor (0 here):
-// shm's reductions hide in its copies, and tcp's idle turns in its
-// per-message CPU time.
+// 30% at 160 of its 227 check points, median 18%. shm's γ and tcp's Turn
+// came out at their floor (0 here): shm's reductions hide in its copies,
+// and tcp's idle turns in its per-message CPU time.
 var costs = map[string]Cost{
 	"mem": {Alpha: 4.58e-07, Beta: 1.96e-11, Gamma: 3.4e-11, Overhead: 7.96e-07, Turn: 1.15e-07, Spill: 1.95},
 	"shm": {Alpha: 3.42e-07, Beta: 6.26e-11, Gamma: 0, Overhead: 7.45e-07, Turn: 6.24e-08, Spill: 2.93},
