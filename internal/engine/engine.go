@@ -30,6 +30,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,6 +107,7 @@ type Engine struct {
 	dead     chan struct{}
 	sleeping atomic.Bool // Run is about to block: dispatch pokes wake
 	wait     WaitPolicy
+	procs    int // GOMAXPROCS when the policy was set (wait.go)
 
 	mu     sync.Mutex
 	err    error
@@ -200,6 +202,7 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 // (slowSysmon, sysmon_linux.go).
 func (e *Engine) SetWait(p WaitPolicy) {
 	e.wait = p
+	e.procs = runtime.GOMAXPROCS(0)
 	if p.Spin > 0 && !p.Yield {
 		slowSysmon()
 	}
