@@ -16,6 +16,8 @@ import (
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/internal/jobctl"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
+	"github.com/gorun-hpc/gorun/internal/numa"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
@@ -262,6 +264,10 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 	}
 	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), addrs: map[string]string{}}
+	cpus, cpusErr := numa.Affinity(0)
+	if cpusErr == nil && len(cpus) > 0 {
+		me.cpus = jobenv.CPUKey(numa.FormatCPUList(cpus))
+	}
 	if cfg.simHost != nil {
 		me.host = *cfg.simHost
 	}
@@ -339,6 +345,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			return nil, &RankError{Rank: r, Op: "init", Err: err}
 		}
 	}
+	sharers := 0
 	for r, ep := range eps {
 		if ep.host == me.host {
 			if r < rank {
@@ -346,7 +353,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			}
 			c.localSize++
 		}
+		if me.cpus != ([8]byte{}) && ep.cpus == me.cpus {
+			sharers++
+		}
 	}
+	cfg.cpuSharers, cfg.cpus = sharers, len(cpus)
 
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)

@@ -16,13 +16,16 @@ type endpoint struct {
 	pid   uint32
 	start uint64            // the process's start time in clock ticks after boot (/proc/PID/stat), 0 unknown: with pid, names the process (witness.go)
 	numa  int16             // NUMA node, -1 unknown
+	cpus  [8]byte           // the CPUs it may run on (jobenv.CPUKey); zero unknown
 	addrs map[string]string // provider -> address
 }
 
 // hostIdentity distinguishes hosts (jobenv.HostKey).
 func hostIdentity() [8]byte { return jobenv.HostKey() }
 
-const endpointVersion = 3 // 2: the NUMA node after the pid; 3: the start time after the NUMA node
+// endpointVersion 2: the NUMA node after the pid; 3: the start time after
+// the NUMA node; 4: the CPU key after the start time.
+const endpointVersion = 4
 
 func (e *endpoint) marshal() ([]byte, error) {
 	b := []byte{endpointVersion}
@@ -30,6 +33,7 @@ func (e *endpoint) marshal() ([]byte, error) {
 	b = binary.LittleEndian.AppendUint32(b, e.pid)
 	b = binary.LittleEndian.AppendUint16(b, uint16(e.numa))
 	b = binary.LittleEndian.AppendUint64(b, e.start)
+	b = append(b, e.cpus[:]...)
 	b = append(b, byte(len(e.addrs)))
 	for _, name := range sortedKeys(e.addrs) {
 		a := e.addrs[name]
@@ -50,7 +54,7 @@ func (e *endpoint) marshal() ([]byte, error) {
 var errBadEndpoint = errors.New("malformed endpoint")
 
 func unmarshalEndpoint(b []byte) (*endpoint, error) {
-	if len(b) < 24 || b[0] != endpointVersion {
+	if len(b) < 32 || b[0] != endpointVersion {
 		return nil, errBadEndpoint
 	}
 	e := &endpoint{addrs: map[string]string{}}
@@ -58,8 +62,9 @@ func unmarshalEndpoint(b []byte) (*endpoint, error) {
 	e.pid = binary.LittleEndian.Uint32(b[9:13])
 	e.numa = int16(binary.LittleEndian.Uint16(b[13:15]))
 	e.start = binary.LittleEndian.Uint64(b[15:23])
-	n := int(b[23])
-	b = b[24:]
+	copy(e.cpus[:], b[23:31])
+	n := int(b[31])
+	b = b[32:]
 	for range n {
 		var name, addr string
 		var ok bool

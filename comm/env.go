@@ -45,8 +45,8 @@ package comm
 //	GORUN_SPIN           how long a collective with nothing to do polls before it
 //	                     sleeps: a duration ("200us", "0" sleeps at once), optionally
 //	                     ",yield" or ",noyield" (give the CPU to other processes
-//	                     between polls); default 1ms, yielding when this host's ranks
-//	                     outnumber its CPUs (WithSpin)
+//	                     between polls); default 1ms, yielding when the ranks on
+//	                     this rank's CPUs outnumber them (WithSpin)
 
 import (
 	"fmt"

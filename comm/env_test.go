@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/numa"
 )
 
 func mapEnv(m map[string]string) func(string) string {
@@ -145,5 +147,44 @@ func TestWaitPolicyInProcess(t *testing.T) {
 	forced := config{local: true, localRanks: many, yield: 1}
 	if p := forced.waitPolicy(); !p.Yield {
 		t.Errorf("NewLocal with yield forced on: policy %+v, want Yield", p)
+	}
+}
+
+// Ranks that the launcher counts on different hosts but that run on one
+// kernel's CPUs (namespace hosts, containers) yield where they outnumber
+// those CPUs: 2 hosts × 2 ranks on 2 CPUs is 4 ranks on 2.
+func TestWaitPolicyCPUSharers(t *testing.T) {
+	for _, c := range []struct {
+		cfg  config
+		want bool
+	}{
+		{config{localRanks: 2, cpuSharers: 4, cpus: 2}, true},
+		{config{localRanks: 2, cpuSharers: 2, cpus: 2}, false},
+		{config{localRanks: 2, cpuSharers: 0, cpus: 0}, false}, // unknown
+		{config{localRanks: 1, cpuSharers: 2, cpus: 1}, true},  // two ranks bound to one core
+		{config{localRanks: 2, cpuSharers: 4, cpus: 2, yield: -1}, false},
+		{config{local: true, localRanks: 8, cpuSharers: 8, cpus: 2}, false}, // in one process: InProcess instead
+	} {
+		if p := c.cfg.waitPolicy(); p.Yield != c.want {
+			t.Errorf("%+v: Yield %v, want %v", c.cfg, p.Yield, c.want)
+		}
+	}
+	// Init counts them from the rendezvous: ranks in one process share
+	// its CPUs.
+	cpus, err := numa.Affinity(0)
+	if err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := NewLocal(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.cfg.cpuSharers != 3 || c.cfg.cpus != len(cpus) {
+			t.Errorf("rank %d: %d ranks on its %d CPUs, want 3 on %d", c.Rank(), c.cfg.cpuSharers, c.cfg.cpus, len(cpus))
+		}
+		c.Close()
 	}
 }

@@ -42,6 +42,11 @@ type config struct {
 	// localRanks is how many of the job's ranks share this host, when
 	// known before connecting (launcher variables, NewLocal); 0 unknown.
 	localRanks int
+	// cpuSharers is how many of the communicator's ranks run on this
+	// rank's CPUs, all cpus of them (endpoint.cpus), whichever host they
+	// name: namespace hosts of one machine share its CPUs. Known after
+	// the rendezvous; 0 unknown.
+	cpuSharers, cpus int
 	// spin, if set, overrides how long a waiting collective polls
 	// (GORUN_SPIN, WithSpin); yield: 0 auto, 1 yield, -1 don't.
 	spin    time.Duration
@@ -171,7 +176,8 @@ func WithStaging(slots, slotBytes int) Option {
 // peers' messages before it sleeps (GORUN_SPIN). Polling costs a CPU and
 // answers in well under a microsecond; a sleep costs a wake-up (13–20 µs
 // across CPUs where measured). The default is 1ms, giving the CPU to other
-// processes between polls when this host's ranks outnumber its CPUs.
+// processes between polls when the ranks on this rank's CPUs outnumber
+// them.
 func WithSpin(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -185,6 +191,12 @@ func WithSpin(d time.Duration) Option {
 // waitPolicy is the engine's wait policy for this configuration.
 func (c *config) waitPolicy() engine.WaitPolicy {
 	p := engine.DefaultWait(c.localRanks)
+	if c.cpus > 0 && c.cpuSharers > c.cpus {
+		// More ranks on these CPUs than CPUs, though the launcher counted
+		// them on different hosts (namespaces or containers of one
+		// kernel): yield as where one host's ranks outnumber its CPUs.
+		p.Yield = true
+	}
 	if c.local {
 		// One process: a wake-up is a goroutine switch, and the ranks'
 		// goroutines share GOMAXPROCS threads; long polls only slow them,

@@ -39,6 +39,20 @@ func hostIdentity(hostname, bootID string) string {
 	return fmt.Sprintf("%s/%x", hostname, sum[:4])
 }
 
+// CPUKey names a set of CPUs across the hosts of one machine: the kernel's
+// boot id and cpus, the CPU list a process may run on. Processes with equal
+// keys compete for the same CPUs, whatever hostname their UTS namespace
+// gives them: ranks in network namespaces or containers of one kernel that
+// the launcher counts on different hosts. Processes of one kernel with
+// different but overlapping CPU sets get different keys.
+func CPUKey(cpus string) [8]byte {
+	boot, _ := os.ReadFile(bootIDPath)
+	sum := sha256.Sum256([]byte(strings.TrimSpace(string(boot)) + "\x00" + cpus))
+	var k [8]byte
+	copy(k[:], sum[:])
+	return k
+}
+
 // HostKey is HostIdentity as a fixed-size key, for wire formats that
 // carry it in eight bytes.
 func HostKey() [8]byte {

@@ -1,6 +1,7 @@
 package jobenv
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -29,5 +30,31 @@ func TestHostIdentity(t *testing.T) {
 	id, key := HostIdentity(), HostKey()
 	if HostIdentity() != id || HostKey() != key {
 		t.Error("identity not stable within a process")
+	}
+}
+
+// CPUKey: equal for one kernel's CPU set whatever the hostname (namespace
+// hosts compete for the same CPUs), different for another set or kernel.
+func TestCPUKey(t *testing.T) {
+	dir := t.TempDir()
+	old := bootIDPath
+	defer func() { bootIDPath = old }()
+	boot := func(id string) {
+		bootIDPath = dir + "/boot_id"
+		if err := os.WriteFile(bootIDPath, []byte(id+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	boot("boot-a")
+	a := CPUKey("0-1")
+	if CPUKey("0-1") != a {
+		t.Error("CPUKey not stable")
+	}
+	if CPUKey("0") == a {
+		t.Error("same key for CPU sets 0-1 and 0")
+	}
+	boot("boot-b")
+	if CPUKey("0-1") == a {
+		t.Error("same key for two kernels' CPUs 0-1")
 	}
 }
