@@ -75,7 +75,10 @@
 // Every message is resent until the next step arrives, and repeats are
 // answered (a committed coordinator answers a late propose or ack with
 // the commit; a locked member answers a repeated prepare with its ack), so
-// lost UDP packets only cost time. This is two-phase commit: a commit of D
+// lost UDP packets only cost time. Beyond 64 members a repeat, and the
+// answer to one, goes over a stream (msg.go, resend): while gossip fills
+// the views of hundreds of members a receive queue may drop every packet
+// of a few senders for tens of seconds. This is two-phase commit: a commit of D
 // needs every member locked on D, and a locked node never locks on
 // another digest, so two committed tables of one epoch cannot share a
 // member, and every rank that finishes holds the same table, blobs
@@ -116,7 +119,9 @@
 //
 // Shrink lets the survivors agree on the next world: the members of the
 // current world still alive, renumbered in the order of their old ranks,
-// in epoch+1, by the same protocol. Every survivor must call it.
+// in epoch+1, by the same protocol. Every survivor must call it. A member
+// that gossip dropped but that Config.Running shows running stays in it,
+// as it stays unreported.
 //
 // # Concurrency
 //
