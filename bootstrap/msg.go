@@ -112,6 +112,7 @@ func (n *Node) resend(name, addr string, m message) {
 		}
 		defer func() { <-n.streams }()
 		to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+		n.resent.Add(1)
 		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is resent again
 	}()
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -54,6 +55,7 @@ type Node struct {
 	formedCh chan struct{} // closed when the first world is installed
 	done     chan struct{} // closed by Close
 	streams  chan struct{} // resends in flight (msg.go), at most resendStreams
+	resent   atomic.Uint64 // streams resend opened
 	wg       sync.WaitGroup
 
 	metaMu  sync.Mutex // guards meta, metaBuf; never held across memberlist calls
@@ -428,6 +430,11 @@ func (n *Node) install(w World) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.world = w
+	for e := range n.tables {
+		if e <= w.Epoch {
+			delete(n.tables, e) // the table prepares of agreed epochs: n members' records each
+		}
+	}
 	if !n.formed {
 		close(n.formedCh)
 	}

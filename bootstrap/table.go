@@ -170,7 +170,9 @@ func (n *Node) gotTable(buf []byte) {
 	m := message{kind: msgPrepare, epoch: t.epoch, digest: t.digest, from: t.from}
 	n.mu.Lock()
 	n.prepares[t.epoch] = m
-	n.tables[t.epoch] = &t
+	if !n.formed || t.epoch > n.world.Epoch {
+		n.tables[t.epoch] = &t // a late copy of an installed world's table is not kept (install)
+	}
 	l, locked := n.locked[t.epoch]
 	n.mu.Unlock()
 	if locked && l == t.digest {
