@@ -345,7 +345,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			return nil, &RankError{Rank: r, Op: "init", Err: err}
 		}
 	}
-	sharers, away := 0, 0
+	sharers := 0
 	for r, ep := range eps {
 		if ep.host == me.host {
 			if r < rank {
@@ -355,12 +355,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 		if me.cpus != ([8]byte{}) && ep.cpus == me.cpus {
 			sharers++
-			if ep.host != me.host {
-				away++
-			}
 		}
 	}
-	cfg.cpuSharers, cfg.cpuSharersAway, cfg.cpus = sharers, away, len(cpus)
+	cfg.cpuSharers, cfg.cpus = sharers, len(cpus)
 
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)

@@ -44,9 +44,9 @@ type config struct {
 	localRanks int
 	// cpuSharers is how many of the communicator's ranks run on this
 	// rank's CPUs, all cpus of them (endpoint.cpus), whichever host they
-	// name: namespace hosts of one machine share its CPUs; cpuSharersAway
-	// counts those on other hosts. Known after the rendezvous; 0 unknown.
-	cpuSharers, cpuSharersAway, cpus int
+	// name: namespace hosts of one machine share its CPUs. Known after
+	// the rendezvous; 0 unknown.
+	cpuSharers, cpus int
 	// spin, if set, overrides how long a waiting collective polls
 	// (GORUN_SPIN, WithSpin); yield: 0 auto, 1 yield, -1 don't.
 	spin    time.Duration
@@ -195,24 +195,14 @@ func (c *config) waitPolicy() engine.WaitPolicy {
 		// More ranks on these CPUs than CPUs, though the launcher counted
 		// them on different hosts (namespaces or containers of one
 		// kernel): yield as where one host's ranks outnumber its CPUs.
+		// 8 B allreduce on the namespace cluster (2 hosts x 2 ranks, 2
+		// Gbit/s links, quiet, 2026-11-27 16:48, 3 rounds, us): polling
+		// and yielding 35-44 (Open MPI, which yields too: 37), sleeping
+		// at once (GORUN_SPIN=0) 198-206, polling without yielding
+		// 230-440. Beside another job's load, though, a yield hands the
+		// CPU to it for a whole slice: there polling took 250-3,500 and
+		// sleeping 130-330 (Open MPI 131).
 		p.Yield = true
-		if c.cpuSharersAway > 0 {
-			// And some of them on other hosts: there a Run that
-			// sleeps at once beat one that polls and yields. 8 B
-			// allreduce on the namespace cluster (2 Gbit/s links,
-			// 2026-11-27, interleaved, us): GORUN_SPIN=0 against
-			// the default, quiet: 2 hosts x 2 ranks 230-244 ->
-			// 119-146, 4 x 1 161-201 -> 142-150; beside another
-			// job's load 250-3,500 -> 130-330. This rule against
-			// the old policy (3 rounds, load 4-6): 4 x 1 8 B
-			// 557-2,371 -> 155-165, 1 MiB 10.3-14.5 -> 6.2-6.6 ms,
-			// 16 MiB 149-161 -> 103-104 ms; 2 x 2 8 B 398-442 ->
-			// 196-229, 1 and 16 MiB level. On one host (shm, 4
-			// ranks on 2 CPUs) polling stays faster: a message
-			// there is a store, not a trip through the network
-			// stack and a wake-up.
-			p.Spin = 0
-		}
 	}
 	if c.local {
 		// One process: a wake-up is a goroutine switch, and the ranks'
