@@ -345,7 +345,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			return nil, &RankError{Rank: r, Op: "init", Err: err}
 		}
 	}
-	sharers := 0
+	sharers, away := 0, 0
 	for r, ep := range eps {
 		if ep.host == me.host {
 			if r < rank {
@@ -355,9 +355,16 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		}
 		if me.cpus != ([8]byte{}) && ep.cpus == me.cpus {
 			sharers++
+			if ep.host != me.host {
+				away++
+			}
 		}
 	}
-	cfg.cpuSharers, cfg.cpus = sharers, len(cpus)
+	// A communicator made by Split (the hierarchical algorithms' local
+	// and cross communicators among them) keeps its parent's count: the
+	// parent's ranks still share the CPUs.
+	cfg.cpuSharers, cfg.cpus = max(cfg.cpuSharers, sharers), len(cpus)
+	cfg.cpuSharersAway = max(cfg.cpuSharersAway, away)
 
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,6 +171,15 @@ func TestWaitPolicyCPUSharers(t *testing.T) {
 			t.Errorf("%+v: Yield %v spin %v, want %v and the default spin", c.cfg, p.Yield, p.Spin, c.want)
 		}
 	}
+	// Some of them on other hosts of this kernel: a short spin.
+	away := config{localRanks: 2, cpuSharers: 4, cpuSharersAway: 2, cpus: 2}
+	if p := away.waitPolicy(); !p.Yield || p.Spin != 100*time.Microsecond {
+		t.Errorf("%+v: policy %+v, want Yield and a 100us spin", away, p)
+	}
+	away.spin, away.hasSpin = time.Millisecond, true // GORUN_SPIN wins
+	if p := away.waitPolicy(); p.Spin != time.Millisecond {
+		t.Errorf("%+v: spin %v, want GORUN_SPIN's 1ms", away, p.Spin)
+	}
 	// Init counts them from the rendezvous: ranks in one process share
 	// its CPUs.
 	cpus, err := numa.Affinity(0)
@@ -183,9 +193,26 @@ func TestWaitPolicyCPUSharers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cs {
-		if c.cfg.cpuSharers != 3 || c.cfg.cpus != len(cpus) {
+		if c.cfg.cpuSharers != 3 || c.cfg.cpuSharersAway != 0 || c.cfg.cpus != len(cpus) {
 			t.Errorf("rank %d: %d ranks on its %d CPUs, want 3 on %d", c.Rank(), c.cfg.cpuSharers, c.cfg.cpus, len(cpus))
 		}
+	}
+	// A communicator split from it keeps the count: the others still run.
+	subs := make([]*Comm, len(cs))
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { subs[i], errs[i] = c.Split(ctx, c.Rank()/2, 0) })
+	}
+	wg.Wait()
+	for i, c := range cs {
+		if errs[i] != nil {
+			t.Fatalf("rank %d: split: %v", i, errs[i])
+		}
+		if s := subs[i]; s.cfg.cpuSharers != 3 {
+			t.Errorf("rank %d: its split communicator of %d counts %d ranks on its CPUs, want 3", i, s.Size(), s.cfg.cpuSharers)
+		}
+		subs[i].Close()
 		c.Close()
 	}
 }

@@ -44,9 +44,9 @@ type config struct {
 	localRanks int
 	// cpuSharers is how many of the communicator's ranks run on this
 	// rank's CPUs, all cpus of them (endpoint.cpus), whichever host they
-	// name: namespace hosts of one machine share its CPUs. Known after
-	// the rendezvous; 0 unknown.
-	cpuSharers, cpus int
+	// name: namespace hosts of one machine share its CPUs; cpuSharersAway
+	// counts those on other hosts. Known after the rendezvous; 0 unknown.
+	cpuSharers, cpuSharersAway, cpus int
 	// spin, if set, overrides how long a waiting collective polls
 	// (GORUN_SPIN, WithSpin); yield: 0 auto, 1 yield, -1 don't.
 	spin    time.Duration
@@ -198,11 +198,24 @@ func (c *config) waitPolicy() engine.WaitPolicy {
 		// 8 B allreduce on the namespace cluster (2 hosts x 2 ranks, 2
 		// Gbit/s links, quiet, 2026-11-27 16:48, 3 rounds, us): polling
 		// and yielding 35-44 (Open MPI, which yields too: 37), sleeping
-		// at once (GORUN_SPIN=0) 198-206, polling without yielding
-		// 230-440. Beside another job's load, though, a yield hands the
-		// CPU to it for a whole slice: there polling took 250-3,500 and
+		// at once (GORUN_SPIN=0) 198-206. Polling without yielding, as
+		// before, took 400-1,200 (with another job running: no quiet
+		// figure). Beside another job's load a yield hands the CPU to
+		// it for a whole slice: there polling took 250-3,500 and
 		// sleeping 130-330 (Open MPI 131).
 		p.Yield = true
+		if c.cpuSharersAway > 0 {
+			// Some on other hosts: a large message's wait over the
+			// network is milliseconds, and a millisecond's polling
+			// per wait takes the CPUs from the network stack. 4
+			// hosts x 1 rank, 2 rounds, 17:05 (load 3.5-4.3):
+			// polling for 1 ms, 100 us, not at all: 8 B 172-176,
+			// 155-183, 150-167 us; 1 MiB 13.4-15.0, 6.0-6.1,
+			// 6.5-6.5 ms; 16 MiB 167-173, 105-106, 104 ms. 2 x 2:
+			// 8 B 33-37, 33-39, 58-67 us; 1 MiB 4.3-4.6, 3.9-4.0,
+			// 4.2-4.4 ms; 16 MiB level.
+			p.Spin = 100 * time.Microsecond
+		}
 	}
 	if c.local {
 		// One process: a wake-up is a goroutine switch, and the ranks'
