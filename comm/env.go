@@ -46,7 +46,8 @@ package comm
 //	                     sleeps: a duration ("200us", "0" sleeps at once), optionally
 //	                     ",yield" or ",noyield" (give the CPU to other processes
 //	                     between polls); default 1ms, yielding when the ranks on
-//	                     this rank's CPUs outnumber them (WithSpin)
+//	                     this rank's CPUs outnumber them, and 100us if some of
+//	                     those are on other hosts of this kernel (WithSpin)
 
 import (
 	"fmt"
