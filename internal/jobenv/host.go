@@ -24,15 +24,20 @@ var bootIDPath = "/proc/sys/kernel/random/boot_id"
 // comm's rendezvous and the launcher all ask it.
 func HostIdentity() string {
 	h, _ := os.Hostname()
-	boot, _ := os.ReadFile(bootIDPath) // absent off Linux: the hostname alone
-	return hostIdentity(h, string(boot))
+	return hostIdentity(h, bootID())
 }
 
-func hostIdentity(hostname, bootID string) string {
+// bootID is the kernel's boot id, "" where there is none (off Linux).
+func bootID() string {
+	boot, _ := os.ReadFile(bootIDPath)
+	return strings.TrimSpace(string(boot))
+}
+
+func hostIdentity(hostname, boot string) string {
 	if hostname == "" {
 		hostname = "localhost"
 	}
-	sum := sha256.Sum256([]byte(hostname + "\x00" + strings.TrimSpace(bootID)))
+	sum := sha256.Sum256([]byte(hostname + "\x00" + strings.TrimSpace(boot)))
 	if len(hostname) > MaxHostIdentity-9 {
 		hostname = hostname[:MaxHostIdentity-9]
 	}
@@ -46,8 +51,7 @@ func hostIdentity(hostname, bootID string) string {
 // the launcher counts on different hosts. Processes of one kernel with
 // different but overlapping CPU sets get different keys.
 func CPUKey(cpus string) [8]byte {
-	boot, _ := os.ReadFile(bootIDPath)
-	sum := sha256.Sum256([]byte(strings.TrimSpace(string(boot)) + "\x00" + cpus))
+	sum := sha256.Sum256([]byte(bootID() + "\x00" + cpus))
 	var k [8]byte
 	copy(k[:], sum[:])
 	return k
