@@ -74,15 +74,19 @@ func EstablishDial(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine, 
 		return nil, err
 	}
 	defer l.disposeIf(&err)
-	if l.slots > 1<<16-1 || l.slotSize > (1<<16-1)*64 {
-		return nil, fmt.Errorf("collectives: staging of %d slots of %d bytes: at most 65535 slots of 4 MiB", l.slots, l.slotSize)
+	if l.slots > 1<<15-1 || l.slotSize > (1<<16-1)*64 {
+		return nil, fmt.Errorf("collectives: staging of %d slots of %d bytes: at most 32767 slots of 4 MiB", l.slots, l.slotSize)
+	}
+	slots := uint16(l.slots)
+	if l.mbConn != nil {
+		slots |= joinMailbox
 	}
 	var m [ctrlSize]byte
 	binary.LittleEndian.PutUint32(m[0:], ctrlJoinHello)
 	binary.LittleEndian.PutUint32(m[4:], uint32(rank))
 	binary.LittleEndian.PutUint64(m[8:], l.stage.Addr())
 	binary.LittleEndian.PutUint32(m[16:], l.stage.RKey())
-	binary.LittleEndian.PutUint16(m[20:], uint16(l.slots))
+	binary.LittleEndian.PutUint16(m[20:], slots)
 	binary.LittleEndian.PutUint16(m[22:], uint16(l.slotSize/64))
 	binary.LittleEndian.PutUint32(m[24:], world)
 	binary.LittleEndian.PutUint32(m[28:], uint32(peer))
@@ -150,7 +154,11 @@ func EstablishAccept(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine
 	// The join was the dialer's hello, packed.
 	var h [ctrlSize]byte
 	copy(h[:20], m[:20])
-	binary.LittleEndian.PutUint32(h[20:], uint32(binary.LittleEndian.Uint16(m[20:])))
+	slots := uint32(binary.LittleEndian.Uint16(m[20:]))
+	if slots&joinMailbox != 0 {
+		slots = slots&^joinMailbox | helloMailbox
+	}
+	binary.LittleEndian.PutUint32(h[20:], slots)
 	binary.LittleEndian.PutUint32(h[24:], uint32(binary.LittleEndian.Uint16(m[22:]))*64)
 	binary.LittleEndian.PutUint32(h[28:], hdrMagic)
 	if err = l.takeHello(h[:]); err != nil {
@@ -164,6 +172,9 @@ func EstablishAccept(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine
 	}
 	return l, nil
 }
+
+// joinMailbox is helloMailbox in a join request's 16-bit slot count.
+const joinMailbox = 1 << 15
 
 // rejectGrace bounds the wait for a reject to leave before the caller
 // closes the connection.

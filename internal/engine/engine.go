@@ -430,7 +430,7 @@ func (e *Engine) needsClosedPeer(p *Plan) (int, bool) {
 		if !l.closed.Load() {
 			continue
 		}
-		awaitsData := ps.recvCur < len(pp.recvs) && l.consumed >= l.arrived.Load()
+		awaitsData := ps.recvCur < len(pp.recvs) && l.consumed >= l.arrived.Load() && l.mb.next() == nil
 		if awaitsData || ps.sendCur < len(pp.sends) || l.credits.Load() < l.posted {
 			return pp.peer, true
 		}

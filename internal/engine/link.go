@@ -37,8 +37,14 @@ package engine
 // send this small travels in one ring record, so the receiver takes one
 // cache miss for it, where a write costs the target slot's lines too.
 //
+// Where the connection has mailboxes (rdma.Mailbox: shm) and both hellos
+// say so, a data message of at most mbMax bytes skips all of this: it is
+// stored into a cell of the peer's mailbox and polled there (mailbox.go).
+// Every data message carries its number on the link, so that the receiver
+// takes them in order from either channel.
+//
 // Control messages (hello, credit, abort, bye, clear-to-send, mismatch
-// evidence) are inline sends that consume a posted receive; data
+// evidence, wake) are inline sends that consume a posted receive; data
 // notifications consume one too, so each side keeps 2·Slots+16 receives
 // posted and reposts each as soon as it completes.
 //
@@ -62,7 +68,10 @@ import (
 const (
 	hdrSize  = 32
 	ctrlSize = 32
-	hdrMagic = 0x67724e31 // "grN1"
+	hdrMagic = 0x67724e31 // "grN1": a hello's; a data header has its low half
+	// hdrMagic16 begins a data message's header; its next two bytes are
+	// the message's number (message.go).
+	hdrMagic16 = hdrMagic & 0xffff
 	// smallMax is the largest payload copied behind its header and sent
 	// in one unsignaled write, unless the device says otherwise
 	// (Device.CopyMax). Such a message needs no completion: a payload
@@ -87,6 +96,7 @@ const (
 	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
 	ctrlMismatch        // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
 	ctrlReject          // the acceptor refuses the connection: reason a (connect.go)
+	ctrlWake            // a message is in the mailbox of a receiver that sleeps (mailbox.go)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -123,6 +133,11 @@ type Link struct {
 	rSlotSize int
 	hdrs      *rdma.MR // header (and small payload) sources, one per remote slot
 	inline    int      // conn.MaxInline(): a data send this long is posted FlagInline
+
+	// The mailboxes (mailbox.go): mbConn is conn's, if it has them; mb is
+	// set when the peer's hello says it has them too. Engine only.
+	mbConn rdma.Mailbox
+	mb     *mailbox
 
 	// set by dispatch (onRecv, onSend)
 	arrived  atomic.Uint64 // data messages landed in our staging
@@ -208,6 +223,11 @@ func newLink(conn rdma.Conn, dev *Device, p LinkParams, waker *Engine) (l *Link,
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
+	if mb, ok := conn.(rdma.Mailbox); ok {
+		if in, _ := mb.Mailbox(); len(in) > 0 {
+			l.mbConn = mb
+		}
+	}
 	l.nrecv = 2*l.slots + ctsDepth + 8
 	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*recvSize, rdma.AccessLocalWrite); err != nil {
 		return nil, err
@@ -249,7 +269,11 @@ func (l *Link) sendHello(rank int) error {
 	binary.LittleEndian.PutUint32(hello[4:], uint32(rank))
 	binary.LittleEndian.PutUint64(hello[8:], l.stage.Addr())
 	binary.LittleEndian.PutUint32(hello[16:], l.stage.RKey())
-	binary.LittleEndian.PutUint32(hello[20:], uint32(l.slots))
+	slots := uint32(l.slots)
+	if l.mbConn != nil {
+		slots |= helloMailbox
+	}
+	binary.LittleEndian.PutUint32(hello[20:], slots)
 	binary.LittleEndian.PutUint32(hello[24:], uint32(l.slotSize))
 	binary.LittleEndian.PutUint32(hello[28:], hdrMagic)
 	return l.conn.PostSend(wrid(l.id, kindCtrl, 0), hello[:], nil, rdma.FlagInline)
@@ -263,10 +287,18 @@ func (l *Link) takeHello(m []byte) error {
 	l.Peer = int(binary.LittleEndian.Uint32(m[4:]))
 	l.rAddr = binary.LittleEndian.Uint64(m[8:])
 	l.rKey = binary.LittleEndian.Uint32(m[16:])
-	l.rSlots = int(binary.LittleEndian.Uint32(m[20:]))
+	slots := binary.LittleEndian.Uint32(m[20:])
+	l.rSlots = int(slots &^ helloMailbox)
 	l.rSlotSize = int(binary.LittleEndian.Uint32(m[24:]))
+	if slots&helloMailbox != 0 && l.mbConn != nil {
+		l.mb = newMailbox(l.mbConn)
+	}
 	return nil
 }
+
+// helloMailbox, in a hello's slot count, says that the sender's connection
+// has mailboxes (mailbox.go): both sides use them if both say so.
+const helloMailbox = 1 << 31
 
 // awaitHello waits for the peer's hello and takes its rank and staging.
 func (l *Link) awaitHello(ctx context.Context) (err error) {
@@ -419,14 +451,18 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			return
 		}
 		h := l.stage.Bytes()[int(n%uint64(l.slots))*l.slotSize:]
-		if binary.LittleEndian.Uint32(h[0:]) == hdrMagic {
+		if binary.LittleEndian.Uint16(h[0:]) == hdrMagic16 {
 			l.noteCredits(binary.LittleEndian.Uint32(h[20:]))
 		}
 		release.Store64(&l.arrived, n+1)
 	case rdma.OpRecv:
 		m := l.ctrlMsg(slot)
 		a, b := binary.LittleEndian.Uint32(m[4:]), binary.LittleEndian.Uint64(m[8:])
-		switch binary.LittleEndian.Uint32(m[0:]) {
+		typ := binary.LittleEndian.Uint32(m[0:])
+		if uint16(typ) == hdrMagic16 {
+			typ = hdrMagic
+		}
+		switch typ {
 		case hdrMagic: // a small data message: into its slot
 			n := l.arrived.Load()
 			if wc.ByteLen < hdrSize || wc.ByteLen > min(recvSize, l.slotSize) {
@@ -468,6 +504,8 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			l.withEngine(func(e *Engine) { e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "") })
 		case ctrlBye:
 			l.closed.Store(true)
+		case ctrlWake:
+			// wakeEngine, below, wakes the engine if it sleeps.
 		case ctrlCTS:
 			n := l.ctsArrived.Load()
 			l.cts[n%ctsDepth].addr.Store(b)

@@ -45,6 +45,19 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 	sig := call.sig(o)
 	if ps.sendPiece == 0 {
 		ps.sendRead = 0
+		// A few bytes go through the peer's mailbox (mailbox.go).
+		if l.mb != nil && nbytes <= mbMax && !direct {
+			ok, wake := l.mb.write(sig, l.number(), buf[o.Off*es:o.Off*es+nbytes])
+			if ok {
+				if wake {
+					if err := l.sendCtrl(ctrlWake, 0, 0); err != nil && !l.closed.Load() {
+						return true, false, 0, err
+					}
+				}
+				ps.sendPiece = np
+				return true, true, 0, nil
+			}
+		}
 	}
 	for ps.sendPiece < np {
 		// The peer's credits bound the messages in flight, and also free
@@ -192,16 +205,37 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 	stage := l.stage.Bytes()
 	sig := call.sig(o)
 	for ps.recvPiece < np {
-		if l.consumed >= l.arrived.Load() {
-			return moved, false, nil
-		}
-		base := int(l.consumed%uint64(l.slots)) * l.slotSize
+		// The next message, from the mailbox or the staged channel,
+		// whichever has it (mailbox.go).
+		staged := l.consumed < l.arrived.Load()
 		off := ps.recvPiece * payload
 		want := min(payload, nbytes-off)
 		if direct {
 			want = nbytes
 		}
-		if h := stage[base : base+hdrSize]; checkHeader(h, sig, want, direct) != "" {
+		var h, src []byte
+		cell := l.mb.next()
+		base := int(l.consumed%uint64(l.slots)) * l.slotSize
+		if cell != nil && headerNumber(cell[cellHdr:]) != l.nextNumber() {
+			cell = nil // a later one: the next is staged
+		}
+		if staged && l.mb != nil && cell == nil && headerNumber(stage[base:]) != l.nextNumber() {
+			staged = false // a later one: the next is in the mailbox
+		}
+		switch {
+		case cell != nil:
+			h, src = cell[cellHdr:cellPayload], cell[cellPayload:]
+			if want > len(src) && !direct && checkHeader(h, sig, want, direct) == "" {
+				// A cell holds mbMax bytes: no writer says more.
+				e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%d-byte mailbox message: %w", want, ErrProtocol)}, 0)
+				return moved, false, ErrProtocol
+			}
+		case staged:
+			h, src = stage[base:base+hdrSize], stage[base+hdrSize:base+l.slotSize]
+		default:
+			return moved, false, nil
+		}
+		if checkHeader(h, sig, want, direct) != "" {
 			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, sig, want, direct))
 			e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), why)
 			// The decision (which rank is the odd one out) comes once the
@@ -222,7 +256,7 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 		}
 		if want > 0 && !direct {
 			dst := call.Work[o.Off*es+off : o.Off*es+off+want]
-			src := stage[base+hdrSize : base+hdrSize+want]
+			src := src[:want]
 			if o.Kind == collectives.RecvReduce {
 				if o.FromInput { // the range's first write (collectives.ReadInput)
 					kernels.ReduceBytesTo(call.DType, call.Op, dst, call.Input[o.Off*es+off:o.Off*es+off+want], src)
@@ -236,12 +270,16 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 				copy(dst, src)
 			}
 		}
+		ps.recvPiece++
+		moved = true
+		if cell != nil {
+			l.mb.took()
+			continue
+		}
 		l.consumed++
 		if direct {
 			l.directDone++
 		}
-		ps.recvPiece++
-		moved = true
 		if l.consumed-l.creditsSent >= uint64(max(1, l.slots/2)) {
 			if err := e.sendCredits(l); err != nil {
 				return moved, false, err
@@ -270,24 +308,50 @@ func (e *Engine) sendCredits(l *Link) error {
 // to do might otherwise wait on a peer that waits for credits.
 func (e *Engine) flushOwed(p *Plan) error {
 	for i := range p.peers {
-		if err := e.sendCredits(e.links[p.peers[i].peer].Load()); err != nil {
+		l := e.links[p.peers[i].peer].Load()
+		l.mb.tell()
+		if err := e.sendCredits(l); err != nil {
 			return e.Err()
 		}
 	}
 	return nil
 }
 
-// Header layout (little endian): magic u32, seq u32, coll u8, dtype u8,
-// op u8, direct u8, root i32, len u32, credits u32, count u64. credits is
-// the sender's count of the receiver's messages it has consumed.
+// Header layout (little endian): magic u16, number u16, seq u32, coll u8,
+// dtype u8, op u8, direct u8, root i32, len u32, credits u32, count u64.
+// number is the message's on its link, staged and mailbox messages
+// counted together (Link.number), mod 2^16: the receiver takes the next
+// one from whichever channel has it (mailbox.go). credits is the sender's
+// count of the receiver's staged messages it has consumed (a mailbox
+// message carries none).
 func (e *Engine) putHeader(l *Link, h []byte, c *Call, n int, direct bool) {
 	putHeader(h, c, n, direct)
+	binary.LittleEndian.PutUint16(h[2:], uint16(l.number()))
 	binary.LittleEndian.PutUint32(h[20:], uint32(l.consumed))
 	l.creditsSent = l.consumed
 }
 
+// number is the number of l's next data message (header's number field).
+func (l *Link) number() uint64 {
+	if l.mb != nil {
+		return l.posted + l.mb.sent
+	}
+	return l.posted
+}
+
+// nextNumber is the number of the data message l's receiver takes next.
+func (l *Link) nextNumber() uint16 {
+	if l.mb != nil {
+		return uint16(l.consumed + l.mb.read)
+	}
+	return uint16(l.consumed)
+}
+
+// headerNumber is a header's number field.
+func headerNumber(h []byte) uint16 { return binary.LittleEndian.Uint16(h[2:]) }
+
 func putHeader(h []byte, c *Call, n int, direct bool) {
-	binary.LittleEndian.PutUint32(h[0:], hdrMagic)
+	binary.LittleEndian.PutUint16(h[0:], hdrMagic16)
 	binary.LittleEndian.PutUint32(h[4:], c.Seq)
 	var d byte
 	if direct {
@@ -302,7 +366,7 @@ func putHeader(h []byte, c *Call, n int, direct bool) {
 // checkHeader returns "" if h matches c and a payload of want bytes, or
 // what differs.
 func checkHeader(h []byte, c *Call, want int, direct bool) string {
-	if binary.LittleEndian.Uint32(h[0:]) != hdrMagic {
+	if binary.LittleEndian.Uint16(h[0:]) != hdrMagic16 {
 		return "corrupt header"
 	}
 	coll := collectives.Collective(h[8])

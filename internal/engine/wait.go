@@ -98,6 +98,7 @@ type waiter struct {
 func (w *waiter) reset() {
 	if w.armed {
 		w.e.sleeping.Store(false)
+		w.e.lowerFlags(w.p)
 		w.armed = false
 	}
 	w.idleN = 0
@@ -201,6 +202,7 @@ func (w *waiter) idle() error {
 		for _, d := range e.devs {
 			d.CQ.Arm()
 		}
+		e.raiseFlags(w.p) // mailbox writers send a wake-up (mailbox.go)
 		w.armed = true
 		return nil
 	}
@@ -229,6 +231,7 @@ func (w *waiter) sleep(now int64) error {
 		return w.timedOut()
 	}
 	e.sleeping.Store(false)
+	e.lowerFlags(w.p)
 	w.armed = false
 	w.idleN = 0
 	return nil

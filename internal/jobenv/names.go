@@ -28,6 +28,7 @@ const (
 	Checksum     = "GORUN_CHECKSUM"       // 1: CRC32C of every tcp frame
 	ShmCMA       = "GORUN_SHM_CMA"        // 0: shm does not use process_vm_writev
 	ShmFence     = "GORUN_SHM_MEMBARRIER" // 0: shm's doorbells use locked exchanges, not membarrier
+	ShmMailbox   = "GORUN_SHM_MAILBOX"    // 0: shm connections offer no mailboxes (small messages go through the ring)
 	Spin         = "GORUN_SPIN"           // how long a waiting collective polls
 )
 
@@ -57,7 +58,7 @@ const (
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP}
 
 // TunableVars pass from the launcher's environment to every rank.
-var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, Spin}
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin}
 
 // IsContractVar reports whether name is one of ContractVars.
 func IsContractVar(name string) bool {

@@ -37,6 +37,13 @@
 //	import _ "github.com/gorun-hpc/gorun/transport/rdma/tcp"
 //	dev, err := rdma.Open("tcp")
 //
+// Beyond librdmacm, a Conn may implement Mailbox (mailbox.go): a little
+// memory that both processes of a connection map, written with plain
+// stores and polled, for messages of a few bytes (shm has it; the
+// collectives engine uses it when both ends do). It promises visibility in
+// store order and nothing else: no queue, no completion, no rule above
+// applies to it.
+//
 // Concurrency: Device, Listener and Conn methods are safe for concurrent use.
 // Posting from several goroutines on one Conn is allowed; the order between
 // them is the order in which the Post calls return. GetSendComp and

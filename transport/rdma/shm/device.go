@@ -30,6 +30,7 @@ type Device struct {
 	// process_vm_writev/readv; GORUN_SHM_CMA=0 turns it off (the peer then
 	// copies, see fallback.go). Each connection also probes it.
 	cma     bool
+	mailbox bool      // offer connections mailboxes (rdma.Mailbox); GORUN_SHM_MAILBOX=0 turns them off
 	cmaWarn sync.Once // the fallback is logged once per device
 	counts  counts    // refusals (counters.go)
 
@@ -57,6 +58,7 @@ func open(cfg rdma.Config) (rdma.Device, error) {
 		pd:        soft.NewPD(provider),
 		arena:     a,
 		cma:       os.Getenv(jobenv.ShmCMA) != "0",
+		mailbox:   os.Getenv(jobenv.ShmMailbox) != "0",
 		conns:     make(map[*conn]struct{}),
 		listeners: make(map[*listener]struct{}),
 	}, nil

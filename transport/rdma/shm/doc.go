@@ -60,6 +60,16 @@
 // a wake-up across vCPUs costs more than the short spin, and without it a
 // ping-pong that once fell asleep would pay a wake-up per message for ever.
 //
+// # Mailboxes
+//
+// Each segment also holds an 8 KiB mailbox (rdma.Mailbox) that the peer
+// writes with plain stores: Conn.Mailbox returns this side's (in, in its
+// own segment, so that the poller reads local memory, as Open MPI's
+// fast boxes lie with their receiver) and the peer's (out). The provider
+// only maps them; their protocol is the caller's (internal/engine's
+// mailbox.go). SleepFence is the doorbells' barrier (fence.go).
+// GORUN_SHM_MAILBOX=0 withholds them.
+//
 // # Shared completion queues
 //
 // Device.CreateCQ returns a CQ that knows the connections whose receive

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
 // A segment is the shared memory one side of a connection owns and both map
@@ -27,10 +29,12 @@ import (
 //	4096  receives: capacity and arena offset of each posted receive, by
 //	      sequence mod depth
 //	...   keys: maxKeys slots of the owner device's key table
+//	...   mailbox: rdma.MailboxBytes the peer writes for the owner
+//	      (Conn.Mailbox's In on the owner's side, Out on the peer's)
 //	...   ring: ringSize bytes of records
 const (
 	segMagic   = 0x6d68736e75726f67 // "gorunshm"
-	segVersion = 5                  // 5: doorbells ring eventfds passed at setup, not futex words
+	segVersion = 6                  // 5: doorbells ring eventfds passed at setup, not futex words; 6: the mailbox
 
 	offMagic     = 0
 	offPid       = 8
@@ -76,8 +80,13 @@ type segment struct {
 
 func segLayout(recvDepth int) (keysOff, ringOff, size int) {
 	keysOff = alignUp(offRecvLens+recvEntry*recvDepth, 4096)
-	ringOff = alignUp(keysOff+maxKeys*slotSize, 4096)
+	ringOff = alignUp(keysOff+maxKeys*slotSize, 4096) + rdma.MailboxBytes
 	return keysOff, ringOff, ringOff + ringSize
+}
+
+// mailbox is the segment's mailbox (rdma.Mailbox), just before the ring.
+func (s *segment) mailbox() []byte {
+	return s.mem[s.ringOff-rdma.MailboxBytes : s.ringOff : s.ringOff]
 }
 
 func alignUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
