@@ -3,10 +3,10 @@ package engine
 // Mailboxes: the fast path of a message of a few bytes between two ranks
 // whose connection maps memory of both (rdma.Mailbox: shm).
 //
-// A data message of at most mbMax payload bytes is written with plain
-// stores into the next cell of the peer's mailbox: its number plus one
-// (stored last, a release store), the usual 32-byte header, the payload;
-// one cache line. The receiver polls the cell of the next number it
+// A data message of at most mbMax payload bytes (472) is written with
+// plain stores into the next cell of the peer's mailbox: its number plus
+// one (stored last, a release store), the usual 32-byte header, the
+// payload; one cache line for up to 24 payload bytes. The receiver polls the cell of the next number it
 // expects in its own mailbox, on the goroutine that runs the collective:
 // no post, no ring record, no completion, no dispatch, no repost, where a
 // send costs all of them (shm, 2 ranks, 8 B allreduce, README). Cells are
@@ -46,8 +46,11 @@ const (
 	mbFlag     = 0  // u64: 1 while the reader is about to sleep or sleeps
 	mbRead     = 8  // u64: messages the reader has read (published every mbCells/2)
 	mbCellsOff = 64 // the first cell
-	mbCellSize = 64
-	mbCells    = 64 // a power of two; mbCellsOff+mbCells*mbCellSize <= rdma.MailboxBytes
+	// mbCellSize bounds a cell: a message of up to 472 bytes, which a
+	// 2-rank allreduce moves whole up to 472 bytes (its cost is the lines
+	// it writes: one for up to 24 payload bytes).
+	mbCellSize = 512
+	mbCells    = (rdma.MailboxBytes - mbCellsOff) / mbCellSize
 
 	cellSeq     = 0 // u64: the message's number + 1, stored last
 	cellHdr     = 8 // the header (hdrSize bytes)

@@ -109,7 +109,7 @@ func TestMailboxMixedSizes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rng := rand.New(rand.NewPCG(1, 2))
-	counts := []int{0, 1, 2, 6, 7, 16, 100, 5000, DirectMin/4 + 3}
+	counts := []int{0, 1, 2, 6, 7, 16, 100, mbMax / 4, mbMax/4 + 1, 5000, DirectMin/4 + 3}
 	chunk := Window(LinkParams{Slots: 4, SlotBytes: 4096}) / 4 // as comm's: an op fits the peer's window
 	for i := range 600 {
 		n := counts[rng.IntN(len(counts))]
@@ -160,7 +160,7 @@ func TestMailboxFullFallsBack(t *testing.T) {
 	e := shmEngines(t, LinkParams{Slots: 8, SlotBytes: 4096})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	phases := []struct{ n, size int }{{mbCells + 8, 8}, {8, 300}, {2 * mbCells, 8}}
+	phases := []struct{ n, size int }{{mbCells + 8, 8}, {8, mbMax + 8}, {2 * mbCells, 8}}
 	caught := make(chan struct{})
 	sent := make(chan error, 1)
 	go func() {
@@ -257,7 +257,7 @@ func TestMailboxMismatch(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		sent, want int
-	}{{"cell-for-staged", 8, 300}, {"staged-for-cell", 300, 8}} {
+	}{{"cell-for-staged", 8, mbMax + 8}, {"staged-for-cell", mbMax + 8, 8}} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := shmEngines(t, LinkParams{Slots: 4, SlotBytes: 4096})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -40,4 +40,4 @@ type Mailbox interface {
 }
 
 // MailboxBytes is the length of a Mailbox's In and Out.
-const MailboxBytes = 8 << 10
+const MailboxBytes = 64 << 10

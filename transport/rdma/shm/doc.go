@@ -62,7 +62,7 @@
 //
 // # Mailboxes
 //
-// Each segment also holds an 8 KiB mailbox (rdma.Mailbox) that the peer
+// Each segment also holds a 64 KiB mailbox (rdma.Mailbox) that the peer
 // writes with plain stores: Conn.Mailbox returns this side's (in, in its
 // own segment, so that the poller reads local memory, as Open MPI's
 // fast boxes lie with their receiver) and the peer's (out). The provider
