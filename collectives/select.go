@@ -133,47 +133,16 @@ func Supports(c Collective, a Algo) bool {
 	return false
 }
 
-// Select is the tuning table: the algorithm for c moving bytes (the full
-// buffer of an allreduce or broadcast, one rank's block otherwise) over size
-// ranks. Thresholds follow the usual latency/bandwidth crossover on
-// software transports: log-step algorithms below 64 KiB, ring and chain for
-// large buffers, halving-doubling in between for allreduce.
+// Select is the selection table's algorithm for c moving bytes (the full
+// buffer of an allreduce or broadcast, one rank's block otherwise) over
+// size ranks in one process (mem), one CPU per rank. The table is derived
+// from the cost model (select_table.go): the model's fastest algorithm,
+// with a 10% hysteresis between neighbouring sizes, and the measured
+// exceptions in Exceptions. A communicator uses the table for its own
+// provider and CPUs (TableFor, from comm's algoFor); Select is for
+// callers without one.
 func Select(c Collective, size int, bytes int) Algo {
-	switch c {
-	case AllReduce:
-		switch {
-		case bytes <= 16<<10:
-			// One exchange per log step: 2 ranks pay one message
-			// latency, where the ring pays two (measured here, shm, 2
-			// processes: 8 B 108 -> 41 µs, 4 KiB 144 -> 44 µs).
-			return RecDoubling
-		case size <= 2:
-			return Ring
-		case bytes <= 256<<10:
-			return HalvingDoubling
-		case size > 16 && bytes <= 4<<20:
-			return Tree
-		}
-		return Ring
-	case Broadcast:
-		if bytes <= 256<<10 || size <= 2 {
-			return Tree
-		}
-		return Chain
-	case AllGather:
-		if bytes*size <= 64<<10 {
-			return Bruck
-		}
-		return Ring
-	case ReduceScatter:
-		// Small blocks: the whole buffer's allreduce by recursive
-		// doubling takes log2 steps where the ring takes Size-1.
-		if bytes*size <= 16<<10 {
-			return RecDoubling
-		}
-		return Ring
-	}
-	return Algos(c)[0]
+	return TableFor("mem", size, 0).Algo(c, bytes)
 }
 
 // ChunkBytes is the pipelining unit for a buffer of bytes over size ranks:

@@ -130,7 +130,12 @@ type planKey struct {
 	fromInput bool
 }
 
-// algoFor picks c's algorithm for coll moving bytes.
+// algoFor picks c's algorithm for coll moving bytes: the one forced
+// (WithAlgorithm, GORUN_ALGO), the first where the reductions must be
+// deterministic, else the selection table derived from the cost model for
+// c's provider, size and CPUs (collectives.TableFor; built on first use,
+// then an array lookup: no allocation, no map). Every rank looks up the
+// same table: its provider, size and CPUs (costCPUs) are the same on all.
 func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo {
 	if a := c.cfg.algos[coll]; a != collectives.Auto && collectives.Supports(coll, a) {
 		return a
@@ -138,44 +143,43 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 	if c.cfg.deterministic {
 		return collectives.Algos(coll)[0]
 	}
-	a := collectives.Select(coll, c.size, bytes)
-	if coll == collectives.AllReduce && c.allTCP {
-		switch {
-		case c.size == 2 && bytes <= pairTCPRecDoublingMax:
-			return collectives.RecDoubling
-		case a == collectives.Ring && c.size > 2 && c.size&(c.size-1) == 0 && bytes <= tcpHalvingDoublingMax:
-			return collectives.HalvingDoubling
-		}
-	}
-	return a
+	return collectives.TableFor(c.costProvider(), c.size, c.costCPUs()).Algo(coll, bytes)
 }
 
-// pairTCPRecDoublingMax is the largest allreduce that two ranks linked by
-// tcp run by recursive doubling (one exchange of the whole buffer) where
-// collectives.Select, which knows no transport, picks the ring above 16
-// KiB (two dependent exchanges of halves; on shm the ring is level or
-// faster from 32 KiB on). 2 processes on tcp loopback, 3 interleaved
-// rounds (2026-11-24, allreduce_perf in place, us, ring -> rd): 32 KiB
-// 62-73 -> 28-37, 64 KiB 69-88 -> 55-62, 128 KiB 151-174 -> 89-113,
-// 256 KiB 224-328 -> 114-141, 512 KiB 325-348 -> 184-211; 1 MiB mixed
-// (485-505 against 404-699), 2 MiB ring faster (821-917 against
-// 1141-1372).
-const pairTCPRecDoublingMax = 512 << 10
+// costProvider is the provider whose constants choose c's algorithms: the
+// slowest of its links. tcp where every link is tcp (linksAllTCP); the
+// provider forced (GORUN_TRANSPORT, WithTransport); on auto, mem in one
+// process, shm on one host, and tcp across hosts (their links are tcp or
+// verbs; verbs has no fitted constants and the table gives it tcp's).
+func (c *Comm) costProvider() string {
+	switch {
+	case c.allTCP:
+		return "tcp"
+	case c.cfg.transport != "auto":
+		return c.cfg.transport
+	case c.cfg.local:
+		return "mem"
+	case len(c.topo.Hosts) <= 1:
+		return "shm"
+	}
+	return "tcp"
+}
 
-// tcpHalvingDoublingMax is the largest allreduce that a job of 4, 8 or 16
-// ranks (a power of two above 2) linked by tcp runs by halving-doubling
-// (Rabenseifner: 2·log2 n exchanges) where collectives.Select picks the
-// ring above 256 KiB (2·(n-1) dependent exchanges: on tcp each costs
-// system calls at both ends and, with ranks outnumbering CPUs, a turn of
-// the scheduler). Both move 2·(n-1)/n of the buffer. tcp loopback, 4 ranks
-// on 2 CPUs under chrt -f 50, 3 interleaved rounds (2026-11-24, allreduce_perf
-// in place, µs, ring -> hd): 512 KiB 1119-1444 -> 661-993, 1 MiB
-// 1972-3259 -> 1141-1377, 2 MiB 3554-4821 -> 2447-3074, 4 MiB 6818-7400
-// -> 6177-7143, 16 MiB mixed (30484-35208 against 31757-32952); 8 ranks,
-// 2 rounds: 1 MiB 11308-13162 -> 5861-7354, 2 MiB 11209-17755 ->
-// 7279-10590, 4 MiB level, 16 MiB mixed. At 3 ranks (folded) it was no
-// better, so other sizes keep the ring.
-const tcpHalvingDoublingMax = 2 << 20
+// costCPUs is the CPUs the model gives c's ranks (0: one per rank). In
+// one process (NewLocal), where the ranks outnumber the CPUs, c's share
+// of them, cpus·size/sharers (a Split communicator counts its parent's
+// sharers: the other ranks still run there); every rank has the same
+// counts there. Between processes a rank knows which ranks share its CPUs
+// but not how many CPUs the others have, and ranks bound to different
+// CPUs could count differently and choose different algorithms: there
+// the table assumes a CPU per rank (the choices at 4 processes on this
+// 2-CPU machine are the same either way at the sizes bench/compare runs).
+func (c *Comm) costCPUs() int {
+	if cfg := c.cfg; cfg.local && cfg.cpus > 0 && cfg.cpuSharers > cfg.cpus {
+		return max(1, cfg.cpus*c.size/cfg.cpuSharers)
+	}
+	return 0
+}
 
 // plan returns the cached compiled schedule.
 func (c *Comm) plan(k planKey) (*engine.Plan, error) {

@@ -1,0 +1,95 @@
+package comm
+
+import (
+	"testing"
+
+	"github.com/gorun-hpc/gorun/collectives"
+)
+
+// TestAlgoForDerived: a communicator's algorithms are the selection table
+// derived from the cost model for its provider, size and CPUs
+// (collectives.TableFor), at every size class from 8 B to 1 GiB and for
+// every collective, on mem, shm and tcp; the provider is the one its links
+// use, so the same sizes choose differently on tcp; forcing an algorithm
+// and Deterministic still win, and a lookup allocates nothing.
+func TestAlgoForDerived(t *testing.T) {
+	for _, tc := range []struct {
+		name, provider string
+		n              int
+		opts           []Option
+	}{
+		{"mem-pair", "mem", 2, nil},
+		{"mem-four", "mem", 4, nil},
+		{"shm-pair", "shm", 2, []Option{WithTransport("shm")}},
+		{"tcp-pair", "tcp", 2, []Option{WithTransport("tcp")}},
+		{"tcp-four", "tcp", 4, []Option{WithTransport("tcp")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, tc.n, tc.opts...)
+			for _, c := range cs {
+				if p := c.costProvider(); p != tc.provider {
+					t.Fatalf("rank %d: provider %s, want %s", c.Rank(), p, tc.provider)
+				}
+				tab := collectives.TableFor(tc.provider, tc.n, c.costCPUs())
+				for coll := range collectives.Collective(collectives.NumCollectives) {
+					for b := 8; b <= 1<<30; b *= 2 {
+						if got, want := c.algoFor(coll, b), tab.Algo(coll, b); got != want {
+							t.Errorf("rank %d: %s of %d bytes: %s, the table has %s", c.Rank(), coll, b, got, want)
+						}
+					}
+				}
+			}
+			c := cs[0]
+			if n := testing.AllocsPerRun(100, func() {
+				c.algoFor(collectives.AllReduce, 8)
+				c.algoFor(collectives.AllReduce, 1<<20)
+				c.algoFor(collectives.Broadcast, 64<<10)
+			}); n != 0 {
+				t.Errorf("algoFor allocates %v times", n)
+			}
+		})
+	}
+}
+
+// TestAlgoForModelCells: cells where the model, not an override, decides
+// (README, cost model): a tcp pair reduces 256 KiB by recursive doubling
+// (one exchange of the whole buffer; the model predicts the ring level,
+// within the hysteresis) and 4 MiB by the ring; 4 ranks on tcp take
+// halving-doubling at 1 MiB (the one measured exception,
+// collectives.Exceptions) where 4 ranks in memory take the ring.
+func TestAlgoForModelCells(t *testing.T) {
+	ar := collectives.AllReduce
+	for _, tc := range []struct {
+		name  string
+		n     int
+		opts  []Option
+		bytes int
+		want  collectives.Algo
+	}{
+		{"tcp-pair-256KiB", 2, []Option{WithTransport("tcp")}, 256 << 10, collectives.RecDoubling},
+		{"tcp-pair-4MiB", 2, []Option{WithTransport("tcp")}, 4 << 20, collectives.Ring},
+		{"tcp-four-1MiB", 4, []Option{WithTransport("tcp")}, 1 << 20, collectives.HalvingDoubling},
+		{"mem-four-1MiB", 4, nil, 1 << 20, collectives.Ring},
+		{"forced", 2, []Option{WithTransport("tcp"), WithAlgorithm("allreduce:ring")}, 256 << 10, collectives.Ring},
+		{"deterministic", 2, []Option{WithTransport("tcp"), Deterministic()}, 256 << 10, collectives.Algos(ar)[0]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, tc.n, tc.opts...)
+			for _, c := range cs {
+				if got := c.algoFor(ar, tc.bytes); got != tc.want {
+					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.bytes, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAlgoFor is the cost of the choice on every call: a tcp pair,
+// 8 bytes (the small-message path).
+func BenchmarkAlgoFor(b *testing.B) {
+	cs := newLocal(b, 2, WithTransport("tcp"))
+	c := cs[0]
+	for b.Loop() {
+		c.algoFor(collectives.AllReduce, 8)
+	}
+}
