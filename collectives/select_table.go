@@ -10,7 +10,8 @@ package collectives
 // fastest. The model's error (README, cost model) is larger than the gains
 // it predicts there, and a choice that flaps between neighbouring sizes is
 // measured nowhere. Then the measured exceptions (Exceptions) apply; they
-// are the only departures from the model.
+// are the only departures from the model. Between hosts there is no model
+// (select_net.go).
 //
 // Sizes are classed by the next power of two: a buffer of bytes takes the
 // choice at the smallest 2^k ≥ bytes. A Table holds the choice for every
@@ -54,9 +55,19 @@ func (t *Table) Algo(c Collective, bytes int) Algo {
 }
 
 // NewTable derives the table for size ranks sharing cpus CPUs (0: one CPU
-// per rank) linked by provider (mem, shm, tcp, verbs; see selectCost).
+// per rank) linked by provider (mem, shm, tcp, verbs; see selectCost), or
+// for "net", ranks on several hosts, the table between hosts (netSelect:
+// no constants fitted there).
 func NewTable(provider string, size, cpus int) *Table {
 	t := &Table{provider: provider, size: size, cpus: cpus}
+	if provider == netProvider {
+		for c := range Collective(numCollectives) {
+			for i := range tableClasses {
+				t.algo[c][i] = netSelect(c, size, 1<<i)
+			}
+		}
+		return t
+	}
 	k := selectCost(provider)
 	for c := range Collective(numCollectives) {
 		model := Auto
@@ -76,6 +87,9 @@ func NewTable(provider string, size, cpus int) *Table {
 // predictions at every size up to bytes' class; comm looks the answer up
 // in a Table instead.
 func Choose(provider string, c Collective, size, cpus, bytes int) Algo {
+	if provider == netProvider {
+		return netSelect(c, size, 1<<sizeClass(bytes))
+	}
 	a := ModelChoice(provider, c, size, cpus, bytes)
 	if e := exceptionFor(provider, c, size, 1<<sizeClass(bytes), a); e != nil {
 		return e.Algo

@@ -147,22 +147,24 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 }
 
 // costProvider is the provider whose constants choose c's algorithms: the
-// slowest of its links. tcp where every link is tcp (linksAllTCP); the
-// provider forced (GORUN_TRANSPORT, WithTransport); on auto, mem in one
-// process, shm on one host, and tcp across hosts (their links are tcp or
-// verbs; verbs has no fitted constants and the table gives it tcp's).
+// slowest of its links. Across hosts (but for the mem provider's simulated
+// hosts) the network, "net", which has no fitted constants: the table
+// there is the hand-made one (collectives' select_net.go). Otherwise tcp
+// where every link is tcp (linksAllTCP, loopback); the provider forced
+// (GORUN_TRANSPORT, WithTransport; verbs takes tcp's constants); on auto,
+// mem in one process and shm on one host.
 func (c *Comm) costProvider() string {
 	switch {
+	case len(c.topo.Hosts) > 1 && c.cfg.transport != "mem":
+		return "net"
 	case c.allTCP:
 		return "tcp"
 	case c.cfg.transport != "auto":
 		return c.cfg.transport
 	case c.cfg.local:
 		return "mem"
-	case len(c.topo.Hosts) <= 1:
-		return "shm"
 	}
-	return "tcp"
+	return "shm"
 }
 
 // costCPUs is the CPUs the model gives c's ranks (0: one per rank). In

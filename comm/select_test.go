@@ -9,8 +9,9 @@ import (
 // TestAlgoForDerived: a communicator's algorithms are the selection table
 // derived from the cost model for its provider, size and CPUs
 // (collectives.TableFor), at every size class from 8 B to 1 GiB and for
-// every collective, on mem, shm and tcp; the provider is the one its links
-// use, so the same sizes choose differently on tcp; forcing an algorithm
+// every collective, on mem, shm and tcp, and across (simulated) hosts;
+// the provider is the one its links use, so the same sizes choose
+// differently on tcp; forcing an algorithm
 // and Deterministic still win, and a lookup allocates nothing.
 func TestAlgoForDerived(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,6 +24,13 @@ func TestAlgoForDerived(t *testing.T) {
 		{"shm-pair", "shm", 2, []Option{WithTransport("shm")}},
 		{"tcp-pair", "tcp", 2, []Option{WithTransport("tcp")}},
 		{"tcp-four", "tcp", 4, []Option{WithTransport("tcp")}},
+		// Simulated hosts in one process keep mem's model; hosts linked
+		// by tcp take the table between hosts.
+		{"mem-2-hosts", "mem", 4, []Option{withHosts(0, 0, 1, 1)}},
+		{"tcp-2-hosts", "net", 4, []Option{func(c *config) error {
+			c.simHosts, c.transport = []int{0, 0, 1, 1}, "tcp"
+			return nil
+		}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newLocal(t, tc.n, tc.opts...)
