@@ -176,3 +176,12 @@ func (e *Engine) lowerFlags(p *Plan) {
 		}
 	}
 }
+
+// tellRead publishes the read counts of p's peers' mailboxes.
+func (e *Engine) tellRead(p *Plan) {
+	for i := range p.peers {
+		if l := e.links[p.peers[i].peer].Load(); l != nil {
+			l.mb.tell()
+		}
+	}
+}
