@@ -187,23 +187,23 @@ func (w *waiter) idle() error {
 		if share {
 			w.share = now
 		}
-		if share || e.procs == 1 || e.wait.Yield {
+		if share || e.procs == 1 {
 			// Other goroutines of this process (a provider's, the
-			// devices' watchers) may need this thread. Where each
-			// rank has a CPU, only once per shareAfter (for when
-			// every P is busy) unless there is one P: with a P
-			// idle, Gosched wakes an idle thread (wakep), which
-			// finds the Run's goroutine or nothing and sleeps
-			// again, a futex wake and a context switch on the CPU
-			// the peer rank spins on (shm, 2 ranks, 8 B allreduce,
-			// 10 interleaved pairs, near placement: 0.328 -> 0.300
-			// us, faster in 10 of 10; far: 0.565 -> 0.550, 9 of
-			// 10). Where ranks outnumber CPUs it stays at every
-			// look: there 4 ranks on 2 CPUs on shm measured slower
-			// without it in one series of 8 pairs (12.2 -> 17.6 us,
-			// far placement) and faster in another (14.3 -> 13.0,
-			// near), and 4 ranks in namespace hosts faster (280 ->
-			// 160-180 us) beside another job's load: not settled.
+			// devices' watchers) may need this thread: at every
+			// 16th look where there is one P, else once per
+			// shareAfter (for when every P is busy). With a P idle,
+			// Gosched wakes an idle thread (wakep), which finds the
+			// Run's goroutine or nothing and sleeps again, a futex
+			// wake and a context switch on a CPU a peer rank needs:
+			// shm, 2 ranks, 8 B allreduce, 10 interleaved pairs,
+			// near placement: 0.328 -> 0.300 us, faster in 10 of
+			// 10; far: 0.565 -> 0.550, 9 of 10. Where ranks
+			// outnumber CPUs (Yield) with Ps to spare: 4 namespace
+			// hosts x 1 rank on 2 CPUs, GOMAXPROCS 2, tcp, 8 B,
+			// 2026-11-27, 3 pairs: 126-147 -> 102-124 us, 30 -> 0.15
+			// futex calls per operation. (With one P, the common
+			// case there, nothing changes: 4 ranks on 2 CPUs on shm
+			// had measured both faster and slower without it.)
 			runtime.Gosched()
 		}
 		if e.wait.Yield {
