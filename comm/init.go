@@ -15,6 +15,7 @@ import (
 	"github.com/gorun-hpc/gorun/bootstrap"
 	"github.com/gorun-hpc/gorun/internal/jobctl"
 	"github.com/gorun-hpc/gorun/internal/jobenv"
+	"github.com/gorun-hpc/gorun/internal/numa"
 )
 
 // Init joins the job the launcher (gorun, srun, mpirun or torchrun)
@@ -123,6 +124,9 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)
 		c.Close()
 		return nil, &RankError{Rank: c.rank, Op: "init", Err: err}
+	}
+	if mode, _ := numa.ParseBindMode(getenv(jobenv.Bind)); mode == numa.BindNone {
+		shareProcs(c, getenv) // procs.go
 	}
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
 	// Collect Init's garbage (the gossip layer's buffers, the connections'

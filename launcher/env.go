@@ -165,7 +165,8 @@ func localEnv(vars []string) []string {
 		}
 	}
 	if !procsSet {
-		env = append(env, "GOMAXPROCS="+strconv.Itoa(max(1, runtime.NumCPU()/local)))
+		n := strconv.Itoa(max(1, runtime.NumCPU()/local))
+		env = append(env, "GOMAXPROCS="+n, jobenv.Procs+"="+n)
 	}
 	return append(env, vars...)
 }

@@ -14,6 +14,11 @@ const (
 	Bind      = "GORUN_BIND"       // core|numa|none, applied by comm.Init
 	Elastic   = "GORUN_ELASTIC"    // "1": the job goes on after a rank dies
 	MaxNP     = "GORUN_MAX_NP"     // --max-np: Grow admits ranks up to this many; a rank launched later has size ≤ rank < max
+	// Procs is the GOMAXPROCS the launcher chose (its count of the host's
+	// ranks), set beside GOMAXPROCS: Init may lower it where more ranks
+	// share the rank's CPUs (comm/procs.go). Not set where the user set
+	// GOMAXPROCS.
+	Procs = "GORUN_GOMAXPROCS"
 )
 
 // Tunables: read by every rank, passed on by the launcher from its own
@@ -55,7 +60,7 @@ const (
 
 // ContractVars are set by the launcher and never inherited from its own
 // environment (a gorun started inside a rank must not leak its rank).
-var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP}
+var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP, Procs}
 
 // TunableVars pass from the launcher's environment to every rank.
 var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin}
