@@ -24,10 +24,11 @@ func TestAlgoTableEveryKind(t *testing.T) {
 }
 
 // TestAllTCPAlgos: two ranks linked by tcp allreduce by recursive
-// doubling up to pairTCPRecDoublingMax, and 4 ranks forced onto tcp by
-// halving-doubling up to tcpHalvingDoublingMax where the table picks the
-// ring; every rank alike, the table above those sizes, and a job on
-// another transport, or of 3 ranks on tcp, follows the table throughout.
+// doubling at mid (the tcp table derived from the cost model), and 4 ranks
+// forced onto tcp by halving-doubling (its measured exception,
+// collectives.Exceptions) where mem's table picks the ring; every rank
+// alike, and a job on another transport, or of 3 ranks on tcp, follows its
+// table throughout.
 // A run of each tcp choice gives the sum.
 func TestAllTCPAlgos(t *testing.T) {
 	for _, tc := range []struct {
