@@ -290,7 +290,9 @@ func (l *Link) takeHello(m []byte) error {
 	slots := binary.LittleEndian.Uint32(m[20:])
 	l.rSlots = int(slots &^ helloMailbox)
 	l.rSlotSize = int(binary.LittleEndian.Uint32(m[24:]))
-	if slots&helloMailbox != 0 && l.mbConn != nil {
+	if slots&helloMailbox != 0 && l.mbConn != nil && l.slots+l.rSlots+mbCells < 1<<15 {
+		// (The header's message number is 16 bits: fewer messages than
+		// that are ever in flight on a link.)
 		l.mb = newMailbox(l.mbConn)
 	}
 	return nil
