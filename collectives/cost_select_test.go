@@ -18,15 +18,6 @@ func selectRanks() []int {
 	return append(ns, 65, 96, 127, 128, 255, 256, 500, 1000, 1024, 2047, 2048, 4095, 4096)
 }
 
-// selectSizes are 8 B to 64 MiB by powers of two.
-func selectSizes() []int {
-	var ss []int
-	for b := 8; b <= 64<<20; b *= 2 {
-		ss = append(ss, b)
-	}
-	return ss
-}
-
 // selectExceptions names the entries of Exceptions: a new one must be
 // added here, with its measurement in its Why.
 var selectExceptions = []string{
