@@ -134,17 +134,15 @@ func selectCost(provider string) Cost {
 	return costs["tcp"]
 }
 
-// tables caches the tables built by TableFor: open addressing over a
-// fixed array of atomic pointers, so that a lookup neither allocates nor
-// takes a lock; a miss builds the table under tablesMu. Tables are never
-// changed once published.
-// lastTable is the table TableFor returned last: a process usually runs
-// one communicator's collectives (or many of one size, NewLocal), so this
-// one load and compare is most lookups.
+// tables caches the tables built by TableFor (a world of n ranks in one
+// process makes n communicators of one key): open addressing over a fixed
+// array of atomic pointers, so that a lookup neither allocates nor takes a
+// lock; a miss builds the table under tablesMu. Tables are never changed
+// once published. A communicator keeps its table (comm's Comm.table), so
+// this is looked up once per communicator, not per call.
 var (
-	tables    [256]atomic.Pointer[Table]
-	tablesMu  sync.Mutex
-	lastTable atomic.Pointer[Table]
+	tables   [256]atomic.Pointer[Table]
+	tablesMu sync.Mutex
 )
 
 // tableProbes is how many slots a key may occupy from its hash.
@@ -153,9 +151,6 @@ const tableProbes = 8
 // TableFor returns the table for size ranks sharing cpus CPUs (0: one per
 // rank) on provider, built on first use and kept for the process.
 func TableFor(provider string, size, cpus int) *Table {
-	if t := lastTable.Load(); t != nil && t.size == size && t.cpus == cpus && t.provider == provider {
-		return t
-	}
 	h := tableHash(provider, size, cpus)
 	for i := range uint(tableProbes) {
 		t := tables[(h+i)%uint(len(tables))].Load()
@@ -163,7 +158,6 @@ func TableFor(provider string, size, cpus int) *Table {
 			break
 		}
 		if t.size == size && t.cpus == cpus && t.provider == provider {
-			lastTable.Store(t)
 			return t
 		}
 	}
@@ -178,13 +172,11 @@ func TableFor(provider string, size, cpus int) *Table {
 			break
 		}
 		if t.size == size && t.cpus == cpus && t.provider == provider {
-			lastTable.Store(t)
 			return t // built while this call waited
 		}
 	}
 	t := NewTable(provider, size, cpus)
 	tables[slot].Store(t)
-	lastTable.Store(t)
 	return t
 }
 

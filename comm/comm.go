@@ -76,8 +76,11 @@ type Comm struct {
 	// ctl reports progress to the launcher (Init only; nil is a no-op).
 	ctl *jobctl.Client
 	// allTCP: every link this communicator makes is tcp (linksAllTCP;
-	// run.go's algoFor).
+	// run.go's costProvider).
 	allTCP bool
+	// table is the selection table of its provider, size and CPUs
+	// (run.go's algoFor), fixed once its topology is known.
+	table *collectives.Table
 
 	shrink shrinkState // Init's gossip node, for Shrink (shrink.go)
 
@@ -384,6 +387,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 	c.topo = topologyOf(eps)
 	c.allTCP = linksAllTCP(cfg.transport, eps)
+	c.table = collectives.TableFor(c.costProvider(), c.size, c.costCPUs())
 	if err := c.makeHierComms(ctx); err != nil {
 		c.Close()
 		return nil, err

@@ -133,8 +133,8 @@ type planKey struct {
 // algoFor picks c's algorithm for coll moving bytes: the one forced
 // (WithAlgorithm, GORUN_ALGO), the first where the reductions must be
 // deterministic, else the selection table derived from the cost model for
-// c's provider, size and CPUs (collectives.TableFor; built on first use,
-// then an array lookup: no allocation, no map). Every rank looks up the
+// c's provider, size and CPUs (c.table, from collectives.TableFor when c
+// was made: an array lookup, no allocation, no map). Every rank has the
 // same table: its provider, size and CPUs (costCPUs) are the same on all.
 func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo {
 	if a := c.cfg.algos[coll]; a != collectives.Auto && collectives.Supports(coll, a) {
@@ -143,7 +143,7 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 	if c.cfg.deterministic {
 		return collectives.Algos(coll)[0]
 	}
-	return collectives.TableFor(c.costProvider(), c.size, c.costCPUs()).Algo(coll, bytes)
+	return c.table.Algo(coll, bytes)
 }
 
 // costProvider is the provider whose constants choose c's algorithms: the

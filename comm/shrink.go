@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
+	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -199,6 +200,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 	}
 	n.topo = topologyOf(eps) // flat algorithms only: no sub-communicators after a shrink
 	n.allTCP = linksAllTCP(n.cfg.transport, eps)
+	n.table = collectives.TableFor(n.costProvider(), n.size, n.costCPUs())
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if fw := n.shrink.failures; fw != nil {
