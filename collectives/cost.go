@@ -10,7 +10,9 @@ package collectives
 // busiest rank in the order its steps depend on each other. A message
 // larger than the pipelining chunk (ChunkBytes, capped by the link's
 // staging window) goes in pieces, each paying α. A block of less than an
-// element is not sent (ElemBytes).
+// element is not sent (ElemBytes). A step that waits for a message its
+// peer sent in the same call (every step of an allreduce) adds the
+// latency λ (Latency); back-to-back calls of a broadcast overlap it.
 //
 // Ranks that share too few CPUs (n ranks in one process on two cores) do
 // not run their steps in parallel. There the time is bounded by the CPU
@@ -19,7 +21,8 @@ package collectives
 // credit, β and γ per byte, and an idle turn for every rank at each
 // dependent step of the path whose receiver must wait for its next turn
 // (an idle rank hands the CPU on: WaitPolicy.InProcess). β and γ grow
-// once the ranks' buffers outgrow the last-level cache (Spill).
+// once the ranks' buffers outgrow the share of the last-level cache they
+// keep (Spill, Cache).
 //
 // The constants (costs) are fitted by collectives' TestCostPoints from
 // points that comm's TestCostFit measures on this machine (README, cost
@@ -32,12 +35,23 @@ import (
 
 // Cost holds a provider's constants, in seconds.
 type Cost struct {
-	// Alpha is a message's latency: from its send to the moment its
-	// receiver may use it, on a path of dependent steps.
+	// Alpha is what a message costs the path where nothing waits for
+	// it: a pipeline of back-to-back messages (a broadcast's) takes Alpha
+	// per message.
 	Alpha float64
 	// Beta is the time per byte sent, Gamma per byte reduced, while the
 	// ranks' buffers fit in the last-level cache.
 	Beta, Gamma float64
+	// Latency is what a dependent step adds to Alpha: the time from a
+	// message's send until its receiver, waiting for it, may use it,
+	// where the receiver's next step needs it. Every step of an
+	// allreduce waits for a message of the same call (steps); back-to-back
+	// calls of a rooted collective (broadcast) overlap it, as the root
+	// does not wait for its children. A 2-rank allreduce on mem takes
+	// twice a broadcast's time per message at 8 B (0.88 against 0.50 µs):
+	// an exchange pays the one-way latency that a broadcast's pipeline
+	// hides.
+	Latency float64
 	// Overhead is the CPU time a message costs its ranks where they share
 	// CPUs (LogP's o at both ends, with the polls and hand-offs it takes
 	// there): what the work bound counts per message, where much of Alpha
@@ -50,12 +64,20 @@ type Cost struct {
 	Turn float64
 	// Spill is how much more a byte sent or reduced costs out of the
 	// cache than in it: β and γ grow by Spill times the share of the
-	// ranks' buffers that does not fit in CacheBytes.
+	// ranks' buffers that does not fit in Cache.
 	Spill float64
+	// Cache is the bytes of the ranks' buffers that stay in the cache:
+	// less than the last-level cache (CacheBytes), which this virtual
+	// machine's 2 CPUs share with the host's other cores, and the ranks
+	// with their staging. It is the machine's, one value for every
+	// provider, the power of two whose fit has the least loss (16 MiB):
+	// two ranks' allreduce of 16 MiB took 1.6-1.9 times its 1 MiB time
+	// per byte on mem and shm, where 2 × 16 MiB just fill the L3.
+	Cache float64
 }
 
-// CacheBytes is the last-level cache the buffers of ranks on one host
-// share (this machine's L3: 32 MiB).
+// CacheBytes is this machine's last-level cache (its L3: 32 MiB). The
+// ranks' buffers spill well before they fill it (Cost.Cache).
 const CacheBytes = 32 << 20
 
 // ElemBytes is the element size the model counts messages in: a block of
@@ -67,13 +89,14 @@ const ElemBytes = 4
 // 2026-11-27 15:26-15:30 UTC (the whole grid, 3 passes, the fastest
 // kept), all ranks in one process on this 2-core machine, 1-minute load
 // 5.8 falling to 3.4 (another session's test held most of a CPU); refitted
-// 2026-11-27 17:53 with allReduceFactor: within 30% at 178 of its 227
-// check points, median 15% (160, median 18%, without the factors). shm's
-// γ came out at its floor (0 here): shm's reductions hide in its copies.
+// 2026-11-27 20:40 with Latency, Cache, halving-doubling's pieces and the
+// double tree's shape (treeShape): within 30% at 189 of its 227 check
+// points, median 14%, p90 38% (178, 15%, 40% before). shm's γ comes out
+// at its floor (0 here): shm's reductions hide in its copies.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.19e-07, Beta: 1.98e-11, Gamma: 3.47e-11, Overhead: 6.98e-07, Turn: 1.28e-07, Spill: 1.7},
-	"shm": {Alpha: 3.68e-07, Beta: 6.4e-11, Gamma: 0, Overhead: 4.75e-07, Turn: 1.48e-07, Spill: 2.35},
-	"tcp": {Alpha: 8.06e-06, Beta: 1.64e-10, Gamma: 1.5e-10, Overhead: 1.29e-05, Turn: 2.94e-08, Spill: 0.507},
+	"mem": {Alpha: 4.08e-07, Latency: 4.59e-07, Beta: 1.97e-11, Gamma: 3.22e-11, Overhead: 6.71e-07, Turn: 1.4e-07, Spill: 1.28, Cache: 16 << 20},
+	"shm": {Alpha: 3.4e-07, Latency: 8.04e-08, Beta: 6.45e-11, Gamma: 0, Overhead: 4.46e-07, Turn: 1.69e-07, Spill: 1.1, Cache: 16 << 20},
+	"tcp": {Alpha: 6.4e-06, Latency: 3.22e-06, Beta: 1.76e-10, Gamma: 1.28e-10, Overhead: 1.31e-05, Turn: 0, Spill: 0.416, Cache: 16 << 20},
 }
 
 // CostOf returns the fitted constants of provider.
@@ -107,7 +130,7 @@ type terms struct{ msgs, bytes, red float64 }
 // spill is the factor on β and γ for size ranks' buffers of bytes each.
 func (k Cost) spill(size, bytes int) float64 {
 	ws := float64(size) * float64(bytes)
-	return 1 + k.Spill*max(0, 1-CacheBytes/ws)
+	return 1 + k.Spill*max(0, 1-k.Cache/ws)
 }
 
 // Estimate predicts c with algorithm a over size ranks, bytes as Select
@@ -141,8 +164,10 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 // +22, +21, +2%): the double tree runs two trees at once and each rank is
 // interior in one of them, so its pieces contend at the rank that both
 // trees pass through; recursive doubling's exchange sends and receives at
-// once. Fitted with the constants (TestCostPoints).
-var allReduceFactor = [numAlgos]float64{Ring: 1, Tree: 1.4, RecDoubling: 0.883, HalvingDoubling: 1.15}
+// once. Fitted with the constants (TestCostPoints); refitted with
+// Latency, Cache and the tree's shape (treeShape): tree 1.40, rd 0.835
+// (0.883 before), hd 1.10 (1.15 before halving-doubling's pieces).
+var allReduceFactor = [numAlgos]float64{Ring: 1, Tree: 1.4, RecDoubling: 0.835, HalvingDoubling: 1.1}
 
 // estimate is EstimateWindow with a's factor f.
 func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, f float64) Estimate {
@@ -160,7 +185,7 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, f float64)
 	}
 	sp := k.spill(size, bytes)
 	return Estimate{
-		Path: f * (path.msgs*k.Alpha + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
+		Path: f * (path.msgs*k.Alpha + steps(c, a, size)*k.Latency + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
 		Work: f * (work.msgs*k.Overhead + sp*(work.bytes*k.Beta+work.red*k.Gamma)),
 		Idle: f * turns(c, a, bytes, chunk, stall, path) * float64(size) * k.Turn,
 	}
@@ -190,6 +215,53 @@ func turns(c Collective, a Algo, bytes, chunk int, stall bool, path terms) float
 		t *= 2
 	}
 	return t
+}
+
+// steps is how many steps of c/a over n ranks wait for a message that a
+// rank sent in the same call after a wait of its own: the latency the
+// next call cannot overlap. The pieces of a step pipeline behind its
+// first. A rooted collective's calls (broadcast, reduce, gather, scatter)
+// overlap back to back, and have none.
+func steps(c Collective, a Algo, n int) float64 {
+	if n < 2 {
+		return 0
+	}
+	N, L := float64(n), log2(n)
+	p2 := 1 << (bits.Len(uint(n)) - 1)
+	L2 := float64(bits.Len(uint(p2)) - 1)
+	fold := 0.0
+	if n != p2 {
+		fold = 2
+	}
+	switch c {
+	case AllReduce:
+		switch a {
+		case Ring:
+			return 2 * (N - 1)
+		case RecDoubling:
+			return L2 + fold
+		case HalvingDoubling:
+			return 2*L2 + fold
+		case Tree:
+			D, _, _ := treeShape(n)
+			return 2 * D
+		}
+	case ReduceScatter:
+		if a == RecDoubling {
+			return steps(AllReduce, RecDoubling, n)
+		}
+		return N - 1
+	case AllGather:
+		if a == Bruck {
+			return L
+		}
+		return N - 1
+	case Barrier:
+		return L
+	case AllToAll, AllToAllV, AllGatherV:
+		return N - 1
+	}
+	return 0
 }
 
 // npieces is how many messages of at most chunk bytes carry m bytes.
@@ -238,23 +310,31 @@ func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 			// is less than one element; the doubling mirrors it.
 			// Fewer elements than ranks: as in the ring, each element
 			// is sent by all but one rank in each half.
+			// A step's half goes in pieces of chunk bytes like any
+			// message (a window of 8 KiB makes 124 pieces of 1 MiB's
+			// halving at 32 ranks).
 			h := (1 - 1/P2) * S
 			q := npieces(S, chunk)
-			path = terms{2*L2 + 2*fold*q, 2*h + 2*fold*S, h + fold*S}
-			work = terms{2*min(P2*L2, elems(S)*(P2-1)) + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
+			hq := 0.0 // the pieces of one rank's halving
+			for i, m := 0.0, S/2; i < L2; i, m = i+1, m/2 {
+				hq += npieces(m, chunk)
+			}
+			path = terms{2*hq + 2*fold*q, 2*h + 2*fold*S, h + fold*S}
+			work = terms{2*min(P2*hq, elems(S)*(P2-1)) + 2*R*q, P2*2*h + 2*R*S, P2*h + R*S}
 			return path, work
 		case Tree:
 			// Two binary trees, each reducing half the buffer up and
 			// broadcasting it down in pieces; a rank is interior in one
-			// tree (two children) and a leaf in the other. A piece
-			// takes depth steps up and depth down; the busiest rank
-			// then sends four pieces and reduces two for each further
-			// piece of the pipeline.
+			// tree and a leaf in the other. A piece takes depth steps
+			// up and depth down; the busiest rank then sends snd pieces
+			// and reduces red for each further piece of the pipeline:
+			// four and two where it has two children, two and one over
+			// two ranks, where each is the other's only child.
 			h := S / 2
 			cb := min(float64(chunk), h)
 			kp := npieces(h, chunk)
-			D := treeDepth(n)
-			path = terms{2*D + 4*(kp-1), (2*D + 4*(kp-1)) * cb, (D + 2*(kp-1)) * cb}
+			D, snd, red := treeShape(n)
+			path = terms{2*D + snd*(kp-1), (2*D + snd*(kp-1)) * cb, (D + red*(kp-1)) * cb}
 			work = terms{4 * (N - 1) * kp, 2 * (N - 1) * S, (N - 1) * S}
 			return path, work
 		}
@@ -317,18 +397,36 @@ func message(c Collective, a Algo, n, bytes int) int {
 	return bytes
 }
 
-// treeDepth is the depth of btree over n ranks (dtree's is the same):
-// the longest walk from a rank up to the root.
-func treeDepth(n int) float64 {
-	d := 0
+// treeShape returns the depth of btree over n ranks (dtree's is the
+// same), the longest walk from a rank up to the root, and the most pieces
+// a rank sends (snd) and reduces (red) per piece of each half in the
+// double tree: to its parent and each child, from each child, in both
+// trees.
+func treeShape(n int) (depth, snd, red float64) {
+	d, ms, mr := 0, 0, 0
 	for r := range n {
 		k := 0
 		for v := r; v > 0; v, _, _ = btree(n, v) {
 			k++
 		}
 		d = max(d, k)
+		s, c := 0, 0
+		for _, t := range [2]func(int, int) (int, int, int){btree, dtree} {
+			up, d0, d1 := t(n, r)
+			for _, x := range [3]int{up, d0, d1} {
+				if x >= 0 {
+					s++
+				}
+			}
+			for _, x := range [2]int{d0, d1} {
+				if x >= 0 {
+					c++
+				}
+			}
+		}
+		ms, mr = max(ms, s), max(mr, c)
 	}
-	return float64(d)
+	return float64(d), float64(ms), float64(mr)
 }
 
 func scale(t terms, f float64) terms { return terms{t.msgs * f, t.bytes * f, t.red * f} }

@@ -68,8 +68,8 @@ func TestCostPlot(t *testing.T) {
 	w, h := len(sizes)*(pw+ml+20), ph+mt+80
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="15">allreduce, predicted time by the cost model, one CPU per rank (%s: α %.2g s, β %.2g s/B, γ %.2g s/B, spill %.2g)</text>`+"\n",
-		w/2, p, k.Alpha, k.Beta, k.Gamma, k.Spill)
+	fmt.Fprintf(&b, `<text x="%d" y="20" text-anchor="middle" font-size="15">allreduce, predicted time by the cost model, one CPU per rank (%s: α %.2g s, λ %.2g s, β %.2g s/B, γ %.2g s/B, spill %.2g above %d MiB)</text>`+"\n",
+		w/2, p, k.Alpha, k.Latency, k.Beta, k.Gamma, k.Spill, int(k.Cache)>>20)
 	for i, s := range sizes {
 		x0 := i*(pw+ml+20) + ml
 		// y range: decades around this panel's values.
@@ -131,9 +131,12 @@ func secs(v float64) string {
 	return fmt.Sprintf("%gns", v*1e9)
 }
 
-// TestTreeDepth checks treeDepth against both trees' parent links.
-func TestTreeDepth(t *testing.T) {
+// TestTreeShape checks treeShape: the depth against both trees' parent
+// links, the sends and reductions per piece against the double tree's
+// schedules.
+func TestTreeShape(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 5, 7, 8, 64, 100} {
+		depth, snd, red := treeShape(n)
 		for _, tree := range []func(n, r int) (int, int, int){btree, dtree} {
 			d := 0
 			for r := range n {
@@ -147,9 +150,26 @@ func TestTreeDepth(t *testing.T) {
 				}
 				d = max(d, k)
 			}
-			if float64(d) != treeDepth(n) {
-				t.Errorf("n=%d: depth %d, treeDepth %g", n, d, treeDepth(n))
+			if float64(d) != depth {
+				t.Errorf("n=%d: depth %d, treeShape %g", n, d, depth)
 			}
+		}
+		const pieces = 16 // per half, of one element each
+		ms, mr := 0, 0
+		for r := range n {
+			s, c := 0, 0
+			for _, op := range DoubleTreeAllReduce(r, n, 2*pieces, 1).Ops {
+				switch op.Kind {
+				case Send:
+					s++
+				case RecvReduce:
+					c++
+				}
+			}
+			ms, mr = max(ms, s), max(mr, c)
+		}
+		if float64(ms) != snd*pieces || float64(mr) != red*pieces {
+			t.Errorf("n=%d: schedules send %d and reduce %d pieces, treeShape %g and %g per piece of %d", n, ms, mr, snd, red, pieces)
 		}
 	}
 }

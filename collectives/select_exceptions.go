@@ -53,6 +53,24 @@ var Exceptions = []Exception{
 			"At 4 ranks the model predicts halving-doubling 2-13% slower than the ring from 256 KiB to 2 MiB " +
 			"(4-11% from 512 KiB with 2 CPUs shared); at 8 and 16 it picks halving-doubling itself",
 	},
+	{
+		Provider: "tcp", Coll: AllReduce, MinRanks: 2, MaxRanks: 2,
+		MinBytes: 1 << 20, MaxBytes: math.MaxInt, Model: RecDoubling, Algo: Ring,
+		Why: "2 processes on tcp loopback, ring against rd, interleaved, 2026-11-27 20:27 (6 rounds, load 2.4-2.7), " +
+			"in place: 2 MiB ring 504-1401 (median 617) against rd 543-837 (763), ring faster in 5; 4 MiB 1142-1541 " +
+			"against 1528-1866, ring faster in 6; 16 MiB 4625-6941 (5783) against 5228-6933 (6175), ring faster in 5. " +
+			"In one process too (cost_points.csv): 16 MiB 6008 against 7211. The model predicts rd 2-5% slower from " +
+			"2 MiB, within CostTie of the ring, so the choice below (rd) stays",
+	},
+	{
+		Provider: "mem", Coll: AllReduce, MinRanks: 4, MaxRanks: 4,
+		MinBytes: 256 << 10, MaxBytes: math.MaxInt, Model: HalvingDoubling, Algo: Ring,
+		Why: "4 ranks in one process on mem (allreduce_perf -np 4 -t mem, 2 CPUs), ring against hd, interleaved, " +
+			"2026-11-27 20:31 (6 rounds), in place: 1 MiB ring 402-640 (median 459) against hd 422-783 (528), ring " +
+			"faster in 4; 16 MiB 6955-7564 against 7121-7693, ring faster in 4 (out of place hd in 4): level, the " +
+			"ring no slower (cost_points.csv: 109 against 109 at 1 MiB, 4107 against 4187 at 16 MiB). The model " +
+			"predicts hd 7-10% slower, within CostTie, so the choice below (hd, from 128 KiB) stays",
+	},
 }
 
 // exceptionFor is the entry of Exceptions that applies to the cell where
