@@ -2,9 +2,12 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
 )
@@ -194,5 +197,141 @@ func TestHierarchicalSelection(t *testing.T) {
 	perHost := newLocal(t, 3, withHosts(0, 1, 2))
 	if perHost[0].hierFor(collectives.AllReduce, 16<<20) {
 		t.Errorf("one rank per host picks hierarchical")
+	}
+}
+
+// TestHierarchicalPipeline checks allreduces cut into several pieces
+// (hierPieces), with a last piece that does not split into equal shards,
+// both ways between two hosts.
+func TestHierarchicalPipeline(t *testing.T) {
+	count := hierPipelineCount
+	if m := hierPieces(count * 8); m != 3 {
+		t.Fatalf("hierPieces(%d) = %d, want 3", count*8, m)
+	}
+	for _, name := range []string{"2x2", "2x3", "interleave", "1+3"} {
+		t.Run(name, func(t *testing.T) {
+			layout := hostLayouts[name]
+			cs := newLocal(t, len(layout), withHosts(layout...))
+			check := func(c *Comm) error { return checkAllReduceSum(context.Background(), c, count) }
+			runAll(t, cs, check)
+			if cs[0].hier.back == nil {
+				return
+			}
+			defer func() { hierDirected = true }()
+			hierDirected = false
+			runAll(t, cs, check)
+		})
+	}
+}
+
+// hierPipelineCount is a float64 count that hierAllReduce cuts into 3
+// pieces, the last not splitting into equal shards.
+const hierPipelineCount = 3*hierPieceBytes/8 + 5
+
+// checkAllReduceSum sums count float64s over c and checks the result.
+func checkAllReduceSum(ctx context.Context, c *Comm, count int) error {
+	n := c.Size()
+	buf := make([]float64, count)
+	for i := range buf {
+		buf[i] = float64(c.Rank()*1000 + i)
+	}
+	if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i, v := range buf {
+		if want := float64(1000*n*(n-1)/2 + n*i); v != want {
+			return fmt.Errorf("rank %d allreduce of %d: [%d] = %v, want %v", c.Rank(), count, i, v, want)
+		}
+	}
+	return nil
+}
+
+// TestHierPipelineErrors: hierPipeline's order (a piece crosses after its
+// local phase, gathers after it crossed) and its errors: the failing
+// phase's error, not the cancellation it causes in the other, and a
+// caller's cancellation.
+func TestHierPipelineErrors(t *testing.T) {
+	c := &Comm{}
+	boom := errors.New("boom")
+	run := func(ctx context.Context, failLocal, failCross int) (error, []string) {
+		var mu sync.Mutex
+		var log []string
+		note := func(s string, i int) {
+			mu.Lock()
+			log = append(log, fmt.Sprintf("%s%d", s, i))
+			mu.Unlock()
+		}
+		wait := func(ctx context.Context) error { // a phase blocked on a peer
+			<-ctx.Done()
+			return fmt.Errorf("blocked: %w", ctx.Err())
+		}
+		err := hierPipeline(ctx, c, 4, func(ctx context.Context, i int) error {
+			note("L", i)
+			if i == failLocal {
+				return boom
+			}
+			if failCross >= 0 && i > failCross {
+				return wait(ctx)
+			}
+			return nil
+		}, func(ctx context.Context, i int) error {
+			note("X", i)
+			if i == failCross {
+				return boom
+			}
+			if failLocal >= 0 && i >= failLocal-1 {
+				return wait(ctx)
+			}
+			return nil
+		}, func(ctx context.Context, i int) error {
+			note("G", i)
+			return nil
+		})
+		return err, log
+	}
+	err, log := run(context.Background(), -1, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for k, s := range log {
+		pos[s] = k
+	}
+	for i := range 4 {
+		l, x, g := fmt.Sprint("L", i), fmt.Sprint("X", i), fmt.Sprint("G", i)
+		if pos[l] > pos[x] || pos[x] > pos[g] || len(log) != 12 {
+			t.Fatalf("order %v", log)
+		}
+	}
+	for _, tc := range []struct{ local, cross int }{{2, -1}, {-1, 1}, {0, -1}, {-1, 3}} {
+		if err, log := run(context.Background(), tc.local, tc.cross); err != boom {
+			t.Errorf("local fails at %d, cross at %d: %v (calls %v), want boom", tc.local, tc.cross, err, log)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err, _ := run(ctx, -1, -1); !errors.Is(err, context.Canceled) && err != nil {
+		t.Errorf("cancelled caller: %v", err)
+	}
+}
+
+// TestHierPipelineAbort: a rank that gives up while the others run an
+// allreduce in pieces fails it on every rank, named by its rank in the
+// whole communicator, within seconds.
+func TestHierPipelineAbort(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4, withHosts(0, 0, 1, 1))
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 3 {
+			time.Sleep(50 * time.Millisecond)
+			c.Abort(errors.New("user gave up"))
+			return c.Err()
+		}
+		return checkAllReduceSum(ctx, c, hierPipelineCount)
+	})
+	checkAll(t, "abort during a pipelined allreduce", errs, ErrAborted, 3)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("abort took %v", d)
 	}
 }

@@ -41,7 +41,7 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 			copy(recv, send)
 		}
 		if err := hierAllReduce(ctx, c, recv, op); err != nil {
-			return rankErr(name, err)
+			return rankErr(name, c.hierErr(ctx, err))
 		}
 	} else {
 		s := spec{coll: collectives.AllReduce, dt: DTypeOf[T](), op: op, count: len(recv), work: bytesOf(recv)}
@@ -125,7 +125,7 @@ func broadcast[T Number](ctx context.Context, c *Comm, t uint64, buf []T, root i
 		return c.invalid(name, "root %d out of range [0,%d)", root, c.size)
 	}
 	if c.hierFor(collectives.Broadcast, len(bytesOf(buf))) {
-		return rankErr(name, hierBroadcast(ctx, c, buf, root))
+		return rankErr(name, c.hierErr(ctx, hierBroadcast(ctx, c, buf, root)))
 	}
 	s := spec{coll: collectives.Broadcast, dt: DTypeOf[T](), root: root, count: len(buf), work: bytesOf(buf)}
 	return rankErr(name, c.exec(ctx, &s))
@@ -148,7 +148,7 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T)
 		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
 	}
 	if c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
-		return rankErr(name, hierAllGather(ctx, c, send, recv))
+		return rankErr(name, c.hierErr(ctx, hierAllGather(ctx, c, send, recv)))
 	}
 	if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
 		copy(mine, send)
@@ -179,7 +179,7 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 	in := bytesOf(send)
 	if c.hierFor(collectives.ReduceScatter, len(in)) {
 		if err := hierReduceScatter(ctx, c, send, recv, op); err != nil {
-			return rankErr(name, err)
+			return rankErr(name, c.hierErr(ctx, err))
 		}
 		if op == Avg {
 			kernels.Scale(recv, c.size)
@@ -297,7 +297,7 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 	}
 	defer c.release()
 	if c.hierFor(collectives.Barrier, 0) {
-		return rankErr("barrier", c.hierBarrier(ctx))
+		return rankErr("barrier", c.hierErr(ctx, c.hierBarrier(ctx)))
 	}
 	s := spec{coll: collectives.Barrier, dt: kernels.Uint8}
 	return rankErr("barrier", c.exec(ctx, &s))

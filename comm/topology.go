@@ -139,7 +139,10 @@ func (c *Comm) makeHierComms(ctx context.Context) error {
 		}
 	}
 	c.hier = h
+	stop := make(chan struct{})
+	go c.watchHier(c.eng, stop)
 	c.onClose = append(c.onClose, func() {
+		close(stop)
 		h.local.Close()
 		for _, x := range []*Comm{h.cross, h.back} {
 			if x != nil {
