@@ -37,9 +37,12 @@ func TestClusterChild(t *testing.T) {
 	if err := checkCollectives(ctx, c, hierCounts[1]); err != nil {
 		t.Fatal(err)
 	}
-	// An allreduce in pieces: the host's shm communicator and the tcp
-	// ones between hosts at once.
+	// An allreduce and broadcasts in pieces: the host's shm communicator
+	// and the tcp ones between hosts at once.
 	if err := checkAllReduceSum(ctx, c, hierPipelineCount); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBroadcasts(ctx, c, hierPipelineCount); err != nil {
 		t.Fatal(err)
 	}
 }

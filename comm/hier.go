@@ -213,39 +213,15 @@ func hierAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error
 		}
 		return nil
 	}
-	// Pieces of per elements (a multiple of s), each reduce-scattered,
-	// crossed and allgathered; only the last may need padding.
-	m := hierPieces(n * int(unsafe.Sizeof(buf[0])))
-	per := (n + m - 1) / m
-	per = (per + s - 1) / s * s
-	m = (n + per - 1) / per
-	last := n - (m-1)*per
-	pad := 0
-	if last%s != 0 {
-		pad = (last + s - 1) / s * s
-	}
-	padded, tmp := hierScratch[T](h, pad, (per/s+1)/2)
-	piece := func(i int) []T {
-		if i == m-1 && pad > 0 {
-			return padded
-		}
-		return buf[i*per : min(n, (i+1)*per)]
-	}
-	if pad > 0 {
-		copy(padded, buf[(m-1)*per:])
-		clear(padded[last:])
-	}
-	mine := func(p []T) []T {
-		b := len(p) / s
-		return p[h.localIdx*b : (h.localIdx+1)*b]
-	}
+	cut := newHierCut(h, buf, true)
+	piece, mine := cut.piece, cut.mine
 	cross := func(ctx context.Context, shard []T) error {
 		if h.back != nil && hierDirected {
-			return hierCross2(ctx, c, shard, tmp, op)
+			return hierCross2(ctx, c, shard, cut.tmp, op)
 		}
 		return AllReduce(ctx, h.cross, shard, shard, op)
 	}
-	if m == 1 {
+	if cut.m == 1 {
 		p := piece(0)
 		if err := ReduceScatter(ctx, h.local, p, mine(p), op); err != nil {
 			return c.subErr(err, true)
@@ -256,7 +232,7 @@ func hierAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error
 		if err := AllGather(ctx, h.local, mine(p), p); err != nil {
 			return c.subErr(err, true)
 		}
-	} else if err := hierPipeline(ctx, c, m, func(ctx context.Context, i int) error {
+	} else if err := hierPipeline(ctx, c, cut.m, func(ctx context.Context, i int) error {
 		return ReduceScatter(ctx, h.local, piece(i), mine(piece(i)), op)
 	}, func(ctx context.Context, i int) error {
 		return cross(ctx, mine(piece(i)))
@@ -265,20 +241,73 @@ func hierAllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error
 	}); err != nil {
 		return err
 	}
-	if pad > 0 {
-		copy(buf[(m-1)*per:], padded[:last])
-	}
+	cut.done()
 	return nil
 }
 
+// hierCut cuts a buffer of a hierarchical allreduce or broadcast into
+// hierPieces pieces of per elements, a multiple of the shard count s,
+// each split into s equal shards; the last piece, if it does not split,
+// is padded in h's scratch (copied in by newHierCut where the caller's
+// data is the input, and back by done).
+type hierCut[T Number] struct {
+	buf, padded, tmp []T
+	m, per, last, s  int
+	localIdx         int
+}
+
+// newHierCut cuts buf; in: buf holds input on this rank (copy it into
+// the padding). tmp is scratch of half a shard (hierCross2).
+func newHierCut[T Number](h *hierComms, buf []T, in bool) *hierCut[T] {
+	n, s := len(buf), h.shards
+	m := hierPieces(n * int(unsafe.Sizeof(buf[0])))
+	per := (n + m - 1) / m
+	per = (per + s - 1) / s * s
+	m = (n + per - 1) / per
+	p := &hierCut[T]{buf: buf, m: m, per: per, last: n - (m-1)*per, s: s, localIdx: h.localIdx}
+	pad := 0
+	if p.last%s != 0 {
+		pad = (p.last + s - 1) / s * s
+	}
+	p.padded, p.tmp = hierScratch[T](h, pad, (per/s+1)/2)
+	if pad > 0 && in {
+		copy(p.padded, buf[(m-1)*per:])
+		clear(p.padded[p.last:])
+	}
+	return p
+}
+
+// piece is piece i.
+func (p *hierCut[T]) piece(i int) []T {
+	if i == p.m-1 && len(p.padded) > 0 {
+		return p.padded
+	}
+	return p.buf[i*p.per : min(len(p.buf), (i+1)*p.per)]
+}
+
+// mine is this rank's shard of a piece.
+func (p *hierCut[T]) mine(piece []T) []T {
+	b := len(piece) / p.s
+	return piece[p.localIdx*b : (p.localIdx+1)*b]
+}
+
+// done copies the padded last piece back.
+func (p *hierCut[T]) done() {
+	if len(p.padded) > 0 {
+		copy(p.buf[(p.m-1)*p.per:], p.padded[:p.last])
+	}
+}
+
 // hierPieceBytes is the size of the pieces a large hierarchical allreduce
-// is cut into, so that one piece's exchange between hosts overlaps the
-// next piece's reduce-scatter and the last one's allgather inside the
-// host (as coll/han and NCCL pipeline theirs); at most hierMaxPieces.
+// or broadcast is cut into, so that one piece's exchange between hosts
+// overlaps the next piece's reduce-scatter (scatter) and the last one's
+// allgather inside the host (as coll/han and NCCL pipeline theirs); at
+// most hierMaxPieces.
 // Namespace cluster, 2 hosts x 2 ranks on 2 CPUs, 2 Gbit/s links,
 // 2026-11-27, 6 interleaved pairs: 16 MiB 75.6-77.7 -> 70.3-71.4 ms, 64
 // MiB 315-321 -> 288-291 ms (the link's bound: 67 and 268), 1 and 4 MiB
-// level; 1 MiB pieces (at most 16) measured the same.
+// level; 1 MiB pieces (at most 16) measured the same. Broadcast, 3
+// pairs: 16 MiB 72.5-73.1 -> 68.7-69.0 ms (the flat chain 68.6-69.1).
 const (
 	hierPieceBytes = 2 << 20
 	hierMaxPieces  = 8
@@ -422,28 +451,37 @@ func hierBroadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) er
 		}
 		return nil
 	}
-	n, s := len(buf), h.shards
-	b := (n + s - 1) / s
-	full := buf
-	if n != s*b {
-		full, _ = hierScratch[T](h, s*b, 0)
-		copy(full, buf)
+	// In pieces, as hierAllReduce: the root's host scatters each piece,
+	// the cross communicators broadcast their shards of it, every host
+	// allgathers it.
+	cut := newHierCut(h, buf, mine)
+	piece, shard := cut.piece, cut.mine
+	scatter := func(ctx context.Context, i int) error {
+		if !mine {
+			return nil
+		}
+		return Scatter(ctx, h.local, piece(i), shard(piece(i)), rootLocal)
 	}
-	shard := full[h.localIdx*b : (h.localIdx+1)*b]
-	if mine {
-		if err := Scatter(ctx, h.local, full, shard, rootLocal); err != nil {
+	cross := func(ctx context.Context, i int) error {
+		return Broadcast(ctx, h.cross, shard(piece(i)), rootHost)
+	}
+	gather := func(ctx context.Context, i int) error {
+		return AllGather(ctx, h.local, shard(piece(i)), piece(i))
+	}
+	if cut.m == 1 {
+		if err := scatter(ctx, 0); err != nil {
 			return c.subErr(err, true)
 		}
+		if err := cross(ctx, 0); err != nil {
+			return c.subErr(err, false)
+		}
+		if err := gather(ctx, 0); err != nil {
+			return c.subErr(err, true)
+		}
+	} else if err := hierPipeline(ctx, c, cut.m, scatter, cross, gather); err != nil {
+		return err
 	}
-	if err := Broadcast(ctx, h.cross, shard, rootHost); err != nil {
-		return c.subErr(err, false)
-	}
-	if err := AllGather(ctx, h.local, shard, full); err != nil {
-		return c.subErr(err, true)
-	}
-	if n != s*b {
-		copy(buf, full[:n])
-	}
+	cut.done()
 	return nil
 }
 

@@ -200,9 +200,9 @@ func TestHierarchicalSelection(t *testing.T) {
 	}
 }
 
-// TestHierarchicalPipeline checks allreduces cut into several pieces
-// (hierPieces), with a last piece that does not split into equal shards,
-// both ways between two hosts.
+// TestHierarchicalPipeline checks allreduces and broadcasts cut into
+// several pieces (hierPieces), with a last piece that does not split into
+// equal shards, the allreduce both ways between two hosts.
 func TestHierarchicalPipeline(t *testing.T) {
 	count := hierPipelineCount
 	if m := hierPieces(count * 8); m != 3 {
@@ -212,7 +212,12 @@ func TestHierarchicalPipeline(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			layout := hostLayouts[name]
 			cs := newLocal(t, len(layout), withHosts(layout...))
-			check := func(c *Comm) error { return checkAllReduceSum(context.Background(), c, count) }
+			check := func(c *Comm) error {
+				if err := checkAllReduceSum(context.Background(), c, count); err != nil {
+					return err
+				}
+				return checkBroadcasts(context.Background(), c, count)
+			}
 			runAll(t, cs, check)
 			if cs[0].hier.back == nil {
 				return
@@ -246,6 +251,27 @@ func checkAllReduceSum(ctx context.Context, c *Comm, count int) error {
 	return nil
 }
 
+// checkBroadcasts broadcasts count int64s from every root and checks them.
+func checkBroadcasts(ctx context.Context, c *Comm, count int) error {
+	for root := range c.Size() {
+		buf := make([]int64, count)
+		if c.Rank() == root {
+			for i := range buf {
+				buf[i] = int64(root*100000 + i)
+			}
+		}
+		if err := Broadcast(ctx, c, buf, root); err != nil {
+			return err
+		}
+		for i, v := range buf {
+			if v != int64(root*100000+i) {
+				return fmt.Errorf("rank %d broadcast of %d from %d: [%d] = %d", c.Rank(), count, root, i, v)
+			}
+		}
+	}
+	return nil
+}
+
 // TestHierPipelineErrors: hierPipeline's order (a piece crosses after its
 // local phase, gathers after it crossed) and its errors: the failing
 // phase's error, not the cancellation it causes in the other, and a
@@ -253,7 +279,7 @@ func checkAllReduceSum(ctx context.Context, c *Comm, count int) error {
 func TestHierPipelineErrors(t *testing.T) {
 	c := &Comm{}
 	boom := errors.New("boom")
-	run := func(ctx context.Context, failLocal, failCross int) (error, []string) {
+	run := func(ctx context.Context, failLocal, failCross int) ([]string, error) {
 		var mu sync.Mutex
 		var log []string
 		note := func(s string, i int) {
@@ -287,9 +313,9 @@ func TestHierPipelineErrors(t *testing.T) {
 			note("G", i)
 			return nil
 		})
-		return err, log
+		return log, err
 	}
-	err, log := run(context.Background(), -1, -1)
+	log, err := run(context.Background(), -1, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,13 +330,13 @@ func TestHierPipelineErrors(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ local, cross int }{{2, -1}, {-1, 1}, {0, -1}, {-1, 3}} {
-		if err, log := run(context.Background(), tc.local, tc.cross); err != boom {
+		if log, err := run(context.Background(), tc.local, tc.cross); err != boom {
 			t.Errorf("local fails at %d, cross at %d: %v (calls %v), want boom", tc.local, tc.cross, err, log)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err, _ := run(ctx, -1, -1); !errors.Is(err, context.Canceled) && err != nil {
+	if _, err := run(ctx, -1, -1); !errors.Is(err, context.Canceled) && err != nil {
 		t.Errorf("cancelled caller: %v", err)
 	}
 }
