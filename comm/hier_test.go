@@ -108,17 +108,8 @@ var hierCounts = []int{hierMinBytes / 8, hierMinBytes/8 + 7, 3}
 // the results; every rank calls it.
 func checkCollectives(ctx context.Context, c *Comm, count int) error {
 	n := c.Size()
-	buf := make([]float64, count)
-	for i := range buf {
-		buf[i] = float64(c.Rank()*1000 + i)
-	}
-	if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+	if err := checkAllReduceSum(ctx, c, count); err != nil {
 		return err
-	}
-	for i, v := range buf {
-		if want := float64(1000*n*(n-1)/2 + n*i); v != want {
-			return fmt.Errorf("rank %d allreduce count %d: [%d] = %v, want %v", c.Rank(), count, i, v, want)
-		}
 	}
 	mx := make([]int32, count)
 	for i := range mx {
@@ -132,21 +123,8 @@ func checkCollectives(ctx context.Context, c *Comm, count int) error {
 			return fmt.Errorf("rank %d allreduce max: [%d] = %d", c.Rank(), i, v)
 		}
 	}
-	for root := range n {
-		buf := make([]int64, count)
-		if c.Rank() == root {
-			for i := range buf {
-				buf[i] = int64(root*100000 + i)
-			}
-		}
-		if err := Broadcast(ctx, c, buf, root); err != nil {
-			return err
-		}
-		for i, v := range buf {
-			if v != int64(root*100000+i) {
-				return fmt.Errorf("rank %d broadcast root %d count %d: [%d] = %d", c.Rank(), root, count, i, v)
-			}
-		}
+	if err := checkBroadcasts(ctx, c, count); err != nil {
+		return err
 	}
 	blk := max(1, count/n)
 	send := make([]float32, blk)
