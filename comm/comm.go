@@ -87,6 +87,12 @@ type Comm struct {
 	obs  *commObs   // nil unless observed (observe.go)
 	topo Topology   // where the ranks run (topology.go)
 	hier *hierComms // sub-communicators of the hierarchical algorithms; nil: flat only
+
+	// kids are the open communicators Split made of this one, with their
+	// members' ranks here: a failure the gossip reports reaches them too
+	// (peerFailed), since a frozen rank leaves their links open.
+	kidsMu sync.Mutex
+	kids   map[*Comm][]int
 }
 
 // Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
@@ -122,8 +128,38 @@ func (c *Comm) Abort(err error) {
 }
 
 // peerFailed is the bootstrap's report that rank died: every pending and
-// later operation fails naming it.
-func (c *Comm) peerFailed(rank int, err error) { c.eng.PeerFailed(rank, err) }
+// later operation fails naming it, here and in the communicators Split
+// made of this one that have it as a member (named by its rank there).
+func (c *Comm) peerFailed(rank int, err error) {
+	c.eng.PeerFailed(rank, err)
+	c.kidsMu.Lock()
+	var notify []func()
+	for k, members := range c.kids {
+		if r := slices.Index(members, rank); r >= 0 {
+			notify = append(notify, func() { k.peerFailed(r, err) })
+		}
+	}
+	c.kidsMu.Unlock()
+	for _, f := range notify {
+		f()
+	}
+}
+
+// adopt records child, made by Split of the ranks members (c's ranks in
+// the child's order), until it closes.
+func (c *Comm) adopt(child *Comm, members []int) {
+	c.kidsMu.Lock()
+	if c.kids == nil {
+		c.kids = make(map[*Comm][]int)
+	}
+	c.kids[child] = members
+	c.kidsMu.Unlock()
+	child.onClose = append(child.onClose, func() {
+		c.kidsMu.Lock()
+		delete(c.kids, child)
+		c.kidsMu.Unlock()
+	})
+}
 
 // Close releases the communicator. It is not collective; peers' later
 // operations that need this rank fail with ErrPeerClosed. It is

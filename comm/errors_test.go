@@ -384,3 +384,39 @@ func TestCloseDuringOperation(t *testing.T) {
 		t.Fatalf("barrier after Close: %v", err)
 	}
 }
+
+// TestSplitChildLearnsFailure: a failure the gossip reports to a
+// communicator reaches the communicators Split made of it that have the
+// failed rank, whose own links a frozen rank leaves open: an operation
+// waiting for it there fails at once, naming it by its rank there; the
+// others go on.
+func TestSplitChildLearnsFailure(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4)
+	kids := make([]*Comm, 4)
+	mustAll(t, "split", onAll(cs, func(c *Comm) (err error) {
+		kids[c.Rank()], err = c.Split(ctx, c.Rank()/2, c.Rank())
+		return err
+	}))
+	done := make(chan error, 1)
+	go func() { done <- kids[2].Barrier(ctx) }() // rank 3 never comes: frozen
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	cs[2].peerFailed(3, errors.New("gossip: rank 3 stopped answering"))
+	err := <-done
+	var re *RankError
+	if !errors.Is(err, ErrPeerFailed) || !errors.As(err, &re) || re.Rank != 1 {
+		t.Fatalf("child barrier after its member failed: %v, want ErrPeerFailed naming child rank 1", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	mustAll(t, "the other child", onAll(kids[:2], func(c *Comm) error { return c.Barrier(ctx) }))
+	kids[1].Close()
+	cs[1].kidsMu.Lock()
+	n := len(cs[1].kids)
+	cs[1].kidsMu.Unlock()
+	if n != 0 {
+		t.Errorf("a closed child is still recorded: %d", n)
+	}
+}

@@ -38,6 +38,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, rankErr("split", err)
 	}
+	c.adopt(child, members)
 	return child, nil
 }
 
