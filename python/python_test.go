@@ -7,6 +7,7 @@ package python_test
 import (
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -188,19 +189,49 @@ func TestPackageOps(t *testing.T) {
 }
 
 // freePorts returns a port p such that p and p+1 are free on loopback
-// (torch's store takes one, gorun's gossip seed the other).
+// (torch's store takes one, gorun's gossip seed the other). It picks them
+// below the kernel's ephemeral range, where no other process's connect or
+// listen on port 0 can take p+1 in the seconds before gorun binds it
+// (.ci/run failed once so: the parallel test packages' sockets come from
+// that range).
 func freePorts(t *testing.T) int {
 	t.Helper()
-	for range 50 {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				lo = v
+			}
+		}
+	}
+	try := func(p int) bool {
+		a, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return false
+		}
+		defer a.Close()
+		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
+		if err != nil {
+			return false
+		}
+		b.Close()
+		return true
+	}
+	if lo > 12000 {
+		for range 100 {
+			if p := 10000 + rand.IntN(lo-12000); try(p) {
+				return p
+			}
+		}
+	}
+	for range 50 { // no room below the ephemeral range: take one from it
 		a, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := a.Addr().(*net.TCPAddr).Port
-		b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+1))
 		a.Close()
-		if err == nil {
-			b.Close()
+		if try(p) {
 			return p
 		}
 	}
