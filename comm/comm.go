@@ -421,9 +421,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if first && cfg.obs != nil && cfg.obs.met != nil {
 		cfg.obs.met.devs.Store(&c.devs)
 	}
-	c.topo = topologyOf(eps)
-	c.allTCP = linksAllTCP(cfg.transport, eps)
-	c.table = collectives.TableFor(c.costProvider(), c.size, c.costCPUs())
+	c.place(eps)
 	if err := c.makeHierComms(ctx); err != nil {
 		c.Close()
 		return nil, err
@@ -460,6 +458,15 @@ func pickProvider(forced string, me, peer *endpoint) string {
 		}
 	}
 	return ""
+}
+
+// place sets what c derives from its ranks' endpoints: their topology,
+// whether every link is tcp, and the selection table those choose (newComm,
+// and Shrink and Grow's reconnect).
+func (c *Comm) place(eps []*endpoint) {
+	c.topo = topologyOf(eps)
+	c.allTCP = linksAllTCP(c.cfg.transport, eps)
+	c.table = collectives.TableFor(c.costProvider(), c.size, c.costCPUs())
 }
 
 // linksAllTCP reports whether pickProvider links every pair of eps over

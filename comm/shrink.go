@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
-	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/engine"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -198,9 +197,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 			return &RankError{Rank: r, Op: "reconnect", Err: err}
 		}
 	}
-	n.topo = topologyOf(eps) // flat algorithms only: no sub-communicators after a shrink
-	n.allTCP = linksAllTCP(n.cfg.transport, eps)
-	n.table = collectives.TableFor(n.costProvider(), n.size, n.costCPUs())
+	n.place(eps) // flat algorithms only: no sub-communicators after a shrink
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if fw := n.shrink.failures; fw != nil {

@@ -6,10 +6,11 @@ package engine
 // A data message of at most mbMax payload bytes (472) is written with
 // plain stores into the next cell of the peer's mailbox: its number plus
 // one (stored last, a release store), the usual 32-byte header, the
-// payload; one cache line for up to 24 payload bytes. The receiver polls the cell of the next number it
-// expects in its own mailbox, on the goroutine that runs the collective:
-// no post, no ring record, no completion, no dispatch, no repost, where a
-// send costs all of them (shm, 2 ranks, 8 B allreduce, README). Cells are
+// payload; one cache line for up to 24 payload bytes. The receiver polls
+// the cell of the next number it expects in its own mailbox, on the
+// goroutine that runs the collective: no post, no ring record, no
+// completion, no dispatch, no repost, where a send costs all of them
+// (shm, 2 ranks, 8 B allreduce, README). Cells are
 // reused in turn; the receiver publishes how many it has read every
 // mbCells/2 messages and when it goes idle, and a writer whose next cell
 // may still be unread looks at that count again, then sends through the
@@ -46,9 +47,9 @@ const (
 	mbFlag     = 0  // u64: 1 while the reader is about to sleep or sleeps
 	mbRead     = 8  // u64: messages the reader has read (published every mbCells/2)
 	mbCellsOff = 64 // the first cell
-	// mbCellSize bounds a cell: a message of up to 472 bytes, which a
-	// 2-rank allreduce moves whole up to 472 bytes (its cost is the lines
-	// it writes: one for up to 24 payload bytes).
+	// mbCellSize bounds a cell, and so mbMax: a 2-rank allreduce of up
+	// to 472 bytes moves the whole buffer in one cell (its cost is the
+	// lines it writes: one for up to 24 payload bytes).
 	mbCellSize = 512
 	mbCells    = (rdma.MailboxBytes - mbCellsOff) / mbCellSize
 
