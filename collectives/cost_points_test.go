@@ -13,18 +13,41 @@ import (
 )
 
 // costPoint is one measured point of comm's TestCostFit: the fastest of
-// its passes.
+// its passes in one vCPU placement.
 type costPoint struct {
 	set, provider string
 	c             Collective
 	a             Algo
 	ranks, bytes  int
 	window        int // the staging window; 0 if not recorded
+	placement     string
 	secs          float64
+	// halves are the fastest of the even and of the odd passes (0: none),
+	// which say how well the measurement repeats.
+	halves [2]float64
+}
+
+// nearNs is the probe's round trip (comm's placementNs) below which a
+// pass ran in the near placement: about 75-110 ns near, 330-440 far on
+// this host.
+const nearNs = 200
+
+// placementOf classes a pass by the probes before and after it: "near" or
+// "far" where both agree, "moved" where they do not, "" if not recorded.
+func placementOf(before, after float64) string {
+	switch {
+	case before <= 0 || after <= 0:
+		return ""
+	case before < nearNs && after < nearNs:
+		return "near"
+	case before >= nearNs && after >= nearNs:
+		return "far"
+	}
+	return "moved"
 }
 
 // readCostPoints reads the CSV comm's TestCostFit writes and keeps each
-// point's fastest pass.
+// point's fastest pass in each placement (placementOf).
 func readCostPoints(path string) ([]costPoint, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -40,7 +63,7 @@ func readCostPoints(path string) ([]costPoint, error) {
 	for i, h := range head {
 		col[h] = i
 	}
-	for _, h := range []string{"set", "provider", "collective", "algo", "ranks", "bytes", "min_s"} {
+	for _, h := range []string{"set", "round", "provider", "collective", "algo", "ranks", "bytes", "min_s"} {
 		if _, ok := col[h]; !ok {
 			return nil, fmt.Errorf("%s: no column %q", path, h)
 		}
@@ -50,6 +73,7 @@ func readCostPoints(path string) ([]costPoint, error) {
 		c            Collective
 		a            Algo
 		ranks, bytes int
+		placement    string
 	}
 	at := map[key]int{}
 	var pts []costPoint
@@ -66,22 +90,84 @@ func readCostPoints(path string) ([]costPoint, error) {
 		n, err3 := strconv.Atoi(rec[col["ranks"]])
 		b, err4 := strconv.Atoi(rec[col["bytes"]])
 		s, err5 := strconv.ParseFloat(rec[col["min_s"]], 64)
+		round, err9 := strconv.Atoi(rec[col["round"]])
 		w, err6 := 0, error(nil)
 		if i, ok := col["window"]; ok {
 			w, err6 = strconv.Atoi(rec[i])
 		}
-		if err := firstErr(err1, err2, err3, err4, err5, err6); err != nil {
+		var before, after float64
+		var err7, err8 error
+		if i, ok := col["rtt_before_ns"]; ok {
+			before, err7 = strconv.ParseFloat(rec[i], 64)
+			after, err8 = strconv.ParseFloat(rec[col["rtt_after_ns"]], 64)
+		}
+		if err := firstErr(err1, err2, err3, err4, err5, err6, err7, err8, err9); err != nil {
 			return nil, fmt.Errorf("%s: %v", path, err)
 		}
-		k := key{rec[col["set"]], rec[col["provider"]], c, a, n, b}
+		k := key{rec[col["set"]], rec[col["provider"]], c, a, n, b, placementOf(before, after)}
 		if i, ok := at[k]; ok {
 			pts[i].secs = min(pts[i].secs, s)
+			pts[i].halve(round, s)
 			continue
 		}
 		at[k] = len(pts)
-		pts = append(pts, costPoint{k.set, k.p, c, a, n, b, w, s})
+		pts = append(pts, costPoint{set: k.set, provider: k.p, c: c, a: a, ranks: n, bytes: b, window: w, placement: k.placement, secs: s})
+		pts[len(pts)-1].halve(round, s)
 	}
 	return pts, nil
+}
+
+// halve records s, measured in pass round, in p's halves.
+func (p *costPoint) halve(round int, s float64) {
+	if h := &p.halves[round%2]; *h == 0 || s < *h {
+		*h = s
+	}
+}
+
+// repeats returns how many of the check points (the powers of two) of pts
+// measured in both halves of the passes (even, odd) have halves within
+// 30% of each other, and of how many: how well the measurement repeats,
+// the limit of any model checked against it.
+func repeats(pts []costPoint) (within, of int) {
+	for _, p := range pts {
+		if p.trains() || p.halves[0] == 0 || p.halves[1] == 0 {
+			continue
+		}
+		of++
+		if r := p.halves[0] / p.halves[1]; r <= 1.3 && r >= 1/1.3 {
+			within++
+		}
+	}
+	return within, of
+}
+
+// placed returns the points of pts measured in placement pl, or, for
+// "any", each point's fastest over all placements.
+func placed(pts []costPoint, pl string) []costPoint {
+	var out []costPoint
+	for _, p := range pts {
+		if pl != "any" {
+			if p.placement == pl {
+				out = append(out, p)
+			}
+			continue
+		}
+		i := slices.IndexFunc(out, func(q costPoint) bool {
+			return q.set == p.set && q.provider == p.provider && q.c == p.c && q.a == p.a && q.ranks == p.ranks && q.bytes == p.bytes
+		})
+		if i < 0 {
+			p.placement = "any"
+			out = append(out, p)
+			continue
+		}
+		out[i].secs = min(out[i].secs, p.secs)
+		for h, s := range p.halves {
+			if s > 0 {
+				out[i].halve(h, s)
+			}
+		}
+	}
+	return out
 }
 
 func firstErr(errs ...error) error {
@@ -127,6 +213,11 @@ func fitFactors(ks map[string]Cost, pts []costPoint) [numAlgos]float64 {
 	}
 	return fac
 }
+
+// costPlacement is the vCPU placement (placementOf) of the points of
+// cost_points.csv that cost.go's constants were fitted on and are checked
+// against.
+const costPlacement = "any"
 
 // costCPUs is the CPUs of the machine the points were measured on.
 const costCPUs = 2
@@ -422,6 +513,15 @@ func TestCostPoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl := os.Getenv("GORUN_COST_PLACEMENT")
+	if pl == "" {
+		pl = costPlacement
+	}
+	if pts = placed(pts, pl); len(pts) == 0 {
+		t.Fatalf("%s: no points in the %s placement (GORUN_COST_PLACEMENT: near, far or any)", path, pl)
+	}
+	w, of := repeats(pts)
+	t.Logf("%s: %d points in the %s placement; the fastest of the even passes and of the odd ones are within 30%% of each other at %d of %d check points", path, len(pts), pl, w, of)
 	// The cache (Cost.Cache) is the machine's: the power of two from 1
 	// MiB to the last-level cache whose fit has the least loss on the
 	// training points.

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -25,7 +26,11 @@ import (
 // burst of other load spoils one pass of a point, not the point. The
 // points go to the CSV file GORUN_COST_CSV names (one row per pass);
 // collectives' TestCostPoints fits the constants from it and prints the
-// error. This test logs each point's fastest pass against the prediction
+// error. Each row also records the vCPU placement probe (placementNs)
+// before and after the point: the host moves this machine's two vCPUs
+// between a near and a far placement on its own, which changes a point
+// 1.5-3x, so TestCostPoints fits and checks the points of one placement.
+// This test logs each point's fastest pass against the prediction
 // of the constants in cost.go. It is a measurement, not a timed test: it
 // fails only if a collective fails, and is skipped unless GORUN_COST_FIT
 // is set. It took 4-7 minutes on this 2-core machine.
@@ -52,7 +57,7 @@ func TestCostFit(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		fmt.Fprintln(f, "set,round,provider,collective,algo,ranks,bytes,window,calls,min_s,median_s,p90_p10")
+		fmt.Fprintln(f, "set,round,provider,collective,algo,ranks,bytes,window,calls,min_s,median_s,p90_p10,rtt_before_ns,rtt_after_ns")
 		csv = f
 	}
 	type point struct {
@@ -106,13 +111,15 @@ func TestCostFit(t *testing.T) {
 	}
 	for r := range rounds {
 		for _, q := range pts {
+			before := placementNs()
 			m := measure(t, q.p, q.c, q.a, q.n, q.b)
+			after := placementNs()
 			q.fast = min(q.fast, m.fastest)
 			q.worst = max(q.worst, m.fastest)
 			q.win = m.window
 			if csv != nil {
-				fmt.Fprintf(csv, "%s,%d,%s,%s,%s,%d,%d,%d,%d,%.4g,%.4g,%.3g\n",
-					q.set, r, q.p, q.c, q.a, q.n, q.b, m.window, m.calls, m.fastest, m.median, m.spread)
+				fmt.Fprintf(csv, "%s,%d,%s,%s,%s,%d,%d,%d,%d,%.4g,%.4g,%.3g,%.0f,%.0f\n",
+					q.set, r, q.p, q.c, q.a, q.n, q.b, m.window, m.calls, m.fastest, m.median, m.spread, before, after)
 			}
 		}
 	}
@@ -143,7 +150,15 @@ type costTime struct {
 // this machine is shared, and other processes' load only ever adds time.
 func measure(t *testing.T, p string, c collectives.Collective, a collectives.Algo, n, bytes int) costTime {
 	t.Helper()
-	cs := newLocal(t, n, WithTransport(p), WithAlgorithm(fmt.Sprintf("%s:%s", c, a)))
+	// NewLocal, not newLocal: its cleanup would keep every point's
+	// communicators, and their staging, until the test ends (the whole
+	// grid's took 24 GB and the kernel's OOM killer ended the test).
+	ictx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cs, err := NewLocal(ictx, n, WithTransport(p), WithAlgorithm(fmt.Sprintf("%s:%s", c, a)))
+	cancel()
+	if err != nil {
+		t.Fatalf("NewLocal(%d): %v", n, err)
+	}
 	defer func() {
 		for _, c := range cs {
 			c.Close()
