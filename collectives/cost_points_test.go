@@ -186,7 +186,7 @@ func (p costPoint) predictWith(k Cost, fac *[numAlgos]float64) float64 {
 	if p.c == AllReduce {
 		f = fac[p.a]
 	}
-	return k.estimate(p.c, p.a, p.ranks, p.bytes, p.window, f).Time(p.ranks, costCPUs)
+	return k.estimate(p.c, p.a, p.ranks, p.bytes, p.window, f).Time(p.ranks, p.cpus())
 }
 
 // fitFactors returns the allreduce factors (allReduceFactor) for the
@@ -221,6 +221,16 @@ const costPlacement = "any"
 
 // costCPUs is the CPUs of the machine the points were measured on.
 const costCPUs = 2
+
+// cpus is the CPUs the model gives p's ranks: costCPUs on one host; between
+// hosts one per rank (0), as the table between hosts counts them
+// (cost_net.go).
+func (p costPoint) cpus() int {
+	if p.provider == netProvider {
+		return 0
+	}
+	return costCPUs
+}
 
 // trains says whether a point trains the constants: the fit set; the
 // 2-rank allreduces by recursive doubling, one exchange per call, whose

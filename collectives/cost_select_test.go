@@ -30,14 +30,15 @@ var selectExceptions = []string{
 
 // TestCostSelect: the table comm uses (TableFor) is the model's choice at
 // every cell: 2 to 4,096 ranks, 8 B to 64 MiB, each collective with more
-// than one algorithm, each provider (verbs takes tcp's constants), one CPU
-// per rank and 2 CPUs shared. The model's choice is recomputed here from
-// Cost.Best and Estimate: going up the sizes from 1 byte, Best, unless
-// the choice of the size below is predicted within CostTie of it. Where
-// an entry of Exceptions applies the table holds its algorithm instead,
-// and each entry must change at least one cell. A size between powers of
-// two takes the next power's choice. With -v it logs where the choice
-// changes, per provider, collective and rank count.
+// than one algorithm, each provider (verbs takes tcp's constants; net, the
+// links between hosts, counts one CPU per rank whatever the caller says),
+// one CPU per rank and 2 CPUs shared. The model's choice is recomputed
+// here from Cost.Best and Estimate: going up the sizes from 1 byte, Best,
+// unless the choice of the size below is predicted within CostTie of it.
+// Where an entry of Exceptions applies the table holds its algorithm
+// instead, and each entry must change at least one cell. A size between
+// powers of two takes the next power's choice. With -v it logs where the
+// choice changes, per provider, collective and rank count.
 func TestCostSelect(t *testing.T) {
 	if len(Exceptions) != len(selectExceptions) {
 		t.Fatalf("%d exceptions in Exceptions, %d listed in selectExceptions: list each, with its measurement", len(Exceptions), len(selectExceptions))
@@ -48,7 +49,7 @@ func TestCostSelect(t *testing.T) {
 	}
 	used := make([]int, len(Exceptions))
 	cells := 0
-	for _, p := range []string{"mem", "shm", "tcp", "verbs"} {
+	for _, p := range []string{"mem", "shm", "tcp", "verbs", netProvider} {
 		k, ok := CostOf(p)
 		if !ok {
 			k, _ = CostOf("tcp")
@@ -60,13 +61,17 @@ func TestCostSelect(t *testing.T) {
 			for _, cpus := range []int{0, 2} {
 				for _, n := range ranks {
 					tab := TableFor(p, n, cpus)
+					mc := cpus // the CPUs the model counts
+					if p == netProvider {
+						mc = 0
+					}
 					prev := Auto
 					var changes []string
 					for i := range 27 { // 1 B to 64 MiB
 						b := 1 << i
-						best, bt := k.Best(c, n, cpus, b)
+						best, bt := k.Best(c, n, mc, b)
 						model := best
-						if prev != Auto && k.Estimate(c, prev, n, b).Time(n, cpus) <= CostTie*bt {
+						if prev != Auto && k.Estimate(c, prev, n, b).Time(n, mc) <= CostTie*bt {
 							model = prev
 						}
 						if model != prev {

@@ -10,8 +10,8 @@ package collectives
 // fastest. The model's error (README, cost model) is larger than the gains
 // it predicts there, and a choice that flaps between neighbouring sizes is
 // measured nowhere. Then the measured exceptions (Exceptions) apply; they
-// are the only departures from the model. Between hosts there is no model
-// (select_net.go).
+// are the only departures from the model. Between hosts the constants are
+// the network's ("net", cost_net.go), with one CPU per rank (modelCPUs).
 //
 // Sizes are classed by the next power of two: a buffer of bytes takes the
 // choice at the smallest 2^k ≥ bytes. A Table holds the choice for every
@@ -56,19 +56,12 @@ func (t *Table) Algo(c Collective, bytes int) Algo {
 
 // NewTable derives the table for size ranks sharing cpus CPUs (0: one CPU
 // per rank) linked by provider (mem, shm, tcp, verbs; see selectCost), or
-// for "net", ranks on several hosts, the table between hosts (netSelect:
-// no constants fitted there).
+// for "net", ranks on several hosts, the table between hosts (cost_net.go;
+// one CPU per rank whatever cpus says: modelCPUs).
 func NewTable(provider string, size, cpus int) *Table {
 	t := &Table{provider: provider, size: size, cpus: cpus}
-	if provider == netProvider {
-		for c := range Collective(numCollectives) {
-			for i := range tableClasses {
-				t.algo[c][i] = netSelect(c, size, 1<<i)
-			}
-		}
-		return t
-	}
 	k := selectCost(provider)
+	cpus = modelCPUs(provider, cpus)
 	for c := range Collective(numCollectives) {
 		model := Auto
 		for i := range tableClasses {
@@ -87,9 +80,6 @@ func NewTable(provider string, size, cpus int) *Table {
 // predictions at every size up to bytes' class; comm looks the answer up
 // in a Table instead.
 func Choose(provider string, c Collective, size, cpus, bytes int) Algo {
-	if provider == netProvider {
-		return netSelect(c, size, 1<<sizeClass(bytes))
-	}
 	a := ModelChoice(provider, c, size, cpus, bytes)
 	if e := exceptionFor(provider, c, size, 1<<sizeClass(bytes), a); e != nil {
 		return e.Algo
@@ -102,6 +92,7 @@ func Choose(provider string, c Collective, size, cpus, bytes int) Algo {
 // below kept while it is predicted within CostTie of the fastest.
 func ModelChoice(provider string, c Collective, size, cpus, bytes int) Algo {
 	k := selectCost(provider)
+	cpus = modelCPUs(provider, cpus)
 	a := Auto
 	for i := range sizeClass(bytes) + 1 {
 		a = modelChoice(k, c, size, cpus, 1<<i, a)
@@ -123,10 +114,21 @@ func modelChoice(k Cost, c Collective, size, cpus, bytes int, prev Algo) Algo {
 	return best
 }
 
+// modelCPUs is the CPUs the model counts for ranks on provider where the
+// caller says cpus: between hosts ("net") one per rank (0), as the
+// constants there were fitted (one rank per host); cpus otherwise.
+func modelCPUs(provider string, cpus int) int {
+	if provider == netProvider {
+		return 0
+	}
+	return cpus
+}
+
 // selectCost is the constants the table uses for provider: its own
 // fitted ones, or tcp's for a provider without them (verbs, which this
-// machine cannot measure, and any other): the slowest fitted provider,
-// whose large per-message cost favours the fewest dependent steps.
+// machine cannot measure, and any other): the slowest provider fitted on
+// one host, whose large per-message cost favours the fewest dependent
+// steps.
 func selectCost(provider string) Cost {
 	if k, ok := costs[provider]; ok {
 		return k

@@ -148,8 +148,8 @@ func (c *Comm) algoFor(coll collectives.Collective, bytes int) collectives.Algo 
 
 // costProvider is the provider whose constants choose c's algorithms: the
 // slowest of its links. Across hosts (but for the mem provider's simulated
-// hosts) the network, "net", which has no fitted constants: the table
-// there is the hand-made one (collectives' select_net.go). Otherwise tcp
+// hosts) the network, "net", whose constants were fitted on the namespace
+// cluster (collectives' cost_net.go). Otherwise tcp
 // where every link is tcp (linksAllTCP, loopback); the provider forced
 // (GORUN_TRANSPORT, WithTransport; verbs takes tcp's constants); on auto,
 // mem in one process and shm on one host.

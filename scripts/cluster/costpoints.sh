@@ -7,6 +7,11 @@
 #
 #   sudo scripts/cluster/costpoints.sh [-passes 3] [-rate 2gbit] [-hosts 4]
 #        [-lock FILE] [-out collectives/cost_points_net.csv]
+#   scripts/cluster/costpoints.sh -hostlist a,b,c,d [-passes 3] [-out FILE]
+#
+# -hostlist measures on those hosts instead (a real cluster: gorun -H
+# reaches them over ssh, and each sees this checkout's binaries at the
+# same path), with no namespace cluster and no root.
 #
 # The points are those of comm's TestCostFit: the fit set (2 ranks: a
 # broadcast by the tree of 8 B to 4 MiB, an allreduce by recursive doubling
@@ -22,7 +27,7 @@
 # happens. Needs root (network namespaces), as cluster.sh does, and Go.
 set -Eeuo pipefail
 
-passes=3 rate=2gbit hosts=4 lock="" out=collectives/cost_points_net.csv
+passes=3 rate=2gbit hosts=4 lock="" out=collectives/cost_points_net.csv names=""
 while [ $# -gt 0 ]; do
   case $1 in
     -passes) passes=$2; shift 2 ;;
@@ -30,14 +35,23 @@ while [ $# -gt 0 ]; do
     -hosts) hosts=$2; shift 2 ;;
     -lock) lock=$2; shift 2 ;;
     -out) out=$2; shift 2 ;;
+    -hostlist) names=${2//,/ }; shift 2 ;;
     *) echo "costpoints: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+if [ -n "$names" ]; then
+  set -- $names
+  hosts=$#
+fi
 [ "$hosts" -ge 2 ] || { echo "costpoints: -hosts must be at least 2" >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-work=$(mktemp -d)
+if [ -n "$names" ]; then
+  work=$(mktemp -d "$repo/.costpoints.XXXXXX") # a path the hosts share
+else
+  work=$(mktemp -d)
+fi
 dir=""
 cleanup() {
   if [ -n "$dir" ]; then "$here/cluster.sh" down "$dir" >/dev/null || true; fi
@@ -46,12 +60,15 @@ cleanup() {
 trap cleanup EXIT
 
 (cd "$repo" && go build -o "$work/gorun" ./cmd/gorun && go build -o "$work/allreduce_perf" ./examples/allreduce_perf)
-dir=$("$here/cluster.sh" up -n "$hosts" -rate "$rate" -prefix cost)
+if [ -z "$names" ]; then
+  dir=$("$here/cluster.sh" up -n "$hosts" -rate "$rate" -prefix cost)
+  names=$(for i in $(seq 1 "$hosts"); do echo "cost$i"; done)
+fi
 
 # hostlist N is -H for one rank on each of the first N hosts.
 hostlist() {
-  local l="" i
-  for i in $(seq 1 "$1"); do l="$l${l:+,}cost$i:1"; done
+  local l="" h
+  for h in $(echo $names | tr ' ' '\n' | head -n "$1"); do l="$l${l:+,}$h:1"; done
   echo "$l"
 }
 
@@ -95,7 +112,7 @@ echo "set,round,provider,collective,algo,ranks,bytes,window,calls,min_s,median_s
 for p in $(seq 0 $((passes - 1))); do
   echo "costpoints: pass $p, $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   if [ -n "$lock" ]; then
-    flock "$lock" bash -c "set -Eeuo pipefail; $(declare -f hostlist run pass); work='$work' out='$out' hosts='$hosts'; pass $p"
+    flock "$lock" bash -c "set -Eeuo pipefail; $(declare -f hostlist run pass); work='$work' out='$out' hosts='$hosts' names='$(echo $names)'; pass $p"
   else
     pass "$p"
   fi
