@@ -63,13 +63,7 @@ func TestCostPointsNet(t *testing.T) {
 			l = log
 		}
 		t.Logf("%s:", c.name)
-		t.Logf("| provider | ranks | points | median error | within 30%% |")
-		gs := costErrors(map[string]Cost{netProvider: c.k}, &allReduceFactor, pts, c.train, l)
-		for _, g := range gs {
-			t.Logf("| %s | %s | %d | %.0f%% | %d |", g.provider, g.ranks(), len(g.errs), 100*g.median(), g.within(0.3))
-		}
-		all := gs[len(gs)-1]
-		t.Logf("all: p90 %.0f%%, max %.0f%%", 100*all.errs[len(all.errs)*9/10], 100*all.errs[len(all.errs)-1])
+		all := logErrors(t, costErrors(map[string]Cost{netProvider: c.k}, &allReduceFactor, pts, c.train, l))
 		if c.name == "cost_net.go, check points" && os.Getenv("GORUN_COST_POINTS_NET") == "" && all.within(0.3) < costNetWithin30 {
 			t.Errorf("cost_net.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costNetWithin30)
 		}

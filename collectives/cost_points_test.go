@@ -569,17 +569,24 @@ func TestCostPoints(t *testing.T) {
 			l = log
 		}
 		t.Logf("%s:", c.name)
-		t.Logf("| provider | ranks | points | median error | within 30%% |")
-		gs := costErrors(c.ks, c.fac, pts, c.train, l)
-		for _, g := range gs {
-			t.Logf("| %s | %s | %d | %.0f%% | %d |", g.provider, g.ranks(), len(g.errs), 100*g.median(), g.within(0.3))
-		}
-		all := gs[len(gs)-1]
-		t.Logf("all: p90 %.0f%%, max %.0f%%", 100*all.errs[len(all.errs)*9/10], 100*all.errs[len(all.errs)-1])
+		all := logErrors(t, costErrors(c.ks, c.fac, pts, c.train, l))
 		if c.name == "cost.go, check points" && os.Getenv("GORUN_COST_POINTS") == "" && all.within(0.3) < costWithin30 {
 			t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costWithin30)
 		}
 	}
+}
+
+// logErrors logs the error table of groups gs (costErrors) and returns
+// its last group, all points.
+func logErrors(t *testing.T, gs []*costGroup) *costGroup {
+	t.Helper()
+	t.Logf("| provider | ranks | points | median error | within 30%% |")
+	for _, g := range gs {
+		t.Logf("| %s | %s | %d | %.0f%% | %d |", g.provider, g.ranks(), len(g.errs), 100*g.median(), g.within(0.3))
+	}
+	all := gs[len(gs)-1]
+	t.Logf("all: p90 %.0f%%, max %.0f%%", 100*all.errs[len(all.errs)*9/10], 100*all.errs[len(all.errs)-1])
+	return all
 }
 
 // costWithin30 is how many check points of cost_points.csv the constants
