@@ -53,9 +53,18 @@ func TestCQPollAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	// The accepted end stays open until the test ends: closed at once, it
+	// raced the PostRecv below, which then failed with the peer's close
+	// (.ci/run, 2026-11-28).
+	accepted := make(chan rdma.Conn, 1)
 	go func() {
-		if c, err := ln.Accept(ctx); err == nil {
-			defer c.Close()
+		c, _ := ln.Accept(ctx)
+		accepted <- c
+	}()
+	defer func() {
+		ln.Close() // an Accept still waiting (the dial failed) returns
+		if c := <-accepted; c != nil {
+			c.Close()
 		}
 	}()
 	c, err := dev.DialQP(ctx, ln.Addr().String(), rdma.QPInit{SendCQ: cq, RecvCQ: cq})
