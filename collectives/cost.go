@@ -97,6 +97,8 @@ var costs = map[string]Cost{
 	"mem": {Alpha: 4.08e-07, Latency: 4.59e-07, Beta: 1.97e-11, Gamma: 3.22e-11, Overhead: 6.71e-07, Turn: 1.4e-07, Spill: 1.28, Cache: 16 << 20},
 	"shm": {Alpha: 3.4e-07, Latency: 8.04e-08, Beta: 6.45e-11, Gamma: 0, Overhead: 4.46e-07, Turn: 1.69e-07, Spill: 1.1, Cache: 16 << 20},
 	"tcp": {Alpha: 6.4e-06, Latency: 3.22e-06, Beta: 1.76e-10, Gamma: 1.28e-10, Overhead: 1.31e-05, Turn: 0, Spill: 0.416, Cache: 16 << 20},
+	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
+	netProvider: netCost,
 }
 
 // CostOf returns the fitted constants of provider.

@@ -24,9 +24,3 @@ package collectives
 // (allReduceFactor), and whose small messages wait for the CPUs that the
 // hosts' ranks share on this 2-CPU machine.
 var netCost = Cost{Alpha: 1.46e-05, Latency: 1.61e-05, Beta: 2.72e-09, Gamma: 5.34e-10, Spill: 0.491, Cache: 16 << 20}
-
-func init() {
-	// cost.go's costs are the providers of one host; net's are fitted
-	// apart and added here, so that CostOf and selectCost find them.
-	costs[netProvider] = netCost
-}

@@ -225,12 +225,7 @@ const costCPUs = 2
 // cpus is the CPUs the model gives p's ranks: costCPUs on one host; between
 // hosts one per rank (0), as the table between hosts counts them
 // (cost_net.go).
-func (p costPoint) cpus() int {
-	if p.provider == netProvider {
-		return 0
-	}
-	return costCPUs
-}
+func (p costPoint) cpus() int { return modelCPUs(p.provider, costCPUs) }
 
 // trains says whether a point trains the constants: the fit set; the
 // 2-rank allreduces by recursive doubling, one exchange per call, whose

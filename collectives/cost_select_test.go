@@ -61,10 +61,7 @@ func TestCostSelect(t *testing.T) {
 			for _, cpus := range []int{0, 2} {
 				for _, n := range ranks {
 					tab := TableFor(p, n, cpus)
-					mc := cpus // the CPUs the model counts
-					if p == netProvider {
-						mc = 0
-					}
+					mc := modelCPUs(p, cpus) // the CPUs the model counts
 					prev := Auto
 					var changes []string
 					for i := range 27 { // 1 B to 64 MiB
