@@ -3,8 +3,13 @@
 // algorithm bandwidth (bytes/time) and bus bandwidth (algbw·2(n-1)/n) of an
 // out-of-place and an in-place AllReduce, and the number of wrong elements.
 // With -coll broadcast it measures Broadcast from root 0 instead (busbw =
-// algbw, as in nccl-tests; both columns are in place). -sizes a,b,c lists
-// the sizes explicitly; -cpuprofile FILE profiles the run. A launched rank
+// algbw, as in nccl-tests; both columns are in place), and with -coll
+// allgather or reducescatter AllGather or ReduceScatter (as nccl-tests'
+// all_gather_perf and reduce_scatter_perf: the size is the gathered output,
+// or the reduced input, of n blocks; busbw = algbw·(n-1)/n). Each call is
+// timed after a barrier, as bench/compare's MPI and Gloo programs do;
+// -batch times the calls back to back, as nccl-tests does. -sizes a,b,c
+// lists the sizes explicitly; -cpuprofile FILE profiles the run. A launched rank
 // sets GOMAXPROCS to the CPUs per local rank (see setProcs; -procs).
 //
 // Standalone it runs -np ranks in this process (comm.NewLocal over -t,
@@ -23,6 +28,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,11 +41,12 @@ type options struct {
 	factor             int
 	iters, warmup      int
 	check              bool
+	batch              bool // time the calls back to back (-batch)
 	dtype, op, algo    string
 	np                 int
 	transport          string
 	procs              int     // GOMAXPROCS of a launched rank: 0 cores per local rank, -1 Go's default
-	coll               string  // allreduce, broadcast or barrier
+	coll               string  // allreduce, broadcast, allgather, reducescatter or barrier
 	sizes              []int64 // explicit sizes; overrides -b/-e/-f when set
 }
 
@@ -52,13 +59,14 @@ func main() {
 	flag.IntVar(&o.iters, "n", 20, "iterations per size")
 	flag.IntVar(&o.warmup, "w", 5, "warmup iterations per size")
 	check := flag.Int("c", 1, "check results (0/1)")
+	flag.BoolVar(&o.batch, "batch", false, "time the -n calls back to back after one barrier, as nccl-tests does (default: each call after a barrier, as bench/compare's MPI and Gloo programs)")
 	flag.StringVar(&o.dtype, "d", "float", "type: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double (or int16 uint16)")
 	flag.StringVar(&o.op, "o", "sum", "op: sum prod min max avg")
 	flag.StringVar(&o.algo, "a", "", "allreduce algorithm: ring tree rd hd (default: the selection table)")
 	flag.IntVar(&o.np, "np", 4, "ranks in this process when not started by a launcher")
 	flag.StringVar(&o.transport, "t", "mem", "transport for -np ranks in this process")
 	flag.IntVar(&o.procs, "procs", 0, "GOMAXPROCS of a launched rank: 0 = CPUs per local rank (unless $GOMAXPROCS is set), -1 = Go's default")
-	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce, broadcast (root 0; busbw = algbw) or barrier (one row, size 0)")
+	flag.StringVar(&o.coll, "coll", "allreduce", "collective: allreduce, broadcast (root 0; busbw = algbw), allgather, reducescatter (size: all n blocks) or barrier (one row, size 0)")
 	sizeList := flag.String("sizes", "", "comma-separated sizes in bytes (K, M, G suffixes); overrides -b, -e, -f")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file (launched rank r > 0: FILE.r)")
 	flag.Parse()
@@ -76,7 +84,7 @@ func main() {
 			o.sizes = append(o.sizes, v)
 		}
 	}
-	if err == nil && o.coll != "allreduce" && o.coll != "broadcast" && o.coll != "barrier" {
+	if err == nil && !slices.Contains([]string{"allreduce", "broadcast", "allgather", "reducescatter", "barrier"}, o.coll) {
 		err = fmt.Errorf("unknown collective %q", o.coll)
 	}
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.minBytes > o.maxBytes) {

@@ -23,8 +23,16 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 	var total int64
 	var sumBus float64
 	var rows int
+	gather, scatter := o.coll == "allgather", o.coll == "reducescatter"
 	for _, size := range o.sizeList() {
 		count := int(size / es)
+		// As nccl-tests: size is the gathered output of an allgather and
+		// the input of a reduce-scatter, n blocks of count/n elements;
+		// each rank sends (allgather) or keeps (reduce-scatter) one.
+		block := count / n
+		if gather || scatter {
+			count = block * n
+		}
 		send, recv := make([]T, count), make([]T, count)
 		// The rank's input, made once: refilling with fill per iteration is
 		// slower than the collective itself and would be timed on the
@@ -32,6 +40,10 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 		input := make([]T, count)
 		if o.coll != "broadcast" || c.Rank() == 0 {
 			fill(input, c.Rank(), op)
+		}
+		mine := input[c.Rank()*block : (c.Rank()+1)*block] // an allgather's block
+		if gather {
+			fillGather(mine, c.Rank(), block, op)
 		}
 		var res [2]struct {
 			us    float64
@@ -42,21 +54,64 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 			if mode == 1 {
 				dst = send
 			}
-			for i := 0; i < o.warmup+o.iters; i++ {
-				copy(send, input)
+			// In place, an allgather's send is recv's own block and a
+			// reduce-scatter's recv is send's, as MPI_IN_PLACE and
+			// nccl-tests have them.
+			gsend, srecv := send[:block], recv[:block]
+			if mode == 1 {
+				gsend, srecv = recv[c.Rank()*block:(c.Rank()+1)*block], send[c.Rank()*block:(c.Rank()+1)*block]
+			}
+			reset := func() {
+				if gather {
+					copy(gsend, mine)
+				} else {
+					copy(send, input)
+				}
+			}
+			call := func() error {
+				switch {
+				case o.coll == "broadcast":
+					return comm.Broadcast(ctx, c, send, 0)
+				case gather:
+					return comm.AllGather(ctx, c, gsend, recv)
+				case scatter:
+					return comm.ReduceScatter(ctx, c, send, srecv, op)
+				}
+				return comm.AllReduce(ctx, c, send, dst, op)
+			}
+			if o.batch {
+				// As nccl-tests: the calls back to back after one
+				// barrier, then one more from the input to check.
+				reset()
+				for range o.warmup {
+					if err := call(); err != nil {
+						return total, err
+					}
+				}
+				if err := c.Barrier(ctx); err != nil {
+					return total, err
+				}
+				start := time.Now()
+				for range o.iters {
+					if err := call(); err != nil {
+						return total, err
+					}
+				}
+				res[mode].us = time.Since(start).Seconds() * 1e6
+				reset()
+				if err := call(); err != nil {
+					return total, err
+				}
+			}
+			for i := 0; !o.batch && i < o.warmup+o.iters; i++ {
+				reset()
 				// As the MPI and Gloo programs of bench/compare do: every
 				// timed call starts together.
 				if err := c.Barrier(ctx); err != nil {
 					return total, err
 				}
 				start := time.Now()
-				var err error
-				if o.coll == "broadcast" {
-					err = comm.Broadcast(ctx, c, send, 0)
-				} else {
-					err = comm.AllReduce(ctx, c, send, dst, op)
-				}
-				if err != nil {
+				if err := call(); err != nil {
 					return total, err
 				}
 				if i >= o.warmup {
@@ -65,9 +120,14 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 			}
 			res[mode].us /= float64(o.iters)
 			if o.check {
-				if o.coll == "broadcast" {
+				switch {
+				case o.coll == "broadcast":
 					res[mode].wrong = countWrongBcast(send, op)
-				} else {
+				case gather:
+					res[mode].wrong = countWrongGather(recv, block, op)
+				case scatter:
+					res[mode].wrong = countWrongAt(srecv, c.Rank()*block, n, op)
+				default:
 					res[mode].wrong = countWrong(dst, n, op)
 				}
 			}
@@ -90,8 +150,11 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 			return float64(int64(count)*es) / us / 1e3
 		}
 		factor := 2 * float64(n-1) / float64(n)
-		if o.coll == "broadcast" {
+		switch {
+		case o.coll == "broadcast":
 			factor = 1
+		case gather || scatter:
+			factor = float64(n-1) / float64(n)
 		}
 		fmt.Fprintf(w, " %12d %12d %8s %6s %9.2f %7.2f %7.2f %6d %9.2f %7.2f %7.2f %6d\n",
 			int64(count)*es, count, o.dtype, o.op,
@@ -176,10 +239,36 @@ func fill[T comm.Number](buf []T, r int, op comm.Op) {
 	}
 }
 
-func countWrong[T comm.Number](buf []T, n int, op comm.Op) int64 {
+// fillGather fills rank r's block of an allgather: the elements r·block
+// on of the gathered result (countWrongGather).
+func fillGather[T comm.Number](buf []T, r, block int, op comm.Op) {
+	for i := range buf {
+		buf[i] = from[T](value(r, r*block+i, op))
+	}
+}
+
+// countWrongGather counts the elements of an allgather's result that are
+// not their rank's (fillGather).
+func countWrongGather[T comm.Number](buf []T, block int, op comm.Op) int64 {
 	var wrong int64
 	for i, v := range buf {
-		want := expect(n, i, op)
+		if comm.ToFloat64(v) != comm.ToFloat64(from[T](value(i/block, i, op))) {
+			wrong++
+		}
+	}
+	return wrong
+}
+
+func countWrong[T comm.Number](buf []T, n int, op comm.Op) int64 {
+	return countWrongAt(buf, 0, n, op)
+}
+
+// countWrongAt counts the elements of buf, the reduced elements off on,
+// that are not the reduction of every rank's input (fill).
+func countWrongAt[T comm.Number](buf []T, off, n int, op comm.Op) int64 {
+	var wrong int64
+	for i, v := range buf {
+		want := expect(n, off+i, op)
 		got := comm.ToFloat64(v)
 		if op == comm.Avg {
 			if isInt[T]() {
