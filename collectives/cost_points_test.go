@@ -170,6 +170,28 @@ func placed(pts []costPoint, pl string) []costPoint {
 	return out
 }
 
+// readCostFiles reads the comma-separated CSV files of paths
+// (readCostPoints). Where a provider has points in more than one file, the
+// last file's are kept: GORUN_COST_POINTS=comm.csv,shm.csv takes mem and
+// tcp from comm's TestCostFit and shm from launcher runs
+// (scripts/cluster/costpoints.sh -local shm).
+func readCostFiles(paths string) ([]costPoint, error) {
+	var pts []costPoint
+	for path := range strings.SplitSeq(paths, ",") {
+		own, err := readCostPoints(path)
+		if err != nil {
+			return nil, err
+		}
+		here := map[string]bool{}
+		for _, p := range own {
+			here[p.provider] = true
+		}
+		pts = slices.DeleteFunc(pts, func(p costPoint) bool { return here[p.provider] })
+		pts = append(pts, own...)
+	}
+	return pts, nil
+}
+
 func firstErr(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
@@ -293,9 +315,30 @@ func fitCost(pts []costPoint, fac *[numAlgos]float64, cache float64) Cost {
 		}
 		return sum
 	}
-	x := []float64{math.Log(k.Alpha), math.Log(k.Beta), math.Log(max(k.Gamma, k.Beta/10)), math.Log(k.Alpha / 2), math.Log(k.Alpha / 4), 0, math.Log(k.Alpha / 2)}
+	x0 := []float64{math.Log(k.Alpha), math.Log(k.Beta), math.Log(max(k.Gamma, k.Beta/10)), math.Log(k.Alpha / 2), math.Log(k.Alpha / 4), 0, math.Log(k.Alpha / 2)}
+	x := x0
 	for range 3 { // restart from the best: the simplex may collapse early
 		x = nelderMead(loss, x)
+	}
+	// The cap lets the simplex give up a whole group of points that its
+	// start puts more than a factor 2 off: shm's 2-rank allreduces of
+	// launcher runs were left 20x off, Latency at 3.5 us. So it also
+	// starts from the uncapped fit, and the lower capped loss is kept.
+	full := func(x []float64) float64 {
+		k := set(x)
+		sum := 0.0
+		for _, p := range train {
+			e := math.Log(p.predictWith(k, fac) / p.secs)
+			sum += e * e
+		}
+		return sum
+	}
+	y := x0
+	for _, f := range []func([]float64) float64{full, full, full, loss, loss, loss} {
+		y = nelderMead(f, y)
+	}
+	if loss(y) < loss(x) {
+		x = y
 	}
 	return set(x)
 }
@@ -496,7 +539,7 @@ func (g *costGroup) within(v float64) int {
 
 // TestCostPoints fits the cost model's constants and its allreduce
 // factors (allReduceFactor) from the points comm's TestCostFit measured
-// (the CSV file GORUN_COST_POINTS names, or cost_points.csv here, the
+// (the CSV files GORUN_COST_POINTS names, readCostFiles, or cost_points.csv here, the
 // points cost.go's constants were fitted on), with each power of two from
 // 1 MiB to CacheBytes as Cost.Cache, keeps the fit with the least loss on
 // the training points, and prints it and the prediction error per
@@ -511,7 +554,7 @@ func TestCostPoints(t *testing.T) {
 	if path == "" {
 		path = "cost_points.csv"
 	}
-	pts, err := readCostPoints(path)
+	pts, err := readCostFiles(path)
 	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS") == "" {
 		t.Skip("no cost_points.csv")
 	}
@@ -569,6 +612,48 @@ func TestCostPoints(t *testing.T) {
 			t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costWithin30)
 		}
 	}
+	if log != nil {
+		logTableChanges(t, fitted, &fac)
+	}
+}
+
+// logTableChanges logs the cells of the tables at 2-16 ranks (one CPU
+// per rank, and 2 CPUs shared) whose model choice (modelChoice, without
+// the exceptions) differs between cost.go's constants and factors and ks
+// with fac: what adopting a fit would change, and what to A/B first.
+func logTableChanges(t *testing.T, ks map[string]Cost, fac *[numAlgos]float64) {
+	t.Helper()
+	saved := allReduceFactor
+	defer func() { allReduceFactor = saved }()
+	changed := 0
+	for _, p := range []string{"mem", "shm", "tcp"} {
+		for c := range Collective(numCollectives) {
+			if len(Algos(c)) < 2 {
+				continue
+			}
+			for _, cpus := range []int{0, 2} {
+				for n := 2; n <= 16; n++ {
+					choices := func(k Cost, f [numAlgos]float64) (as [27]Algo) {
+						allReduceFactor = f
+						prev := Auto
+						for i := range as {
+							as[i] = modelChoice(k, c, n, cpus, 1<<i, prev)
+							prev = as[i]
+						}
+						return as
+					}
+					was, now := choices(costs[p], saved), choices(ks[p], *fac)
+					for i := 3; i < len(was); i++ {
+						if was[i] != now[i] {
+							changed++
+							t.Logf("table change: %s %s %d ranks, %d CPUs, %s: %s -> %s", p, c, n, cpus, sizeName(1<<i), was[i], now[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("table changes at 2-16 ranks, 8 B to 64 MiB: %d cells", changed)
 }
 
 // logErrors logs the error table of groups gs (costErrors) and returns

@@ -1,0 +1,87 @@
+package collectives
+
+import (
+	"maps"
+	"os"
+	"testing"
+)
+
+// TestCostPointsLaunch fits shm's and tcp's constants on the points
+// scripts/cluster/costpoints.sh -local measured under the launcher, one
+// process per rank, as a user's job runs (the CSV files, comma-separated,
+// that GORUN_COST_POINTS_LAUNCH names, or cost_points_launch.csv here),
+// with TestCostPoints' code: fitCost on the same training points, with
+// cost.go's allreduce factors and cache, each point's fastest pass in any
+// placement (GORUN_COST_PLACEMENT: near or far for one). It prints the
+// fitted constants, the prediction error on the check points (2 and 4
+// ranks) of the fit and of cost.go's constants (fitted with all ranks in
+// one process), and with -v the table cells the fit would change
+// (logTableChanges). On cost_points_launch.csv it fails if the fit is
+// within 30% at fewer check points than when it was measured
+// (costLaunchWithin30): the model and the fit must keep describing the
+// processes of a real job.
+//
+//	GORUN_COST_POINTS_LAUNCH=shm.csv,tcp.csv go test -run CostPointsLaunch -v ./collectives/
+func TestCostPointsLaunch(t *testing.T) {
+	path := os.Getenv("GORUN_COST_POINTS_LAUNCH")
+	if path == "" {
+		path = "cost_points_launch.csv"
+	}
+	pts, err := readCostFiles(path)
+	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" {
+		t.Skip("no cost_points_launch.csv")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := os.Getenv("GORUN_COST_PLACEMENT")
+	if pl == "" {
+		pl = "any"
+	}
+	pts = placed(pts, pl)
+	w, of := repeats(pts)
+	t.Logf("%s: %d points in the %s placement; the even and odd passes agree within 30%% at %d of %d check points", path, len(pts), pl, w, of)
+	fitted := maps.Clone(costs)
+	for _, p := range []string{"shm", "tcp"} {
+		var own []costPoint
+		for _, q := range pts {
+			if q.provider == p {
+				own = append(own, q)
+			}
+		}
+		if len(own) == 0 {
+			t.Fatalf("%s: no %s points in the %s placement", path, p, pl)
+		}
+		k := fitCost(own, &allReduceFactor, costs[p].Cache)
+		fitted[p] = k
+		t.Logf("%q: {Alpha: %.3g, Latency: %.3g, Beta: %.3g, Gamma: %.3g, Overhead: %.3g, Turn: %.3g, Spill: %.3g},",
+			p, k.Alpha, k.Latency, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill)
+	}
+	var log func(string, ...any)
+	if testing.Verbose() {
+		log = t.Logf
+	}
+	for _, c := range []struct {
+		name  string
+		ks    map[string]Cost
+		train bool
+	}{{"fitted, training points", fitted, true}, {"fitted, check points", fitted, false}, {"cost.go, check points", costs, false}} {
+		var l func(string, ...any)
+		if c.name == "fitted, check points" {
+			l = log
+		}
+		t.Logf("%s:", c.name)
+		all := logErrors(t, costErrors(c.ks, &allReduceFactor, pts, c.train, l))
+		if c.name == "fitted, check points" && os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" && pl == "any" && all.within(0.3) < costLaunchWithin30 {
+			t.Errorf("the fit is within 30%% of %d check points of %s, %d when measured", all.within(0.3), path, costLaunchWithin30)
+		}
+	}
+	if log != nil {
+		logTableChanges(t, fitted, &allReduceFactor)
+	}
+}
+
+// costLaunchWithin30 is how many of cost_points_launch.csv's 70 check
+// points the fit on it predicted within 30% when it was measured
+// (2026-11-28, 12 passes).
+const costLaunchWithin30 = 59
