@@ -84,19 +84,26 @@ const CacheBytes = 32 << 20
 // a ring or halving-doubling smaller than one element is not sent.
 const ElemBytes = 4
 
-// costs are the fitted constants per provider: collectives'
+// costs are the fitted constants per provider. mem's: collectives'
 // TestCostPoints on cost_points.csv, which comm's TestCostFit measured on
 // 2026-11-27 15:26-15:30 UTC (the whole grid, 3 passes, the fastest
 // kept), all ranks in one process on this 2-core machine, 1-minute load
 // 5.8 falling to 3.4 (another session's test held most of a CPU); refitted
 // 2026-11-27 20:40 with Latency, Cache, halving-doubling's pieces and the
-// double tree's shape (treeShape): within 30% at 189 of its 227 check
-// points, median 14%, p90 38% (178, 15%, 40% before). shm's γ comes out
-// at its floor (0 here): shm's reductions hide in its copies.
+// double tree's shape (treeShape). shm's and tcp's: TestCostPointsLaunch
+// on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
+// measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
+// rank (12 passes, each point's fastest in any placement), with the
+// allreduce factors and the cache as they were: within 30% at 59 of its
+// 70 check points, median 15%, p90 40% (cost.go's constants before them,
+// fitted with all ranks in one process: 30, 37%, 83%). A message and an
+// idle turn cost microseconds of CPU where processes share CPUs (o, turn),
+// not a goroutine switch's fraction of one. shm's γ comes out at its floor
+// (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
 	"mem": {Alpha: 4.08e-07, Latency: 4.59e-07, Beta: 1.97e-11, Gamma: 3.22e-11, Overhead: 6.71e-07, Turn: 1.4e-07, Spill: 1.28, Cache: 16 << 20},
-	"shm": {Alpha: 3.4e-07, Latency: 8.04e-08, Beta: 6.45e-11, Gamma: 0, Overhead: 4.46e-07, Turn: 1.69e-07, Spill: 1.1, Cache: 16 << 20},
-	"tcp": {Alpha: 6.4e-06, Latency: 3.22e-06, Beta: 1.76e-10, Gamma: 1.28e-10, Overhead: 1.31e-05, Turn: 0, Spill: 0.416, Cache: 16 << 20},
+	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
+	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
 	netProvider: netCost,
 }

@@ -404,6 +404,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	// parent's ranks still share the CPUs.
 	cfg.cpuSharers, cfg.cpus = max(cfg.cpuSharers, sharers), len(cpus)
 	cfg.cpuSharersAway = max(cfg.cpuSharersAway, away)
+	cfg.sameCPUs = sharers == size
 
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)
@@ -466,7 +467,9 @@ func pickProvider(forced string, me, peer *endpoint) string {
 func (c *Comm) place(eps []*endpoint) {
 	c.topo = topologyOf(eps)
 	c.allTCP = linksAllTCP(c.cfg.transport, eps)
-	c.table = collectives.TableFor(c.costProvider(), c.size, c.costCPUs())
+	provider, cpus := c.costProvider(), c.costCPUs()
+	c.table = collectives.TableFor(provider, c.size, cpus)
+	c.debugf(debugInfo, "algorithms: the %s table for %d ranks on %d CPUs (0: one per rank)", provider, c.size, cpus)
 }
 
 // linksAllTCP reports whether pickProvider links every pair of eps over

@@ -167,17 +167,28 @@ func (c *Comm) costProvider() string {
 	return "shm"
 }
 
-// costCPUs is the CPUs the model gives c's ranks (0: one per rank). In
-// one process (NewLocal), where the ranks outnumber the CPUs, c's share
-// of them, cpus·size/sharers (a Split communicator counts its parent's
-// sharers: the other ranks still run there); every rank has the same
-// counts there. Between processes a rank knows which ranks share its CPUs
-// but not how many CPUs the others have, and ranks bound to different
-// CPUs could count differently and choose different algorithms: there
-// the table assumes a CPU per rank (the choices at 4 processes on this
-// 2-CPU machine are the same either way at the sizes bench/compare runs).
+// costCPUs is the CPUs the model gives c's ranks (0: one per rank).
+// Where the ranks outnumber the CPUs they run on, it is c's share of
+// them, cpus·size/sharers (a Split communicator counts its parent's
+// sharers: the other ranks still run there), if every rank counts the
+// same: in one process (NewLocal), and between processes where all of
+// c's ranks run on one set of CPUs of one host (sameCPUs, no sharers
+// away), so that each has the same set, and the same count of it and of
+// the ranks on it. Otherwise a rank knows which ranks share its CPUs but
+// not how many CPUs the others have, and ranks bound to different CPUs
+// could count differently and choose different algorithms: there the
+// table assumes a CPU per rank. The model fitted on launched processes
+// (collectives' TestCostPointsLaunch) gives a message and an idle turn
+// microseconds of CPU where processes share CPUs; with one CPU per rank
+// it would pick the ring or halving-doubling from a few KiB up, where 4
+// processes on 2 CPUs took 1.3-1.7x as long as with recursive doubling
+// or Bruck (README, cost model).
 func (c *Comm) costCPUs() int {
-	if cfg := c.cfg; cfg.local && cfg.cpus > 0 && cfg.cpuSharers > cfg.cpus {
+	cfg := c.cfg
+	if cfg.cpus == 0 || cfg.cpuSharers <= cfg.cpus {
+		return 0
+	}
+	if cfg.local || cfg.sameCPUs && cfg.cpuSharersAway == 0 {
 		return max(1, cfg.cpus*c.size/cfg.cpuSharers)
 	}
 	return 0

@@ -59,12 +59,13 @@ func TestAlgoForDerived(t *testing.T) {
 	}
 }
 
-// TestAlgoForModelCells: cells where the model, not an override, decides
-// (README, cost model): a tcp pair reduces 256 KiB by recursive doubling
-// (one exchange of the whole buffer; the model predicts the ring level,
-// within the hysteresis) and 4 MiB by the ring; 4 ranks on tcp take
-// halving-doubling at 1 MiB (the one measured exception,
-// collectives.Exceptions) where 4 ranks in memory take the ring.
+// TestAlgoForModelCells: cells the README's cost model names: a tcp pair
+// reduces 256 KiB by recursive doubling (one exchange of the whole
+// buffer) and 4 MiB by the ring (the model's own choice since shm and tcp
+// were fitted under the launcher; a measured exception before); 4 ranks
+// on tcp take halving-doubling at 1 MiB (a measured exception,
+// collectives.Exceptions, where they share 2 CPUs) where 4 ranks in memory
+// take the ring (another).
 func TestAlgoForModelCells(t *testing.T) {
 	ar := collectives.AllReduce
 	for _, tc := range []struct {
@@ -99,5 +100,33 @@ func BenchmarkAlgoFor(b *testing.B) {
 	c := cs[0]
 	for b.Loop() {
 		c.algoFor(collectives.AllReduce, 8)
+	}
+}
+
+// TestCostCPUs: the CPUs a communicator's table counts. Ranks in one
+// process, and launched ranks that all run on one set of CPUs of one host,
+// count their share where they outnumber the CPUs; ranks whose CPU sets
+// differ, or with sharers on other hosts, count one CPU per rank, as do
+// ranks with enough CPUs.
+func TestCostCPUs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  config
+		size int
+		want int
+	}{
+		{"one process", config{local: true, cpus: 2, cpuSharers: 8}, 8, 2},
+		{"one process, enough CPUs", config{local: true, cpus: 8, cpuSharers: 4}, 4, 0},
+		{"processes on one CPU set", config{sameCPUs: true, cpus: 2, cpuSharers: 4}, 4, 2},
+		{"processes, enough CPUs", config{sameCPUs: true, cpus: 8, cpuSharers: 4}, 4, 0},
+		{"processes on different CPU sets", config{cpus: 2, cpuSharers: 3}, 4, 0},
+		{"processes with sharers on other hosts", config{sameCPUs: true, cpus: 2, cpuSharers: 4, cpuSharersAway: 2}, 4, 0},
+		{"split from 4 processes on 2 CPUs", config{sameCPUs: true, cpus: 2, cpuSharers: 4}, 2, 1},
+		{"CPUs unknown", config{sameCPUs: true}, 4, 0},
+	} {
+		c := &Comm{cfg: &tc.cfg, size: tc.size}
+		if got := c.costCPUs(); got != tc.want {
+			t.Errorf("%s: costCPUs %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
