@@ -52,31 +52,14 @@ func TestCostPointsLaunch(t *testing.T) {
 		if len(own) == 0 {
 			t.Fatalf("%s: no %s points in the %s placement", path, p, pl)
 		}
-		k := fitCost(own, &allReduceFactor, costs[p].Cache)
-		fitted[p] = k
-		t.Logf("%q: {Alpha: %.3g, Latency: %.3g, Beta: %.3g, Gamma: %.3g, Overhead: %.3g, Turn: %.3g, Spill: %.3g},",
-			p, k.Alpha, k.Latency, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill)
+		fitted[p] = fitCost(own, &allReduceFactor, costs[p].Cache)
+		logCost(t, p, fitted[p])
 	}
-	var log func(string, ...any)
+	fit, _ := logFits(t, pts, fitted, &allReduceFactor, "cost.go", costs, &allReduceFactor)
+	if os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" && pl == "any" && fit.within(0.3) < costLaunchWithin30 {
+		t.Errorf("the fit is within 30%% of %d check points of %s, %d when measured", fit.within(0.3), path, costLaunchWithin30)
+	}
 	if testing.Verbose() {
-		log = t.Logf
-	}
-	for _, c := range []struct {
-		name  string
-		ks    map[string]Cost
-		train bool
-	}{{"fitted, training points", fitted, true}, {"fitted, check points", fitted, false}, {"cost.go, check points", costs, false}} {
-		var l func(string, ...any)
-		if c.name == "fitted, check points" {
-			l = log
-		}
-		t.Logf("%s:", c.name)
-		all := logErrors(t, costErrors(c.ks, &allReduceFactor, pts, c.train, l))
-		if c.name == "fitted, check points" && os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" && pl == "any" && all.within(0.3) < costLaunchWithin30 {
-			t.Errorf("the fit is within 30%% of %d check points of %s, %d when measured", all.within(0.3), path, costLaunchWithin30)
-		}
-	}
-	if log != nil {
 		logTableChanges(t, fitted, &allReduceFactor)
 	}
 }

@@ -49,24 +49,9 @@ func TestCostPointsNet(t *testing.T) {
 		}
 	}
 	t.Logf("training loss %.3f", loss)
-	var log func(string, ...any)
-	if testing.Verbose() {
-		log = t.Logf
-	}
-	for _, c := range []struct {
-		name  string
-		k     Cost
-		train bool
-	}{{"fitted, training points", k, true}, {"fitted, check points", k, false}, {"cost_net.go, check points", netCost, false}} {
-		var l func(string, ...any)
-		if c.name == "fitted, check points" {
-			l = log
-		}
-		t.Logf("%s:", c.name)
-		all := logErrors(t, costErrors(map[string]Cost{netProvider: c.k}, &allReduceFactor, pts, c.train, l))
-		if c.name == "cost_net.go, check points" && os.Getenv("GORUN_COST_POINTS_NET") == "" && all.within(0.3) < costNetWithin30 {
-			t.Errorf("cost_net.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costNetWithin30)
-		}
+	_, now := logFits(t, pts, map[string]Cost{netProvider: k}, &allReduceFactor, "cost_net.go", map[string]Cost{netProvider: netCost}, &allReduceFactor)
+	if os.Getenv("GORUN_COST_POINTS_NET") == "" && now.within(0.3) < costNetWithin30 {
+		t.Errorf("cost_net.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costNetWithin30)
 	}
 }
 

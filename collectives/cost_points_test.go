@@ -587,34 +587,42 @@ func TestCostPoints(t *testing.T) {
 	}
 	t.Logf("Cache: %d << 20", int(fitted["mem"].Cache)>>20)
 	for _, p := range []string{"mem", "shm", "tcp"} {
-		k := fitted[p]
-		t.Logf("%q: {Alpha: %.3g, Latency: %.3g, Beta: %.3g, Gamma: %.3g, Overhead: %.3g, Turn: %.3g, Spill: %.3g},",
-			p, k.Alpha, k.Latency, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill)
+		logCost(t, p, fitted[p])
 	}
 	t.Logf("allReduceFactor: {Ring: 1, Tree: %.3g, RecDoubling: %.3g, HalvingDoubling: %.3g}", fac[Tree], fac[RecDoubling], fac[HalvingDoubling])
+	_, now := logFits(t, pts, fitted, &fac, "cost.go", costs, &allReduceFactor)
+	if os.Getenv("GORUN_COST_POINTS") == "" && now.within(0.3) < costWithin30 {
+		t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costWithin30)
+	}
+	if testing.Verbose() {
+		logTableChanges(t, fitted, &fac)
+	}
+}
+
+// logFits logs the error tables of the fitted constants ks with the
+// allreduce factors fac on pts' training and check points, then of the
+// constants in use (name: now with nowFac) on the check points, each
+// point of the fit's check with -v; it returns the groups of all check
+// points of the fit and of the constants in use.
+func logFits(t *testing.T, pts []costPoint, ks map[string]Cost, fac *[numAlgos]float64, name string, now map[string]Cost, nowFac *[numAlgos]float64) (fit, cur *costGroup) {
+	t.Helper()
+	t.Logf("fitted, training points:")
+	logErrors(t, costErrors(ks, fac, pts, true, nil))
+	t.Logf("fitted, check points:")
 	var log func(string, ...any)
 	if testing.Verbose() {
 		log = t.Logf
 	}
-	for _, c := range []struct {
-		name  string
-		ks    map[string]Cost
-		fac   *[numAlgos]float64
-		train bool
-	}{{"fitted, training points", fitted, &fac, true}, {"fitted, check points", fitted, &fac, false}, {"cost.go, check points", costs, &allReduceFactor, false}} {
-		var l func(string, ...any)
-		if c.name == "fitted, check points" {
-			l = log
-		}
-		t.Logf("%s:", c.name)
-		all := logErrors(t, costErrors(c.ks, c.fac, pts, c.train, l))
-		if c.name == "cost.go, check points" && os.Getenv("GORUN_COST_POINTS") == "" && all.within(0.3) < costWithin30 {
-			t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", all.within(0.3), path, costWithin30)
-		}
-	}
-	if log != nil {
-		logTableChanges(t, fitted, &fac)
-	}
+	fit = logErrors(t, costErrors(ks, fac, pts, false, log))
+	t.Logf("%s, check points:", name)
+	return fit, logErrors(t, costErrors(now, nowFac, pts, false, nil))
+}
+
+// logCost logs provider p's constants k in cost.go's form.
+func logCost(t *testing.T, p string, k Cost) {
+	t.Helper()
+	t.Logf("%q: {Alpha: %.3g, Latency: %.3g, Beta: %.3g, Gamma: %.3g, Overhead: %.3g, Turn: %.3g, Spill: %.3g},",
+		p, k.Alpha, k.Latency, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill)
 }
 
 // logTableChanges logs the cells of the tables at 2-16 ranks (one CPU
