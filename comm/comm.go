@@ -78,6 +78,8 @@ type Comm struct {
 	// allTCP: every link this communicator makes is tcp (linksAllTCP;
 	// run.go's costProvider).
 	allTCP bool
+	// oneCPUSet: every rank runs on one set of CPUs of one host (place).
+	oneCPUSet bool
 	// table is the selection table of its provider, size and CPUs
 	// (run.go's algoFor), fixed once its topology is known.
 	table *collectives.Table
@@ -404,7 +406,6 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	// parent's ranks still share the CPUs.
 	cfg.cpuSharers, cfg.cpus = max(cfg.cpuSharers, sharers), len(cpus)
 	cfg.cpuSharersAway = max(cfg.cpuSharersAway, away)
-	cfg.sameCPUs = sharers == size
 
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)
@@ -467,9 +468,24 @@ func pickProvider(forced string, me, peer *endpoint) string {
 func (c *Comm) place(eps []*endpoint) {
 	c.topo = topologyOf(eps)
 	c.allTCP = linksAllTCP(c.cfg.transport, eps)
+	c.oneCPUSet = oneCPUSet(eps)
 	provider, cpus := c.costProvider(), c.costCPUs()
 	c.table = collectives.TableFor(provider, c.size, cpus)
 	c.debugf(debugInfo, "algorithms: the %s table for %d ranks on %d CPUs (0: one per rank)", provider, c.size, cpus)
+}
+
+// oneCPUSet reports whether every endpoint of eps names one host and one
+// known set of CPUs (endpoint.cpus): then every rank of the communicator
+// runs on the same CPUs, and each counts as many (Comm.costCPUs). It is
+// computed from the endpoints alone, which every rank has alike, also
+// after a Shrink or Grow.
+func oneCPUSet(eps []*endpoint) bool {
+	for _, ep := range eps {
+		if ep.cpus == ([8]byte{}) || ep.cpus != eps[0].cpus || ep.host != eps[0].host {
+			return false
+		}
+	}
+	return len(eps) > 0
 }
 
 // linksAllTCP reports whether pickProvider links every pair of eps over

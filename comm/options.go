@@ -47,11 +47,6 @@ type config struct {
 	// name: namespace hosts of one machine share its CPUs; cpuSharersAway
 	// counts those on other hosts. Known after the rendezvous; 0 unknown.
 	cpuSharers, cpuSharersAway, cpus int
-	// sameCPUs says every rank of the communicator runs on this rank's
-	// CPUs (the same endpoint.cpus): then each counts them alike, and the
-	// ranks of processes on one host may choose with the CPUs they share
-	// (Comm.costCPUs).
-	sameCPUs bool
 	// spin, if set, overrides how long a waiting collective polls
 	// (GORUN_SPIN, WithSpin); yield: 0 auto, 1 yield, -1 don't.
 	spin    time.Duration

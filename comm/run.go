@@ -167,17 +167,20 @@ func (c *Comm) costProvider() string {
 	return "shm"
 }
 
-// costCPUs is the CPUs the model gives c's ranks (0: one per rank).
-// Where the ranks outnumber the CPUs they run on, it is c's share of
-// them, cpus·size/sharers (a Split communicator counts its parent's
-// sharers: the other ranks still run there), if every rank counts the
-// same: in one process (NewLocal), and between processes where all of
-// c's ranks run on one set of CPUs of one host (sameCPUs, no sharers
-// away), so that each has the same set, and the same count of it and of
-// the ranks on it. Otherwise a rank knows which ranks share its CPUs but
-// not how many CPUs the others have, and ranks bound to different CPUs
-// could count differently and choose different algorithms: there the
-// table assumes a CPU per rank. The model fitted on launched processes
+// costCPUs is the CPUs the model gives c's ranks (0: one per rank),
+// where the ranks outnumber the CPUs they run on, if every rank counts
+// the same. In one process (NewLocal) it is c's share of them,
+// cpus·size/sharers (a Split communicator counts its parent's sharers:
+// the other ranks still run there). Between processes it is the CPUs
+// where all of c's ranks run on one set of them on one host (oneCPUSet,
+// from the endpoints every rank has alike, also after a Grow, where the
+// ranks that joined count only the new world): each has that set and its
+// count. Ranks of a Split communicator do not count the parent's other
+// ranks there, as a rank that joined by Grow could not. Otherwise a rank
+// knows which ranks share its CPUs but not how many CPUs the others have,
+// and ranks bound to different CPUs could count differently and choose
+// different algorithms, which would not match: there the table assumes a
+// CPU per rank. The model fitted on launched processes
 // (collectives' TestCostPointsLaunch) gives a message and an idle turn
 // microseconds of CPU where processes share CPUs; with one CPU per rank
 // it would pick the ring or halving-doubling from a few KiB up, where 4
@@ -185,11 +188,15 @@ func (c *Comm) costProvider() string {
 // or Bruck (README, cost model).
 func (c *Comm) costCPUs() int {
 	cfg := c.cfg
-	if cfg.cpus == 0 || cfg.cpuSharers <= cfg.cpus {
+	switch {
+	case cfg.cpus == 0:
 		return 0
-	}
-	if cfg.local || cfg.sameCPUs && cfg.cpuSharersAway == 0 {
-		return max(1, cfg.cpus*c.size/cfg.cpuSharers)
+	case cfg.local:
+		if cfg.cpuSharers > cfg.cpus {
+			return max(1, cfg.cpus*c.size/cfg.cpuSharers)
+		}
+	case c.oneCPUSet && c.size > cfg.cpus:
+		return cfg.cpus
 	}
 	return 0
 }

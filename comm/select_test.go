@@ -104,29 +104,45 @@ func BenchmarkAlgoFor(b *testing.B) {
 }
 
 // TestCostCPUs: the CPUs a communicator's table counts. Ranks in one
-// process, and launched ranks that all run on one set of CPUs of one host,
-// count their share where they outnumber the CPUs; ranks whose CPU sets
-// differ, or with sharers on other hosts, count one CPU per rank, as do
-// ranks with enough CPUs.
+// process, and launched ranks that all run on one set of CPUs of one host
+// (oneCPUSet, from the endpoints alone, which every rank has alike, also
+// after a Grow), count what they share where they outnumber the CPUs;
+// ranks whose CPU sets or hosts differ, or whose CPUs are unknown, count
+// one CPU per rank, as do ranks with enough CPUs.
 func TestCostCPUs(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  config
+		one  bool // oneCPUSet
 		size int
 		want int
 	}{
-		{"one process", config{local: true, cpus: 2, cpuSharers: 8}, 8, 2},
-		{"one process, enough CPUs", config{local: true, cpus: 8, cpuSharers: 4}, 4, 0},
-		{"processes on one CPU set", config{sameCPUs: true, cpus: 2, cpuSharers: 4}, 4, 2},
-		{"processes, enough CPUs", config{sameCPUs: true, cpus: 8, cpuSharers: 4}, 4, 0},
-		{"processes on different CPU sets", config{cpus: 2, cpuSharers: 3}, 4, 0},
-		{"processes with sharers on other hosts", config{sameCPUs: true, cpus: 2, cpuSharers: 4, cpuSharersAway: 2}, 4, 0},
-		{"split from 4 processes on 2 CPUs", config{sameCPUs: true, cpus: 2, cpuSharers: 4}, 2, 1},
-		{"CPUs unknown", config{sameCPUs: true}, 4, 0},
+		{"one process", config{local: true, cpus: 2, cpuSharers: 8}, true, 8, 2},
+		{"one process, enough CPUs", config{local: true, cpus: 8, cpuSharers: 4}, true, 4, 0},
+		{"processes on one CPU set", config{cpus: 2, cpuSharers: 4}, true, 4, 2},
+		{"processes on one CPU set, grown from 2", config{cpus: 2, cpuSharers: 2}, true, 3, 2},
+		{"processes, enough CPUs", config{cpus: 8, cpuSharers: 4}, true, 4, 0},
+		{"processes on different CPU sets or hosts", config{cpus: 2, cpuSharers: 3}, false, 4, 0},
+		{"CPUs unknown", config{}, true, 4, 0},
 	} {
-		c := &Comm{cfg: &tc.cfg, size: tc.size}
+		c := &Comm{cfg: &tc.cfg, size: tc.size, oneCPUSet: tc.one}
 		if got := c.costCPUs(); got != tc.want {
 			t.Errorf("%s: costCPUs %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	set := func(host, key byte) *endpoint { return &endpoint{host: [8]byte{host}, cpus: [8]byte{key}} }
+	for _, tc := range []struct {
+		name string
+		eps  []*endpoint
+		want bool
+	}{
+		{"one host, one set", []*endpoint{set(1, 1), set(1, 1), set(1, 1)}, true},
+		{"two sets", []*endpoint{set(1, 1), set(1, 2), set(1, 1)}, false},
+		{"two hosts, one set", []*endpoint{set(1, 1), set(2, 1)}, false},
+		{"a set unknown", []*endpoint{set(1, 1), set(1, 0)}, false},
+	} {
+		if got := oneCPUSet(tc.eps); got != tc.want {
+			t.Errorf("%s: oneCPUSet %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
