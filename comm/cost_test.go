@@ -30,8 +30,12 @@ import (
 // before and after the point: the host moves this machine's two vCPUs
 // between a near and a far placement on its own, which changes a point
 // 1.5-3x, so TestCostPoints fits and checks the points of one placement.
-// This test logs each point's fastest pass against the prediction
-// of the constants in cost.go. It is a measurement, not a timed test: it
+// cost.go's constants for mem come from these points; its shm and tcp
+// constants from the same points measured under the launcher, a process
+// per rank (scripts/cluster/costpoints.sh -local, collectives'
+// TestCostPointsLaunch), as jobs run them: ranks in one process wait as
+// goroutines, not as processes. This test logs each point's fastest pass
+// against the prediction of the constants in cost.go. It is a measurement, not a timed test: it
 // fails only if a collective fails, and is skipped unless GORUN_COST_FIT
 // is set. It took 4-7 minutes on this 2-core machine.
 //
