@@ -25,6 +25,7 @@ var selectExceptions = []string{
 	"shm allreduce 4 ranks above 32 KiB up to 64 KiB: hd where the model picks rd",
 	"tcp allreduce 4-16 ranks (a power of two) up to 2 MiB: hd where the model picks ring",
 	"shm allreduce 4 ranks above 1 MiB up to 2 MiB: ring where the model picks rd",
+	"shm reducescatter 4 ranks, blocks above 1 KiB up to 8 KiB: ring where the model picks rd",
 	"mem allreduce 4 ranks above 256 KiB: ring where the model picks hd",
 }
 
