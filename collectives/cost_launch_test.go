@@ -23,17 +23,7 @@ import (
 //
 //	GORUN_COST_POINTS_LAUNCH=shm.csv,tcp.csv go test -run CostPointsLaunch -v ./collectives/
 func TestCostPointsLaunch(t *testing.T) {
-	path := os.Getenv("GORUN_COST_POINTS_LAUNCH")
-	if path == "" {
-		path = "cost_points_launch.csv"
-	}
-	pts, err := readCostFiles(path)
-	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" {
-		t.Skip("no cost_points_launch.csv")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	pts, path, ours := costPointsFrom(t, "GORUN_COST_POINTS_LAUNCH", "cost_points_launch.csv")
 	pl := os.Getenv("GORUN_COST_PLACEMENT")
 	if pl == "" {
 		pl = "any"
@@ -56,7 +46,7 @@ func TestCostPointsLaunch(t *testing.T) {
 		logCost(t, p, fitted[p])
 	}
 	fit, _ := logFits(t, pts, fitted, &allReduceFactor, "cost.go", costs, &allReduceFactor)
-	if os.Getenv("GORUN_COST_POINTS_LAUNCH") == "" && pl == "any" && fit.within(0.3) < costLaunchWithin30 {
+	if ours && pl == "any" && fit.within(0.3) < costLaunchWithin30 {
 		t.Errorf("the fit is within 30%% of %d check points of %s, %d when measured", fit.within(0.3), path, costLaunchWithin30)
 	}
 	if testing.Verbose() {

@@ -1,9 +1,6 @@
 package collectives
 
-import (
-	"os"
-	"testing"
-)
+import "testing"
 
 // TestCostPointsNet fits the constants between hosts (netCost, provider
 // "net") from the points scripts/cluster/costpoints.sh measured on the
@@ -22,17 +19,7 @@ import (
 //
 //	GORUN_COST_POINTS_NET=points.csv go test -run CostPointsNet -v ./collectives/
 func TestCostPointsNet(t *testing.T) {
-	path := os.Getenv("GORUN_COST_POINTS_NET")
-	if path == "" {
-		path = "cost_points_net.csv"
-	}
-	pts, err := readCostPoints(path)
-	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS_NET") == "" {
-		t.Skip("no cost_points_net.csv")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	pts, path, ours := costPointsFrom(t, "GORUN_COST_POINTS_NET", "cost_points_net.csv")
 	for _, p := range pts {
 		if p.provider != netProvider {
 			t.Fatalf("%s: a point of provider %s: this file is the net provider's", path, p.provider)
@@ -50,7 +37,7 @@ func TestCostPointsNet(t *testing.T) {
 	}
 	t.Logf("training loss %.3f", loss)
 	_, now := logFits(t, pts, map[string]Cost{netProvider: k}, &allReduceFactor, "cost_net.go", map[string]Cost{netProvider: netCost}, &allReduceFactor)
-	if os.Getenv("GORUN_COST_POINTS_NET") == "" && now.within(0.3) < costNetWithin30 {
+	if ours && now.within(0.3) < costNetWithin30 {
 		t.Errorf("cost_net.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costNetWithin30)
 	}
 }

@@ -192,6 +192,26 @@ func readCostFiles(paths string) ([]costPoint, error) {
 	return pts, nil
 }
 
+// costPointsFrom reads the points in the files the environment variable
+// env names (readCostFiles), or else in def here, and skips the test if
+// def is missing. It returns them, the files read, and whether they are
+// def's: the points a test's recorded count was taken on.
+func costPointsFrom(t *testing.T, env, def string) (pts []costPoint, path string, ours bool) {
+	t.Helper()
+	path, ours = os.Getenv(env), false
+	if path == "" {
+		path, ours = def, true
+	}
+	pts, err := readCostFiles(path)
+	if os.IsNotExist(err) && ours {
+		t.Skip("no " + def)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pts, path, ours
+}
+
 func firstErr(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
@@ -550,17 +570,7 @@ func (g *costGroup) within(v float64) int {
 //
 //	GORUN_COST_POINTS=points.csv go test -run CostPoints -v ./collectives/
 func TestCostPoints(t *testing.T) {
-	path := os.Getenv("GORUN_COST_POINTS")
-	if path == "" {
-		path = costPointFiles
-	}
-	pts, err := readCostFiles(path)
-	if os.IsNotExist(err) && os.Getenv("GORUN_COST_POINTS") == "" {
-		t.Skip("no " + costPointFiles)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	pts, path, ours := costPointsFrom(t, "GORUN_COST_POINTS", costPointFiles)
 	pl := os.Getenv("GORUN_COST_PLACEMENT")
 	if pl == "" {
 		pl = costPlacement
@@ -591,7 +601,7 @@ func TestCostPoints(t *testing.T) {
 	}
 	t.Logf("allReduceFactor: {Ring: 1, Tree: %.3g, RecDoubling: %.3g, HalvingDoubling: %.3g}", fac[Tree], fac[RecDoubling], fac[HalvingDoubling])
 	_, now := logFits(t, pts, fitted, &fac, "cost.go", costs, &allReduceFactor)
-	if os.Getenv("GORUN_COST_POINTS") == "" && now.within(0.3) < costWithin30 {
+	if ours && now.within(0.3) < costWithin30 {
 		t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costWithin30)
 	}
 	if testing.Verbose() {

@@ -79,44 +79,14 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 				}
 				return comm.AllReduce(ctx, c, send, dst, op)
 			}
+			var err error
 			if o.batch {
-				// As nccl-tests: the calls back to back after one
-				// barrier, then one more from the input to check.
-				reset()
-				for range o.warmup {
-					if err := call(); err != nil {
-						return total, err
-					}
-				}
-				if err := c.Barrier(ctx); err != nil {
-					return total, err
-				}
-				start := time.Now()
-				for range o.iters {
-					if err := call(); err != nil {
-						return total, err
-					}
-				}
-				res[mode].us = time.Since(start).Seconds() * 1e6
-				reset()
-				if err := call(); err != nil {
-					return total, err
-				}
+				res[mode].us, err = timeBatch(ctx, c, o, reset, call)
+			} else {
+				res[mode].us, err = timeEach(ctx, c, o, reset, call)
 			}
-			for i := 0; !o.batch && i < o.warmup+o.iters; i++ {
-				reset()
-				// As the MPI and Gloo programs of bench/compare do: every
-				// timed call starts together.
-				if err := c.Barrier(ctx); err != nil {
-					return total, err
-				}
-				start := time.Now()
-				if err := call(); err != nil {
-					return total, err
-				}
-				if i >= o.warmup {
-					res[mode].us += time.Since(start).Seconds() * 1e6
-				}
+			if err != nil {
+				return total, err
 			}
 			res[mode].us /= float64(o.iters)
 			if o.check {
@@ -168,6 +138,51 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 		fmt.Fprintf(w, "# Avg bus bandwidth    : %.4f\n#\n", sumBus/float64(rows))
 	}
 	return total, nil
+}
+
+// timeBatch times o.iters calls back to back after o.warmup ones and a
+// barrier, as nccl-tests does, and returns their µs in all; then it resets
+// the buffers and calls once more, for the check.
+func timeBatch(ctx context.Context, c *comm.Comm, o options, reset func(), call func() error) (float64, error) {
+	reset()
+	for range o.warmup {
+		if err := call(); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range o.iters {
+		if err := call(); err != nil {
+			return 0, err
+		}
+	}
+	us := time.Since(start).Seconds() * 1e6
+	reset()
+	return us, call()
+}
+
+// timeEach times each of o.iters calls (after o.warmup untimed ones) from
+// a barrier, every call from the reset buffers, as the MPI and Gloo
+// programs of bench/compare do, and returns their µs in all.
+func timeEach(ctx context.Context, c *comm.Comm, o options, reset func(), call func() error) (float64, error) {
+	var us float64
+	for i := range o.warmup + o.iters {
+		reset()
+		if err := c.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if err := call(); err != nil {
+			return 0, err
+		}
+		if i >= o.warmup {
+			us += time.Since(start).Seconds() * 1e6
+		}
+	}
+	return us, nil
 }
 
 // sizeList is -sizes, or -b to -e by factors of -f.

@@ -8,7 +8,8 @@
 #   sudo scripts/cluster/costpoints.sh [-passes 3] [-rate 2gbit] [-hosts 4]
 #        [-lock FILE] [-out collectives/cost_points_net.csv]
 #   scripts/cluster/costpoints.sh -hostlist a,b,c,d [-passes 3] [-out FILE]
-#   scripts/cluster/costpoints.sh -local shm|tcp [-passes 5] [-lock FILE] [-out FILE]
+#   scripts/cluster/costpoints.sh -local shm|tcp [-passes 5] [-lock FILE]
+#        [-out collectives/cost_points_launch_PROVIDER.csv]
 #
 # -hostlist measures on those hosts instead (a real cluster: gorun -H
 # reaches them over ssh, and each sees this checkout's binaries at the
@@ -40,7 +41,7 @@
 # happens. Needs root (network namespaces), as cluster.sh does, and Go.
 set -Eeuo pipefail
 
-passes=3 rate=2gbit hosts=4 lock="" out=collectives/cost_points_net.csv names="" local=""
+passes=3 rate=2gbit hosts=4 lock="" out="" names="" local=""
 while [ $# -gt 0 ]; do
   case $1 in
     -passes) passes=$2; shift 2 ;;
@@ -58,8 +59,9 @@ if [ -n "$names" ]; then
   hosts=$#
 fi
 case $local in
-  "") provider=net ;;
-  shm | tcp) provider=$local hosts=4 ;;
+  "") provider=net out=${out:-collectives/cost_points_net.csv} ;;
+  # Not cost_points_net.csv, which one provider's points would replace.
+  shm | tcp) provider=$local hosts=4 out=${out:-collectives/cost_points_launch_$local.csv} ;;
   *) echo "costpoints: -local takes shm or tcp, not $local" >&2; exit 2 ;;
 esac
 [ "$hosts" -ge 2 ] || { echo "costpoints: -hosts must be at least 2" >&2; exit 2; }

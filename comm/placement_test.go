@@ -1,18 +1,17 @@
 package comm
 
 import (
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/gorun-hpc/gorun/internal/numa"
 )
 
 // placementNs is the vCPU placement probe of TestCostFit, as
 // bench/compare's progs/pingpong.c: two threads pinned to CPUs 0 and 1
 // bounce one cache line, and it returns the fastest batch's mean round
-// trip in nanoseconds (0 if the threads cannot be pinned). The host moves
+// trip in nanoseconds (0 if the threads cannot be pinned, as off Linux). The host moves
 // this machine's two vCPUs between a near placement (round trip ~75-110
 // ns) and a far one (~330-440 ns) on its own, and a point's time on mem
 // and shm depends on it 1.5-3x; a point is recorded with the probe before
@@ -23,10 +22,9 @@ func placementNs() float64 {
 	var stop atomic.Bool
 	pinned := make(chan bool, 1)
 	go func() {
-		// The thread stays locked and ends with the goroutine: its
-		// affinity is not handed back to the scheduler.
-		runtime.LockOSThread()
-		if !pin(1) {
+		// BindThread locks the goroutine to its thread, which ends with
+		// the goroutine: its affinity is not handed back to the scheduler.
+		if numa.BindThread([]int{1}) != nil {
 			stop.Store(true)
 			pinned <- false
 			return
@@ -46,9 +44,8 @@ func placementNs() float64 {
 	}
 	res := make(chan float64)
 	go func() {
-		runtime.LockOSThread()
 		defer stop.Store(true)
-		if !pin(0) {
+		if numa.BindThread([]int{0}) != nil {
 			res <- 0
 			return
 		}
@@ -67,11 +64,4 @@ func placementNs() float64 {
 		res <- slices.Min(rtt)
 	}()
 	return <-res
-}
-
-// pin binds the calling (locked) thread to cpu.
-func pin(cpu int) bool {
-	var set unix.CPUSet
-	set.Set(cpu)
-	return unix.SchedSetaffinity(0, &set) == nil
 }
