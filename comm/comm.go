@@ -512,8 +512,9 @@ func linksAllTCP(forced string, eps []*endpoint) bool {
 
 // stagingFor sizes each peer's staging (the same on every rank: it bounds
 // the schedules' chunks) so that the links a rank makes at start-up,
-// collectives.MaxInitPeers(size), take at most 32 MiB per rank; an
-// in-process world keeps the full mesh's small budget.
+// collectives.MaxInitPeers(size), take at most 32 MiB per rank. An
+// in-process world keeps the full mesh's small budget, but gives a link
+// at least localFloor while its ranks' start-up links fit localBudget.
 // A rank that connects more peers (alltoall) uses as much again per peer.
 func stagingFor(cfg *config, size int) engine.LinkParams {
 	p := engine.LinkParams{Slots: cfg.slots, SlotBytes: cfg.slotBytes}
@@ -532,6 +533,9 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 		// over n-1 links): larger staging made the 8-byte allreduce on mem
 		// slower at 4 ranks (measured), and a small one suffices in memory.
 		per = max(256<<10, (256<<20)/(size*size)) / (size - 1)
+		if size*collectives.MaxInitPeers(size)*localFloor <= localBudget {
+			per = max(per, localFloor)
+		}
 	}
 	for p.Slots*p.SlotBytes > per && p.SlotBytes > 4096 {
 		p.SlotBytes /= 2
@@ -544,6 +548,30 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 
 // stagingPerRank is a rank's staging budget (stagingFor).
 const stagingPerRank = 32 << 20
+
+// localFloor is the least staging per link of a world in one process
+// while its links' staging fits localBudget (stagingFor): 8 slots of 16
+// KiB, whose window (130,816 bytes) holds a 64 KiB piece. Below it the
+// full mesh's budget left 8 slots of 8 KiB from 14 ranks on (a window of
+// 65,280 bytes, 256 short of engine.DirectMin, so that no piece went
+// zero-copy) and 2 slots of 4 KiB from 32, where a 1 MiB allreduce went in
+// 8 KiB pieces that each waited for a credit. Measured with the floor
+// against without it (allreduce_perf -batch, in one process on mem,
+// 2026-11-28, interleaved, both placements; README, Scale): at 16 ranks
+// 1 MiB to 16 MiB 1.7-4.1x faster (broadcast 2.9x at 1 MiB), 8 B to 4 KiB
+// level; at 32 and 64 ranks 1 MiB 2.7-6.5x and 16 MiB 3.7-9.4x faster,
+// 8 B and 4 KiB 1.2-2.3x (faster in every round). Of the same window in
+// other slots, 2 of 64 KiB were as slow as no floor at 8 B; 4 of 32 KiB
+// were 1.1-1.2x faster for a 1 MiB allreduce and 1.1-1.2x slower for small
+// broadcasts, and the default 8 slots stay.
+const localFloor = 128 << 10
+
+// localBudget bounds the staging that localFloor adds to a world in one
+// process: 512 MiB for all its ranks' start-up links (up to 204 ranks;
+// their send-side headers take about as much again). The 1,024-rank world
+// keeps the full mesh's 8 KiB per link (README, Scale: 1.7 GiB in all,
+// against 6.2 GiB with the floor).
+const localBudget = 512 << 20
 
 // Slot sizes (WithStaging overrides them). Over tcp every message costs
 // system calls, a frame header and its acknowledgement at both ends, and

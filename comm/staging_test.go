@@ -39,3 +39,40 @@ func TestStagingForTransport(t *testing.T) {
 		}
 	}
 }
+
+// A world in one process keeps 8 slots of 128 KiB while the full mesh's
+// budget allows them, then 8 of 16 KiB, a window that holds a 64 KiB
+// piece (zero-copy from engine.DirectMin), while localBudget allows it,
+// and the full mesh's small slots beyond.
+func TestStagingForLocal(t *testing.T) {
+	old := osGetenv
+	defer func() { osGetenv = old }()
+	osGetenv = mapEnv(map[string]string{})
+	cfg, err := newConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.local = true
+	for _, tc := range []struct {
+		size int
+		want engine.LinkParams
+	}{
+		{2, engine.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
+		{4, engine.LinkParams{Slots: 8, SlotBytes: 128 << 10}},
+		{8, engine.LinkParams{Slots: 8, SlotBytes: 64 << 10}},
+		{13, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
+		{14, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}}, // the full mesh's: 8 × 8 KiB
+		{64, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
+		{204, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
+		{205, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}},
+		{1024, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}},
+	} {
+		got := stagingFor(cfg, tc.size)
+		if got != tc.want {
+			t.Errorf("stagingFor(%d) = %+v, want %+v", tc.size, got, tc.want)
+		}
+		if tc.size <= 204 && engine.Window(got) < engine.DirectMin {
+			t.Errorf("%d ranks: window %d holds no piece of engine.DirectMin (%d)", tc.size, engine.Window(got), engine.DirectMin)
+		}
+	}
+}
