@@ -20,9 +20,10 @@ package collectives
 // twice that where a piece fills the staging window and waits for its
 // credit, β and γ per byte, and an idle turn for every rank at each
 // dependent step of the path whose receiver must wait for its next turn
-// (an idle rank hands the CPU on: WaitPolicy.InProcess). β and γ grow
-// once the ranks' buffers outgrow the share of the last-level cache they
-// keep (Spill, Cache).
+// (an idle rank hands the CPU on: WaitPolicy.InProcess), a turn costing
+// more the more ranks take turns (Crowd). β and γ grow once the ranks'
+// buffers outgrow the share of the last-level cache they keep (Spill,
+// Cache).
 //
 // The constants (costs) are fitted by collectives' TestCostPoints from
 // points that comm's TestCostFit measures on this machine (README, cost
@@ -69,11 +70,21 @@ type Cost struct {
 	// Cache is the bytes of the ranks' buffers that stay in the cache:
 	// less than the last-level cache (CacheBytes), which this virtual
 	// machine's 2 CPUs share with the host's other cores, and the ranks
-	// with their staging. It is the machine's, one value for every
-	// provider, the power of two whose fit has the least loss (16 MiB):
-	// two ranks' allreduce of 16 MiB took 1.6-1.9 times its 1 MiB time
-	// per byte on mem and shm, where 2 × 16 MiB just fill the L3.
+	// with their staging. It is the power of two whose fit has the least
+	// loss on the points it was fitted with: 16 MiB for shm and tcp (two
+	// ranks' allreduce of 16 MiB took 1.6-1.9 times its 1 MiB time per
+	// byte on mem and shm, where 2 × 16 MiB just fill the L3), 8 MiB for
+	// mem's points in the far placement, where the two vCPUs do not share
+	// their caches.
 	Cache float64
+	// Crowd is how much an idle turn grows with each rank that shares
+	// the CPUs: a turn costs Turn·(1 + Crowd·n) over n ranks. A rank
+	// that takes its turn finds its stack and state evicted by the
+	// others' turns since its last, more of them the more ranks take
+	// turns between its own. Fitted where the points span rank counts
+	// (mem: 2-64 ranks in one process); shm's and tcp's points (2-4
+	// ranks under the launcher) cannot tell it from Turn, and have none.
+	Crowd float64
 }
 
 // CacheBytes is this machine's last-level cache (its L3: 32 MiB). The
@@ -85,12 +96,15 @@ const CacheBytes = 32 << 20
 const ElemBytes = 4
 
 // costs are the fitted constants per provider. mem's: collectives'
-// TestCostPoints on cost_points.csv, which comm's TestCostFit measured on
-// 2026-11-27 15:26-15:30 UTC (the whole grid, 3 passes, the fastest
-// kept), all ranks in one process on this 2-core machine, 1-minute load
-// 5.8 falling to 3.4 (another session's test held most of a CPU); refitted
-// 2026-11-27 20:40 with Latency, Cache, halving-doubling's pieces and the
-// double tree's shape (treeShape). shm's and tcp's: TestCostPointsLaunch
+// TestCostPoints (GORUN_COST_FACTORS=keep: with the allreduce factors as
+// they are) on cost_points.csv, which comm's TestCostFit measured on
+// 2026-11-28 17:00-17:06 and 17:20-17:28 UTC (2 runs of 5 passes, the
+// fastest kept), all ranks in one process on this 2-core machine with the
+// staging floor (comm's localFloor), 1-minute load 1.0-1.9; the points of
+// the far placement (2,756 of 3,030 rows; the near ones are too few to fit
+// apart), within 30% at 116 of mem's 157 check points (before Crowd: 87;
+// the constants fitted on 2026-11-27's points, before the floor: 35).
+// shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
 // rank (12 passes, each point's fastest in any placement), with the
@@ -101,7 +115,7 @@ const ElemBytes = 4
 // not a goroutine switch's fraction of one. shm's γ comes out at its floor
 // (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.08e-07, Latency: 4.59e-07, Beta: 1.97e-11, Gamma: 3.22e-11, Overhead: 6.71e-07, Turn: 1.4e-07, Spill: 1.28, Cache: 16 << 20},
+	"mem": {Alpha: 4.41e-07, Latency: 3.93e-07, Beta: 4.89e-11, Gamma: 1.75e-10, Overhead: 8.49e-07, Turn: 5.93e-08, Spill: 0.192, Cache: 8 << 20, Crowd: 0.409},
 	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
 	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
@@ -151,8 +165,9 @@ func (k Cost) Estimate(c Collective, a Algo, size, bytes int) Estimate {
 
 // EstimateWindow is Estimate where a link's staging holds window bytes
 // (engine.Window; 0: no bound), which caps the pieces: a world in one
-// process gives its n ranks staging for about 256 MiB/n² each, 8 KiB per
-// link from 32 ranks on.
+// process gives a link 128 KiB of staging or more up to 204 ranks (a
+// window of 130,816 bytes from 13 ranks on), 8 KiB from 205 (comm's
+// stagingFor).
 func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Estimate {
 	if a == Auto {
 		a = Algos(c)[0]
@@ -196,7 +211,7 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, f float64)
 	return Estimate{
 		Path: f * (path.msgs*k.Alpha + steps(c, a, size)*k.Latency + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
 		Work: f * (work.msgs*k.Overhead + sp*(work.bytes*k.Beta+work.red*k.Gamma)),
-		Idle: f * turns(c, a, bytes, chunk, stall, path) * float64(size) * k.Turn,
+		Idle: f * turns(c, a, bytes, chunk, stall, path) * float64(size) * k.Turn * (1 + k.Crowd*float64(size)),
 	}
 }
 
