@@ -559,7 +559,7 @@ const stagingPerRank = 32 << 20
 // against without it (allreduce_perf -batch, in one process on mem,
 // 2026-11-28, interleaved, both placements; README, Scale): at 16 ranks
 // 1 MiB to 16 MiB 1.7-4.1x faster (broadcast 2.9x at 1 MiB), 8 B to 4 KiB
-// level; at 32 and 64 ranks 1 MiB 2.7-6.5x and 16 MiB 3.7-9.4x faster,
+// level; at 32 and 64 ranks 1 MiB 2.7-6.4x and 16 MiB 3.7-9.4x faster,
 // 8 B and 4 KiB 1.2-2.3x (faster in every round). Of the same window in
 // other slots, 2 of 64 KiB were as slow as no floor at 8 B; 4 of 32 KiB
 // were 1.1-1.2x faster for a 1 MiB allreduce and 1.1-1.2x slower for small
