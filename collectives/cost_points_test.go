@@ -285,9 +285,9 @@ func fitFactors(ks map[string]Cost, pts []costPoint) [numAlgos]float64 {
 	return fac
 }
 
-// costPlacement is the vCPU placement (placementOf) of the points of
-// cost_points.csv that cost.go's constants were fitted on and are checked
-// against.
+// costPlacement is the vCPU placement (placementOf, placedBy) of the
+// points of costPointFiles that cost.go's constants were fitted on and
+// are checked against: mem's measured far, shm's and tcp's fastest in any.
 const costPlacement = "mem=far,any"
 
 // costCPUs is the CPUs of the machine the points were measured on.
@@ -611,7 +611,10 @@ func (g *costGroup) within(v float64) int {
 // provider and rank group, of the fitted constants and of cost.go's. On
 // costPointFiles it fails if cost.go's constants predict fewer of the
 // check points within 30% than when they were fitted (costWithin30): a
-// change of the model must be refitted and say so.
+// change of the model must be refitted and say so. GORUN_COST_PLACEMENT
+// selects the points' placement (costPlacement's form); with
+// GORUN_COST_FACTORS=keep the allreduce factors stay cost.go's, as mem's
+// constants were fitted.
 //
 //	GORUN_COST_POINTS=points.csv go test -run CostPoints -v ./collectives/
 func TestCostPoints(t *testing.T) {
@@ -621,7 +624,7 @@ func TestCostPoints(t *testing.T) {
 		pl = costPlacement
 	}
 	if pts = placedBy(pts, pl); len(pts) == 0 {
-		t.Fatalf("%s: no points in the %s placement (GORUN_COST_PLACEMENT: near, far or any)", path, pl)
+		t.Fatalf("%s: no points in the %s placement (GORUN_COST_PLACEMENT: near, far or any, or per provider as in mem=far,any)", path, pl)
 	}
 	w, of := repeats(pts)
 	t.Logf("%s: %d points in the %s placement; the fastest of the even passes and of the odd ones are within 30%% of each other at %d of %d check points", path, len(pts), pl, w, of)

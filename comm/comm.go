@@ -531,7 +531,8 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 	if cfg.local {
 		// Kept from the full mesh (per rank 256 MiB/n², at least 256 KiB,
 		// over n-1 links): larger staging made the 8-byte allreduce on mem
-		// slower at 4 ranks (measured), and a small one suffices in memory.
+		// slower at 4 ranks (measured). Where that leaves a link too
+		// small a window to go zero-copy, localFloor.
 		per = max(256<<10, (256<<20)/(size*size)) / (size - 1)
 		if size*collectives.MaxInitPeers(size)*localFloor <= localBudget {
 			per = max(per, localFloor)

@@ -38,8 +38,8 @@ import (
 // TestCostPointsLaunch). This test logs each point's fastest pass
 // against the prediction of the constants in cost.go. It is a
 // measurement, not a timed test: it fails only if a collective fails, and
-// is skipped unless GORUN_COST_FIT is set. It took 4-7 minutes on this
-// 2-core machine.
+// is skipped unless GORUN_COST_FIT is set. 5 passes took 8 minutes on
+// this 2-core machine.
 //
 //	GORUN_COST_FIT=1 GORUN_COST_CSV=$PWD/collectives/cost_points.csv go test -run CostFit -v -timeout 60m ./comm/
 func TestCostFit(t *testing.T) {
