@@ -19,8 +19,9 @@ package comm
 //	                                  512 ranks (vm.max_map_count 65530)
 //	memory                            staging (stagingFor) and receive
 //	                                  rings per connection: measured
-//	                                  ≈ 1.9 MiB per rank at 1,024 ranks on
-//	                                  mem (README, "Scale")
+//	                                  ≈ 1.7 MiB per rank at 1,024 ranks on
+//	                                  mem, 3.6-4.8 MiB up to 204 ranks
+//	                                  (localFloor; README, "Scale")
 //
 // A connection made later, on demand, that hits the descriptor limit
 // fails the operation naming the peer and RLIMIT_NOFILE.
