@@ -312,11 +312,11 @@ func (p costPoint) trains() bool {
 // Alpha and Beta by least squares on the 2-rank broadcasts of the fit set
 // (one message of S bytes, in pieces) and Gamma from its 2-rank
 // allreduces by recursive doubling (one exchange and one reduction) less
-// their message, then fits the seven constants by Nelder and Mead's
-// simplex on the fit set and the training points (trains), minimising the
-// squared log error capped at a factor of 2 (loss), so that a point
-// another job slowed does not drag the rest. Cache is given: it is the
-// machine's (TestCostPoints).
+// their message, then fits the seven constants (eight with Crowd) by
+// Nelder and Mead's simplex on the fit set and the training points
+// (trains), minimising the squared log error capped at a factor of 2
+// (loss), so that a point another job slowed does not drag the rest.
+// Cache is given: TestCostPoints tries each power of two.
 func fitCost(pts []costPoint, fac *[numAlgos]float64, cache float64) Cost {
 	var sqq, sqx, sxx, sqy, sxy float64
 	for _, p := range pts {
