@@ -382,9 +382,24 @@ func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 		return path, work
 	case AllGather:
 		if a == Bruck {
-			// ⌈log2 n⌉ steps, then a local rotation of all n blocks.
-			path = terms{log2(n), (2*N - 1) * S, 0}
-			return path, scale(path, N)
+			// ⌈log2 n⌉ steps; at distance d a rank sends the nb =
+			// min(d, n-d) blocks from its own, in place: where they
+			// wrap past the last block (nb-1 of the ranks), in two
+			// messages. The busiest rank, n-1, wraps at every step.
+			for d := 1; d < n; d <<= 1 {
+				nb := min(d, n-d)
+				B := float64(nb) * S
+				path.msgs += npieces(B, chunk)
+				work.msgs += float64(n-nb+1) * npieces(B, chunk)
+				if nb > 1 {
+					path.msgs += npieces(S, chunk) + npieces(B-S, chunk) - npieces(B, chunk)
+				}
+				for j := 1; j < nb; j++ {
+					work.msgs += npieces(float64(j)*S, chunk) + npieces(float64(nb-j)*S, chunk)
+				}
+			}
+			path.bytes, work.bytes = (N-1)*S, N*(N-1)*S
+			return path, work
 		}
 		path = terms{(N - 1) * npieces(S, chunk), (N - 1) * S, 0}
 		return path, scale(path, N)

@@ -7,10 +7,14 @@ import (
 
 // TestCostCounts checks the messages the model counts for all ranks
 // together (its work) against the sends of the schedules themselves, for
-// allreduce and broadcast, over world sizes to 64 and buffers of fewer
-// elements than ranks to many pieces.
+// allreduce, broadcast, allgather and reduce-scatter (the collectives
+// TestCostFit measures), over world sizes to 64 and buffers of fewer
+// elements than ranks to many pieces. It found Bruck's allgather counted
+// as ⌈log2 n⌉ messages per rank, with a local rotation after them: the
+// schedule sends in place, in pieces, in two messages where a step's
+// blocks wrap (441 messages at 64 ranks, 4,032 at 1 MiB, against 384).
 func TestCostCounts(t *testing.T) {
-	for _, c := range []Collective{AllReduce, Broadcast} {
+	for _, c := range []Collective{AllReduce, Broadcast, AllGather, ReduceScatter} {
 		for _, a := range Algos(c) {
 			for _, n := range []int{2, 3, 4, 5, 8, 12, 16, 33, 64} {
 				for _, count := range []int{2, 1000, 1 << 18} {
