@@ -73,9 +73,10 @@ type Cost struct {
 	// with their staging. It is the power of two whose fit has the least
 	// loss on the points it was fitted with: 16 MiB for shm and tcp (two
 	// ranks' allreduce of 16 MiB took 1.6-1.9 times its 1 MiB time per
-	// byte on mem and shm, where 2 × 16 MiB just fill the L3), 8 MiB for
-	// mem's points in the far placement, where the two vCPUs do not share
-	// their caches.
+	// byte on mem and shm, where 2 × 16 MiB just fill the L3). mem's
+	// points in the far placement, where the two vCPUs do not share
+	// their caches, fit alike from 1 to 32 MiB (losses within 0.1%), its
+	// spill 3% at 1 MiB.
 	Cache float64
 	// Crowd is how much an idle turn grows with each rank that shares
 	// the CPUs: a turn costs Turn·(1 + Crowd·n) over n ranks. A rank
@@ -98,12 +99,15 @@ const ElemBytes = 4
 // costs are the fitted constants per provider. mem's: collectives'
 // TestCostPoints (GORUN_COST_FACTORS=keep: with the allreduce factors as
 // they are) on cost_points.csv, which comm's TestCostFit measured on
-// 2026-11-28 17:00-17:06 and 17:20-17:28 UTC (2 runs of 5 passes, the
-// fastest kept), all ranks in one process on this 2-core machine with the
-// staging floor (comm's localFloor), 1-minute load 1.0-1.9; the points of
-// the far placement (2,756 of 3,030 rows; the near ones are too few to fit
-// apart), within 30% at 116 of mem's 157 check points (before Crowd: 87;
-// the constants fitted on 2026-11-27's points, before the floor: 35).
+// 2026-11-28, all ranks in one process on this 2-core machine with the
+// staging floor (comm's localFloor): allreduce and broadcast at 17:00-17:06
+// and 17:20-17:28 UTC (2 runs of 5 passes, the fastest kept), 1-minute load
+// 1.0-1.9, allgather and reduce-scatter at 18:57-19:00 (5 passes); the
+// points of the far placement (3,424 of 3,790 rows; the near ones are too
+// few to fit apart). Within 30% at 181 of mem's 241 check points (the
+// constants fitted on allreduce and broadcast alone: 172, 116 of their
+// 157; before Crowd: 87; fitted on 2026-11-27's points, before the floor:
+// 35).
 // shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
@@ -115,7 +119,7 @@ const ElemBytes = 4
 // not a goroutine switch's fraction of one. shm's γ comes out at its floor
 // (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.41e-07, Latency: 3.93e-07, Beta: 4.89e-11, Gamma: 1.75e-10, Overhead: 8.49e-07, Turn: 5.93e-08, Spill: 0.192, Cache: 8 << 20, Crowd: 0.409},
+	"mem": {Alpha: 4.04e-07, Latency: 3.91e-07, Beta: 7.2e-11, Gamma: 1.45e-10, Overhead: 8.43e-07, Turn: 6.97e-08, Spill: 0.0346, Cache: 1 << 20, Crowd: 0.354},
 	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
 	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.

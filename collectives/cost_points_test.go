@@ -606,8 +606,8 @@ func (g *costGroup) within(v float64) int {
 // factors (allReduceFactor) from measured points (the CSV files
 // GORUN_COST_POINTS names, readCostFiles, or costPointFiles here, the
 // points cost.go's constants were fitted on), with each power of two from
-// 1 MiB to CacheBytes as Cost.Cache, keeps the fit with the least loss on
-// the training points, and prints it and the prediction error per
+// 1 MiB to CacheBytes as Cost.Cache, keeps each provider's fit with the
+// least loss on its training points, and prints it and the prediction error per
 // provider and rank group, of the fitted constants and of cost.go's. On
 // costPointFiles it fails if cost.go's constants predict fewer of the
 // check points within 30% than when they were fitted (costWithin30): a
@@ -628,13 +628,15 @@ func TestCostPoints(t *testing.T) {
 	}
 	w, of := repeats(pts)
 	t.Logf("%s: %d points in the %s placement; the fastest of the even passes and of the odd ones are within 30%% of each other at %d of %d check points", path, len(pts), pl, w, of)
-	// The cache (Cost.Cache) is the machine's: the power of two from 1
+	// The cache (Cost.Cache) is each provider's: the power of two from 1
 	// MiB to the last-level cache whose fit has the least loss on the
-	// training points.
+	// provider's training points. The allreduce factors are those of the
+	// cache with the least loss over all providers.
 	var (
-		fitted map[string]Cost
+		fitted = map[string]Cost{}
 		fac    [numAlgos]float64
 		best   = math.Inf(1)
+		own    = map[string]float64{}
 	)
 	var keep *[numAlgos]float64
 	if os.Getenv("GORUN_COST_FACTORS") == "keep" {
@@ -642,12 +644,23 @@ func TestCostPoints(t *testing.T) {
 	}
 	for c := 1 << 20; c <= CacheBytes; c *= 2 {
 		ks, f, loss := fitAll(pts, float64(c), keep)
-		t.Logf("Cache %d MiB: training loss %.3f", c>>20, loss)
+		by := map[string]float64{}
+		for _, p := range pts {
+			if p.trains() {
+				by[p.provider] += p.loss(ks[p.provider], &f)
+			}
+		}
+		t.Logf("Cache %d MiB: training loss %.3f (mem %.3f, shm %.3f, tcp %.3f)", c>>20, loss, by["mem"], by["shm"], by["tcp"])
 		if loss < best {
-			fitted, fac, best = ks, f, loss
+			fac, best = f, loss
+		}
+		for p, l := range by {
+			if v, ok := own[p]; !ok || l < v {
+				own[p], fitted[p] = l, ks[p]
+			}
 		}
 	}
-	t.Logf("Cache: %d << 20", int(fitted["mem"].Cache)>>20)
+	t.Logf("Cache: mem %d << 20, shm %d << 20, tcp %d << 20", int(fitted["mem"].Cache)>>20, int(fitted["shm"].Cache)>>20, int(fitted["tcp"].Cache)>>20)
 	for _, p := range []string{"mem", "shm", "tcp"} {
 		logCost(t, p, fitted[p])
 	}
@@ -747,11 +760,13 @@ func logErrors(t *testing.T, gs []*costGroup) *costGroup {
 const costPointFiles = "cost_points.csv,cost_points_launch.csv"
 
 // costWithin30 is how many check points of costPointFiles the constants
-// in cost.go (as printed: 3 digits) predict within 30%: 175, on mem's
-// points measured with the staging floor (comm's localFloor) in the far
-// placement, with Crowd (146 without it). On the points before the floor
+// in cost.go (as printed: 3 digits) predict within 30%: 240 of 311, with
+// mem's allgather and reduce-scatter (84 more check points; the constants
+// fitted without them: 231). On allreduce and broadcast alone (227): 175,
+// on mem's points measured with the staging floor (comm's localFloor) in
+// the far placement, with Crowd (146 without it). On the points before the floor
 // (in any placement): 195 with shm and tcp fitted under the launcher, 189
 // with them fitted in one process, 178 before Latency, Cache,
 // halving-doubling's pieces and the double tree's shape, 160 before
 // allReduceFactor.
-const costWithin30 = 175
+const costWithin30 = 240

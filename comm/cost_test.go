@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +20,10 @@ import (
 // fitted on and checked against for mem, all ranks in this process: 2
 // ranks (the fit set: a broadcast of 8 B to 4 MiB, an allreduce by
 // recursive doubling of 256 KiB to 4 MiB), then allreduce (4 algorithms)
-// and broadcast (2) at 2–64 ranks, 8 B to 16 MiB (16 MiB up to 8 ranks).
+// and broadcast (2) at 2–64 ranks, 8 B to 16 MiB (16 MiB up to 8 ranks),
+// and allgather and reduce-scatter (2 each) in blocks of 8 B to 1 MiB (1
+// MiB up to 8 ranks); GORUN_COST_COLLS=allgather,reducescatter measures
+// only those (without the fit set, which needs allreduce and broadcast).
 // shm's and tcp's points are measured under the launcher, a process per
 // rank, as jobs run them (below); it measured them in one process too
 // until 2026-11-28, where ranks wait as goroutines. Every point is
@@ -39,7 +43,8 @@ import (
 // against the prediction of the constants in cost.go. It is a
 // measurement, not a timed test: it fails only if a collective fails, and
 // is skipped unless GORUN_COST_FIT is set. 5 passes took 8 minutes on
-// this 2-core machine.
+// this 2-core machine for allreduce and broadcast, 3.3 for allgather and
+// reduce-scatter.
 //
 //	GORUN_COST_FIT=1 GORUN_COST_CSV=$PWD/collectives/cost_points.csv go test -run CostFit -v -timeout 60m ./comm/
 func TestCostFit(t *testing.T) {
@@ -81,22 +86,42 @@ func TestCostFit(t *testing.T) {
 		pts = append(pts, &point{set: set, p: p, c: c, a: a, n: n, b: b, fast: math.Inf(1)})
 	}
 	ar, bc := collectives.AllReduce, collectives.Broadcast
-	for _, s := range []int{8, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20} {
-		add("fit", "mem", bc, collectives.Tree, 2, s)
+	ag, rs := collectives.AllGather, collectives.ReduceScatter
+	colls := []collectives.Collective{ar, bc, ag, rs}
+	if s := os.Getenv("GORUN_COST_COLLS"); s != "" {
+		colls = nil
+		for f := range strings.SplitSeq(s, ",") {
+			c, err := collectives.ParseCollective(f)
+			if err != nil || !slices.Contains([]collectives.Collective{ar, bc, ag, rs}, c) {
+				t.Fatalf("GORUN_COST_COLLS=%q: want allreduce, broadcast, allgather or reducescatter", s)
+			}
+			colls = append(colls, c)
+		}
 	}
-	for _, s := range []int{256 << 10, 1 << 20, 4 << 20} {
-		add("fit", "mem", ar, collectives.RecDoubling, 2, s)
+	if slices.Contains(colls, ar) && slices.Contains(colls, bc) {
+		for _, s := range []int{8, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20} {
+			add("fit", "mem", bc, collectives.Tree, 2, s)
+		}
+		for _, s := range []int{256 << 10, 1 << 20, 4 << 20} {
+			add("fit", "mem", ar, collectives.RecDoubling, 2, s)
+		}
 	}
 	// The powers of two are the check; the rank counts between them
 	// train what ranks sharing CPUs cost (collectives' TestCostPoints).
+	// Allgather and reduce-scatter take one rank's block: n of them make
+	// a rank's buffer, so their largest block is 64 KiB from 12 ranks
+	// on (64 ranks' buffers of 4 MiB) and 1 MiB to 8.
 	sizes := []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20}
 	ranks := []int{2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}
 	for _, n := range ranks {
 		for _, b := range sizes {
-			if b > 1<<20 && n > 8 {
-				continue // seconds per call, and nothing a smaller size does not show
-			}
-			for _, c := range []collectives.Collective{ar, bc} {
+			for _, c := range colls {
+				switch {
+				case b > 1<<20 && n > 8:
+					continue // seconds per call, and nothing a smaller size does not show
+				case (c == ag || c == rs) && (b > 1<<20 || b > 64<<10 && n > 8):
+					continue
+				}
 				for _, a := range collectives.Algos(c) {
 					add("check", "mem", c, a, n, b)
 				}
@@ -163,7 +188,7 @@ func measure(t *testing.T, p string, c collectives.Collective, a collectives.Alg
 	bufs := make([][]float32, n)
 	for i := range bufs {
 		switch c {
-		case collectives.AllGather:
+		case collectives.AllGather, collectives.ReduceScatter:
 			bufs[i] = make([]float32, count*(n+1))
 		default:
 			bufs[i] = make([]float32, count)
@@ -178,6 +203,8 @@ func measure(t *testing.T, p string, c collectives.Collective, a collectives.Alg
 			return Broadcast(ctx, cm, b, 0)
 		case collectives.AllGather:
 			return AllGather(ctx, cm, b[:count], b[count:])
+		case collectives.ReduceScatter:
+			return ReduceScatter(ctx, cm, b[count:], b[:count], Sum)
 		}
 		return fmt.Errorf("measure: %s not measured", c)
 	}
