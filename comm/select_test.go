@@ -65,27 +65,34 @@ func TestAlgoForDerived(t *testing.T) {
 // were fitted under the launcher; a measured exception before); 4 ranks
 // on tcp take halving-doubling at 1 MiB (a measured exception,
 // collectives.Exceptions, where they share 2 CPUs) where 4 ranks in memory
-// take the ring (another).
+// take the ring (another); 16 ranks in memory allgather 16 KiB blocks by
+// Bruck, and 4 tcp ranks 16 MiB blocks by the ring (an exception).
 func TestAlgoForModelCells(t *testing.T) {
-	ar := collectives.AllReduce
+	ar, ag := collectives.AllReduce, collectives.AllGather
 	for _, tc := range []struct {
 		name  string
 		n     int
 		opts  []Option
+		coll  collectives.Collective
 		bytes int
 		want  collectives.Algo
 	}{
-		{"tcp-pair-256KiB", 2, []Option{WithTransport("tcp")}, 256 << 10, collectives.RecDoubling},
-		{"tcp-pair-4MiB", 2, []Option{WithTransport("tcp")}, 4 << 20, collectives.Ring},
-		{"tcp-four-1MiB", 4, []Option{WithTransport("tcp")}, 1 << 20, collectives.HalvingDoubling},
-		{"mem-four-1MiB", 4, nil, 1 << 20, collectives.Ring},
-		{"forced", 2, []Option{WithTransport("tcp"), WithAlgorithm("allreduce:ring")}, 256 << 10, collectives.Ring},
-		{"deterministic", 2, []Option{WithTransport("tcp"), Deterministic()}, 256 << 10, collectives.Algos(ar)[0]},
+		{"tcp-pair-256KiB", 2, []Option{WithTransport("tcp")}, ar, 256 << 10, collectives.RecDoubling},
+		{"tcp-pair-4MiB", 2, []Option{WithTransport("tcp")}, ar, 4 << 20, collectives.Ring},
+		{"tcp-four-1MiB", 4, []Option{WithTransport("tcp")}, ar, 1 << 20, collectives.HalvingDoubling},
+		{"mem-four-1MiB", 4, nil, ar, 1 << 20, collectives.Ring},
+		// Allgather, blocks: Bruck where the model picks it (mem, 16
+		// ranks, 16 KiB: 1.75x the ring's speed, README), the ring where
+		// an exception keeps it (tcp, 4 ranks, 16 MiB).
+		{"mem-sixteen-allgather-16KiB", 16, nil, ag, 16 << 10, collectives.Bruck},
+		{"tcp-four-allgather-16MiB", 4, []Option{WithTransport("tcp")}, ag, 16 << 20, collectives.Ring},
+		{"forced", 2, []Option{WithTransport("tcp"), WithAlgorithm("allreduce:ring")}, ar, 256 << 10, collectives.Ring},
+		{"deterministic", 2, []Option{WithTransport("tcp"), Deterministic()}, ar, 256 << 10, collectives.Algos(ar)[0]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newLocal(t, tc.n, tc.opts...)
 			for _, c := range cs {
-				if got := c.algoFor(ar, tc.bytes); got != tc.want {
+				if got := c.algoFor(tc.coll, tc.bytes); got != tc.want {
 					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.bytes, got, tc.want)
 				}
 			}
