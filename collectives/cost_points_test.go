@@ -762,9 +762,10 @@ const costPointFiles = "cost_points.csv,cost_points_launch.csv"
 // costWithin30 is how many check points of costPointFiles the constants
 // in cost.go (as printed: 3 digits) predict within 30%: 240 of 311, with
 // mem's allgather and reduce-scatter (84 more check points; the constants
-// fitted without them: 231). On allreduce and broadcast alone (227): 175,
-// on mem's points measured with the staging floor (comm's localFloor) in
-// the far placement, with Crowd (146 without it). On the points before the floor
+// fitted without them, Bruck counted as it runs: 231). On allreduce and
+// broadcast alone (227): 175, on mem's points measured with the staging
+// floor (comm's localFloor) in the far placement, with Crowd (146 without
+// it). On the points before the floor
 // (in any placement): 195 with shm and tcp fitted under the launcher, 189
 // with them fitted in one process, 178 before Latency, Cache,
 // halving-doubling's pieces and the double tree's shape, 160 before
