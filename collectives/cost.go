@@ -75,8 +75,8 @@ type Cost struct {
 	// ranks' allreduce of 16 MiB took 1.6-1.9 times its 1 MiB time per
 	// byte on mem and shm, where 2 × 16 MiB just fill the L3). mem's
 	// points in the far placement, where the two vCPUs do not share
-	// their caches, fit alike from 1 to 32 MiB (losses within 0.1%), its
-	// spill 3% at 1 MiB.
+	// their caches, fit best at 1 MiB, its spill 25% (the loss 0.5%
+	// higher from 8 MiB on).
 	Cache float64
 	// Crowd is how much an idle turn grows with each rank that shares
 	// the CPUs: a turn costs Turn·(1 + Crowd·n) over n ranks. A rank
@@ -104,7 +104,7 @@ const ElemBytes = 4
 // and 17:20-17:28 UTC (2 runs of 5 passes, the fastest kept), 1-minute load
 // 1.0-1.9, allgather and reduce-scatter at 18:57-19:00 (5 passes); the
 // points of the far placement (3,424 of 3,790 rows; the near ones are too
-// few to fit apart). Within 30% at 181 of mem's 241 check points (the
+// few to fit apart). Within 30% at 183 of mem's 241 check points (the
 // constants fitted on allreduce and broadcast alone: 172, 116 of their
 // 157; before Crowd: 87; fitted on 2026-11-27's points, before the floor:
 // 35).
@@ -119,7 +119,7 @@ const ElemBytes = 4
 // not a goroutine switch's fraction of one. shm's γ comes out at its floor
 // (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.04e-07, Latency: 3.91e-07, Beta: 7.2e-11, Gamma: 1.45e-10, Overhead: 8.43e-07, Turn: 6.97e-08, Spill: 0.0346, Cache: 1 << 20, Crowd: 0.354},
+	"mem": {Alpha: 4.15e-07, Latency: 4.1e-07, Beta: 5.58e-11, Gamma: 1.42e-10, Overhead: 8.81e-07, Turn: 6.69e-08, Spill: 0.249, Cache: 1 << 20, Crowd: 0.349},
 	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
 	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
@@ -176,11 +176,22 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 	if a == Auto {
 		a = Algos(c)[0]
 	}
+	c, bytes = runsAs(c, a, size, bytes)
 	f := 1.0
 	if c == AllReduce {
 		f = allReduceFactor[a]
 	}
 	return k.estimate(c, a, size, bytes, window, f)
+}
+
+// runsAs is the collective and bytes whose schedule c/a runs: a
+// reduce-scatter by recursive doubling is an allreduce of all n blocks
+// (Build), and costs one, its factor, turns and staging included.
+func runsAs(c Collective, a Algo, size, bytes int) (Collective, int) {
+	if c == ReduceScatter && a == RecDoubling {
+		return AllReduce, bytes * size
+	}
+	return c, bytes
 }
 
 // allReduceFactor scales each allreduce algorithm's prediction: what its
