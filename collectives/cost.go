@@ -105,9 +105,9 @@ const ElemBytes = 4
 // 1.0-1.9, allgather and reduce-scatter at 18:57-19:00 (5 passes); the
 // points of the far placement (3,424 of 3,790 rows; the near ones are too
 // few to fit apart). Within 30% at 183 of mem's 241 check points (the
-// constants fitted on allreduce and broadcast alone: 172, 116 of their
-// 157; before Crowd: 87; fitted on 2026-11-27's points, before the floor:
-// 35).
+// constants fitted on allreduce and broadcast alone, before runsAs: 172,
+// 116 of their 157; before Crowd: 87; fitted on 2026-11-27's points,
+// before the floor: 35).
 // shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
