@@ -176,12 +176,7 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 	if a == Auto {
 		a = Algos(c)[0]
 	}
-	c, bytes = runsAs(c, a, size, bytes)
-	f := 1.0
-	if c == AllReduce {
-		f = allReduceFactor[a]
-	}
-	return k.estimate(c, a, size, bytes, window, f)
+	return k.estimate(c, a, size, bytes, window, &allReduceFactor)
 }
 
 // runsAs is the collective and bytes whose schedule c/a runs: a
@@ -208,8 +203,14 @@ func runsAs(c Collective, a Algo, size, bytes int) (Collective, int) {
 // (0.883 before), hd 1.10 (1.15 before halving-doubling's pieces).
 var allReduceFactor = [numAlgos]float64{Ring: 1, Tree: 1.4, RecDoubling: 0.835, HalvingDoubling: 1.1}
 
-// estimate is EstimateWindow with a's factor f.
-func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, f float64) Estimate {
+// estimate is EstimateWindow with the allreduce factors fac
+// (allReduceFactor, or ones being fitted), of the collective c/a runs as.
+func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, fac *[numAlgos]float64) Estimate {
+	c, bytes = runsAs(c, a, size, bytes)
+	f := 1.0
+	if c == AllReduce {
+		f = fac[a]
+	}
 	chunk := ChunkBytes(a, size, bytes)
 	if window > 0 {
 		chunk = min(chunk, window)
@@ -286,9 +287,6 @@ func steps(c Collective, a Algo, n int) float64 {
 			return 2 * D
 		}
 	case ReduceScatter:
-		if a == RecDoubling {
-			return steps(AllReduce, RecDoubling, n)
-		}
 		return N - 1
 	case AllGather:
 		if a == Bruck {
@@ -419,9 +417,6 @@ func model(c Collective, a Algo, n, bytes, chunk int) (path, work terms) {
 		path = terms{(N - 1) * npieces(S, chunk), (N - 1) * S, 0}
 		return path, scale(path, N)
 	case ReduceScatter:
-		if a == RecDoubling {
-			return model(AllReduce, RecDoubling, n, bytes*n, chunk)
-		}
 		path = terms{(N - 1) * npieces(S, chunk), (N - 1) * S, (N - 1) * S}
 		return path, scale(path, N)
 	case Barrier:

@@ -32,7 +32,8 @@ func TestCostCounts(t *testing.T) {
 							}
 						}
 					}
-					_, work := model(c, a, n, bytes, chunk)
+					rc, rb := runsAs(c, a, n, bytes)
+					_, work := model(rc, a, n, rb, chunk)
 					if math.Abs(work.msgs-float64(sends)) > 0.02*float64(sends) {
 						t.Errorf("%s/%s n=%d %d elements: model %g messages, schedules %d", c, a, n, count, work.msgs, sends)
 					}

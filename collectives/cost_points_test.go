@@ -253,12 +253,7 @@ func firstErr(errs ...error) error {
 // predictWith is k's time for p with the allreduce factors fac
 // (allReduceFactor, or fitted ones).
 func (p costPoint) predictWith(k Cost, fac *[numAlgos]float64) float64 {
-	c, bytes := runsAs(p.c, p.a, p.ranks, p.bytes)
-	f := 1.0
-	if c == AllReduce {
-		f = fac[p.a]
-	}
-	return k.estimate(c, p.a, p.ranks, bytes, p.window, f).Time(p.ranks, p.cpus())
+	return k.estimate(p.c, p.a, p.ranks, p.bytes, p.window, fac).Time(p.ranks, p.cpus())
 }
 
 // fitFactors returns the allreduce factors (allReduceFactor) for the
