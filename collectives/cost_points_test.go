@@ -559,8 +559,8 @@ func costErrors(ks map[string]Cost, fac *[numAlgos]float64, pts []costPoint, tra
 		pred := p.predictWith(ks[p.provider], fac)
 		e := (pred - p.secs) / p.secs
 		if log != nil {
-			log("%-4s %-10s %-5s %3d %9d  measured %10.4g µs  predicted %10.4g µs  %+5.0f%%",
-				p.provider, p.c, p.a, p.ranks, p.bytes, p.secs*1e6, pred*1e6, 100*e)
+			log("%-4s %-10s %-5s %3d %9d  measured %10.4g µs  predicted %10.4g µs  %+5.0f%%  even/odd %.2f",
+				p.provider, p.c, p.a, p.ranks, p.bytes, p.secs*1e6, pred*1e6, 100*e, p.halves[0]/p.halves[1])
 		}
 		i := slices.IndexFunc(gs, func(g *costGroup) bool {
 			return g.provider == p.provider && g.bucket == rankBucket(p.provider, p.ranks)
