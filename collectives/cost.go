@@ -32,6 +32,7 @@ package collectives
 import (
 	"math"
 	"math/bits"
+	"slices"
 )
 
 // Cost holds a provider's constants, in seconds.
@@ -107,7 +108,10 @@ const ElemBytes = 4
 // few to fit apart). Within 30% at 183 of mem's 241 check points (the
 // constants fitted on allreduce and broadcast alone, before runsAs: 172,
 // 116 of their 157; before Crowd: 87; fitted on 2026-11-27's points,
-// before the floor: 35).
+// before the floor: 35). Kept when steps and turns came to follow the
+// schedules' chains over rank counts other than powers of two (rdChain,
+// bruckChain): refitted with them, mem's training loss stays 17.4 and the
+// constants move by less than the fit's noise.
 // shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
@@ -227,7 +231,7 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, fac *[numA
 	return Estimate{
 		Path: f * (path.msgs*k.Alpha + steps(c, a, size)*k.Latency + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
 		Work: f * (work.msgs*k.Overhead + sp*(work.bytes*k.Beta+work.red*k.Gamma)),
-		Idle: f * turns(c, a, bytes, chunk, stall, path) * float64(size) * k.Turn * (1 + k.Crowd*float64(size)),
+		Idle: f * turns(c, a, size, bytes, chunk, stall, path) * float64(size) * k.Turn * (1 + k.Crowd*float64(size)),
 	}
 }
 
@@ -239,15 +243,18 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, fac *[numA
 // broadcast's piece crosses all ranks in one. Recursive doubling's
 // exchange takes two (the lower rank of a pair takes its partner's half
 // a round later). The ring's steps take one each, even where a step has
-// no block to send (measured: 126 rounds for 8 B over 64 ranks). A
+// no block to send (measured: 126 rounds for 8 B over 64 ranks). Bruck's
+// steps off its chain of waits (bruckChain) share a turn with another. A
 // staging window that holds one piece doubles them.
-func turns(c Collective, a Algo, bytes, chunk int, stall bool, path terms) float64 {
+func turns(c Collective, a Algo, n, bytes, chunk int, stall bool, path terms) float64 {
 	t := path.msgs
 	switch {
 	case c == Broadcast:
 		t = npieces(float64(bytes), chunk)
 	case c == AllReduce && a == RecDoubling:
 		t = 2 * path.msgs
+	case c == AllGather && a == Bruck:
+		t -= (log2(n) - bruckChain(n)) * npieces(float64(bytes), chunk)
 	}
 	if stall {
 		// A piece fills half the window or more: the sender waits a
@@ -279,7 +286,7 @@ func steps(c Collective, a Algo, n int) float64 {
 		case Ring:
 			return 2 * (N - 1)
 		case RecDoubling:
-			return L2 + fold
+			return rdChain(n)
 		case HalvingDoubling:
 			return 2*L2 + fold
 		case Tree:
@@ -290,7 +297,7 @@ func steps(c Collective, a Algo, n int) float64 {
 		return N - 1
 	case AllGather:
 		if a == Bruck {
-			return L
+			return bruckChain(n)
 		}
 		return N - 1
 	case Barrier:
@@ -299,6 +306,50 @@ func steps(c Collective, a Algo, n int) float64 {
 		return N - 1
 	}
 	return 0
+}
+
+// rdChain is the longest chain of recursive doubling's steps over n ranks
+// that wait for each other, the folds' included. Over a power of two it is
+// the exchanges; otherwise a rank whose partner has no folded rank sends
+// its first exchange at once, beside the fold-in, and the chain is one or
+// two steps more than the exchanges (3, 5, 6 ranks: one; 7: two). It
+// follows the schedule (halving.go's fold): rank r ≥ p folds into r-p.
+func rdChain(n int) float64 {
+	p := 1 << (bits.Len(uint(n)) - 1)
+	if n == p {
+		return float64(bits.Len(uint(p)) - 1)
+	}
+	rem := n - p
+	d := make([]int, p) // when each active rank's last receive arrives
+	for i := range rem {
+		d[i] = 1
+	}
+	next := make([]int, p)
+	for k := 1; k < p; k <<= 1 {
+		for i := range d {
+			next[i] = max(d[i], d[i^k]+1)
+		}
+		d, next = next, d
+	}
+	chain := slices.Max(d)
+	for i := range rem {
+		chain = max(chain, d[i]+1)
+	}
+	return float64(chain)
+}
+
+// bruckChain is the longest chain of Bruck's steps over n ranks that wait
+// for each other: the step at distance d sends the nb = min(d, n-d)
+// blocks from a rank's own, the last of them received at the step whose
+// distance is the largest power of two below nb, so it comes 1 +
+// ⌈log2 nb⌉ steps into the chain. Over a power of two that is every step;
+// over 3 ranks one (both steps send a rank's own block alone), over 6 two.
+func bruckChain(n int) float64 {
+	k := 0
+	for d := 1; d < n; d <<= 1 {
+		k = max(k, 1+bits.Len(uint(min(d, n-d)-1)))
+	}
+	return float64(k)
 }
 
 // npieces is how many messages of at most chunk bytes carry m bytes.

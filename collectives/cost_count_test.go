@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -41,4 +42,83 @@ func TestCostCounts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCostSteps checks the dependent steps the model counts (steps: the
+// latencies an allreduce, allgather or reduce-scatter pays) against the
+// schedules: the longest chain of messages in which each is sent only
+// after the one before it has arrived. It found Bruck's allgather over
+// 3, 5, 9, ... ranks counted a step too many: its last step sends a
+// rank's own block alone, which waits for nothing.
+func TestCostSteps(t *testing.T) {
+	for _, c := range []Collective{AllReduce, AllGather, ReduceScatter} {
+		for _, a := range Algos(c) {
+			for _, n := range []int{2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33, 64} {
+				for _, count := range []int{2 * n, 1000} {
+					chunk := ChunkBytes(a, n, count*ElemBytes)
+					got, err := chainOf(c, a, n, count, chunk/ElemBytes)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rc, _ := runsAs(c, a, n, count*ElemBytes)
+					if want := steps(rc, a, n); float64(got) != want {
+						t.Errorf("%s/%s n=%d %d elements: model %g dependent steps, schedules %d", c, a, n, count, want, got)
+					}
+				}
+			}
+		}
+	}
+}
+
+// chainOf returns the longest chain of dependent messages in the
+// schedules of c/a over n ranks: a receive arrives one hop after its
+// matching send (the k-th send from r to p matches p's k-th receive from
+// r), and an op starts after its deps.
+func chainOf(c Collective, a Algo, n, count, chunk int) (int, error) {
+	ss := make([]*Schedule, n)
+	type pair struct{ from, to int }
+	sends := map[pair][]int{} // the indices of r's sends to p, in order
+	for r := range n {
+		s, err := Build(c, a, r, n, 0, count, chunk)
+		if err != nil {
+			return 0, err
+		}
+		ss[r] = s
+		for i, op := range s.Ops {
+			if op.Kind == Send {
+				sends[pair{r, op.Peer}] = append(sends[pair{r, op.Peer}], i)
+			}
+		}
+	}
+	depth := make([][]int, n)
+	for r, s := range ss {
+		depth[r] = make([]int, len(s.Ops))
+	}
+	// Relax until nothing changes: the schedules together are acyclic.
+	longest := 0
+	for changed := true; changed; {
+		changed = false
+		for r, s := range ss {
+			k := map[int]int{} // receives from each peer so far
+			for i, op := range s.Ops {
+				d := 0
+				for _, j := range op.Deps {
+					d = max(d, depth[r][j])
+				}
+				if op.Kind != Send {
+					from := sends[pair{op.Peer, r}]
+					if k[op.Peer] >= len(from) {
+						return 0, fmt.Errorf("%s/%s n=%d: rank %d receives more from %d than it sends", c, a, n, r, op.Peer)
+					}
+					d = max(d, depth[op.Peer][from[k[op.Peer]]]+1)
+					k[op.Peer]++
+				}
+				if d != depth[r][i] {
+					depth[r][i], changed = d, true
+				}
+				longest = max(longest, d)
+			}
+		}
+	}
+	return longest, nil
 }

@@ -28,7 +28,8 @@ var selectExceptions = []string{
 	"shm reducescatter 4 ranks, blocks above 1 KiB up to 8 KiB: ring where the model picks rd",
 	"mem allreduce 4 ranks above 256 KiB: ring where the model picks hd",
 	"shm allgather 4 ranks, blocks above 8 MiB: ring where the model picks bruck",
-	"tcp allgather 3-4 ranks, blocks above 8 MiB: ring where the model picks bruck",
+	"tcp allgather 3 ranks, blocks above 1 MiB: ring where the model picks bruck",
+	"tcp allgather 4 ranks, blocks above 8 MiB: ring where the model picks bruck",
 	"net allgather 3 hosts and more, blocks above 8 MiB: ring where the model picks bruck",
 }
 

@@ -66,7 +66,8 @@ func TestAlgoForDerived(t *testing.T) {
 // on tcp take halving-doubling at 1 MiB (a measured exception,
 // collectives.Exceptions, where they share 2 CPUs) where 4 ranks in memory
 // take the ring (another); 16 ranks in memory allgather 16 KiB blocks by
-// Bruck, and 4 tcp ranks 16 MiB blocks by the ring (an exception).
+// Bruck, and 4 tcp ranks 16 MiB blocks by the ring (an exception); 3
+// ranks in memory allgather by Bruck, 3 on tcp 4 MiB blocks by the ring.
 func TestAlgoForModelCells(t *testing.T) {
 	ar, ag := collectives.AllReduce, collectives.AllGather
 	for _, tc := range []struct {
@@ -86,6 +87,11 @@ func TestAlgoForModelCells(t *testing.T) {
 		// an exception keeps it (tcp, 4 ranks, 16 MiB).
 		{"mem-sixteen-allgather-16KiB", 16, nil, ag, 16 << 10, collectives.Bruck},
 		{"tcp-four-allgather-16MiB", 4, []Option{WithTransport("tcp")}, ag, 16 << 20, collectives.Ring},
+		// Over 3 ranks Bruck's last step waits for nothing (measured
+		// 1.33-2x the ring's speed in memory, README); tcp keeps the
+		// ring from 2 MiB blocks (an exception).
+		{"mem-three-allgather-4KiB", 3, nil, ag, 4 << 10, collectives.Bruck},
+		{"tcp-three-allgather-4MiB", 3, []Option{WithTransport("tcp")}, ag, 4 << 20, collectives.Ring},
 		{"forced", 2, []Option{WithTransport("tcp"), WithAlgorithm("allreduce:ring")}, ar, 256 << 10, collectives.Ring},
 		{"deterministic", 2, []Option{WithTransport("tcp"), Deterministic()}, ar, 256 << 10, collectives.Algos(ar)[0]},
 	} {
