@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -665,9 +666,127 @@ func TestCostPoints(t *testing.T) {
 	if ours && now.within(0.3) < costWithin30 {
 		t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costWithin30)
 	}
+	logPicks(t, pts)
+	cal := calibrated(pts)
+	t.Logf("cost.go's constants with mem's error at its training points interpolated (calibrated): within 30%% of %d of %d check points, median %.0f%%, p90 %.0f%%",
+		cal.within(0.3), len(cal.errs), 100*cal.median(), 100*cal.errs[len(cal.errs)*9/10])
 	if testing.Verbose() {
 		logTableChanges(t, fitted, &fac)
 	}
+}
+
+// logPicks logs how the table's choices (TableFor, 2 CPUs: where pts were
+// measured) fare at mem's measured cells with more than one algorithm:
+// in how many the choice took more than 10% longer than the fastest
+// measured, and the mean of its time over the fastest.
+func logPicks(t *testing.T, pts []costPoint) {
+	t.Helper()
+	type cell struct {
+		c            Collective
+		ranks, bytes int
+	}
+	cells := map[cell][]costPoint{}
+	for _, p := range pts {
+		if p.provider == "mem" && p.set == "check" {
+			k := cell{p.c, p.ranks, p.bytes}
+			cells[k] = append(cells[k], p)
+		}
+	}
+	n, slow, sum := 0, 0, 0.0
+	for k, ps := range cells {
+		if len(ps) < 2 {
+			continue
+		}
+		pick := TableFor("mem", k.ranks, costCPUs).Algo(k.c, k.bytes)
+		i := slices.IndexFunc(ps, func(p costPoint) bool { return p.a == pick })
+		if i < 0 {
+			continue
+		}
+		best := slices.MinFunc(ps, func(x, y costPoint) int { return cmp.Compare(x.secs, y.secs) }).secs
+		n++
+		r := ps[i].secs / best
+		sum += r
+		if r > 1.1 {
+			slow++
+			if testing.Verbose() {
+				t.Logf("pick: mem %s %d ranks %d B: table %s %.4g µs, fastest %.4g µs (%.2fx)", k.c, k.ranks, k.bytes, pick, ps[i].secs*1e6, best*1e6, r)
+			}
+		}
+	}
+	t.Logf("the table's choice at mem's %d measured cells with more than one algorithm: more than 10%% slower than the fastest in %d, mean %.3f× the fastest", n, slow, sum/float64(n))
+}
+
+// calibrated returns the errors at pts' check points of cost.go's
+// constants calibrated as tuned tables are: for mem, whose training points
+// span rank counts (3-48), each prediction where ranks share CPUs times
+// the model's error
+// ln(measured/predicted) at the training points of its collective and
+// algorithm, interpolated in log ranks between the rank counts measured on
+// either side, each in log bytes between the sizes measured there, held
+// at the edges. The fit set stays out: it measures cells the check points
+// also measure. What the model's form misses, kept from measurement; the
+// table does not use it (README: held beyond 48 ranks, it took chain
+// broadcasts at 64 and 1,024 ranks, 1.1-3.9x slower than the tree).
+func calibrated(pts []costPoint) *costGroup {
+	type key struct {
+		c Collective
+		a Algo
+	}
+	type res struct {
+		ranks, bytes int
+		log          float64
+	}
+	by := map[key][]res{}
+	for _, p := range pts {
+		if p.provider == "mem" && p.trains() && p.set != "fit" {
+			k := key{p.c, p.a}
+			by[k] = append(by[k], res{p.ranks, p.bytes, math.Log(p.secs / p.predictWith(costs["mem"], &allReduceFactor))})
+		}
+	}
+	// interp interpolates ys at xs (ascending) in log x at x0, held at the
+	// edges.
+	interp := func(xs []int, ys []float64, x0 int) float64 {
+		if x0 <= xs[0] {
+			return ys[0]
+		}
+		for i := 1; i < len(xs); i++ {
+			if x0 <= xs[i] {
+				a, b := math.Log(float64(xs[i-1])), math.Log(float64(xs[i]))
+				return ys[i-1] + (math.Log(float64(x0))-a)/(b-a)*(ys[i]-ys[i-1])
+			}
+		}
+		return ys[len(ys)-1]
+	}
+	factor := func(p costPoint) float64 {
+		rs := by[key{p.c, p.a}]
+		if p.provider != "mem" || len(rs) == 0 || p.ranks <= p.cpus() {
+			return 1 // measured where ranks share CPUs only
+		}
+		slices.SortFunc(rs, func(x, y res) int { return cmp.Or(x.ranks-y.ranks, x.bytes-y.bytes) })
+		var ns []int
+		var vs []float64
+		for i := 0; i < len(rs); {
+			j := i
+			var bs []int
+			var ls []float64
+			for ; j < len(rs) && rs[j].ranks == rs[i].ranks; j++ {
+				bs, ls = append(bs, rs[j].bytes), append(ls, rs[j].log)
+			}
+			ns, vs = append(ns, rs[i].ranks), append(vs, interp(bs, ls, p.bytes))
+			i = j
+		}
+		return math.Exp(interp(ns, vs, p.ranks))
+	}
+	g := &costGroup{provider: "all"}
+	for _, p := range pts {
+		if p.set != "check" || p.trains() {
+			continue
+		}
+		pred := p.predictWith(costs[p.provider], &allReduceFactor) * factor(p)
+		g.errs = append(g.errs, math.Abs(pred-p.secs)/p.secs)
+	}
+	slices.Sort(g.errs)
+	return g
 }
 
 // logFits logs the error tables of the fitted constants ks with the
