@@ -47,12 +47,12 @@ func TestCostCounts(t *testing.T) {
 // TestCostSteps checks the dependent steps the model counts (steps: the
 // latencies an allreduce, allgather, reduce-scatter or barrier pays)
 // against the schedules: the longest chain of messages in which each is
-// sent only after the one before it has arrived. It found two miscounts between
-// powers of two: recursive doubling's fold counted as two steps where
-// the schedules mostly take one more than the exchanges (the fold-in
-// overlaps the first exchange of ranks without a folded partner), and
-// Bruck's allgather counted as ⌈log2 n⌉ steps where a step waits only for
-// the one that brought its last block (3 ranks: 1 step; 6: 2; 12: 3).
+// sent only after the one before it has arrived. It found two miscounts
+// between powers of two: recursive doubling's fold counted as two steps
+// where the schedules mostly take one more than the exchanges (the
+// fold-in overlaps the first exchange of ranks without a folded partner),
+// and Bruck's allgather counted as ⌈log2 n⌉ steps where a step waits only
+// for the one that brought its last block (3 ranks: 1 step; 6: 2; 12: 3).
 func TestCostSteps(t *testing.T) {
 	for _, c := range []Collective{AllReduce, AllGather, ReduceScatter, Barrier} {
 		for _, a := range Algos(c) {

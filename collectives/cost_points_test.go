@@ -719,11 +719,10 @@ func logPicks(t *testing.T, pts []costPoint) {
 // calibrated returns the errors at pts' check points of cost.go's
 // constants calibrated as tuned tables are: for mem, whose training points
 // span rank counts (3-48), each prediction where ranks share CPUs times
-// the model's error
-// ln(measured/predicted) at the training points of its collective and
-// algorithm, interpolated in log ranks between the rank counts measured on
-// either side, each in log bytes between the sizes measured there, held
-// at the edges. The fit set stays out: it measures cells the check points
+// the model's error ln(measured/predicted) at the training points of its
+// collective and algorithm, interpolated in log ranks between the rank
+// counts measured on either side, each in log bytes between the sizes
+// measured there, held at the edges. The fit set stays out: it measures cells the check points
 // also measure. What the model's form misses, kept from measurement; the
 // table does not use it (README: held beyond 48 ranks, it took chain
 // broadcasts at 64 and 1,024 ranks, 1.1-3.9x slower than the tree).
@@ -742,6 +741,9 @@ func calibrated(pts []costPoint) *costGroup {
 			k := key{p.c, p.a}
 			by[k] = append(by[k], res{p.ranks, p.bytes, math.Log(p.secs / p.predictWith(costs["mem"], &allReduceFactor))})
 		}
+	}
+	for _, rs := range by {
+		slices.SortFunc(rs, func(x, y res) int { return cmp.Or(x.ranks-y.ranks, x.bytes-y.bytes) })
 	}
 	// interp interpolates ys at xs (ascending) in log x at x0, held at the
 	// edges.
@@ -762,7 +764,6 @@ func calibrated(pts []costPoint) *costGroup {
 		if p.provider != "mem" || len(rs) == 0 || p.ranks <= p.cpus() {
 			return 1 // measured where ranks share CPUs only
 		}
-		slices.SortFunc(rs, func(x, y res) int { return cmp.Or(x.ranks-y.ranks, x.bytes-y.bytes) })
 		var ns []int
 		var vs []float64
 		for i := 0; i < len(rs); {
