@@ -258,6 +258,10 @@ func TestElasticTraining(t *testing.T) {
 // survivors shrink, gorun restarts rank 2, it rejoins (comm.Init, Grow at
 // a step boundary, the step and parameters from the others), and the job
 // ends with exit 0 and all 4 ranks' final parameters bitwise identical.
+// With -wait-np 4 the survivors wait at the step after the shrink until
+// rank 2 is back: without it a restart slower than the rest of the run
+// (CI, 2026-11-28: rank 2 not seen within the last 83 steps, 50 ms) let
+// them finish with 3 ranks, and rank 2 then waited for a world long gone.
 // REL_TRIALS runs per transport (default 2).
 func TestElasticRegrow(t *testing.T) {
 	if testing.Short() {
@@ -275,14 +279,14 @@ func TestElasticRegrow(t *testing.T) {
 	}
 	for i := range 2 * envInt("REL_TRIALS", 2) {
 		tr := []string{"tcp", "shm"}[i%2]
-		kill := 120 + 20*i // rank 2's write to die at: steps ≈ 28–43 of 160 at 4 writes a step (the rest leaves time to restart and rejoin)
+		kill := 120 + 20*(i%8) // rank 2's write to die at, 120–260: steps ≈ 57–125 of 160 on tcp (2 writes a step), 28–64 on shm (4)
 		t.Run(fmt.Sprintf("%s/kill@%d", tr, kill), func(t *testing.T) {
 			out, tmp := t.TempDir(), t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "--max-restarts", "1", "-np", "4",
 				"--transport", tr, "--timeout", "80", "--fault", fmt.Sprintf("rank=2:kill:write:%d", kill),
-				filepath.Join(bin, "train"), "-epochs", "10", "-steps", "16", "-batch", "16", "-out", out)
+				filepath.Join(bin, "train"), "-epochs", "10", "-steps", "16", "-batch", "16", "-wait-np", "4", "-out", out)
 			cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
 			logs, err := cmd.CombinedOutput()
 			checkLeftovers(t, tmp)

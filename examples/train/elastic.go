@@ -155,10 +155,35 @@ func (st *elasticState) agree(ctx context.Context, cfg trainConfig, model *mlp, 
 // --max-restarts), at a step boundary every rank reaches: they agree on
 // whether any wait (allreduce Max of Joiners), Grow, and share the step
 // and the parameters (admit). It reports whether it grew.
+//
+// With fewer than cfg.waitNP ranks it does not go on without a joiner: it
+// asks again every few milliseconds, for up to cfg.waitFor, as Horovod
+// Elastic's --min-np holds training until enough workers are back. Every
+// rank sees the same size, so they wait, and stop waiting, together.
 func (st *elasticState) maybeGrow(ctx context.Context, cfg trainConfig, model *mlp, step int) (*ddp.Bucketer[float32], bool, error) {
-	k := []int64{int64(st.c.Joiners())}
-	if err := comm.AllReduce(ctx, st.c, k, k, comm.Max); err != nil || k[0] == 0 {
-		return nil, false, err
+	var deadline time.Time
+	for {
+		k := []int64{int64(st.c.Joiners())}
+		if err := comm.AllReduce(ctx, st.c, k, k, comm.Max); err != nil {
+			return nil, false, err
+		}
+		if k[0] > 0 {
+			break
+		}
+		if st.c.Size() >= cfg.waitNP {
+			return nil, false, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(cfg.waitFor)
+		}
+		if time.Now().After(deadline) {
+			return nil, false, fmt.Errorf("%d ranks, fewer than -wait-np %d, and no rank joined in %v", st.c.Size(), cfg.waitNP, cfg.waitFor)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	nc, err := st.c.Grow(ctx)
 	if err != nil {

@@ -49,6 +49,9 @@ func main() {
 	out := flag.String("out", "", "write each rank's final parameters to DIR/rank-R.json (R: the rank gorun started)")
 	flag.BoolVar(&cfg.regrow, "regrow", os.Getenv("GORUN_MAX_RESTARTS") != "",
 		"admit restarted ranks with Comm.Grow at step boundaries (default on under gorun --max-restarts)")
+	flag.IntVar(&cfg.waitNP, "wait-np", 0,
+		"with regrow: when fewer than N ranks are left, wait at the next step for restarted ranks to rejoin instead of going on (Horovod Elastic's --min-np)")
+	flag.DurationVar(&cfg.waitFor, "wait-timeout", cfg.waitFor, "with -wait-np: fail if no rank rejoins within this long")
 	flag.Parse()
 	cfg.fresh = os.Getenv("GORUN_RESTART") != ""
 

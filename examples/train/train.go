@@ -20,13 +20,15 @@ type trainConfig struct {
 	overlap bool // reduce buckets during backward (false: all after backward)
 	ddp     ddp.Config
 	seed    int64
-	elastic bool // on a peer's failure, Shrink and go on (elastic.go)
-	regrow  bool // admit restarted ranks with Grow at step boundaries (gorun --max-restarts)
-	fresh   bool // this process is a restarted rank: it joins the running job (GORUN_RESTART)
+	elastic bool          // on a peer's failure, Shrink and go on (elastic.go)
+	regrow  bool          // admit restarted ranks with Grow at step boundaries (gorun --max-restarts)
+	fresh   bool          // this process is a restarted rank: it joins the running job (GORUN_RESTART)
+	waitNP  int           // with regrow: below this many ranks, wait at a step boundary for a rank to join
+	waitFor time.Duration // and give up after this long
 }
 
 func defaultTrainConfig() trainConfig {
-	return trainConfig{dims: []int{16, 64, 64, 4}, samples: 8192, batch: 32, steps: 16, epochs: 5, lr: 0.05, overlap: true, seed: 1}
+	return trainConfig{dims: []int{16, 64, 64, 4}, samples: 8192, batch: 32, steps: 16, epochs: 5, lr: 0.05, overlap: true, seed: 1, waitFor: time.Minute}
 }
 
 type stats struct {

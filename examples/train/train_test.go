@@ -184,3 +184,50 @@ func TestElasticCannotShrinkLocalWorld(t *testing.T) {
 		t.Errorf("err = %v, want it at %s", err, want)
 	}
 }
+
+// -wait-np above the world's size holds training at the first step until
+// a rank joins; none can join a world in one process, so every rank gives
+// up after -wait-timeout with an error that says why, and none trains a
+// step on its own. (TestElasticRegrow in reliability/ runs the wait that
+// ends with a restarted rank.)
+func TestWaitNPGivesUp(t *testing.T) {
+	cfg := small()
+	cfg.elastic, cfg.regrow = true, true
+	cfg.waitNP, cfg.waitFor = 3, 50*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	errs := make([]error, len(cs))
+	steps := make([]int, len(cs))
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st stats
+			_, st, errs[i] = train(ctx, c, cfg, nil)
+			steps[i] = st.steps
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(t0); d < cfg.waitFor {
+		t.Errorf("gave up after %v, before -wait-timeout %v", d, cfg.waitFor)
+	}
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "fewer than -wait-np 3") || !strings.Contains(err.Error(), "step 0") {
+			t.Errorf("rank %d: err = %v, want the -wait-np timeout at step 0", i, err)
+		}
+		if steps[i] != 0 {
+			t.Errorf("rank %d trained %d steps while waiting", i, steps[i])
+		}
+	}
+}
