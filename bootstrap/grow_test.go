@@ -50,16 +50,7 @@ func TestGrowAdmitsRestartedRank(t *testing.T) {
 			bw, err = back.Form(context.Background())
 			formed <- err
 		}()
-		// The survivors wait until each sees the joiner, then grow.
-		deadline := time.Now().Add(20 * time.Second)
-		for _, n := range survivors {
-			for n.Joiners() == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never saw the restarted rank", n.Name())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
+		waitJoiners(t, survivors, 20*time.Second) // then they grow
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		worlds := make([]World, len(survivors))
 		errs := make([]error, len(survivors))
@@ -110,15 +101,7 @@ func TestJoinerOfEndedJobFails(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { back.Close() })
-			deadline := time.Now().Add(20 * time.Second)
-			for _, n := range survivors {
-				for n.Joiners() == 0 {
-					if time.Now().After(deadline) {
-						t.Fatalf("%s never saw the restarted rank", n.Name())
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			waitJoiners(t, survivors, 20*time.Second)
 			for _, n := range survivors {
 				n.shutdown(leave) // the job ends without admitting it
 			}
@@ -131,5 +114,20 @@ func TestJoinerOfEndedJobFails(t *testing.T) {
 			}
 			t.Logf("%v after %v", err, time.Since(t0).Round(time.Millisecond))
 		})
+	}
+}
+
+// waitJoiners waits until each of nodes sees a joiner (Joiners), for up
+// to within in all.
+func waitJoiners(t *testing.T, nodes []*Node, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for n.Joiners() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw the restarted rank", n.Name())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
