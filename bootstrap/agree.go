@@ -230,7 +230,6 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		settled     time.Time       // coordinator: since when its table is complete and unchanged
 		preparedAt  time.Time
 		asked       time.Time // when this node last asked whether the job went on without it (expel.go)
-		aloneSince  time.Time // joining a running job: since when no other rank of it is in the view (jobGone)
 		unseenAt    time.Time // when this node last probed the members its view does not hold
 		unseenRound int
 		askRound    int
@@ -419,19 +418,6 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			n.ask(epoch, members, waiting, askRound)
 			asked, askRound = time.Now(), askRound+1
 		}
-		if n.jobGone() {
-			// Joining a running job whose other ranks have all left or
-			// died (they finished before this restarted rank was seen):
-			// nobody can admit it. Said once it holds for aloneFor, not
-			// at ctx's end (the launcher's timeout, a minute).
-			if aloneSince.IsZero() {
-				aloneSince = time.Now()
-			} else if time.Since(aloneSince) >= aloneFor {
-				return World{}, n.formError(epoch, p, miss, locked, ErrJobGone)
-			}
-		} else {
-			aloneSince = time.Time{}
-		}
 		select {
 		case <-ctx.Done():
 			return World{}, n.formError(epoch, p, miss, locked, ctx.Err())
@@ -510,35 +496,6 @@ func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 		return next
 	}
 	return 0
-}
-
-// aloneFor is how long a node joining a running job must find no other
-// rank of it in its view before it gives up (jobGone): a view refills
-// within a gossip round or two when a push/pull's members arrive after
-// its state.
-const aloneFor = time.Second
-
-// jobGone says whether this node joins a running job (a formed member told
-// it the job's epoch, grow.go) and its view holds no other live rank of
-// the job: the members left (Leaving, or gone from the view) or died. A
-// node claiming this node's rank does not count: it is the incarnation
-// this one restarts, dead, which gossip clears only after its suspicion
-// timeout (3.4 s in TestJoinerOfEndedJobFails), as growTable takes it.
-func (n *Node) jobGone() bool {
-	n.mu.Lock()
-	joining := n.running > 0 && !n.formed
-	n.mu.Unlock()
-	if !joining {
-		return false
-	}
-	n.viewMu.Lock()
-	defer n.viewMu.Unlock()
-	for name, q := range n.peers {
-		if name != n.name && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (n.cfg.Rank < 0 || q.meta.Rank != n.cfg.Rank) {
-			return false
-		}
-	}
-	return true
 }
 
 func (n *Node) isFormed() bool {
