@@ -722,10 +722,11 @@ func logPicks(t *testing.T, pts []costPoint) {
 // the model's error ln(measured/predicted) at the training points of its
 // collective and algorithm, interpolated in log ranks between the rank
 // counts measured on either side, each in log bytes between the sizes
-// measured there, held at the edges. The fit set stays out: it measures cells the check points
-// also measure. What the model's form misses, kept from measurement; the
-// table does not use it (README: held beyond 48 ranks, it took chain
-// broadcasts at 64 and 1,024 ranks, 1.1-3.9x slower than the tree).
+// measured there, held at the edges. The fit set stays out: it measures
+// cells the check points also measure. What the model's form misses, kept
+// from measurement; the table does not use it (README: held beyond 48
+// ranks, it took chain broadcasts at 64 and 1,024 ranks, 1.1-3.9x slower
+// than the tree).
 func calibrated(pts []costPoint) *costGroup {
 	type key struct {
 		c Collective
