@@ -230,6 +230,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		settled     time.Time       // coordinator: since when its table is complete and unchanged
 		preparedAt  time.Time
 		asked       time.Time // when this node last asked whether the job went on without it (expel.go)
+		aloneSince  time.Time // a restarted node: since when no other rank of its job is in the view (jobGone)
 		unseenAt    time.Time // when this node last probed the members its view does not hold
 		unseenRound int
 		askRound    int
@@ -418,6 +419,19 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			n.ask(epoch, members, waiting, askRound)
 			asked, askRound = time.Now(), askRound+1
 		}
+		if n.jobGone() {
+			// A restarted rank whose job's other ranks have all left or
+			// died (they finished before it was seen): nobody can admit
+			// it. Said once it holds for aloneFor, not at ctx's end
+			// (gorun's timeout, a minute).
+			if aloneSince.IsZero() {
+				aloneSince = time.Now()
+			} else if time.Since(aloneSince) >= aloneFor {
+				return World{}, n.formError(epoch, p, miss, locked, ErrJobGone)
+			}
+		} else {
+			aloneSince = time.Time{}
+		}
 		select {
 		case <-ctx.Done():
 			return World{}, n.formError(epoch, p, miss, locked, ctx.Err())
@@ -496,6 +510,36 @@ func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 		return next
 	}
 	return 0
+}
+
+// aloneFor is how long a restarted node must find no other live rank of
+// its job before it gives up (jobGone). Its view fills within a gossip
+// round of reaching a live seed (milliseconds). A restarted seed rank
+// reaches nobody: it waits for the members to join it, which they do
+// once gossip has declared its old incarnation dead (up to 3.4 s) and
+// their next seed check (rejoinEvery) comes; the rest is margin for a
+// loaded host.
+var aloneFor = 10 * time.Second // a variable for tests
+
+// jobGone says whether this node restarts a rank (Config.Restarted), is
+// not yet admitted, and its view holds no other live rank of the job: the
+// others left (Leaving, or gone from the view) or died, or were gone
+// before it reached them. A node claiming this node's rank does not
+// count: it is the incarnation this one restarts, dead, which gossip
+// clears only after its suspicion timeout (3.4 s in
+// TestJoinerOfEndedJobFails), as growTable takes it.
+func (n *Node) jobGone() bool {
+	if !n.cfg.Restarted || n.isFormed() {
+		return false
+	}
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	for name, q := range n.peers {
+		if name != n.name && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (n.cfg.Rank < 0 || q.meta.Rank != n.cfg.Rank) {
+			return false
+		}
+	}
+	return true
 }
 
 func (n *Node) isFormed() bool {

@@ -24,6 +24,15 @@ type Config struct {
 	// MaxSize is the most ranks Grow admits (gorun --max-np); 0 means Size.
 	// A rank launched to grow the job has Size ≤ Rank < MaxSize.
 	MaxSize int
+	// Restarted says that this node restarts a rank of a running job (gorun
+	// --max-restarts sets GORUN_RESTART): it joins the job, and if none of
+	// the job's other ranks is left to admit it (they finished or died
+	// before it was seen), its Form fails with ErrJobGone once it has
+	// found itself alone for 10 s, not at its context's end. Without it, a
+	// joiner that finds itself alone waits: the others may be calling Init
+	// again (a finalize and init in the same job), which looks the same
+	// for as long as their new nodes take to come.
+	Restarted bool
 
 	BindAddr      string   // gossip address (UDP and TCP); default "0.0.0.0"
 	BindPort      int      // 0 picks a free port

@@ -20,6 +20,7 @@ var (
 	ErrPeerDead      = errors.New("peer failed (unreachable)")
 	ErrWrongJob      = errors.New("peer belongs to another job")
 	ErrExpelled      = errors.New("this rank was declared dead and the job went on without it")
+	ErrJobGone       = errors.New("every other rank of the job is gone: none is left to admit this restarted rank")
 )
 
 // OpError is the error type of this package: which operation failed, on

@@ -34,6 +34,7 @@ func TestGrowAdmitsRestartedRank(t *testing.T) {
 		}
 		cfg := testConfig(job, victim, 4)
 		cfg.Seeds = []string{survivors[0].Addr()}
+		cfg.Restarted = true // as gorun's restart: the seed, alone until found, is not gone
 		if victim == 0 {
 			_, port, _ := splitAddr(addr)
 			cfg.BindPort, cfg.Seeds = int(port), []string{addr}
@@ -50,16 +51,7 @@ func TestGrowAdmitsRestartedRank(t *testing.T) {
 			bw, err = back.Form(context.Background())
 			formed <- err
 		}()
-		// The survivors wait until each sees the joiner, then grow.
-		deadline := time.Now().Add(20 * time.Second)
-		for _, n := range survivors {
-			for n.Joiners() == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s never saw the restarted rank", n.Name())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
+		waitJoiners(t, survivors, 20*time.Second) // then they grow
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		worlds := make([]World, len(survivors))
 		errs := make([]error, len(survivors))
@@ -87,5 +79,89 @@ func TestGrowAdmitsRestartedRank(t *testing.T) {
 			t.Errorf("joiners left after Grow: %d, %d", back.Joiners(), survivors[0].Joiners())
 		}
 		nodes[victim] = back
+	}
+}
+
+// A restarted rank (Config.Restarted) that the survivors never admit
+// because they finish first: once every other rank of the job has left
+// (Close) or died, or was gone before it started, its Form fails with
+// ErrJobGone aloneFor after it finds itself alone, not at its context's
+// end (gorun's timeout, a minute: CI, 2026-11-28, examples/train). A
+// joiner that was not restarted waits for its context: the others may be
+// calling Init again.
+func TestJoinerOfEndedJobFails(t *testing.T) {
+	saved := aloneFor
+	aloneFor = time.Second
+	t.Cleanup(func() { aloneFor = saved })
+	for _, tc := range []struct {
+		name               string
+		before, leave, not bool // survivors gone before it starts; they leave (else die); not restarted
+	}{
+		{name: "left", leave: true},
+		{name: "died"},
+		{name: "gone-before", before: true, leave: true},
+		{name: "not-restarted", leave: true, not: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const victim = 2
+			job := "gone-" + tc.name
+			nodes := startWorld(t, job, 3, nil)
+			nodes[victim].shutdown(false)
+			survivors := nodes[:victim]
+			survivors[0].Suspect(victim)
+			shrinkAll(t, survivors, 20*time.Second)
+			cfg := testConfig(job, victim, 3)
+			cfg.Seeds = []string{survivors[0].Addr()}
+			cfg.Restarted = !tc.not
+			if tc.before {
+				for _, n := range survivors {
+					n.shutdown(tc.leave)
+				}
+			}
+			back, err := Start(cfg, []byte("blob again"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { back.Close() })
+			if !tc.before {
+				waitJoiners(t, survivors, 20*time.Second)
+				for _, n := range survivors {
+					n.shutdown(tc.leave) // the job ends without admitting it
+				}
+			}
+			wait := 20 * time.Second
+			if tc.not {
+				wait = 3 * aloneFor
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			t0 := time.Now()
+			_, err = back.Form(ctx)
+			if tc.not {
+				if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrJobGone) {
+					t.Fatalf("Form = %v after %v, want its context's end", err, time.Since(t0))
+				}
+				return
+			}
+			if !errors.Is(err, ErrJobGone) || !errors.Is(err, ErrNotFormed) {
+				t.Fatalf("Form = %v after %v, want ErrJobGone", err, time.Since(t0))
+			}
+			t.Logf("%v after %v", err, time.Since(t0).Round(time.Millisecond))
+		})
+	}
+}
+
+// waitJoiners waits until each of nodes sees a joiner (Joiners), for up
+// to within in all.
+func waitJoiners(t *testing.T, nodes []*Node, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for n.Joiners() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw the restarted rank", n.Name())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }

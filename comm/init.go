@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -51,6 +52,16 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	return initFromEnv(ctx, osGetenv, opts...)
 }
 
+// ErrJobGone: this rank was restarted (gorun --max-restarts) and none of
+// the job's other ranks is left to admit it: they finished or died before
+// it was seen. Init returns it about 10 s after the rank finds itself
+// alone, not at its timeout; the job's work is done or lost without it,
+// and examples/train exits 0.
+var ErrJobGone = bootstrap.ErrJobGone
+
+// initRan is set by the process's first Init (Restarted above).
+var initRan atomic.Bool
+
 // defaultFormTimeout bounds world formation when GORUN_TIMEOUT is unset.
 const defaultFormTimeout = 60 * time.Second
 
@@ -77,6 +88,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if err != nil {
 		return nil, &RankError{Rank: job.Rank, Op: "init", Err: err}
 	}
+	// GORUN_RESTART says how this process was started: its first Init
+	// joins the running job, and fails with ErrJobGone if the job's other
+	// ranks are gone. A later Init (a finalize and init again) is the
+	// job's own.
+	bc.Restarted = !initRan.Swap(true) && getenv(jobenv.Restart) != ""
 	if len(cfg.token) == 0 {
 		cfg.token = []byte(job.Token)
 	}

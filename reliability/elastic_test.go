@@ -267,16 +267,7 @@ func TestElasticRegrow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds gorun and examples/train")
 	}
-	bin := t.TempDir()
-	gotool, err := exec.LookPath("go") // go test puts its GOROOT/bin first in $PATH
-	if err != nil {
-		t.Fatalf("go: %v", err)
-	}
-	build := exec.Command(gotool, "build", "-o", bin+string(filepath.Separator), "./cmd/gorun", "./examples/train")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTrain(t)
 	for i := range 2 * envInt("REL_TRIALS", 2) {
 		tr := []string{"tcp", "shm"}[i%2]
 		kill := 120 + 20*(i%8) // rank 2's write to die at, 120–260: steps ≈ 57–125 of 160 on tcp (2 writes a step), 28–64 on shm (4)
@@ -332,4 +323,86 @@ func TestElasticRegrow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildTrain builds gorun and examples/train into a temporary directory,
+// which it returns.
+func buildTrain(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	gotool, err := exec.LookPath("go") // go test puts its GOROOT/bin first in $PATH
+	if err != nil {
+		t.Fatalf("go: %v", err)
+	}
+	build := exec.Command(gotool, "build", "-o", bin+string(filepath.Separator), "./cmd/gorun", "./examples/train")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// gorun --elastic --max-restarts 1 with rank 2 killed late and its restart
+// slowed by a second (a wrapper that sleeps when GORUN_RESTART is set):
+// the three survivors shrink and finish without it, and the restarted
+// rank, finding no rank left to admit it, gets comm.ErrJobGone from Init
+// about 10 s later (bootstrap's aloneFor), not at the timeout (80 s
+// here; a minute by default, as CI saw on 2026-11-28). examples/train
+// then exits 0, and so does gorun: the survivors did the work. Their
+// parameters are bitwise identical.
+func TestRestartAfterJobEnded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gorun and examples/train")
+	}
+	bin := buildTrain(t)
+	out, tmp := t.TempDir(), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	slow := `if [ -n "$GORUN_RESTART" ]; then sleep 1; fi; exec "$0" "$@"`
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "gorun"), "--elastic", "--max-restarts", "1", "-np", "4",
+		"--transport", "tcp", "--timeout", "80", "--fault", "rank=2:kill:write:250",
+		"sh", "-c", slow, filepath.Join(bin, "train"), "-epochs", "10", "-steps", "16", "-batch", "16", "-out", out)
+	cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
+	t0 := time.Now()
+	logs, err := cmd.CombinedOutput()
+	took := time.Since(t0)
+	checkLeftovers(t, tmp)
+	if err != nil {
+		t.Fatalf("gorun: %v after %v, want exit 0\n%s", err, took, logs)
+	}
+	for _, want := range []string{"restarted it (1 of 1", "none is left to admit this restarted rank", "nothing to do"} {
+		if !strings.Contains(string(logs), want) {
+			t.Fatalf("%q not in the output:\n%s", want, logs)
+		}
+	}
+	var ref map[string][]uint32
+	for _, r := range []int{0, 1, 3} {
+		b, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank-%d.json", r)))
+		if err != nil {
+			t.Fatalf("rank %d wrote no parameters: %v\n%s", r, err, logs)
+		}
+		var res struct {
+			FinalSize int
+			Params    map[string][]uint32
+		}
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Fatal(err)
+		}
+		if res.FinalSize != 3 {
+			t.Errorf("rank %d ended in a world of %d, want 3", r, res.FinalSize)
+		}
+		if ref == nil {
+			ref = res.Params
+			continue
+		}
+		for name, v := range res.Params {
+			if !slices.Equal(v, ref[name]) {
+				t.Errorf("rank %d: %s differs from rank 0's", r, name)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "rank-2.json")); err == nil {
+		t.Errorf("the restarted rank 2 wrote parameters: it was never admitted")
+	}
+	t.Logf("gorun exited 0 after %v", took.Round(time.Millisecond))
 }

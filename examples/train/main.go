@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -81,6 +82,11 @@ func main() {
 	defer cancel()
 	if comm.Launched() {
 		c, err := comm.Init(ctx)
+		if errors.Is(err, comm.ErrJobGone) {
+			// Restarted after the others finished: they did the work.
+			fmt.Fprintf(os.Stderr, "train: %v; the job ended before this rank was back, nothing to do\n", err)
+			return
+		}
 		if err != nil {
 			fatal(err)
 		}
