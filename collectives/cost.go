@@ -21,9 +21,9 @@ package collectives
 // credit, β and γ per byte, and an idle turn for every rank at each
 // dependent step of the path whose receiver must wait for its next turn
 // (an idle rank hands the CPU on: WaitPolicy.InProcess), a turn costing
-// more the more ranks take turns (Crowd). β and γ grow once the ranks'
-// buffers outgrow the share of the last-level cache they keep (Spill,
-// Cache).
+// more the more ranks take turns, up to a bound (Crowd). β and γ grow
+// once the ranks' buffers outgrow the share of the last-level cache they
+// keep (Spill, Cache).
 //
 // The constants (costs) are fitted by collectives' TestCostPoints from
 // points that comm's TestCostFit measures on this machine (README, cost
@@ -61,8 +61,9 @@ type Cost struct {
 	Overhead float64
 	// Turn is the CPU time of one idle turn of a rank that shares its CPU
 	// with others: a poll that finds nothing and hands the CPU on
-	// (WaitPolicy.InProcess). Where ranks outnumber CPUs, every rank
-	// takes about one turn per dependent step of the path.
+	// (WaitPolicy.InProcess), among Crowd ranks or more (fewer: Crowd).
+	// Where ranks outnumber CPUs, every rank takes about one turn per
+	// dependent step of the path.
 	Turn float64
 	// Spill is how much more a byte sent or reduced costs out of the
 	// cache than in it: β and γ grow by Spill times the share of the
@@ -79,13 +80,18 @@ type Cost struct {
 	// their caches, fit best at 1 MiB, its spill 25% (the loss 0.5%
 	// higher from 8 MiB on).
 	Cache float64
-	// Crowd is how much an idle turn grows with each rank that shares
-	// the CPUs: a turn costs Turn·(1 + Crowd·n) over n ranks. A rank
-	// that takes its turn finds its stack and state evicted by the
-	// others' turns since its last, more of them the more ranks take
-	// turns between its own. Fitted where the points span rank counts
-	// (mem: 2-64 ranks in one process); shm's and tcp's points (2-4
-	// ranks under the launcher) cannot tell it from Turn, and have none.
+	// Crowd is the rank count from which an idle turn costs Turn: over
+	// n < Crowd ranks it costs Turn·n/Crowd. A rank that takes its turn
+	// finds its stack and state evicted by the others' turns since its
+	// last, more of them the more ranks take turns between its own, until
+	// none is left (measured, 8 B by the ring, where each step is a turn
+	// of every rank and carries no data: 0.31 µs a turn at 8 ranks,
+	// 0.17-0.50 from 12 to 256, cost_points_large.csv). A turn that grew
+	// without bound, Turn·(1 + c·n) as fitted before 2026-11-29,
+	// predicted 6x the ring's 8 B time at 64 ranks. Fitted where the points span rank counts
+	// (mem: 2-64 ranks in one process); shm's and tcp's points (2-4 ranks
+	// under the launcher) cannot tell it from Turn, and have none (0: a
+	// turn costs Turn).
 	Crowd float64
 }
 
@@ -99,19 +105,20 @@ const ElemBytes = 4
 
 // costs are the fitted constants per provider. mem's: collectives'
 // TestCostPoints (GORUN_COST_FACTORS=keep: with the allreduce factors as
-// they are) on cost_points.csv, which comm's TestCostFit measured on
-// 2026-11-28, all ranks in one process on this 2-core machine with the
-// staging floor (comm's localFloor): allreduce and broadcast at 17:00-17:06
-// and 17:20-17:28 UTC (2 runs of 5 passes, the fastest kept), 1-minute load
-// 1.0-1.9, allgather and reduce-scatter at 18:57-19:00 (5 passes); the
-// points of the far placement (3,424 of 3,790 rows; the near ones are too
-// few to fit apart). Within 30% at 183 of mem's 241 check points (the
-// constants fitted on allreduce and broadcast alone, before runsAs: 172,
-// 116 of their 157; before Crowd: 87; fitted on 2026-11-27's points,
-// before the floor: 35). Kept when steps and turns came to follow the
-// schedules' chains over rank counts other than powers of two (rdChain,
-// bruckChain): refitted with them, mem's training loss stays 17.4 and the
-// constants move by less than the fit's noise.
+// they are) on cost_points.csv, which comm's TestCostFit measured all
+// ranks in one process on this 2-core machine with the staging floor
+// (comm's localFloor), in 20 passes of allreduce and broadcast and 15 of
+// allgather and reduce-scatter: on 2026-11-28 (allreduce and broadcast at
+// 17:00-17:06 and 17:20-17:28 UTC, 1-minute load 1.0-1.9, allgather and
+// reduce-scatter at 18:57-19:00; rounds 0-9) and on 2026-11-29 00:05-00:25
+// (all four, load 0.4-2.7; rounds 10-19), the fastest pass of each point
+// kept; the points of the far placement (the near ones are too few to fit
+// apart). Within 30% at 187 of mem's 241 check points, refitted on
+// 2026-11-29 with Crowd as a bound on the turn's growth (the form before,
+// Turn·(1 + c·n), refitted on these points: 178; its constants of
+// 2026-11-28 on them: 179, on their own 10 passes: 183; fitted on
+// allreduce and broadcast alone, before runsAs: 172, 116 of their 157;
+// before Crowd: 87; fitted on 2026-11-27's points, before the floor: 35).
 // shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
@@ -123,7 +130,7 @@ const ElemBytes = 4
 // not a goroutine switch's fraction of one. shm's γ comes out at its floor
 // (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.15e-07, Latency: 4.1e-07, Beta: 5.58e-11, Gamma: 1.42e-10, Overhead: 8.81e-07, Turn: 6.69e-08, Spill: 0.249, Cache: 1 << 20, Crowd: 0.349},
+	"mem": {Alpha: 4.13e-07, Latency: 4.27e-07, Beta: 5.02e-11, Gamma: 1.24e-10, Overhead: 8.06e-07, Turn: 9.98e-07, Spill: 0.385, Cache: 1 << 20, Crowd: 26.7},
 	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
 	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
@@ -231,8 +238,16 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, fac *[numA
 	return Estimate{
 		Path: f * (path.msgs*k.Alpha + steps(c, a, size)*k.Latency + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
 		Work: f * (work.msgs*k.Overhead + sp*(work.bytes*k.Beta+work.red*k.Gamma)),
-		Idle: f * turns(c, a, size, bytes, chunk, stall, path) * float64(size) * k.Turn * (1 + k.Crowd*float64(size)),
+		Idle: f * turns(c, a, size, bytes, chunk, stall, path) * float64(size) * k.turn(size),
 	}
+}
+
+// turn is the CPU time of one idle turn where n ranks take turns (Crowd).
+func (k Cost) turn(n int) float64 {
+	if k.Crowd > 0 && float64(n) < k.Crowd {
+		return k.Turn * float64(n) / k.Crowd
+	}
+	return k.Turn
 }
 
 // turns is how many turns each rank takes, where ranks share CPUs, while

@@ -369,7 +369,7 @@ func fitCost(pts []costPoint, fac *[numAlgos]float64, cache float64) Cost {
 	}
 	x0 := []float64{math.Log(k.Alpha), math.Log(k.Beta), math.Log(max(k.Gamma, k.Beta/10)), math.Log(k.Alpha / 2), math.Log(k.Alpha / 4), 0, math.Log(k.Alpha / 2)}
 	if crowd {
-		x0 = append(x0, math.Log(0.01))
+		x0 = append(x0, math.Log(16))
 	}
 	x := x0
 	for range 3 { // restart from the best: the simplex may collapse early
@@ -667,12 +667,42 @@ func TestCostPoints(t *testing.T) {
 		t.Errorf("cost.go's constants are within 30%% of %d check points of %s, %d when fitted", now.within(0.3), path, costWithin30)
 	}
 	logPicks(t, pts)
+	logBeyond(t)
 	cal := calibrated(pts)
 	t.Logf("cost.go's constants with mem's error at its training points interpolated (calibrated): within 30%% of %d of %d check points, median %.0f%%, p90 %.0f%%",
 		cal.within(0.3), len(cal.errs), 100*cal.median(), 100*cal.errs[len(cal.errs)*9/10])
 	if testing.Verbose() {
 		logTableChanges(t, fitted, &fac)
 	}
+}
+
+// costBeyondFile holds mem's points beyond the ranks the constants were
+// fitted and checked on: 128 and 256 ranks, allreduce and broadcast of 8
+// B, 4 KiB and 64 KiB (comm's TestCostFit with GORUN_COST_RANKS=128,256
+// GORUN_COST_SIZES=8,4096,65536 GORUN_COST_COLLS=allreduce,broadcast
+// GORUN_COST_ROUNDS=3), in one process on 2 CPUs. They neither train nor
+// count toward the check: they show how the model extrapolates.
+const costBeyondFile = "cost_points_large.csv"
+
+// logBeyond logs cost.go's error at costBeyondFile's points and how the
+// table's choices fare there (logPicks).
+func logBeyond(t *testing.T) {
+	t.Helper()
+	pts, err := readCostPoints(costBeyondFile)
+	if os.IsNotExist(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts = placedBy(pts, costPlacement)
+	t.Logf("%s, beyond the fitted ranks (not in the check):", costBeyondFile)
+	var log func(string, ...any)
+	if testing.Verbose() {
+		log = t.Logf
+	}
+	logErrors(t, costErrors(costs, &allReduceFactor, pts, false, log))
+	logPicks(t, pts)
 }
 
 // logPicks logs how the table's choices (TableFor, 2 CPUs: where pts were
@@ -877,7 +907,10 @@ func logErrors(t *testing.T, gs []*costGroup) *costGroup {
 const costPointFiles = "cost_points.csv,cost_points_launch.csv"
 
 // costWithin30 is how many check points of costPointFiles the constants
-// in cost.go (as printed: 3 digits) predict within 30%: 242 of 311, with
+// in cost.go (as printed: 3 digits) predict within 30%: 246 of 311 on the
+// 20 passes of 2026-11-28 and 29, Crowd bounding the turn's growth (the
+// constants before, Turn·(1 + c·n): 238 on them, 242 on the 10 passes of
+// 2026-11-28). On those 10 passes: 242, with
 // mem's allgather and reduce-scatter (84 more check points; 240 before
 // runsAs; the constants fitted without them, Bruck counted as it runs:
 // 231). On allreduce and
@@ -888,4 +921,4 @@ const costPointFiles = "cost_points.csv,cost_points_launch.csv"
 // with them fitted in one process, 178 before Latency, Cache,
 // halving-doubling's pieces and the double tree's shape, 160 before
 // allReduceFactor.
-const costWithin30 = 242
+const costWithin30 = 246

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,10 @@ import (
 // and broadcast (2) at 2–64 ranks, 8 B to 16 MiB (16 MiB up to 8 ranks),
 // and allgather and reduce-scatter (2 each) in blocks of 8 B to 1 MiB (1
 // MiB up to 8 ranks); GORUN_COST_COLLS=allgather,reducescatter measures
-// only those (without the fit set, which needs allreduce and broadcast).
+// only those (without the fit set, which needs allreduce and broadcast),
+// and GORUN_COST_RANKS and GORUN_COST_SIZES (counts separated by commas)
+// replace the rank counts and sizes (beyond 64 ranks: the README's
+// points at 128 and 256).
 // shm's and tcp's points are measured under the launcher, a process per
 // rank, as jobs run them (below); it measured them in one process too
 // until 2026-11-28, where ranks wait as goroutines. Every point is
@@ -111,8 +115,8 @@ func TestCostFit(t *testing.T) {
 	// Allgather and reduce-scatter take one rank's block: n of them make
 	// a rank's buffer, so their largest block is 64 KiB from 12 ranks
 	// on (64 ranks' buffers of 4 MiB) and 1 MiB to 8.
-	sizes := []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20}
-	ranks := []int{2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}
+	sizes := envInts(t, "GORUN_COST_SIZES", []int{8, 4 << 10, 64 << 10, 1 << 20, 16 << 20})
+	ranks := envInts(t, "GORUN_COST_RANKS", []int{2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64})
 	for _, n := range ranks {
 		for _, b := range sizes {
 			for _, c := range colls {
@@ -150,6 +154,25 @@ func TestCostFit(t *testing.T) {
 		t.Logf("%-5s %-4s %-10s %-5s %5d %8d | %10s %5.2fx %10s %+6.0f%%", q.set, q.p, q.c, q.a, q.n, q.b,
 			dur(q.fast), q.worst/q.fast, dur(pred), 100*(pred-q.fast)/q.fast)
 	}
+}
+
+// envInts returns the comma-separated counts in the environment variable
+// name, or def if it is unset.
+func envInts(t *testing.T, name string, def []int) []int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	var vs []int
+	for f := range strings.SplitSeq(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			t.Fatalf("%s=%q: want counts separated by commas", name, s)
+		}
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 func dur(s float64) string { return time.Duration(s * 1e9).Round(100 * time.Nanosecond).String() }
