@@ -32,6 +32,7 @@ const (
 	statusClosed   = 4
 	statusInit     = 5
 	statusInternal = 6
+	statusJobGone  = 7
 )
 
 var statusText = [...]string{
@@ -42,6 +43,7 @@ var statusText = [...]string{
 	statusClosed:   "communicator closed or aborted",
 	statusInit:     "could not join the job",
 	statusInternal: "internal error",
+	statusJobGone:  "restarted after the job's other ranks were gone",
 }
 
 var cStatusText = func() []*C.char {
@@ -150,10 +152,21 @@ func gorun_init(out *C.gorun_comm) (rc C.int) {
 	defer cancel()
 	c, err := comm.Init(ctx)
 	if err != nil {
-		return fail(statusInit, err)
+		return fail(initStatus(err), err)
 	}
 	*out = C.gorun_comm(put(comms, c))
 	return statusOK
+}
+
+// initStatus is gorun_init's status for err: GORUN_ERR_JOB_GONE where a
+// rank gorun restarted found none of the job's other ranks left to admit
+// it (comm.ErrJobGone: the job ended without it, which the application
+// may take as done), GORUN_ERR_INIT otherwise.
+func initStatus(err error) int {
+	if errors.Is(err, comm.ErrJobGone) {
+		return statusJobGone
+	}
+	return statusInit
 }
 
 //export gorun_finalize

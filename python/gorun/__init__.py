@@ -21,7 +21,7 @@ import threading
 from . import _lib
 
 __all__ = [
-    "GorunError", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "GorunError", "ERR_JOB_GONE", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
     "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
     "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
@@ -29,6 +29,13 @@ __all__ = [
 
 _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4,
         "band": 5, "bor": 6, "bxor": 7, "land": 8, "lor": 9}
+
+
+# init()'s status (GorunError.status) in a rank gorun restarted
+# (--max-restarts) that found none of the job's other ranks left to admit
+# it: they finished first. The job's work ended without this rank; a script
+# whose work is then done exits 0 (GORUN_ERR_JOB_GONE in gorun.h).
+ERR_JOB_GONE = 7
 
 
 class GorunError(RuntimeError):

@@ -24,7 +24,10 @@ calls train again. gorun restarts the dead rank; its gorun.init() joins the
 running job and returns when the others admit it, which they do at their
 next commit() (they agree on whether anyone waits with one 8-byte
 allreduce, then gorun_grow): the communicator is full size again, with the
-original ranks, and the newcomer receives the state.
+original ranks, and the newcomer receives the state. If the others
+finished before it was back, its gorun.init() raises GorunError with status
+gorun.ERR_JOB_GONE about 10 s after it finds no rank left: the work is
+done without it, so such a script exits 0 there.
 
 State holds named values: torch modules and optimizers (anything with
 state_dict/load_state_dict), numpy arrays and torch tensors (restored in

@@ -16,7 +16,13 @@ from gorun import elastic  # noqa: E402
 
 STEPS, KILL_AT = 40, 10
 
-gorun.init()
+try:
+    gorun.init()
+except gorun.GorunError as e:
+    if e.status == gorun.ERR_JOB_GONE:  # restarted after the others finished
+        print("rank restarted after the job ended:", e, flush=True)
+        sys.exit(0)
+    raise
 restarted = bool(os.environ.get("GORUN_RESTART"))
 state = elastic.State(w=np.zeros(8), step=0, log=[])
 sizes = []
