@@ -21,9 +21,10 @@ package collectives
 // credit, β and γ per byte, and an idle turn for every rank at each
 // dependent step of the path whose receiver must wait for its next turn
 // (an idle rank hands the CPU on: WaitPolicy.InProcess), a turn costing
-// more the more ranks take turns, up to a bound (Crowd). β and γ grow
-// once the ranks' buffers outgrow the share of the last-level cache they
-// keep (Spill, Cache).
+// more the more ranks take turns, up to a bound (Crowd), and a step whose
+// partner is ranks apart taking more rounds of turns the more ranks there
+// are (Far). β and γ grow once the ranks' buffers outgrow the share of
+// the last-level cache they keep (Spill, Cache).
 //
 // The constants (costs) are fitted by collectives' TestCostPoints from
 // points that comm's TestCostFit measures on this machine (README, cost
@@ -93,6 +94,17 @@ type Cost struct {
 	// under the launcher) cannot tell it from Turn, and have none (0: a
 	// turn costs Turn).
 	Crowd float64
+	// Far is how many more rounds of turns a dependent step takes, per
+	// doubling of the ranks, where its partner is not the next rank in
+	// turn: a step of recursive doubling, halving-doubling, the double
+	// tree or Bruck takes 1 + Far·log2 n times its turns (turns). The
+	// ring's steps go to the next rank and take one round at every count
+	// (measured, 8 B allreduce on mem at 0.3 µs a turn: the ring 0.5-1.7
+	// rounds a step from 4 to 256 ranks; recursive doubling 3.4 at 4
+	// ranks, 6.4 at 16, 9.2 at 64, 12 at 128; the double tree 2.9, 5.4,
+	// 7.7, 9.8). A broadcast's piece crosses all ranks in one round at
+	// any count. Fitted, as Crowd, where the points span rank counts.
+	Far float64
 }
 
 // CacheBytes is this machine's last-level cache (its L3: 32 MiB). The
@@ -113,12 +125,13 @@ const ElemBytes = 4
 // reduce-scatter at 18:57-19:00; rounds 0-9) and on 2026-11-29 00:05-00:25
 // (all four, load 0.4-2.7; rounds 10-19), the fastest pass of each point
 // kept; the points of the far placement (the near ones are too few to fit
-// apart). Within 30% at 187 of mem's 241 check points, refitted on
-// 2026-11-29 with Crowd as a bound on the turn's growth (the form before,
-// Turn·(1 + c·n), refitted on these points: 178; its constants of
-// 2026-11-28 on them: 179, on their own 10 passes: 183; fitted on
-// allreduce and broadcast alone, before runsAs: 172, 116 of their 157;
-// before Crowd: 87; fitted on 2026-11-27's points, before the floor: 35).
+// apart). Within 30% at 190 of mem's 241 check points, refitted on
+// 2026-11-29 with Crowd as a bound on the turn's growth and Far (187
+// without Far; the form before, Turn·(1 + c·n), refitted on these points:
+// 178; its constants of 2026-11-28 on them: 179, on their own 10 passes:
+// 183; fitted on allreduce and broadcast alone, before runsAs: 172, 116 of
+// their 157; before Crowd: 87; fitted on 2026-11-27's points, before the
+// floor: 35).
 // shm's and tcp's: TestCostPointsLaunch
 // on cost_points_launch.csv, which scripts/cluster/costpoints.sh -local
 // measured on 2026-11-28 14:43-14:56 UTC under the launcher, a process per
@@ -130,7 +143,7 @@ const ElemBytes = 4
 // not a goroutine switch's fraction of one. shm's γ comes out at its floor
 // (0): shm's reductions hide in its copies; so does tcp's spill.
 var costs = map[string]Cost{
-	"mem": {Alpha: 4.13e-07, Latency: 4.27e-07, Beta: 5.02e-11, Gamma: 1.24e-10, Overhead: 8.06e-07, Turn: 9.98e-07, Spill: 0.385, Cache: 1 << 20, Crowd: 26.7},
+	"mem": {Alpha: 4.14e-07, Latency: 4.28e-07, Beta: 5.03e-11, Gamma: 1.22e-10, Overhead: 9.31e-07, Turn: 6.51e-07, Spill: 0.392, Cache: 1 << 20, Crowd: 27.3, Far: 0.119},
 	"shm": {Alpha: 1.42e-07, Latency: 1.09e-07, Beta: 8.09e-11, Gamma: 0, Overhead: 1.9e-06, Turn: 1.28e-06, Spill: 1.51, Cache: 16 << 20},
 	"tcp": {Alpha: 1.05e-05, Latency: 1.75e-06, Beta: 2.66e-10, Gamma: 3.06e-10, Overhead: 1.57e-05, Turn: 3.07e-06, Spill: 0, Cache: 16 << 20},
 	// Between hosts: cost_net.go, fitted apart on the namespace cluster.
@@ -238,8 +251,21 @@ func (k Cost) estimate(c Collective, a Algo, size, bytes, window int, fac *[numA
 	return Estimate{
 		Path: f * (path.msgs*k.Alpha + steps(c, a, size)*k.Latency + sp*(path.bytes*k.Beta+path.red*k.Gamma)),
 		Work: f * (work.msgs*k.Overhead + sp*(work.bytes*k.Beta+work.red*k.Gamma)),
-		Idle: f * turns(c, a, size, bytes, chunk, stall, path) * float64(size) * k.turn(size),
+		Idle: f * turns(c, a, size, bytes, chunk, stall, path) * k.far(c, a, size) * float64(size) * k.turn(size),
 	}
+}
+
+// far is the factor on c/a's turns over n ranks for steps whose partner
+// is not the next rank in turn (Far).
+func (k Cost) far(c Collective, a Algo, n int) float64 {
+	if k.Far == 0 || n < 2 || c == Broadcast {
+		return 1
+	}
+	switch a {
+	case RecDoubling, HalvingDoubling, Tree, Bruck, Dissemination:
+		return 1 + k.Far*math.Log2(float64(n))
+	}
+	return 1
 }
 
 // turn is the CPU time of one idle turn where n ranks take turns (Crowd).
