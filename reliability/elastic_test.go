@@ -141,16 +141,7 @@ func TestElasticTraining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds gorun and examples/train")
 	}
-	bin := t.TempDir()
-	gotool, err := exec.LookPath("go") // go test puts its GOROOT/bin first in $PATH
-	if err != nil {
-		t.Skipf("no go tool: %v", err)
-	}
-	build := exec.Command(gotool, "build", "-o", bin+string(filepath.Separator), "./cmd/gorun", "./examples/train")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildTrain(t)
 	const steps = 3 * 16
 	cases := []struct {
 		name, tr, fault string
