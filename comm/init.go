@@ -59,7 +59,7 @@ func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 // and examples/train exits 0.
 var ErrJobGone = bootstrap.ErrJobGone
 
-// initRan is set by the process's first Init (Restarted above).
+// initRan is set by the process's first Init (bc.Restarted in initFromEnv).
 var initRan atomic.Bool
 
 // defaultFormTimeout bounds world formation when GORUN_TIMEOUT is unset.
