@@ -378,3 +378,19 @@ func TestElasticStateRejoin(t *testing.T) {
 		t.Fatalf("want 4 ranks ok, one of them restarted:\n%s", out)
 	}
 }
+
+// The same script with --no-wait and rank 2's restart slowed by a second:
+// the survivors finish at 3 ranks before it is back, its gorun.init()
+// raises GorunError with status gorun.ERR_JOB_GONE once it has found no
+// rank left for 10 s (not at GORUN_TIMEOUT, 120 s here), and the script
+// exits 0 there, so gorun does.
+func TestElasticJobGone(t *testing.T) {
+	need(t, "numpy")
+	slow := `if [ -n "$GORUN_RESTART" ]; then sleep 1; fi; exec "$0" "$@"`
+	t0 := time.Now()
+	out := gorun(t, 4, "--elastic", "--max-restarts", "1", "sh", "-c", slow, python, "python/tests/elastic_check.py", "--no-wait")
+	t.Logf("%v\n%s", time.Since(t0).Round(time.Millisecond), out)
+	if strings.Count(out, " ok\n") != 3 || !strings.Contains(out, "rank restarted after the job ended") {
+		t.Fatalf("want 3 ranks ok at size 3 and the restarted rank finding the job gone:\n%s", out)
+	}
+}
