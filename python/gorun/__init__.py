@@ -63,7 +63,9 @@ def _check(rc):
     if rc != 0:
         L = _L()
         msg = L.gorun_last_error().decode(errors="replace") or L.gorun_strerror(rc).decode()
-        raise GorunError(rc, "gorun: " + msg)
+        if not msg.startswith("gorun: "):  # comm's own errors name it already
+            msg = "gorun: " + msg
+        raise GorunError(rc, msg)
 
 
 def init():
