@@ -194,8 +194,8 @@ func (k Cost) Estimate(c Collective, a Algo, size, bytes int) Estimate {
 // EstimateWindow is Estimate where a link's staging holds window bytes
 // (engine.Window; 0: no bound), which caps the pieces: a world in one
 // process gives a link 128 KiB of staging or more up to 204 ranks (a
-// window of 130,816 bytes from 13 ranks on), 8 KiB from 205 (comm's
-// stagingFor).
+// window of 130,816 bytes from 13 ranks on), 32 KiB from 205 (8 slots
+// of 4 KiB, a window of 32,512 bytes; comm's stagingFor).
 func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Estimate {
 	if a == Auto {
 		a = Algos(c)[0]

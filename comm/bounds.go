@@ -19,7 +19,7 @@ package comm
 //	                                  512 ranks (vm.max_map_count 65530)
 //	memory                            staging (stagingFor) and receive
 //	                                  rings per connection: measured
-//	                                  ≈ 1.7 MiB per rank at 1,024 ranks on
+//	                                  ≈ 2.5 MiB per rank at 1,024 ranks on
 //	                                  mem, 3.6-4.8 MiB up to 204 ranks
 //	                                  (localFloor; README, "Scale")
 //

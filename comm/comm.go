@@ -541,11 +541,27 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 	for p.Slots*p.SlotBytes > per && p.SlotBytes > 4096 {
 		p.SlotBytes /= 2
 	}
-	for p.Slots*p.SlotBytes > per && p.Slots > 2 {
+	minSlots := 2
+	if cfg.local {
+		minSlots = min(p.Slots, localMinSlots)
+	}
+	for p.Slots*p.SlotBytes > per && p.Slots > minSlots {
 		p.Slots--
 	}
 	return p
 }
+
+// localMinSlots is the fewest slots a link of a world in one process keeps
+// beyond localBudget (205 ranks and more): 8 of 4 KiB, 32 KiB a link,
+// where the full mesh's budget left 2. Two slots let a sender have one
+// small message ahead of its receiver before it waits for a credit, and
+// back-to-back small collectives queued behind each other: at 224 ranks
+// (comm's TestCostFit, fastest batch of 2 passes, 2026-11-29 01:38 UTC) an
+// 8-byte broadcast took 651 µs with 2 slots, 426 with 4, 265 with 8; an
+// 8-byte allreduce by recursive doubling 5.1, 3.6 and 3.0 ms; a 4 KiB
+// broadcast 1,221, 757 and 508 µs. 1,024 ranks take 0.9 GiB more for
+// it, 2.5 GiB in all (README, Scale).
+const localMinSlots = 8
 
 // stagingPerRank is a rank's staging budget (stagingFor).
 const stagingPerRank = 32 << 20
@@ -570,8 +586,8 @@ const localFloor = 128 << 10
 // localBudget bounds the staging that localFloor adds to a world in one
 // process: 512 MiB for all its ranks' start-up links (up to 204 ranks;
 // their send-side headers take about as much again). The 1,024-rank world
-// keeps the full mesh's 8 KiB per link (README, Scale: 1.7 GiB in all,
-// against 6.2 GiB with the floor).
+// keeps the full mesh's 4 KiB slots, 8 of them a link (localMinSlots;
+// README, Scale: 2.5 GiB in all, 1.7 with 2 slots, 6.2 with the floor).
 const localBudget = 512 << 20
 
 // Slot sizes (WithStaging overrides them). Over tcp every message costs

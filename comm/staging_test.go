@@ -43,7 +43,8 @@ func TestStagingForTransport(t *testing.T) {
 // A world in one process keeps 8 slots of 128 KiB while the full mesh's
 // budget allows them, then 8 of 16 KiB, a window that holds a 64 KiB
 // piece (zero-copy from engine.DirectMin), while localBudget allows it,
-// and the full mesh's small slots beyond.
+// and the full mesh's small slots beyond, but 8 of them (localMinSlots),
+// not 2.
 func TestStagingForLocal(t *testing.T) {
 	old := osGetenv
 	defer func() { osGetenv = old }()
@@ -64,8 +65,8 @@ func TestStagingForLocal(t *testing.T) {
 		{14, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}}, // the full mesh's: 8 × 8 KiB
 		{64, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
 		{204, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
-		{205, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}},
-		{1024, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}},
+		{205, engine.LinkParams{Slots: 8, SlotBytes: 4 << 10}},
+		{1024, engine.LinkParams{Slots: 8, SlotBytes: 4 << 10}},
 	} {
 		got := stagingFor(cfg, tc.size)
 		if got != tc.want {
