@@ -542,7 +542,7 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 		p.SlotBytes /= 2
 	}
 	minSlots := 2
-	if cfg.local {
+	if cfg.local && size*collectives.MaxInitPeers(size)*localMinSlots*p.SlotBytes <= localSlotBudget {
 		minSlots = min(p.Slots, localMinSlots)
 	}
 	for p.Slots*p.SlotBytes > per && p.Slots > minSlots {
@@ -552,8 +552,10 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 }
 
 // localMinSlots is the fewest slots a link of a world in one process keeps
-// beyond localBudget (205 ranks and more): 8 of 4 KiB, 32 KiB a link,
-// where the full mesh's budget left 2. Two slots let a sender have one
+// beyond localBudget (205 ranks and more), while its ranks' start-up links
+// take at most localSlotBudget with them (to 1,260 ranks): 8 of 4 KiB, 32
+// KiB a link, where the full mesh's budget left 2 (and leaves 2 beyond:
+// 2,048 ranks took 6.6 GiB with 8 slots). Two slots let a sender have one
 // small message ahead of its receiver before it waits for a credit, and
 // back-to-back small collectives queued behind each other: at 224 ranks
 // (comm's TestCostFit, fastest batch of 2 passes, 2026-11-29 01:38 UTC) an
@@ -562,6 +564,10 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 // broadcast 1,221, 757 and 508 µs. 1,024 ranks take 0.9 GiB more for
 // it, 2.5 GiB in all (README, Scale).
 const localMinSlots = 8
+
+// localSlotBudget bounds the staging of localMinSlots' slots (1,024 ranks'
+// start-up links take 0.75 GiB with them).
+const localSlotBudget = 1 << 30
 
 // stagingPerRank is a rank's staging budget (stagingFor).
 const stagingPerRank = 32 << 20

@@ -44,7 +44,7 @@ func TestStagingForTransport(t *testing.T) {
 // budget allows them, then 8 of 16 KiB, a window that holds a 64 KiB
 // piece (zero-copy from engine.DirectMin), while localBudget allows it,
 // and the full mesh's small slots beyond, but 8 of them (localMinSlots),
-// not 2.
+// not 2, while those fit localSlotBudget.
 func TestStagingForLocal(t *testing.T) {
 	old := osGetenv
 	defer func() { osGetenv = old }()
@@ -67,6 +67,9 @@ func TestStagingForLocal(t *testing.T) {
 		{204, engine.LinkParams{Slots: 8, SlotBytes: 16 << 10}},
 		{205, engine.LinkParams{Slots: 8, SlotBytes: 4 << 10}},
 		{1024, engine.LinkParams{Slots: 8, SlotBytes: 4 << 10}},
+		{1260, engine.LinkParams{Slots: 8, SlotBytes: 4 << 10}},
+		{1261, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}}, // localSlotBudget
+		{4096, engine.LinkParams{Slots: 2, SlotBytes: 4 << 10}},
 	} {
 		got := stagingFor(cfg, tc.size)
 		if got != tc.want {
