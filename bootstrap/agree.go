@@ -535,12 +535,16 @@ func (n *Node) jobGone() bool {
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
 	for name, q := range n.peers {
-		if name != n.name && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (n.cfg.Rank < 0 || q.meta.Rank != n.cfg.Rank) {
+		if name != n.name && n.ofJob(q) && (n.cfg.Rank < 0 || q.meta.Rank != n.cfg.Rank) {
 			return false
 		}
 	}
 	return true
 }
+
+// ofJob says whether q is a live member of this node's job, not leaving:
+// one of the same world size (a node of another job is refused before).
+func (n *Node) ofJob(q peer) bool { return q.meta.Size == n.cfg.Size && !q.meta.Leaving }
 
 func (n *Node) isFormed() bool {
 	n.mu.Lock()

@@ -83,7 +83,7 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 	}
 	var live []peer
 	for _, q := range peers {
-		if q.meta.Size == n.cfg.Size && !q.meta.Leaving {
+		if n.ofJob(q) {
 			live = append(live, q)
 		}
 	}
@@ -144,7 +144,7 @@ func (n *Node) Joiners() int {
 	}
 	k := 0
 	for name, q := range n.peers {
-		if _, ok := inWorld[name]; !ok && q.meta.Size == n.cfg.Size && !q.meta.Leaving && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
+		if _, ok := inWorld[name]; !ok && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
 			k++
 		}
 	}

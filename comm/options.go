@@ -166,8 +166,8 @@ func WithToken(token []byte) Option {
 // its staging budget (32 MiB over the links Init connects; in a world of
 // n ranks in one process, 256 MiB/n² per rank, at least 256 KiB, over n-1
 // peers, and at least 128 KiB a link up to 204 ranks), the slot size
-// halves, not below 4 KiB, and then slots go, not below 2, until they
-// fit.
+// halves, not below 4 KiB, and then slots go, not below 2 (8 in a world
+// in one process up to 1,260 ranks: localMinSlots), until they fit.
 func WithStaging(slots, slotBytes int) Option {
 	return func(c *config) error {
 		if slots < 1 || slots > 1024 || slotBytes < 1 {
