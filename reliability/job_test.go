@@ -91,15 +91,35 @@ type job struct {
 
 var selfPath = sync.OnceValues(os.Executable)
 
-// freePort finds a port free for TCP and UDP on host (the gossip seed).
+// seedPorts hands out seed ports in turn from a random start, below the
+// kernel's ephemeral range (32768-60999 by default): a port the kernel
+// handed out and took back could be handed to another process's
+// connection or port-0 listener before this job's seed binds it. In turn,
+// not drawn: the kill trials run four jobs at once, and a port drawn for
+// each is a port two of them can both find free before either seed binds
+// it (CI, 2026-11-29: a trial's rank 0 failed to bind 127.0.0.1:21869,
+// "address already in use", with nothing but this package's jobs running).
+var seedPorts struct {
+	sync.Mutex
+	next int // offset from seedPortLow; -1 before the first
+}
+
+const seedPortLow, seedPortSpan = 20000, 12000
+
+func init() { seedPorts.next = -1 }
+
+// freePort finds a port free for TCP and UDP on host (the gossip seed),
+// one no other job of this process was given since the last 12,000.
 func freePort(host string) (int, error) {
-	// Below the kernel's ephemeral range (32768-60999 by default): a port
-	// the kernel handed out and took back could be handed to another
-	// process's connection or port-0 listener (a rank of a job running
-	// beside this one) before this job's seed binds it.
 	var err error
 	for range 50 {
-		port := 20000 + mrand.IntN(12000)
+		seedPorts.Lock()
+		if seedPorts.next < 0 {
+			seedPorts.next = mrand.IntN(seedPortSpan)
+		}
+		port := seedPortLow + seedPorts.next
+		seedPorts.next = (seedPorts.next + 1) % seedPortSpan
+		seedPorts.Unlock()
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err != nil {
 			continue
