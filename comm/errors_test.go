@@ -74,6 +74,29 @@ func TestMismatchCount(t *testing.T) {
 	checkEventually(t, "ring count", cs, errs, ErrMismatch, 3)
 }
 
+// The two ranks that disagree meet first, and the others start the call
+// after the evidence reached them: their calls still count in the vote,
+// and every rank names the odd one, not its partner (CI, 2026-11-29:
+// over verbs in the VM, a rank named the odd rank's partner once).
+func TestMismatchLateMajority(t *testing.T) {
+	for _, delay := range []time.Duration{20 * time.Millisecond, 150 * time.Millisecond} {
+		cs := newLocal(t, 4, WithAlgorithm("allreduce:rd"))
+		ctx := testCtx(t)
+		errs := onAll(cs, func(c *Comm) error {
+			n := 8
+			switch c.Rank() {
+			case 2: // its step-one partner is rank 3
+				n = 10
+			case 0, 1:
+				time.Sleep(delay)
+			}
+			buf := make([]float32, n)
+			return AllReduce(ctx, c, buf, buf, Sum)
+		})
+		checkEventually(t, "late majority "+delay.String(), cs, errs, ErrMismatch, 2)
+	}
+}
+
 func TestMismatchOpAndCollective(t *testing.T) {
 	ctx := testCtx(t)
 	cs := newLocal(t, 3, WithAlgorithm("allreduce:ring"))

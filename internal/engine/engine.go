@@ -245,6 +245,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 	release.Store64(&e.curHash, 1<<32|uint64(callHash(call)))
 	defer release.Store64(&e.curHash, 0)
+	if e.mm.open.Load() {
+		e.reportCall() // a mismatch is being decided: this call counts
+	}
 	for _, d := range e.devs {
 		// Registered on first use (bufMR): a call whose messages all
 		// travel copied needs no registration.

@@ -242,7 +242,7 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 			// others' evidence is in; an abort notice may also overtake it.
 			// Meanwhile this goroutine keeps dispatching, or the others'
 			// evidence would not be read.
-			wait, stop := context.WithTimeout(context.Background(), 2*mismatchWindow)
+			wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
 			for e.Err() == nil && wait.Err() == nil {
 				e.pollOrSleep(wait)
 			}
