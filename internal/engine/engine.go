@@ -123,8 +123,12 @@ type Engine struct {
 	next    atomic.Uint64
 	pending atomic.Pointer[withdrawal]
 
-	mm      mismatchState
-	curHash atomic.Uint64 // 1<<32 | hash of the running call; 0 when idle
+	mm mismatchState
+	// lastCall and prevCall are the last two collective calls Run
+	// started, each 1<<63 | opOf(call)<<32 | its hash (0: none), kept
+	// after they return: a rank reports them while ranks decide who
+	// called differently (mismatch.go).
+	lastCall, prevCall atomic.Uint64
 	// runs is twice the Runs ended, plus one while a Run is in progress:
 	// written by Run alone (under runMu), read by the devices' watchers.
 	runs atomic.Uint64
@@ -243,10 +247,12 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		e.completed(call)
 		return nil
 	}
-	release.Store64(&e.curHash, 1<<32|uint64(callHash(call)))
-	defer release.Store64(&e.curHash, 0)
-	if e.mm.open.Load() {
-		e.reportCall() // a mismatch is being decided: this call counts
+	if call.Coll != collectives.SendRecv {
+		release.Store64(&e.prevCall, e.lastCall.Load())
+		release.Store64(&e.lastCall, 1<<63|uint64(opOf(call))<<32|uint64(callHash(call)))
+		if e.mm.open.Load() {
+			e.reportCalls() // a mismatch is being decided: this call counts
+		}
 	}
 	for _, d := range e.devs {
 		// Registered on first use (bufMR): a call whose messages all

@@ -94,7 +94,7 @@ const (
 	ctrlAbort           // rank a is the culprit, b the reason code; c: 0, or 1<<32 | the first collective it fails (Withdraw)
 	ctrlBye             // the peer closed its communicator
 	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
-	ctrlMismatch        // evidence: rank a (call hash b>>32) saw rank c send call hash b&0xffffffff
+	ctrlMismatch        // evidence: rank a (call hash b>>32, operation c>>32) saw rank c&0xffffffff send call hash b&0xffffffff
 	ctrlReject          // the acceptor refuses the connection: reason a (connect.go)
 	ctrlWake            // a message is in the mailbox of a receiver that sleeps (mailbox.go)
 )
@@ -503,7 +503,9 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			})
 		case ctrlMismatch:
 			c := binary.LittleEndian.Uint64(m[16:])
-			l.withEngine(func(e *Engine) { e.evidence(int(int32(a)), uint32(b>>32), int(int32(c)), uint32(b), "") })
+			l.withEngine(func(e *Engine) {
+				e.evidence(int(int32(a)), uint32(b>>32), int(int32(uint32(c))), uint32(b), uint32(c>>32), "")
+			})
 		case ctrlBye:
 			l.closed.Store(true)
 		case ctrlWake:

@@ -237,7 +237,7 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 		}
 		if checkHeader(h, sig, want, direct) != "" {
 			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, sig, want, direct))
-			e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), why)
+			e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), opOf(sig), why)
 			// The decision (which rank is the odd one out) comes once the
 			// others' evidence is in; an abort notice may also overtake it.
 			// Meanwhile this goroutine keeps dispatching, or the others'

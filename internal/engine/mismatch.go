@@ -4,23 +4,29 @@ package engine
 //
 // A receiver that finds a header of another call knows two signatures, its
 // own and the sender's, but not which one is wrong. It records the
-// evidence (rank → call hash) and sends it to every peer, which pass each
-// piece on once and add their own: a rank that is running a call when the
-// first evidence reaches it, or that starts one while the question is
-// open, sends its own signature too. After mismatchWindow every rank that
-// has evidence decides by majority: the culprit is the lowest rank whose
-// call differs from the most common one. A rank whose view is a tie (it
-// is probably one of the two that disagree) waits a window more, and more
-// while the others' signatures are still coming, up to mismatchWaits
-// windows; with two ranks, or a tie that stays, it names the sender the
-// first evidence named. So a rank that passed a different count is named
-// by everyone, not its neighbours.
+// evidence (rank → call hash, and its own call's operation number) and
+// sends it to every peer, which pass each piece on once. Every rank that
+// hears of it also reports its last two collective calls (operation
+// number and hash), running or returned, and a call it starts while the
+// question is open: so a rank that was idle, or whose part of the call
+// completed and went on to the next, still counts with the call it made
+// at that operation. After mismatchWindow every rank that has evidence
+// decides by majority over the calls of the detecting ranks' operations:
+// the culprit is the lowest rank whose call differs from the most common
+// one. A rank whose view is a tie (it is probably one of the two that
+// disagree) waits a window more, and more while the others' calls are
+// still coming, up to mismatchWaits windows; with two ranks, or a tie that
+// stays, it names the sender the first evidence named. So a rank that
+// passed a different count or root is named by everyone, not its
+// neighbours.
 
 import (
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
 )
 
 // mismatchWindow is how long evidence is collected before deciding;
@@ -33,53 +39,70 @@ const (
 
 type mismatchState struct {
 	mu      sync.Mutex
-	sigs    map[int]uint32
+	sigs    map[int]uint32      // rank → hash of the call a piece of evidence saw it make
+	reports map[int][][2]uint32 // rank → hash and operation of the calls it reported
+	seqs    map[uint32]bool     // the detecting ranks' calls' operations
 	seen    map[[2]int]bool
 	first   int    // culprit named by the first evidence
 	named   bool   // first is set
 	why     string // this rank's own observation, if any
 	started bool
 	waits   int         // windows waited
-	open    atomic.Bool // evidence came and the engine has not failed: Run reports its call
+	open    atomic.Bool // evidence came and the engine has not failed: Run reports its calls
 }
 
-// evidence records that rank det (calling dh) saw rank cul send a call
-// with hash ch, passes it on, and starts the decision timer. det == cul
-// is a rank's report of its own call.
-func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, why string) {
+// noSeq is the operation of a point-to-point call's evidence: the
+// collectives' operation numbers do not apply to it.
+const noSeq = ^uint32(0)
+
+// opOf is the operation number the vote knows c by: its sequence number
+// to 31 bits (lastCall's encoding), noSeq for a point-to-point call.
+func opOf(c *Call) uint32 {
+	if c.Coll == collectives.SendRecv {
+		return noSeq
+	}
+	return c.Seq &^ (1 << 31)
+}
+
+// evidence records that rank det (calling dh, operation seq) saw rank cul
+// send a call with hash ch, passes it on, and starts the decision timer.
+// det == cul is a rank's report of a call it made at operation seq.
+func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, seq uint32, why string) {
 	m := &e.mm
 	m.mu.Lock()
 	if m.sigs == nil {
-		m.sigs, m.seen = map[int]uint32{}, map[[2]int]bool{}
+		m.sigs, m.reports, m.seqs, m.seen = map[int]uint32{}, map[int][][2]uint32{}, map[uint32]bool{}, map[[2]int]bool{}
 	}
 	key := [2]int{det, cul}
+	if det == cul {
+		key[1] = -1 - int(seq)
+	}
 	if m.seen[key] {
 		m.mu.Unlock()
 		return
 	}
 	m.seen[key] = true
-	m.sigs[det], m.sigs[cul] = dh, ch
-	own, report := e.runningHash()
-	if self := [2]int{e.Rank, e.Rank}; report && !m.seen[self] {
-		m.seen[self] = true
-		m.sigs[e.Rank] = own
-		report = det != e.Rank // else this evidence carries own already
+	if det == cul {
+		m.reports[det] = append(m.reports[det], [2]uint32{dh, seq})
 	} else {
-		report = false
+		m.sigs[det], m.sigs[cul] = dh, ch
+		if seq != noSeq {
+			m.seqs[seq] = true
+		}
+		if !m.named {
+			m.named, m.first = true, cul
+		}
 	}
 	if why != "" && m.why == "" {
 		m.why = why
-	}
-	if det != cul && !m.named {
-		m.named, m.first = true, cul
 	}
 	start := !m.started
 	m.started = true
 	m.open.Store(true)
 	m.mu.Unlock()
-	e.sendEvidence(det, dh, cul, ch)
-	if report {
-		e.sendEvidence(e.Rank, own, e.Rank, own)
+	e.sendEvidence(det, dh, cul, ch, seq)
+	if det != e.Rank {
+		e.reportCalls()
 	}
 	if start {
 		time.AfterFunc(mismatchWindow, e.decideMismatch)
@@ -87,29 +110,50 @@ func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, why string) {
 }
 
 // sendEvidence passes a piece of evidence to every peer, best effort.
-func (e *Engine) sendEvidence(det int, dh uint32, cul int, ch uint32) {
+func (e *Engine) sendEvidence(det int, dh uint32, cul int, ch uint32, seq uint32) {
 	for i := range e.links {
 		l := e.links[i].Load()
 		if l != nil && !l.closed.Load() && !l.broken.Load() {
-			l.sendCtrl3(ctrlMismatch, uint32(int32(det)), uint64(dh)<<32|uint64(ch), uint64(uint32(int32(cul))))
+			l.sendCtrl3(ctrlMismatch, uint32(int32(det)), uint64(dh)<<32|uint64(ch), uint64(seq)<<32|uint64(uint32(int32(cul))))
 		}
 	}
 }
 
-// reportCall sends the running call's signature while a mismatch is being
-// decided (Run calls it as a call starts): a rank that was idle when the
-// evidence came counts in the vote.
-func (e *Engine) reportCall() {
-	if own, ok := e.runningHash(); ok {
-		e.evidence(e.Rank, own, e.Rank, own, "")
+// reportCalls records and sends this rank's last two collective calls,
+// each once (evidence dedups).
+func (e *Engine) reportCalls() {
+	for _, v := range [2]uint64{e.lastCall.Load(), e.prevCall.Load()} {
+		if v>>63 == 1 {
+			h, seq := uint32(v), uint32(v>>32)&^(1<<31)
+			e.evidence(e.Rank, h, e.Rank, h, seq, "")
+		}
 	}
+}
+
+// votes are the calls the decision counts: the evidence's, replaced by a
+// rank's report of its call at a detecting rank's operation (the evidence
+// may have seen its next call). m.mu is held.
+func (m *mismatchState) votes() map[int]uint32 {
+	v := make(map[int]uint32, len(m.sigs)+len(m.reports))
+	for r, h := range m.sigs {
+		v[r] = h
+	}
+	for r, reps := range m.reports {
+		for _, rep := range reps {
+			if m.seqs[rep[1]] {
+				v[r] = rep[0] // its own word for its call at that operation
+			}
+		}
+	}
+	return v
 }
 
 func (e *Engine) decideMismatch() {
 	m := &e.mm
 	m.mu.Lock()
+	votes := m.votes()
 	count := map[uint32]int{}
-	for _, h := range m.sigs {
+	for _, h := range votes {
 		count[h]++
 	}
 	best, bestN, tie := uint32(0), 0, false
@@ -122,7 +166,7 @@ func (e *Engine) decideMismatch() {
 		}
 	}
 	m.waits++
-	if (tie || !m.named) && (m.waits == 1 || len(m.sigs) < e.Size && m.waits < mismatchWaits) {
+	if (tie || !m.named) && (m.waits == 1 || len(votes) < e.Size && m.waits < mismatchWaits) {
 		// This rank's view is split (it is probably one of the two ranks
 		// that disagree), or it has only reports of calls and not yet
 		// the evidence they answer: ranks that see a majority decide
@@ -133,17 +177,9 @@ func (e *Engine) decideMismatch() {
 		return
 	}
 	culprit := m.first
-	if !m.named { // reports only: name the lowest rank calling otherwise than this one
-		own, ok := m.sigs[e.Rank]
-		for r, h := range m.sigs {
-			if ok && h != own && (!m.named || r < culprit) {
-				culprit, m.named = r, true
-			}
-		}
-	}
 	if !tie && bestN > 1 {
 		culprit = -1
-		for r, h := range m.sigs {
+		for r, h := range votes {
 			if h != best && (culprit < 0 || r < culprit) {
 				culprit = r
 			}
@@ -158,10 +194,4 @@ func (e *Engine) decideMismatch() {
 		why = "another rank received a message of a different call"
 	}
 	e.Abort(culprit, fmt.Errorf("%w: %s", ErrMismatch, why))
-}
-
-// runningHash is the hash of the call Run is executing, if any.
-func (e *Engine) runningHash() (uint32, bool) {
-	v := e.curHash.Load()
-	return uint32(v), v>>32 == 1
 }
