@@ -429,14 +429,18 @@ func (c *conn) shutdown(to int32, reason error) bool {
 	c.doneOnce.Do(func() { close(c.done) })
 	c.rqMu.Lock()
 	c.flushRecvsLocked()
+	// Read under rqMu: a conn whose dialer closes it may be being
+	// accepted, and bound to its acceptor's CQs, right now.
+	recvCQ, recvShared := c.recvCQ, c.recvShared
+	sendCQ, sendShared := c.sendCQ, c.sendShared
 	c.rqMu.Unlock()
 	// A shared CQ outlives its conns: it gets the flushes, never Shut.
-	if !c.recvShared {
-		c.recvCQ.Shut(reason)
+	if !recvShared {
+		recvCQ.Shut(reason)
 	}
 	c.wg.Wait()
-	if !c.sendShared {
-		c.sendCQ.Shut(reason)
+	if !sendShared {
+		sendCQ.Shut(reason)
 	}
 	close(c.flushed)
 	return true
