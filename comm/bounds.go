@@ -21,7 +21,11 @@ package comm
 //	                                  rings per connection: measured
 //	                                  ≈ 2.5 MiB per rank at 1,024 ranks on
 //	                                  mem, 3.6-4.8 MiB up to 204 ranks
-//	                                  (localFloor; README, "Scale")
+//	                                  (localFloor; README, "Scale");
+//	                                  NewLocal checks its world's estimate
+//	                                  (localWorldBytes) against the memory
+//	                                  available (MemAvailable, the cgroup's
+//	                                  memory.max)
 //
 // A connection made later, on demand, that hits the descriptor limit
 // fails the operation naming the peer and RLIMIT_NOFILE.
@@ -30,6 +34,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -113,4 +119,103 @@ func limitHint(err error) error {
 		return fmt.Errorf("%w (%w: memory, or vm.max_map_count = %d)", err, ErrLimit, maxMapCount())
 	}
 	return err
+}
+
+// Memory of a world in one process. Its start-up links' staging is counted
+// twice (the receive slots, and the send side's headers, about as much
+// again), and each rank holds localRankBytes more (its goroutines' stacks,
+// engine, device, completion queues) and localPeerBytes for each rank of
+// the world (its tables of peers and their endpoints, its schedules'
+// plans). Set above the peak resident set of every world TestScale
+// measured (16 to 4,096 ranks, formed and run; 2026-11-29, README,
+// Scale) by 4-31%: 2,502 MiB against 2,412 at 1,261 ranks, 18,176
+// against 13,870-14,687 at 4,096.
+const (
+	localRankBytes = 512 << 10
+	localPeerBytes = 896
+)
+
+// localWorldBytes estimates the memory n ranks in one process take once
+// their communicator is formed, before any buffer of the caller's.
+func localWorldBytes(cfg *config, n int) float64 {
+	if n < 2 {
+		return localRankBytes
+	}
+	p := stagingFor(cfg, n)
+	ends := float64(n) * float64(collectives.MaxInitPeers(n))
+	return 2*ends*float64(p.Slots*p.SlotBytes) + float64(n)*(localRankBytes+localPeerBytes*float64(n))
+}
+
+// memFiles are where availableMemory reads (a fake tree in tests).
+var memFiles = struct{ meminfo, cgroup, cgroupRoot string }{
+	"/proc/meminfo", "/proc/self/cgroup", "/sys/fs/cgroup",
+}
+
+// availableMemory is the memory this process may still take, and what
+// bounds it: the kernel's MemAvailable, or less where the process's cgroup
+// (v2 memory.max, v1 memory.limit_in_bytes) leaves less. ok is false where
+// neither can be read.
+func availableMemory() (avail float64, what string, ok bool) {
+	if b, err := os.ReadFile(memFiles.meminfo); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
+				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+					avail, what, ok = kb*1024, "MemAvailable in /proc/meminfo", true
+				}
+			}
+		}
+	}
+	b, err := os.ReadFile(memFiles.cgroup)
+	if err != nil {
+		return avail, what, ok
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		// "0::/path" (v2) or "N:memory:/path" (v1)
+		f := strings.SplitN(l, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		var limit, usage string
+		switch {
+		case f[0] == "0" && f[1] == "":
+			dir := memFiles.cgroupRoot + f[2]
+			limit, usage = dir+"/memory.max", dir+"/memory.current"
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			dir := memFiles.cgroupRoot + "/memory" + f[2]
+			limit, usage = dir+"/memory.limit_in_bytes", dir+"/memory.usage_in_bytes"
+		default:
+			continue
+		}
+		lim, err1 := readNumber(limit)
+		use, err2 := readNumber(usage)
+		if err1 != nil || err2 != nil || lim >= 1<<60 { // "max", or v1's "no limit"
+			continue
+		}
+		if left := max(0, lim-use); !ok || left < avail {
+			avail, what, ok = left, "the cgroup's limit ("+limit+" less "+filepath.Base(usage)+")", true
+		}
+	}
+	return avail, what, ok
+}
+
+// readNumber reads a file holding one number.
+func readNumber(path string) (float64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+}
+
+// checkMemory fails a world of n ranks in one process whose estimate
+// (localWorldBytes) exceeds the memory available, before it takes any:
+// the kernel's OOM killer would end the process, not with an error.
+func checkMemory(cfg *config, n int) error {
+	need := localWorldBytes(cfg, n)
+	avail, what, ok := availableMemory()
+	if !ok || need <= avail {
+		return nil
+	}
+	return fmt.Errorf("gorun: NewLocal(%d): its links and schedules need about %.1f GiB, and %.1f GiB is available (%s): %w: run fewer ranks in one process (gorun -np N runs a process per rank), smaller staging (WithStaging), or free memory",
+		n, need/(1<<30), avail/(1<<30), what, ErrLimit)
 }

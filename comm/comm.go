@@ -224,6 +224,9 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	if err := checkBounds(providerNames(cfg), n, n); err != nil {
 		return nil, err
 	}
+	if err := checkMemory(cfg, n); err != nil {
+		return nil, err
+	}
 	hall := newLocalHall(n)
 	comms := make([]*Comm, n)
 	// The first rank to fail ends the others' start-up: a rank waiting for
@@ -327,7 +330,10 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if cfg.simHost != nil {
 		me.host = *cfg.simHost
 	}
-	rcfg := rdma.Config{Token: cfg.token, RNRRetry: 1000, Checksum: cfg.checksum, Spin: spinFor(cfg.localRanks)}
+	rcfg := rdma.Config{Token: cfg.token, RNRRetry: rnrRetry, RNRTimer: rnrTimer, Checksum: cfg.checksum, Spin: spinFor(cfg.localRanks)}
+	if cfg.local {
+		rcfg.RNRRetry = int(handshakeFor(cfg, size) / rnrTimer)
+	}
 	var openErrs []error
 	for _, name := range names {
 		dev, err := rdma.OpenConfig(name, rcfg)
@@ -565,6 +571,19 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 	}
 	return p
 }
+
+// rnrRetry is how many times a send that finds no receive posted is
+// retried, rnrTimer apart (rdma.Config's default RNRTimer): 10 s for a
+// peer to post one. In a world in one process, where a rank cannot fail
+// apart from the others, a receiver not ready has only not been scheduled
+// yet: there the retries last as long as a handshake may (handshakeFor).
+// At 4,096 ranks (55,000 goroutines on 2 CPUs, formed in 40-57 s) a
+// dialer's handshake found no receive posted for 10 s, and the world
+// failed to form (one of the 4 of 9 that failed, 2026-11-29).
+const (
+	rnrRetry = 1000
+	rnrTimer = 10 * time.Millisecond
+)
 
 // localMinSlots is the fewest slots a link of a world in one process keeps
 // beyond localBudget (205 ranks and more), while its ranks' start-up links

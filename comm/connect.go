@@ -266,7 +266,7 @@ func (cn *connector) dialOnce(q int) (*engine.Link, error) {
 	if prov == "" || d == nil {
 		return nil, fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))
 	}
-	ctx, cancel := context.WithTimeout(cn.ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(cn.ctx, handshakeFor(c.cfg, c.size))
 	defer cancel()
 	t0 := time.Now()
 	conn, err := d.Dev.DialQP(ctx, ep.addrs[prov], d.QPInit())
@@ -285,6 +285,20 @@ func (cn *connector) dialOnce(q int) (*engine.Link, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// handshakeFor is how long a connection's handshake may take in a world
+// of size ranks: handshakeTimeout, and in a world in one process, where a
+// rank cannot fail apart from the others and all share the CPUs, as long
+// as such a world may take to form, 30 ms a rank: 4,096 ranks formed in
+// 40-57 s on 2 CPUs, ranks reaching their accept loops that late, and a
+// handshake timed out at a minute in one of the 4 of 9 worlds that failed
+// to form (2026-11-29).
+func handshakeFor(cfg *config, size int) time.Duration {
+	if cfg.local {
+		return max(handshakeTimeout, time.Duration(size)*30*time.Millisecond)
+	}
+	return handshakeTimeout
 }
 
 // acceptLoop accepts connections on ln until stop.
@@ -309,7 +323,7 @@ func (cn *connector) acceptLoop(ln rdma.Listener, d *engine.Device) {
 // accepted runs the acceptor's handshake on conn and installs the link.
 func (cn *connector) accepted(conn rdma.Conn, d *engine.Device) {
 	defer cn.wg.Done()
-	ctx, cancel := context.WithTimeout(cn.ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(cn.ctx, handshakeFor(cn.c.cfg, cn.c.size))
 	defer cancel()
 	chosen := -1
 	decide := func(q int) uint32 {

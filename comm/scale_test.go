@@ -28,8 +28,8 @@ func TestScale(t *testing.T) {
 	if sizes == "" {
 		t.Skip("set GORUN_SCALE=64,128,... to measure (the README's scale table)")
 	}
-	t.Logf("| ranks | time | peak RSS | RSS per rank | goroutines | connections per rank (mean, max) |")
-	t.Logf("|---|---|---|---|---|---|")
+	t.Logf("| ranks | time | peak RSS | RSS per rank | formed (NewLocal's estimate, localWorldBytes) | goroutines | connections per rank (mean, max) |")
+	t.Logf("|---|---|---|---|---|---|---|")
 	for _, s := range strings.Split(sizes, ",") {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestScale$", "-test.v")
 		cmd.Env = append(os.Environ(), "GORUN_SCALE_CHILD="+s)
@@ -61,6 +61,13 @@ func scaleChild(t *testing.T, arg string) {
 		t.Fatalf("NewLocal(%d): %v", n, err)
 	}
 	formed := time.Since(start)
+	formedHWM := vmHWM()
+	cfg, err := newConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.local = true
+	estimate := localWorldBytes(cfg, n)
 	goroutines := runtime.NumGoroutine()
 	mustAll(t, "scale", onAll(cs, func(c *Comm) error { return scaleRound(ctx, c) }))
 	conns, maxConns := 0, 0
@@ -73,8 +80,8 @@ func scaleChild(t *testing.T, arg string) {
 		c.Close()
 	}
 	hwm := vmHWM()
-	t.Logf("SCALE| %d | %.1f s (formed in %.1f s) | %d MiB | %d KiB | %d | %.1f, %d |", n, elapsed.Seconds(), formed.Seconds(),
-		hwm>>20, hwm/int64(n)>>10, goroutines, float64(conns)/float64(n), maxConns)
+	t.Logf("SCALE| %d | %.1f s (formed in %.1f s) | %d MiB | %d KiB | %d MiB (estimate %.0f) | %d | %.1f, %d |", n, elapsed.Seconds(), formed.Seconds(),
+		hwm>>20, hwm/int64(n)>>10, formedHWM>>20, estimate/(1<<20), goroutines, float64(conns)/float64(n), maxConns)
 }
 
 // scaleRound runs the table's collectives on c and checks them.
