@@ -125,14 +125,14 @@ func limitHint(err error) error {
 // twice (the receive slots, and the send side's headers, about as much
 // again), and each rank holds localRankBytes more (its goroutines' stacks,
 // engine, device, completion queues) and localPeerBytes for each rank of
-// the world (its tables of peers and their endpoints, its schedules'
-// plans). Set above the peak resident set of every world TestScale
-// measured (16 to 4,096 ranks, formed and run; 2026-11-29, README,
-// Scale) by 4-31%: 2,502 MiB against 2,412 at 1,261 ranks, 18,176
-// against 13,870-14,687 at 4,096.
+// the world (its tables of peers, its schedules' plans; the endpoints are
+// shared, localHall.endpoints). Set above the peak resident set of every
+// world TestScale measured (16 to 4,096 ranks, formed and run;
+// 2026-11-29, README, Scale) by 6-36%: 1,749 MiB against 1,653 at 1,261
+// ranks, 7,936 against 7,112-7,141 at 4,096.
 const (
-	localRankBytes = 512 << 10
-	localPeerBytes = 896
+	localRankBytes = 768 << 10
+	localPeerBytes = 192
 )
 
 // localWorldBytes estimates the memory n ranks in one process take once

@@ -196,7 +196,7 @@ func makeMemCgroup(t *testing.T, limit int64) (procs string, err error) {
 
 // A world too large for its memory met the kernel's OOM killer before
 // checkMemory. Real: a child process in a memory cgroup of 384 MiB asks
-// for 1,024 ranks (about 2.6 GiB) and gets ErrLimit naming the cgroup's
+// for 1,024 ranks (about 2.4 GiB) and gets ErrLimit naming the cgroup's
 // limit; 16 ranks form in the same cgroup.
 func TestBoundsMemoryCgroup(t *testing.T) {
 	if arg := os.Getenv("GORUN_MEMCG_CHILD"); arg != "" {

@@ -401,10 +401,17 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if len(blobs) != size {
 		return nil, fmt.Errorf("gorun: rendezvous returned %d endpoints for %d ranks", len(blobs), size)
 	}
-	eps := make([]*endpoint, size)
-	for r, b := range blobs {
-		if eps[r], err = unmarshalEndpoint(b); err != nil {
-			return nil, &RankError{Rank: r, Op: "init", Err: err}
+	var eps []*endpoint
+	if l, ok := rv.(*localRendezvous); ok {
+		if eps, err = l.hall.endpoints(); err != nil {
+			return nil, err
+		}
+	} else {
+		eps = make([]*endpoint, size)
+		for r, b := range blobs {
+			if eps[r], err = unmarshalEndpoint(b); err != nil {
+				return nil, &RankError{Rank: r, Op: "init", Err: err}
+			}
 		}
 	}
 	sharers, away := 0, 0
@@ -577,7 +584,8 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 // peer to post one. In a world in one process, where a rank cannot fail
 // apart from the others, a receiver not ready has only not been scheduled
 // yet: there the retries last as long as a handshake may (handshakeFor).
-// At 4,096 ranks (55,000 goroutines on 2 CPUs, formed in 40-57 s) a
+// At 4,096 ranks (55,000 goroutines on 2 CPUs, formed in 39-99 s before
+// the endpoints were shared, localHall.endpoints; 13-15 s since) a
 // dialer's handshake found no receive posted for 10 s, and the world
 // failed to form (one of the 4 of 9 that failed, 2026-11-29).
 const (

@@ -291,9 +291,9 @@ func (cn *connector) dialOnce(q int) (*engine.Link, error) {
 // of size ranks: handshakeTimeout, and in a world in one process, where a
 // rank cannot fail apart from the others and all share the CPUs, as long
 // as such a world may take to form, 30 ms a rank: 4,096 ranks formed in
-// 40-57 s on 2 CPUs, ranks reaching their accept loops that late, and a
-// handshake timed out at a minute in one of the 4 of 9 worlds that failed
-// to form (2026-11-29).
+// 39-99 s on 2 CPUs (13-15 s since the endpoints are shared), ranks
+// reaching their accept loops that late, and a handshake timed out at a
+// minute in one of the 4 of 9 worlds that failed to form (2026-11-29).
 func handshakeFor(cfg *config, size int) time.Duration {
 	if cfg.local {
 		return max(handshakeTimeout, time.Duration(size)*30*time.Millisecond)

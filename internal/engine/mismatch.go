@@ -48,7 +48,7 @@ type mismatchState struct {
 	why     string // this rank's own observation, if any
 	started bool
 	waits   int         // windows waited
-	open    atomic.Bool // evidence came and the engine has not failed: Run reports its calls
+	open    atomic.Bool // evidence came (the decision fails the engine): Run reports its calls
 }
 
 // noSeq is the operation of a point-to-point call's evidence: the
