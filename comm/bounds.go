@@ -18,14 +18,14 @@ package comm
 //	                                  adjacent ones merge: 359 in all at
 //	                                  512 ranks (vm.max_map_count 65530)
 //	memory                            staging (stagingFor) and receive
-//	                                  rings per connection: measured
-//	                                  ≈ 2.5 MiB per rank at 1,024 ranks on
-//	                                  mem, 3.6-4.8 MiB up to 204 ranks
-//	                                  (localFloor; README, "Scale");
-//	                                  NewLocal checks its world's estimate
+//	                                  rings per connection: measured on
+//	                                  mem 3.1-4.7 MiB per rank up to 204
+//	                                  ranks (localFloor), 2.1 at 1,024, 1.7
+//	                                  at 4,096 (README, "Scale"); NewLocal
+//	                                  checks its world's estimate
 //	                                  (localWorldBytes) against the memory
 //	                                  available (MemAvailable, the cgroup's
-//	                                  memory.max)
+//	                                  limit)
 //
 // A connection made later, on demand, that hits the descriptor limit
 // fails the operation naming the peer and RLIMIT_NOFILE.
