@@ -102,12 +102,8 @@ func openFDs() int {
 
 // maxMapCount is vm.max_map_count (0 unknown).
 func maxMapCount() int {
-	b, err := os.ReadFile("/proc/sys/vm/max_map_count")
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
+	n, _ := readNumber("/proc/sys/vm/max_map_count")
+	return int(n)
 }
 
 // limitHint adds the limit to raise to a connection error caused by one.

@@ -99,14 +99,12 @@ var selfPath = sync.OnceValues(os.Executable)
 // each is a port two of them can both find free before either seed binds
 // it (CI, 2026-11-29: a trial's rank 0 failed to bind 127.0.0.1:21869,
 // "address already in use", with nothing but this package's jobs running).
-var seedPorts struct {
+var seedPorts = struct {
 	sync.Mutex
-	next int // offset from seedPortLow; -1 before the first
-}
+	next int // offset from seedPortLow
+}{next: mrand.IntN(seedPortSpan)}
 
 const seedPortLow, seedPortSpan = 20000, 12000
-
-func init() { seedPorts.next = -1 }
 
 // freePort finds a port free for TCP and UDP on host (the gossip seed),
 // one no other job of this process was given since the last 12,000.
@@ -114,9 +112,6 @@ func freePort(host string) (int, error) {
 	var err error
 	for range 50 {
 		seedPorts.Lock()
-		if seedPorts.next < 0 {
-			seedPorts.next = mrand.IntN(seedPortSpan)
-		}
 		port := seedPortLow + seedPorts.next
 		seedPorts.next = (seedPorts.next + 1) % seedPortSpan
 		seedPorts.Unlock()
