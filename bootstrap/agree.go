@@ -196,7 +196,8 @@ func digestOf(job string, epoch uint32, members []Member) [digestLen]byte {
 // agree runs the agreement for epoch (see doc.go): derive the table from
 // the current view; the table's rank 0 coordinates a two-phase commit of
 // its digest D. Members propose D; once all proposed D the coordinator
-// sends prepare(D); a member whose table still hashes to D locks on it for
+// sends prepare(D); a member whose table still hashes to D (in a grow: that
+// proposed D and whose view still holds its members) locks on it for
 // good and acks; once all acked, the coordinator commits. Every message is
 // resent until answered.
 //
@@ -234,6 +235,17 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		unseenAt    time.Time // when this node last probed the members its view does not hold
 		unseenRound int
 		askRound    int
+
+		// A grow's table changes with every join (growTable): a member
+		// that proposed D and then saw a second joiner derives D' before
+		// the coordinator's prepare of D comes, and the coordinator, locked
+		// on D, never gets its ack (CI, 2026-11-29: two ranks launched at
+		// once, every rank timed out). So a member of a grow locks on a
+		// prepare of any table it proposed in this epoch whose members are
+		// all still in its view; the joiner it left out waits for the next
+		// Grow. Shrink and the first world keep the strict rule.
+		growing  = epoch > 1 && !leftOnly
+		proposed map[[digestLen]byte]World // growing: the worlds this node proposed in this epoch, by digest
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -242,10 +254,10 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// old world minus the dead (see abandon). A node still forming
 			// the first world has found a running job that grows (grow.go).
 			if epoch == 1 {
-				table = n.growTable
+				table, growing = n.growTable, true
 			}
 			epoch = next
-			peers, locked, miss, sent, sentAt, start = nil, nil, nil, message{}, time.Time{}, time.Now()
+			peers, locked, miss, sent, sentAt, start, proposed = nil, nil, nil, message{}, time.Time{}, time.Now(), nil
 			tbl, tableSent, tableBuf = nil, nil, nil
 		}
 		if r := n.expelledAt(epoch, locked); r > 0 {
@@ -350,6 +362,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				if len(miss) > 0 {
 					tableBuf = encodeTable(n.name, locked, peers)
 				}
+				if beforePrepare != nil {
+					beforePrepare(n, locked)
+				}
 				n.sendAll(locked, msgPrepare)
 				lo, hi := treeChildren(0, len(p.members))
 				n.tableTo(locked, miss[:countBelow(miss, hi)], tableBuf, tableSent, hi-lo)
@@ -365,20 +380,28 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 		case p.ok && me > 0:
 			// Member: lock on a prepare of our digest, else propose it.
-			coord := p.members[0]
+			w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
 			n.mu.Lock()
 			pr, have := n.prepares[epoch]
-			prepared := have && pr.digest == d && pr.from == coord.Name
-			if prepared {
-				n.locked[epoch] = d
-			}
 			n.mu.Unlock()
+			prepared := have && pr.digest == d && pr.from == w.Members[0].Name
+			if old, ok := proposed[pr.digest]; have && !prepared && ok && pr.from == old.Members[0].Name && allIn(peers, old.Members) {
+				w, prepared = old, true // growing: a table this node proposed before a joiner came
+			}
 			kind := byte(msgPropose)
 			if prepared {
-				w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
+				n.mu.Lock()
+				n.locked[epoch] = w.Digest
+				n.mu.Unlock()
 				locked, kind = &w, msgAck
+			} else if growing {
+				if proposed == nil {
+					proposed = make(map[[digestLen]byte]World)
+				}
+				proposed[d] = w
 			}
-			if m := (message{kind: kind, epoch: epoch, digest: d, from: n.name}); m != sent {
+			coord := w.Members[0]
+			if m := (message{kind: kind, epoch: epoch, digest: w.Digest, from: n.name}); m != sent {
 				n.send(coord.Name, coord.Addr, m)
 				sent, sentAt = m, n.sentNow(resend)
 			} else if time.Since(sentAt) >= resend {
@@ -387,9 +410,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			if prepared {
 				// Pass the table on down the tree (table.go).
-				lo, hi := treeChildren(me, len(p.members))
+				lo, hi := treeChildren(w.Rank, w.Size)
 				if lo < hi {
-					n.sendTables(p.members[lo:hi], encodeTable(coord.Name, locked, peers))
+					n.sendTables(w.Members[lo:hi], encodeTable(coord.Name, locked, peers))
 				}
 			}
 		}
@@ -441,6 +464,16 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		case <-tick.C:
 		}
 	}
+}
+
+// allIn says whether every one of members is in peers and not leaving.
+func allIn(peers map[string]peer, members []Member) bool {
+	for _, m := range members {
+		if q, ok := peers[m.Name]; !ok || q.meta.Leaving {
+			return false
+		}
+	}
+	return true
 }
 
 // abandon says whether the agreement for epoch must move to epoch+1: this
@@ -511,6 +544,10 @@ func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 	}
 	return 0
 }
+
+// beforePrepare, if set, runs in a coordinator that has locked on w just
+// before it sends the prepare (a hook for tests: TestGrowJoinerDuringPrepare).
+var beforePrepare func(n *Node, w *World)
 
 // aloneFor is how long a restarted node must find no other live rank of
 // its job before it gives up (jobGone). Its view fills within a gossip
