@@ -196,9 +196,9 @@ func digestOf(job string, epoch uint32, members []Member) [digestLen]byte {
 // agree runs the agreement for epoch (see doc.go): derive the table from
 // the current view; the table's rank 0 coordinates a two-phase commit of
 // its digest D. Members propose D; once all proposed D the coordinator
-// sends prepare(D); a member whose table still hashes to D (in a grow: that
-// proposed D and whose view still holds its members) locks on it for
-// good and acks; once all acked, the coordinator commits. Every message is
+// sends prepare(D); a member whose table still hashes to D (after the first
+// epoch: that proposed D, and whose table now holds all of D's members)
+// locks on it for good and acks; once all acked, the coordinator commits. Every message is
 // resent until answered.
 //
 // leftOnly says that table depends on the view only through the members
@@ -236,16 +236,19 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		unseenRound int
 		askRound    int
 
-		// A grow's table changes with every join (growTable): a member
-		// that proposed D and then saw a second joiner derives D' before
-		// the coordinator's prepare of D comes, and the coordinator, locked
-		// on D, never gets its ack (CI, 2026-11-29: two ranks launched at
-		// once, every rank timed out). So a member of a grow locks on a
-		// prepare of any table it proposed in this epoch whose members are
-		// all still in its view; the joiner it left out waits for the next
-		// Grow. Shrink and the first world keep the strict rule.
-		growing  = epoch > 1 && !leftOnly
-		proposed map[[digestLen]byte]World // growing: the worlds this node proposed in this epoch, by digest
+		// A member's table may gain a member between its propose of D and
+		// the coordinator's prepare of D: a Grow's second joiner, a
+		// Shrink's member that gossip took for dead and that came back.
+		// It then derives D', refuses the prepare, and the coordinator,
+		// locked on D, waits for its ack until every rank times out (CI,
+		// 2026-11-29: two ranks launched at once to grow a job). So in a
+		// later epoch a member locks on a prepare of any table it proposed
+		// in this epoch whose members are all in its table now: only
+		// members came since. The newcomer waits for the next Grow; the
+		// member back from the dead finds itself expelled (expel.go). The
+		// first world keeps the strict rule (its tables are complete at
+		// Size; the table prepare votes on them).
+		proposed map[[digestLen]byte]World // epoch > 1: the worlds this node proposed in this epoch, by digest
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -254,7 +257,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// old world minus the dead (see abandon). A node still forming
 			// the first world has found a running job that grows (grow.go).
 			if epoch == 1 {
-				table, growing = n.growTable, true
+				table = n.growTable
 			}
 			epoch = next
 			peers, locked, miss, sent, sentAt, start, proposed = nil, nil, nil, message{}, time.Time{}, time.Now(), nil
@@ -385,8 +388,8 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			pr, have := n.prepares[epoch]
 			n.mu.Unlock()
 			prepared := have && pr.digest == d && pr.from == w.Members[0].Name
-			if old, ok := proposed[pr.digest]; have && !prepared && ok && pr.from == old.Members[0].Name && allIn(peers, old.Members) {
-				w, prepared = old, true // growing: a table this node proposed before a joiner came
+			if old, ok := proposed[pr.digest]; have && !prepared && ok && pr.from == old.Members[0].Name && within(old.Members, p.members) {
+				w, prepared = old, true // a table this node proposed before members came
 			}
 			kind := byte(msgPropose)
 			if prepared {
@@ -394,7 +397,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				n.locked[epoch] = w.Digest
 				n.mu.Unlock()
 				locked, kind = &w, msgAck
-			} else if growing {
+			} else if epoch > 1 {
 				if proposed == nil {
 					proposed = make(map[[digestLen]byte]World)
 				}
@@ -466,10 +469,14 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 	}
 }
 
-// allIn says whether every one of members is in peers and not leaving.
-func allIn(peers map[string]peer, members []Member) bool {
-	for _, m := range members {
-		if q, ok := peers[m.Name]; !ok || q.meta.Leaving {
+// within says whether every node of sub is a member of table.
+func within(sub, table []Member) bool {
+	names := make(map[string]bool, len(table))
+	for _, m := range table {
+		names[m.Name] = true
+	}
+	for _, m := range sub {
+		if !names[m.Name] {
 			return false
 		}
 	}

@@ -58,11 +58,12 @@
 //  4. A member whose table still hashes to D when prepare(D) arrives from
 //     its table's coordinator locks on D — from then on it takes no other
 //     table in this epoch, whatever it later sees — and answers ack(D).
-//     In a Grow, a member also locks on a D it proposed earlier in this
-//     epoch if all of that table's members are still in its view: a
-//     second joiner seen between its propose and the prepare changes its
-//     table, and the coordinator, locked on D, would wait for its ack
-//     for ever; the later joiner waits for the next Grow.
+//     In a Shrink or Grow, a member also locks on a D it proposed earlier
+//     in this epoch if its table now holds all of D's members: a second
+//     joiner, or a member back from a false death, seen between its
+//     propose and the prepare changes its table, and the coordinator,
+//     locked on D, would wait for its ack for ever. The joiner waits for
+//     the next Grow; the member back is expelled (ErrExpelled).
 //  5. When every member acked, the coordinator commits: it sends commit(D)
 //     to all and finishes; a locked member finishes on commit(D).
 //

@@ -3,9 +3,6 @@ package bootstrap
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -166,95 +163,5 @@ func waitJoiners(t *testing.T, nodes []*Node, within time.Duration) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-	}
-}
-
-// Two ranks launched at once to grow a job of 4 (gorun --max-np 6): the
-// members propose a world with the first joiner, and the second reaches
-// them after they proposed and before the coordinator's prepare of that
-// world does (beforePrepare holds the prepare until it has). Before, they
-// derived the table with both joiners, refused the prepare, and the
-// coordinator, locked on it, waited for their acks until every rank timed
-// out (CI, 2026-11-29, reliability's TestGrowBeyondStartSize). Now they
-// lock on the world they proposed; a second Grow admits the other joiner.
-func TestGrowJoinerDuringPrepare(t *testing.T) {
-	const job = "grow-race"
-	mod := func(_ int, c *Config) { c.MaxSize = 6 }
-	nodes := startWorld(t, job, 4, mod)
-	join := func(rank int) (*Node, chan error) {
-		cfg := testConfig(job, rank, 4)
-		mod(rank, &cfg)
-		cfg.Seeds = []string{nodes[3].Addr()}
-		n, err := Start(cfg, fmt.Appendf(nil, "blob %d", rank))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		formed := make(chan error, 1)
-		go func() { _, err := n.Form(context.Background()); formed <- err }()
-		return n, formed
-	}
-	var (
-		second  *Node
-		formed2 chan error
-		held    atomic.Int32
-	)
-	beforePrepare = func(n *Node, w *World) {
-		if n != nodes[0] || w.Epoch != 2 || held.Add(1) != 1 {
-			return
-		}
-		second, formed2 = join(5)
-		deadline := time.Now().Add(20 * time.Second)
-		for _, m := range nodes[1:] {
-			for m.Joiners() < 2 {
-				if time.Now().After(deadline) {
-					t.Errorf("%s never saw the second joiner", m.Name())
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // for their agreement loops to derive the table of 6
-	}
-	t.Cleanup(func() { beforePrepare = nil }) // after the nodes' Close (cleanups run last first)
-	first, formed1 := join(4)
-	waitJoiners(t, nodes, 20*time.Second)
-
-	grow := func(members []*Node, want int) []World {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		worlds := make([]World, len(members))
-		errs := make([]error, len(members))
-		var wg sync.WaitGroup
-		for i, n := range members {
-			wg.Go(func() { worlds[i], errs[i] = n.Grow(ctx) })
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		for i, w := range worlds {
-			if w.Size != want || w.Rank != i || w.Digest != worlds[0].Digest {
-				t.Fatalf("member %d: rank %d of %d (epoch %d), want rank %d of %d", i, w.Rank, w.Size, w.Epoch, i, want)
-			}
-		}
-		return worlds
-	}
-	grow(nodes, 5)
-	if held.Load() == 0 {
-		t.Fatal("the coordinator never prepared epoch 2")
-	}
-	if err := <-formed1; err != nil {
-		t.Fatalf("first joiner: %v", err)
-	}
-	nodes = append(nodes, first)
-	waitJoiners(t, nodes, 20*time.Second)
-	grow(nodes, 6)
-	if err := <-formed2; err != nil {
-		t.Fatalf("second joiner: %v", err)
-	}
-	if w := second.World(); w.Size != 6 || w.Rank != 5 {
-		t.Fatalf("second joiner: rank %d of %d, want rank 5 of 6", w.Rank, w.Size)
 	}
 }
