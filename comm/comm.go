@@ -401,18 +401,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if len(blobs) != size {
 		return nil, fmt.Errorf("gorun: rendezvous returned %d endpoints for %d ranks", len(blobs), size)
 	}
-	var eps []*endpoint
-	if l, ok := rv.(*localRendezvous); ok {
-		if eps, err = l.hall.endpoints(); err != nil {
-			return nil, err
-		}
-	} else {
-		eps = make([]*endpoint, size)
-		for r, b := range blobs {
-			if eps[r], err = unmarshalEndpoint(b); err != nil {
-				return nil, &RankError{Rank: r, Op: "init", Err: err}
-			}
-		}
+	eps, err := endpointsOf(rv, blobs)
+	if err != nil {
+		return nil, err
 	}
 	sharers, away := 0, 0
 	for r, ep := range eps {
