@@ -125,7 +125,7 @@ type Engine struct {
 
 	mm mismatchState
 	// lastCall and prevCall are the last two collective calls Run
-	// started, each 1<<63 | opOf(call)<<32 | its hash (0: none), kept
+	// started, each packCall(opOf(call), its hash) (0: none), kept
 	// after they return: a rank reports them while ranks decide who
 	// called differently (mismatch.go).
 	lastCall, prevCall atomic.Uint64
@@ -249,7 +249,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	}
 	if call.Coll != collectives.SendRecv {
 		release.Store64(&e.prevCall, e.lastCall.Load())
-		release.Store64(&e.lastCall, 1<<63|uint64(opOf(call))<<32|uint64(callHash(call)))
+		release.Store64(&e.lastCall, packCall(opOf(call), callHash(call)))
 		if e.mm.open.Load() {
 			e.reportCalls() // a mismatch is being decided: this call counts
 		}

@@ -119,12 +119,20 @@ func (e *Engine) sendEvidence(det int, dh uint32, cul int, ch uint32, seq uint32
 	}
 }
 
+// packCall is a call's record in lastCall and prevCall: 1<<63 | its
+// operation (opOf, 31 bits) << 32 | its hash; 0 is no call.
+func packCall(op, hash uint32) uint64 { return 1<<63 | uint64(op&^(1<<31))<<32 | uint64(hash) }
+
+// unpackCall is packCall's inverse; ok is false for no call.
+func unpackCall(v uint64) (op, hash uint32, ok bool) {
+	return uint32(v>>32) &^ (1 << 31), uint32(v), v>>63 == 1
+}
+
 // reportCalls records and sends this rank's last two collective calls,
 // each once (evidence dedups).
 func (e *Engine) reportCalls() {
 	for _, v := range [2]uint64{e.lastCall.Load(), e.prevCall.Load()} {
-		if v>>63 == 1 {
-			h, seq := uint32(v), uint32(v>>32)&^(1<<31)
+		if seq, h, ok := unpackCall(v); ok {
 			e.evidence(e.Rank, h, e.Rank, h, seq, "")
 		}
 	}
