@@ -116,6 +116,30 @@ var Exceptions = []Exception{
 			"3 ranks ring faster in 5, 4 ranks level (13427 against 13155); 1 MiB: bruck faster at both",
 	},
 	{
+		Provider: "shm", Coll: AllGather, MinRanks: 6, MaxRanks: 8,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		Why: "6, 7 and 8 processes on shm (2 CPUs), allgather of 8 and 16 MiB blocks, ring against bruck, " +
+			"interleaved (the order swapped every other round), calls back to back (allreduce_perf -batch -n 4), " +
+			"2026-11-29 06:01-06:13 UTC (5 rounds, load 5-8: the ranks' own), in place, medians: 6 ranks 16 MiB " +
+			"49242 against 52965 (ring faster in 5 of 5; out of place in 5), 8 MiB 30976 against 35560 (4 of 5); " +
+			"8 ranks 16 MiB 91402 against 95010 (4), 8 MiB 60325 against 61186 (4); 7 ranks level: 16 MiB 67668 " +
+			"against 67756 (2), 8 MiB 41828 against 54515 (3). 05:55-06:01 (4 rounds): 16 MiB, 6 ranks 49528 " +
+			"against 56182, 8 ranks 76186 against 90830, ring faster in 4 of 4 at both. 5 ranks stay with the " +
+			"model: bruck faster in 4 of 4 at 16 MiB in the first batch (39539 against 45948), level in the second",
+	},
+	{
+		Provider: "tcp", Coll: AllGather, MinRanks: 6, MaxRanks: 8,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		Why: "6, 7 and 8 processes on tcp loopback (2 CPUs), allgather of 8 and 16 MiB blocks, ring against " +
+			"bruck, interleaved (the order swapped every other round), calls back to back, 2026-11-29 06:01-06:13 " +
+			"UTC (5 rounds, load 5-8), in place, medians: 6 ranks 16 MiB 143893 against 159798 (ring faster in 4 " +
+			"of 5; out of place in 5), 8 MiB 72526 against 81008 (5 of 5); 8 ranks 16 MiB 254029 against 310471 " +
+			"(5), 8 MiB 145315 against 162520 (4); 7 ranks 8 MiB 103975 against 107352 (4), 16 MiB level " +
+			"(200938 against 204048, 2). 05:55-06:01 (4 rounds): 16 MiB, 6 ranks 129690 against 143550, 8 ranks " +
+			"259921 against 269405, ring faster in 4 of 4 at both. 5 ranks stay with the model: level (ring " +
+			"faster in 4 of 4 at 16 MiB in the first batch, in 2 of 5 in the second). Beyond 8 ranks unmeasured",
+	},
+	{
 		Provider: netProvider, Coll: AllGather, MinRanks: 3, MaxRanks: math.MaxInt,
 		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
 		Why: "4 hosts of the namespace cluster (scripts/cluster, 2 Gbit/s links), a rank each, allgather of 16 " +
