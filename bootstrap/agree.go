@@ -198,8 +198,8 @@ func digestOf(job string, epoch uint32, members []Member) [digestLen]byte {
 // its digest D. Members propose D; once all proposed D the coordinator
 // sends prepare(D); a member whose table still hashes to D (after the first
 // epoch: that proposed D, and whose table now holds all of D's members)
-// locks on it for good and acks; once all acked, the coordinator commits. Every message is
-// resent until answered.
+// locks on it for good and acks; once all acked, the coordinator commits.
+// Every message is resent until answered.
 //
 // leftOnly says that table depends on the view only through the members
 // that left it (shrinkTable): the table is then derived again when a
@@ -248,7 +248,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		// member back from the dead finds itself expelled (expel.go). The
 		// first world keeps the strict rule (its tables are complete at
 		// Size; the table prepare votes on them).
-		proposed map[[digestLen]byte]World // epoch > 1: the worlds this node proposed in this epoch, by digest
+		proposed proposals // epoch > 1: the tables this node proposed in this epoch
 	)
 	for {
 		if next := n.abandon(epoch, locked); next > epoch {
@@ -260,7 +260,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				table = n.growTable
 			}
 			epoch = next
-			peers, locked, miss, sent, sentAt, start, proposed = nil, nil, nil, message{}, time.Time{}, time.Now(), nil
+			peers, locked, miss, sent, sentAt, start, proposed = nil, nil, nil, message{}, time.Time{}, time.Now(), proposals{}
 			tbl, tableSent, tableBuf = nil, nil, nil
 		}
 		if r := n.expelledAt(epoch, locked); r > 0 {
@@ -388,8 +388,10 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			pr, have := n.prepares[epoch]
 			n.mu.Unlock()
 			prepared := have && pr.digest == d && pr.from == w.Members[0].Name
-			if old, ok := proposed[pr.digest]; have && !prepared && ok && pr.from == old.Members[0].Name && within(old.Members, p.members) {
-				w, prepared = old, true // a table this node proposed before members came
+			if have && !prepared && epoch > 1 {
+				if old, ok := proposed.find(n.cfg.JobID, n.name, pr, p.members); ok {
+					w, prepared = old, true // a table this node proposed before members came
+				}
 			}
 			kind := byte(msgPropose)
 			if prepared {
@@ -398,10 +400,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				n.mu.Unlock()
 				locked, kind = &w, msgAck
 			} else if epoch > 1 {
-				if proposed == nil {
-					proposed = make(map[[digestLen]byte]World)
-				}
-				proposed[d] = w
+				proposed.add(d, p.members)
 			}
 			coord := w.Members[0]
 			if m := (message{kind: kind, epoch: epoch, digest: w.Digest, from: n.name}); m != sent {
@@ -469,18 +468,60 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 	}
 }
 
-// within says whether every node of sub is a member of table.
-func within(sub, table []Member) bool {
-	names := make(map[string]bool, len(table))
-	for _, m := range table {
-		names[m.Name] = true
+// proposals are the last tables a member proposed in an epoch, as the
+// names of their members by rank: the members' records are taken from
+// the table it holds now, which must hold them all, and the digest
+// checks that they did not change. At most keepProposals: a Grow at
+// thousands of members sees its table change with each join.
+type proposals struct {
+	digests [][digestLen]byte
+	names   [][]string
+}
+
+const keepProposals = 16
+
+func (ps *proposals) add(d [digestLen]byte, members []Member) {
+	if slices.Contains(ps.digests, d) {
+		return
 	}
-	for _, m := range sub {
-		if !names[m.Name] {
-			return false
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name
+	}
+	if len(ps.digests) == keepProposals {
+		ps.digests, ps.names = ps.digests[1:], ps.names[1:]
+	}
+	ps.digests, ps.names = append(ps.digests, d), append(ps.names, names)
+}
+
+// find returns node me's world of a proposed table that pr prepares, from
+// its coordinator, built from the records of now (the table me holds
+// now); ok is false if none was proposed or now lacks one of its members.
+func (ps *proposals) find(job, me string, pr message, now []Member) (World, bool) {
+	i := slices.Index(ps.digests, pr.digest)
+	if i < 0 || ps.names[i][0] != pr.from {
+		return World{}, false
+	}
+	byName := make(map[string]Member, len(now))
+	for _, m := range now {
+		byName[m.Name] = m
+	}
+	w := World{Size: len(ps.names[i]), Epoch: pr.epoch, Digest: pr.digest, Members: make([]Member, len(ps.names[i]))}
+	for r, name := range ps.names[i] {
+		m, ok := byName[name]
+		if !ok {
+			return World{}, false
+		}
+		m.Rank = r
+		w.Members[r] = m
+		if name == me {
+			w.Rank = r
 		}
 	}
-	return true
+	if digestOf(job, pr.epoch, w.Members) != pr.digest {
+		return World{}, false
+	}
+	return w, true
 }
 
 // abandon says whether the agreement for epoch must move to epoch+1: this

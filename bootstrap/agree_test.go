@@ -94,6 +94,9 @@ func TestGrowJoinerDuringPrepare(t *testing.T) {
 	if err := <-formed1; err != nil {
 		t.Fatalf("first joiner: %v", err)
 	}
+	if w := first.World(); w.Size != 5 || w.Rank != 4 {
+		t.Fatalf("first joiner: rank %d of %d, want rank 4 of 5", w.Rank, w.Size)
+	}
 	nodes = append(nodes, first)
 	waitJoiners(t, nodes, 20*time.Second)
 	grow(nodes, 6)
@@ -157,5 +160,51 @@ func TestShrinkMemberBackDuringPrepare(t *testing.T) {
 	}
 	if held.Load() == 0 {
 		t.Fatal("the coordinator never prepared epoch 2")
+	}
+}
+
+// proposals keeps the last keepProposals tables by their members' names
+// and rebuilds one from the records a member holds now: only if they hold
+// every one of its members, unchanged, and the prepare comes from its
+// coordinator.
+func TestProposalsFind(t *testing.T) {
+	const job = "props"
+	rec := func(names ...string) []Member {
+		ms := make([]Member, len(names))
+		for i, n := range names {
+			ms[i] = Member{Rank: i, Name: n, Addr: n + ":1", Host: "h", Blob: []byte(n)}
+		}
+		return ms
+	}
+	prep := func(ms []Member) message {
+		return message{kind: msgPrepare, epoch: 2, digest: digestOf(job, 2, ms), from: ms[0].Name}
+	}
+	var ps proposals
+	old := rec("a", "b", "c")
+	ps.add(digestOf(job, 2, old), old)
+	now := rec("a", "b", "x", "c") // x joined since
+	w, ok := ps.find(job, "c", prep(old), now)
+	if !ok || w.Rank != 2 || w.Size != 3 || w.Digest != digestOf(job, 2, old) || w.Members[2].Addr != "c:1" {
+		t.Fatalf("find = %+v, %v; want c as rank 2 of the proposed a, b, c", w, ok)
+	}
+	if _, ok := ps.find(job, "c", prep(old), rec("a", "c")); ok {
+		t.Error("found a table whose member b has left since")
+	}
+	changed := rec("a", "b", "c")
+	changed[1].Blob = []byte("b again")
+	if _, ok := ps.find(job, "c", prep(old), changed); ok {
+		t.Error("found a table whose member b's record changed")
+	}
+	other := prep(old)
+	other.from = "b"
+	if _, ok := ps.find(job, "c", other, now); ok {
+		t.Error("took a prepare from a node that is not the table's coordinator")
+	}
+	for i := range keepProposals {
+		ms := rec("a", fmt.Sprint("n", i))
+		ps.add(digestOf(job, 2, ms), ms)
+	}
+	if _, ok := ps.find(job, "c", prep(old), now); ok || len(ps.digests) != keepProposals {
+		t.Errorf("%d proposals kept, the oldest found: want the last %d", len(ps.digests), keepProposals)
 	}
 }
