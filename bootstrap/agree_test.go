@@ -15,6 +15,34 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
+// holdPrepare makes coord, once it has locked on a world of epoch 2, run
+// change and then wait until seen holds at each of nodes (and 50 ms more,
+// for their agreement loops to derive their tables) before it sends the
+// prepare (beforePrepare), once. It returns how many times coord came to
+// prepare epoch 2.
+func holdPrepare(t *testing.T, coord *Node, nodes []*Node, change func(), what string, seen func(*Node) bool) *atomic.Int32 {
+	var held atomic.Int32
+	beforePrepare = func(n *Node, w *World) {
+		if n != coord || w.Epoch != 2 || held.Add(1) != 1 {
+			return
+		}
+		change()
+		deadline := time.Now().Add(20 * time.Second)
+		for _, m := range nodes {
+			for !seen(m) {
+				if time.Now().After(deadline) {
+					t.Errorf("%s never saw %s", m.Name(), what)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() { beforePrepare = nil }) // every agreement has ended by then
+	return &held
+}
+
 // Two ranks launched at once to grow a job of 4 (gorun --max-np 6): the
 // members propose a world with the first joiner, and the second reaches
 // them after they proposed and before the coordinator's prepare of that
@@ -43,26 +71,9 @@ func TestGrowJoinerDuringPrepare(t *testing.T) {
 	var (
 		second  *Node
 		formed2 chan error
-		held    atomic.Int32
 	)
-	beforePrepare = func(n *Node, w *World) {
-		if n != nodes[0] || w.Epoch != 2 || held.Add(1) != 1 {
-			return
-		}
-		second, formed2 = join(5)
-		deadline := time.Now().Add(20 * time.Second)
-		for _, m := range nodes[1:] {
-			for m.Joiners() < 2 {
-				if time.Now().After(deadline) {
-					t.Errorf("%s never saw the second joiner", m.Name())
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // for their agreement loops to derive the table of 6
-	}
-	t.Cleanup(func() { beforePrepare = nil }) // after the nodes' Close (cleanups run last first)
+	held := holdPrepare(t, nodes[0], nodes[1:], func() { second, formed2 = join(5) },
+		"the second joiner", func(m *Node) bool { return m.Joiners() == 2 })
 	first, formed1 := join(4)
 	waitJoiners(t, nodes, 20*time.Second)
 
@@ -129,27 +140,11 @@ func TestShrinkMemberBackDuringPrepare(t *testing.T) {
 	if back == nil {
 		t.Fatal("rank 3 is not in rank 1's memberlist")
 	}
-	var held atomic.Int32
-	beforePrepare = func(n *Node, w *World) {
-		if n != nodes[0] || w.Epoch != 2 || held.Add(1) != 1 {
-			return
-		}
+	held := holdPrepare(t, nodes[0], survivors[1:], func() {
 		for _, m := range survivors[1:] {
 			(&delegate{m}).NotifyJoin(back) // back in the view: its table has it again
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for _, m := range survivors[1:] {
-			for m.left()[back.Name] {
-				if time.Now().After(deadline) {
-					t.Errorf("%s still takes rank 3 for gone", m.Name())
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // for their agreement loops to derive the table of 4
-	}
-	t.Cleanup(func() { beforePrepare = nil }) // after the nodes' Close (cleanups run last first)
+	}, "rank 3 back", func(m *Node) bool { return !m.left()[back.Name] })
 	for _, m := range survivors {
 		(&delegate{m}).NotifyLeave(back) // gossip declares rank 3 dead (it is not)
 	}
