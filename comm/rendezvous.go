@@ -30,6 +30,11 @@ func endpointsOf(rv rendezvous, blobs [][]byte) ([]*endpoint, error) {
 	if s, ok := rv.(sharedEndpoints); ok {
 		return s.endpoints()
 	}
+	return decodeEndpoints(blobs)
+}
+
+// decodeEndpoints decodes every rank's endpoint blob.
+func decodeEndpoints(blobs [][]byte) ([]*endpoint, error) {
 	eps := make([]*endpoint, len(blobs))
 	for r, b := range blobs {
 		var err error
@@ -66,7 +71,7 @@ type localHall struct {
 // endpoints, which newComm and what it builds only read. Call after
 // exchange returned them.
 func (h *localHall) endpoints() ([]*endpoint, error) {
-	h.decode.Do(func() { h.eps, h.epsErr = endpointsOf(nil, h.blobs) })
+	h.decode.Do(func() { h.eps, h.epsErr = decodeEndpoints(h.blobs) })
 	return h.eps, h.epsErr
 }
 
