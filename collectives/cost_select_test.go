@@ -21,18 +21,18 @@ func selectRanks() []int {
 // selectExceptions names the entries of Exceptions: a new one must be
 // added here, with its measurement in its Why.
 var selectExceptions = []string{
-	"shm allreduce 2 ranks above 64 KiB: ring where the model picks rd",
-	"shm allreduce 4 ranks above 32 KiB up to 64 KiB: hd where the model picks rd",
-	"tcp allreduce 4-16 ranks (a power of two) up to 2 MiB: hd where the model picks ring",
-	"shm allreduce 4 ranks above 1 MiB up to 2 MiB: ring where the model picks rd",
-	"shm reducescatter 4 ranks, blocks above 1 KiB up to 8 KiB: ring where the model picks rd",
-	"mem allreduce 4 ranks above 256 KiB: ring where the model picks hd",
-	"shm allgather 4 ranks, blocks above 8 MiB: ring where the model picks bruck",
-	"tcp allgather 3 ranks, blocks above 1 MiB: ring where the model picks bruck",
-	"tcp allgather 4 ranks, blocks above 8 MiB: ring where the model picks bruck",
-	"shm allgather 6-8 ranks, blocks above 8 MiB: ring where the model picks bruck",
-	"tcp allgather 6-8 ranks, blocks above 8 MiB: ring where the model picks bruck",
-	"net allgather 3 hosts and more, blocks above 8 MiB: ring where the model picks bruck",
+	"shm allreduce 2 ranks, a CPU each, above 64 KiB: ring where the model picks rd",
+	"shm allreduce 4 ranks on fewer CPUs, above 32 KiB up to 64 KiB: hd where the model picks rd",
+	"tcp allreduce 4-16 ranks (a power of two) on fewer CPUs, up to 2 MiB: hd where the model picks ring",
+	"shm allreduce 4 ranks on fewer CPUs, above 1 MiB up to 2 MiB: ring where the model picks rd",
+	"shm reducescatter 4 ranks on fewer CPUs, blocks above 1 KiB up to 8 KiB: ring where the model picks rd",
+	"mem allreduce 4 ranks on fewer CPUs, above 256 KiB: ring where the model picks hd",
+	"shm allgather 4 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
+	"tcp allgather 3 ranks on fewer CPUs, blocks above 1 MiB: ring where the model picks bruck",
+	"tcp allgather 4 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
+	"shm allgather 6-8 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
+	"tcp allgather 6-8 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
+	"net allgather 3 hosts and more, a CPU per rank, blocks above 8 MiB: ring where the model picks bruck",
 }
 
 // TestCostSelect: the table comm uses (TableFor) is the model's choice at
@@ -42,8 +42,9 @@ var selectExceptions = []string{
 // one CPU per rank and 2 CPUs shared. The model's choice is recomputed
 // here from Cost.Best and Estimate: going up the sizes from 1 byte, Best,
 // unless the choice of the size below is predicted within CostTie of it.
-// Where an entry of Exceptions applies the table holds its algorithm
-// instead, and each entry must change at least one cell. A size between
+// Where an entry of Exceptions applies (in the CPU regime it was measured
+// in: Exception.Shared) the table holds its algorithm instead, and each
+// entry must change at least one cell. A size between
 // powers of two takes the next power's choice. With -v it logs where the
 // choice changes, per provider, collective and rank count.
 func TestCostSelect(t *testing.T) {
@@ -84,7 +85,7 @@ func TestCostSelect(t *testing.T) {
 						prev = model
 						want := model
 						for j, e := range Exceptions {
-							if e.Provider == p && e.Coll == c && n >= e.MinRanks && n <= e.MaxRanks &&
+							if e.Provider == p && e.Coll == c && e.Shared == (mc > 0 && mc < n) && n >= e.MinRanks && n <= e.MaxRanks &&
 								(!e.PowerOfTwo || bits.OnesCount(uint(n)) == 1) && b > e.MinBytes && b <= e.MaxBytes &&
 								(e.Model == Auto || e.Model == model) {
 								want = e.Algo
@@ -125,6 +126,36 @@ func TestCostSelect(t *testing.T) {
 		}
 	}
 	t.Logf("%d cells; exceptions changed %v of them", cells, used)
+}
+
+// TestExceptionRegime: an exception applies in the CPU regime it was
+// measured in only. shm's 4-rank allgather of 16 MiB blocks, measured with
+// 4 processes on 2 CPUs, takes the ring there and the model's Bruck with a
+// CPU per rank; the shm pair's ring above 64 KiB, measured with a CPU
+// each, holds there and not for 2 ranks on one CPU.
+func TestExceptionRegime(t *testing.T) {
+	for _, tc := range []struct {
+		p           string
+		c           Collective
+		n, cpus, b  int
+		want, model Algo
+	}{
+		{"shm", AllGather, 4, 2, 16 << 20, Ring, Bruck},
+		{"shm", AllGather, 4, 0, 16 << 20, Bruck, Bruck},
+		{"shm", AllReduce, 2, 0, 1 << 20, Ring, RecDoubling},
+		{"shm", AllReduce, 2, 2, 1 << 20, Ring, RecDoubling}, // 2 CPUs for 2 ranks: a CPU each
+		{"shm", AllReduce, 2, 1, 1 << 20, RecDoubling, RecDoubling},
+	} {
+		if m := ModelChoice(tc.p, tc.c, tc.n, tc.cpus, tc.b); m != tc.model {
+			t.Fatalf("%s %s %d ranks on %d CPUs, %s: the model picks %s, not %s: the case tests nothing", tc.p, tc.c, tc.n, tc.cpus, sizeName(tc.b), m, tc.model)
+		}
+		if got := TableFor(tc.p, tc.n, tc.cpus).Algo(tc.c, tc.b); got != tc.want {
+			t.Errorf("%s %s %d ranks on %d CPUs, %s: table %s, want %s", tc.p, tc.c, tc.n, tc.cpus, sizeName(tc.b), got, tc.want)
+		}
+		if got := Choose(tc.p, tc.c, tc.n, tc.cpus, tc.b); got != tc.want {
+			t.Errorf("%s %s %d ranks on %d CPUs, %s: Choose %s, want %s", tc.p, tc.c, tc.n, tc.cpus, sizeName(tc.b), got, tc.want)
+		}
+	}
 }
 
 // TestTableForCached: TableFor returns the same table for the same

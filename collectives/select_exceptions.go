@@ -17,7 +17,15 @@ type Exception struct {
 	MinBytes, MaxBytes int
 	// Model, if not Auto, limits the exception to where the model picks it.
 	Model Algo
-	Algo  Algo
+	// Shared says the exception was measured where the ranks outnumber
+	// the CPUs they share (3 or more processes on this machine's 2: the
+	// table's cpus, counted as the model counts them, below the ranks);
+	// otherwise with a CPU per rank. It applies in that regime only (a
+	// table's sharesCPUs): where ranks take turns on 2 CPUs the work of
+	// all ranks decides, with a CPU each the path alone, and a departure
+	// measured in one says nothing of the other. There the model decides.
+	Shared bool
+	Algo   Algo
 	// Why is the measurement.
 	Why string
 }
@@ -42,14 +50,14 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "shm", Coll: AllReduce, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 32 << 10, MaxBytes: 64 << 10, Model: RecDoubling, Algo: HalvingDoubling,
+		MinBytes: 32 << 10, MaxBytes: 64 << 10, Model: RecDoubling, Shared: true, Algo: HalvingDoubling,
 		Why: "4 processes on shm (2 CPUs), 64 KiB, hd against rd, interleaved, 2026-11-27 17:58 and 18:01 " +
 			"(6 and 8 rounds, load 1-2.6): hd faster in 9 of 14 rounds, median 29 and 33 against 38 and 39 in place " +
 			"(a round's spread up to 2x). The model predicts hd 11% slower than rd at 64 KiB (15% with 2 CPUs shared)",
 	},
 	{
 		Provider: "tcp", Coll: AllReduce, MinRanks: 4, MaxRanks: 16, PowerOfTwo: true,
-		MaxBytes: 2 << 20, Model: Ring, Algo: HalvingDoubling,
+		MaxBytes: 2 << 20, Model: Ring, Shared: true, Algo: HalvingDoubling,
 		Why: "tcp loopback, 4 ranks on 2 CPUs, ring -> hd, 3 rounds, 2026-11-24: 512 KiB 1119-1444 -> 661-993, " +
 			"1 MiB 1972-3259 -> 1141-1377, 2 MiB 3554-4821 -> 2447-3074; 8 ranks, 2 rounds: " +
 			"1 MiB 11308-13162 -> 5861-7354, 2 MiB 11209-17755 -> 7279-10590; 4 ranks, 1 MiB, 2026-11-27 18:02, " +
@@ -60,7 +68,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "shm", Coll: AllReduce, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 1 << 20, MaxBytes: 2 << 20, Model: RecDoubling, Algo: Ring,
+		MinBytes: 1 << 20, MaxBytes: 2 << 20, Model: RecDoubling, Shared: true, Algo: Ring,
 		Why: "4 processes on shm (2 CPUs shared, which the table counts: comm's costCPUs), 2 MiB, ring against rd, " +
 			"interleaved, 2026-11-28 15:03-15:07 UTC (6 rounds, far placement, each call after a barrier), in place: " +
 			"ring 1249-1721 (median 1402) against rd 1463-1820 (1703), ring faster in 5; 15:55 (6 rounds, far) medians " +
@@ -69,7 +77,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "shm", Coll: ReduceScatter, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 1 << 10, MaxBytes: 8 << 10, Model: RecDoubling, Algo: Ring,
+		MinBytes: 1 << 10, MaxBytes: 8 << 10, Model: RecDoubling, Shared: true, Algo: Ring,
 		Why: "4 processes on shm (2 CPUs shared, which the table counts), reduce-scatter of 4 KiB blocks, ring " +
 			"against rd, interleaved, each call after a barrier, in place, 2026-11-28: 15:03-15:07 UTC (6 rounds, far) " +
 			"ring 38-68 (median 43) against rd 34-70 (46), 3 and 3; 15:55-15:56 (6 rounds, far) 36-49 (41) against " +
@@ -78,7 +86,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "mem", Coll: AllReduce, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 256 << 10, MaxBytes: math.MaxInt, Model: HalvingDoubling, Algo: Ring,
+		MinBytes: 256 << 10, MaxBytes: math.MaxInt, Model: HalvingDoubling, Shared: true, Algo: Ring,
 		Why: "4 ranks in one process on mem (allreduce_perf -np 4 -t mem, 2 CPUs), ring against hd, interleaved, " +
 			"2026-11-27 20:31 (6 rounds), in place: 1 MiB ring 402-640 (median 459) against hd 422-783 (528), ring " +
 			"faster in 4; 16 MiB 6955-7564 against 7121-7693, ring faster in 4 (out of place hd in 4): level, the " +
@@ -87,7 +95,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "shm", Coll: AllGather, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Shared: true, Algo: Ring,
 		Why: "4 processes on shm (2 CPUs), allgather of 16 MiB blocks, ring against bruck, interleaved, calls back " +
 			"to back (allreduce_perf -batch), 2026-11-28 19:04-19:06 UTC (6 rounds, far then near): in place ring " +
 			"21108-24738 (median 22015) against bruck 22023-34915 (25450), ring faster in 6, out of place in 6; " +
@@ -96,7 +104,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "tcp", Coll: AllGather, MinRanks: 3, MaxRanks: 3,
-		MinBytes: 1 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		MinBytes: 1 << 20, MaxBytes: math.MaxInt, Model: Bruck, Shared: true, Algo: Ring,
 		Why: "3 processes on tcp loopback (2 CPUs), allgather, ring against bruck, interleaved, calls back to " +
 			"back (allreduce_perf -batch), medians of the better of in place and out of place, 2026-11-28 " +
 			"20:33-20:43 UTC (6 rounds, far): 4 MiB blocks ring 6534 against bruck 8369, ring faster in 6; 1 MiB " +
@@ -108,7 +116,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "tcp", Coll: AllGather, MinRanks: 4, MaxRanks: 4,
-		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Shared: true, Algo: Ring,
 		Why: "4 processes (and 3: above) on tcp loopback (2 CPUs), allgather of 16 MiB blocks, ring against bruck, " +
 			"interleaved, calls back to back, 2026-11-28 19:04-19:06 UTC (6 rounds), in place: 3 ranks ring " +
 			"22843-31479 (median 29308) against bruck 25238-37609 (31575), ring faster in 6 (out of place in 4); " +
@@ -117,7 +125,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "shm", Coll: AllGather, MinRanks: 6, MaxRanks: 8,
-		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Shared: true, Algo: Ring,
 		Why: "6, 7 and 8 processes on shm (2 CPUs), allgather of 8 and 16 MiB blocks, ring against bruck, " +
 			"interleaved (the order swapped every other round), calls back to back (allreduce_perf -batch -n 4), " +
 			"2026-11-29 06:01-06:13 UTC (5 rounds, load 5-8: the ranks' own), in place, medians: 6 ranks 16 MiB " +
@@ -129,7 +137,7 @@ var Exceptions = []Exception{
 	},
 	{
 		Provider: "tcp", Coll: AllGather, MinRanks: 6, MaxRanks: 8,
-		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Algo: Ring,
+		MinBytes: 8 << 20, MaxBytes: math.MaxInt, Model: Bruck, Shared: true, Algo: Ring,
 		Why: "6, 7 and 8 processes on tcp loopback (2 CPUs), allgather of 8 and 16 MiB blocks, ring against " +
 			"bruck, interleaved (the order swapped every other round), calls back to back, 2026-11-29 06:01-06:13 " +
 			"UTC (5 rounds, load 5-8), in place, medians: 6 ranks 16 MiB 143893 against 159798 (ring faster in 4 " +
@@ -150,12 +158,14 @@ var Exceptions = []Exception{
 	},
 }
 
-// exceptionFor is the entry of Exceptions that applies to the cell where
-// the model picks model, or nil.
-func exceptionFor(provider string, c Collective, size, bytes int, model Algo) *Exception {
+// exceptionFor is the entry of Exceptions that applies to the cell of
+// size ranks on cpus CPUs (as the model counts them: modelCPUs) where the
+// model picks model, or nil.
+func exceptionFor(provider string, c Collective, size, cpus, bytes int, model Algo) *Exception {
+	shared := sharesCPUs(size, cpus)
 	for i := range Exceptions {
 		e := &Exceptions[i]
-		if e.Provider == provider && e.Coll == c && size >= e.MinRanks && size <= e.MaxRanks &&
+		if e.Provider == provider && e.Coll == c && e.Shared == shared && size >= e.MinRanks && size <= e.MaxRanks &&
 			(!e.PowerOfTwo || size&(size-1) == 0) && bytes > e.MinBytes && bytes <= e.MaxBytes &&
 			(e.Model == Auto || e.Model == model) {
 			return e
@@ -163,3 +173,8 @@ func exceptionFor(provider string, c Collective, size, bytes int, model Algo) *E
 	}
 	return nil
 }
+
+// sharesCPUs says whether size ranks on cpus CPUs (0: one per rank) take
+// turns on them: where the model bounds the time by all ranks' work
+// (Estimate.Time).
+func sharesCPUs(size, cpus int) bool { return cpus > 0 && cpus < size }

@@ -9,8 +9,9 @@ package collectives
 // size below stays while the model predicts it within CostTie of the
 // fastest. The model's error (README, cost model) is larger than the gains
 // it predicts there, and a choice that flaps between neighbouring sizes is
-// measured nowhere. Then the measured exceptions (Exceptions) apply; they
-// are the only departures from the model. Between hosts the constants are
+// measured nowhere. Then the measured exceptions (Exceptions) apply, each
+// in the CPU regime it was measured in (Exception.Shared); they are the
+// only departures from the model. Between hosts the constants are
 // the network's ("net", cost_net.go), with one CPU per rank (modelCPUs).
 //
 // Sizes are classed by the next power of two: a buffer of bytes takes the
@@ -67,7 +68,7 @@ func NewTable(provider string, size, cpus int) *Table {
 		for i := range tableClasses {
 			model = modelChoice(k, c, size, cpus, 1<<i, model)
 			t.algo[c][i] = model
-			if e := exceptionFor(provider, c, size, 1<<i, model); e != nil {
+			if e := exceptionFor(provider, c, size, cpus, 1<<i, model); e != nil {
 				t.algo[c][i] = e.Algo
 			}
 		}
@@ -81,7 +82,7 @@ func NewTable(provider string, size, cpus int) *Table {
 // in a Table instead.
 func Choose(provider string, c Collective, size, cpus, bytes int) Algo {
 	a := ModelChoice(provider, c, size, cpus, bytes)
-	if e := exceptionFor(provider, c, size, 1<<sizeClass(bytes), a); e != nil {
+	if e := exceptionFor(provider, c, size, modelCPUs(provider, cpus), 1<<sizeClass(bytes), a); e != nil {
 		return e.Algo
 	}
 	return a

@@ -25,36 +25,43 @@ func TestAlgoTableEveryKind(t *testing.T) {
 
 // TestAllTCPAlgos: two ranks linked by tcp allreduce by recursive
 // doubling at mid (the tcp table derived from the cost model), and 4 ranks
-// forced onto tcp by halving-doubling (its measured exception,
-// collectives.Exceptions) where mem's table picks the ring; every rank
-// alike, and a job on another transport, or of 3 ranks on tcp, follows its
-// table throughout.
-// A run of each tcp choice gives the sum.
+// forced onto tcp by halving-doubling (on this machine's 2 CPUs its
+// measured exception, collectives.Exceptions; with a CPU each the model's
+// own choice) where mem's table with a CPU per rank (Select) picks
+// another; every rank alike, and a job on another transport, or of 3
+// ranks on tcp, follows its own table (its provider and CPUs: TableFor)
+// throughout. A run of each choice that differs from Select's gives the
+// sum.
 func TestAllTCPAlgos(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		n        int
 		opts     []Option
 		mid, big int
-		want     collectives.Algo // at mid
+		want     collectives.Algo // at mid; Auto: the communicator's table's
 	}{
 		{"tcp-pair", 2, []Option{WithTransport("tcp")}, 64 << 10, 2 << 20, collectives.RecDoubling},
-		{"mem-pair", 2, nil, 64 << 10, 2 << 20, collectives.Select(collectives.AllReduce, 2, 64<<10)},
+		{"mem-pair", 2, nil, 64 << 10, 2 << 20, collectives.Auto},
 		{"tcp-four", 4, []Option{WithTransport("tcp")}, 1 << 20, 16 << 20, collectives.HalvingDoubling},
-		{"mem-four", 4, nil, 1 << 20, 16 << 20, collectives.Select(collectives.AllReduce, 4, 1<<20)},
-		{"tcp-three", 3, []Option{WithTransport("tcp")}, 1 << 20, 16 << 20, collectives.Select(collectives.AllReduce, 3, 1<<20)},
+		{"mem-four", 4, nil, 1 << 20, 16 << 20, collectives.Auto},
+		{"tcp-three", 3, []Option{WithTransport("tcp")}, 1 << 20, 16 << 20, collectives.Auto},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cs := newLocal(t, tc.n, tc.opts...)
 			for _, c := range cs {
-				if got := c.algoFor(collectives.AllReduce, tc.mid); got != tc.want {
-					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.mid, got, tc.want)
+				table := collectives.TableFor(c.costProvider(), c.Size(), c.costCPUs())
+				want := tc.want
+				if want == collectives.Auto {
+					want = table.Algo(collectives.AllReduce, tc.mid)
 				}
-				if got, want := c.algoFor(collectives.AllReduce, tc.big), collectives.Select(collectives.AllReduce, tc.n, tc.big); got != want {
+				if got := c.algoFor(collectives.AllReduce, tc.mid); got != want {
+					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.mid, got, want)
+				}
+				if got, want := c.algoFor(collectives.AllReduce, tc.big), table.Algo(collectives.AllReduce, tc.big); got != want {
 					t.Errorf("rank %d: %d bytes: %s, want %s", c.Rank(), tc.big, got, want)
 				}
 			}
-			if tc.want == collectives.Select(collectives.AllReduce, tc.n, tc.mid) {
+			if cs[0].algoFor(collectives.AllReduce, tc.mid) == collectives.Select(collectives.AllReduce, tc.n, tc.mid) {
 				return
 			}
 			ctx := testCtx(t)
