@@ -19,11 +19,12 @@ type Exception struct {
 	Model Algo
 	// Shared says the exception was measured where the ranks outnumber
 	// the CPUs they share (3 or more processes on this machine's 2: the
-	// table's cpus, counted as the model counts them, below the ranks);
-	// otherwise with a CPU per rank. It applies in that regime only (a
-	// table's sharesCPUs): where ranks take turns on 2 CPUs the work of
-	// all ranks decides, with a CPU each the path alone, and a departure
-	// measured in one says nothing of the other. There the model decides.
+	// table's cpus, as the model counts them, fewer than the ranks);
+	// otherwise with a CPU per rank. It applies in that regime only
+	// (sharesCPUs), and the model decides in the other: where ranks take
+	// turns on shared CPUs all ranks' work bounds the time, with a CPU
+	// each the critical path alone, and a departure measured in one says
+	// nothing of the other.
 	Shared bool
 	Algo   Algo
 	// Why is the measurement.
