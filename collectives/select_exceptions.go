@@ -134,7 +134,11 @@ var Exceptions = []Exception{
 			"8 ranks 16 MiB 91402 against 95010 (4), 8 MiB 60325 against 61186 (4); 7 ranks level: 16 MiB 67668 " +
 			"against 67756 (2), 8 MiB 41828 against 54515 (3). 05:55-06:01 (4 rounds): 16 MiB, 6 ranks 49528 " +
 			"against 56182, 8 ranks 76186 against 90830, ring faster in 4 of 4 at both. 5 ranks stay with the " +
-			"model: bruck faster in 4 of 4 at 16 MiB in the first batch (39539 against 45948), level in the second",
+			"model: bruck faster in 4 of 4 at 16 MiB in the first batch (39539 against 45948), level in the second. " +
+			"12 and 16 processes, 16 MiB blocks, 2026-11-29 08:21-08:41 UTC (4 rounds, load 6-21: the ranks' own), " +
+			"medians: 12 ranks in place 205308 against 241717 (ring faster in 4 of 4) but out of place 253154 against " +
+			"266653 (in 1); 16 ranks 411300 against 435644 in place (in 3), 520777 against 537899 out of place (in 2): " +
+			"level, not extended",
 	},
 	{
 		Provider: "tcp", Coll: AllGather, MinRanks: 6, MaxRanks: 8,
@@ -146,7 +150,10 @@ var Exceptions = []Exception{
 			"(5), 8 MiB 145315 against 162520 (4); 7 ranks 8 MiB 103975 against 107352 (4), 16 MiB level " +
 			"(200938 against 204048, 2). 05:55-06:01 (4 rounds): 16 MiB, 6 ranks 129690 against 143550, 8 ranks " +
 			"259921 against 269405, ring faster in 4 of 4 at both. 5 ranks stay with the model: level (ring " +
-			"faster in 4 of 4 at 16 MiB in the first batch, in 2 of 5 in the second). Beyond 8 ranks unmeasured",
+			"faster in 4 of 4 at 16 MiB in the first batch, in 2 of 5 in the second). 12 and 16 processes, 16 MiB " +
+			"blocks, 2026-11-29 08:21-08:41 UTC (4 rounds, load 6-21), medians: 12 ranks bruck faster, 672781 " +
+			"against 733108 in place (ring faster in 1 of 4; out of place in 1); 16 ranks level, 1424976 against " +
+			"1463336 in place (in 2), 1488056 against 1478920 out of place (in 1): not extended",
 	},
 	{
 		Provider: netProvider, Coll: AllGather, MinRanks: 3, MaxRanks: math.MaxInt,
