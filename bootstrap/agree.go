@@ -235,6 +235,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		unseenAt    time.Time // when this node last probed the members its view does not hold
 		unseenRound int
 		askRound    int
+		watch       lostWatch // locked: the members it waits for that are out of the view (lost.go)
 
 		// A member's table may gain a member between its propose of D and
 		// the coordinator's prepare of D: a Grow's second joiner, a
@@ -261,7 +262,7 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			}
 			epoch = next
 			peers, locked, miss, sent, sentAt, start, proposed = nil, nil, nil, message{}, time.Time{}, time.Now(), proposals{}
-			tbl, tableSent, tableBuf = nil, nil, nil
+			tbl, tableSent, tableBuf, watch = nil, nil, nil, lostWatch{}
 		}
 		if r := n.expelledAt(epoch, locked); r > 0 {
 			return World{}, n.expelledError("agree", epoch, r)
@@ -316,11 +317,17 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// Coordinator, prepared: commit once every member acked.
 			miss = n.missing(n.acks, epoch, locked)
 			if len(miss) == 0 {
+				if beforeCommit != nil {
+					beforeCommit(n, locked)
+				}
 				n.mu.Lock()
 				n.committed[epoch] = locked.Digest
 				n.mu.Unlock()
 				n.sendAll(locked, msgCommit)
 				return *locked, nil
+			}
+			if n.giveUp(epoch, locked, miss, &watch) {
+				continue // abandon this epoch: it is never committed
 			}
 			if time.Since(sentAt) >= resend {
 				n.resendTo(locked, miss, msgPrepare)
@@ -336,6 +343,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			n.mu.Unlock()
 			if have && c.digest == locked.Digest && c.from == locked.Members[0].Name {
 				return *locked, nil
+			}
+			if n.giveUp(epoch, locked, []int{0}, &watch) {
+				continue // abandon this epoch, as the others will
 			}
 			if time.Since(sentAt) >= resend {
 				n.resend(locked.Members[0].Name, locked.Members[0].Addr, sent)
@@ -596,6 +606,10 @@ func (n *Node) laterEpochLocked(epoch uint32) uint32 {
 // beforePrepare, if set, runs in a coordinator that has locked on w just
 // before it sends the prepare (a hook for tests: TestGrowJoinerDuringPrepare).
 var beforePrepare func(n *Node, w *World)
+
+// beforeCommit, if set, runs in a coordinator that has every ack of w just
+// before it commits w (a hook for tests: TestShrinkCoordinatorCutBeforeCommit).
+var beforeCommit func(n *Node, w *World)
 
 // aloneFor is how long a restarted node must find no other live rank of
 // its job before it gives up (jobGone). Its view fills within a gossip

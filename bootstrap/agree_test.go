@@ -203,3 +203,157 @@ func TestProposalsFind(t *testing.T) {
 		t.Errorf("%d proposals kept, the oldest found: want the last %d", len(ps.digests), keepProposals)
 	}
 }
+
+// A member cut off after it proposed a Shrink's world and before the
+// coordinator's prepare reaches it (a broken link or a host frozen: its
+// port neither refuses nor answers, so no probe finds it gone). Before,
+// the coordinator, locked on the world, waited for its ack, and the other
+// members for the commit, until their contexts ended. Now the coordinator
+// gives it up once gossip dropped it and the last call found no answer
+// (lost.go); every survivor agrees on the old world without it in the next
+// epoch and is told of it on Failures.
+func TestShrinkMemberCutDuringPrepare(t *testing.T) {
+	const victim = 3
+	nw := NewMemNetwork()
+	nodes := startWorld(t, "shrink-cut", 4, func(_ int, c *Config) { c.Network = nw })
+	survivors := nodes[:victim]
+	held := holdPrepare(t, nodes[0], nil, func() { nw.Cut(nodes[victim].Addr(), true) },
+		"", func(*Node) bool { return true })
+	// The victim proposes as the others do, then its link breaks; its own
+	// Shrink (which goes on alone) ends with the test's.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	vdone := make(chan struct{})
+	var vw World
+	var verr error
+	go func() { defer close(vdone); vw, verr = nodes[victim].Shrink(ctx) }()
+	defer func() {
+		cancel()
+		<-vdone
+		t.Logf("the cut member's own Shrink: %d ranks (epoch %d), %v", vw.Size, vw.Epoch, verr)
+	}()
+
+	start := time.Now()
+	worlds := shrinkAll(t, survivors, 20*time.Second)
+	took := time.Since(start)
+	if held.Load() == 0 {
+		t.Fatal("the coordinator never prepared epoch 2 (the victim never proposed?)")
+	}
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest || w.Epoch < 3 {
+			t.Fatalf("survivor %d: rank %d of %d (epoch %d), want rank %d of 3 in epoch 3 or later (2 was abandoned)", i, w.Rank, w.Size, w.Epoch, i)
+		}
+	}
+	for i, n := range survivors {
+		select {
+		case f := <-n.Failures():
+			if f.Rank != victim || !errors.Is(f.Err, ErrPeerDead) {
+				t.Errorf("survivor %d: failure %+v, want rank %d dead", i, f, victim)
+			}
+		default:
+			t.Errorf("survivor %d: no failure reported for rank %d", i, victim)
+		}
+	}
+	t.Logf("the survivors agreed without the cut member in %v", took.Round(time.Millisecond))
+}
+
+// The coordinator of a Shrink is cut off once every member acked, just
+// before its commit, which is lost: it holds the new world, and the
+// members stay locked on it with no commit. Before, they waited until
+// their contexts ended. Now each gives up on the coordinator once gossip
+// dropped it and the last call found no answer (lost.go), and they agree
+// on the old world without it in the next epoch, as they would have
+// shrunk the committed world once they found the coordinator gone.
+func TestShrinkCoordinatorCutBeforeCommit(t *testing.T) {
+	nw := NewMemNetwork()
+	nodes := startWorld(t, "shrink-cut-coord", 4, func(_ int, c *Config) { c.Network = nw })
+	var cut atomic.Int32
+	beforeCommit = func(n *Node, w *World) {
+		if n == nodes[0] && w.Epoch == 2 && cut.Add(1) == 1 {
+			nw.Cut(n.Addr(), true)
+		}
+	}
+	t.Cleanup(func() { beforeCommit = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cdone := make(chan World, 1)
+	go func() { w, _ := nodes[0].Shrink(ctx); cdone <- w }()
+
+	start := time.Now()
+	survivors := nodes[1:]
+	worlds := shrinkAll(t, survivors, 20*time.Second)
+	took := time.Since(start)
+	if cut.Load() == 0 {
+		t.Fatal("the coordinator never came to commit epoch 2")
+	}
+	if w := <-cdone; w.Epoch != 2 || w.Size != 4 {
+		t.Errorf("the cut coordinator: epoch %d of %d ranks, want the committed epoch 2 of 4", w.Epoch, w.Size)
+	}
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest || w.Epoch != 3 {
+			t.Fatalf("survivor %d: rank %d of %d (epoch %d), want rank %d of 3 in epoch 3", i, w.Rank, w.Size, w.Epoch, i)
+		}
+	}
+	for i, n := range survivors {
+		select {
+		case f := <-n.Failures():
+			if f.Rank != 0 || !errors.Is(f.Err, ErrPeerDead) {
+				t.Errorf("survivor %d: failure %+v, want rank 0 dead", i, f)
+			}
+		default:
+			t.Errorf("survivor %d: no failure reported for rank 0", i)
+		}
+	}
+	t.Logf("the members agreed without the cut coordinator in %v", took.Round(time.Millisecond))
+}
+
+// A rank joining a running job (gorun --max-np) is cut off after it
+// proposed the Grow's world and before the coordinator's prepare reaches
+// it. It is not in the current world, so no last call reports it: the
+// coordinator gives it up once it has been out of the view for lostAfter
+// (lost.go), and the members agree again, in the next epoch, on the world
+// without it. Before, they waited for it until their contexts ended.
+func TestGrowJoinerCutDuringPrepare(t *testing.T) {
+	const job = "grow-cut"
+	nw := NewMemNetwork()
+	mod := func(_ int, c *Config) { c.MaxSize = 5; c.Network = nw }
+	nodes := startWorld(t, job, 4, mod)
+	cfg := testConfig(job, 4, 4)
+	mod(4, &cfg)
+	cfg.Seeds = []string{nodes[3].Addr()}
+	joiner, err := Start(cfg, []byte("blob 4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { joiner.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	jdone := make(chan struct{})
+	go func() { defer close(jdone); joiner.Form(ctx) }()
+	defer func() { cancel(); <-jdone }()
+	waitJoiners(t, nodes, 20*time.Second)
+	held := holdPrepare(t, nodes[0], nil, func() { nw.Cut(joiner.Addr(), true) }, "", func(*Node) bool { return true })
+
+	gctx, gcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer gcancel()
+	start := time.Now()
+	worlds := make([]World, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { worlds[i], errs[i] = n.Grow(gctx) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if held.Load() == 0 {
+		t.Fatal("the coordinator never prepared epoch 2 (the joiner never proposed?)")
+	}
+	for i, w := range worlds {
+		if w.Size != 4 || w.Rank != i || w.Digest != worlds[0].Digest || w.Epoch != 3 {
+			t.Fatalf("member %d: rank %d of %d (epoch %d), want rank %d of 4 in epoch 3", i, w.Rank, w.Size, w.Epoch, i)
+		}
+	}
+	t.Logf("the members agreed without the cut joiner in %v", time.Since(start).Round(time.Millisecond))
+}

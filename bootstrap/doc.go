@@ -93,8 +93,13 @@
 // member), instead of waiting for Size meta updates to gossip to every
 // node: O(1) agreement messages per member and O(n) at the coordinator.
 // If the membership changes during the few milliseconds between prepare
-// and commit, or the coordinator dies, the locked ranks do not finish and fail with a *FormError at the
-// deadline: agreement is safe, not live, under failures, as it must be.
+// and commit, or the coordinator dies, the locked ranks of the first world
+// do not finish and fail with a *FormError at the deadline: agreement is
+// safe, not live, under failures, as it must be. A Shrink or Grow has the
+// old world to fall back on: a locked node that finds a member it waits
+// for gone (evidence.go, witness.go), or dropped by gossip with no answer
+// to the last call (lost.go), tells the others and agrees again, on the
+// old world without it, in the next epoch.
 //
 // If the world does not form before the context is done (or
 // Config.Timeout passes), Join returns a *FormError naming the ranks seen,

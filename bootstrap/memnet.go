@@ -20,6 +20,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -90,6 +91,17 @@ func (nw *MemNetwork) detach(t *memTransport) {
 
 func memAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
+// Cut cuts the node at addr off the network (cut true) or joins it again,
+// as a broken link would: packets to and from it are lost and dials to and
+// from it time out. Streams already open stay open. Its address stays
+// taken, so a probe of it finds no evidence of death (evidence.go), as
+// for a host that does not answer.
+func (nw *MemNetwork) Cut(addr string, cut bool) {
+	if t := nw.lookup(addr); t != nil {
+		t.cut.Store(cut)
+	}
+}
+
 // memTransport is one node's attachment to a MemNetwork. Senders write
 // into its packets and streams channels; memberlist's listeners read
 // them. done is closed by Shutdown, after which nothing is delivered.
@@ -101,6 +113,7 @@ type memTransport struct {
 	streams chan net.Conn
 	done    chan struct{}
 	once    sync.Once
+	cut     atomic.Bool // Cut
 	*counters
 }
 
@@ -127,7 +140,7 @@ func (t *memTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time
 	t.pktOut.Add(1)
 	t.pktBytesOut.Add(uint64(len(b)))
 	dst := t.nw.lookup(a.Addr)
-	if dst == nil {
+	if dst == nil || t.cut.Load() || dst.cut.Load() {
 		t.pktLost.Add(1)
 		return now, nil
 	}
@@ -159,14 +172,23 @@ func (t *memTransport) DialAddressTimeout(a memberlist.Address, timeout time.Dur
 	if dst == nil {
 		return nil, &net.OpError{Op: "dial", Net: "mem", Addr: memName(a.Addr), Err: syscall.ECONNREFUSED}
 	}
-	local, remote := net.Pipe()
-	var err error
 	var timer <-chan time.Time
 	if timeout > 0 {
 		tm := time.NewTimer(timeout)
 		defer tm.Stop()
 		timer = tm.C
 	}
+	if t.cut.Load() || dst.cut.Load() {
+		err := error(errMemTimeout)
+		select {
+		case <-timer:
+		case <-t.done:
+			err = net.ErrClosed
+		}
+		return nil, &net.OpError{Op: "dial", Net: "mem", Addr: dst.addr, Err: err}
+	}
+	local, remote := net.Pipe()
+	var err error
 	select {
 	case dst.streams <- &memConn{Conn: remote, c: dst.counters, local: dst.addr, remote: t.addr}:
 		dst.accepted.Add(1)

@@ -24,6 +24,7 @@ const (
 	msgAsk     = 10 // a formed node agreeing on epoch: is the job past it without me? about: my gossip address (expel.go)
 	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch that leaves the asker out (expel.go)
 	msgHello   = 12 // a node forming a large world → seed: here I am, with my meta; its own encoding (hello.go)
+	msgLost    = 13 // a node locked on a world gave up on the member it waited for, which gossip dropped: believe it (lost.go)
 
 	digestLen = 16
 )
@@ -33,11 +34,13 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
-	about  string // msgDead, msgStopped: the member found gone; msgAsk: the sender's gossip address
+	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address
 }
 
 // hasAbout says whether messages of kind carry the about field.
-func hasAbout(kind byte) bool { return kind == msgDead || kind == msgStopped || kind == msgAsk }
+func hasAbout(kind byte) bool {
+	return kind == msgDead || kind == msgStopped || kind == msgLost || kind == msgAsk
+}
 
 func (m *message) encode() []byte {
 	b := make([]byte, 0, 1+5+digestLen+1+len(m.from))
@@ -53,7 +56,7 @@ func (m *message) encode() []byte {
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgRunning || buf[0] == msgTable {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgLost || buf[0] == msgTable || buf[0] == msgHello {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -190,6 +193,9 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		return
 	case msgStopped:
 		n.witnessed(m.about)
+		return
+	case msgLost:
+		n.markLost(m.about)
 		return
 	case msgAsk:
 		n.answerAsk(m)

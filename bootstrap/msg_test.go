@@ -6,8 +6,8 @@ import (
 )
 
 func TestMessageRoundTrip(t *testing.T) {
-	for kind := byte(msgPropose); kind <= msgRunning; kind++ {
-		if kind == msgTable {
+	for kind := byte(msgPropose); kind <= msgLost; kind++ {
+		if kind == msgTable || kind == msgHello {
 			continue
 		}
 		m := message{kind: kind, epoch: 1<<32 - 1, digest: [digestLen]byte{9, 8, 7}, from: "r12-0123456789ab"}
@@ -21,11 +21,11 @@ func TestMessageRoundTrip(t *testing.T) {
 		// Each kind has one decoder: a message is never taken for a
 		// table prepare (msgStopped and msgTable once shared a byte,
 		// and NotifyMsg dropped every msgStopped as a bad table).
-		if isTable(m.encode()) {
-			t.Errorf("kind %d is routed as a table prepare", kind)
+		if isTable(m.encode()) || isHello(m.encode()) {
+			t.Errorf("kind %d is routed as a table prepare or a hello", kind)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgRunning + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
+	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgHello}, {msgLost + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
 		if _, ok := decodeMessage(bad); ok {
 			t.Errorf("decodeMessage(%x) accepted", bad)
 		}

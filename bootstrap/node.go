@@ -88,6 +88,7 @@ type Node struct {
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
+	lost     map[string]bool // members a node locked on a world gave up on (lost.go)
 	calling  map[string]bool // members gossip dropped that a last call checks (lastcall.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
 	// ranPast is the latest epoch a formed member runs or left, told in a
@@ -163,6 +164,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		leaving:  make(map[string]bool),
 		stopped:  make(map[string]bool),
 		refused:  make(map[string]bool),
+		lost:     make(map[string]bool),
 		calling:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
@@ -484,6 +486,8 @@ func (n *Node) reportLocked(name string, left bool) {
 		err = errStopped
 	} else if n.refused[name] {
 		err = errRefused
+	} else if n.lost[name] {
+		err = errLost
 	}
 	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}
