@@ -357,3 +357,49 @@ func TestGrowJoinerCutDuringPrepare(t *testing.T) {
 	}
 	t.Logf("the members agreed without the cut joiner in %v", time.Since(start).Round(time.Millisecond))
 }
+
+// A rank cut off from all the others agrees on a world of itself, as they
+// agree on one without it: no quorum (RELIABILITY gap 15). Once the link is
+// back, it sees their ranks as joiners of its world, and an elastic
+// application calls Grow. The others answer its ask with their world of
+// the same epoch, larger: its Grow fails with ErrExpelled (expel.go), as a
+// rank the job went on without. Before, the Grow waited for them until its
+// deadline.
+func TestCutRankAloneThenExpelled(t *testing.T) {
+	const victim = 3
+	nw := NewMemNetwork()
+	nodes := startWorld(t, "cut-alone", 4, func(_ int, c *Config) { c.Network = nw })
+	nw.Cut(nodes[victim].Addr(), true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	alone := make(chan World, 1)
+	go func() {
+		w, err := nodes[victim].Shrink(ctx)
+		if err != nil {
+			t.Errorf("the cut rank's Shrink: %v", err)
+		}
+		alone <- w
+	}()
+	for i, w := range shrinkAll(t, nodes[:victim], 20*time.Second) {
+		if w.Size != 3 || w.Rank != i || w.Epoch != 2 {
+			t.Fatalf("survivor %d: rank %d of %d (epoch %d), want rank %d of 3 in epoch 2", i, w.Rank, w.Size, w.Epoch, i)
+		}
+	}
+	if w := <-alone; w.Size != 1 || w.Epoch != 2 {
+		t.Fatalf("the cut rank agreed on a world of %d in epoch %d, want 1 (itself) in 2", w.Size, w.Epoch)
+	}
+	nw.Cut(nodes[victim].Addr(), false)
+	deadline := time.Now().Add(15 * time.Second)
+	for nodes[victim].Joiners() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the healed rank never saw the others again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	_, err := nodes[victim].Grow(ctx)
+	if !errors.Is(err, ErrExpelled) {
+		t.Fatalf("the healed rank's Grow: %v, want ErrExpelled", err)
+	}
+	t.Logf("the healed rank's Grow failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
+}

@@ -21,9 +21,22 @@ package bootstrap
 // carries the leaver's epoch), which a leaving node also sends to the
 // members it found gone (node.go shutdown). Without the last, it agreed on
 // a world of itself once they had all left.
+//
+// A partition breaks the rule of one world per epoch: each side finds the
+// other dead and shrinks without it, so a rank cut off from the rest runs
+// a world of itself of the same epoch as theirs (RELIABILITY gap 15). Once
+// the link is back, it sees their ranks as joiners; its Grow, agreeing on
+// the next epoch, asks them, and a member whose world is of the asker's
+// epoch and leaves it out answers too, with its world's digest and size.
+// Two worlds of one epoch with different digests are the two sides; the
+// larger goes on (of two of a size, the one with the lower digest), and a
+// node of the other fails its agreement with ErrExpelled (split), as a
+// rank the job went on without.
 
 import (
+	"bytes"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -53,6 +66,9 @@ func (n *Node) expelledAt(epoch uint32, locked *World) uint32 {
 	if r := n.ranPast; r > epoch || (r == epoch && locked == nil) {
 		return r
 	}
+	if n.split != 0 && n.split == n.world.Epoch {
+		return n.split // the other side of a partition goes on
+	}
 	return 0
 }
 
@@ -79,22 +95,40 @@ func (n *Node) ask(epoch uint32, members []Member, ranks []int, round int) {
 }
 
 // answerAsk answers another node's msgAsk: with msgRunning if this node's
-// world is of the asked epoch or later and leaves the asker out.
+// world leaves the asker out and is of the asked epoch or later, or of the
+// epoch before it, the asker's own world's (the other side of a
+// partition), with its digest and size.
 func (n *Node) answerAsk(m message) {
 	n.mu.Lock()
 	w, formed := n.world, n.formed
 	_, in := n.inWorld[m.from]
 	n.mu.Unlock()
-	if !formed || in || w.Epoch < m.epoch || m.from == n.name {
+	if !formed || in || w.Epoch+1 < m.epoch || m.from == n.name {
 		return
 	}
-	n.send(m.from, m.about, message{kind: msgRunning, epoch: w.Epoch, from: n.name})
+	n.send(m.from, m.about, message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)})
 }
 
-// heardRunning records a msgRunning answer: a formed member runs epoch.
-func (n *Node) heardRunning(epoch uint32) {
+// heardRunning records a msgRunning answer: a formed member runs a world
+// of epoch m.epoch, digest m.digest and m.about ranks that leaves this node
+// out. Of this node's own epoch, it is the other side of a partition: it
+// marks this node's side split if that side goes on (see above).
+func (n *Node) heardRunning(m message) {
+	size, err := strconv.Atoi(m.about)
 	n.mu.Lock()
-	n.ranPast = max(n.ranPast, epoch)
+	n.ranPast = max(n.ranPast, m.epoch)
+	w := n.world
+	if err == nil && n.formed && m.epoch == w.Epoch && m.digest != w.Digest && goesOn(size, m.digest, w.Size, w.Digest) {
+		n.split = w.Epoch
+	}
 	n.mu.Unlock()
 	n.signal()
+}
+
+// goesOn says whether, of two worlds of one epoch (the two sides of a
+// partition), the first (size ranks, digest d) goes on rather than the
+// second: the larger, or of two of a size the one with the lower digest.
+// Exactly one of two different worlds goes on.
+func goesOn(size int, d [digestLen]byte, other int, od [digestLen]byte) bool {
+	return size > other || size == other && bytes.Compare(d[:], od[:]) < 0
 }

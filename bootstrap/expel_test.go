@@ -73,3 +73,28 @@ func TestExpelledNodeLearnsItAfterTheJobLeft(t *testing.T) {
 	}
 	t.Logf("victim: %v", err)
 }
+
+// Of the two sides of a partition (two worlds of one epoch), exactly one
+// goes on: the larger, or of two of a size the one with the lower digest.
+func TestGoesOn(t *testing.T) {
+	lo, hi := [digestLen]byte{1}, [digestLen]byte{2}
+	for _, c := range []struct {
+		size  int
+		d     [digestLen]byte
+		other int
+		od    [digestLen]byte
+		want  bool
+	}{
+		{3, hi, 1, lo, true},  // the larger, whatever the digests
+		{1, lo, 3, hi, false}, // the smaller
+		{2, lo, 2, hi, true},  // a tie: the lower digest
+		{2, hi, 2, lo, false},
+	} {
+		if got := goesOn(c.size, c.d, c.other, c.od); got != c.want {
+			t.Errorf("goesOn(%d, %x, %d, %x) = %v, want %v", c.size, c.d[0], c.other, c.od[0], got, c.want)
+		}
+		if back := goesOn(c.other, c.od, c.size, c.d); back == c.want {
+			t.Errorf("both or neither of (%d, %x) and (%d, %x) go on", c.size, c.d[0], c.other, c.od[0])
+		}
+	}
+}

@@ -22,7 +22,7 @@ const (
 	msgStopped = 8  // a member's process is stopped or gone, seen on its host: believe it (witness.go)
 	msgTable   = 9  // coordinator or tree parent → member: prepare(D) with the table; its own encoding (table.go)
 	msgAsk     = 10 // a formed node agreeing on epoch: is the job past it without me? about: my gossip address (expel.go)
-	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch that leaves the asker out (expel.go)
+	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch (digest, about: its size) that leaves the asker out (expel.go)
 	msgHello   = 12 // a node forming a large world → seed: here I am, with my meta; its own encoding (hello.go)
 	msgLost    = 13 // a node locked on a world gave up on the member it waited for, which gossip dropped: believe it (lost.go)
 
@@ -34,12 +34,12 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
-	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address
+	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address; msgRunning: its world's size
 }
 
 // hasAbout says whether messages of kind carry the about field.
 func hasAbout(kind byte) bool {
-	return kind == msgDead || kind == msgStopped || kind == msgLost || kind == msgAsk
+	return kind == msgDead || kind == msgStopped || kind == msgLost || kind == msgAsk || kind == msgRunning
 }
 
 func (m *message) encode() []byte {
@@ -201,7 +201,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.answerAsk(m)
 		return
 	case msgRunning:
-		n.heardRunning(m.epoch)
+		n.heardRunning(m)
 		return
 	}
 	if reply != 0 {

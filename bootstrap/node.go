@@ -94,7 +94,10 @@ type Node struct {
 	// ranPast is the latest epoch a formed member runs or left, told in a
 	// push/pull, a msgRunning or a msgLeaving: only for expelledAt
 	// (expel.go), never for forming (running).
-	ranPast  uint32
+	ranPast uint32
+	// split is the epoch of this node's world when the other side of a
+	// partition, a world of the same epoch without it, goes on (expel.go).
+	split    uint32
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
