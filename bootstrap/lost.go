@@ -20,16 +20,17 @@ package bootstrap
 // marks the member gone and tells the others (msgLost), who believe it
 // without a check of their own, as they believe a witness: the word must
 // reach every survivor, or some would wait on.
+//
 // Every node then abandons the epoch (or, where the world was committed,
 // finds the member gone and shrinks again), and they agree on the same old
 // world without it in the next epoch, as after a death: shrinkTable keeps
 // the old order. A coordinator that gives up has not committed the world
-// and never will; a member that gives up on its coordinator cannot know
-// whether the commit reached others, and does not need to, for those
-// shrink from the committed world to the same table. A lost member that
-// resumes finds itself expelled (expel.go); a lost joiner stays out of
-// the views (gone) and fails to form at its deadline, to be restarted
-// under a new name.
+// and never will. A member that gives up on its coordinator cannot know
+// whether the commit reached others, and does not need to: those shrink
+// from the committed world to the same table. A lost member that resumes
+// finds itself expelled (expel.go); a lost joiner stays out of the views
+// (gone) and fails to form at its deadline, to be restarted under a new
+// name.
 
 import (
 	"fmt"
