@@ -35,9 +35,20 @@ func TestSaturatedChild(t *testing.T) {
 	defer c.Close()
 	buf := make([]float32, 1<<20) // 4 MiB
 	n := 0
-	for start := time.Now(); time.Since(start) < d; n++ {
+	// The ranks agree on when to stop: each started its clock when its
+	// Init returned, and a rank that left the loop one allreduce before
+	// the other met it with the last allreduce below (CI, 2026-11-29:
+	// "ranks disagree on the collective call", float32 against int64).
+	stop := []int32{0}
+	for start := time.Now(); stop[0] == 0; n++ {
 		if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
 			t.Fatalf("allreduce %d: %v", n, err)
+		}
+		if time.Since(start) >= d {
+			stop[0] = 1
+		}
+		if err := AllReduce(ctx, c, stop, stop, Max); err != nil {
+			t.Fatalf("stop vote %d: %v", n, err)
 		}
 	}
 	one := []int64{1}
