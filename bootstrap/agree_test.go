@@ -43,6 +43,25 @@ func holdPrepare(t *testing.T, coord *Node, nodes []*Node, change func(), what s
 	return &held
 }
 
+// growAll runs Grow on every node concurrently, as shrinkAll runs Shrink,
+// and fails t if any of them fails.
+func growAll(t *testing.T, nodes []*Node, within time.Duration) []World {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	worlds := make([]World, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { worlds[i], errs[i] = n.Grow(ctx) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return worlds
+}
+
 // Two ranks launched at once to grow a job of 4 (gorun --max-np 6): the
 // members propose a world with the first joiner, and the second reaches
 // them after they proposed and before the coordinator's prepare of that
@@ -79,18 +98,7 @@ func TestGrowJoinerDuringPrepare(t *testing.T) {
 
 	grow := func(members []*Node, want int) []World {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		worlds := make([]World, len(members))
-		errs := make([]error, len(members))
-		var wg sync.WaitGroup
-		for i, n := range members {
-			wg.Go(func() { worlds[i], errs[i] = n.Grow(ctx) })
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
+		worlds := growAll(t, members, 20*time.Second)
 		for i, w := range worlds {
 			if w.Size != want || w.Rank != i || w.Digest != worlds[0].Digest {
 				t.Fatalf("member %d: rank %d of %d (epoch %d), want rank %d of %d", i, w.Rank, w.Size, w.Epoch, i, want)
@@ -334,19 +342,8 @@ func TestGrowJoinerCutDuringPrepare(t *testing.T) {
 	waitJoiners(t, nodes, 20*time.Second)
 	held := holdPrepare(t, nodes[0], nil, func() { nw.Cut(joiner.Addr(), true) }, "", func(*Node) bool { return true })
 
-	gctx, gcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer gcancel()
 	start := time.Now()
-	worlds := make([]World, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { worlds[i], errs[i] = n.Grow(gctx) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	worlds := growAll(t, nodes, 20*time.Second)
 	if held.Load() == 0 {
 		t.Fatal("the coordinator never prepared epoch 2 (the joiner never proposed?)")
 	}
