@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,23 +42,10 @@ func holdPrepare(t *testing.T, coord *Node, nodes []*Node, change func(), what s
 	return &held
 }
 
-// growAll runs Grow on every node concurrently, as shrinkAll runs Shrink,
-// and fails t if any of them fails.
+// growAll runs Grow on every node concurrently, as shrinkAll runs Shrink.
 func growAll(t *testing.T, nodes []*Node, within time.Duration) []World {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	worlds := make([]World, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { worlds[i], errs[i] = n.Grow(ctx) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return worlds
+	return agreeAll(t, nodes, within, (*Node).Grow)
 }
 
 // Two ranks launched at once to grow a job of 4 (gorun --max-np 6): the

@@ -18,13 +18,20 @@ func slowGossip(_ int, c *Config) {
 // shrinkAll runs Shrink on every node concurrently.
 func shrinkAll(t *testing.T, nodes []*Node, within time.Duration) []World {
 	t.Helper()
+	return agreeAll(t, nodes, within, (*Node).Shrink)
+}
+
+// agreeAll runs agree (Shrink or Grow) on every node concurrently, within
+// a deadline, and fails t if any of them fails.
+func agreeAll(t *testing.T, nodes []*Node, within time.Duration, agree func(*Node, context.Context) (World, error)) []World {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	worlds := make([]World, len(nodes))
 	errs := make([]error, len(nodes))
 	done := make(chan struct{})
 	for i, n := range nodes {
-		go func() { worlds[i], errs[i] = n.Shrink(ctx); done <- struct{}{} }()
+		go func() { worlds[i], errs[i] = agree(n, ctx); done <- struct{}{} }()
 	}
 	for range nodes {
 		<-done
