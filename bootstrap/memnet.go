@@ -93,7 +93,8 @@ func memAddr(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 
 // Cut cuts the node at addr off the network (cut true) or joins it again,
 // as a broken link would: packets to and from it are lost and dials to and
-// from it time out. Streams already open stay open. Its address stays
+// from it time out (one with no timeout waits until the dialling node
+// shuts down). Streams already open stay open. Its address stays
 // taken, so a probe of it finds no evidence of death (evidence.go), as
 // for a host that does not answer.
 func (nw *MemNetwork) Cut(addr string, cut bool) {
