@@ -443,9 +443,17 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		cfg.obs.met.devs.Store(&c.devs)
 	}
 	c.place(eps)
-	if err := c.makeHierComms(ctx); err != nil {
-		c.Close()
-		return nil, err
+	// A rank that joins a running job (world after the first: restarted,
+	// or launched to grow it) meets members that come from Grow, which
+	// connects them with the flat algorithms alone (remake): it must not
+	// split off the hierarchical algorithms' communicators either, or its
+	// Split's allgather meets their membership check's allreduce, and its
+	// large collectives run hierarchical against their flat ones.
+	if world <= 1 {
+		if err := c.makeHierComms(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }

@@ -71,7 +71,13 @@ func TestGrowWhileJoinerDies(t *testing.T) {
 // others have shrunk.
 func growJobAfterKill(ctx context.Context, t *testing.T, tr string, victim int, env ...string) *job {
 	t.Helper()
-	j := startJob(t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second, env: env})
+	return growSpecAfterKill(ctx, t, jobSpec{n: 4, role: "grow", transport: tr, timeout: 20 * time.Second, env: env}, victim)
+}
+
+// growSpecAfterKill is growJobAfterKill for the job spec describes.
+func growSpecAfterKill(ctx context.Context, t *testing.T, spec jobSpec, victim int) *job {
+	t.Helper()
+	j := startJob(t, spec)
 	for _, rk := range j.ranks {
 		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
 			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())

@@ -61,6 +61,18 @@ func newNetnsPair(t *testing.T) *netnsPair {
 	return p
 }
 
+// host returns a jobSpec.wrap that runs rank r on host of(r): in its
+// network namespace, and in a UTS namespace of its own named after it, so
+// that gorun takes the two for different hosts (jobenv.HostIdentity; a
+// rank's process found running on its own host is not dead, comm's
+// runningHere).
+func (p *netnsPair) host(of func(r int) int) func(r int) []string {
+	return func(r int) []string {
+		return []string{"ip", "netns", "exec", p.ns[of(r)], "unshare", "--uts", "--",
+			"sh", "-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, p.ns[of(r)]}
+	}
+}
+
 // netem applies a netem qdisc to host i's end of the link.
 func (p *netnsPair) netem(i int, args ...string) error {
 	a := append([]string{"netns", "exec", p.ns[i], "tc", "qdisc", "replace", "dev", p.veth[i], "root", "netem"}, args...)
@@ -137,4 +149,32 @@ func TestPartitionBetweenHosts(t *testing.T) {
 		}
 	}
 	closeHangs(t, hangs)
+}
+
+// TestGrowAcrossHosts is TestGrowAfterRestart on two "hosts": ranks 0-1 in
+// one network namespace, 2-3 in the other, over tcp. A job that spans
+// hosts with more than one rank on some host splits off the hierarchical
+// algorithms' communicators in Init; the members' Grow connects them with
+// the flat algorithms alone. Before 2026-11-29 the restarted rank's Init
+// split them off all the same, and its Split's allgather met the members'
+// membership check (an allreduce): "ranks disagree on the collective call".
+func TestGrowAcrossHosts(t *testing.T) {
+	p := newNetnsPair(t)
+	host := func(r int) int { return r / 2 }
+	rankEnv := map[int][]string{}
+	for r := range 4 {
+		rankEnv[r] = []string{"GORUN_SOCKET_IFNAME=" + p.veth[host(r)]}
+	}
+	const victim = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	j := growSpecAfterKill(ctx, t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
+		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, rankEnv: rankEnv,
+		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)}, victim)
+	restarted := time.Now()
+	j.restart(victim, "REL_RESTARTED=1")
+	for _, rk := range j.ranks {
+		g := checkGrown(ctx, t, j, rk)
+		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
+	}
 }
