@@ -271,3 +271,49 @@ func TestShrinkKeepsRunningMember(t *testing.T) {
 		t.Fatalf("next world %v, want %v", names, want)
 	}
 }
+
+// TestGrowWaitsForMemberOutOfView: a Grow derives no table while a member
+// of the current world is out of the view and not known gone (gossip
+// dropped it a moment ago: growOut); once its last call goes unanswered
+// (reported), or evidence finds it gone, the table leaves it out. Before,
+// a member out of the view was left out at once, and members that saw
+// each other dead for a moment grew into disjoint worlds.
+func TestGrowWaitsForMemberOutOfView(t *testing.T) {
+	cfg := testConfig("growwaits", 0, 3)
+	n, err := Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	w := World{Rank: 0, Size: 3, Epoch: 2, Members: []Member{
+		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
+		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
+		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
+	}}
+	n.install(w)
+	me := peer{name: n.Name(), addr: n.Addr(), meta: meta{Rank: 0, Size: 3, JobID: cfg.JobID}}
+	r2 := peer{name: "r2", addr: "127.0.0.1:2", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID}}
+	peers := map[string]peer{me.name: me, r2.name: r2} // r1 dropped by gossip
+	n.viewMu.Lock()
+	n.departed["r1"] = true
+	n.viewMu.Unlock()
+	if p := n.growTable(peers); p.ok || !slices.Equal(p.missing, []int{1}) {
+		t.Fatalf("r1 just dropped: table ok %v, missing %v; want no table, missing [1]", p.ok, p.missing)
+	}
+	for _, how := range []string{"reported", "gone"} {
+		n.mu.Lock()
+		n.reported["r1"] = how == "reported"
+		n.mu.Unlock()
+		n.viewMu.Lock()
+		n.gone["r1"] = how == "gone"
+		n.viewMu.Unlock()
+		p := n.growTable(peers)
+		var names []string
+		for _, m := range p.members {
+			names = append(names, m.Name)
+		}
+		if want := []string{n.Name(), "r2"}; !p.ok || !slices.Equal(names, want) {
+			t.Fatalf("r1 %s: table ok %v, %v; want %v", how, p.ok, names, want)
+		}
+	}
+}

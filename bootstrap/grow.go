@@ -73,13 +73,38 @@ func (n *Node) jobRunning() bool {
 // claiming one rank, a member of the current world wins, then this node
 // (the other is a dead incarnation gossip has not cleared yet), then the
 // smaller name.
+//
+// A member of the current world that is out of the view but not known to
+// be gone (growOut) is missing: no table until the view holds it again or
+// it is known gone. Gossip drops live members for a moment: a node back
+// from a partition, which took every other for dead, spreads their deaths
+// as it rejoins, and each refutes its own within a gossip round. A table
+// derived meanwhile left them out, and the members of one world, each
+// seeing others dead, agreed on disjoint worlds of one epoch, each of
+// itself or of those it still saw (on two namespace hosts,
+// TestPartitionHealExpelsLoneRank: 3 of its first 10 runs).
 func (n *Node) growTable(peers map[string]peer) proposal {
 	n.mu.Lock()
 	old := n.world
 	n.mu.Unlock()
 	inWorld := make(map[string]bool, len(old.Members))
+	var p proposal
+	var out map[string]bool
 	for _, m := range old.Members {
 		inWorld[m.Name] = true
+		if _, ok := peers[m.Name]; ok {
+			continue
+		}
+		if out == nil {
+			out = n.growOut()
+		}
+		if !out[m.Name] {
+			p.missing = append(p.missing, m.Rank)
+			p.notes = append(p.notes, fmt.Sprintf("member %s (rank %d) is out of the view but not found gone", m.Name, m.Rank))
+		}
+	}
+	if len(p.missing) > 0 {
+		return p
 	}
 	var live []peer
 	for _, q := range peers {
@@ -99,7 +124,6 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 			-cmp.Compare(b2i(a.name == n.name), b2i(b.name == n.name)), // this node is alive; a stale one of its rank is not
 			cmp.Compare(a.name, b.name))
 	})
-	var p proposal
 	limit := max(n.cfg.Size, n.cfg.MaxSize)
 	for i, q := range live {
 		if i > 0 && q.meta.Rank >= 0 && q.meta.Rank == live[i-1].meta.Rank {
@@ -116,6 +140,32 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 	}
 	p.ok = len(p.members) > 0
 	return p
+}
+
+// growOut is the set of members of the current world a Grow leaves out
+// of the view's live ranks: found gone by evidence (a refused connection,
+// a witness), said they leave, or dropped by gossip and reported, its last
+// call unanswered (lastcall.go). Shrink's left also counts a member gossip
+// dropped that does not run on this host before its last call ends; a
+// Grow, which no failure calls for, waits for the call.
+func (n *Node) growOut() map[string]bool {
+	out := make(map[string]bool)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	for name := range n.gone {
+		out[name] = true
+	}
+	for name := range n.departed {
+		if n.reported[name] {
+			out[name] = true
+		}
+	}
+	for name := range n.leaving {
+		out[name] = true
+	}
+	return out
 }
 
 func b2i(b bool) int {

@@ -67,7 +67,11 @@ func (n *Node) lastCall(name, addr string) {
 		case !alive:
 			delete(n.calling, name)
 			n.reportLocked(name, n.leaving[name])
+			n.viewMu.Lock()
+			n.viewGen++ // a Grow waiting for it derives its table again (growOut)
+			n.viewMu.Unlock()
 			n.mu.Unlock()
+			n.signal()
 			return
 		}
 		r := n.inWorld[name]
