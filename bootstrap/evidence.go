@@ -61,6 +61,24 @@ func (n *Node) Suspect(r int) {
 	n.probe(w.Members[r].Name, w.Members[r].Addr, suspectTries)
 }
 
+// Expel marks the member of the current world with rank r gone though it
+// lives: the caller found that the job went on without it (comm's
+// membership check: it came back from a world the others had left it
+// out of, or from the smaller side of a partition). It leaves the view
+// and is reported on Failures at once, no longer counts as a joiner, and
+// the next Shrink leaves it out even if it takes part: it finds itself
+// expelled there (expel.go). The other members are told to check it,
+// which they find alive; each expels it by its own check.
+func (n *Node) Expel(r int) {
+	n.mu.Lock()
+	w := n.world
+	n.mu.Unlock()
+	if r < 0 || r >= len(w.Members) || w.Members[r].Name == n.name {
+		return
+	}
+	n.markGone(w.Members[r].Name)
+}
+
 // Check probes the member of the current world with rank r once, as
 // Suspect does: for a caller that waits on r and checks again and again.
 func (n *Node) Check(r int) {

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -96,5 +97,38 @@ func TestGoesOn(t *testing.T) {
 		if back := goesOn(c.other, c.od, c.size, c.d); back == c.want {
 			t.Errorf("both or neither of (%d, %x) and (%d, %x) go on", c.size, c.d[0], c.other, c.od[0])
 		}
+	}
+}
+
+// A member the others expelled (comm's membership check found it came from
+// the side of a partition that does not go on) but whose own check failed,
+// so that it calls Shrink with them: their Shrink leaves it out (Expel),
+// and its own fails with ErrExpelled instead of agreeing on all of them
+// again, which it did before Expel, it being alive and in every view.
+func TestExpelledMemberShrinksWithTheOthers(t *testing.T) {
+	nodes := startWorld(t, "expel-member", 3, slowGossip)
+	defer closeAll(nodes)
+	const victim = 2
+	for _, n := range nodes[:victim] {
+		n.Expel(victim)
+		n.Expel(n.World().Rank) // itself: ignored
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		w, err := nodes[victim].Shrink(ctx)
+		if err == nil {
+			err = fmt.Errorf("agreed on %+v", w)
+		}
+		errc <- err
+	}()
+	for _, w := range shrinkAll(t, nodes[:victim], 10*time.Second) {
+		if w.Size != 2 || w.Epoch != 2 {
+			t.Fatalf("the others' world %+v, want 2 ranks of epoch 2", w)
+		}
+	}
+	if err := <-errc; !errors.Is(err, ErrExpelled) {
+		t.Fatalf("expelled rank %d: Shrink: %v; want ErrExpelled", victim, err)
 	}
 }

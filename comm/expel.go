@@ -13,13 +13,27 @@ package comm
 // joins a running job through Init, says which members it takes for
 // continuing ones (members of the world it comes from) and which for
 // newcomers, in one allreduce. A member some take for continuing and
-// others for a newcomer was expelled: its Shrink or Grow fails with
-// ErrExpelled (its state is stale: the application exits and gorun
+// others for a newcomer is contested. It was expelled if it comes from
+// another world than the one the job went on in: its Shrink or Grow fails
+// with ErrExpelled (its state is stale: the application exits and gorun
 // --max-restarts starts it afresh), and the others' new communicator
 // fails naming it, so that they shrink without it.
+//
+// The job went on in the latest of the worlds the members come from. Two
+// of one epoch are the two sides of a partition (bootstrap/expel.go): once
+// the link is back, both sides may Grow into one world before either
+// finds the other out, and every member is then contested, each side's
+// taken for continuing by its own and for newcomers by the other's. Of
+// the two the larger goes on, or of two of a size the one with the lower
+// digest, as the bootstrap decides for a side that asks (measured on two
+// namespace hosts: TestPartitionHealExpelsLoneRank). Before 2026-11-29
+// every contested member was expelled: a healed partition whose sides
+// grew into one world lost every rank.
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -33,8 +47,8 @@ var ErrExpelled = bootstrap.ErrExpelled
 
 // checkMembership runs the check above on n, a communicator of world w;
 // from is the world this rank comes from (nil: it joins the running job).
-// It returns the ranks of w some took for continuing members and others
-// for newcomers, or the allreduce's error.
+// It returns the ranks of w that were expelled, or the collectives'
+// error.
 func (n *Comm) checkMembership(ctx context.Context, w bootstrap.World, from *bootstrap.World) ([]int, error) {
 	v := make([]uint8, 2*w.Size) // [r]: someone takes r for continuing; [Size+r]: for a newcomer
 	if from == nil {
@@ -61,22 +75,84 @@ func (n *Comm) checkMembership(ctx context.Context, w bootstrap.World, from *boo
 			contested = append(contested, r)
 		}
 	}
-	return contested, nil
+	if len(contested) == 0 {
+		return nil, nil // every rank found none: none takes the second step
+	}
+	// Which world each rank comes from (originOf), and of those the one
+	// the job went on in.
+	const rec = 8 + len(bootstrap.World{}.Digest)
+	all := make([]uint8, rec*w.Size)
+	if err := AllGather(ctx, n, originOf(from), all); err != nil {
+		return nil, err
+	}
+	went := all[:0:0]
+	for r := range w.Size {
+		if o := all[r*rec : (r+1)*rec]; wentOnIn(o, went) {
+			went = o
+		}
+	}
+	var out []int
+	for _, r := range contested {
+		if !bytes.Equal(all[r*rec:(r+1)*rec], went) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
-// expelled fails n after checkMembership found contested members: on a
-// contested rank it returns ErrExpelled; on the others n's operations fail
-// naming the first contested rank, and n is returned.
-func (n *Comm) expelled(contested []int, op string) error {
-	for _, r := range contested {
+// originOf is the record of the world a rank comes from for
+// checkMembership: its epoch, its size and its digest; zero for a rank
+// that joins (nil).
+func originOf(from *bootstrap.World) []uint8 {
+	o := make([]uint8, 8, 8+len(bootstrap.World{}.Digest))
+	if from == nil {
+		return append(o, make([]uint8, len(bootstrap.World{}.Digest))...)
+	}
+	binary.BigEndian.PutUint32(o, from.Epoch)
+	binary.BigEndian.PutUint32(o[4:], uint32(from.Size))
+	return append(o, from.Digest[:]...)
+}
+
+// wentOnIn says whether the job went on in the world of record o rather
+// than in that of record than (originOf; empty: none yet): of a later
+// epoch, or of the same epoch larger, or of the same size with the lower
+// digest. A joiner's record (epoch 0) never wins over a member's.
+func wentOnIn(o, than []uint8) bool {
+	if len(than) == 0 {
+		return true
+	}
+	if c := bytes.Compare(o[:4], than[:4]); c != 0 {
+		return c > 0
+	}
+	if c := bytes.Compare(o[4:8], than[4:8]); c != 0 {
+		return c > 0
+	}
+	return bytes.Compare(o[8:], than[8:]) < 0
+}
+
+// expelled fails n after checkMembership found expelled members: on an
+// expelled rank it returns ErrExpelled; on the others n's operations fail
+// naming the first expelled rank, and n is returned.
+func (n *Comm) expelled(out []int, op string) error {
+	for _, r := range out {
 		if r == n.rank {
 			return &RankError{Rank: n.rank, Op: op, Err: ErrExpelled}
 		}
 	}
-	err := fmt.Errorf("%w: rank %d came back from a world the others had left it out of: %w", ErrPeerFailed, contested[0], ErrExpelled)
-	// Every member found the same contested ranks in the same check:
-	// each fails itself, and no notice overtakes another rank's own
-	// finding with a plain ErrPeerFailed (CI, TestCheckMembership).
-	n.eng.Expel(contested[0], err)
+	err := fmt.Errorf("%w: rank %d came back from a world the others had left it out of: %w", ErrPeerFailed, out[0], ErrExpelled)
+	// Every member found the same expelled ranks in the same check: each
+	// fails itself, and no notice overtakes another rank's own finding
+	// with a plain ErrPeerFailed (CI, TestCheckMembership).
+	n.eng.Expel(out[0], err)
+	if node := n.shrink.node; node != nil {
+		// The next Shrink leaves them out even if they take part: one
+		// whose own check failed (a slower rank whose collective a
+		// faster one's Shrink aborted) returned the grown communicator
+		// and calls Shrink with the others. After Expel: the report this
+		// makes fails the engine no further and sends no notice.
+		for _, r := range out {
+			node.Expel(r)
+		}
+	}
 	return nil
 }

@@ -21,6 +21,14 @@ func worldOf(rank int, epoch uint32, names ...string) bootstrap.World {
 	return w
 }
 
+// digested sets w's digest to d's bytes.
+func digested(w bootstrap.World, d byte) bootstrap.World {
+	for i := range w.Digest {
+		w.Digest[i] = d
+	}
+	return w
+}
+
 // TestCheckMembership: the members of a new world (3 ranks in process) say
 // where they come from; a member that some take for continuing and others
 // for a newcomer is found on every rank, and only then.
@@ -36,6 +44,13 @@ func TestCheckMembership(t *testing.T) {
 		// c was declared dead (world 2 is a, b) and calls Shrink from
 		// world 1 while a and b Grow it back in.
 		{"shrink back from exclusion", []*bootstrap.World{ptr(worldOf(0, 2, "a", "b")), ptr(worldOf(1, 2, "a", "b")), ptr(worldOf(2, 1, "a", "b", "c"))}, []int{2}},
+		// A partition healed: a and b shrank to world 2 without c, and c
+		// to a world 2 of itself; both sides grew into one world. Every
+		// member is contested; the larger side went on.
+		{"healed partition", []*bootstrap.World{ptr(digested(worldOf(0, 2, "a", "b"), 9)), ptr(digested(worldOf(1, 2, "a", "b"), 9)), ptr(digested(worldOf(0, 2, "c"), 1))}, []int{2}},
+		// Two sides of a size (a alone, b alone; c joins): the one with
+		// the lower digest went on.
+		{"healed partition, sides of a size", []*bootstrap.World{ptr(digested(worldOf(0, 2, "a"), 7)), ptr(digested(worldOf(0, 2, "b"), 3)), nil}, []int{0}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

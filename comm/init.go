@@ -133,8 +133,8 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		ctl.Close()
 	})
 	if w := node.World(); w.Epoch > 1 { // joined a running job: a member back from exclusion? (expel.go)
-		if contested, err := c.checkMembership(ctx, w, nil); err == nil && len(contested) > 0 {
-			c.expelled(contested, "init")
+		if out, err := c.checkMembership(ctx, w, nil); err == nil && len(out) > 0 {
+			c.expelled(out, "init")
 		}
 	}
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)

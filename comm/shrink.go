@@ -159,9 +159,9 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 				return n, nil
 			}
 			// A member the others had left out, back (expel.go).
-			if contested, cerr := n.checkMembership(ctx, w, &from); cerr == nil && len(contested) > 0 {
-				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, contested)
-				if xerr := n.expelled(contested, op); xerr != nil {
+			if out, cerr := n.checkMembership(ctx, w, &from); cerr == nil && len(out) > 0 {
+				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, out)
+				if xerr := n.expelled(out, op); xerr != nil {
 					n.conn.stop()
 					n.eng.CloseContext(ctx)
 					return fail(n.rank, ErrExpelled)
