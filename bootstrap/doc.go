@@ -134,6 +134,15 @@
 // that gossip dropped but that Config.Running shows running stays in it,
 // as it stays unreported.
 //
+// Grow admits the ranks waiting to join (grow.go): every live rank of the
+// job, in the order they were started with. A member of the current world
+// that is out of the view is left out only once it is known gone
+// (evidence, a leave, or a gossip death whose last call went unanswered):
+// two committed tables of one epoch cannot share a member, but they can
+// be disjoint, and members that took each other for dead for a moment (a
+// rank back from a partition spreads the deaths it saw as it rejoins)
+// grew into disjoint worlds.
+//
 // # Concurrency
 //
 // Node methods are safe for concurrent use, except that Form and Shrink

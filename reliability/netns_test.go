@@ -6,9 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-hpc/gorun/comm"
 )
 
 // netnsPair is two network namespaces ("hosts") joined by a veth pair.
@@ -173,6 +176,127 @@ func TestGrowAcrossHosts(t *testing.T) {
 		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)}, victim)
 	restarted := time.Now()
 	j.restart(victim, "REL_RESTARTED=1")
+	for _, rk := range j.ranks {
+		g := checkGrown(ctx, t, j, rk)
+		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
+	}
+}
+
+// TestPartitionHealExpelsLoneRank cuts one "host" off from the other and
+// heals the cut, over real networking, with "grow" ranks over tcp
+// (childGrow: shrink on a failure, grow when ranks wait to join), two
+// ways: ranks 0-2 on one host and rank 3 on the other, and ranks 0-1
+// against 2-3. With the link down, each side shrinks to a world of its
+// own ranks (RELIABILITY gap 15: no quorum). With the link up again, each
+// sees the other's ranks as joiners and grows: one side must go on, the
+// larger or, of two of a size, the one whose world has the lower digest
+// (bootstrap/expel.go, comm/expel.go), and every rank of the other must
+// fail with comm.ErrExpelled, while no rank of the side that goes on takes
+// the expelled processes for ranks to admit. Then the expelled ranks are
+// started again, as gorun --max-restarts would, and all four end grown,
+// each at its own rank of 4, every result right.
+//
+// Before 2026-11-29 (3 of the first 10 runs of the 3|1 split) the three,
+// as the healed rank spread the deaths it had seen, each took the others
+// for dead for a moment and grew into disjoint worlds of one epoch
+// (bootstrap's growTable), or both sides grew into one world and every
+// rank was expelled (comm's checkMembership).
+func TestPartitionHealExpelsLoneRank(t *testing.T) {
+	for _, split := range []struct {
+		name  string
+		first int // ranks on the first host; the rest on the second
+	}{{"3|1", 3}, {"2|2", 2}} {
+		t.Run(split.name, func(t *testing.T) { partitionHeal(t, split.first) })
+	}
+}
+
+func partitionHeal(t *testing.T, first int) {
+	p := newNetnsPair(t)
+	host := func(r int) int { return min(r/first, 1) }
+	side := func(h int) []int { // the ranks on host h
+		if h == 0 {
+			return []int{0, 1, 2, 3}[:first]
+		}
+		return []int{0, 1, 2, 3}[first:]
+	}
+	rankEnv := map[int][]string{}
+	for r := range 4 {
+		rankEnv[r] = []string{"GORUN_SOCKET_IFNAME=" + p.veth[host(r)]}
+	}
+	j := startJob(t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
+		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1", "GORUN_DEBUG=" + os.Getenv("REL_DEBUG")}, rankEnv: rankEnv,
+		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for _, rk := range j.ranks {
+		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	cut := time.Now()
+	if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "down"); err != nil {
+		t.Fatal(err)
+	}
+	for _, rk := range j.ranks {
+		e, ok := rk.waitEvent(ctx, "shrunk")
+		if !ok {
+			t.Fatalf("rank %d did not shrink after the cut\n%s", rk.id, j.logs())
+		}
+		if want := slices.Index(side(host(rk.id)), rk.id); e.Iter != want {
+			t.Fatalf("rank %d shrank to rank %d, want %d of its side\n%s", rk.id, e.Iter, want, j.logs())
+		}
+		t.Logf("rank %d shrank to rank %d %v after the cut", rk.id, e.Iter, time.Unix(0, e.T).Sub(cut).Round(time.Millisecond))
+	}
+	healed := time.Now()
+	if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "up"); err != nil {
+		t.Fatal(err)
+	}
+	// The first rank to fail names the side that does not go on.
+	lost := -1
+	for lost < 0 {
+		for _, rk := range j.ranks {
+			if _, ok := rk.event("wrong"); ok {
+				lost = host(rk.id)
+				break
+			}
+		}
+		if lost >= 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no rank failed after the heal: both sides go on\n%s", j.logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if first != 2 && lost != 1 {
+		t.Fatalf("the side of %d ranks was expelled, not the single rank\n%s", first, j.logs())
+	}
+	for _, r := range side(lost) {
+		rk := j.ranks[r]
+		e, ok := rk.waitEvent(ctx, "wrong")
+		if !ok || !strings.Contains(e.Err, comm.ErrExpelled.Error()) {
+			t.Fatalf("rank %d, of the side that does not go on: %+v, want its Grow to fail with ErrExpelled\n%s", r, e, j.logs())
+		}
+		t.Logf("rank %d expelled %v after the heal: %s", r, time.Unix(0, e.T).Sub(healed).Round(time.Millisecond), e.Err)
+		if _, _, ok := rk.exit(20 * time.Second); !ok {
+			t.Fatalf("rank %d did not exit after its error\n%s", r, rk.log())
+		}
+	}
+	for _, r := range side(1 - lost) {
+		rk := j.ranks[r]
+		if e, bad := rk.event("wrong"); bad {
+			t.Fatalf("rank %d, of the side that goes on: %s\n%s", r, e.Err, j.logs())
+		}
+		if _, grown := rk.event("grown"); grown {
+			t.Fatalf("rank %d grew before the expelled ranks were restarted: it admitted an expelled process\n%s", r, j.logs())
+		}
+	}
+	restarted := time.Now()
+	for _, r := range side(lost) {
+		j.restart(r, "REL_RESTARTED=1")
+	}
 	for _, rk := range j.ranks {
 		g := checkGrown(ctx, t, j, rk)
 		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
