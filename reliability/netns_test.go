@@ -90,7 +90,9 @@ func (p *netnsPair) netem(i int, args ...string) error {
 // 2-3) over tcp: first through a lossy, slow, corrupting link (tc netem
 // delay 2ms, loss 2%, corrupt 1%: TCP's own checksum and retransmission
 // must keep every result right), then with the link down. Both sides must
-// fail within the timeout, each naming a rank on the other side.
+// fail within the timeout, each naming a rank on the other side. Each
+// "host" has a hostname of its own (p.host), as since 2026-11-29: before,
+// gorun took the two namespaces for one host and a rank for a local one.
 func TestPartitionBetweenHosts(t *testing.T) {
 	p := newNetnsPair(t)
 	netem := p.netem(0, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil && p.netem(1, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil
@@ -102,7 +104,7 @@ func TestPartitionBetweenHosts(t *testing.T) {
 	j := startJob(t, jobSpec{n: 4, role: "coll", transport: "tcp", timeout: timeout, seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000),
 		env:     []string{"REL_OP=allreduce", "REL_COUNT=4096", "REL_REINIT=0"},
 		rankEnv: map[int][]string{0: {"GORUN_SOCKET_IFNAME=" + p.veth[0]}, 1: {"GORUN_SOCKET_IFNAME=" + p.veth[0]}, 2: {"GORUN_SOCKET_IFNAME=" + p.veth[1]}, 3: {"GORUN_SOCKET_IFNAME=" + p.veth[1]}},
-		wrap:    func(r int) []string { return []string{"ip", "netns", "exec", p.ns[host(r)]} }})
+		wrap:    p.host(host)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, rk := range j.ranks {
