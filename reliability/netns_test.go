@@ -91,8 +91,8 @@ func (p *netnsPair) netem(i int, args ...string) error {
 // delay 2ms, loss 2%, corrupt 1%: TCP's own checksum and retransmission
 // must keep every result right), then with the link down. Both sides must
 // fail within the timeout, each naming a rank on the other side. Each
-// "host" has a hostname of its own (p.host), as since 2026-11-29: before,
-// gorun took the two namespaces for one host and a rank for a local one.
+// "host" has a hostname of its own (p.host); without one (before
+// 2026-11-29), gorun took the two namespaces for one host.
 func TestPartitionBetweenHosts(t *testing.T) {
 	p := newNetnsPair(t)
 	netem := p.netem(0, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil && p.netem(1, "delay", "2ms", "loss", "2%", "corrupt", "1%") == nil
