@@ -107,6 +107,21 @@ func fakeRank(mode string, args []string) int {
 		wg.Wait()
 		os.Stdout.WriteString("no newline at end rank=" + rank)
 		return 0
+	case "restart":
+		// Rank 1 fails on its first start; restarted (--max-restarts), it
+		// prints what a restarted rank gets and writes a file the others
+		// wait for, so that none ends first.
+		if rank == "1" && os.Getenv(EnvRestart) == "" {
+			return 7
+		}
+		if rank == "1" {
+			fmt.Printf("restart=%s fault=%q token=%s\n", os.Getenv(EnvRestart), os.Getenv(EnvFault), os.Getenv(EnvJobToken))
+			os.WriteFile(filepath.Join(dir, "restarted"), nil, 0o644)
+			return 0
+		}
+		waitForFiles(dir, "restarted", 1)
+		fmt.Printf("token=%s\n", os.Getenv(EnvJobToken))
+		return 0
 	case "fail":
 		// The rank named by GORUN_TEST_FAIL exits with status 7 (or kills
 		// itself with SIGSEGV for "segv"); the others wait to be stopped

@@ -2,9 +2,6 @@ package launcher
 
 import (
 	"fmt"
-	"os/exec"
-	"strconv"
-	"strings"
 
 	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
@@ -20,23 +17,14 @@ const EnvMaxRestarts = jobenv.MaxRestarts
 
 // restart starts failed rank p again if --max-restarts allows; it reports
 // whether it did. The new process has p's command and environment but
-// GORUN_FAULT (faults are injected once) and stdin (rank 0's was
-// consumed), and GORUN_RESTART=n.
+// GORUN_FAULT (faults are injected once) and rank 0's stdin, and
+// GORUN_RESTART=n, on this machine or through the launch agent (rankCmd).
 func (r *runner) restart(p *proc, why *RankError) bool {
-	if r.stopping || p.rank < 0 || p.restarts >= r.cfg.MaxRestarts {
+	if r.stopping || p.rank < 0 || p.remake == nil || p.restarts >= r.cfg.MaxRestarts {
 		return false
 	}
-	old := p.cmd
-	cmd := exec.Command(old.Path, old.Args[1:]...)
-	cmd.Dir = old.Dir
-	for _, kv := range old.Env {
-		if !strings.HasPrefix(kv, EnvFault+"=") && !strings.HasPrefix(kv, EnvRestart+"=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
 	p.restarts++
-	cmd.Env = append(cmd.Env, EnvRestart+"="+strconv.Itoa(p.restarts))
-	p.cmd, p.done = cmd, false
+	p.cmd, p.done = p.remake(p.restarts), false
 	if err := r.start(p, r.exits); err != nil {
 		p.done = true
 		r.con.message(fmt.Sprintf("gorun: %v; restarting it failed: %v", why, err))

@@ -160,8 +160,7 @@ func Run(ctx context.Context, cfg Config) error {
 		stop := r.offerAddRanks(ctx, j, func(rank int) *proc {
 			prog, args := appOf(apps, progs, cfg.NP-1)
 			p := rankProc(cfg, prog, args, j, Slot{Rank: rank, Host: slots[0].Host, LocalRank: rank, LocalSize: rank + 1}, con)
-			p.cmd.Stdin = nil
-			p.cmd.Env = append(p.cmd.Env, EnvRestart+"=0") // it joins a running job, as a restarted rank does
+			p.cmd = p.remake(0) // it joins a running job, as a restarted rank does
 			return p
 		})
 		defer stop()
@@ -173,39 +172,64 @@ func Run(ctx context.Context, cfg Config) error {
 
 // rankProc prepares the command of one rank.
 func rankProc(cfg Config, prog string, args []string, j *jobEnv, s Slot, con *console) *proc {
-	var cmd *exec.Cmd
-	var stdin io.Reader
-	if s.Rank == 0 {
-		stdin = cfg.Stdin
-	}
-	if isLocalHost(s.Host) {
-		cmd = exec.Command(prog, args...)
-		cmd.Dir = cfg.WorkDir
-		cmd.Env = localEnv(j.rankVars(s))
-		cmd.Stdin = stdin
-	} else {
-		agent := cfg.LaunchAgent
-		if agent == nil {
-			agent = DefaultAgent
-		}
-		dir := cfg.WorkDir
-		if dir == "" {
-			dir, _ = os.Getwd()
-		}
-		a := remoteArgv(agent, s.Host, dir, j.remoteVars(s), append([]string{prog}, args...))
-		cmd = exec.Command(a[0], a[1:]...)
-		cmd.Env = localEnv(nil)
-		// The token's line, then rank 0's input.
-		in := []io.Reader{strings.NewReader(j.token + "\n")}
-		if stdin != nil {
-			in = append(in, stdin)
-		}
-		cmd.Stdin = io.MultiReader(in...)
-	}
-	p := &proc{rank: s.Rank, host: s.Host, cmd: cmd}
+	p := &proc{rank: s.Rank, host: s.Host, cmd: rankCmd(cfg, prog, args, j, s, -1)}
+	p.remake = func(restart int) *exec.Cmd { return rankCmd(cfg, prog, args, j, s, restart) }
 	p.stdout = newRankWriter(con, cfg.Stdout, s.Rank, !cfg.NoTag)
 	p.stderr = newRankWriter(con, cfg.Stderr, s.Rank, !cfg.NoTag)
 	return p
+}
+
+// rankCmd is the command of the rank in slot s. A rank that joins a
+// running job (restart ≥ 0: restarted by --max-restarts, or added by
+// --add-ranks with 0) gets GORUN_RESTART=restart, no GORUN_FAULT (faults
+// are injected once) and not rank 0's stdin; on a remote host all three
+// go through the agent's command line and stdin as for the rank's first
+// start, the job token's line included. Before 2026-11-29 a restart copied
+// the first command and changed only the local process's environment: a
+// remote rank came back with an empty token, the fault and no
+// GORUN_RESTART, and never rejoined.
+func rankCmd(cfg Config, prog string, args []string, j *jobEnv, s Slot, restart int) *exec.Cmd {
+	var stdin io.Reader
+	if s.Rank == 0 && restart < 0 {
+		stdin = cfg.Stdin
+	}
+	joining := func(vars []string) []string {
+		if restart < 0 {
+			return vars
+		}
+		out := make([]string, 0, len(vars)+1)
+		for _, kv := range vars {
+			if !strings.HasPrefix(kv, EnvFault+"=") && !strings.HasPrefix(kv, EnvRestart+"=") {
+				out = append(out, kv)
+			}
+		}
+		return append(out, EnvRestart+"="+strconv.Itoa(restart))
+	}
+	if isLocalHost(s.Host) {
+		cmd := exec.Command(prog, args...)
+		cmd.Dir = cfg.WorkDir
+		cmd.Env = joining(localEnv(j.rankVars(s)))
+		cmd.Stdin = stdin
+		return cmd
+	}
+	agent := cfg.LaunchAgent
+	if agent == nil {
+		agent = DefaultAgent
+	}
+	dir := cfg.WorkDir
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	a := remoteArgv(agent, s.Host, dir, joining(j.remoteVars(s)), append([]string{prog}, args...))
+	cmd := exec.Command(a[0], a[1:]...)
+	cmd.Env = localEnv(nil)
+	// The token's line, then rank 0's input.
+	in := []io.Reader{strings.NewReader(j.token + "\n")}
+	if stdin != nil {
+		in = append(in, stdin)
+	}
+	cmd.Stdin = io.MultiReader(in...)
+	return cmd
 }
 
 // agentOf is the launch agent cfg uses for remote hosts.

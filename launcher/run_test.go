@@ -330,6 +330,36 @@ func TestTunablesReachRemoteRanks(t *testing.T) {
 	}
 }
 
+// A rank restarted on a remote host (--max-restarts) gets what a rank
+// joining the running job needs through the agent, as at its first start:
+// the job token on its stdin, GORUN_RESTART on its command line, and not
+// the fault (the fake ssh passes only PATH and HOME). Before 2026-11-29 a
+// restart changed only the local agent's environment and gave it no stdin:
+// the remote rank came back with an empty token, the fault, and no
+// GORUN_RESTART, and never rejoined (seen over real ssh on the namespace
+// cluster).
+func TestRestartOnRemoteHost(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "ssh")); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	out, stderr, err := runJob(t, "restart", Config{NP: 2, Hosts: []Host{{Name: "node1", Slots: 2}},
+		LaunchAgent: []string{filepath.Join(bin, "ssh")}, Elastic: true, MaxRestarts: 1, Fault: "rank=1:kill:write:40",
+		Export: []string{"GORUN_TEST_DIR=" + dir}})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	lines := rankLines(t, out)
+	token, ok := strings.CutPrefix(strings.Join(lines[0], ""), "token=")
+	if !ok || token == "" {
+		t.Fatalf("rank 0 printed %q, want its token\n%s", lines[0], stderr)
+	}
+	if want := fmt.Sprintf("restart=1 fault=\"\" token=%s", token); len(lines[1]) != 1 || lines[1][0] != want {
+		t.Fatalf("restarted rank 1 printed %q, want %q\n%s", lines[1], want, stderr)
+	}
+}
+
 // TestFreePortAndNext: the seed port is free for TCP and UDP, and the next
 // one (torch's store under gorun's backend) for TCP, below the ephemeral
 // range.

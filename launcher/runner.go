@@ -25,6 +25,9 @@ type proc struct {
 	done   bool
 
 	restarts int // times restarted (--max-restarts, restart.go)
+	// remake is the rank's command for a start that joins the running
+	// job, GORUN_RESTART=n (rankCmd); nil under srun.
+	remake func(restart int) *exec.Cmd
 }
 
 type exit struct {
