@@ -241,6 +241,25 @@ func TestUnseenMemberNotReportedAtInstall(t *testing.T) {
 	}
 }
 
+// nodeOfThree starts a node with cfg and installs a world of epoch of
+// it (rank 0) and two members that run nowhere, r1 and r2; the node is
+// closed when the test ends.
+func nodeOfThree(t *testing.T, cfg Config, epoch uint32) (*Node, World) {
+	t.Helper()
+	n, err := Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	w := World{Rank: 0, Size: 3, Epoch: epoch, Members: []Member{
+		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
+		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
+		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
+	}}
+	n.install(w)
+	return n, w
+}
+
 // TestShrinkKeepsRunningMember: a member that gossip dropped but whose
 // process the kernel shows running on this host stays in the next
 // world's table (it is not reported either, and keeps itself in its own
@@ -248,17 +267,7 @@ func TestUnseenMemberNotReportedAtInstall(t *testing.T) {
 func TestShrinkKeepsRunningMember(t *testing.T) {
 	cfg := testConfig("keeps", 0, 3)
 	cfg.Running = func(m Member) bool { return m.Name == "r1" }
-	n, err := Start(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
-		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
-		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
-		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
-	}}
-	n.install(w)
+	n, w := nodeOfThree(t, cfg, 1)
 	n.viewMu.Lock()
 	n.departed["r1"], n.departed["r2"] = true, true // both dropped by gossip
 	n.viewMu.Unlock()
@@ -280,17 +289,7 @@ func TestShrinkKeepsRunningMember(t *testing.T) {
 // each other dead for a moment grew into disjoint worlds.
 func TestGrowWaitsForMemberOutOfView(t *testing.T) {
 	cfg := testConfig("growwaits", 0, 3)
-	n, err := Start(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	w := World{Rank: 0, Size: 3, Epoch: 2, Members: []Member{
-		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
-		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
-		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
-	}}
-	n.install(w)
+	n, _ := nodeOfThree(t, cfg, 2)
 	me := peer{name: n.Name(), addr: n.Addr(), meta: meta{Rank: 0, Size: 3, JobID: cfg.JobID}}
 	r2 := peer{name: "r2", addr: "127.0.0.1:2", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID}}
 	peers := map[string]peer{me.name: me, r2.name: r2} // r1 dropped by gossip

@@ -25,12 +25,7 @@ func TestGrowAfterRestart(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			j := growJobAfterKill(ctx, t, tr, victim, "REL_REINIT=0")
-			restarted := time.Now()
-			j.restart(victim, "REL_RESTARTED=1")
-			for _, rk := range j.ranks {
-				g := checkGrown(ctx, t, j, rk)
-				t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
-			}
+			restartGrown(ctx, t, j, victim)
 		})
 	}
 }
@@ -93,6 +88,21 @@ func growSpecAfterKill(ctx context.Context, t *testing.T, spec jobSpec, victim i
 		}
 	}
 	return j
+}
+
+// restartGrown starts the ranks victims of j again, as gorun
+// --max-restarts would, and checks that every rank ends grown
+// (checkGrown), logging how long after the restart.
+func restartGrown(ctx context.Context, t *testing.T, j *job, victims ...int) {
+	t.Helper()
+	restarted := time.Now()
+	for _, r := range victims {
+		j.restart(r, "REL_RESTARTED=1")
+	}
+	for _, rk := range j.ranks {
+		g := checkGrown(ctx, t, j, rk)
+		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
+	}
 }
 
 // checkGrown waits for rk's report and checks that it ended grown, as its

@@ -176,12 +176,7 @@ func TestGrowAcrossHosts(t *testing.T) {
 	j := growSpecAfterKill(ctx, t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
 		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, rankEnv: rankEnv,
 		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)}, victim)
-	restarted := time.Now()
-	j.restart(victim, "REL_RESTARTED=1")
-	for _, rk := range j.ranks {
-		g := checkGrown(ctx, t, j, rk)
-		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
-	}
+	restartGrown(ctx, t, j, victim)
 }
 
 // TestPartitionHealExpelsLoneRank cuts one "host" off from the other and
@@ -295,12 +290,5 @@ func partitionHeal(t *testing.T, first int) {
 			t.Fatalf("rank %d grew before the expelled ranks were restarted: it admitted an expelled process\n%s", r, j.logs())
 		}
 	}
-	restarted := time.Now()
-	for _, r := range side(lost) {
-		j.restart(r, "REL_RESTARTED=1")
-	}
-	for _, rk := range j.ranks {
-		g := checkGrown(ctx, t, j, rk)
-		t.Logf("rank %d: %s, %v after the restart", rk.id, g.Err, time.Unix(0, g.T).Sub(restarted).Round(time.Millisecond))
-	}
+	restartGrown(ctx, t, j, side(lost)...)
 }
