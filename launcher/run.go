@@ -181,13 +181,14 @@ func rankProc(cfg Config, prog string, args []string, j *jobEnv, s Slot, con *co
 
 // rankCmd is the command of the rank in slot s. A rank that joins a
 // running job (restart ≥ 0: restarted by --max-restarts, or added by
-// --add-ranks with 0) gets GORUN_RESTART=restart, no GORUN_FAULT (faults
-// are injected once) and not rank 0's stdin; on a remote host all three
-// go through the agent's command line and stdin as for the rank's first
-// start, the job token's line included. Before 2026-11-29 a restart copied
-// the first command and changed only the local process's environment: a
-// remote rank came back with an empty token, the fault and no
-// GORUN_RESTART, and never rejoined.
+// --add-ranks with 0) gets GORUN_RESTART=restart and not rank 0's stdin,
+// and a restarted one no GORUN_FAULT (faults are injected once: an added
+// rank's first start keeps them); on a remote host this goes through the
+// agent's command line and stdin as for the rank's first start, the job
+// token's line included. Before 2026-11-29 a restart copied the first
+// command and changed only the local process's environment: a remote rank
+// came back with an empty token, the fault and no GORUN_RESTART, and
+// never rejoined. (--add-ranks starts ranks on this machine only.)
 func rankCmd(cfg Config, prog string, args []string, j *jobEnv, s Slot, restart int) *exec.Cmd {
 	var stdin io.Reader
 	if s.Rank == 0 && restart < 0 {
@@ -199,7 +200,7 @@ func rankCmd(cfg Config, prog string, args []string, j *jobEnv, s Slot, restart 
 		}
 		out := make([]string, 0, len(vars)+1)
 		for _, kv := range vars {
-			if !strings.HasPrefix(kv, EnvFault+"=") && !strings.HasPrefix(kv, EnvRestart+"=") {
+			if !(restart > 0 && strings.HasPrefix(kv, EnvFault+"=")) && !strings.HasPrefix(kv, EnvRestart+"=") {
 				out = append(out, kv)
 			}
 		}

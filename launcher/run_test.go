@@ -360,6 +360,31 @@ func TestRestartOnRemoteHost(t *testing.T) {
 	}
 }
 
+// rankCmd's environment for a rank that joins a running job: GORUN_RESTART
+// for both, and the fault only for an added rank's first start (--add-ranks,
+// restart 0), not for a restarted rank's.
+func TestRankCmdJoining(t *testing.T) {
+	j := &jobEnv{size: 2, seeds: "127.0.0.1:1", jobID: "job", token: "tok", extra: []string{EnvFault + "=rank=2:kill:write:1"}}
+	s := Slot{Rank: 2, Host: "localhost", LocalRank: 2, LocalSize: 3}
+	for _, c := range []struct {
+		restart   int
+		fault     bool
+		restartKV string
+	}{{-1, true, ""}, {0, true, "0"}, {1, false, "1"}, {2, false, "2"}} {
+		env := map[string]string{}
+		for _, kv := range rankCmd(Config{}, "prog", nil, j, s, c.restart).Env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		if _, has := env[EnvFault]; has != c.fault {
+			t.Errorf("restart %d: %s set %v, want %v", c.restart, EnvFault, has, c.fault)
+		}
+		if got := env[EnvRestart]; got != c.restartKV {
+			t.Errorf("restart %d: %s=%q, want %q", c.restart, EnvRestart, got, c.restartKV)
+		}
+	}
+}
+
 // TestFreePortAndNext: the seed port is free for TCP and UDP, and the next
 // one (torch's store under gorun's backend) for TCP, below the ephemeral
 // range.
