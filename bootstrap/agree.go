@@ -107,6 +107,13 @@ func shrinkTable(peers map[string]peer, old World, out map[string]bool) proposal
 // table; leaving it out of the others' tables stalled the shrink until it
 // refuted (at 1,000 members in one process, 124 of them at once).
 func (n *Node) left() map[string]bool {
+	return n.outOfWorld(func(name string) bool { return !n.runningLocked(name) })
+}
+
+// outOfWorld is the set of members that evidence found gone, that said
+// they leave, or that gossip dropped and dropped (called with n.mu held)
+// counts out.
+func (n *Node) outOfWorld(dropped func(name string) bool) map[string]bool {
 	out := make(map[string]bool)
 	var departed []string
 	n.viewMu.Lock()
@@ -119,7 +126,7 @@ func (n *Node) left() map[string]bool {
 	n.viewMu.Unlock()
 	n.mu.Lock()
 	for _, name := range departed {
-		if !n.runningLocked(name) {
+		if dropped(name) {
 			out[name] = true
 		}
 	}

@@ -125,6 +125,17 @@ func (n *Node) heardRunning(m message) {
 	n.signal()
 }
 
+// WentOn says whether the job went on in world a rather than in world b,
+// two worlds ranks come from (comm's membership check): the later epoch,
+// or of two of one epoch, the sides of a partition, the one that goes on
+// (goesOn). Of two equal worlds neither.
+func WentOn(a, b World) bool {
+	if a.Epoch != b.Epoch {
+		return a.Epoch > b.Epoch
+	}
+	return goesOn(a.Size, a.Digest, b.Size, b.Digest)
+}
+
 // goesOn says whether, of two worlds of one epoch (the two sides of a
 // partition), the first (size ranks, digest d) goes on rather than the
 // second: the larger, or of two of a size the one with the lower digest.

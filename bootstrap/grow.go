@@ -149,23 +149,7 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 // dropped that does not run on this host before its last call ends; a
 // Grow, which no failure calls for, waits for the call.
 func (n *Node) growOut() map[string]bool {
-	out := make(map[string]bool)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.viewMu.Lock()
-	defer n.viewMu.Unlock()
-	for name := range n.gone {
-		out[name] = true
-	}
-	for name := range n.departed {
-		if n.reported[name] {
-			out[name] = true
-		}
-	}
-	for name := range n.leaving {
-		out[name] = true
-	}
-	return out
+	return n.outOfWorld(func(name string) bool { return n.reported[name] })
 }
 
 func b2i(b bool) int {

@@ -67,7 +67,7 @@ type Node struct {
 	// every critical section of viewMu is a few map operations.
 	viewMu  sync.Mutex
 	peers   map[string]peer
-	viewGen uint64          // incremented on every change of peers
+	viewGen uint64          // incremented on every change of peers, and when a member is reported after its last call (growOut)
 	outGen  uint64          // incremented when a member leaves peers, comes back, changes its Leaving flag, is found gone or says it leaves
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
 	// goneAddr is the gossip address of each member in gone, for the

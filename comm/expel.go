@@ -31,7 +31,6 @@ package comm
 // grew into one world lost every rank.
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -79,55 +78,49 @@ func (n *Comm) checkMembership(ctx context.Context, w bootstrap.World, from *boo
 		return nil, nil // every rank found none: none takes the second step
 	}
 	// Which world each rank comes from (originOf), and of those the one
-	// the job went on in.
-	const rec = 8 + len(bootstrap.World{}.Digest)
-	all := make([]uint8, rec*w.Size)
+	// the job went on in (bootstrap.WentOn, as the bootstrap decides it).
+	all := make([]uint8, originLen*w.Size)
 	if err := AllGather(ctx, n, originOf(from), all); err != nil {
 		return nil, err
 	}
-	went := all[:0:0]
-	for r := range w.Size {
-		if o := all[r*rec : (r+1)*rec]; wentOnIn(o, went) {
+	went := originAt(all, 0)
+	for r := 1; r < w.Size; r++ {
+		if o := originAt(all, r); bootstrap.WentOn(o, went) {
 			went = o
 		}
 	}
 	var out []int
 	for _, r := range contested {
-		if !bytes.Equal(all[r*rec:(r+1)*rec], went) {
+		if o := originAt(all, r); o.Epoch != went.Epoch || o.Size != went.Size || o.Digest != went.Digest {
 			out = append(out, r)
 		}
 	}
 	return out, nil
 }
 
+// originLen is the length of originOf's record.
+const originLen = 8 + len(bootstrap.World{}.Digest)
+
 // originOf is the record of the world a rank comes from for
 // checkMembership: its epoch, its size and its digest; zero for a rank
 // that joins (nil).
 func originOf(from *bootstrap.World) []uint8 {
-	o := make([]uint8, 8, 8+len(bootstrap.World{}.Digest))
-	if from == nil {
-		return append(o, make([]uint8, len(bootstrap.World{}.Digest))...)
+	o := make([]uint8, originLen)
+	if from != nil {
+		binary.BigEndian.PutUint32(o, from.Epoch)
+		binary.BigEndian.PutUint32(o[4:], uint32(from.Size))
+		copy(o[8:], from.Digest[:])
 	}
-	binary.BigEndian.PutUint32(o, from.Epoch)
-	binary.BigEndian.PutUint32(o[4:], uint32(from.Size))
-	return append(o, from.Digest[:]...)
+	return o
 }
 
-// wentOnIn says whether the job went on in the world of record o rather
-// than in that of record than (originOf; empty: none yet): of a later
-// epoch, or of the same epoch larger, or of the same size with the lower
-// digest. A joiner's record (epoch 0) never wins over a member's.
-func wentOnIn(o, than []uint8) bool {
-	if len(than) == 0 {
-		return true
-	}
-	if c := bytes.Compare(o[:4], than[:4]); c != 0 {
-		return c > 0
-	}
-	if c := bytes.Compare(o[4:8], than[4:8]); c != 0 {
-		return c > 0
-	}
-	return bytes.Compare(o[8:], than[8:]) < 0
+// originAt decodes rank r's record of all (originOf) into the world's
+// epoch, size and digest.
+func originAt(all []uint8, r int) bootstrap.World {
+	o := all[r*originLen : (r+1)*originLen]
+	w := bootstrap.World{Epoch: binary.BigEndian.Uint32(o), Size: int(binary.BigEndian.Uint32(o[4:]))}
+	copy(w.Digest[:], o[8:])
+	return w
 }
 
 // expelled fails n after checkMembership found expelled members: on an

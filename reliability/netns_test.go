@@ -221,7 +221,7 @@ func partitionHeal(t *testing.T, first int) {
 		rankEnv[r] = []string{"GORUN_SOCKET_IFNAME=" + p.veth[host(r)]}
 	}
 	j := startJob(t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
-		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1", "GORUN_DEBUG=" + os.Getenv("REL_DEBUG")}, rankEnv: rankEnv,
+		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, rankEnv: rankEnv,
 		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
