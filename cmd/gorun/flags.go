@@ -15,6 +15,7 @@ import (
 	"github.com/gorun-hpc/gorun/comm"
 	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/launcher"
+	"github.com/gorun-hpc/gorun/transport/rdma/faulty"
 )
 
 // errHelp is returned for -h: print usage, exit 0.
@@ -207,7 +208,36 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 			return cfg, fmt.Errorf("%w: -np is required without -H or --hostfile", launcher.ErrUsage)
 		}
 	}
+	if err := checkFault(cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// checkFault checks --fault as every rank's Init would parse it, before any
+// rank starts: a malformed rule (a ',' for a ';') would otherwise fail
+// every rank's Init, and --max-restarts restart them all. A rule that names
+// a rank the job never has would never fire: that is an error too. The
+// ranks of a job under --nnodes are counted on each node, and are not
+// checked.
+func checkFault(cfg launcher.Config) error {
+	if cfg.Fault == "" {
+		return nil
+	}
+	ranks, err := faulty.Ranks(cfg.Fault)
+	if err != nil {
+		return fmt.Errorf("%w: --fault %q: %s", launcher.ErrUsage, cfg.Fault, strings.TrimPrefix(err.Error(), "faulty: "))
+	}
+	size := cfg.NP
+	if cfg.Elastic {
+		size = max(size, cfg.MaxNP)
+	}
+	for _, r := range ranks {
+		if r >= size && cfg.NNodes == 0 {
+			return fmt.Errorf("%w: --fault %q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, cfg.Fault, r, size-1)
+		}
+	}
+	return nil
 }
 
 func isHelp(err error) bool { return errors.Is(err, errHelp) || errors.Is(err, errVersion) }

@@ -131,6 +131,17 @@ func TestParseArgs(t *testing.T) {
 		}},
 		{args: []string{"-np", "2", "--algo", "allreduce:nosuch", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--debug", "loud", "prog"}, bad: true},
+		// So is --fault: its syntax, and the ranks its rules name.
+		{args: []string{"-np", "2", "--fault", "rank=1,kill", "prog"}, bad: true},
+		{args: []string{"-np", "2", "--fault", "rank=1:kill:write:x", "prog"}, bad: true},
+		{args: []string{"-np", "2", "--fault", "rank=1:kill;rank=2:freeze", "prog"}, bad: true},
+		{args: []string{"-np", "2", "--fault", "rank=1:kill;freeze:send", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Fault = 2, "prog", []string{}, "rank=1:kill;freeze:send"
+		}},
+		// A rank that only a grown job has.
+		{args: []string{"-np", "2", "--elastic", "--max-np", "4", "--fault", "rank=3:kill", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Elastic, c.MaxNP, c.Fault = 2, "prog", []string{}, true, 4, "rank=3:kill"
+		}},
 		{args: []string{"-np", "2"}, bad: true},
 		{args: []string{"prog"}, bad: true},
 		{args: []string{"-np", "x", "prog"}, bad: true},

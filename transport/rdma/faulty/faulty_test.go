@@ -3,6 +3,7 @@ package faulty
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,10 +31,16 @@ func TestParsePlan(t *testing.T) {
 	if len(all.Rules) != 1 || all.Rules[0].At != InWait {
 		t.Errorf("wait op must imply the wait point: %v", all.Rules)
 	}
-	for _, bad := range []string{"explode", "kill:teleport", "kill:write:-1", "kill:write:1:sideways", "rank=x:kill", "delay:send:1:before:soon", "a:b:c:d:e:f"} {
+	for _, bad := range []string{"explode", "kill:teleport", "kill:write:-1", "kill:write:1:sideways", "rank=x:kill", "delay:send:1:before:soon", "a:b:c:d:e:f", "rank=1,kill"} {
 		if _, err := ParsePlan(bad, 0); err == nil {
 			t.Errorf("ParsePlan(%q) accepted", bad)
 		}
+		if _, err := Ranks(bad); err == nil {
+			t.Errorf("Ranks(%q) accepted", bad)
+		}
+	}
+	if rs, err := Ranks("rank=2:kill:write:37; delay:send:0:after:5ms ;rank=1:freeze:wait:3"); err != nil || !slices.Equal(rs, []int{2, 1}) {
+		t.Errorf("Ranks = %v, %v; want [2 1]", rs, err)
 	}
 }
 

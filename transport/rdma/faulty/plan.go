@@ -98,7 +98,45 @@ type Plan struct {
 // Rules with rank=R apply only to rank R; ParsePlan keeps those for rank
 // (pass -1 to keep all).
 func ParsePlan(spec string, rank int) (*Plan, error) {
+	rs, err := parseRules(spec)
+	if err != nil {
+		return nil, err
+	}
 	p := &Plan{}
+	for _, r := range rs {
+		if r.only == -1 || rank == -1 || r.only == rank {
+			p.Rules = append(p.Rules, r.Rule)
+		}
+	}
+	return p, nil
+}
+
+// Ranks checks spec as ParsePlan does and returns the ranks its rules name
+// (rank=R), in the order given: a launcher checks them against the job's
+// ranks before any rank starts.
+func Ranks(spec string) ([]int, error) {
+	rs, err := parseRules(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, r := range rs {
+		if r.only >= 0 {
+			out = append(out, r.only)
+		}
+	}
+	return out, nil
+}
+
+// parsedRule is a rule of a spec and the rank it names (-1: every rank).
+type parsedRule struct {
+	*Rule
+	only int
+}
+
+// parseRules reads every rule of spec (ParsePlan's syntax).
+func parseRules(spec string) ([]parsedRule, error) {
+	var rs []parsedRule
 	for _, part := range strings.Split(spec, ";") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -158,9 +196,7 @@ func ParsePlan(spec string, rank int) (*Plan, error) {
 			}
 			r.Delay = d
 		}
-		if only == -1 || rank == -1 || only == rank {
-			p.Rules = append(p.Rules, r)
-		}
+		rs = append(rs, parsedRule{r, only})
 	}
-	return p, nil
+	return rs, nil
 }
