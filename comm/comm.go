@@ -192,6 +192,9 @@ func (c *Comm) teardown(ctx context.Context) error {
 			err = e
 		}
 	}
+	if c.hier != nil {
+		c.hier.close(ctx)
+	}
 	for _, f := range c.onClose {
 		f()
 	}

@@ -81,7 +81,8 @@ func (c *Comm) hierFor(coll collectives.Collective, bytes int) bool {
 // belongs to the sub-communicator; elsewhere this rank is named, and
 // hierErr returns c's own error, which names the culprit. Close (stop,
 // or the engine's ErrClosed) fails nothing.
-func (c *Comm) watchHier(eng *engine.Engine, stop <-chan struct{}) {
+func (c *Comm) watchHier(eng *engine.Engine, stop <-chan struct{}, watched chan<- struct{}) {
+	defer close(watched)
 	select {
 	case <-eng.Done():
 	case <-stop:
@@ -160,12 +161,15 @@ func hierScratch[T Number](h *hierComms, a, b int) ([]T, []T) {
 }
 
 // subErr renames the rank in a sub-communicator's error to its rank in c.
-func (c *Comm) subErr(err error, local bool) error {
+func (c *Comm) subErr(err error, local bool) error { return subErrIn(c.hier, c.topo, err, local) }
+
+// subErrIn is subErr for the sub-communicators h of a communicator of
+// topology t.
+func subErrIn(h *hierComms, t Topology, err error, local bool) error {
 	var re *RankError
 	if err == nil || !errors.As(err, &re) || re.Rank < 0 {
 		return err
 	}
-	h, t := c.hier, c.topo
 	r := re.Rank
 	switch {
 	case local && r < len(t.Hosts[h.hostIdx]):

@@ -100,6 +100,11 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	from := node.World() // c's world, for checkMembership (expel.go)
 	c.conn.stop()
 	c.eng.CloseContext(ctx)
+	// c's hierarchical sub-communicators go with it: their peers may be
+	// dead, and the new communicator does not use them.
+	if c.hier != nil {
+		c.hier.close(ctx)
+	}
 	// A peer whose connection broke may be gone: the bootstrap checks at
 	// once (a refused connection is evidence) instead of waiting for
 	// gossip to declare it dead.

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/gorun-hpc/gorun/internal/numa"
 )
@@ -69,8 +70,10 @@ func myNUMANode() int16 {
 }
 
 // hierComms are the sub-communicators of the hierarchical algorithms
-// (hier.go), made once when a communicator spans hosts with more than one
-// rank on some host.
+// (hier.go), made when a communicator spans hosts with more than one rank
+// on some host (makeHierComms). The communicator closes them (close):
+// Close, or Shrink and Grow when they remake it; they are not on its
+// onClose list, which moves to the communicator Shrink or Grow makes.
 type hierComms struct {
 	local *Comm // the ranks on this host, ranked by rank
 	// cross joins the ranks with this rank's local rank on every host that
@@ -89,6 +92,33 @@ type hierComms struct {
 	// hostIdx is this rank's host index, localIdx its local rank.
 	hostIdx, localIdx int
 	scratch           []byte
+	// stop ends watchHier, which closes watched when it returns.
+	stop, watched chan struct{}
+}
+
+// subs lists h's sub-communicators that exist.
+func (h *hierComms) subs() []*Comm {
+	var out []*Comm
+	for _, x := range []*Comm{h.local, h.cross, h.back} {
+		if x != nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// close ends watchHier and closes the sub-communicators, at once, each
+// until ctx ends (a frozen peer holds none of them up for longer).
+func (h *hierComms) close(ctx context.Context) {
+	if h.stop != nil {
+		close(h.stop)
+		<-h.watched
+	}
+	var wg sync.WaitGroup
+	for _, x := range h.subs() {
+		wg.Go(func() { x.CloseContext(ctx) })
+	}
+	wg.Wait()
 }
 
 // spansHosts reports whether hierarchical algorithms apply: more than one
@@ -106,9 +136,10 @@ func (t Topology) spansHosts() bool {
 }
 
 // makeHierComms splits c into its host-local and cross-host communicators
-// when its topology calls for them. Collective over c; runs in newComm, so
-// no other operation can be in flight.
-func (c *Comm) makeHierComms(ctx context.Context) error {
+// when its topology calls for them. Collective over c; no other operation
+// may be in flight (newComm). If a Split fails, the
+// sub-communicators made before it are closed and c.hier stays nil.
+func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	t := c.topo
 	if !t.spansHosts() {
 		return nil
@@ -119,36 +150,35 @@ func (c *Comm) makeHierComms(ctx context.Context) error {
 		h.even = h.even && len(rs) == len(t.Hosts[0])
 	}
 	h.localIdx = slices.Index(t.Hosts[h.hostIdx], c.rank)
-	var err error
+	local := true // which Split failed, for the rank its error names
+	defer func() {
+		if err != nil {
+			h.close(ctx)
+			if c.eng.Err() == nil {
+				// c's own allgathers went well: the child's connections
+				// failed, and its error names a rank of the child.
+				err = subErrIn(h, t, err, local)
+			}
+		}
+	}()
 	if h.local, err = c.Split(ctx, h.hostIdx, c.rank); err != nil {
 		return err
 	}
+	local = false
 	color := h.localIdx
 	if color >= h.shards {
 		color = -1
 	}
 	if h.cross, err = c.Split(ctx, color, h.hostIdx); err != nil {
-		h.local.Close()
 		return err
 	}
 	if len(t.Hosts) == 2 && h.even {
 		if h.back, err = c.Split(ctx, color, h.hostIdx); err != nil {
-			h.local.Close()
-			h.cross.Close()
 			return err
 		}
 	}
 	c.hier = h
-	stop := make(chan struct{})
-	go c.watchHier(c.eng, stop)
-	c.onClose = append(c.onClose, func() {
-		close(stop)
-		h.local.Close()
-		for _, x := range []*Comm{h.cross, h.back} {
-			if x != nil {
-				x.Close()
-			}
-		}
-	})
+	h.stop, h.watched = make(chan struct{}), make(chan struct{})
+	go c.watchHier(c.eng, h.stop, h.watched)
 	return nil
 }
