@@ -446,12 +446,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		cfg.obs.met.devs.Store(&c.devs)
 	}
 	c.place(eps)
-	// A rank that joins a running job (world after the first: restarted,
-	// or launched to grow it) meets members that come from Grow, which
-	// connects them with the flat algorithms alone (remake): it must not
-	// split off the hierarchical algorithms' communicators either, or its
-	// Split's allgather meets their membership check's allreduce, and its
-	// large collectives run hierarchical against their flat ones.
+	// A rank that joins a running job (a world after the first: restarted,
+	// or launched to grow it) splits them off later, in Init, after the
+	// membership check, where the members whose Grow admits it split
+	// theirs (remakeHier): here its Split's allgather would meet their
+	// check's allreduce.
 	if world <= 1 {
 		if err := c.makeHierComms(ctx); err != nil {
 			c.Close()

@@ -133,8 +133,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		ctl.Close()
 	})
 	if w := node.World(); w.Epoch > 1 { // joined a running job: a member back from exclusion? (expel.go)
-		if out, err := c.checkMembership(ctx, w, nil); err == nil && len(out) > 0 {
+		switch out, err := c.checkMembership(ctx, w, nil); {
+		case err == nil && len(out) > 0:
 			c.expelled(out, "init")
+		case err == nil: // where the members that admitted it make theirs (remake)
+			c.remakeHier(ctx, "init")
 		}
 	}
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)

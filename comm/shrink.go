@@ -34,7 +34,9 @@ type shrinkState struct {
 // failure reports go to the new communicator: a survivor that dies later
 // fails its operations with ErrPeerFailed naming its new rank, as in the
 // first world (and a rank that dies during Shrink's reconnection is
-// reported to the new communicator as soon as it exists).
+// reported to the new communicator as soon as it exists). Where its ranks
+// span hosts, the new communicator runs the hierarchical algorithms, as
+// Init's does: every member splits them off again.
 func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	return c.remake(ctx, "shrink", (*bootstrap.Node).Shrink)
 }
@@ -101,7 +103,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	c.conn.stop()
 	c.eng.CloseContext(ctx)
 	// c's hierarchical sub-communicators go with it: their peers may be
-	// dead, and the new communicator does not use them.
+	// dead, and the new communicator makes its own (remakeHier).
 	if c.hier != nil {
 		c.hier.close(ctx)
 	}
@@ -163,14 +165,20 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 			if err != nil {
 				return n, nil
 			}
-			// A member the others had left out, back (expel.go).
-			if out, cerr := n.checkMembership(ctx, w, &from); cerr == nil && len(out) > 0 {
+			// A member the others had left out, back (expel.go). A check
+			// that failed or expelled a member leaves n failed: no
+			// hierarchical communicators for it.
+			out, cerr := n.checkMembership(ctx, w, &from)
+			if cerr == nil && len(out) > 0 {
 				n.debugf(debugInfo, "%s: epoch %d: ranks %v came back from a world the others had left them out of", op, w.Epoch, out)
 				if xerr := n.expelled(out, op); xerr != nil {
 					n.conn.stop()
 					n.eng.CloseContext(ctx)
 					return fail(n.rank, ErrExpelled)
 				}
+			}
+			if cerr == nil && len(out) == 0 {
+				n.remakeHier(ctx, op) // topology.go
 			}
 			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): closed the old communicator in %v, agreed in %v, connected in %v, %v in all; links: %s",
 				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, begin.Sub(start).Round(time.Microsecond), t1.Sub(t0).Round(time.Microsecond),
@@ -202,7 +210,7 @@ func (n *Comm) reconnectWatched(ctx context.Context, node *bootstrap.Node, w boo
 			return &RankError{Rank: r, Op: "reconnect", Err: err}
 		}
 	}
-	n.place(eps) // flat algorithms only: no sub-communicators after a shrink
+	n.place(eps) // the sub-communicators come after the membership check (remake)
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	if fw := n.shrink.failures; fw != nil {

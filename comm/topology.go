@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gorun-hpc/gorun/internal/numa"
 )
@@ -71,7 +72,9 @@ func myNUMANode() int16 {
 
 // hierComms are the sub-communicators of the hierarchical algorithms
 // (hier.go), made when a communicator spans hosts with more than one rank
-// on some host (makeHierComms). The communicator closes them (close):
+// on some host: by newComm in the first world, and in a later one (Shrink,
+// Grow, a rank that joins through Init) after the membership check
+// (remakeHier). The communicator closes them (close):
 // Close, or Shrink and Grow when they remake it; they are not on its
 // onClose list, which moves to the communicator Shrink or Grow makes.
 type hierComms struct {
@@ -137,7 +140,7 @@ func (t Topology) spansHosts() bool {
 
 // makeHierComms splits c into its host-local and cross-host communicators
 // when its topology calls for them. Collective over c; no other operation
-// may be in flight (newComm). If a Split fails, the
+// may be in flight (newComm, remakeHier). If a Split fails, the
 // sub-communicators made before it are closed and c.hier stays nil.
 func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	t := c.topo
@@ -153,7 +156,9 @@ func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	local := true // which Split failed, for the rank its error names
 	defer func() {
 		if err != nil {
-			h.close(ctx)
+			for _, x := range h.subs() {
+				x.Close() // within its own timeout: ctx may have ended
+			}
 			if c.eng.Err() == nil {
 				// c's own allgathers went well: the child's connections
 				// failed, and its error names a rank of the child.
@@ -181,4 +186,45 @@ func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	h.stop, h.watched = make(chan struct{}), make(chan struct{})
 	go c.watchHier(c.eng, h.stop, h.watched)
 	return nil
+}
+
+// remakeHier makes the hierarchical sub-communicators of n, a communicator
+// of a world after the first: made by Shrink or Grow, or by Init on a rank
+// that joins a running job. Every member calls it at one point, right
+// after its membership check passed and expelled nobody (expel.go), so
+// that the Splits' allgathers meet each other on every rank (a joiner that
+// split in newComm met the members' check instead).
+//
+// If a Split fails (a member died during it), n fails, naming the culprit
+// where it can (hierErr), and is returned all the same, as Grow returns a
+// communicator whose reconnection failed (remake): the members whose
+// Splits completed first have returned n already, and an error here would
+// leave this rank no communicator to shrink from (the old one is closed).
+// So every rank's next operation fails, and all call Shrink together.
+func (n *Comm) remakeHier(ctx context.Context, op string) {
+	if !n.topo.spansHosts() {
+		return
+	}
+	start := time.Now()
+	// A failure of n (a death the gossip reports, a peer's abort notice)
+	// ends the Splits: a child still connecting would not learn of it.
+	sctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-n.eng.Done():
+			cancel(n.eng.Err())
+		case <-sctx.Done():
+		}
+	}()
+	err := n.makeHierComms(sctx)
+	cancel(nil)
+	<-watched
+	if err != nil {
+		err = n.hierErr(ctx, err)
+		n.debugf(debugInfo, "%s: making the hierarchical communicators failed after %v (%v); returned failed", op, time.Since(start).Round(time.Microsecond), err)
+		return
+	}
+	n.debugf(debugInfo, "%s: made the hierarchical communicators in %v (%d hosts, %d shards)", op, time.Since(start).Round(time.Microsecond), n.hier.hosts, n.hier.shards)
 }
