@@ -56,21 +56,27 @@ const hierMinBytes = 64 << 10
 // hierFor reports whether c runs coll on bytes hierarchically: the
 // communicator spans hosts, GORUN_ALGO (or WithAlgorithm) forces nothing
 // for coll, and results need not be bitwise equal to the flat algorithms'
-// (Deterministic).
+// (Deterministic). With GORUN_DEBUG=info it logs the first call of each
+// collective that runs hierarchically on c.
 func (c *Comm) hierFor(coll collectives.Collective, bytes int) bool {
 	h := c.hier
 	if h == nil || c.cfg.algos[coll] != collectives.Auto || c.cfg.deterministic {
 		return false
 	}
+	var yes bool
 	switch coll {
 	case collectives.AllReduce, collectives.Broadcast:
-		return bytes >= hierMinBytes
+		yes = bytes >= hierMinBytes
 	case collectives.AllGather, collectives.ReduceScatter:
-		return h.even && bytes >= hierMinBytes
+		yes = h.even && bytes >= hierMinBytes
 	case collectives.Barrier:
-		return true
+		yes = true
 	}
-	return false
+	if yes && c.cfg.debug >= debugInfo && h.told&(1<<coll) == 0 {
+		h.told |= 1 << coll
+		c.debugf(debugInfo, "%s of %d bytes runs hierarchically (rank %d of %d on %d hosts; logged once per collective)", coll, bytes, c.rank, c.size, h.hosts)
+	}
+	return yes
 }
 
 // watchHier fails c's sub-communicators when eng, c's engine, fails (an

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -337,5 +339,30 @@ func TestHierPipelineAbort(t *testing.T) {
 	checkAll(t, "abort during a pipelined allreduce", errs, ErrAborted, 3)
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("abort took %v", d)
+	}
+}
+
+// TestHierarchicalLogged: with GORUN_DEBUG=info every rank logs the first
+// allreduce that runs hierarchically, once, and no flat one (the
+// reliability tests look for the line after Shrink and Grow).
+func TestHierarchicalLogged(t *testing.T) {
+	t.Setenv("GORUN_DEBUG", "info")
+	var buf strings.Builder // written under debugLog's lock
+	debugLog.SetOutput(&buf)
+	t.Cleanup(func() { debugLog.SetOutput(os.Stderr) })
+	cs := newLocal(t, 4, withHosts(0, 0, 1, 1))
+	for _, count := range []int{3, hierMinBytes / 8, hierMinBytes / 8} {
+		runAll(t, cs, func(c *Comm) error { return checkAllReduceSum(context.Background(), c, count) })
+	}
+	debugLog.SetOutput(os.Stderr)
+	out := buf.String()
+	for r := range cs {
+		line := fmt.Sprintf("gorun rank %d: allreduce of %d bytes runs hierarchically (rank %d of 4 on 2 hosts", r, hierMinBytes, r)
+		if n := strings.Count(out, line); n != 1 {
+			t.Errorf("rank %d: %d lines %q, want 1", r, n, line)
+		}
+	}
+	if n := strings.Count(out, "runs hierarchically"); n != len(cs) {
+		t.Errorf("%d lines say a collective runs hierarchically, want %d:\n%s", n, len(cs), out)
 	}
 }

@@ -95,6 +95,9 @@ type hierComms struct {
 	// hostIdx is this rank's host index, localIdx its local rank.
 	hostIdx, localIdx int
 	scratch           []byte
+	// told has bit coll set once GORUN_DEBUG=info has logged that coll
+	// runs hierarchically (hierFor); under the communicator's turn.
+	told uint32
 	// stop ends watchHier, which closes watched when it returns.
 	stop, watched chan struct{}
 }
