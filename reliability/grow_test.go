@@ -200,6 +200,10 @@ func childGrow(rank int) int {
 	// ranks that disagree on which of the two they did fail with a
 	// mismatch, a wrong result or a hang.
 	share := os.Getenv("REL_GROW_SHARE") == "1"
+	// REL_GROW_LARGE=1: that step also runs an allreduce and a broadcast
+	// above comm's hierarchical threshold, checked ("large-grow",
+	// "large-shrink", with the size in Iter).
+	large := os.Getenv("REL_GROW_LARGE") == "1"
 	next := "" // the step owed: "grow" or "shrink"
 	if grown && share {
 		next = "grow"
@@ -213,11 +217,17 @@ func childGrow(rank int) int {
 				emit(event{Kind: "wrong", Rank: rank, Err: fmt.Sprintf("after grow: broadcast from rank 0 gave %d", v[0])})
 				return after(rank, base, c)
 			}
+			if err == nil && large {
+				err = largeChecked(ctx, c, rank, "grow")
+			}
 		case "shrink":
 			v := []int64{int64(100 + c.Rank())}
 			if err = comm.AllReduce(ctx, c, v, v, comm.Min); err == nil && v[0] != 100 {
 				emit(event{Kind: "wrong", Rank: rank, Err: fmt.Sprintf("after shrink: min %d, want 100", v[0])})
 				return after(rank, base, c)
+			}
+			if err == nil && large {
+				err = largeChecked(ctx, c, rank, "shrink")
 			}
 		}
 		next = ""
@@ -264,4 +274,44 @@ func childGrow(rank int) int {
 	}
 	emit(event{Kind: "done", Rank: rank, Iter: c.Rank()})
 	return after(rank, base, c)
+}
+
+// largeElems is a buffer of int64 above comm's hierarchical threshold
+// (64 KiB): 128 KiB.
+const largeElems = 16 << 10
+
+// largeChecked runs an allreduce (Sum) and a broadcast from rank 0 of
+// largeElems int64 on c and checks them; it reports "large-"+after with
+// c's size in Iter, or exits 3 on a wrong result ("wrong").
+func largeChecked(ctx context.Context, c *comm.Comm, rank int, after string) error {
+	n, v := c.Size(), make([]int64, largeElems)
+	for i := range v {
+		v[i] = int64(c.Rank()*largeElems + i)
+	}
+	if err := comm.AllReduce(ctx, c, v, v, comm.Sum); err != nil {
+		return err
+	}
+	for i, x := range v {
+		if want := int64(largeElems*n*(n-1)/2 + n*i); x != want {
+			emit(event{Kind: "wrong", Rank: rank, Err: fmt.Sprintf("after %s: large allreduce [%d] = %d, want %d", after, i, x, want)})
+			os.Exit(3)
+		}
+	}
+	for i := range v {
+		v[i] = -1
+		if c.Rank() == 0 {
+			v[i] = int64(7*i + 1)
+		}
+	}
+	if err := comm.Broadcast(ctx, c, v, 0); err != nil {
+		return err
+	}
+	for i, x := range v {
+		if x != int64(7*i+1) {
+			emit(event{Kind: "wrong", Rank: rank, Err: fmt.Sprintf("after %s: large broadcast [%d] = %d, want %d", after, i, x, 7*i+1)})
+			os.Exit(3)
+		}
+	}
+	emit(event{Kind: "large-" + after, Rank: rank, Iter: n})
+	return nil
 }

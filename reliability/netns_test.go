@@ -159,10 +159,19 @@ func TestPartitionBetweenHosts(t *testing.T) {
 // TestGrowAcrossHosts is TestGrowAfterRestart on two "hosts": ranks 0-1 in
 // one network namespace, 2-3 in the other, over tcp. A job that spans
 // hosts with more than one rank on some host splits off the hierarchical
-// algorithms' communicators in Init; the members' Grow connects them with
-// the flat algorithms alone. Before 2026-11-29 the restarted rank's Init
-// split them off all the same, and its Split's allgather met the members'
-// membership check (an allreduce): "ranks disagree on the collective call".
+// algorithms' communicators in Init, and again after each Shrink and Grow
+// (comm's remakeHier). Before 2026-11-29 the restarted rank's Init split
+// them off while the members' Grow did not, and its Split's allgather met
+// the members' membership check (an allreduce): "ranks disagree on the
+// collective call".
+//
+// After the shrink (ranks 0-1 and 2: still across hosts) and after the
+// grow (2x2), every rank runs an allreduce and a broadcast of 128 KiB,
+// above the hierarchical threshold, checked (REL_GROW_LARGE); its
+// GORUN_DEBUG=info log must say they ran hierarchically on the
+// communicator of 3 and on that of 4 (before c8af7ab, Shrink and Grow
+// made communicators with the flat algorithms alone). Every rank must end
+// with nothing leaked.
 func TestGrowAcrossHosts(t *testing.T) {
 	p := newNetnsPair(t)
 	host := func(r int) int { return r / 2 }
@@ -174,9 +183,33 @@ func TestGrowAcrossHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	j := growSpecAfterKill(ctx, t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
-		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, rankEnv: rankEnv,
+		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1", "REL_GROW_LARGE=1", "GORUN_DEBUG=info"}, rankEnv: rankEnv,
 		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)}, victim)
 	restartGrown(ctx, t, j, victim)
+	for _, rk := range j.ranks {
+		steps := []struct {
+			after string
+			size  int
+		}{{"shrink", 3}, {"grow", 4}}
+		if rk.id == victim {
+			steps = steps[1:] // restarted: joined the grown world
+		}
+		log := rk.log()
+		for _, st := range steps {
+			if e, ok := rk.event("large-" + st.after); !ok || e.Iter != st.size {
+				t.Errorf("rank %d: no checked large collectives on the communicator of %d after the %s (%+v)", rk.id, st.size, st.after, e)
+			}
+			for _, coll := range []string{"allreduce", "broadcast"} {
+				line := fmt.Sprintf("gorun rank %d: %s of %d bytes runs hierarchically (rank %d of %d on 2 hosts", rk.id, coll, largeElems*8, rk.id, st.size)
+				if !strings.Contains(log, line) {
+					t.Errorf("rank %d: after the %s, no line %q in its log:\n%s", rk.id, st.after, line, log)
+				}
+			}
+		}
+		if a, _ := rk.event("after"); a.Leak != "" {
+			t.Errorf("rank %d: leaked after Close: %s", rk.id, a.Leak)
+		}
+	}
 }
 
 // TestPartitionHealExpelsLoneRank cuts one "host" off from the other and
