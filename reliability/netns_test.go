@@ -209,6 +209,11 @@ func TestGrowAcrossHosts(t *testing.T) {
 		if a, _ := rk.event("after"); a.Leak != "" {
 			t.Errorf("rank %d: leaked after Close: %s", rk.id, a.Leak)
 		}
+		for _, l := range strings.Split(log, "\n") { // how long the Splits took
+			if _, rest, ok := strings.Cut(l, fmt.Sprintf("gorun rank %d: ", rk.id)); ok && strings.Contains(rest, "made the hierarchical communicators") {
+				t.Logf("rank %d: %s", rk.id, rest)
+			}
+		}
 	}
 }
 
