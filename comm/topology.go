@@ -74,9 +74,9 @@ func myNUMANode() int16 {
 // (hier.go), made when a communicator spans hosts with more than one rank
 // on some host: by newComm in the first world, and in a later one (Shrink,
 // Grow, a rank that joins through Init) after the membership check
-// (remakeHier). The communicator closes them (close):
-// Close, or Shrink and Grow when they remake it; they are not on its
-// onClose list, which moves to the communicator Shrink or Grow makes.
+// (remakeHier). The communicator closes them (close) when it closes, or
+// when Shrink or Grow remakes it; they are not on its onClose list, which
+// moves to the communicator Shrink or Grow makes.
 type hierComms struct {
 	local *Comm // the ranks on this host, ranked by rank
 	// cross joins the ranks with this rank's local rank on every host that
