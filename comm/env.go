@@ -48,6 +48,11 @@ package comm
 //	                     between polls); default 1ms, yielding when the ranks on
 //	                     this rank's CPUs outnumber them, and 100us if some of
 //	                     those are on other hosts of this kernel (WithSpin)
+//	GORUN_QUORUM         majority: a Shrink or Grow whose world keeps no majority
+//	                     of the last world's ranks fails with ErrNoQuorum (half
+//	                     of them: the half with the last world's rank 0 goes
+//	                     on); off (default): every side of a partition goes on
+//	                     (WithQuorum)
 
 import (
 	"fmt"
@@ -86,6 +91,7 @@ type tunables struct {
 	Spin         time.Duration
 	HasSpin      bool
 	Yield        int // 0 auto, 1 yield, -1 don't
+	Quorum       bool
 }
 
 // Debug levels.
@@ -125,6 +131,13 @@ func readTunables(getenv func(string) string) (tunables, error) {
 		t.Checksum = true
 	default:
 		return t, envErr(jobenv.Checksum, s, "want 1 or 0")
+	}
+	switch s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Quorum))); s {
+	case "", "off":
+	case "majority":
+		t.Quorum = true
+	default:
+		return t, envErr(jobenv.Quorum, s, "want majority or off")
 	}
 	if s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Spin))); s != "" {
 		d, y, err := parseSpin(s)

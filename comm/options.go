@@ -39,6 +39,9 @@ type config struct {
 	// checksum: providers that cross a network verify a CRC32C of every
 	// frame (rdma.Config.Checksum). Off by default: it costs CPU per byte.
 	checksum bool
+	// quorum: Shrink and Grow go on only with a majority of the last
+	// world (quorum.go; GORUN_QUORUM, WithQuorum).
+	quorum bool
 	// localRanks is how many of the job's ranks share this host, when
 	// known before connecting (launcher variables, NewLocal); 0 unknown.
 	localRanks int
@@ -87,6 +90,7 @@ func newConfig(opts ...Option) (*config, error) {
 	c.socketIfname = t.SocketIfname
 	c.debug = t.Debug
 	c.checksum = t.Checksum
+	c.quorum = t.Quorum
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
 	oe := readObsEnv(osGetenv)
 	c.timeline, c.metricsAddr, c.localRank = oe.Timeline, oe.MetricsAddr, -1
@@ -106,6 +110,14 @@ func newConfig(opts ...Option) (*config, error) {
 // landing as data (GORUN_CHECKSUM=1). Every rank must use the same setting.
 func WithChecksum() Option {
 	return func(c *config) error { c.checksum = true; return nil }
+}
+
+// WithQuorum makes Shrink and Grow fail with ErrNoQuorum on the ranks of
+// a world that keeps no majority of the last world's ranks, so that of a
+// job cut in two only one side goes on (GORUN_QUORUM=majority; quorum.go).
+// Every rank must use the same setting.
+func WithQuorum() Option {
+	return func(c *config) error { c.quorum = true; return nil }
 }
 
 // WithTransport picks the provider for every peer: "auto", "verbs", "tcp",

@@ -137,6 +137,12 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		if err != nil {
 			return fail(c.rank, err)
 		}
+		if kept, ok := quorum(from, w); cfg.quorum && !ok {
+			// Every rank of w decides so from the same two worlds: none
+			// waits for another to connect (quorum.go).
+			c.debugf(debugInfo, "%s: epoch %d keeps %d of the %d ranks of epoch %d: no quorum", op, w.Epoch, kept, from.Size, from.Epoch)
+			return fail(c.rank, noQuorum(from, w, kept))
+		}
 		t1 := time.Now()
 		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
 		n.eng, n.conn = nil, nil

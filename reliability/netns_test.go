@@ -246,42 +246,16 @@ func TestPartitionHealExpelsLoneRank(t *testing.T) {
 }
 
 func partitionHeal(t *testing.T, first int) {
-	p := newNetnsPair(t)
-	host := func(r int) int { return min(r/first, 1) }
-	side := func(h int) []int { // the ranks on host h
-		if h == 0 {
-			return []int{0, 1, 2, 3}[:first]
-		}
-		return []int{0, 1, 2, 3}[first:]
-	}
-	rankEnv := map[int][]string{}
-	for r := range 4 {
-		rankEnv[r] = []string{"GORUN_SOCKET_IFNAME=" + p.veth[host(r)]}
-	}
-	j := startJob(t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
-		env: []string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, rankEnv: rankEnv,
-		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	for _, rk := range j.ranks {
-		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-		}
-	}
+	p, j, host, side := startPartitioned(ctx, t, first)
 	time.Sleep(500 * time.Millisecond)
 	cut := time.Now()
 	if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "down"); err != nil {
 		t.Fatal(err)
 	}
 	for _, rk := range j.ranks {
-		e, ok := rk.waitEvent(ctx, "shrunk")
-		if !ok {
-			t.Fatalf("rank %d did not shrink after the cut\n%s", rk.id, j.logs())
-		}
-		if want := slices.Index(side(host(rk.id)), rk.id); e.Iter != want {
-			t.Fatalf("rank %d shrank to rank %d, want %d of its side\n%s", rk.id, e.Iter, want, j.logs())
-		}
-		t.Logf("rank %d shrank to rank %d %v after the cut", rk.id, e.Iter, time.Unix(0, e.T).Sub(cut).Round(time.Millisecond))
+		waitShrunk(ctx, t, j, rk, side(host(rk.id)), cut)
 	}
 	healed := time.Now()
 	if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "up"); err != nil {
@@ -329,4 +303,96 @@ func partitionHeal(t *testing.T, first int) {
 		}
 	}
 	restartGrown(ctx, t, j, side(lost)...)
+}
+
+// startPartitioned starts 4 "grow" ranks over tcp on the two hosts of a
+// namespace pair, ranks 0 to first-1 on the first, the rest on the
+// second, with env for every rank, and waits until all are ready. host
+// gives a rank's host, side a host's ranks.
+func startPartitioned(ctx context.Context, t *testing.T, first int, env ...string) (p *netnsPair, j *job, host func(int) int, side func(int) []int) {
+	p = newNetnsPair(t)
+	host = func(r int) int { return min(r/first, 1) }
+	side = func(h int) []int {
+		if h == 0 {
+			return []int{0, 1, 2, 3}[:first]
+		}
+		return []int{0, 1, 2, 3}[first:]
+	}
+	rankEnv := map[int][]string{}
+	for r := range 4 {
+		rankEnv[r] = []string{"GORUN_SOCKET_IFNAME=" + p.veth[host(r)]}
+	}
+	j = startJob(t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
+		env: append([]string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, env...), rankEnv: rankEnv,
+		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)})
+	for _, rk := range j.ranks {
+		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+		}
+	}
+	return p, j, host, side
+}
+
+// waitShrunk waits until rk has shrunk, after the cut at cut, to its rank
+// among side, its side's ranks.
+func waitShrunk(ctx context.Context, t *testing.T, j *job, rk *rank, side []int, cut time.Time) {
+	t.Helper()
+	e, ok := rk.waitEvent(ctx, "shrunk")
+	if !ok {
+		t.Fatalf("rank %d did not shrink after the cut\n%s", rk.id, j.logs())
+	}
+	if want := slices.Index(side, rk.id); e.Iter != want {
+		t.Fatalf("rank %d shrank to rank %d, want %d of its side\n%s", rk.id, e.Iter, want, j.logs())
+	}
+	t.Logf("rank %d shrank to rank %d %v after the cut", rk.id, e.Iter, time.Unix(0, e.T).Sub(cut).Round(time.Millisecond))
+}
+
+// TestPartitionQuorum: as TestPartitionHealExpelsLoneRank, with a quorum
+// (GORUN_QUORUM=majority). Once cut, only the side with a majority of the
+// 4 ranks (3|1), or with half of them and rank 0 (2|2), shrinks and goes
+// on; every rank of the other fails its Shrink with ErrNoQuorum and exits
+// at once, instead of going on until the heal expels it. Its ranks,
+// restarted once the link is back, join, and all four grow back.
+func TestPartitionQuorum(t *testing.T) {
+	for _, split := range []struct {
+		name  string
+		first int
+	}{{"3|1", 3}, {"2|2", 2}} {
+		t.Run(split.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			p, j, _, side := startPartitioned(ctx, t, split.first, "GORUN_QUORUM=majority")
+			time.Sleep(500 * time.Millisecond)
+			cut := time.Now()
+			if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "down"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range side(1) { // no majority, and without rank 0
+				rk := j.ranks[r]
+				e, ok := rk.waitEvent(ctx, "wrong")
+				if !ok || !strings.Contains(e.Err, comm.ErrNoQuorum.Error()) {
+					t.Fatalf("rank %d, of the side without a quorum: %+v, want its Shrink to fail with ErrNoQuorum\n%s", r, e, j.logs())
+				}
+				if _, ok := rk.event("shrunk"); ok {
+					t.Fatalf("rank %d shrank without a quorum\n%s", r, j.logs())
+				}
+				t.Logf("rank %d: no quorum %v after the cut: %s", r, time.Unix(0, e.T).Sub(cut).Round(time.Millisecond), e.Err)
+				if _, _, ok := rk.exit(20 * time.Second); !ok {
+					t.Fatalf("rank %d did not exit after its error\n%s", r, rk.log())
+				}
+			}
+			for _, r := range side(0) {
+				waitShrunk(ctx, t, j, j.ranks[r], side(0), cut)
+			}
+			if err := ipCmd("-n", p.ns[0], "link", "set", p.veth[0], "up"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range side(0) {
+				if e, bad := j.ranks[r].event("wrong"); bad {
+					t.Fatalf("rank %d, of the side that goes on: %s\n%s", r, e.Err, j.logs())
+				}
+			}
+			restartGrown(ctx, t, j, side(1)...)
+		})
+	}
 }

@@ -35,6 +35,7 @@ const (
 	ShmFence     = "GORUN_SHM_MEMBARRIER" // 0: shm's doorbells use locked exchanges, not membarrier
 	ShmMailbox   = "GORUN_SHM_MAILBOX"    // 0: shm connections offer no mailboxes (small messages go through the ring)
 	Spin         = "GORUN_SPIN"           // how long a waiting collective polls
+	Quorum       = "GORUN_QUORUM"         // majority: Shrink and Grow go on only with most of the last world (comm/quorum.go)
 )
 
 // Observability: set by gorun's --timeline, --report and --metrics, or by
@@ -63,7 +64,7 @@ const (
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP, Procs}
 
 // TunableVars pass from the launcher's environment to every rank.
-var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin}
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin, Quorum}
 
 // IsContractVar reports whether name is one of ContractVars.
 func IsContractVar(name string) bool {

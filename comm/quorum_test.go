@@ -1,0 +1,92 @@
+package comm
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gorun-hpc/gorun/bootstrap"
+)
+
+// world is a world of the named members, rank i the i-th name.
+func world(epoch uint32, names ...string) bootstrap.World {
+	w := bootstrap.World{Epoch: epoch, Size: len(names)}
+	for i, n := range names {
+		w.Members = append(w.Members, bootstrap.Member{Rank: i, Name: n})
+	}
+	return w
+}
+
+// The majority rule, and half with the last world's rank 0: of any cut,
+// one side at most goes on.
+func TestQuorum(t *testing.T) {
+	four := world(1, "a", "b", "c", "d")
+	for _, tc := range []struct {
+		from bootstrap.World
+		w    []string
+		kept int
+		ok   bool
+	}{
+		{four, []string{"a", "b", "c"}, 3, true},
+		{four, []string{"b", "c", "d"}, 3, true}, // rank 0 lost: a majority all the same
+		{four, []string{"d"}, 1, false},
+		{four, []string{"a", "b"}, 2, true}, // half, with rank 0
+		{four, []string{"c", "d"}, 2, false},
+		{four, []string{"a", "d"}, 2, true},
+		{four, []string{"a", "b", "c", "d", "e"}, 4, true},     // a Grow
+		{four, []string{"c", "d", "c2", "d2"}, 2, false},       // a side grown by restarts: they do not count
+		{four, []string{"a", "b", "c2", "d2", "e"}, 2, true},   // half and rank 0
+		{world(3, "b", "c"), []string{"b"}, 1, true},           // a 2-rank world loses its rank 1
+		{world(3, "b", "c"), []string{"c"}, 1, false},          // or its rank 0
+		{world(2, "a", "b", "c"), []string{"b", "c"}, 2, true}, // after a Shrink to 3, a cut of 2|1
+		{world(2, "a", "b", "c"), []string{"a"}, 1, false},
+		{world(1, "a"), []string{"a"}, 1, true},
+	} {
+		w := world(tc.from.Epoch+1, tc.w...)
+		kept, ok := quorum(tc.from, w)
+		if kept != tc.kept || ok != tc.ok {
+			t.Errorf("quorum(%v, %v) = %d, %v; want %d, %v", names(tc.from), tc.w, kept, ok, tc.kept, tc.ok)
+		}
+		if ok {
+			continue
+		}
+		err := noQuorum(tc.from, w, kept)
+		if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "GORUN_QUORUM") {
+			t.Errorf("noQuorum: %v", err)
+		}
+	}
+}
+
+func names(w bootstrap.World) []string {
+	var out []string
+	for _, m := range w.Members {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+func TestQuorumTunable(t *testing.T) {
+	for in, want := range map[string]bool{"": false, "off": false, "majority": true, " Majority ": true} {
+		tn, err := readTunables(func(k string) string {
+			if k == "GORUN_QUORUM" {
+				return in
+			}
+			return ""
+		})
+		if err != nil || tn.Quorum != want {
+			t.Errorf("GORUN_QUORUM=%q: %v, %v; want %v", in, tn.Quorum, err, want)
+		}
+	}
+	if err := CheckEnv(func(k string) string {
+		if k == "GORUN_QUORUM" {
+			return "1"
+		}
+		return ""
+	}, 4); err == nil || !strings.Contains(err.Error(), "GORUN_QUORUM") {
+		t.Errorf("GORUN_QUORUM=1: %v, want an error naming it", err)
+	}
+	c, err := newConfig(WithQuorum())
+	if err != nil || !c.quorum {
+		t.Errorf("WithQuorum: quorum %v, %v", c != nil && c.quorum, err)
+	}
+}
