@@ -33,6 +33,7 @@ const (
 	statusInit     = 5
 	statusInternal = 6
 	statusJobGone  = 7
+	statusNoQuorum = 8
 )
 
 var statusText = [...]string{
@@ -44,6 +45,7 @@ var statusText = [...]string{
 	statusInit:     "could not join the job",
 	statusInternal: "internal error",
 	statusJobGone:  "restarted after the job's other ranks were gone",
+	statusNoQuorum: "this side of the job keeps no majority of its ranks",
 }
 
 var cStatusText = func() []*C.char {
@@ -117,6 +119,8 @@ func classify(err error) C.int {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		status = statusTimeout
+	case errors.Is(err, comm.ErrNoQuorum):
+		status = statusNoQuorum
 	case errors.As(err, &re):
 		status = statusPeer
 	case errors.Is(err, comm.ErrClosed):

@@ -32,3 +32,30 @@ func TestInitStatusJobGone(t *testing.T) {
 		t.Errorf("no text for status %d", statusJobGone)
 	}
 }
+
+// A Shrink or Grow without a quorum (comm.ErrNoQuorum, in the RankError
+// Shrink returns) is GORUN_ERR_NO_QUORUM, with gorun.h's and Python's
+// value, not the GORUN_ERR_PEER of other failed operations.
+func TestStatusNoQuorum(t *testing.T) {
+	lost := &comm.RankError{Rank: 3, Op: "shrink", Err: fmt.Errorf("%w: 1 of the 4 ranks", comm.ErrNoQuorum)}
+	if s := classify(lost); s != statusNoQuorum {
+		t.Errorf("classify(%v) = %d, want %d", lost, s, statusNoQuorum)
+	}
+	if s := classify(&comm.RankError{Rank: 1, Op: "shrink", Err: comm.ErrPeerFailed}); s != statusPeer {
+		t.Errorf("classify(peer failed) = %d, want %d", s, statusPeer)
+	}
+	h, err := os.ReadFile("../include/gorun.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("GORUN_ERR_NO_QUORUM = %d,", statusNoQuorum); !strings.Contains(string(h), want) {
+		t.Errorf("gorun.h lacks %q", want)
+	}
+	py, err := os.ReadFile("../python/gorun/__init__.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("\nERR_NO_QUORUM = %d\n", statusNoQuorum); !strings.Contains(string(py), want) {
+		t.Errorf("python/gorun lacks %q", strings.TrimSpace(want))
+	}
+}

@@ -21,7 +21,7 @@ import threading
 from . import _lib
 
 __all__ = [
-    "GorunError", "ERR_JOB_GONE", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "GorunError", "ERR_JOB_GONE", "ERR_NO_QUORUM", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
     "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
     "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
@@ -36,6 +36,11 @@ _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean":
 # it: they finished first. The job's work ended without this rank; a script
 # whose work is then done exits 0 (GORUN_ERR_JOB_GONE in gorun.h).
 ERR_JOB_GONE = 7
+
+# shrink()'s or grow()'s status with GORUN_QUORUM=majority on a rank whose
+# new world keeps no majority of the last one's ranks: the job was cut in
+# two and the other side goes on (GORUN_ERR_NO_QUORUM in gorun.h).
+ERR_NO_QUORUM = 8
 
 
 class GorunError(RuntimeError):
