@@ -84,11 +84,7 @@ func TestSecondFailureAfterShrink(t *testing.T) {
 			defer j.kill()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
+			j.waitReady(ctx)
 			time.Sleep(100 * time.Millisecond)
 			j.ranks[1].signal(syscall.SIGKILL)
 			for _, id := range []int{0, 2, 3} {

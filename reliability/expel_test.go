@@ -32,11 +32,7 @@ func TestResumedRankExpelled(t *testing.T) {
 			defer j.kill()
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
+			j.waitReady(ctx)
 			victim := j.ranks[c.victim]
 			victim.signal(syscall.SIGSTOP)
 			for _, rk := range j.ranks {

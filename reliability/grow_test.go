@@ -73,11 +73,7 @@ func growJobAfterKill(ctx context.Context, t *testing.T, tr string, victim int, 
 func growSpecAfterKill(ctx context.Context, t *testing.T, spec jobSpec, victim int) *job {
 	t.Helper()
 	j := startJob(t, spec)
-	for _, rk := range j.ranks {
-		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-		}
-	}
+	j.waitReady(ctx)
 	j.ranks[victim].signal(syscall.SIGKILL)
 	<-j.ranks[victim].exited
 	for _, rk := range j.ranks {
@@ -142,11 +138,7 @@ func TestGrowBeyondStartSize(t *testing.T) {
 				env: []string{"REL_REINIT=0", "GORUN_MAX_NP=6", "REL_GROW_TO=6"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
+			j.waitReady(ctx)
 			launched := time.Now()
 			j.add("REL_RESTARTED=1")
 			j.add("REL_RESTARTED=1")

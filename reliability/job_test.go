@@ -89,6 +89,17 @@ type job struct {
 	old    []*rank // replaced by restart
 }
 
+// waitReady waits until every rank of j has reported "ready", and fails
+// the test with the job's logs if one never does before ctx ends.
+func (j *job) waitReady(ctx context.Context) {
+	j.t.Helper()
+	for _, rk := range j.ranks {
+		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
+			j.t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
+		}
+	}
+}
+
 var selfPath = sync.OnceValues(os.Executable)
 
 // seedPorts hands out seed ports in turn from a random start, below the

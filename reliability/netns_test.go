@@ -107,11 +107,7 @@ func TestPartitionBetweenHosts(t *testing.T) {
 		wrap:    p.host(host)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, rk := range j.ranks {
-		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-		}
-	}
+	j.waitReady(ctx)
 	time.Sleep(3 * time.Second) // allreduce after allreduce over the lossy link
 	for _, rk := range j.ranks {
 		if e, ok := rk.event("wrong"); ok {
@@ -325,11 +321,7 @@ func startPartitioned(ctx context.Context, t *testing.T, first int, env ...strin
 	j = startJob(t, jobSpec{n: 4, role: "grow", transport: "tcp", timeout: 20 * time.Second,
 		env: append([]string{"REL_REINIT=0", "REL_GROW_SHARE=1"}, env...), rankEnv: rankEnv,
 		seedHost: p.ip[0], seedPort: 20000 + rand.IntN(20000), wrap: p.host(host)})
-	for _, rk := range j.ranks {
-		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-		}
-	}
+	j.waitReady(ctx)
 	return p, j, host, side
 }
 

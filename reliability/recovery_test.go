@@ -71,11 +71,7 @@ func recoveryTrialSpec(t *testing.T, spec jobSpec, victim int, sig syscall.Signa
 	defer j.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, rk := range j.ranks {
-		if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-			t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-		}
-	}
+	j.waitReady(ctx)
 	time.Sleep(50 * time.Millisecond)
 	killed := time.Now()
 	j.ranks[victim].signal(sig)
@@ -128,11 +124,7 @@ func TestDeathDuringShrink(t *testing.T) {
 				env: []string{"REL_REINIT=0", "REL_RUN_MS=1500"}})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			for _, rk := range j.ranks {
-				if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-					t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-				}
-			}
+			j.waitReady(ctx)
 			j.ranks[1].signal(syscall.SIGKILL)
 			time.Sleep(delay)
 			j.ranks[3].signal(syscall.SIGKILL)

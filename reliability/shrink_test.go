@@ -23,11 +23,7 @@ func TestShrinkAfterKill(t *testing.T) {
 					env: []string{"REL_REINIT=0"}})
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
-				for _, rk := range j.ranks {
-					if _, ok := rk.waitEvent(ctx, "ready"); !ok {
-						t.Fatalf("rank %d never ready\n%s", rk.id, j.logs())
-					}
-				}
+				j.waitReady(ctx)
 				time.Sleep(100 * time.Millisecond)
 				j.ranks[victim].signal(syscall.SIGKILL)
 				var hangs []string
