@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,8 +66,11 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 		segs[len(segs)-1] = append(segs[len(segs)-1], a)
 	}
 	cfg, err := parseFirst(segs[0], stdout, stderr)
-	if err != nil || len(segs) == 1 {
+	if err != nil {
 		return cfg, err
+	}
+	if len(segs) == 1 {
+		return cfg, checkFault(cfg)
 	}
 	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
 	for _, seg := range segs[1:] {
@@ -84,7 +88,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 		cfg.Apps = append(cfg.Apps, launcher.App{NP: np, Program: fs.Arg(0), Args: fs.Args()[1:]})
 		cfg.NP += np
 	}
-	return cfg, nil
+	return cfg, checkFault(cfg) // the ranks of every program
 }
 
 // parseFirst parses the command line up to the first ':'.
@@ -161,6 +165,11 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	// The tunables are checked once, here, as every rank's comm.Init would
 	// check them, before any rank starts.
 	settings := map[string]string{jobenv.Transport: cfg.Transport, jobenv.Algo: cfg.Algo, jobenv.Debug: cfg.Debug}
+	for _, kv := range export { // -x NAME=VALUE of a tunable: the ranks get it, over the flags
+		if name, val, ok := strings.Cut(kv, "="); ok && slices.Contains(jobenv.TunableVars, name) && val != "" {
+			settings[name] = val
+		}
+	}
 	getenv := func(k string) string {
 		if v := settings[k]; v != "" {
 			return v
@@ -208,25 +217,28 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 			return cfg, fmt.Errorf("%w: -np is required without -H or --hostfile", launcher.ErrUsage)
 		}
 	}
-	if err := checkFault(cfg); err != nil {
-		return cfg, err
-	}
 	return cfg, nil
 }
 
-// checkFault checks --fault as every rank's Init would parse it, before any
-// rank starts: a malformed rule (a ',' for a ';') would otherwise fail
-// every rank's Init, and --max-restarts restart them all. A rule that names
-// a rank the job never has would never fire: that is an error too. The
-// ranks of a job under --nnodes are counted on each node, and are not
-// checked.
+// checkFault checks --fault (or -x GORUN_FAULT=...) as every rank's Init
+// would parse it, before any rank starts: a malformed rule (a ',' for a
+// ';') would otherwise fail every rank's Init, and --max-restarts restart
+// them all. A rule that names a rank the job never has would never fire:
+// that is an error too. The ranks of a job under --nnodes are counted on
+// each node, and are not checked.
 func checkFault(cfg launcher.Config) error {
-	if cfg.Fault == "" {
+	spec, flag := cfg.Fault, "--fault"
+	for _, kv := range cfg.Export { // -x GORUN_FAULT=...: the ranks get it, over --fault
+		if v, ok := strings.CutPrefix(kv, jobenv.Fault+"="); ok && v != "" {
+			spec, flag = v, "-x "+jobenv.Fault
+		}
+	}
+	if spec == "" {
 		return nil
 	}
-	ranks, err := faulty.Ranks(cfg.Fault)
+	ranks, err := faulty.Ranks(spec)
 	if err != nil {
-		return fmt.Errorf("%w: --fault %q: %s", launcher.ErrUsage, cfg.Fault, strings.TrimPrefix(err.Error(), "faulty: "))
+		return fmt.Errorf("%w: %s %q: %s", launcher.ErrUsage, flag, spec, strings.TrimPrefix(err.Error(), "faulty: "))
 	}
 	size := cfg.NP
 	if cfg.Elastic {
@@ -234,7 +246,7 @@ func checkFault(cfg launcher.Config) error {
 	}
 	for _, r := range ranks {
 		if r >= size && cfg.NNodes == 0 {
-			return fmt.Errorf("%w: --fault %q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, cfg.Fault, r, size-1)
+			return fmt.Errorf("%w: %s %q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, flag, spec, r, size-1)
 		}
 	}
 	return nil

@@ -131,13 +131,26 @@ func TestParseArgs(t *testing.T) {
 		}},
 		{args: []string{"-np", "2", "--algo", "allreduce:nosuch", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--debug", "loud", "prog"}, bad: true},
+		// And tunables passed with -x.
+		{args: []string{"-np", "2", "-x", "GORUN_QUORUM=1", "prog"}, bad: true},
+		{args: []string{"-np", "2", "-x", "GORUN_TIMEOUT=soon", "prog"}, bad: true},
+		{args: []string{"-np", "2", "-x", "GORUN_QUORUM=majority", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Export = 2, "prog", []string{}, []string{"GORUN_QUORUM=majority"}
+		}},
 		// So is --fault: its syntax, and the ranks its rules name.
 		{args: []string{"-np", "2", "--fault", "rank=1,kill", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--fault", "rank=1:kill:write:x", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--fault", "rank=1:kill;rank=2:freeze", "prog"}, bad: true},
+		{args: []string{"-np", "2", "-x", "GORUN_FAULT=rank=1,kill", "prog"}, bad: true},
 		{args: []string{"-np", "2", "--fault", "rank=1:kill;freeze:send", "prog"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Fault = 2, "prog", []string{}, "rank=1:kill;freeze:send"
 		}},
+		// A rank of the second program of an MPMD job.
+		{args: []string{"-np", "1", "--fault", "rank=3:kill", "./a", ":", "-np", "3", "./b"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Fault = 4, "./a", []string{}, "rank=3:kill"
+			c.Apps = []launcher.App{{NP: 1, Program: "./a", Args: []string{}}, {NP: 3, Program: "./b", Args: []string{}}}
+		}},
+		{args: []string{"-np", "1", "--fault", "rank=4:kill", "./a", ":", "-np", "3", "./b"}, bad: true},
 		// A rank that only a grown job has.
 		{args: []string{"-np", "2", "--elastic", "--max-np", "4", "--fault", "rank=3:kill", "prog"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Elastic, c.MaxNP, c.Fault = 2, "prog", []string{}, true, 4, "rank=3:kill"
