@@ -121,6 +121,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	node := rv.node
 	fw := &failureSink{c: c, epoch: node.World().Epoch}
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
+	c.shrink.base = baseOf(node.World())        // a joiner's too: the world it joins (quorum.go)
 	done := make(chan struct{})
 	go forwardFailures(fw, node, done)
 	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})

@@ -6,13 +6,18 @@ package comm
 // as under ULFM's shrink, and after the link is back one of them is
 // expelled (expel.go) with the work it did meanwhile. With a quorum, a
 // Shrink or Grow goes on only where its world keeps a majority of the
-// ranks of the world it was called from; where it keeps exactly half, the
-// half with that world's rank 0 goes on. Each side decides alone, from
-// the two worlds every one of its ranks holds alike, so no message is
-// needed, and at most one side of any cut goes on, as in a majority
-// quorum of Paxos or Raft. The cost is failures the job survives: a
-// failure of more than half the ranks at once stops it, and a 2-rank job
-// survives only the loss of rank 1.
+// ranks of the last world all its members knew complete (quorumBase):
+// where it keeps exactly half, the half with that world's rank 0 goes on.
+// Each side decides alone, from its agreed world and the base, which its
+// ranks hold alike where they come from one recovery, so no message is
+// needed, and at most one side of a cut goes on, as in a majority quorum
+// of Paxos or Raft. A failure during a recovery's membership check can
+// leave the ranks of one side with different bases (some passed it, some
+// did not), and a world's ranks may come from different worlds
+// (expel.go): then they may decide differently, and unlike Raft's joint
+// consensus nothing makes them agree. The cost is failures the job
+// survives: a failure of more than half the ranks at once stops it, and a
+// 2-rank job survives only the loss of rank 1.
 
 import (
 	"errors"
@@ -28,35 +33,51 @@ import (
 // which then joins the side that went on).
 var ErrNoQuorum = errors.New("no quorum: this side of the job keeps no majority of the last world's ranks")
 
-// quorum reports whether world w, agreed by a Shrink or Grow called from
-// world from, keeps a quorum of from's ranks: more than half of them, or
-// half with from's rank 0. kept is how many of from's ranks w holds (a
-// rank restarted since has another name: it is not one of them).
-func quorum(from, w bootstrap.World) (kept int, ok bool) {
-	names := make(map[string]bool, len(w.Members))
+// quorumBase is the ranks a Shrink or Grow counts for its quorum, by
+// gossip name: the members of Init's first world, then of each world a
+// Shrink agrees on, and of each a Grow makes once its membership check has
+// passed (expel.go; a joiner takes the world it joins). A Grow that fails
+// before its check leaves the base as it was: its newcomers, whose Init
+// then fails, are not counted against the ranks that hold the job's state.
+// first breaks a tie: of two halves, the one with it goes on.
+type quorumBase struct {
+	names map[string]bool
+	first string
+}
+
+// baseOf is the base of w's members.
+func baseOf(w bootstrap.World) quorumBase {
+	b := quorumBase{names: make(map[string]bool, len(w.Members))}
 	for _, m := range w.Members {
-		names[m.Name] = true
+		b.names[m.Name] = true
 	}
-	for _, m := range from.Members {
-		if names[m.Name] {
+	if len(w.Members) > 0 {
+		b.first = w.Members[0].Name
+	}
+	return b
+}
+
+// quorum reports whether world w, agreed by a Shrink or Grow, keeps a
+// quorum of b: more than half of its ranks, or half with its first. kept
+// is how many of them w holds (a rank restarted since has another name:
+// it is not one of them).
+func (b quorumBase) quorum(w bootstrap.World) (kept int, ok bool) {
+	has := false
+	for _, m := range w.Members {
+		if b.names[m.Name] {
 			kept++
+			has = has || m.Name == b.first
 		}
 	}
-	switch {
-	case 2*kept > from.Size:
-		return kept, true
-	case 2*kept == from.Size && len(from.Members) > 0:
-		return kept, names[from.Members[0].Name]
-	}
-	return kept, false
+	return kept, 2*kept > len(b.names) || 2*kept == len(b.names) && has
 }
 
 // noQuorum is the error of a Shrink or Grow whose world w keeps kept of
-// from's ranks, no quorum.
-func noQuorum(from, w bootstrap.World, kept int) error {
+// b's ranks, no quorum.
+func (b quorumBase) noQuorum(w bootstrap.World, kept int) error {
 	half := ""
-	if 2*kept == from.Size {
+	if 2*kept == len(b.names) {
 		half = ", half of them without its rank 0"
 	}
-	return fmt.Errorf("%w: %d of the %d ranks of epoch %d in the world of epoch %d%s (GORUN_QUORUM=majority)", ErrNoQuorum, kept, from.Size, from.Epoch, w.Epoch, half)
+	return fmt.Errorf("%w: the world of epoch %d keeps %d of the %d ranks of the last whole one%s (GORUN_QUORUM=majority)", ErrNoQuorum, w.Epoch, kept, len(b.names), half)
 }

@@ -17,12 +17,12 @@ func world(epoch uint32, names ...string) bootstrap.World {
 	return w
 }
 
-// The majority rule, and half with the last world's rank 0: of any cut,
-// one side at most goes on.
+// The majority rule, and half with the base's first rank: of any cut, one
+// side at most goes on.
 func TestQuorum(t *testing.T) {
 	four := world(1, "a", "b", "c", "d")
 	for _, tc := range []struct {
-		from bootstrap.World
+		base bootstrap.World
 		w    []string
 		kept int
 		ok   bool
@@ -41,18 +41,54 @@ func TestQuorum(t *testing.T) {
 		{world(2, "a", "b", "c"), []string{"b", "c"}, 2, true}, // after a Shrink to 3, a cut of 2|1
 		{world(2, "a", "b", "c"), []string{"a"}, 1, false},
 		{world(1, "a"), []string{"a"}, 1, true},
+		// A Grow of a and b by three newcomers failed, one of them dead:
+		// the others' Init failed and they left, and a and b shrink. The
+		// base is still a and b (the Grow's check never passed), not the
+		// 5 of the grown world, of which they would keep 2.
+		{world(2, "a", "b"), []string{"a", "b"}, 2, true},
+		// The job down to b and c grew by a and d restarted; a died during
+		// the Grow: b and c are the base, not 2 of a world of 4 without
+		// its rank 0.
+		{world(4, "b", "c"), []string{"b", "c"}, 2, true},
 	} {
-		w := world(tc.from.Epoch+1, tc.w...)
-		kept, ok := quorum(tc.from, w)
+		b := baseOf(tc.base)
+		w := world(tc.base.Epoch+1, tc.w...)
+		kept, ok := b.quorum(w)
 		if kept != tc.kept || ok != tc.ok {
-			t.Errorf("quorum(%v, %v) = %d, %v; want %d, %v", names(tc.from), tc.w, kept, ok, tc.kept, tc.ok)
+			t.Errorf("base %v, world %v: quorum %d, %v; want %d, %v", names(tc.base), tc.w, kept, ok, tc.kept, tc.ok)
 		}
 		if ok {
 			continue
 		}
-		err := noQuorum(tc.from, w, kept)
+		err := b.noQuorum(w, kept)
 		if !errors.Is(err, ErrNoQuorum) || !strings.Contains(err.Error(), "GORUN_QUORUM") {
 			t.Errorf("noQuorum: %v", err)
+		}
+	}
+	// Of every cut of a world in two, exactly one side has a quorum.
+	for n := 1; n <= 7; n++ {
+		var all []string
+		for i := range n {
+			all = append(all, string(rune('a'+i)))
+		}
+		b := baseOf(world(1, all...))
+		for mask := range 1 << n {
+			var x, y []string
+			for i, m := range all {
+				if mask&(1<<i) != 0 {
+					x = append(x, m)
+				} else {
+					y = append(y, m)
+				}
+			}
+			_, okx := b.quorum(world(2, x...))
+			_, oky := b.quorum(world(2, y...))
+			if okx && oky {
+				t.Errorf("both %v and %v of %v have a quorum", x, y, all)
+			}
+			if !okx && !oky {
+				t.Errorf("neither %v nor %v of %v has a quorum", x, y, all)
+			}
 		}
 	}
 }

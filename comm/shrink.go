@@ -19,6 +19,7 @@ import (
 type shrinkState struct {
 	node     *bootstrap.Node // Init's gossip membership; nil for NewLocal and Split
 	failures *failureSink    // where node's failure reports go (init.go)
+	base     quorumBase      // the ranks the next Shrink's or Grow's quorum counts (quorum.go)
 }
 
 // Shrink returns a communicator of the ranks of c that are still alive,
@@ -131,17 +132,21 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	// reconnection; they agree again, without it. GORUN_DEBUG=info logs
 	// how long each phase took (the chaos soak's slow recoveries).
 	begin := time.Now()
+	shrinking := op == "shrink"
 	for attempt := 1; ; attempt++ {
 		t0 := time.Now()
 		w, err := agree(node, ctx)
 		if err != nil {
 			return fail(c.rank, err)
 		}
-		if kept, ok := quorum(from, w); cfg.quorum && !ok {
-			// Every rank of w decides so from the same two worlds: none
-			// waits for another to connect (quorum.go).
-			c.debugf(debugInfo, "%s: epoch %d keeps %d of the %d ranks of epoch %d: no quorum", op, w.Epoch, kept, from.Size, from.Epoch)
-			return fail(c.rank, noQuorum(from, w, kept))
+		if kept, ok := n.shrink.base.quorum(w); cfg.quorum && !ok {
+			// Every rank of w decides so from w and its base: none waits
+			// for another to connect (quorum.go).
+			c.debugf(debugInfo, "%s: epoch %d keeps %d of the %d ranks of the last whole world: no quorum", op, w.Epoch, kept, len(n.shrink.base.names))
+			return fail(c.rank, n.shrink.base.noQuorum(w, kept))
+		}
+		if shrinking { // every member holds w: the next quorum counts its ranks
+			n.shrink.base = baseOf(w)
 		}
 		t1 := time.Now()
 		n.rank, n.size, n.localRank, n.localSize = w.Rank, w.Size, 0, 0
@@ -184,7 +189,8 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 				}
 			}
 			if cerr == nil && len(out) == 0 {
-				n.remakeHier(ctx, op) // topology.go
+				n.shrink.base = baseOf(w) // a Grow's newcomers count from here (quorum.go)
+				n.remakeHier(ctx, op)     // topology.go
 			}
 			n.debugf(debugInfo, "%s: from rank %d of %d to rank %d of %d (epoch %d, attempt %d): closed the old communicator in %v, agreed in %v, connected in %v, %v in all; links: %s",
 				op, c.rank, c.size, n.rank, n.size, w.Epoch, attempt, begin.Sub(start).Round(time.Microsecond), t1.Sub(t0).Round(time.Microsecond),
@@ -201,7 +207,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		for r := range w.Size {
 			node.Suspect(r)
 		}
-		agree = (*bootstrap.Node).Shrink
+		agree, shrinking = (*bootstrap.Node).Shrink, true
 	}
 }
 
