@@ -159,9 +159,14 @@ func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	local := true // which Split failed, for the rank its error names
 	defer func() {
 		if err != nil {
-			for _, x := range h.subs() {
-				x.Close() // within its own timeout: ctx may have ended
+			// At once, within c's timeout: ctx may have ended.
+			cctx := context.Background()
+			if c.cfg.timeout > 0 {
+				var cancel context.CancelFunc
+				cctx, cancel = context.WithTimeout(cctx, c.cfg.timeout)
+				defer cancel()
 			}
+			h.close(cctx)
 			if c.eng.Err() == nil {
 				// c's own allgathers went well: the child's connections
 				// failed, and its error names a rank of the child.
