@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -99,6 +100,36 @@ func (j *jobEnv) sharedVars() []string {
 		v = append(v, jobenv.MaxNP+"="+strconv.Itoa(j.maxNP))
 	}
 	return append(v, j.extra...)
+}
+
+// settingsOf is the tunables cfg's flags set (--transport, --algo,
+// --debug, --fault), for exportVars.
+func settingsOf(cfg Config) map[string]string {
+	return map[string]string{EnvTransport: cfg.Transport, EnvAlgo: cfg.Algo, EnvDebug: cfg.Debug, EnvFault: cfg.Fault}
+}
+
+// RankTunables returns the tunables (jobenv.TunableVars) that every rank
+// of the job cfg describes will find in its environment, as exportVars
+// gives them: gorun's own environment, then the flags, then -x, the later
+// winning. gorun checks them (comm.CheckEnv, --fault's rules) before any
+// rank starts.
+func RankTunables(cfg Config) (map[string]string, error) {
+	var x []string // -x of tunables only: the others are no business of the check
+	for _, kv := range cfg.Export {
+		if name, _, _ := strings.Cut(kv, "="); slices.Contains(jobenv.TunableVars, name) {
+			x = append(x, kv)
+		}
+	}
+	vars, err := exportVars(x, settingsOf(cfg))
+	if err != nil {
+		return nil, err
+	}
+	t := map[string]string{}
+	for _, kv := range vars {
+		name, val, _ := strings.Cut(kv, "=")
+		t[name] = val
+	}
+	return t, nil
 }
 
 // exportVars resolves -x arguments ("VAR" takes the launcher's value) and

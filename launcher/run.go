@@ -65,8 +65,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
-	extra, err := exportVars(cfg.Export, map[string]string{
-		EnvTransport: cfg.Transport, EnvAlgo: cfg.Algo, EnvDebug: cfg.Debug, EnvFault: cfg.Fault})
+	extra, err := exportVars(cfg.Export, settingsOf(cfg))
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -163,23 +162,16 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	}
 	cfg.Program, cfg.Args = rest[0], rest[1:]
 	// The tunables are checked once, here, as every rank's comm.Init would
-	// check them, before any rank starts.
-	settings := map[string]string{jobenv.Transport: cfg.Transport, jobenv.Algo: cfg.Algo, jobenv.Debug: cfg.Debug}
-	for _, kv := range export { // -x NAME=VALUE of a tunable: the ranks get it, over the flags
-		if name, val, ok := strings.Cut(kv, "="); ok && slices.Contains(jobenv.TunableVars, name) && val != "" {
-			settings[name] = val
-		}
+	// check them, before any rank starts (--fault's rules once every
+	// program's ranks are counted: checkFault).
+	cfg.Export = export
+	tun, terr := launcher.RankTunables(cfg)
+	if terr != nil {
+		return cfg, terr
 	}
-	getenv := func(k string) string {
-		if v := settings[k]; v != "" {
-			return v
-		}
-		return os.Getenv(k)
-	}
-	if err := comm.CheckEnv(getenv, max(cfg.NP, 2)); err != nil {
+	if err := comm.CheckEnv(func(k string) string { return tun[k] }, max(cfg.NP, 2)); err != nil {
 		return cfg, fmt.Errorf("%w: %s", launcher.ErrUsage, strings.TrimPrefix(err.Error(), "gorun: "))
 	}
-	cfg.Export = export
 	cfg.NoTag = !tag
 	cfg.UseSrun = slurm
 	if agent != "" {
@@ -220,25 +212,25 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	return cfg, nil
 }
 
-// checkFault checks --fault (or -x GORUN_FAULT=...) as every rank's Init
-// would parse it, before any rank starts: a malformed rule (a ',' for a
-// ';') would otherwise fail every rank's Init, and --max-restarts restart
-// them all. A rule that names a rank the job never has would never fire:
-// that is an error too. The ranks of a job under --nnodes are counted on
-// each node, and are not checked.
+// checkFault checks GORUN_FAULT as every rank will get it (--fault, -x,
+// gorun's environment: launcher.RankTunables) and its Init parse it,
+// before any rank starts: a malformed rule (a ',' for a ';') would
+// otherwise fail every rank's Init, and --max-restarts restart them all. A
+// rule that names a rank the job never has would never fire: that is an
+// error too. The ranks of a job under --nnodes are counted on each node,
+// and are not checked.
 func checkFault(cfg launcher.Config) error {
-	spec, flag := cfg.Fault, "--fault"
-	for _, kv := range cfg.Export { // -x GORUN_FAULT=...: the ranks get it, over --fault
-		if v, ok := strings.CutPrefix(kv, jobenv.Fault+"="); ok && v != "" {
-			spec, flag = v, "-x "+jobenv.Fault
-		}
+	tun, err := launcher.RankTunables(cfg)
+	if err != nil {
+		return err
 	}
+	spec := tun[jobenv.Fault]
 	if spec == "" {
 		return nil
 	}
 	ranks, err := faulty.Ranks(spec)
 	if err != nil {
-		return fmt.Errorf("%w: %s %q: %s", launcher.ErrUsage, flag, spec, strings.TrimPrefix(err.Error(), "faulty: "))
+		return fmt.Errorf("%w: %s=%q (--fault): %s", launcher.ErrUsage, jobenv.Fault, spec, strings.TrimPrefix(err.Error(), "faulty: "))
 	}
 	size := cfg.NP
 	if cfg.Elastic {
@@ -246,7 +238,7 @@ func checkFault(cfg launcher.Config) error {
 	}
 	for _, r := range ranks {
 		if r >= size && cfg.NNodes == 0 {
-			return fmt.Errorf("%w: %s %q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, flag, spec, r, size-1)
+			return fmt.Errorf("%w: %s=%q (--fault): rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, jobenv.Fault, spec, r, size-1)
 		}
 	}
 	return nil

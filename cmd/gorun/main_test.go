@@ -352,3 +352,33 @@ func TestTransportMemRefusedAtOnce(t *testing.T) {
 		t.Fatalf("--transport mem: %v", err)
 	}
 }
+
+// gorun checks the tunables every rank will get, gorun's own environment's
+// included (launcher.RankTunables): GORUN_FAULT there too, and -x VAR
+// taking gorun's value.
+func TestParseArgsChecksEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		bad  bool
+	}{
+		{"rank=1,kill", []string{"-np", "2", "prog"}, true},
+		{"rank=1:kill", []string{"-np", "2", "prog"}, false},
+		{"rank=1:kill", []string{"-np", "1", "prog"}, true},
+		{"rank=1:kill", []string{"-np", "2", "--fault", "rank=3:kill", "prog"}, true}, // the flag wins
+		{"rank=9:kill", []string{"-np", "2", "--fault", "rank=1:kill", "prog"}, false},
+		{"rank=1,kill", []string{"-np", "2", "-x", "GORUN_FAULT", "prog"}, true},
+		{"rank=1,kill", []string{"-np", "2", "-x", "GORUN_FAULT=kill:send:3", "prog"}, false}, // -x wins
+	} {
+		t.Setenv("GORUN_FAULT", tc.env)
+		_, err := parseArgs(tc.args, io.Discard, io.Discard)
+		if (err != nil) != tc.bad {
+			t.Errorf("GORUN_FAULT=%q gorun %q: %v, want an error: %v", tc.env, tc.args, err, tc.bad)
+		}
+	}
+	t.Setenv("GORUN_FAULT", "")
+	t.Setenv("GORUN_QUORUM", "yes")
+	if _, err := parseArgs([]string{"-np", "2", "prog"}, io.Discard, io.Discard); err == nil {
+		t.Error("GORUN_QUORUM=yes in gorun's environment accepted")
+	}
+}
