@@ -27,11 +27,11 @@ import (
 )
 
 // ErrNoQuorum: with a quorum (WithQuorum), this rank's Shrink or Grow
-// agreed on a world without a majority of the ranks of the last one (a
-// partition, or more than half the ranks lost at once). The application
+// agreed on a world without a majority of the ranks of the last whole one
+// (quorumBase): a partition, or more than half the ranks lost at once. The application
 // stops: the other side goes on (gorun --max-restarts restarts the rank,
 // which then joins the side that went on).
-var ErrNoQuorum = errors.New("no quorum: this side of the job keeps no majority of the last world's ranks")
+var ErrNoQuorum = errors.New("no quorum: this side of the job keeps no majority of its ranks")
 
 // quorumBase is the ranks a Shrink or Grow counts for its quorum, by
 // gossip name: the members of Init's first world, then of each world a
