@@ -325,7 +325,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			return nil, err
 		}
 	}
-	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), addrs: map[string]string{}}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), quorum: cfg.quorum, addrs: map[string]string{}}
 	cpus, cpusErr := numa.Affinity(0)
 	if cpusErr == nil && len(cpus) > 0 {
 		me.cpus = jobenv.CPUKey(numa.FormatCPUList(cpus))
@@ -406,6 +406,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	}
 	eps, err := endpointsOf(rv, blobs)
 	if err != nil {
+		return nil, err
+	}
+	if err := sameQuorum(eps, me); err != nil {
 		return nil, err
 	}
 	sharers, away := 0, 0

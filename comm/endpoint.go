@@ -14,18 +14,22 @@ import (
 type endpoint struct {
 	host  [8]byte
 	pid   uint32
-	start uint64            // the process's start time in clock ticks after boot (/proc/PID/stat), 0 unknown: with pid, names the process (witness.go)
-	numa  int16             // NUMA node, -1 unknown
-	cpus  [8]byte           // the CPUs it may run on (jobenv.CPUKey); zero unknown
-	addrs map[string]string // provider -> address
+	start uint64  // the process's start time in clock ticks after boot (/proc/PID/stat), 0 unknown: with pid, names the process (witness.go)
+	numa  int16   // NUMA node, -1 unknown
+	cpus  [8]byte // the CPUs it may run on (jobenv.CPUKey); zero unknown
+	// quorum: the rank counts a quorum at Shrink and Grow (quorum.go);
+	// every rank must, or none (newComm checks).
+	quorum bool
+	addrs  map[string]string // provider -> address
 }
 
 // hostIdentity distinguishes hosts (jobenv.HostKey).
 func hostIdentity() [8]byte { return jobenv.HostKey() }
 
 // endpointVersion 2: the NUMA node after the pid; 3: the start time after
-// the NUMA node; 4: the CPU key after the start time.
-const endpointVersion = 4
+// the NUMA node; 4: the CPU key after the start time; 5: a byte of flags
+// after the CPU key (bit 0: quorum).
+const endpointVersion = 5
 
 func (e *endpoint) marshal() ([]byte, error) {
 	b := []byte{endpointVersion}
@@ -34,7 +38,11 @@ func (e *endpoint) marshal() ([]byte, error) {
 	b = binary.LittleEndian.AppendUint16(b, uint16(e.numa))
 	b = binary.LittleEndian.AppendUint64(b, e.start)
 	b = append(b, e.cpus[:]...)
-	b = append(b, byte(len(e.addrs)))
+	var flags byte
+	if e.quorum {
+		flags |= 1
+	}
+	b = append(b, flags, byte(len(e.addrs)))
 	for _, name := range sortedKeys(e.addrs) {
 		a := e.addrs[name]
 		if len(name) > 255 || len(a) > 255 {
@@ -54,7 +62,7 @@ func (e *endpoint) marshal() ([]byte, error) {
 var errBadEndpoint = errors.New("malformed endpoint")
 
 func unmarshalEndpoint(b []byte) (*endpoint, error) {
-	if len(b) < 32 || b[0] != endpointVersion {
+	if len(b) < 33 || b[0] != endpointVersion {
 		return nil, errBadEndpoint
 	}
 	e := &endpoint{addrs: map[string]string{}}
@@ -63,8 +71,9 @@ func unmarshalEndpoint(b []byte) (*endpoint, error) {
 	e.numa = int16(binary.LittleEndian.Uint16(b[13:15]))
 	e.start = binary.LittleEndian.Uint64(b[15:23])
 	copy(e.cpus[:], b[23:31])
-	n := int(b[31])
-	b = b[32:]
+	e.quorum = b[31]&1 != 0
+	n := int(b[32])
+	b = b[33:]
 	for range n {
 		var name, addr string
 		var ok bool

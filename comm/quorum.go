@@ -81,3 +81,17 @@ func (b quorumBase) noQuorum(w bootstrap.World, kept int) error {
 	}
 	return fmt.Errorf("%w: the world of epoch %d keeps %d of the %d ranks of the last whole one%s (GORUN_QUORUM=majority)", ErrNoQuorum, w.Epoch, kept, len(b.names), half)
 }
+
+// sameQuorum fails Init where a rank of eps counts a quorum and this one
+// (me) does not, or the reverse: their Shrinks would decide differently.
+// Every rank finds such a rank, and names it.
+func sameQuorum(eps []*endpoint, me *endpoint) error {
+	for r, ep := range eps {
+		if ep.quorum != me.quorum {
+			setting := map[bool]string{true: "majority", false: "off"}
+			return &RankError{Rank: r, Op: "init", Err: fmt.Errorf("%w: rank %d has GORUN_QUORUM=%s, this rank %s: every rank must use the same (WithQuorum)",
+				ErrInvalid, r, setting[ep.quorum], setting[me.quorum])}
+		}
+	}
+	return nil
+}

@@ -2,8 +2,12 @@ package comm
 
 import (
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 )
@@ -124,5 +128,91 @@ func TestQuorumTunable(t *testing.T) {
 	c, err := newConfig(WithQuorum())
 	if err != nil || !c.quorum {
 		t.Errorf("WithQuorum: quorum %v, %v", c != nil && c.quorum, err)
+	}
+}
+
+// initRanks starts n ranks of one job through Init in this process (tcp),
+// rank r with opts(r), and returns each one's communicator and error.
+func initRanks(t *testing.T, n int, opts func(r int) []Option) ([]*Comm, []error) {
+	t.Helper()
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	job, token := "quorum-"+initRandomID(), initRandomID()
+	cs, errs := make([]*Comm, n), make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			cs[r], errs[r] = initFromEnv(initTestCtx(t), initVars(initRankVars(r, n, seed, job, token)),
+				append([]Option{WithTransport("tcp"), WithTimeout(30 * time.Second)}, opts(r)...)...)
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	return cs, errs
+}
+
+// Ranks that disagree on the quorum fail Init, every one naming a rank
+// with the other setting: their Shrinks would decide differently.
+func TestQuorumMismatchAtInit(t *testing.T) {
+	_, errs := initRanks(t, 3, func(r int) []Option {
+		if r == 2 {
+			return nil
+		}
+		return []Option{WithQuorum()}
+	})
+	for r, err := range errs {
+		var re *RankError
+		want := 2
+		if r == 2 {
+			want = 0
+		}
+		if !errors.As(err, &re) || re.Rank != want || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GORUN_QUORUM") {
+			t.Errorf("rank %d: %v; want ErrInvalid naming rank %d and GORUN_QUORUM", r, err, want)
+		}
+	}
+}
+
+// With a quorum, two of four ranks that Shrink go on with rank 0, and
+// fail with ErrNoQuorum without it; three of four go on.
+func TestShrinkWithQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		left []int // the ranks that close
+		ok   bool
+	}{{[]int{3}, true}, {[]int{2, 3}, true}, {[]int{0, 1}, false}} {
+		cs, errs := initRanks(t, 4, func(int) []Option { return []Option{WithQuorum()} })
+		mustAll(t, "init", errs)
+		var stay []*Comm
+		for r, c := range cs {
+			if slices.Contains(tc.left, r) {
+				c.Close()
+			} else {
+				stay = append(stay, c)
+			}
+		}
+		ctx := initTestCtx(t)
+		shrunk := make([]*Comm, len(stay))
+		errs = onAll(stay, func(c *Comm) (err error) {
+			i := slices.Index(stay, c)
+			shrunk[i], err = c.Shrink(ctx)
+			return err
+		})
+		for i, err := range errs {
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("ranks %v closed: rank %d: %v", tc.left, stay[i].Rank(), err)
+			case tc.ok && shrunk[i].Size() != len(stay):
+				t.Errorf("ranks %v closed: rank %d shrank to %d ranks, want %d", tc.left, stay[i].Rank(), shrunk[i].Size(), len(stay))
+			case !tc.ok && !errors.Is(err, ErrNoQuorum):
+				t.Errorf("ranks %v closed: rank %d: %v, want ErrNoQuorum", tc.left, stay[i].Rank(), err)
+			}
+			if shrunk[i] != nil {
+				shrunk[i].Close()
+			}
+		}
 	}
 }
