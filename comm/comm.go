@@ -456,7 +456,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	// check's allreduce.
 	if world <= 1 {
 		if err := c.makeHierComms(ctx); err != nil {
-			c.Close()
+			// As for a failed connectInit: the cleanup deferred above
+			// closes the transport and runs onClose, once (Close did both
+			// again).
+			c.conn.stop()
+			c.eng.CloseContext(ctx)
 			return nil, err
 		}
 	}
