@@ -27,7 +27,10 @@ allreduce, then gorun_grow): the communicator is full size again, with the
 original ranks, and the newcomer receives the state. If the others
 finished before it was back, its gorun.init() raises GorunError with status
 gorun.ERR_JOB_GONE about 10 s after it finds no rank left: the work is
-done without it, so such a script exits 0 there.
+done without it, so such a script exits 0 there. With GORUN_QUORUM=majority,
+the shrink of a rank on the smaller side of a job cut in two raises
+GorunError with status gorun.ERR_NO_QUORUM: the other side goes on, and
+the script exits so that gorun restarts it into that side.
 
 State holds named values: torch modules and optimizers (anything with
 state_dict/load_state_dict), numpy arrays and torch tensors (restored in
