@@ -121,7 +121,6 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	node := rv.node
 	fw := &failureSink{c: c, epoch: node.World().Epoch}
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
-	c.shrink.base = baseOf(node.World())        // a joiner's too: the world it joins (quorum.go)
 	done := make(chan struct{})
 	go forwardFailures(fw, node, done)
 	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})
@@ -133,13 +132,18 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		<-done
 		ctl.Close()
 	})
-	if w := node.World(); w.Epoch > 1 { // joined a running job: a member back from exclusion? (expel.go)
+	if w := node.World(); w.Epoch <= 1 {
+		c.shrink.base = baseOf(w) // the quorum's (quorum.go)
+	} else { // joined a running job: a member back from exclusion? (expel.go)
 		switch out, err := c.checkMembership(ctx, w, nil); {
 		case err == nil && len(out) > 0:
 			c.expelled(out, "init")
-		case err == nil: // where the members that admitted it make theirs (remake)
+		case err == nil: // where the members that admitted it take theirs (remake)
+			c.shrink.base = baseOf(w)
 			c.remakeHier(ctx, "init")
 		}
+		// A check that failed leaves the base empty: this rank, failed,
+		// can never count a quorum, where the members kept theirs.
 	}
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)
 		c.Close()

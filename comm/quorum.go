@@ -36,10 +36,11 @@ var ErrNoQuorum = errors.New("no quorum: this side of the job keeps no majority 
 // quorumBase is the ranks a Shrink or Grow counts for its quorum, by
 // gossip name: the members of Init's first world, then of each world a
 // Shrink agrees on, and of each a Grow makes once its membership check has
-// passed (expel.go; a joiner takes the world it joins). A Grow that fails
-// before its check leaves the base as it was: its newcomers, whose Init
-// then fails, are not counted against the ranks that hold the job's state.
-// first breaks a tie: of two halves, the one with it goes on.
+// passed (expel.go), on the members and on the joiners alike. A Grow that
+// fails before its check leaves the members' base as it was, so that its
+// newcomers are not counted against the ranks that hold the job's state,
+// and a joiner whose check failed has an empty base: it never counts a
+// quorum. first breaks a tie: of two halves, the one with it goes on.
 type quorumBase struct {
 	names map[string]bool
 	first string

@@ -69,6 +69,11 @@ func TestQuorum(t *testing.T) {
 			t.Errorf("noQuorum: %v", err)
 		}
 	}
+	// A joiner whose membership check failed has an empty base: no world
+	// gives it a quorum.
+	if _, ok := (quorumBase{}).quorum(world(5, "a", "b", "c")); ok {
+		t.Error("an empty base has a quorum")
+	}
 	// Of every cut of a world in two, exactly one side has a quorum.
 	for n := 1; n <= 7; n++ {
 		var all []string
