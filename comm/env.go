@@ -49,10 +49,10 @@ package comm
 //	                     this rank's CPUs outnumber them, and 100us if some of
 //	                     those are on other hosts of this kernel (WithSpin)
 //	GORUN_QUORUM         majority: a Shrink or Grow whose world keeps no majority
-//	                     of the last world's ranks fails with ErrNoQuorum (half
-//	                     of them: the half with the last world's rank 0 goes
-//	                     on); off (default): every side of a partition goes on
-//	                     (WithQuorum)
+//	                     of the ranks of the last whole world fails with
+//	                     ErrNoQuorum (half of them: the half with its rank 0
+//	                     goes on); off (default): every side of a partition
+//	                     goes on; every rank must set the same (WithQuorum)
 
 import (
 	"fmt"

@@ -77,9 +77,10 @@ typedef enum {
 	 * first. The job's work ended without this rank; exit 0 if that is done. */
 	GORUN_ERR_JOB_GONE = 7,
 	/* gorun_shrink or gorun_grow with GORUN_QUORUM=majority, on a rank
-	 * whose new world keeps no majority of the last one's ranks (half of
-	 * them, without its rank 0): the job is cut in two and the other side
-	 * goes on. Exit; gorun --max-restarts restarts the rank into it. */
+	 * whose new world keeps no majority of the ranks of the last whole one
+	 * (half of them, without its rank 0): the job is cut in two and the
+	 * other side goes on. Exit; gorun --max-restarts restarts the rank
+	 * into it. */
 	GORUN_ERR_NO_QUORUM = 8,
 } gorun_status;
 

@@ -230,7 +230,7 @@ func checkFault(cfg launcher.Config) error {
 	}
 	ranks, err := faulty.Ranks(spec)
 	if err != nil {
-		return fmt.Errorf("%w: %s=%q (--fault): %s", launcher.ErrUsage, jobenv.Fault, spec, strings.TrimPrefix(err.Error(), "faulty: "))
+		return fmt.Errorf("%w: %s=%q: %s", launcher.ErrUsage, jobenv.Fault, spec, strings.TrimPrefix(err.Error(), "faulty: "))
 	}
 	size := cfg.NP
 	if cfg.Elastic {
@@ -238,7 +238,7 @@ func checkFault(cfg launcher.Config) error {
 	}
 	for _, r := range ranks {
 		if r >= size && cfg.NNodes == 0 {
-			return fmt.Errorf("%w: %s=%q (--fault): rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, jobenv.Fault, spec, r, size-1)
+			return fmt.Errorf("%w: %s=%q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, jobenv.Fault, spec, r, size-1)
 		}
 	}
 	return nil

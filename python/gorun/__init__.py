@@ -38,8 +38,8 @@ _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean":
 ERR_JOB_GONE = 7
 
 # shrink()'s or grow()'s status with GORUN_QUORUM=majority on a rank whose
-# new world keeps no majority of the last one's ranks: the job was cut in
-# two and the other side goes on (GORUN_ERR_NO_QUORUM in gorun.h).
+# new world keeps no majority of the ranks of the last whole one: the job
+# was cut in two and the other side goes on (GORUN_ERR_NO_QUORUM in gorun.h).
 ERR_NO_QUORUM = 8
 
 
