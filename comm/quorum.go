@@ -6,12 +6,11 @@ package comm
 // as under ULFM's shrink, and after the link is back one of them is
 // expelled (expel.go) with the work it did meanwhile. With a quorum, a
 // Shrink or Grow goes on only where its world keeps a majority of the
-// ranks of the last world all its members knew complete (quorumBase):
-// where it keeps exactly half, the half with that world's rank 0 goes on.
-// Each side decides alone, from its agreed world and the base, which its
-// ranks hold alike where they come from one recovery, so no message is
-// needed, and at most one side of a cut goes on, as in a majority quorum
-// of Paxos or Raft. A failure during a recovery's membership check can
+// ranks of the last whole world (quorumBase): where it keeps exactly
+// half, the half with that world's rank 0 goes on. Each side decides
+// alone, from its agreed world and the base, which its ranks hold alike
+// where they come from one recovery, so no message is needed, and at most
+// one side of a cut goes on, as in a majority quorum of Paxos or Raft. A failure during a recovery's membership check can
 // leave the ranks of one side with different bases (some passed it, some
 // did not), and a world's ranks may come from different worlds
 // (expel.go): then they may decide differently, and unlike Raft's joint
@@ -28,9 +27,9 @@ import (
 
 // ErrNoQuorum: with a quorum (WithQuorum), this rank's Shrink or Grow
 // agreed on a world without a majority of the ranks of the last whole one
-// (quorumBase): a partition, or more than half the ranks lost at once. The application
-// stops: the other side goes on (gorun --max-restarts restarts the rank,
-// which then joins the side that went on).
+// (quorumBase): a partition, or more than half the ranks lost at once.
+// The application stops: the other side goes on (gorun --max-restarts
+// restarts the rank, which then joins the side that went on).
 var ErrNoQuorum = errors.New("no quorum: this side of the job keeps no majority of its ranks")
 
 // quorumBase is the ranks a Shrink or Grow counts for its quorum, by
