@@ -40,7 +40,7 @@ type config struct {
 	// frame (rdma.Config.Checksum). Off by default: it costs CPU per byte.
 	checksum bool
 	// quorum: Shrink and Grow go on only with a majority of the last
-	// world (quorum.go; GORUN_QUORUM, WithQuorum).
+	// whole world (quorum.go; GORUN_QUORUM, WithQuorum).
 	quorum bool
 	// localRanks is how many of the job's ranks share this host, when
 	// known before connecting (launcher variables, NewLocal); 0 unknown.
@@ -113,9 +113,9 @@ func WithChecksum() Option {
 }
 
 // WithQuorum makes Shrink and Grow fail with ErrNoQuorum on the ranks of
-// a world that keeps no majority of the last world's ranks, so that of a
-// job cut in two only one side goes on (GORUN_QUORUM=majority; quorum.go).
-// Every rank must use the same setting.
+// a world that keeps no majority of the ranks of the last whole world, so
+// that of a job cut in two only one side goes on (GORUN_QUORUM=majority;
+// quorum.go). Every rank must use the same setting: Init fails otherwise.
 func WithQuorum() Option {
 	return func(c *config) error { c.quorum = true; return nil }
 }
