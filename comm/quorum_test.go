@@ -137,34 +137,43 @@ func TestQuorumTunable(t *testing.T) {
 }
 
 // initRanks starts n ranks of one job through Init in this process (tcp),
-// rank r with opts(r), and returns each one's communicator and error.
-func initRanks(t *testing.T, n int, opts func(r int) []Option) ([]*Comm, []error) {
+// rank r with opts(r), and returns each one's communicator and error, and
+// start, which starts rank r of the job again (a joiner, once the job
+// has moved on).
+func initRanks(t *testing.T, n int, opts func(r int) []Option) (cs []*Comm, errs []error, start func(r int) (*Comm, error)) {
 	t.Helper()
 	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
 	job, token := "quorum-"+initRandomID(), initRandomID()
-	cs, errs := make([]*Comm, n), make([]error, n)
+	var mu sync.Mutex
+	var made []*Comm
+	start = func(r int) (*Comm, error) {
+		c, err := initFromEnv(initTestCtx(t), initVars(initRankVars(r, n, seed, job, token)),
+			append([]Option{WithTransport("tcp"), WithTimeout(30 * time.Second)}, opts(r)...)...)
+		mu.Lock()
+		made = append(made, c)
+		mu.Unlock()
+		return c, err
+	}
+	cs, errs = make([]*Comm, n), make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		wg.Go(func() {
-			cs[r], errs[r] = initFromEnv(initTestCtx(t), initVars(initRankVars(r, n, seed, job, token)),
-				append([]Option{WithTransport("tcp"), WithTimeout(30 * time.Second)}, opts(r)...)...)
-		})
+		wg.Go(func() { cs[r], errs[r] = start(r) })
 	}
 	wg.Wait()
 	t.Cleanup(func() {
-		for _, c := range cs {
+		for _, c := range made {
 			if c != nil {
 				c.Close()
 			}
 		}
 	})
-	return cs, errs
+	return cs, errs, start
 }
 
 // Ranks that disagree on the quorum fail Init, every one naming a rank
 // with the other setting: their Shrinks would decide differently.
 func TestQuorumMismatchAtInit(t *testing.T) {
-	_, errs := initRanks(t, 3, func(r int) []Option {
+	_, errs, _ := initRanks(t, 3, func(r int) []Option {
 		if r == 2 {
 			return nil
 		}
@@ -189,7 +198,7 @@ func TestShrinkWithQuorum(t *testing.T) {
 		left []int // the ranks that close
 		ok   bool
 	}{{[]int{3}, true}, {[]int{2, 3}, true}, {[]int{0, 1}, false}} {
-		cs, errs := initRanks(t, 4, func(int) []Option { return []Option{WithQuorum()} })
+		cs, errs, _ := initRanks(t, 4, func(int) []Option { return []Option{WithQuorum()} })
 		mustAll(t, "init", errs)
 		var stay []*Comm
 		for r, c := range cs {
@@ -219,5 +228,62 @@ func TestShrinkWithQuorum(t *testing.T) {
 				shrunk[i].Close()
 			}
 		}
+	}
+}
+
+// A Grow's newcomers count in the quorum once it completed: four ranks,
+// rank 3 closes, the three shrink; rank 3 comes back and they grow; then
+// ranks 1 and 2 close, and 0 and the newcomer, half of the grown world
+// with its rank 0, shrink and go on. Counted against the three that
+// shrank before (the base before the Grow), rank 0 alone would have none.
+func TestQuorumAfterGrow(t *testing.T) {
+	cs, errs, start := initRanks(t, 4, func(int) []Option { return []Option{WithQuorum()} })
+	mustAll(t, "init", errs)
+	ctx := initTestCtx(t)
+	cs[3].Close()
+	shrunk := make([]*Comm, 3)
+	mustAll(t, "shrink", onAll(cs[:3], func(c *Comm) (err error) {
+		shrunk[c.Rank()], err = c.Shrink(ctx)
+		return err
+	}))
+	var back *Comm
+	joined := make(chan error, 1)
+	go func() {
+		var err error
+		back, err = start(3)
+		joined <- err
+	}()
+	grown := make([]*Comm, 4)
+	mustAll(t, "grow", onAll(shrunk, func(c *Comm) (err error) {
+		for c.Joiners() == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		grown[c.Rank()], err = c.Grow(ctx)
+		return err
+	}))
+	if err := <-joined; err != nil {
+		t.Fatalf("rank 3 joining: %v", err)
+	}
+	grown[3] = back
+	grown[1].Close()
+	grown[2].Close()
+	last := make([]*Comm, 2)
+	errs = onAll([]*Comm{grown[0], grown[3]}, func(c *Comm) (err error) {
+		i := min(c.Rank(), 1)
+		last[i], err = c.Shrink(ctx)
+		return err
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("shrink after the grow, rank %d: %v (the newcomer must count)", []int{0, 3}[i], err)
+		}
+		if last[i].Size() != 2 {
+			t.Errorf("shrink after the grow: %d ranks, want 2", last[i].Size())
+		}
+		last[i].Close()
 	}
 }
