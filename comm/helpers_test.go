@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -202,4 +203,70 @@ func checkReduced[T Number](n int, op Op, base int, got []T) error {
 // per rank and position.
 func pattern[T Number](r, i int) T {
 	return fromInt[T]((r*31 + i*7 + 1) % 97)
+}
+
+// initRanks starts n ranks of one job through Init in this process (tcp),
+// rank r with opts(r), and returns each one's communicator and error, and
+// start, which starts rank r of the job again (a joiner, once the job
+// has moved on).
+func initRanks(t *testing.T, n int, opts func(r int) []Option) (cs []*Comm, errs []error, start func(r int) (*Comm, error)) {
+	t.Helper()
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	job, token := "init-"+initRandomID(), initRandomID()
+	var mu sync.Mutex
+	var made []*Comm
+	start = func(r int) (*Comm, error) {
+		c, err := initFromEnv(initTestCtx(t), initVars(initRankVars(r, n, seed, job, token)),
+			append([]Option{WithTransport("tcp"), WithTimeout(30 * time.Second)}, opts(r)...)...)
+		mu.Lock()
+		made = append(made, c)
+		mu.Unlock()
+		return c, err
+	}
+	cs, errs = make([]*Comm, n), make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { cs[r], errs[r] = start(r) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range made {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	return cs, errs, start
+}
+
+// growJoined starts a joiner with start while members, the ranks of a
+// running communicator indexed by rank, wait until each sees it waiting,
+// then Grow; it returns the grown communicators by rank, the joiner's at
+// its own.
+func growJoined(t *testing.T, ctx context.Context, members []*Comm, start func() (*Comm, error)) []*Comm {
+	t.Helper()
+	var back *Comm
+	joined := make(chan error, 1)
+	go func() {
+		var err error
+		back, err = start()
+		joined <- err
+	}()
+	grown := make([]*Comm, len(members)+1)
+	mustAll(t, "grow", onAll(members, func(c *Comm) (err error) {
+		for c.Joiners() == 0 { // each sees the joiner, then Grows
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		grown[c.Rank()], err = c.Grow(ctx)
+		return err
+	}))
+	if err := <-joined; err != nil {
+		t.Fatalf("joining: %v", err)
+	}
+	grown[back.Rank()] = back
+	return grown
 }

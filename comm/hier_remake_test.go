@@ -3,8 +3,6 @@ package comm
 import (
 	"context"
 	"errors"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,29 +29,13 @@ func onSimHost(h int) Option {
 // communicators and left the old sub-communicators open until the new
 // communicator closed.
 func TestHierAfterShrinkAndGrow(t *testing.T) {
-	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
-	job, token := "hier-remake-"+initRandomID(), initRandomID()
-	start := func(r int) (*Comm, error) {
-		return initFromEnv(initTestCtx(t), initVars(initRankVars(r, 4, seed, job, token)), WithTimeout(30*time.Second), onSimHost(r/2))
-	}
-	var live []*Comm
+	cs, errs, start := initRanks(t, 4, func(r int) []Option { return []Option{onSimHost(r / 2)} })
+	var live []*Comm // made by Shrink and Grow (initRanks closes Init's)
 	defer func() {
 		for _, c := range live {
 			c.Close()
 		}
 	}()
-	cs := make([]*Comm, 4)
-	errs := make([]error, 4)
-	var wg sync.WaitGroup
-	for r := range 4 {
-		wg.Go(func() { cs[r], errs[r] = start(r) })
-	}
-	wg.Wait()
-	for _, c := range cs {
-		if c != nil {
-			live = append(live, c)
-		}
-	}
 	mustAll(t, "init", errs)
 	checkHier(t, "init", cs, nil)
 	if err := cs[3].Close(); err != nil {
@@ -70,32 +52,9 @@ func TestHierAfterShrinkAndGrow(t *testing.T) {
 	live = append(live, shrunk...)
 	checkHier(t, "shrink", shrunk, old)
 
-	var back *Comm
-	joined := make(chan error, 1)
-	go func() {
-		var err error
-		back, err = start(3)
-		joined <- err
-	}()
 	old = hiersOf(shrunk)
-	grown := make([]*Comm, 4)
-	mustAll(t, "grow", onAll(shrunk, func(c *Comm) (err error) {
-		for c.Joiners() == 0 { // each sees the joiner, then Grows
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		grown[c.Rank()], err = c.Grow(ctx)
-		return err
-	}))
-	live = append(live, grown[:3]...)
-	if err := <-joined; err != nil {
-		t.Fatalf("rank 3 joining: %v", err)
-	}
-	live = append(live, back)
-	grown[3] = back
+	grown := growJoined(t, ctx, shrunk, func() (*Comm, error) { return start(3) })
+	live = append(live, grown...)
 	for r, c := range grown {
 		if c.Rank() != r || c.Size() != 4 {
 			t.Fatalf("grown rank %d is rank %d of %d", r, c.Rank(), c.Size())

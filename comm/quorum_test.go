@@ -3,11 +3,8 @@ package comm
 import (
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
 )
@@ -136,40 +133,6 @@ func TestQuorumTunable(t *testing.T) {
 	}
 }
 
-// initRanks starts n ranks of one job through Init in this process (tcp),
-// rank r with opts(r), and returns each one's communicator and error, and
-// start, which starts rank r of the job again (a joiner, once the job
-// has moved on).
-func initRanks(t *testing.T, n int, opts func(r int) []Option) (cs []*Comm, errs []error, start func(r int) (*Comm, error)) {
-	t.Helper()
-	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
-	job, token := "quorum-"+initRandomID(), initRandomID()
-	var mu sync.Mutex
-	var made []*Comm
-	start = func(r int) (*Comm, error) {
-		c, err := initFromEnv(initTestCtx(t), initVars(initRankVars(r, n, seed, job, token)),
-			append([]Option{WithTransport("tcp"), WithTimeout(30 * time.Second)}, opts(r)...)...)
-		mu.Lock()
-		made = append(made, c)
-		mu.Unlock()
-		return c, err
-	}
-	cs, errs = make([]*Comm, n), make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { cs[r], errs[r] = start(r) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, c := range made {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
-	return cs, errs, start
-}
-
 // Ranks that disagree on the quorum fail Init, every one naming a rank
 // with the other setting: their Shrinks would decide differently.
 func TestQuorumMismatchAtInit(t *testing.T) {
@@ -246,29 +209,7 @@ func TestQuorumAfterGrow(t *testing.T) {
 		shrunk[c.Rank()], err = c.Shrink(ctx)
 		return err
 	}))
-	var back *Comm
-	joined := make(chan error, 1)
-	go func() {
-		var err error
-		back, err = start(3)
-		joined <- err
-	}()
-	grown := make([]*Comm, 4)
-	mustAll(t, "grow", onAll(shrunk, func(c *Comm) (err error) {
-		for c.Joiners() == 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		grown[c.Rank()], err = c.Grow(ctx)
-		return err
-	}))
-	if err := <-joined; err != nil {
-		t.Fatalf("rank 3 joining: %v", err)
-	}
-	grown[3] = back
+	grown := growJoined(t, ctx, shrunk, func() (*Comm, error) { return start(3) })
 	grown[1].Close()
 	grown[2].Close()
 	last := make([]*Comm, 2)
