@@ -168,12 +168,8 @@ func (c *Comm) adopt(child *Comm, members []int) {
 // CloseContext bounded by the communicator's timeout (WithTimeout,
 // GORUN_TIMEOUT).
 func (c *Comm) Close() error {
-	ctx := context.Background()
-	if c.cfg != nil && c.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx, cancel := c.cfg.bound(context.Background())
+	defer cancel()
 	return c.CloseContext(ctx)
 }
 
@@ -283,11 +279,8 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	if size < 1 || rank < 0 || rank >= limit {
 		return nil, fmt.Errorf("gorun: rank %d of %d: %w", rank, size, ErrInvalid)
 	}
-	if cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
-		defer cancel()
-	}
+	ctx, cancel := cfg.bound(ctx)
+	defer cancel()
 	c := &Comm{rank: rank, size: size, cfg: cfg, sendSeq: make([]uint32, size), recvSeq: make([]uint32, size),
 		plans: map[planKey]*engine.Plan{}}
 	first := cfg.obs == nil // this communicator opens the observer (observe.go)

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -103,6 +104,15 @@ func newConfig(opts ...Option) (*config, error) {
 		}
 	}
 	return c, nil
+}
+
+// bound returns ctx bounded by the communicator's timeout (WithTimeout,
+// GORUN_TIMEOUT), or ctx itself where there is none; cancel it when done.
+func (c *config) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c == nil || c.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 // WithChecksum makes providers that cross a network (tcp) verify a CRC32C

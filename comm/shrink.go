@@ -78,11 +78,8 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	if c.closed.Load() {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: ErrClosed}
 	}
-	if c.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
-		defer cancel()
-	}
+	ctx, cancel := c.cfg.bound(ctx)
+	defer cancel()
 	start := time.Now() // GORUN_DEBUG=info logs how long closing c took, beside the phases below
 	// Shrink: stop every operation on c (they are failing anyway). Grow:
 	// the peers may still be finishing the operation that told them to

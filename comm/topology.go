@@ -160,12 +160,8 @@ func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			// At once, within c's timeout: ctx may have ended.
-			cctx := context.Background()
-			if c.cfg.timeout > 0 {
-				var cancel context.CancelFunc
-				cctx, cancel = context.WithTimeout(cctx, c.cfg.timeout)
-				defer cancel()
-			}
+			cctx, cancel := c.cfg.bound(context.Background())
+			defer cancel()
 			h.close(cctx)
 			if c.eng.Err() == nil {
 				// c's own allgathers went well: the child's connections
