@@ -69,7 +69,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 		return cfg, err
 	}
 	if len(segs) == 1 {
-		return cfg, checkFault(cfg)
+		return cfg, checkTunables(cfg)
 	}
 	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
 	for _, seg := range segs[1:] {
@@ -87,7 +87,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 		cfg.Apps = append(cfg.Apps, launcher.App{NP: np, Program: fs.Arg(0), Args: fs.Args()[1:]})
 		cfg.NP += np
 	}
-	return cfg, checkFault(cfg) // the ranks of every program
+	return cfg, checkTunables(cfg) // with the ranks of every program
 }
 
 // parseFirst parses the command line up to the first ':'.
@@ -161,17 +161,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 		return cfg, fmt.Errorf("%w: no program given", launcher.ErrUsage)
 	}
 	cfg.Program, cfg.Args = rest[0], rest[1:]
-	// The tunables are checked once, here, as every rank's comm.Init would
-	// check them, before any rank starts (--fault's rules once every
-	// program's ranks are counted: checkFault).
 	cfg.Export = export
-	tun, terr := launcher.RankTunables(cfg)
-	if terr != nil {
-		return cfg, terr
-	}
-	if err := comm.CheckEnv(func(k string) string { return tun[k] }, max(cfg.NP, 2)); err != nil {
-		return cfg, fmt.Errorf("%w: %s", launcher.ErrUsage, strings.TrimPrefix(err.Error(), "gorun: "))
-	}
 	cfg.NoTag = !tag
 	cfg.UseSrun = slurm
 	if agent != "" {
@@ -212,17 +202,20 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	return cfg, nil
 }
 
-// checkFault checks GORUN_FAULT as every rank will get it (--fault, -x,
-// gorun's environment: launcher.RankTunables) and its Init parse it,
-// before any rank starts: a malformed rule (a ',' for a ';') would
-// otherwise fail every rank's Init, and --max-restarts restart them all. A
-// rule that names a rank the job never has would never fire: that is an
-// error too. The ranks of a job under --nnodes are counted on each node,
-// and are not checked.
-func checkFault(cfg launcher.Config) error {
+// checkTunables checks the tunables as every rank will get them (--fault
+// and the other flags, -x, gorun's environment: launcher.RankTunables) and
+// its Init read them, once, before any rank starts: a bad value would
+// otherwise fail every rank's Init, and --max-restarts restart them all.
+// GORUN_FAULT's rules must also name ranks the job has, or they would never
+// fire; the ranks of a job under --nnodes are counted on each node, and
+// are not checked.
+func checkTunables(cfg launcher.Config) error {
 	tun, err := launcher.RankTunables(cfg)
 	if err != nil {
 		return err
+	}
+	if err := comm.CheckEnv(func(k string) string { return tun[k] }, max(cfg.NP, 2)); err != nil {
+		return fmt.Errorf("%w: %s", launcher.ErrUsage, strings.TrimPrefix(err.Error(), "gorun: "))
 	}
 	spec := tun[jobenv.Fault]
 	if spec == "" {
