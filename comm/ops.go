@@ -261,7 +261,7 @@ func scatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, r
 
 // AllToAll sends block b of every rank's send to rank b, where it lands as
 // block Rank of recv. len(send) = len(recv) = Size·block; they may be the
-// same slice.
+// same slice or overlap.
 func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 	return allToAll(ctx, c, c.ticket(), send, recv)
 }
@@ -276,13 +276,17 @@ func allToAll[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) 
 		return c.invalid(name, "len(send) = %d, len(recv) = %d: want equal multiples of Size %d", len(send), len(recv), c.size)
 	}
 	n := len(send) / c.size
-	input := bytesOf(send)
-	if sameSlice(send, recv) && len(send) > 0 {
+	input, out := bytesOf(send), bytesOf(recv)
+	if overlap(input, out) {
+		// In place, or overlapping in part: blocks arriving in recv
+		// would overwrite send before it is read.
 		tmp := c.scratchFor(len(input))
 		copy(tmp, input)
 		input = tmp
-	} else {
-		copy(recv[c.rank*n:(c.rank+1)*n], send[c.rank*n:(c.rank+1)*n])
+	}
+	if !sameSlice(send, recv) { // this rank's own block
+		es := DTypeOf[T]().Size()
+		copy(out[c.rank*n*es:(c.rank+1)*n*es], input[c.rank*n*es:])
 	}
 	s := spec{coll: collectives.AllToAll, dt: DTypeOf[T](), count: n, work: bytesOf(recv), input: input}
 	return rankErr(name, c.exec(ctx, &s))
