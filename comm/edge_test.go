@@ -39,3 +39,99 @@ func TestAllToAllOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestAllToAllVOverlapRejected: AllToAllV's send and recv must not
+// overlap (its doc); one rank passing the same slice fails with ErrInvalid
+// naming it, on every rank, rather than moving corrupted data.
+func TestAllToAllVOverlapRejected(t *testing.T) {
+	const n, blk = 3, 20_000
+	for _, culprit := range []int{0, 2} {
+		for _, part := range []bool{false, true} {
+			t.Run(fmt.Sprintf("culprit=%d/part=%v", culprit, part), func(t *testing.T) {
+				cs := newLocal(t, n, WithTimeout(20*time.Second))
+				ctx := testCtx(t)
+				counts := []int{blk, blk, blk}
+				errs := onAll(cs, func(c *Comm) error {
+					buf := make([]int32, 2*n*blk)
+					send, recv := buf[:n*blk], buf[n*blk:]
+					if c.Rank() == culprit {
+						recv = send
+						if part {
+							recv = buf[1 : n*blk+1]
+						}
+					}
+					return AllToAllV(ctx, c, send, counts, nil, recv, counts, nil)
+				})
+				checkEventually(t, "alltoallv overlap", cs, errs, ErrInvalid, culprit)
+			})
+		}
+	}
+}
+
+// TestVOverlap: the v-collectives' overlaps that are allowed give the
+// right data: AllGatherV with send anywhere in recv (its own block, or
+// straddling a peer's), GatherV and ScatterV with send and recv
+// overlapping at the root.
+func TestVOverlap(t *testing.T) {
+	const n, blk = 3, 20_000
+	cs := newLocal(t, n, WithTimeout(20*time.Second))
+	ctx := testCtx(t)
+	counts := []int{blk, blk, blk}
+	for _, off := range []int{0, blk / 2, 1} {
+		t.Run(fmt.Sprintf("allgatherv/send=recv[%d:]", off), func(t *testing.T) {
+			mustAll(t, "allgatherv", onAll(cs, func(c *Comm) error {
+				r := c.Rank()
+				recv := make([]int32, n*blk)
+				start := off
+				if off == 0 {
+					start = r * blk // its own block: in place
+				}
+				send := recv[start : start+blk]
+				for i := range send {
+					send[i] = a2aVal(r, i)
+				}
+				if err := AllGatherV(ctx, c, send, recv, counts, nil); err != nil {
+					return err
+				}
+				return checkBits("allgatherv", recv, func(i int) int32 { return a2aVal(i/blk, i%blk) })
+			}))
+		})
+	}
+	const root = 1
+	for _, off := range []int{0, blk / 2, 2 * blk} {
+		t.Run(fmt.Sprintf("gatherv/send=recv[%d:]", off), func(t *testing.T) {
+			mustAll(t, "gatherv", onAll(cs, func(c *Comm) error {
+				r := c.Rank()
+				recv := make([]int32, n*blk)
+				send := make([]int32, blk)
+				if r == root {
+					send = recv[off : off+blk]
+				}
+				for i := range send {
+					send[i] = a2aVal(r, i)
+				}
+				if err := GatherV(ctx, c, send, recv, counts, nil, root); err != nil || r != root {
+					return err
+				}
+				return checkBits("gatherv", recv, func(i int) int32 { return a2aVal(i/blk, i%blk) })
+			}))
+		})
+		t.Run(fmt.Sprintf("scatterv/recv=send[%d:]", off), func(t *testing.T) {
+			mustAll(t, "scatterv", onAll(cs, func(c *Comm) error {
+				r := c.Rank()
+				send := make([]int32, n*blk)
+				recv := make([]int32, blk)
+				if r == root {
+					for i := range send {
+						send[i] = a2aVal(i/blk, i%blk)
+					}
+					recv = send[off : off+blk]
+				}
+				if err := ScatterV(ctx, c, send, counts, nil, recv, root); err != nil {
+					return err
+				}
+				return checkBits("scatterv", recv, func(i int) int32 { return a2aVal(r, i) })
+			}))
+		})
+	}
+}

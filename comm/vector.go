@@ -22,7 +22,8 @@ import (
 
 // AllGatherV gathers counts[r] elements from every rank r into
 // recv[displs[r]:] on every rank (len(send) = counts[Rank]). counts must be
-// the same on every rank; send may be recv's own block (in place).
+// the same on every rank; send may be recv's own block (in place) or
+// overlap recv elsewhere.
 func AllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
 	return allGatherV(ctx, c, c.ticket(), send, recv, counts, displs)
 }
@@ -40,11 +41,17 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 	if len(send) != counts[c.rank] {
 		return c.invalid(name, "len(send) = %d, counts[%d] = %d", len(send), c.rank, counts[c.rank])
 	}
+	input := bytesOf(send)
 	if mine := recv[displs[c.rank] : displs[c.rank]+len(send)]; !sameSlice(send, mine) {
 		copy(mine, send)
+		if overlap(input, bytesOf(recv)) {
+			// Blocks arriving in recv may overwrite send before it
+			// goes out: send the copy instead.
+			input = bytesOf(mine)
+		}
 	}
 	rank, size := c.rank, c.size
-	s := spec{coll: collectives.AllGatherV, dt: DTypeOf[T](), count: countsHash(counts), work: bytesOf(recv), input: bytesOf(send),
+	s := spec{coll: collectives.AllGatherV, dt: DTypeOf[T](), count: countsHash(counts), work: bytesOf(recv), input: input,
 		build: func(chunk int) *collectives.Schedule {
 			return collectives.DirectAllGatherV(rank, size, counts, displs, chunk)
 		}}
@@ -58,7 +65,7 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 
 // GatherV gathers every rank's send into root's recv, rank r's at
 // recv[displs[r]:displs[r]+counts[r]]. counts, displs and recv matter at
-// root only; there len(send) = counts[root].
+// root only; there len(send) = counts[root], and send may overlap recv.
 func GatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
 	return gatherV(ctx, c, c.ticket(), send, recv, counts, displs, root)
 }
@@ -93,7 +100,8 @@ func gatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, c
 }
 
 // ScatterV sends send[displs[r]:displs[r]+counts[r]] from root to rank r's
-// recv (len(recv) = counts[r]). send, counts and displs matter at root only.
+// recv (len(recv) = counts[r]). send, counts and displs matter at root
+// only; there recv may overlap send.
 func ScatterV[T Number](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) error {
 	return scatterV(ctx, c, c.ticket(), send, counts, displs, recv, root)
 }
@@ -118,15 +126,20 @@ func scatterV[T Number](ctx context.Context, c *Comm, t uint64, send []T, counts
 	if err := c.agreeCounts(ctx, name, root, counts, len(recv), false); err != nil {
 		return err
 	}
-	if c.rank == root {
-		copy(recv, send[displs[root]:displs[root]+counts[root]])
-	}
 	rank, size, n := c.rank, c.size, len(recv)
 	s := spec{coll: collectives.ScatterV, dt: DTypeOf[T](), root: root, work: bytesOf(recv), input: input,
 		build: func(chunk int) *collectives.Schedule {
 			return collectives.DirectScatterV(rank, size, root, n, counts, displs, chunk)
 		}}
-	return rankErr(name, c.exec(ctx, &s))
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(name, err)
+	}
+	if c.rank == root {
+		// After the sends: the root's recv may overlap their blocks (its
+		// recv is not written by the schedule).
+		copy(recv, send[displs[root]:displs[root]+counts[root]])
+	}
+	return nil
 }
 
 // AllToAllV sends send[sendDispls[b]:+sendCounts[b]] to rank b, where it
@@ -149,6 +162,9 @@ func allToAllV[T Number](ctx context.Context, c *Comm, t uint64, send []T, sendC
 	}
 	if recvDispls, err = c.checkV(name, "recv", recvCounts, recvDispls, len(recv)); err != nil {
 		return err
+	}
+	if overlap(bytesOf(send), bytesOf(recv)) {
+		return c.invalid(name, "send and recv overlap (they must not)")
 	}
 	if err := c.agreeAllToAll(ctx, name, sendCounts, recvCounts); err != nil {
 		return err
