@@ -1,7 +1,11 @@
 package comm
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -134,4 +138,65 @@ func TestVOverlap(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// TestTagRange: a tag outside the int32 range it travels in is ErrInvalid
+// naming the rank, blocking or started, even when both ranks use it (it
+// was a bogus ErrMismatch, "tag -2147483648, this rank 2147483648"); the
+// range's ends work.
+func TestTagRange(t *testing.T) {
+	big := int64(1) << 40 // a variable: no constant overflow where int is 32 bits
+	for _, tag := range []int64{math.MaxInt32 + 1, big, math.MinInt32 - 1} {
+		if int64(int(tag)) != tag {
+			t.Skip("int is 32 bits: every int is a valid tag")
+		}
+		for _, started := range []bool{false, true} {
+			t.Run(fmt.Sprintf("tag=%d/started=%v", tag, started), func(t *testing.T) {
+				cs := newLocal(t, 2, WithTimeout(20*time.Second))
+				ctx := testCtx(t)
+				errs := onAll(cs, func(c *Comm) error {
+					return tagRoundTrip(ctx, c, int(tag), started)
+				})
+				for r, err := range errs {
+					var re *RankError
+					if !errors.Is(err, ErrInvalid) || !errors.As(err, &re) || !strings.Contains(err.Error(), "int32 range") {
+						t.Errorf("rank %d: %v; want ErrInvalid naming a rank, about the int32 range", r, err)
+					}
+				}
+			})
+		}
+	}
+	cs := newLocal(t, 2, WithTimeout(20*time.Second))
+	ctx := testCtx(t)
+	for _, tag := range []int{math.MaxInt32, math.MinInt32} {
+		for _, started := range []bool{false, true} {
+			mustAll(t, fmt.Sprintf("tag %d, started %v", tag, started), onAll(cs, func(c *Comm) error {
+				return tagRoundTrip(ctx, c, tag, started)
+			}))
+		}
+	}
+}
+
+// tagRoundTrip sends rank 0's message to rank 1 with tag, by Send and
+// Recv or by ISend and IRecv, and checks it.
+func tagRoundTrip(ctx context.Context, c *Comm, tag int, started bool) error {
+	buf := []int64{int64(tag), 7}
+	if c.Rank() == 1 {
+		buf = make([]int64, 2)
+	}
+	var err error
+	switch {
+	case c.Rank() == 0 && started:
+		err = ISend(ctx, c, buf, 1, tag).Wait(ctx)
+	case c.Rank() == 0:
+		err = Send(ctx, c, buf, 1, tag)
+	case started:
+		err = IRecv(ctx, c, buf, 0, tag).Wait(ctx)
+	default:
+		err = Recv(ctx, c, buf, 0, tag)
+	}
+	if err == nil && (buf[0] != int64(tag) || buf[1] != 7) {
+		return fmt.Errorf("rank %d: message %v", c.Rank(), buf)
+	}
+	return err
 }

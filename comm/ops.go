@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"math"
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/kernels"
@@ -310,8 +311,9 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 // Send sends buf to rank dst with tag. Messages between two ranks are
 // matched in order, with collectives included (as in NCCL): the matching
 // Recv must be the next message dst receives from this rank, with the same
-// tag and length, or both fail with ErrMismatch. Send returns once buf may
-// be reused.
+// tag and length, or both fail with ErrMismatch. tag is in the int32 range
+// [math.MinInt32, math.MaxInt32] (it travels in 32 bits); one outside it is
+// ErrInvalid. Send returns once buf may be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil { // joined the started ISends and IRecvs (p2p.go)
@@ -330,12 +332,15 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 	if dst < 0 || dst >= c.size || dst == c.rank {
 		return c.invalid(name, "destination %d (rank %d of %d)", dst, c.rank, c.size)
 	}
+	if !tagValid(tag) {
+		return c.badTag(name, tag)
+	}
 	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), input: bytesOf(buf), peer: dst, send: true}
 	return rankErr(name, c.exec(ctx, &s))
 }
 
 // Recv receives into buf the next message from rank src, which must carry
-// tag and len(buf) elements.
+// tag and len(buf) elements. tag is in the int32 range, as for Send.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil {
@@ -354,6 +359,16 @@ func recvMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, src, tag
 	if src < 0 || src >= c.size || src == c.rank {
 		return c.invalid(name, "source %d (rank %d of %d)", src, c.rank, c.size)
 	}
+	if !tagValid(tag) {
+		return c.badTag(name, tag)
+	}
 	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), work: bytesOf(buf), peer: src}
 	return rankErr(name, c.exec(ctx, &s))
+}
+
+// tagValid says whether a message tag fits the 32 bits it travels in.
+func tagValid(tag int) bool { return tag >= math.MinInt32 && tag <= math.MaxInt32 }
+
+func (c *Comm) badTag(op string, tag int) error {
+	return c.invalid(op, "tag %d outside the int32 range [%d, %d]", tag, math.MinInt32, math.MaxInt32)
 }

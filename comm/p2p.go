@@ -167,6 +167,9 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 			}
 			return c.invalid(m.name(), "%s %d (rank %d of %d)", what, m.peer, c.rank, c.size)
 		}
+		if !tagValid(m.tag) {
+			return c.badTag(m.name(), m.tag)
+		}
 	}
 	if len(msgs) == 1 {
 		m := &msgs[0]

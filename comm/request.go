@@ -158,13 +158,14 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 // them, in the order the calls were made). So two ranks may each ISend the
 // other a message of any size before their IRecv, with any number
 // outstanding, as in MPI; the messages between two ranks are still matched
-// in order (see Send). The buffer must not be touched until the request
-// completes.
+// in order (see Send). tag is in the int32 range, as for Send; one outside
+// it fails the request with ErrInvalid when it runs. The buffer must not be
+// touched until the request completes.
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
 	return c.deferP2P(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 }
 
-// IRecv starts Recv; see ISend for when it runs.
+// IRecv starts Recv; see ISend for when it runs and for its tag.
 func IRecv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) *Request {
 	return c.deferP2P(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 }
