@@ -143,10 +143,12 @@ func classifyAt(c *comm.Comm, err error) C.int {
 	return classify(err)
 }
 
-// pending keeps the context of a non-blocking call alive until its wait.
+// pending keeps the context of a non-blocking call alive until its wait,
+// and its communicator, to classify its error as the blocking call would.
 type pending struct {
 	req    *comm.Request
 	cancel context.CancelFunc
+	c      *comm.Comm
 }
 
 var pendings = map[int64]*pending{}
@@ -175,7 +177,7 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 		cancel()
 		return classifyAt(c, err)
 	}
-	*out = C.gorun_request(put(pendings, &pending{req: req, cancel: cancel}))
+	*out = C.gorun_request(put(pendings, &pending{req: req, cancel: cancel, c: c}))
 	return statusOK
 }
 
@@ -242,7 +244,7 @@ func gorun_wait(h C.gorun_request) (rc C.int) {
 	defer p.cancel()
 	ctx, cancel := opContext()
 	defer cancel()
-	return classify(p.req.Wait(ctx))
+	return classifyAt(p.c, p.req.Wait(ctx))
 }
 
 //export gorun_test
@@ -263,5 +265,5 @@ func gorun_test(h C.gorun_request, done *C.int) (rc C.int) {
 	*done = 1
 	del(pendings, int64(h))
 	p.cancel()
-	return classify(err)
+	return classifyAt(p.c, err)
 }

@@ -336,7 +336,7 @@ func gorun_ibarrier(h C.gorun_comm, req *C.gorun_request) (rc C.int) {
 		return rc
 	}
 	ctx, cancel := opContext()
-	*req = C.gorun_request(put(pendings, &pending{req: c.IBarrier(ctx), cancel: cancel}))
+	*req = C.gorun_request(put(pendings, &pending{req: c.IBarrier(ctx), cancel: cancel, c: c}))
 	return statusOK
 }
 

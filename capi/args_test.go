@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runCProgram compiles testdata/name.c against include/gorun.h and runs
+// it on a real job of np ranks; every rank must print "name: rank R ok".
+func runCProgram(t *testing.T, name string, np int) string {
+	t.Helper()
+	dir := t.TempDir()
+	buildABI(t, dir)
+	bin := filepath.Join(dir, name)
+	cc := exec.Command("gcc", "-std=c11", "-Wall", "-Werror", "-I../include", "-o", bin, "testdata/"+name+".c",
+		"-L"+dir, "-lgorun", "-Wl,-rpath,"+dir)
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("compiling against include/gorun.h: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := exec.CommandContext(ctx, filepath.Join(dir, "gorun"), "-np", fmt.Sprint(np), bin)
+	run.Env = append(os.Environ(), "GORUN_TIMEOUT=30s")
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gorun -np %d %s: %v\n%s", np, name, err, out)
+	}
+	for r := range np {
+		if !strings.Contains(string(out), fmt.Sprintf("%s: rank %d ok", name, r)) {
+			t.Fatalf("rank %d did not report ok:\n%s", r, out)
+		}
+	}
+	return string(out)
+}
+
+// TestCArguments runs testdata/args_check.c on 2 ranks: a call's own bad
+// argument is GORUN_ERR_INVALID, from gorun_wait and gorun_test too.
+func TestCArguments(t *testing.T) {
+	runCProgram(t, "args_check", 2)
+}
