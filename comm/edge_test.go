@@ -200,3 +200,103 @@ func tagRoundTrip(ctx context.Context, c *Comm, tag int, started bool) error {
 	}
 	return err
 }
+
+// TestP2PSelf: messages from a rank to itself. Started ones are matched
+// in order within their group and copied, alongside messages to a peer; a
+// blocking Send or Recv joins a started counterpart; a self message with
+// no counterpart in its group is ErrInvalid, saying it could never
+// complete, and a disagreement in tag or length is ErrMismatch, both
+// naming the rank, instead of a hang.
+func TestP2PSelf(t *testing.T) {
+	cs := newLocal(t, 2, WithTimeout(20*time.Second))
+	ctx := testCtx(t)
+	for _, m := range []int{1, 20_000} {
+		mustAll(t, fmt.Sprintf("grouped, %d elements", m), onAll(cs, func(c *Comm) error {
+			r, peer := c.Rank(), 1-c.Rank()
+			out := [][]int32{make([]int32, m), make([]int32, m), make([]int32, m)}
+			for k := range out {
+				for i := range out[k] {
+					out[k][i] = int32(r*1_000_000 + k*100_000 + i)
+				}
+			}
+			in := [][]int32{make([]int32, m), make([]int32, m), make([]int32, m)}
+			// Receives started before and after their sends, tags in order.
+			reqs := []*Request{IRecv(ctx, c, in[0], r, 10), ISend(ctx, c, out[0], r, 10),
+				ISend(ctx, c, out[1], peer, 11), ISend(ctx, c, out[2], r, 12),
+				IRecv(ctx, c, in[1], peer, 11), IRecv(ctx, c, in[2], r, 12)}
+			if err := WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			for k, src := range []int{r, peer, r} {
+				if err := checkBits(fmt.Sprintf("message %d", k), in[k], func(i int) int32 { return int32(src*1_000_000 + k*100_000 + i) }); err != nil {
+					return err
+				}
+			}
+			// A blocking Send joins the IRecv started before it, a
+			// blocking Recv the ISend.
+			got := make([]int32, m)
+			q := IRecv(ctx, c, got, r, 3)
+			if err := Send(ctx, c, out[1], r, 3); err != nil {
+				return err
+			}
+			if err := q.Wait(ctx); err != nil {
+				return err
+			}
+			if err := checkBits("send joined", got, func(i int) int32 { return out[1][i] }); err != nil {
+				return err
+			}
+			q = ISend(ctx, c, out[2], r, 4)
+			if err := Recv(ctx, c, got, r, 4); err != nil {
+				return err
+			}
+			if err := q.Wait(ctx); err != nil {
+				return err
+			}
+			return checkBits("recv joined", got, func(i int) int32 { return out[2][i] })
+		}))
+	}
+
+	cases := []struct {
+		name  string
+		f     func(ctx context.Context, c *Comm) error
+		want  error
+		words string
+	}{
+		{"blocking send", func(ctx context.Context, c *Comm) error {
+			return Send(ctx, c, []int32{1}, c.Rank(), 0)
+		}, ErrInvalid, "could never complete"},
+		{"blocking recv", func(ctx context.Context, c *Comm) error {
+			return Recv(ctx, c, []int32{1}, c.Rank(), 0)
+		}, ErrInvalid, "could never complete"},
+		{"isend alone", func(ctx context.Context, c *Comm) error {
+			return ISend(ctx, c, []int32{1}, c.Rank(), 0).Wait(ctx)
+		}, ErrInvalid, "could never complete"},
+		{"irecv, then a recv from itself", func(ctx context.Context, c *Comm) error {
+			q := IRecv(ctx, c, []int32{1}, c.Rank(), 0)
+			return errors.Join(Recv(ctx, c, []int32{1}, c.Rank(), 0), q.Wait(ctx))
+		}, ErrInvalid, "could never complete"},
+		{"tags", func(ctx context.Context, c *Comm) error {
+			return WaitAll(ctx, ISend(ctx, c, []int32{1}, c.Rank(), 1), IRecv(ctx, c, []int32{1}, c.Rank(), 2))
+		}, ErrMismatch, "tag 1"},
+		{"lengths", func(ctx context.Context, c *Comm) error {
+			return WaitAll(ctx, ISend(ctx, c, []int32{1, 2}, c.Rank(), 1), IRecv(ctx, c, []int32{1}, c.Rank(), 1))
+		}, ErrMismatch, "2×int32"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, 2, WithTimeout(20*time.Second))
+			ctx := testCtx(t)
+			errs := onAll(cs, func(c *Comm) error {
+				if c.Rank() == 1 {
+					return nil // its next operation fails
+				}
+				return tc.f(ctx, c)
+			})
+			t.Logf("rank 0: %v", errs[0])
+			if !strings.Contains(fmt.Sprint(errs[0]), tc.words) {
+				t.Errorf("rank 0: %v; want it to say %q", errs[0], tc.words)
+			}
+			checkEventually(t, tc.name, cs, errs, tc.want, 0)
+		})
+	}
+}

@@ -313,7 +313,9 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 // Recv must be the next message dst receives from this rank, with the same
 // tag and length, or both fail with ErrMismatch. tag is in the int32 range
 // [math.MinInt32, math.MaxInt32] (it travels in 32 bits); one outside it is
-// ErrInvalid. Send returns once buf may be reused.
+// ErrInvalid. dst may be this rank when an IRecv from it was started before
+// (Send joins it; see ISend); without one, a Send to this rank could never
+// complete and is ErrInvalid. Send returns once buf may be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil { // joined the started ISends and IRecvs (p2p.go)
@@ -329,18 +331,23 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 		return err
 	}
 	defer c.release()
-	if dst < 0 || dst >= c.size || dst == c.rank {
+	if dst < 0 || dst >= c.size {
 		return c.invalid(name, "destination %d (rank %d of %d)", dst, c.rank, c.size)
 	}
 	if !tagValid(tag) {
 		return c.badTag(name, tag)
+	}
+	if dst == c.rank { // no started IRecv to join (p2pTurn)
+		return c.invalid(name, "send to this rank (%d) with tag %d could never complete: no IRecv from this rank was started before it", c.rank, tag)
 	}
 	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), input: bytesOf(buf), peer: dst, send: true}
 	return rankErr(name, c.exec(ctx, &s))
 }
 
 // Recv receives into buf the next message from rank src, which must carry
-// tag and len(buf) elements. tag is in the int32 range, as for Send.
+// tag and len(buf) elements. tag is in the int32 range, as for Send. src
+// may be this rank when an ISend to it was started before; without one, a
+// Recv from this rank could never complete and is ErrInvalid.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil {
@@ -356,11 +363,14 @@ func recvMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, src, tag
 		return err
 	}
 	defer c.release()
-	if src < 0 || src >= c.size || src == c.rank {
+	if src < 0 || src >= c.size {
 		return c.invalid(name, "source %d (rank %d of %d)", src, c.rank, c.size)
 	}
 	if !tagValid(tag) {
 		return c.badTag(name, tag)
+	}
+	if src == c.rank {
+		return c.invalid(name, "receive from this rank (%d) with tag %d could never complete: no ISend to this rank was started before it", c.rank, tag)
 	}
 	s := spec{coll: collectives.SendRecv, dt: DTypeOf[T](), root: tag, count: len(buf), work: bytesOf(buf), peer: src}
 	return rankErr(name, c.exec(ctx, &s))

@@ -18,6 +18,12 @@ package comm
 // holds: a peer that runs them one at a time, or grouped differently, is
 // its match.
 //
+// Messages from a rank to itself never reach the engine: the group's k-th
+// send to itself is copied into its k-th receive from itself, before the
+// others run. One without its counterpart in the group could never
+// complete (the group runs to its end before anything started after it),
+// so it is ErrInvalid.
+//
 // A group of one message runs as Send or Recv does. A group with several
 // sends gathers them into one staging buffer first, and one with several
 // receives scatters from one after (the engine moves one input and one
@@ -158,9 +164,10 @@ func groupContext(msgs []p2pMsg) (context.Context, func()) {
 
 // execP2P runs msgs; the caller holds the turn.
 func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
+	self := 0
 	for i := range msgs {
 		m := &msgs[i]
-		if m.peer < 0 || m.peer >= c.size || m.peer == c.rank {
+		if m.peer < 0 || m.peer >= c.size {
 			what := "source"
 			if m.send {
 				what = "destination"
@@ -170,6 +177,24 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		if !tagValid(m.tag) {
 			return c.badTag(m.name(), m.tag)
 		}
+		if m.peer == c.rank {
+			self++
+		}
+	}
+	if self > 0 {
+		if err := c.selfP2P(msgs); err != nil {
+			return err
+		}
+		if self == len(msgs) {
+			return nil
+		}
+		wire := make([]p2pMsg, 0, len(msgs)-self)
+		for _, m := range msgs {
+			if m.peer != c.rank {
+				wire = append(wire, m)
+			}
+		}
+		msgs = wire
 	}
 	if len(msgs) == 1 {
 		m := &msgs[0]
@@ -268,6 +293,41 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 				off += len(m.buf)
 			}
 		}
+	}
+	return nil
+}
+
+// selfP2P delivers the messages of msgs from this rank to itself, the k-th
+// send to the k-th receive, after checking them all: tags, lengths and
+// types must match (else ErrMismatch), and each must have its counterpart.
+func (c *Comm) selfP2P(msgs []p2pMsg) error {
+	if err := c.eng.Err(); err != nil {
+		return err
+	}
+	var sends, recvs []*p2pMsg
+	for i := range msgs {
+		switch m := &msgs[i]; {
+		case m.peer != c.rank:
+		case m.send:
+			sends = append(sends, m)
+		default:
+			recvs = append(recvs, m)
+		}
+	}
+	for k := range min(len(sends), len(recvs)) {
+		if s, r := sends[k], recvs[k]; s.tag != r.tag || s.count != r.count || s.dt != r.dt {
+			return c.mismatch("recv", "message %d from rank %d to itself: sent with tag %d, %d×%v; received with tag %d, %d×%v",
+				k, c.rank, s.tag, s.count, s.dt, r.tag, r.count, r.dt)
+		}
+	}
+	switch k := min(len(sends), len(recvs)); {
+	case k < len(sends):
+		return c.invalid("send", "send to this rank (%d) with tag %d could never complete: no IRecv from this rank was started to run with it", c.rank, sends[k].tag)
+	case k < len(recvs):
+		return c.invalid("recv", "receive from this rank (%d) with tag %d could never complete: no ISend to this rank was started to run with it", c.rank, recvs[k].tag)
+	}
+	for k, s := range sends {
+		copy(recvs[k].buf, s.buf)
 	}
 	return nil
 }

@@ -158,7 +158,10 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 // them, in the order the calls were made). So two ranks may each ISend the
 // other a message of any size before their IRecv, with any number
 // outstanding, as in MPI; the messages between two ranks are still matched
-// in order (see Send). tag is in the int32 range, as for Send; one outside
+// in order (see Send). A message to this rank itself is copied into the
+// IRecv from itself that runs in the same group, matched in order with the
+// same rules; one with no counterpart in its group could never complete and
+// fails with ErrInvalid. tag is in the int32 range, as for Send; one outside
 // it fails the request with ErrInvalid when it runs. The buffer must not be
 // touched until the request completes.
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
