@@ -83,6 +83,44 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
   return t;
 }
 
+// sameAs checks an output tensor against the input it receives elements
+// of: gorun is given one dtype and one count for both buffers, so an
+// output of another dtype (or on another device) would be written past
+// its end or read as the wrong type.
+void sameAs(const at::Tensor& out, const at::Tensor& in, const char* what) {
+  TORCH_CHECK(out.device().is_cpu() && in.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+  TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "gorun backend: ", what, " output dtype ", out.scalar_type(),
+              " differs from the input's ", in.scalar_type());
+}
+
+// checkSplits: all_to_all_single's split sizes count rows (the first
+// dimension) of t, one per rank, and must add up to t's rows; without
+// splits the rows divide evenly. gorun is given element counts and
+// raw pointers, so splits that add up to more would run past t.
+void checkSplits(const std::vector<int64_t>& splits, const at::Tensor& t, int size, const char* which) {
+  int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, "gorun backend: all_to_all_single's ", which, " has ", rows,
+                " rows, which do not divide among ", size, " ranks (give split sizes)");
+    return;
+  }
+  TORCH_CHECK(int(splits.size()) == size, "gorun backend: all_to_all_single's ", which, " split sizes have ",
+              splits.size(), " entries, one per rank wanted (", size, ")");
+  int64_t sum = 0;
+  for (int64_t s : splits) {
+    TORCH_CHECK(s >= 0, "gorun backend: all_to_all_single's ", which, " split sizes are negative");
+    sum += s;
+  }
+  TORCH_CHECK(sum == rows, "gorun backend: all_to_all_single's ", which, " split sizes add up to ", sum,
+              " rows, the tensor has ", rows);
+}
+
+// onCPU checks every tensor of a list.
+void onCPU(const std::vector<at::Tensor>& ts) {
+  for (auto& t : ts) TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+}
+
 }  // namespace
 
 namespace c10d {
@@ -189,6 +227,7 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
                                                const AllreduceCoalescedOptions& opts) override {
     TORCH_CHECK(!ts.empty(), "gorun backend: allreduce_coalesced of no tensors");
+    onCPU(ts);
     for (auto& t : ts) TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "gorun backend: coalesced tensors differ in dtype");
     std::vector<at::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.reshape(-1));
@@ -218,6 +257,7 @@ class ProcessGroupGorun : public ProcessGroup {
     const at::Tensor& in = single(ins, "allgather");
     TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
                 "gorun backend: allgather needs one list of ", getSize(), " output tensors");
+    onCPU(outs[0]);
     for (auto& o : outs[0]) {
       TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
                   "gorun backend: allgather output tensors must match the input");
@@ -234,7 +274,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const AllgatherOptions&) override {
-    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+    sameAs(out, in, "all_gather_into_tensor");
     TORCH_CHECK(out.numel() == in.numel() * getSize(), "gorun backend: output must be size × input");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{out});
     check(gorun_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), toDType(in), &w->req));
@@ -243,7 +283,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                 const ReduceScatterOptions& opts) override {
-    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
+    sameAs(out, in, "reduce_scatter_tensor");
     TORCH_CHECK(in.numel() == out.numel() * getSize(), "gorun backend: input must be size × output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{out});
     check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(in), opFor(opts.reduceOp, in), &w->req));
@@ -267,6 +307,7 @@ class ProcessGroupGorun : public ProcessGroup {
     if (getRank() == root) {
       TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
                   "gorun backend: gather needs one list of ", getSize(), " output tensors at the root");
+      onCPU(outs[0]);
       for (auto& o : outs[0]) {
         TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
                     "gorun backend: gather output tensors must match the input");
@@ -317,11 +358,11 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
                                          std::vector<int64_t>& inSplits, const AllToAllOptions&) override {
-    TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
-    TORCH_CHECK(out.device().is_cpu() && in.device().is_cpu(), "gorun backend: tensors must be on the CPU");
-    TORCH_CHECK(out.scalar_type() == in.scalar_type(), "gorun backend: all_to_all_single tensors differ in dtype");
-    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL_BASE, std::vector<at::Tensor>{out});
+    sameAs(out, in, "all_to_all_single");
     int size = getSize();
+    checkSplits(inSplits, in, size, "input");
+    checkSplits(outSplits, out, size, "output");
+    auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL_BASE, std::vector<at::Tensor>{out});
     if (outSplits.empty() && inSplits.empty()) {
       TORCH_CHECK(in.numel() == out.numel() && in.numel() % size == 0,
                   "gorun backend: all_to_all_single without splits needs equal tensors divisible by the world size");
