@@ -13,10 +13,10 @@ import (
 // matching arguments. A disagreement fails with ErrMismatch, an invalid
 // argument with ErrInvalid, both as a *RankError naming the rank at fault
 // (for a disagreement, the rank outside the majority). The operation fails
-// on every rank that exchanges data with the offender (senders wait until
-// their messages have been checked); a rank whose part completed without it
-// fails at its next operation. After any error the communicator is aborted
-// (Err reports why): create a new one to continue.
+// on every rank that exchanges data with the offender; a rank whose part
+// completed without it (such as the sender of a mismatched Send) fails at
+// its next operation. After any error the communicator is aborted (Err
+// reports why): create a new one to continue.
 
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length; they may be the
@@ -311,7 +311,9 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 // Send sends buf to rank dst with tag. Messages between two ranks are
 // matched in order, with collectives included (as in NCCL): the matching
 // Recv must be the next message dst receives from this rank, with the same
-// tag and length, or both fail with ErrMismatch. tag is in the int32 range
+// tag and length, else the Recv fails with ErrMismatch; this Send may have
+// returned nil by then (its message was sent), and this rank's next
+// operation fails instead. tag is in the int32 range
 // [math.MinInt32, math.MaxInt32] (it travels in 32 bits); one outside it is
 // ErrInvalid. dst may be this rank when an IRecv from it was started before
 // (Send joins it; see ISend); without one, a Send to this rank could never

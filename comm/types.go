@@ -17,7 +17,10 @@ type Op = kernels.Op
 // DType names an element type at run time.
 type DType = kernels.DType
 
-// The reduction operators. Float16 and BFloat16 accumulate in float32.
+// The reduction operators. For Float16 and BFloat16 each rank reduces in
+// float32 and rounds its partial result to the type, in which it travels
+// (as in NCCL): a result can differ from a float32 sum by the rounding at
+// each step, and so by algorithm.
 const (
 	Sum  = kernels.Sum
 	Prod = kernels.Prod

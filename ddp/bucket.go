@@ -14,8 +14,8 @@ type Compression int
 
 const (
 	NoCompression Compression = iota
-	FP16                      // IEEE half precision on the wire, float32 accumulation
-	BF16                      // bfloat16 on the wire, float32 accumulation
+	FP16                      // IEEE half precision on the wire, partial sums too (reduced in float32)
+	BF16                      // bfloat16 on the wire, partial sums too (reduced in float32)
 )
 
 // Config tunes a Bucketer. Zero fields take their defaults.

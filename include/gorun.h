@@ -42,8 +42,8 @@ typedef enum {
 	GORUN_UINT64 = 7,
 	GORUN_FLOAT32 = 8,
 	GORUN_FLOAT64 = 9,
-	GORUN_FLOAT16 = 10,  /* IEEE half; accumulates in float32 */
-	GORUN_BFLOAT16 = 11, /* bfloat16; accumulates in float32 */
+	GORUN_FLOAT16 = 10,  /* IEEE half; each rank reduces in float32, partial results travel as half */
+	GORUN_BFLOAT16 = 11, /* bfloat16; likewise, partial results travel as bfloat16 */
 } gorun_dtype;
 
 typedef enum {
