@@ -43,22 +43,26 @@ const (
 	kReduceLoc
 )
 
+// loc is whether k's buffers hold value-index pairs rather than values.
+func (k kind) loc() bool { return k == kAllReduceLoc || k == kReduceLoc }
+
 // call is one collective as C described it.
 type call struct {
+	name       string // the entry point, for messages
 	kind       kind
 	send, recv unsafe.Pointer
-	count      int // elements: per rank for allgather's send and reduce-scatter's recv
+	count      uint64 // elements: per rank for allgather's send and reduce-scatter's recv; the v-forms' send_count or recv_count
 	op         comm.Op
 	root       int // root; the peer of a send or receive
 	tag        int
-	// The v-collectives' counts and displacements (copied from C), and
-	// the lengths of their buffers.
+	// The v-collectives' counts and displacements (copied from C).
 	counts, displs, rcounts, rdispls []int
-	sendLen, recvLen                 int
+	// The lengths of send and recv on this rank, in elements (lengths).
+	sendLen, recvLen int
 }
 
 func view[T comm.Number](p unsafe.Pointer, n int) []T {
-	if n == 0 || p == nil {
+	if n == 0 {
 		return nil
 	}
 	return unsafe.Slice((*T)(p), n)
@@ -67,34 +71,36 @@ func view[T comm.Number](p unsafe.Pointer, n int) []T {
 // start runs a call of element type T, blocking (async false) or returning
 // a request.
 func start[T comm.Number](ctx context.Context, c *comm.Comm, k call, async bool) (*comm.Request, error) {
-	n, size := k.count, c.Size()
+	if err := k.lengths(c); err != nil {
+		return nil, err
+	}
+	var s, r []T
+	if !k.kind.loc() { // those hold value-index pairs (more)
+		s, r = view[T](k.send, k.sendLen), view[T](k.recv, k.recvLen)
+	}
 	switch k.kind {
 	case kAllReduce:
-		s, r := view[T](k.send, n), view[T](k.recv, n)
 		if async {
 			return comm.IAllReduce(ctx, c, s, r, k.op), nil
 		}
 		return nil, comm.AllReduce(ctx, c, s, r, k.op)
 	case kBroadcast:
-		b := view[T](k.recv, n)
 		if async {
-			return comm.IBroadcast(ctx, c, b, k.root), nil
+			return comm.IBroadcast(ctx, c, r, k.root), nil
 		}
-		return nil, comm.Broadcast(ctx, c, b, k.root)
+		return nil, comm.Broadcast(ctx, c, r, k.root)
 	case kAllGather:
-		s, r := view[T](k.send, n), view[T](k.recv, n*size)
 		if async {
 			return comm.IAllGather(ctx, c, s, r), nil
 		}
 		return nil, comm.AllGather(ctx, c, s, r)
 	case kReduceScatter:
-		s, r := view[T](k.send, n*size), view[T](k.recv, n)
 		if async {
 			return comm.IReduceScatter(ctx, c, s, r, k.op), nil
 		}
 		return nil, comm.ReduceScatter(ctx, c, s, r, k.op)
 	}
-	if f := more[T](ctx, c, k); f != nil {
+	if f := more[T](ctx, c, k, s, r); f != nil {
 		if async {
 			return f.start(), nil
 		}
@@ -159,9 +165,6 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 	if c == nil {
 		return rc
 	}
-	if k.kind <= kReduceScatter && (k.count < 0 || (k.count > 0 && (k.recv == nil || (k.kind != kBroadcast && k.send == nil)))) {
-		return fail(statusInvalid, errors.New("gorun: NULL buffer with a non-zero count"))
-	}
 	if op < 0 || op > C.gorun_op(comm.MaxLoc) {
 		return fail(statusInvalid, fmt.Errorf("gorun: unknown op %d", int(op)))
 	}
@@ -183,54 +186,42 @@ func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.
 
 //export gorun_allreduce
 func gorun_allreduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op) C.int {
-	return collective(h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: int(n)}, nil)
+	return run("gorun_allreduce", h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_broadcast
 func gorun_broadcast(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int) C.int {
-	return collective(h, dt, 0, call{kind: kBroadcast, recv: buf, count: int(n), root: int(root)}, nil)
+	return run("gorun_broadcast", h, dt, 0, call{kind: kBroadcast, recv: buf, count: uint64(n), root: int(root)}, nil, false)
 }
 
 //export gorun_allgather
 func gorun_allgather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype) C.int {
-	return collective(h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: int(n)}, nil)
+	return run("gorun_allgather", h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_reduce_scatter
 func gorun_reduce_scatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op) C.int {
-	return collective(h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: int(n)}, nil)
+	return run("gorun_reduce_scatter", h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_iallreduce
 func gorun_iallreduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op, req *C.gorun_request) C.int {
-	if req == nil {
-		return fail(statusInvalid, errors.New("gorun_iallreduce: req is NULL"))
-	}
-	return collective(h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: int(n)}, req)
+	return run("gorun_iallreduce", h, dt, op, call{kind: kAllReduce, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_ibroadcast
 func gorun_ibroadcast(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request) C.int {
-	if req == nil {
-		return fail(statusInvalid, errors.New("gorun_ibroadcast: req is NULL"))
-	}
-	return collective(h, dt, 0, call{kind: kBroadcast, recv: buf, count: int(n), root: int(root)}, req)
+	return run("gorun_ibroadcast", h, dt, 0, call{kind: kBroadcast, recv: buf, count: uint64(n), root: int(root)}, req, true)
 }
 
 //export gorun_iallgather
 func gorun_iallgather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, req *C.gorun_request) C.int {
-	if req == nil {
-		return fail(statusInvalid, errors.New("gorun_iallgather: req is NULL"))
-	}
-	return collective(h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: int(n)}, req)
+	return run("gorun_iallgather", h, dt, 0, call{kind: kAllGather, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_ireduce_scatter
 func gorun_ireduce_scatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, op C.gorun_op, req *C.gorun_request) C.int {
-	if req == nil {
-		return fail(statusInvalid, errors.New("gorun_ireduce_scatter: req is NULL"))
-	}
-	return collective(h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: int(n)}, req)
+	return run("gorun_ireduce_scatter", h, dt, op, call{kind: kReduceScatter, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_wait

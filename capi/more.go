@@ -27,33 +27,20 @@ type op struct {
 	start func() *comm.Request
 }
 
-// more builds the calls of the kinds in this file (nil for others).
-func more[T comm.Number](ctx context.Context, c *comm.Comm, k call) *op {
-	n, size := k.count, c.Size()
-	s, r := view[T](k.send, n), view[T](k.recv, n)
+// more builds the calls of the kinds in this file (nil for others) on
+// send and recv, the views of k's buffers.
+func more[T comm.Number](ctx context.Context, c *comm.Comm, k call, s, r []T) *op {
 	switch k.kind {
 	case kReduce:
-		if c.Rank() != k.root {
-			r = nil
-		}
 		return &op{func() error { return comm.Reduce(ctx, c, s, r, k.op, k.root) },
 			func() *comm.Request { return comm.IReduce(ctx, c, s, r, k.op, k.root) }}
 	case kGather:
-		r = nil
-		if c.Rank() == k.root {
-			r = view[T](k.recv, n*size)
-		}
 		return &op{func() error { return comm.Gather(ctx, c, s, r, k.root) },
 			func() *comm.Request { return comm.IGather(ctx, c, s, r, k.root) }}
 	case kScatter:
-		s = nil
-		if c.Rank() == k.root {
-			s = view[T](k.send, n*size)
-		}
 		return &op{func() error { return comm.Scatter(ctx, c, s, r, k.root) },
 			func() *comm.Request { return comm.IScatter(ctx, c, s, r, k.root) }}
 	case kAllToAll:
-		s, r = view[T](k.send, n*size), view[T](k.recv, n*size)
 		return &op{func() error { return comm.AllToAll(ctx, c, s, r) },
 			func() *comm.Request { return comm.IAllToAll(ctx, c, s, r) }}
 	case kScan:
@@ -69,29 +56,22 @@ func more[T comm.Number](ctx context.Context, c *comm.Comm, k call) *op {
 		return &op{func() error { return comm.Recv(ctx, c, r, k.root, k.tag) },
 			func() *comm.Request { return comm.IRecv(ctx, c, r, k.root, k.tag) }}
 	case kAllGatherV:
-		s, r = view[T](k.send, k.sendLen), view[T](k.recv, k.recvLen)
 		return &op{func() error { return comm.AllGatherV(ctx, c, s, r, k.counts, k.displs) },
 			func() *comm.Request { return comm.IAllGatherV(ctx, c, s, r, k.counts, k.displs) }}
 	case kGatherV:
-		s, r = view[T](k.send, k.sendLen), view[T](k.recv, k.recvLen)
 		return &op{func() error { return comm.GatherV(ctx, c, s, r, k.counts, k.displs, k.root) },
 			func() *comm.Request { return comm.IGatherV(ctx, c, s, r, k.counts, k.displs, k.root) }}
 	case kScatterV:
-		s, r = view[T](k.send, k.sendLen), view[T](k.recv, k.recvLen)
 		return &op{func() error { return comm.ScatterV(ctx, c, s, k.counts, k.displs, r, k.root) },
 			func() *comm.Request { return comm.IScatterV(ctx, c, s, k.counts, k.displs, r, k.root) }}
 	case kAllToAllV:
-		s, r = view[T](k.send, k.sendLen), view[T](k.recv, k.recvLen)
 		return &op{func() error { return comm.AllToAllV(ctx, c, s, k.counts, k.displs, r, k.rcounts, k.rdispls) },
 			func() *comm.Request { return comm.IAllToAllV(ctx, c, s, k.counts, k.displs, r, k.rcounts, k.rdispls) }}
 	case kAllReduceLoc, kReduceLoc:
-		sp, rp := pairs[T](k.send, n), pairs[T](k.recv, n)
+		sp, rp := pairs[T](k.send, k.sendLen), pairs[T](k.recv, k.recvLen)
 		if k.kind == kAllReduceLoc {
 			return &op{func() error { return comm.AllReduceLoc(ctx, c, sp, rp, k.op) },
 				func() *comm.Request { return comm.IAllReduceLoc(ctx, c, sp, rp, k.op) }}
-		}
-		if c.Rank() != k.root {
-			rp = nil
 		}
 		return &op{func() error { return comm.ReduceLoc(ctx, c, sp, rp, k.op, k.root) },
 			func() *comm.Request { return comm.IReduceLoc(ctx, c, sp, rp, k.op, k.root) }}
@@ -100,7 +80,7 @@ func more[T comm.Number](ctx context.Context, c *comm.Comm, k call) *op {
 }
 
 func pairs[T comm.Number](p unsafe.Pointer, n int) []comm.ValueIndex[T] {
-	if n == 0 || p == nil {
+	if n == 0 {
 		return nil
 	}
 	return unsafe.Slice((*comm.ValueIndex[T])(p), n)
@@ -116,20 +96,6 @@ func ints(p *C.size_t, n int) []int {
 		out[i] = int(v)
 	}
 	return out
-}
-
-// extent is the number of elements counts and displs span (packed when
-// displs is nil).
-func extent(counts, displs []int) int {
-	end := 0
-	for i, k := range counts {
-		if displs == nil {
-			end += k
-		} else {
-			end = max(end, displs[i]+k)
-		}
-	}
-	return end
 }
 
 // vcall fills k's counts from C arrays of the communicator's size.
@@ -156,95 +122,95 @@ func run(name string, h C.gorun_comm, dt C.gorun_dtype, o C.gorun_op, k call, re
 	if rc != statusOK {
 		return rc
 	}
+	k.name = name
 	return collective(h, dt, o, k, req)
 }
 
 //export gorun_reduce
 func gorun_reduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int) C.int {
-	return run("gorun_reduce", h, dt, o, call{kind: kReduce, send: send, recv: recv, count: int(n), root: int(root)}, nil, false)
+	return run("gorun_reduce", h, dt, o, call{kind: kReduce, send: send, recv: recv, count: uint64(n), root: int(root)}, nil, false)
 }
 
 //export gorun_ireduce
 func gorun_ireduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int, req *C.gorun_request) C.int {
-	return run("gorun_ireduce", h, dt, o, call{kind: kReduce, send: send, recv: recv, count: int(n), root: int(root)}, req, true)
+	return run("gorun_ireduce", h, dt, o, call{kind: kReduce, send: send, recv: recv, count: uint64(n), root: int(root)}, req, true)
 }
 
 //export gorun_gather
 func gorun_gather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int) C.int {
-	return run("gorun_gather", h, dt, 0, call{kind: kGather, send: send, recv: recv, count: int(n), root: int(root)}, nil, false)
+	return run("gorun_gather", h, dt, 0, call{kind: kGather, send: send, recv: recv, count: uint64(n), root: int(root)}, nil, false)
 }
 
 //export gorun_igather
 func gorun_igather(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request) C.int {
-	return run("gorun_igather", h, dt, 0, call{kind: kGather, send: send, recv: recv, count: int(n), root: int(root)}, req, true)
+	return run("gorun_igather", h, dt, 0, call{kind: kGather, send: send, recv: recv, count: uint64(n), root: int(root)}, req, true)
 }
 
 //export gorun_scatter
 func gorun_scatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int) C.int {
-	return run("gorun_scatter", h, dt, 0, call{kind: kScatter, send: send, recv: recv, count: int(n), root: int(root)}, nil, false)
+	return run("gorun_scatter", h, dt, 0, call{kind: kScatter, send: send, recv: recv, count: uint64(n), root: int(root)}, nil, false)
 }
 
 //export gorun_iscatter
 func gorun_iscatter(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request) C.int {
-	return run("gorun_iscatter", h, dt, 0, call{kind: kScatter, send: send, recv: recv, count: int(n), root: int(root)}, req, true)
+	return run("gorun_iscatter", h, dt, 0, call{kind: kScatter, send: send, recv: recv, count: uint64(n), root: int(root)}, req, true)
 }
 
 //export gorun_alltoall
 func gorun_alltoall(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype) C.int {
-	return run("gorun_alltoall", h, dt, 0, call{kind: kAllToAll, send: send, recv: recv, count: int(n)}, nil, false)
+	return run("gorun_alltoall", h, dt, 0, call{kind: kAllToAll, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_ialltoall
 func gorun_ialltoall(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, req *C.gorun_request) C.int {
-	return run("gorun_ialltoall", h, dt, 0, call{kind: kAllToAll, send: send, recv: recv, count: int(n)}, req, true)
+	return run("gorun_ialltoall", h, dt, 0, call{kind: kAllToAll, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_scan
 func gorun_scan(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op) C.int {
-	return run("gorun_scan", h, dt, o, call{kind: kScan, send: send, recv: recv, count: int(n)}, nil, false)
+	return run("gorun_scan", h, dt, o, call{kind: kScan, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_iscan
 func gorun_iscan(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, req *C.gorun_request) C.int {
-	return run("gorun_iscan", h, dt, o, call{kind: kScan, send: send, recv: recv, count: int(n)}, req, true)
+	return run("gorun_iscan", h, dt, o, call{kind: kScan, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_exscan
 func gorun_exscan(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op) C.int {
-	return run("gorun_exscan", h, dt, o, call{kind: kExScan, send: send, recv: recv, count: int(n)}, nil, false)
+	return run("gorun_exscan", h, dt, o, call{kind: kExScan, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_iexscan
 func gorun_iexscan(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, req *C.gorun_request) C.int {
-	return run("gorun_iexscan", h, dt, o, call{kind: kExScan, send: send, recv: recv, count: int(n)}, req, true)
+	return run("gorun_iexscan", h, dt, o, call{kind: kExScan, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_send
 func gorun_send(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, dst, tag C.int) C.int {
-	return run("gorun_send", h, dt, 0, call{kind: kSend, send: buf, count: int(n), root: int(dst), tag: int(tag)}, nil, false)
+	return run("gorun_send", h, dt, 0, call{kind: kSend, send: buf, count: uint64(n), root: int(dst), tag: int(tag)}, nil, false)
 }
 
 //export gorun_isend
 func gorun_isend(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, dst, tag C.int, req *C.gorun_request) C.int {
-	return run("gorun_isend", h, dt, 0, call{kind: kSend, send: buf, count: int(n), root: int(dst), tag: int(tag)}, req, true)
+	return run("gorun_isend", h, dt, 0, call{kind: kSend, send: buf, count: uint64(n), root: int(dst), tag: int(tag)}, req, true)
 }
 
 //export gorun_recv
 func gorun_recv(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, src, tag C.int) C.int {
-	return run("gorun_recv", h, dt, 0, call{kind: kRecv, recv: buf, count: int(n), root: int(src), tag: int(tag)}, nil, false)
+	return run("gorun_recv", h, dt, 0, call{kind: kRecv, recv: buf, count: uint64(n), root: int(src), tag: int(tag)}, nil, false)
 }
 
 //export gorun_irecv
 func gorun_irecv(h C.gorun_comm, buf unsafe.Pointer, n C.size_t, dt C.gorun_dtype, src, tag C.int, req *C.gorun_request) C.int {
-	return run("gorun_irecv", h, dt, 0, call{kind: kRecv, recv: buf, count: int(n), root: int(src), tag: int(tag)}, req, true)
+	return run("gorun_irecv", h, dt, 0, call{kind: kRecv, recv: buf, count: uint64(n), root: int(src), tag: int(tag)}, req, true)
 }
 
 func allGatherV(name string, h C.gorun_comm, send unsafe.Pointer, sn C.size_t, recv unsafe.Pointer, counts, displs *C.size_t, dt C.gorun_dtype, req *C.gorun_request, async bool) C.int {
-	k, rc := vcall(h, call{kind: kAllGatherV, send: send, recv: recv, sendLen: int(sn)}, counts, displs, nil, nil)
+	k, rc := vcall(h, call{kind: kAllGatherV, send: send, recv: recv, count: uint64(sn)}, counts, displs, nil, nil)
 	if rc != statusOK {
 		return rc
 	}
-	k.recvLen = extent(k.counts, k.displs)
 	return run(name, h, dt, 0, k, req, async)
 }
 
@@ -259,11 +225,10 @@ func gorun_iallgatherv(h C.gorun_comm, send unsafe.Pointer, sn C.size_t, recv un
 }
 
 func gatherV(name string, h C.gorun_comm, send unsafe.Pointer, sn C.size_t, recv unsafe.Pointer, counts, displs *C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request, async bool) C.int {
-	k, rc := vcall(h, call{kind: kGatherV, send: send, recv: recv, sendLen: int(sn), root: int(root)}, counts, displs, nil, nil)
+	k, rc := vcall(h, call{kind: kGatherV, send: send, recv: recv, count: uint64(sn), root: int(root)}, counts, displs, nil, nil)
 	if rc != statusOK {
 		return rc
 	}
-	k.recvLen = extent(k.counts, k.displs)
 	return run(name, h, dt, 0, k, req, async)
 }
 
@@ -278,11 +243,10 @@ func gorun_igatherv(h C.gorun_comm, send unsafe.Pointer, sn C.size_t, recv unsaf
 }
 
 func scatterV(name string, h C.gorun_comm, send unsafe.Pointer, counts, displs *C.size_t, recv unsafe.Pointer, rn C.size_t, dt C.gorun_dtype, root C.int, req *C.gorun_request, async bool) C.int {
-	k, rc := vcall(h, call{kind: kScatterV, send: send, recv: recv, recvLen: int(rn), root: int(root)}, counts, displs, nil, nil)
+	k, rc := vcall(h, call{kind: kScatterV, send: send, recv: recv, count: uint64(rn), root: int(root)}, counts, displs, nil, nil)
 	if rc != statusOK {
 		return rc
 	}
-	k.sendLen = extent(k.counts, k.displs)
 	return run(name, h, dt, 0, k, req, async)
 }
 
@@ -301,7 +265,6 @@ func allToAllV(name string, h C.gorun_comm, send unsafe.Pointer, sc, sd *C.size_
 	if rc != statusOK {
 		return rc
 	}
-	k.sendLen, k.recvLen = extent(k.counts, k.displs), extent(k.rcounts, k.rdispls)
 	return run(name, h, dt, 0, k, req, async)
 }
 
@@ -317,12 +280,12 @@ func gorun_ialltoallv(h C.gorun_comm, send unsafe.Pointer, sc, sd *C.size_t, rec
 
 //export gorun_allreduce_loc
 func gorun_allreduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op) C.int {
-	return run("gorun_allreduce_loc", h, dt, o, call{kind: kAllReduceLoc, send: send, recv: recv, count: int(n)}, nil, false)
+	return run("gorun_allreduce_loc", h, dt, o, call{kind: kAllReduceLoc, send: send, recv: recv, count: uint64(n)}, nil, false)
 }
 
 //export gorun_reduce_loc
 func gorun_reduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int) C.int {
-	return run("gorun_reduce_loc", h, dt, o, call{kind: kReduceLoc, send: send, recv: recv, count: int(n), root: int(root)}, nil, false)
+	return run("gorun_reduce_loc", h, dt, o, call{kind: kReduceLoc, send: send, recv: recv, count: uint64(n), root: int(root)}, nil, false)
 }
 
 //export gorun_ibarrier
@@ -342,10 +305,10 @@ func gorun_ibarrier(h C.gorun_comm, req *C.gorun_request) (rc C.int) {
 
 //export gorun_iallreduce_loc
 func gorun_iallreduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, req *C.gorun_request) C.int {
-	return run("gorun_iallreduce_loc", h, dt, o, call{kind: kAllReduceLoc, send: send, recv: recv, count: int(n)}, req, true)
+	return run("gorun_iallreduce_loc", h, dt, o, call{kind: kAllReduceLoc, send: send, recv: recv, count: uint64(n)}, req, true)
 }
 
 //export gorun_ireduce_loc
 func gorun_ireduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int, req *C.gorun_request) C.int {
-	return run("gorun_ireduce_loc", h, dt, o, call{kind: kReduceLoc, send: send, recv: recv, count: int(n), root: int(root)}, req, true)
+	return run("gorun_ireduce_loc", h, dt, o, call{kind: kReduceLoc, send: send, recv: recv, count: uint64(n), root: int(root)}, req, true)
 }

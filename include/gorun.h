@@ -13,7 +13,12 @@
  *
  * Buffers are plain host memory. They must stay valid until the call, or for
  * non-blocking calls the matching gorun_wait, returns. Counts are element
- * counts. In-place operations pass the same pointer as send and recv.
+ * counts. In-place operations pass the same pointer as send and recv. A
+ * buffer (or counts array) that a call reads or writes on this rank may be
+ * NULL only when it holds no elements: otherwise the call returns
+ * GORUN_ERR_INVALID before it starts. One the call ignores on this rank
+ * (as below: recv off the root of reduce and gather, send off the root of
+ * scatter) may be NULL.
  *
  * This header is written by hand and is stable: enums and signatures only
  * grow.
@@ -132,7 +137,8 @@ int gorun_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_cou
 /* send and recv hold size blocks of count elements; block b goes to rank b. */
 int gorun_alltoall(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype);
 /* recv on rank r = send of ranks 0..r reduced (scan), 0..r-1 (exscan;
- * rank 0's recv is untouched). GORUN_AVG divides by the number of ranks. */
+ * rank 0's recv is untouched, but it must be given). GORUN_AVG divides by
+ * the number of ranks. */
 int gorun_scan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
 int gorun_exscan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
 
@@ -159,7 +165,8 @@ int gorun_alltoallv(gorun_comm comm, const void *send, const size_t *send_counts
 
 /* Value-index pairs for GORUN_MINLOC and GORUN_MAXLOC: an array of
  * struct { T value; int64_t index; } (16 bytes each) where dtype names T.
- * Of equal values the smaller index wins. */
+ * Of equal values the smaller index wins. reduce_loc's recv matters at
+ * root only. */
 #define GORUN_PAIR(T) struct { T value; int64_t index; }
 int gorun_allreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
 int gorun_reduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op, int root);

@@ -15,6 +15,12 @@ static int rank = -1, size;
 #define EXPECT(cond, ...) do { if (!(cond)) { fprintf(stderr, "args_check: rank %d: line %d: ", rank, __LINE__); \
 	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
 
+/* BAD expects call to fail with GORUN_ERR_INVALID and a message holding
+ * want, before it starts: the communicator stays usable. */
+#define BAD(call, want) do { int rc_ = (call); EXPECT(rc_ == GORUN_ERR_INVALID && strstr(gorun_last_error(), want), \
+	"%s -> %d (want %d, message with \"%s\"): %s", #call, rc_, GORUN_ERR_INVALID, want, gorun_last_error()); } while (0)
+#define NULLBUF "NULL buffer with a non-zero count"
+
 /* renew replaces a communicator an error aborted. */
 static void renew(gorun_comm *c) {
 	CHECK(gorun_finalize(*c));
@@ -44,6 +50,94 @@ int main(void) {
 	do rc = gorun_test(q, &done); while (rc == GORUN_OK && !done);
 	EXPECT(rc == GORUN_ERR_INVALID, "ireduce root=-1: test -> %d: %s", rc, gorun_last_error());
 	renew(&c);
+
+	/* A NULL buffer with a non-zero count, which the call reads or writes
+	 * on this rank, is refused by every entry point. Where the rule
+	 * differs by rank (root-only buffers), each rank passes a NULL that
+	 * its own rank uses. */
+	float b[16] = {0};
+	size_t cnt[16], none[16] = {0};
+	for (int i = 0; i < size; i++) cnt[i] = 1;
+	GORUN_PAIR(float) p[4] = {{1, 0}}, pr[4];
+	int root = rank == 0; /* rank 0 is the root and passes a NULL recv; the others a NULL send */
+	BAD(gorun_allreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_allreduce(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_broadcast(c, NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
+	BAD(gorun_allgather(c, NULL, b, 4, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_allgather(c, a, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_reduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_reduce_scatter(c, b, NULL, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_reduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0), NULLBUF);
+	BAD(gorun_gather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0), NULLBUF);
+	BAD(gorun_scatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
+	BAD(gorun_alltoall(c, NULL, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_alltoall(c, b, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_scan(c, NULL, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_scan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	BAD(gorun_exscan(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	if (rank < 2) {
+		if (rank == 0) BAD(gorun_send(c, NULL, 4, GORUN_FLOAT32, 1, 5), NULLBUF);
+		else BAD(gorun_recv(c, NULL, 4, GORUN_FLOAT32, 0, 5), NULLBUF);
+	}
+	BAD(gorun_allgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_allgatherv(c, a, 1, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_allgatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32), "counts is NULL");
+	BAD(gorun_gatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0), NULLBUF);
+	if (root) BAD(gorun_gatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32, 0), "counts is NULL");
+	else BAD(gorun_gatherv(c, NULL, 1, NULL, NULL, NULL, GORUN_FLOAT32, 0), NULLBUF);
+	BAD(gorun_scatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0), NULLBUF);
+	BAD(gorun_alltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_alltoallv(c, a, cnt, NULL, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	BAD(gorun_alltoallv(c, a, cnt, NULL, b, NULL, NULL, GORUN_FLOAT32), "recv_counts is NULL");
+	BAD(gorun_allreduce_loc(c, NULL, pr, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
+	BAD(gorun_allreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
+	BAD(gorun_reduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0), NULLBUF);
+	/* the non-blocking forms, which share the check */
+	BAD(gorun_iallreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	BAD(gorun_ibroadcast(c, NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	BAD(gorun_iallgather(c, a, NULL, 4, GORUN_FLOAT32, &q), NULLBUF);
+	BAD(gorun_ireduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	BAD(gorun_ireduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0, &q), NULLBUF);
+	BAD(gorun_igather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	BAD(gorun_iscatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	BAD(gorun_ialltoall(c, NULL, b, 4, GORUN_FLOAT32, &q), NULLBUF);
+	BAD(gorun_iscan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	BAD(gorun_iexscan(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	if (rank < 2) {
+		if (rank == 0) BAD(gorun_isend(c, NULL, 4, GORUN_FLOAT32, 1, 5, &q), NULLBUF);
+		else BAD(gorun_irecv(c, NULL, 4, GORUN_FLOAT32, 0, 5, &q), NULLBUF);
+	}
+	BAD(gorun_iallgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
+	BAD(gorun_igatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0, &q), NULLBUF);
+	BAD(gorun_iscatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0, &q), NULLBUF);
+	BAD(gorun_ialltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
+	BAD(gorun_iallreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC, &q), NULLBUF);
+	BAD(gorun_ireduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0, &q), NULLBUF);
+
+	/* None of those started: the communicator works, and the refused send
+	 * sent nothing (a message of 0 elements would fail this receive). */
+	if (rank < 2) {
+		float m[4] = {9, 9, 9, 9};
+		if (rank == 0) CHECK(gorun_send(c, a, 4, GORUN_FLOAT32, 1, 5));
+		else CHECK(gorun_recv(c, m, 4, GORUN_FLOAT32, 0, 5));
+		EXPECT(rank == 0 || (m[0] == 1 && m[3] == 4), "recv = %g %g", m[0], m[3]);
+	}
+
+	/* NULL where the call ignores the buffer on this rank, or for 0
+	 * elements, is accepted. */
+	float red[4] = {0};
+	CHECK(gorun_reduce(c, a, root ? red : NULL, 4, GORUN_FLOAT32, GORUN_SUM, 0));
+	EXPECT(!root || red[3] == 4 * size, "reduce = %g", red[3]);
+	CHECK(gorun_gather(c, a, root ? b : NULL, 1, GORUN_FLOAT32, 0));
+	CHECK(gorun_scatter(c, root ? b : NULL, red, 1, GORUN_FLOAT32, 0));
+	CHECK(gorun_reduce_loc(c, p, root ? pr : NULL, 1, GORUN_FLOAT32, GORUN_MAXLOC, 0));
+	memset(b, 0, sizeof b);
+	CHECK(gorun_gatherv(c, a, 1, root ? b : NULL, root ? cnt : NULL, NULL, GORUN_FLOAT32, 0));
+	EXPECT(!root || b[size - 1] == 1, "gatherv = %g", b[size - 1]);
+	CHECK(gorun_scatterv(c, root ? b : NULL, root ? cnt : NULL, NULL, red, 1, GORUN_FLOAT32, 0));
+	CHECK(gorun_allreduce(c, NULL, NULL, 0, GORUN_FLOAT32, GORUN_SUM));
+	CHECK(gorun_alltoall(c, NULL, NULL, 0, GORUN_FLOAT32));
+	CHECK(gorun_allgatherv(c, NULL, 0, NULL, none, NULL, GORUN_FLOAT32));
 
 	float x = 1;
 	CHECK(gorun_allreduce(c, &x, &x, 1, GORUN_FLOAT32, GORUN_SUM));
