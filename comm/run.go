@@ -213,9 +213,20 @@ func (c *Comm) plan(k planKey) (*engine.Plan, error) {
 		return p, nil
 	}
 	var s *collectives.Schedule
-	if k.coll == collectives.SendRecv {
+	switch {
+	case k.coll == collectives.SendRecv:
 		s = collectives.DirectSendRecv(c.rank, c.size, k.root, k.send, k.count, k.chunk)
-	} else {
+	case k.count == 0:
+		// No elements: the ranks exchange empty messages as a barrier
+		// does, under this call's header, so that a rank whose count,
+		// root or collective differs is found now (a schedule of no
+		// messages would return at once there while the others waited
+		// for its data until their timeout).
+		var err error
+		if s, err = collectives.Build(collectives.Barrier, collectives.Auto, c.rank, c.size, 0, 0, k.chunk); err != nil {
+			return nil, err
+		}
+	default:
 		var err error
 		if s, err = collectives.Build(k.coll, k.algo, c.rank, c.size, k.root, k.count, k.chunk); err != nil {
 			return nil, err

@@ -100,7 +100,8 @@ type Call struct {
 // Engine runs plans over a set of links; see the file comment.
 type Engine struct {
 	Rank, Size int
-	links      []atomic.Pointer[Link] // by rank; nil for self and unconnected (AddLink)
+	links      []atomic.Pointer[Link]  // by rank; nil for self and unconnected (AddLink)
+	linkList   atomic.Pointer[[]*Link] // the links made, in the order they came (stray); copied on AddLink
 	devs       []*Device
 
 	wake     chan struct{}
@@ -163,9 +164,14 @@ const maxWrite = 4 << 20
 func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 	e := &Engine{Rank: rank, Size: size, links: make([]atomic.Pointer[Link], size),
 		wake: make(chan struct{}, 1), dead: make(chan struct{}), wait: DefaultWait(1)}
+	list := make([]*Link, 0, len(links))
 	for r, l := range links {
 		e.links[r].Store(l)
+		if l != nil {
+			list = append(list, l)
+		}
 	}
+	e.linkList.Store(&list)
 	// Only the devices that carry links are polled (a rank whose peers
 	// are all on shm does not poll its tcp device).
 	for _, d := range devs {

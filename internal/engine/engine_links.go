@@ -4,7 +4,10 @@ package engine
 // first needs it (package comm). AddLink may run on any goroutine, while
 // a plan runs; Missing runs between plans, on the goroutine that runs them.
 
-import "errors"
+import (
+	"errors"
+	"slices"
+)
 
 // AddLink gives the engine a link to l.Peer, which had none. It fails with
 // ErrClosed once the engine is closed, and with ErrProtocol for a peer out
@@ -22,6 +25,8 @@ func (e *Engine) AddLink(l *Link) error {
 		return ErrProtocol
 	}
 	e.links[l.Peer].Store(l)
+	list := append(slices.Clip(*e.linkList.Load()), l)
+	e.linkList.Store(&list)
 	e.mu.Unlock()
 	l.attach(e)
 	var pe *PeerError

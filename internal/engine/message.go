@@ -235,20 +235,8 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 		default:
 			return moved, false, nil
 		}
-		if checkHeader(h, sig, want, direct) != "" {
-			why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, checkHeader(h, sig, want, direct))
-			e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), opOf(sig), why)
-			// The decision (which rank is the odd one out) comes once the
-			// others' evidence is in; an abort notice may also overtake it.
-			// Meanwhile this goroutine keeps dispatching, or the others'
-			// evidence would not be read.
-			wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
-			for e.Err() == nil && wait.Err() == nil {
-				e.pollOrSleep(wait)
-			}
-			stop()
-			e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)}, 0)
-			return moved, false, ErrMismatch
+		if diff := checkHeader(h, sig, want, direct); diff != "" {
+			return moved, false, e.mismatched(l, h, sig, diff)
 		}
 		var t int64
 		if statsBuilt && call.Stats != nil {
@@ -287,6 +275,69 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 		}
 	}
 	return moved, true, nil
+}
+
+// mismatched fails the engine with ErrMismatch: h, the header of l's next
+// message, belongs to another call than sig (diff says how). It gives the
+// evidence to every rank and waits for their decision of which rank is
+// the odd one out (mismatch.go); an abort notice may also overtake it.
+// Meanwhile this goroutine keeps dispatching, or the others' evidence
+// would not be read.
+func (e *Engine) mismatched(l *Link, h []byte, sig *Call, diff string) error {
+	why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, diff)
+	e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), opOf(sig), why)
+	wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
+	for e.Err() == nil && wait.Err() == nil {
+		e.pollOrSleep(wait)
+	}
+	stop()
+	e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)}, 0)
+	return ErrMismatch
+}
+
+// peek returns the header of l's next data message if it has arrived
+// (from the mailbox or the staged channel, as consume takes it), else nil.
+func (l *Link) peek() []byte {
+	if cell := l.mb.next(); cell != nil && headerNumber(cell[cellHdr:]) == l.nextNumber() {
+		return cell[cellHdr:cellPayload]
+	}
+	if l.consumed < l.arrived.Load() {
+		base := int(l.consumed%uint64(l.slots)) * l.slotSize
+		if h := l.stage.Bytes()[base : base+hdrSize]; l.mb == nil || headerNumber(h) == l.nextNumber() {
+			return h
+		}
+	}
+	return nil
+}
+
+// stray looks for a message of the running collective call from another
+// call: the next message of any link, with call's operation number but
+// another signature (a root, count, type, op or collective of its own). A
+// receive checks the header of the message it takes (consume), but a
+// rank given another root or count may wait on links that never carry
+// anything, while the message that shows the disagreement waits on a
+// link its schedule does not read now, or ever: a broadcast whose ranks
+// disagree on the root would time out naming the wrong rank. Run calls
+// it where it has waited strayAfter (wait.go), never on its fast path.
+func (e *Engine) stray(call *Call) error {
+	if call.Coll == collectives.SendRecv {
+		return nil // point-to-point messages have operation numbers per peer
+	}
+	var want uint32
+	hashed := false
+	for _, l := range *e.linkList.Load() {
+		h := l.peek()
+		if h == nil || collectives.Collective(h[8]) == collectives.SendRecv || binary.LittleEndian.Uint32(h[4:]) != call.Seq {
+			continue
+		}
+		if !hashed {
+			want, hashed = callHash(call), true
+		}
+		if headerHash(h) != want {
+			return e.mismatched(l, h, call, checkHeader(h, call, int(binary.LittleEndian.Uint32(h[16:])), h[11] == 1))
+		}
+	}
+	return nil
 }
 
 // sendCredits tells l's peer how many of its messages have been consumed.

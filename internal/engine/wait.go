@@ -5,7 +5,7 @@ package engine
 // to other processes between polls when ranks outnumber CPUs (Yield, as
 // Open MPI's mpi_yield_when_idle), then arms the CQs, looks once more, and
 // sleeps until a completion's dispatch, an abort, its context or its
-// timeout wakes it.
+// timeout wakes it, or strayEvery has passed.
 
 import (
 	"context"
@@ -93,7 +93,20 @@ type waiter struct {
 	share int64 // when this Run last yielded past shareAfter
 	armed bool  // the CQs are armed and sleeping is set
 	owed  bool  // flushOwed has not run in this idle stretch
+
+	idleFrom int64 // when this Run last stopped moving (monoNow); 0 moving
+	strayAt  int64 // when it last looked for strays (Engine.stray)
 }
+
+// strayAfter is how long a Run waits without progress before it looks for
+// a message of its call from another call on links it is not reading
+// (Engine.stray), and then how often; a sleep lasts at most strayEvery,
+// so that a message that came while it slept on another link is looked
+// at too. Only waits this long pay for the look.
+const (
+	strayAfter = 5 * time.Millisecond
+	strayEvery = 100 * time.Millisecond
+)
 
 // smallCreditsAfter is how long a Run of a small plan waits before it
 // returns the credits it owes in a message of their own (flushOwed); a
@@ -119,6 +132,7 @@ func (w *waiter) reset() {
 		w.armed = false
 	}
 	w.idleN = 0
+	w.idleFrom = 0
 }
 
 // idle is called after a step that moved nothing; it returns an error that
@@ -177,6 +191,9 @@ func (w *waiter) idle() error {
 	if w.deadline > 0 && now >= w.deadline {
 		return w.timedOut()
 	}
+	if w.idleFrom == 0 {
+		w.idleFrom = now
+	}
 	if w.owed && (now-w.since >= int64(smallCreditsAfter) || now-w.since >= int64(e.wait.Spin)) {
 		if err := w.flush(); err != nil {
 			return err
@@ -221,6 +238,12 @@ func (w *waiter) idle() error {
 		return nil
 	}
 	if !w.armed {
+		if now-w.idleFrom >= int64(strayAfter) && now-w.strayAt >= int64(strayAfter) {
+			w.strayAt = now
+			if e.stray(w.call) != nil {
+				return e.Err() // ErrMismatch naming the rank the vote found
+			}
+		}
 		// Arm, then look once more before sleeping: a completion that
 		// came before the arm is found by that look, one after it sends
 		// a notification, and dispatch wakes a sleeping engine.
@@ -238,24 +261,24 @@ func (w *waiter) idle() error {
 
 func (w *waiter) sleep(now int64) error {
 	e := w.e
-	var tc <-chan time.Time
+	// At most strayEvery, then a look for strays (idle); the deadline
+	// if sooner.
+	until := now + int64(strayEvery)
 	if w.deadline > 0 {
-		e.timer.Reset(time.Duration(w.deadline - now))
-		tc = e.timer.C
+		until = min(until, w.deadline)
 	}
-	defer func() {
-		if tc != nil {
-			e.timer.Stop()
-		}
-	}()
+	e.timer.Reset(time.Duration(until - now))
+	defer e.timer.Stop()
 	select {
 	case <-e.wake:
 	case <-e.dead:
 		return e.Err()
 	case <-w.ctx.Done():
 		return w.ctxDone()
-	case <-tc:
-		return w.timedOut()
+	case <-e.timer.C:
+		if w.deadline > 0 && until == w.deadline {
+			return w.timedOut()
+		}
 	}
 	e.sleeping.Store(false)
 	e.lowerFlags(w.p)

@@ -1,0 +1,86 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// Disagreements that no receive of the disagreeing call would see: the
+// message that shows them waits on a link the waiting rank's schedule does
+// not read (a broadcast's root), or the odd rank sends nothing (a count of
+// 0). Every rank must fail with ErrMismatch naming the odd rank, not with
+// a timeout. The communicators' timeout is far longer than the look for
+// such messages (the engine's strayAfter and strayEvery), so a timeout
+// here is a miss, whatever the load. (A gather whose ranks disagree on
+// the root is found only at the next call of a rank whose part completed:
+// the message that shows it went to a rank that no longer waits.)
+func TestMismatchUnread(t *testing.T) {
+	cases := []struct {
+		name string
+		call func(ctx context.Context, c *Comm) error
+	}{
+		{"broadcast root", func(ctx context.Context, c *Comm) error {
+			root := 0
+			if c.Rank() == 2 {
+				root = 1
+			}
+			return Broadcast(ctx, c, make([]float32, 4), root)
+		}},
+		{"allreduce count 0", func(ctx context.Context, c *Comm) error {
+			n := 4
+			if c.Rank() == 2 {
+				n = 0
+			}
+			buf := make([]float32, n)
+			return AllReduce(ctx, c, buf, buf, Sum)
+		}},
+		{"broadcast count 0", func(ctx context.Context, c *Comm) error {
+			n := 16
+			if c.Rank() == 2 {
+				n = 0
+			}
+			return Broadcast(ctx, c, make([]int32, n), 0)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, 4, WithTimeout(60*time.Second))
+			ctx := testCtx(t)
+			// The ranks whose part completed make no other call until
+			// every rank has returned: only the waiting ranks' look can
+			// find the disagreement. Those fail at their next call.
+			errs := onAll(cs, func(c *Comm) error { return tc.call(ctx, c) })
+			checkEventually(t, tc.name, cs, errs, ErrMismatch, 2)
+		})
+	}
+}
+
+// A call of no elements on every rank still completes, and a communicator
+// goes on after it.
+func TestZeroCountAgreed(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 3)
+	errs := onAll(cs, func(c *Comm) error {
+		var none []float32
+		if err := AllReduce(ctx, c, none, none, Sum); err != nil {
+			return err
+		}
+		if err := Broadcast(ctx, c, none, 1); err != nil {
+			return err
+		}
+		if err := AllGather(ctx, c, none, none); err != nil {
+			return err
+		}
+		v := []float32{float32(c.Rank())}
+		if err := AllReduce(ctx, c, v, v, Sum); err != nil {
+			return err
+		}
+		if v[0] != 3 {
+			return errors.New("wrong sum after the empty calls")
+		}
+		return nil
+	})
+	mustAll(t, "empty calls", errs)
+}
