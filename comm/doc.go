@@ -26,7 +26,11 @@
 // fault. A rank's failure of its own (a bad argument, a cancelled context,
 // a disagreement it found) fails its peers from the first collective it
 // did not complete: a peer still in an earlier one completes it, as this
-// rank did. Configuration comes from options and the GORUN_* variables
+// rank did. A context that has already ended when an operation starts
+// fails it so, even where it would have completed without waiting. A
+// collective of no elements exchanges empty messages as a barrier does,
+// so that a rank whose count, root or collective differs is found at
+// that call. Configuration comes from options and the GORUN_* variables
 // documented in env.go.
 //
 // Observability (observe.go, metrics.go): with GORUN_TIMELINE or

@@ -282,6 +282,21 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	if err := c.eng.Err(); err != nil {
 		return err
 	}
+	if done := ctx.Done(); done != nil {
+		select {
+		case <-done:
+			// Ended before the call: it fails as one whose context
+			// ended while it waited would (the engine's wait), on every
+			// rank, though it might have completed without waiting.
+			kind := ErrAborted
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				kind = ErrTimeout
+			}
+			c.eng.Withdraw(fmt.Errorf("%w: %w", kind, ctx.Err()))
+			return c.eng.Err()
+		default:
+		}
+	}
 	es := s.dt.Size()
 	k := planKey{coll: s.coll, algo: collectives.Direct, root: s.root, count: s.count, fromInput: s.outOfPlace}
 	seq := c.seq

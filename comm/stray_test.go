@@ -84,3 +84,25 @@ func TestZeroCountAgreed(t *testing.T) {
 	})
 	mustAll(t, "empty calls", errs)
 }
+
+// A context that ended before the call fails it, though it would have
+// completed without waiting, and every rank's later call names the rank.
+func TestContextDoneBeforeCall(t *testing.T) {
+	cs := newLocal(t, 2)
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	ctx := testCtx(t)
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 0 {
+			return c.Barrier(done)
+		}
+		return c.Barrier(ctx)
+	})
+	if !errors.Is(errs[0], context.Canceled) || !errors.Is(errs[0], ErrAborted) {
+		t.Fatalf("rank 0's barrier with its context cancelled: %v, want ErrAborted wrapping context.Canceled", errs[0])
+	}
+	if errs[1] == nil { // its barrier may have completed before the notice
+		errs[1] = cs[1].Barrier(ctx)
+	}
+	checkErrs(t, "rank 1 after rank 0's cancelled call", errs[1:], ErrAborted, 0)
+}
