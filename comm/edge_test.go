@@ -137,6 +137,23 @@ func TestVOverlap(t *testing.T) {
 				return checkBits("scatterv", recv, func(i int) int32 { return a2aVal(r, i) })
 			}))
 		})
+		t.Run(fmt.Sprintf("scatter/recv=send[%d:]", off), func(t *testing.T) {
+			mustAll(t, "scatter", onAll(cs, func(c *Comm) error {
+				r := c.Rank()
+				send := make([]int32, n*blk)
+				recv := make([]int32, blk)
+				if r == root {
+					for i := range send {
+						send[i] = a2aVal(i/blk, i%blk)
+					}
+					recv = send[off : off+blk]
+				}
+				if err := Scatter(ctx, c, send, recv, root); err != nil {
+					return err
+				}
+				return checkBits("scatter", recv, func(i int) int32 { return a2aVal(r, i) })
+			}))
+		})
 	}
 }
 

@@ -253,11 +253,17 @@ func scatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, r
 		if len(send) != c.size*n {
 			return c.invalid(name, "len(send) = %d at the root, want Size·len(recv) = %d", len(send), c.size*n)
 		}
-		copy(recv, send[root*n:(root+1)*n])
 		input = bytesOf(send)
 	}
 	s := spec{coll: collectives.Scatter, dt: DTypeOf[T](), root: root, count: n, work: bytesOf(recv), input: input}
-	return rankErr(name, c.exec(ctx, &s))
+	if err := c.exec(ctx, &s); err != nil {
+		return rankErr(name, err)
+	}
+	if c.rank == root {
+		// After the sends: recv may overlap another rank's block.
+		copy(recv, send[root*n:(root+1)*n])
+	}
+	return nil
 }
 
 // AllToAll sends block b of every rank's send to rank b, where it lands as
