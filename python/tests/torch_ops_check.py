@@ -7,6 +7,7 @@ same job) or a single-process reference. Prints "torch_ops_check: rank R ok".
 """
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -183,6 +184,38 @@ def refused():
     same(t, torch.full((3,), float(N)), "all_reduce after the refusals")
 
 
+def exchange():
+    """The torch idiom for an exchange: isend to both neighbours, irecv
+    from both, then wait (or batch_isend_irecv, or poll is_completed, or
+    wait for the futures), with messages too large for gorun to buffer
+    (4 MiB). The backend used to wait for each isend as soon as it was
+    started, which ran it alone, before the irecvs: every rank's send
+    waited for a receive queued behind it until GORUN_TIMEOUT."""
+    n = 1 << 20
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    for way in ("wait", "batch_isend_irecv", "is_completed", "get_future"):
+        to_n, to_p = torch.full((n,), float(R + 1)), torch.full((n,), -float(R + 1))
+        from_p, from_n = torch.zeros(n), torch.zeros(n)
+        if way == "batch_isend_irecv":
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, to_n, nxt, tag=11),
+                                           dist.P2POp(dist.isend, to_p, prv, tag=12),
+                                           dist.P2POp(dist.irecv, from_p, prv, tag=11),
+                                           dist.P2POp(dist.irecv, from_n, nxt, tag=12)])
+        else:
+            reqs = [dist.isend(to_n, nxt, tag=11), dist.isend(to_p, prv, tag=12),
+                    dist.irecv(from_p, prv, tag=11), dist.irecv(from_n, nxt, tag=12)]
+        if way == "is_completed":
+            while not all(q.is_completed() for q in reqs):
+                time.sleep(0.001)
+        elif way == "get_future":
+            torch.futures.wait_all([q.get_future() for q in reqs])
+        else:
+            for q in reqs:
+                q.wait()
+        expect(bool((from_p == prv + 1).all()) and bool((from_n == -(nxt + 1)).all()),
+               "4 MiB exchange (%s): got %g from %d and %g from %d" % (way, from_p[0], prv, from_n[0], nxt))
+
+
 def model(seed):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -269,6 +302,7 @@ def main():
     R, N = dist.get_rank(), dist.get_world_size()
     expect(dist.get_backend() == "gorun", "backend %s" % dist.get_backend())
     ops()
+    exchange()
     gloo = dist.new_group(backend="gloo")
     compare_with_gloo(gloo)
     pipeline()

@@ -7,6 +7,7 @@
 // and completes each Work and its Future, so DDP's bucketed allreduces
 // overlap the backward pass exactly as they do with Gloo. A caller that
 // waits first (blocking calls) claims its Work and completes it itself.
+// Sends and recvs wait at a gate until the caller needs them (P2PGate).
 #include <torch/extension.h>
 
 #include <atomic>
@@ -130,6 +131,34 @@ namespace c10d {
 // the call to its completion, beside the collectives it runs.
 std::atomic<bool> g_tracing{false};
 
+// P2PGate holds the completer back from a send or recv until the caller
+// needs it. gorun runs started isends and irecvs together, as one group,
+// when something needs one of them (gorun.h): a completer that waited for
+// an isend as soon as it was started would run the group before the
+// caller had started its irecv, and two ranks each sending the other a
+// message too large to be buffered (256 KiB and up) would each wait for a
+// receive queued behind their send. So a send or recv is released to the
+// completer when gorun itself would run it for the caller: the caller
+// waits on, tests (is_completed) or asks for the future of any send or
+// recv of the group, or starts another operation. The queue of works
+// shares the gate's lock; works hold the gate, as they may outlive the
+// group.
+struct P2PGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t started = 0;   // works enqueued; a work's seq is the count at its enqueue
+  uint64_t released = 0;  // sends and recvs with seq <= released may be waited for
+  bool stop = false;
+
+  void releaseAll() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = started;
+    }
+    cv.notify_all();
+  }
+};
+
 class WorkGorun : public Work {
  public:
   WorkGorun(int rank, OpType type, std::vector<at::Tensor> outputs)
@@ -138,9 +167,21 @@ class WorkGorun : public Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // A send's or recv's future completes once the group runs, which asking
+  // for it allows: ask after starting every message of the exchange.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    release();
+    return future_;
+  }
+
+  bool isCompleted() override {
+    release();
+    return Work::isCompleted();
+  }
 
   bool wait(std::chrono::milliseconds timeout) override {
+    release();
     // A caller that waits right away (every blocking collective) finishes
     // the request itself: one thread hop less than through the completer.
     if (req && claim()) complete(gorun_wait(req));
@@ -183,9 +224,18 @@ class WorkGorun : public Work {
   // work: exactly one of wait() and the completer thread does.
   bool claim() { return !claimed_.exchange(true); }
 
+  // release lets the completer wait for every send and recv started so
+  // far: the caller needs this one, and gorun runs them as one group.
+  void release() {
+    if (p2p && gate) gate->releaseAll();
+  }
+
   gorun_request req = 0;
   std::function<void()> after;  // e.g. unpack a gathered buffer
   gorun_comm comm = 0;          // set by enqueue, for the span
+  bool p2p = false;             // a send or recv: held at the gate
+  uint64_t seq = 0;             // set by enqueue
+  std::shared_ptr<P2PGate> gate;
   int64_t traceStart = g_tracing.load(std::memory_order_relaxed) ? gorun_trace_now() : 0;
 
  private:
@@ -208,10 +258,10 @@ class ProcessGroupGorun : public ProcessGroup {
 
   ~ProcessGroupGorun() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      std::lock_guard<std::mutex> lock(gate_->mu);
+      gate_->stop = true;
     }
-    cv_.notify_all();
+    gate_->cv.notify_all();
     completer_.join();
   }
 
@@ -416,6 +466,7 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     const at::Tensor& t = single(ts, "send");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SEND, ts);
+    w->p2p = true;
     check(gorun_isend(comm_, t.data_ptr(), t.numel(), toDType(t), dst, tag, &w->req));
     return enqueue(w);
   }
@@ -423,6 +474,7 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     const at::Tensor& t = single(ts, "recv");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::RECV, ts);
+    w->p2p = true;
     check(gorun_irecv(comm_, t.data_ptr(), t.numel(), toDType(t), src, tag, &w->req));
     return enqueue(w);
   }
@@ -462,20 +514,31 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
     w->comm = comm_;
+    w->gate = gate_;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(gate_->mu);
+      w->seq = ++gate_->started;
+      // Another operation has run gorun's group of the sends and recvs
+      // started before it: they may be waited for now.
+      if (!w->p2p) gate_->released = w->seq;
       queue_.push_back(w);
     }
-    cv_.notify_one();
+    gate_->cv.notify_all();
     return w;
+  }
+
+  // ready: the completer may wait for the front work.
+  bool ready() const {
+    const WorkGorun& w = *queue_.front();
+    return !w.p2p || w.seq <= gate_->released || gate_->stop;
   }
 
   void run() {
     for (;;) {
       c10::intrusive_ptr<WorkGorun> w;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        std::unique_lock<std::mutex> lock(gate_->mu);
+        gate_->cv.wait(lock, [&] { return queue_.empty() ? gate_->stop : ready(); });
         if (queue_.empty()) return;
         w = queue_.front();
         queue_.pop_front();
@@ -486,10 +549,8 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   int64_t comm_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<WorkGorun>> queue_;
-  bool stop_ = false;
+  std::shared_ptr<P2PGate> gate_ = std::make_shared<P2PGate>();
+  std::deque<c10::intrusive_ptr<WorkGorun>> queue_;  // guarded by gate_->mu
   std::thread completer_;
 };
 
