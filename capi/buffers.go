@@ -15,14 +15,38 @@ import (
 // the root of reduce, gather and their _loc and v forms; send off the
 // root of scatter and scatterv) may be anything and is not looked at. The
 // counts arrays of the v-collectives follow the same rule (displs NULL
-// means packed).
+// means packed). A used buffer holds at most maxBytes: a larger count, or
+// a product of count, size and element size that overflows, is refused
+// naming the count.
 
-// need is how many elements one buffer holds on this rank.
+// maxBytes bounds one buffer: 2^47 bytes (128 TiB) on 64-bit systems,
+// half of the most Go allocates there (2^48 on amd64 and arm64), and
+// math.MaxInt on 32-bit ones. A larger count describes no memory this
+// process has: unsafe.Slice panics on some (SIZE_MAX, a product that
+// overflows) and comm would run past the end of the others.
+const maxBytes = min(1<<47, math.MaxInt)
+
+// need is how many elements one buffer holds on this rank, and which
+// arguments say so (for messages).
 type need struct {
-	use  bool   // the call reads or writes the buffer on this rank
-	n    uint64 // elements; math.MaxUint64 where the product overflowed
-	what string // the arguments n comes from, for messages
-	err  error  // a counts array the call needs is NULL
+	use    bool   // the call reads or writes the buffer on this rank
+	n      uint64 // elements; math.MaxUint64 where the sum or product overflowed
+	count  uint64 // the count n comes from
+	index  int    // -1: the call's count; else counts[index] of a v-collective
+	displ  uint64 // displs[index], where displs is given
+	displs bool
+	prefix string // "send_", "recv_" or ""
+	null   bool   // a counts array the call needs is NULL
+}
+
+func (nd need) what() string {
+	switch {
+	case nd.index < 0:
+		return fmt.Sprintf("count %d", nd.count)
+	case nd.displs:
+		return fmt.Sprintf("%sdispls[%d] = %d with %scounts[%d] = %d", nd.prefix, nd.index, nd.displ, nd.prefix, nd.index, nd.count)
+	}
+	return fmt.Sprintf("%scounts[%d] = %d", nd.prefix, nd.index, nd.count)
 }
 
 // times is a*b, or math.MaxUint64 where that overflows.
@@ -44,34 +68,33 @@ func plus(a, b uint64) uint64 {
 }
 
 // span is the buffer a v-collective's counts and displs (packed when
-// displs is nil) describe, in elements.
+// displs is nil) describe, in elements; its what names the largest count
+// (packed) or the block that ends last.
 func span(counts, displs []int, prefix string) need {
-	if counts == nil {
-		return need{use: true, err: fmt.Errorf("%scounts is NULL", prefix)}
-	}
-	nd := need{use: true}
+	nd := need{use: true, null: counts == nil, prefix: prefix, displs: displs != nil}
 	for i, k := range counts {
 		c := uint64(uint(k)) // the size_t C passed
 		if displs == nil {
 			nd.n = plus(nd.n, c)
-			nd.what = prefix + "counts"
+			if c >= nd.count {
+				nd.index, nd.count = i, c
+			}
 			continue
 		}
-		if end := plus(uint64(uint(displs[i])), c); end > nd.n || nd.what == "" {
-			nd.n = end
-			nd.what = fmt.Sprintf("%sdispls[%d] = %d with %scounts[%d] = %d", prefix, i, uint(displs[i]), prefix, i, c)
+		if d := uint64(uint(displs[i])); plus(d, c) >= nd.n {
+			nd.n, nd.index, nd.count, nd.displ = plus(d, c), i, c, d
 		}
 	}
 	return nd
 }
 
 // lengths checks the buffers k uses on c's rank and sets k.sendLen and
-// k.recvLen, in elements; a buffer the call ignores here becomes nil with
-// length 0.
-func (k *call) lengths(c *comm.Comm) error {
+// k.recvLen, in elements of elem bytes; a buffer the call ignores here
+// becomes nil with length 0.
+func (k *call) lengths(c *comm.Comm, elem int) error {
 	size, atRoot := uint64(c.Size()), c.Rank() == k.root
 	fixed := func(mult uint64) need {
-		return need{use: true, n: times(k.count, mult), what: fmt.Sprintf("count %d", k.count)}
+		return need{use: true, n: times(k.count, mult), count: k.count, index: -1}
 	}
 	var send, recv need // zero: ignored
 	switch k.kind {
@@ -87,12 +110,15 @@ func (k *call) lengths(c *comm.Comm) error {
 		send, recv = fixed(size), fixed(1)
 	case kAllToAll:
 		send, recv = fixed(size), fixed(size)
-	case kReduce, kReduceLoc, kGather:
+	case kReduce, kReduceLoc:
 		send = fixed(1)
-		if atRoot && k.kind == kGather {
-			recv = fixed(size)
-		} else if atRoot {
+		if atRoot {
 			recv = fixed(1)
+		}
+	case kGather:
+		send = fixed(1)
+		if atRoot {
+			recv = fixed(size)
 		}
 	case kScatter:
 		recv = fixed(1)
@@ -119,21 +145,24 @@ func (k *call) lengths(c *comm.Comm) error {
 		sendName, recvName = "buf", "buf"
 	}
 	var err error
-	if k.sendLen, err = k.check(sendName, &k.send, send); err != nil {
+	if k.sendLen, err = k.check(sendName, &k.send, send, elem); err != nil {
 		return err
 	}
-	k.recvLen, err = k.check(recvName, &k.recv, recv)
+	k.recvLen, err = k.check(recvName, &k.recv, recv, elem)
 	return err
 }
 
 // check applies the rule to one buffer and returns its length.
-func (k *call) check(which string, p *unsafe.Pointer, nd need) (int, error) {
+func (k *call) check(which string, p *unsafe.Pointer, nd need, elem int) (int, error) {
 	if !nd.use {
 		*p = nil
 		return 0, nil
 	}
-	if nd.err != nil {
-		return 0, fmt.Errorf("%s: %w: %v", k.name, comm.ErrInvalid, nd.err)
+	if nd.null {
+		return 0, fmt.Errorf("%s: %w: %scounts is NULL", k.name, comm.ErrInvalid, nd.prefix)
+	}
+	if nd.n > uint64(maxBytes/elem) {
+		return 0, fmt.Errorf("%s: %w: %s out of range: %s would hold more than %d bytes", k.name, comm.ErrInvalid, nd.what(), which, maxBytes)
 	}
 	if nd.n > 0 && *p == nil {
 		return 0, fmt.Errorf("%s: %w: NULL buffer with a non-zero count (%s of %d elements)", k.name, comm.ErrInvalid, which, nd.n)

@@ -71,7 +71,11 @@ func view[T comm.Number](p unsafe.Pointer, n int) []T {
 // start runs a call of element type T, blocking (async false) or returning
 // a request.
 func start[T comm.Number](ctx context.Context, c *comm.Comm, k call, async bool) (*comm.Request, error) {
-	if err := k.lengths(c); err != nil {
+	elem := unsafe.Sizeof(*new(T))
+	if k.kind.loc() {
+		elem = unsafe.Sizeof(comm.ValueIndex[T]{})
+	}
+	if err := k.lengths(c, int(elem)); err != nil {
 		return nil, err
 	}
 	var s, r []T

@@ -18,7 +18,8 @@
  * NULL only when it holds no elements: otherwise the call returns
  * GORUN_ERR_INVALID before it starts. One the call ignores on this rank
  * (as below: recv off the root of reduce and gather, send off the root of
- * scatter) may be NULL.
+ * scatter) may be NULL. A count (or counts and displs) that makes a buffer
+ * this rank uses larger than 2^47 bytes is GORUN_ERR_INVALID too.
  *
  * This header is written by hand and is stable: enums and signatures only
  * grow.

@@ -139,6 +139,49 @@ int main(void) {
 	CHECK(gorun_alltoall(c, NULL, NULL, 0, GORUN_FLOAT32));
 	CHECK(gorun_allgatherv(c, NULL, 0, NULL, none, NULL, GORUN_FLOAT32));
 
+	/* A count too large for a buffer of this process (over 2^47 bytes, or
+	 * a product that overflows) is refused naming it, before the call
+	 * starts; it was GORUN_ERR_INTERNAL from a caught panic, or a crash. */
+	const size_t huge = (size_t)-1, big = (size_t)1 << 62;
+	char want[128];
+#define HUGE "count 18446744073709551615 out of range"
+	BAD(gorun_allreduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	BAD(gorun_allreduce(c, a, b, (size_t)1 << 46, GORUN_FLOAT32, GORUN_SUM), "count 70368744177664 out of range");
+	BAD(gorun_broadcast(c, a, huge, GORUN_FLOAT32, 0), HUGE);
+	BAD(gorun_allgather(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
+	/* send fits (2^46 bytes); recv, size times that, does not */
+	snprintf(want, sizeof want, "count %zu out of range: recv", ((size_t)1 << 47) / 4 / size + 1);
+	BAD(gorun_allgather(c, a, b, ((size_t)1 << 47) / 4 / size + 1, GORUN_FLOAT32), want);
+	BAD(gorun_reduce_scatter(c, a, b, big, GORUN_FLOAT32, GORUN_SUM), "count 4611686018427387904 out of range: send");
+	BAD(gorun_reduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0), HUGE);
+	BAD(gorun_gather(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
+	BAD(gorun_scatter(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
+	BAD(gorun_alltoall(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
+	BAD(gorun_scan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	BAD(gorun_exscan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	if (rank < 2) {
+		if (rank == 0) BAD(gorun_send(c, a, huge, GORUN_FLOAT32, 1, 5), HUGE);
+		else BAD(gorun_recv(c, b, huge, GORUN_FLOAT32, 0, 5), HUGE);
+	}
+	/* a pair is 16 bytes: 2^43 + 1 of them are too many, though as many
+	 * floats would fit */
+	BAD(gorun_allreduce_loc(c, p, pr, ((size_t)1 << 43) + 1, GORUN_FLOAT32, GORUN_MAXLOC), "count 8796093022209 out of range");
+	BAD(gorun_reduce_loc(c, p, pr, huge, GORUN_FLOAT32, GORUN_MAXLOC, 0), HUGE);
+	size_t hc[16], hd[16] = {0};
+	for (int i = 0; i < size; i++) hc[i] = 1;
+	hc[size - 1] = huge;
+	BAD(gorun_allgatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32), HUGE);
+	snprintf(want, sizeof want, "counts[%d] = 18446744073709551615 out of range", size - 1);
+	BAD(gorun_allgatherv(c, a, 1, b, hc, NULL, GORUN_FLOAT32), want);
+	hd[size - 1] = big;
+	snprintf(want, sizeof want, "recv_displs[%d] = 4611686018427387904 with recv_counts[%d] = 1 out of range", size - 1, size - 1);
+	BAD(gorun_alltoallv(c, a, cnt, NULL, b, cnt, hd, GORUN_FLOAT32), want);
+	BAD(gorun_gatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32, 0), HUGE);
+	BAD(gorun_scatterv(c, a, cnt, NULL, b, huge, GORUN_FLOAT32, 0), HUGE);
+	BAD(gorun_iallgather(c, a, b, big, GORUN_FLOAT32, &q), "count 4611686018427387904 out of range");
+	BAD(gorun_ireduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0, &q), HUGE);
+	BAD(gorun_ialltoallv(c, a, hc, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), "send_counts[");
+
 	float x = 1;
 	CHECK(gorun_allreduce(c, &x, &x, 1, GORUN_FLOAT32, GORUN_SUM));
 	EXPECT(x == size, "allreduce = %g", x);
