@@ -40,11 +40,12 @@ func runCProgram(t *testing.T, name string, np int) string {
 }
 
 // TestCArguments runs testdata/args_check.c on 2 ranks: a call's own bad
-// argument is GORUN_ERR_INVALID, from gorun_wait and gorun_test too; every
-// entry point refuses a NULL buffer with a non-zero count that it uses on
-// this rank, before it starts, and accepts one it ignores; and a count too
-// large for any buffer (SIZE_MAX, a product that overflows, over 2^47
-// bytes) is refused naming the count.
+// argument is GORUN_ERR_INVALID, from gorun_wait, gorun_test and the calls
+// after it (it aborts the communicator) too; every entry point refuses a
+// NULL buffer with a non-zero count that it uses on this rank, before it
+// starts, and accepts one it ignores; and a count too large for any buffer
+// (SIZE_MAX, a product that overflows, over 2^47 bytes) is refused naming
+// the count.
 func TestCArguments(t *testing.T) {
 	runCProgram(t, "args_check", 2)
 }

@@ -248,5 +248,5 @@ func gorun_barrier(h C.gorun_comm) (rc C.int) {
 	}
 	ctx, cancel := opContext()
 	defer cancel()
-	return classify(c.Barrier(ctx))
+	return classifyAt(c, c.Barrier(ctx))
 }

@@ -41,6 +41,11 @@ int main(void) {
 	 * failure; it aborts the communicator. */
 	rc = gorun_broadcast(c, a, 4, GORUN_FLOAT32, size);
 	EXPECT(rc == GORUN_ERR_INVALID, "broadcast root=size -> %d: %s", rc, gorun_last_error());
+	/* which aborted the communicator: later calls fail with that error */
+	rc = gorun_allreduce(c, a, a, 4, GORUN_FLOAT32, GORUN_SUM);
+	EXPECT(rc == GORUN_ERR_INVALID && strstr(gorun_last_error(), "root"), "allreduce after -> %d: %s", rc, gorun_last_error());
+	rc = gorun_barrier(c);
+	EXPECT(rc == GORUN_ERR_INVALID && strstr(gorun_last_error(), "root"), "barrier after -> %d: %s", rc, gorun_last_error());
 	renew(&c);
 	CHECK(gorun_ibroadcast(c, a, 4, GORUN_FLOAT32, size, &q));
 	rc = gorun_wait(q);
