@@ -12,6 +12,14 @@ rendezvous variables are derived from gorun's (RANK, WORLD_SIZE,
 LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
 likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
+
+Subgroups are not supported: every process group of backend "gorun" runs
+on the job's whole communicator, and gorun's C ABI cannot make one of
+some of its ranks. dist.new_group() over every rank works (the ranks are
+sorted, so any order of all of them is the world); dist.new_group(ranks)
+over fewer raises RuntimeError at once on each member, and returns
+GroupMember.NON_GROUP_MEMBER on the others, as for any group they are
+not in. Give such a group backend="gloo".
 """
 import fcntl
 import os
@@ -110,7 +118,31 @@ def _progress(msg):
 
 def _create(store, rank, size, timeout):
     ext = load_extension()
-    return ext.ProcessGroupGorun(_gorun_init(), rank, size)
+    comm = _gorun_init()
+    # torch calls the creator on a new group's members only, after the
+    # default group exists; the default group itself is the world.
+    if dist.is_initialized() and size != dist.get_world_size():
+        _refuse_subgroup(size, dist.get_world_size())
+    return ext.ProcessGroupGorun(comm, rank, size)
+
+
+def _refuse_subgroup(size, world):
+    """Raise on a member of dist.new_group(ranks) over size < world ranks.
+    torch 1.13's new_group ends with a barrier in the default store that
+    every rank of the world enters, members after the creator returns; a
+    member that raises never enters it, and the other ranks would wait
+    there until new_group's timeout (30 minutes). So each member checks
+    in for itself first, and they return."""
+    c10d = dist.distributed_c10d
+    try:
+        default_store = c10d._pg_map[c10d._get_default_group()][1]
+        default_store.add("%s:%d" % (c10d.STORE_BASED_BARRIER_PREFIX, c10d._group_count), 1)
+    except (AttributeError, KeyError, TypeError):
+        pass  # another torch's internals: its barrier is not this one
+    raise RuntimeError(
+        "gorun backend: subgroups are not supported: dist.new_group over %d of the %d ranks needs a "
+        "communicator of just those ranks, which gorun's C ABI cannot make (give that group "
+        "backend=\"gloo\", or use every rank)" % (size, world))
 
 
 _derive_env()

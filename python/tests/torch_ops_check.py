@@ -8,6 +8,7 @@ same job) or a single-process reference. Prints "torch_ops_check: rank R ok".
 import os
 import sys
 import time
+from datetime import timedelta
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -216,6 +217,29 @@ def exchange():
                "4 MiB exchange (%s): got %g from %d and %g from %d" % (way, from_p[0], prv, from_n[0], nxt))
 
 
+def subgroups():
+    """dist.new_group over every rank is the world; over fewer, every
+    member raises at once, saying subgroups are not supported, and the
+    other ranks return from new_group. The members used to fail on a rank
+    mismatch, and the others wait in torch's store barrier for them
+    (bounded here by new_group's timeout)."""
+    for ranks in (None, list(range(N))[::-1]):
+        g = dist.new_group(ranks)
+        t = torch.tensor([float(R)])
+        dist.all_reduce(t, group=g)
+        same(t, torch.tensor([N * (N - 1) / 2]), "all_reduce on new_group(%s)" % ranks)
+    ranks = list(range(N - 1))
+    try:
+        g = dist.new_group(ranks, timeout=timedelta(seconds=60))
+    except RuntimeError as e:
+        expect(R in ranks and "subgroups are not supported" in str(e), "new_group(%s): %s" % (ranks, e))
+    else:
+        expect(R not in ranks and g == dist.GroupMember.NON_GROUP_MEMBER, "new_group(%s) returned %r" % (ranks, g))
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    same(t, torch.tensor([float(N)]), "all_reduce after new_group(%s)" % ranks)
+
+
 def model(seed):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -303,6 +327,7 @@ def main():
     expect(dist.get_backend() == "gorun", "backend %s" % dist.get_backend())
     ops()
     exchange()
+    subgroups()
     gloo = dist.new_group(backend="gloo")
     compare_with_gloo(gloo)
     pipeline()
