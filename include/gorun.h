@@ -6,8 +6,9 @@
  *
  * A process joins the job its launcher started (gorun, srun, mpirun or
  * torchrun variables; see the README) with gorun_init, which returns a
- * communicator handle. Every call returns GORUN_OK or an error code; the
- * message of the calling thread's last error is gorun_last_error(). No call
+ * communicator handle. Every call returns GORUN_OK or an error code (after
+ * most errors the communicator is aborted: see gorun_status); the message
+ * of the calling thread's last error is gorun_last_error(). No call
  * aborts or crashes the host process: Go panics are caught and returned as
  * GORUN_ERR_INTERNAL.
  *
@@ -70,6 +71,18 @@ typedef enum {
 	GORUN_MAXLOC = 11,
 } gorun_op;
 
+/*
+ * After an error from an operation (or from gorun_wait or gorun_test of a
+ * non-blocking one), even GORUN_ERR_INVALID for a root out of range or an
+ * op the dtype lacks, the communicator is aborted: every later operation
+ * on it fails with that first error. gorun_finalize it, and gorun_init
+ * again to go on. The one exception is a call refused before it starts, on
+ * arguments this rank checks alone (a bad handle, dtype or op number; a
+ * NULL request, output pointer or buffer; a count out of range): that
+ * leaves the communicator as it was, but the other ranks may have gone on
+ * into the operation and wait for this rank there, so continue only if
+ * every rank was refused alike.
+ */
 typedef enum {
 	GORUN_OK = 0,
 	GORUN_ERR_INVALID = 1,   /* bad argument: handle, dtype, op, count, root */
