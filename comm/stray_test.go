@@ -9,13 +9,12 @@ import (
 
 // Disagreements that no receive of the disagreeing call would see: the
 // message that shows them waits on a link the waiting rank's schedule does
-// not read (a broadcast's root), or the odd rank sends nothing (a count of
-// 0). Every rank must fail with ErrMismatch naming the odd rank, not with
-// a timeout. The communicators' timeout is far longer than the look for
-// such messages (the engine's strayAfter and strayEvery), so a timeout
-// here is a miss, whatever the load. (A gather whose ranks disagree on
-// the root is found only at the next call of a rank whose part completed:
-// the message that shows it went to a rank that no longer waits.)
+// not read (a broadcast's root), went to a rank that no longer waits (a
+// gather's root), or no rank sends to one that waits (gather against
+// scatter; a count of 0). Every rank must fail with ErrMismatch naming
+// the odd rank, not with a timeout. The communicators' timeout is far
+// longer than the engine's look (strayAfter, strayEvery, and the word to
+// the rank waited for), so a timeout here is a miss, whatever the load.
 func TestMismatchUnread(t *testing.T) {
 	cases := []struct {
 		name string
@@ -27,6 +26,19 @@ func TestMismatchUnread(t *testing.T) {
 				root = 1
 			}
 			return Broadcast(ctx, c, make([]float32, 4), root)
+		}},
+		{"gather root", func(ctx context.Context, c *Comm) error {
+			root := 0
+			if c.Rank() == 2 {
+				root = 3
+			}
+			return Gather(ctx, c, make([]float32, 2), make([]float32, 8), root)
+		}},
+		{"gather against scatter", func(ctx context.Context, c *Comm) error {
+			if c.Rank() == 2 {
+				return Scatter(ctx, c, make([]float32, 8), make([]float32, 2), 0)
+			}
+			return Gather(ctx, c, make([]float32, 2), make([]float32, 8), 0)
 		}},
 		{"allreduce count 0", func(ctx context.Context, c *Comm) error {
 			n := 4

@@ -97,6 +97,7 @@ const (
 	ctrlMismatch        // evidence: rank a (call hash b>>32, operation c>>32) saw rank c&0xffffffff send call hash b&0xffffffff
 	ctrlReject          // the acceptor refuses the connection: reason a (connect.go)
 	ctrlWake            // a message is in the mailbox of a receiver that sleeps (mailbox.go)
+	ctrlWaiting         // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -506,6 +507,9 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			l.withEngine(func(e *Engine) {
 				e.evidence(int(int32(a)), uint32(b>>32), int(int32(uint32(c))), uint32(b), uint32(c>>32), "")
 			})
+		case ctrlWaiting:
+			op := binary.LittleEndian.Uint64(m[16:])
+			l.withEngine(func(e *Engine) { e.waitedOn(int(int32(a)), uint32(b), uint32(op)) })
 		case ctrlBye:
 			l.closed.Store(true)
 		case ctrlWake:

@@ -109,6 +109,35 @@ func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, seq uint32, wh
 	}
 }
 
+// tellWaiting tells peer, which this rank's call has waited for (wait.go),
+// which call it waits in: a disagreement where neither sends the other
+// anything (a gather's root waits for a rank that called scatter, and that
+// rank for the root) shows no message to either. Best effort.
+func (e *Engine) tellWaiting(peer int, call *Call) {
+	if peer == e.Rank || call.Coll == collectives.SendRecv {
+		return
+	}
+	if l := e.links[peer].Load(); l != nil && !l.closed.Load() && !l.broken.Load() {
+		l.sendCtrl3(ctrlWaiting, uint32(int32(e.Rank)), uint64(callHash(call)), uint64(opOf(call)))
+	}
+}
+
+// waitedOn takes a peer's word that it waits for this rank in operation op
+// with a call of hash h (tellWaiting): this rank's own call at op, running
+// or one of its last two, with another hash is evidence against the peer,
+// for the vote to judge. A rank not yet at op, or past it by more, says
+// nothing.
+func (e *Engine) waitedOn(peer int, h, op uint32) {
+	for _, v := range [2]uint64{e.lastCall.Load(), e.prevCall.Load()} {
+		if o, mine, ok := unpackCall(v); ok && o == op {
+			if mine != h {
+				e.evidence(e.Rank, mine, peer, h, op, fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in another call of operation %d", peer, e.Rank, op))
+			}
+			return
+		}
+	}
+}
+
 // sendEvidence passes a piece of evidence to every peer, best effort.
 func (e *Engine) sendEvidence(det int, dh uint32, cul int, ch uint32, seq uint32) {
 	for i := range e.links {

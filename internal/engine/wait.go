@@ -243,6 +243,7 @@ func (w *waiter) idle() error {
 			if e.stray(w.call) != nil {
 				return e.Err() // ErrMismatch naming the rank the vote found
 			}
+			e.tellWaiting(e.waitingFor(w.p), w.call)
 		}
 		// Arm, then look once more before sleeping: a completion that
 		// came before the arm is found by that look, one after it sends
