@@ -49,3 +49,13 @@ func runCProgram(t *testing.T, name string, np int) string {
 func TestCArguments(t *testing.T) {
 	runCProgram(t, "args_check", 2)
 }
+
+// TestCCreateGroup runs testdata/group_check.c on 4 ranks:
+// gorun_comm_create_group refuses its own bad arguments before it starts;
+// the even and the odd ranks each make a group at once, listed from the
+// highest rank down, with tags of their own, and an allreduce, broadcast
+// and allgather on each give their members' values in group-rank order;
+// the world communicator goes on after.
+func TestCCreateGroup(t *testing.T) {
+	runCProgram(t, "group_check", 4)
+}

@@ -125,6 +125,24 @@ int gorun_grow(gorun_comm comm, gorun_comm *out);
 /* Ranks waiting to join through gorun_grow, in this rank's view. */
 int gorun_joiners(gorun_comm comm, int *joiners);
 
+/*
+ * A communicator of some of comm's ranks, as MPI_Comm_create_group: the n
+ * ranks of comm listed in ranks (ranks[i] becomes rank i of *out) call it,
+ * with the same ranks and tag; comm's other ranks do not, and may go on
+ * with other work on comm meanwhile (torch's new_group calls only a
+ * group's members). The members exchange endpoints by messages of comm
+ * tagged tag, which match in order with comm's own gorun_send and
+ * gorun_recv between them: give each group a tag of its own, one no
+ * message between its members is outstanding on. comm stays open; free
+ * *out with gorun_finalize. ranks NULL, n < 1, n larger than comm's size
+ * or out NULL are GORUN_ERR_INVALID before it starts; a rank out of range
+ * or listed twice, or a list without the caller, is GORUN_ERR_INVALID
+ * that aborts comm, and members that disagree on ranks or tag get
+ * GORUN_ERR_PEER (or GORUN_ERR_TIMEOUT where one waits for a rank that
+ * does not list it).
+ */
+int gorun_comm_create_group(gorun_comm comm, const int *ranks, int n, int tag, gorun_comm *out);
+
 int gorun_rank(gorun_comm comm, int *rank);
 int gorun_size(gorun_comm comm, int *size);
 int gorun_local_rank(gorun_comm comm, int *local_rank);
