@@ -13,23 +13,25 @@ LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
 likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
 
-Subgroups are not supported: every process group of backend "gorun" runs
-on the job's whole communicator, and gorun's C ABI cannot make one of
-some of its ranks. dist.new_group() over every rank works (the ranks are
-sorted, so any order of all of them is the world); dist.new_group(ranks)
-over fewer raises RuntimeError at once on each member, and returns
-GroupMember.NON_GROUP_MEMBER on the others, as for any group they are
-not in. Give such a group backend="gloo".
+dist.new_group(ranks) works over any ranks. A group of every rank (in
+any order: torch sorts them) runs on the job's communicator, as the
+default group does; a group of fewer gets a communicator of its own,
+which its members make with gorun_comm_create_group (MPI_Comm_create_group:
+the other ranks take no part and just return GroupMember.NON_GROUP_MEMBER
+from new_group). As with torch's own backends, dist's functions take
+global ranks (a broadcast's src, a send's dst) on any group, and torch
+hands the group's backend their ranks in the group.
 """
 import fcntl
 import os
 import sys
 import time
+import zlib
 
 import torch
 import torch.distributed as dist
 
-from . import _lib, init as _gorun_init
+from . import _lib, init as _gorun_init, size as _job_size
 
 _ext = None
 
@@ -116,38 +118,39 @@ def _progress(msg):
     print("gorun: " + msg, file=sys.stderr, flush=True)
 
 
-def _create(store, rank, size, timeout):
+def _create(opts, pg_options=None):
+    """The creator torch calls (extended_api=True) on the members of a new
+    process group only: the default group, then each dist.new_group(ranks)
+    on the ranks it lists. opts carries group_rank, group_size, the group's
+    name (group_id) and its members' global ranks in group-rank order
+    (global_ranks_in_group; empty for the default group)."""
     ext = load_extension()
     comm = _gorun_init()
-    # torch calls the creator on a new group's members only, after the
-    # default group exists; the default group itself is the world.
-    if dist.is_initialized() and size != dist.get_world_size():
-        _refuse_subgroup(size, dist.get_world_size())
-    return ext.ProcessGroupGorun(comm, rank, size)
+    ranks = list(opts.global_ranks_in_group)
+    if ranks == list(range(_job_size())):
+        ranks = []  # the whole job, in its own order: the job's communicator
+    return ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id))
 
 
-def _refuse_subgroup(size, world):
-    """Raise on a member of dist.new_group(ranks) over size < world ranks.
-    torch 1.13's new_group ends with a barrier in the default store that
-    every rank of the world enters, members after the creator returns; a
-    member that raises never enters it, and the other ranks would wait
-    there until new_group's timeout (30 minutes). So each member checks
-    in for itself first, and they return."""
-    c10d = dist.distributed_c10d
-    try:
-        default_store = c10d._pg_map[c10d._get_default_group()][1]
-        default_store.add("%s:%d" % (c10d.STORE_BASED_BARRIER_PREFIX, c10d._group_count), 1)
-    except (AttributeError, KeyError, TypeError):
-        pass  # another torch's internals: its barrier is not this one
-    raise RuntimeError(
-        "gorun backend: subgroups are not supported: dist.new_group over %d of the %d ranks needs a "
-        "communicator of just those ranks, which gorun's C ABI cannot make (give that group "
-        "backend=\"gloo\", or use every rank)" % (size, world))
+def _group_tag(name):
+    """The tag of the messages by which a group's members make its
+    communicator: the same on every member, another for each group. torch
+    1.13 names groups by a count every rank keeps alike ("0", "1", ...),
+    used as is; another name (torch 2.x may hash the ranks) is hashed
+    again, where two groups that collide still work, since every rank
+    makes groups in the same order and a pair's messages match in order.
+    Tags are negative, where torch's send and recv use 0 unless a script
+    picks one, so a message sent on the world group and not yet received
+    is not taken for one of these."""
+    n = int(name) if name.isdigit() else zlib.crc32(name.encode())
+    return -1 - (n & 0x3FFFFFFF)
 
 
 _derive_env()
 if "GORUN" not in dist.Backend._plugins:
-    dist.Backend.register_backend("gorun", _create)
+    # extended_api: the creator is told the group's global ranks and name
+    # (torch 1.13 and 2.x), which a subgroup's communicator needs.
+    dist.Backend.register_backend("gorun", _create, extended_api=True)
 
 if __name__ == "__main__":
     load_extension(verbose=True)

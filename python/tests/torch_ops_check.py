@@ -218,23 +218,20 @@ def exchange():
 
 
 def subgroups():
-    """dist.new_group over every rank is the world; over fewer, every
-    member raises at once, saying subgroups are not supported, and the
-    other ranks return from new_group. The members used to fail on a rank
-    mismatch, and the others wait in torch's store barrier for them
-    (bounded here by new_group's timeout)."""
+    """dist.new_group over every rank, in any order, is the world; over
+    fewer, the members get a group of their own and the other ranks
+    NON_GROUP_MEMBER."""
     for ranks in (None, list(range(N))[::-1]):
         g = dist.new_group(ranks)
         t = torch.tensor([float(R)])
         dist.all_reduce(t, group=g)
         same(t, torch.tensor([N * (N - 1) / 2]), "all_reduce on new_group(%s)" % ranks)
     ranks = list(range(N - 1))
-    try:
-        g = dist.new_group(ranks, timeout=timedelta(seconds=60))
-    except RuntimeError as e:
-        expect(R in ranks and "subgroups are not supported" in str(e), "new_group(%s): %s" % (ranks, e))
+    g = dist.new_group(ranks, timeout=timedelta(seconds=60))
+    if R in ranks:
+        expect(dist.get_world_size(g) == len(ranks), "new_group(%s) of size %d" % (ranks, dist.get_world_size(g)))
     else:
-        expect(R not in ranks and g == dist.GroupMember.NON_GROUP_MEMBER, "new_group(%s) returned %r" % (ranks, g))
+        expect(g == dist.GroupMember.NON_GROUP_MEMBER, "new_group(%s) returned %r" % (ranks, g))
     t = torch.ones(1)
     dist.all_reduce(t)
     same(t, torch.tensor([float(N)]), "all_reduce after new_group(%s)" % ranks)

@@ -1,6 +1,8 @@
 // ProcessGroupGorun: a torch.distributed (c10d, torch 1.13) backend that
 // forwards to gorun's C ABI (include/gorun.h). Registered from Python by
-// gorun.torch_backend as backend "gorun".
+// gorun.torch_backend as backend "gorun". A group of the whole job runs on
+// the job's communicator; a group of some ranks (dist.new_group(ranks)) on
+// one its members make with gorun_comm_create_group.
 //
 // Collectives start non-blocking in gorun (gorun_i*) from the caller's
 // thread; one completer thread per process group waits for them in order
@@ -246,12 +248,27 @@ class WorkGorun : public Work {
 
 class ProcessGroupGorun : public ProcessGroup {
  public:
-  ProcessGroupGorun(int64_t comm, int rank, int size) : ProcessGroup(rank, size), comm_(comm) {
+  // A group of the whole job runs on comm, the job's communicator (ranks
+  // empty). Any other group gets a communicator of its own, made from comm
+  // by its members alone (ranks: their ranks in comm, in group-rank
+  // order; tag: the same on every member, another for each group), which
+  // the group owns and finalizes.
+  ProcessGroupGorun(int64_t comm, int rank, int size, const std::vector<int>& ranks, int tag)
+      : ProcessGroup(rank, size), comm_(comm) {
+    if (!ranks.empty()) {
+      TORCH_CHECK(int(ranks.size()) == size, "gorun backend: a group of ", size, " ranks given ", ranks.size(),
+                  " global ranks");
+      gorun_comm group = 0;
+      check(gorun_comm_create_group(comm, ranks.data(), int(ranks.size()), tag, &group));
+      comm_ = group;
+      owned_ = true;
+    }
     int r = -1, s = -1;
     check(gorun_rank(comm_, &r));
     check(gorun_size(comm_, &s));
-    TORCH_CHECK(r == rank && s == size, "gorun backend: torch says rank ", rank, " of ", size,
-                " but gorun's job says rank ", r, " of ", s);
+    if ((r != rank || s != size) && owned_) gorun_finalize(comm_);  // no destructor runs after a throw
+    TORCH_CHECK(r == rank && s == size, "gorun backend: torch says rank ", rank, " of ", size, " but gorun's ",
+                owned_ ? "group" : "job", " says rank ", r, " of ", s);
     if (gorun_tracing(comm_)) g_tracing.store(true);
     completer_ = std::thread([this] { run(); });
   }
@@ -263,6 +280,7 @@ class ProcessGroupGorun : public ProcessGroup {
     }
     gate_->cv.notify_all();
     completer_.join();
+    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
   const std::string getBackendName() const override { return "gorun"; }
@@ -549,6 +567,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   int64_t comm_;
+  bool owned_ = false;  // comm_ was made for this group
   std::shared_ptr<P2PGate> gate_ = std::make_shared<P2PGate>();
   std::deque<c10::intrusive_ptr<WorkGorun>> queue_;  // guarded by gate_->mu
   std::thread completer_;
@@ -559,5 +578,5 @@ class ProcessGroupGorun : public ProcessGroup {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<c10d::ProcessGroupGorun, c10d::ProcessGroup, c10::intrusive_ptr<c10d::ProcessGroupGorun>>(
       m, "ProcessGroupGorun")
-      .def(py::init<int64_t, int, int>(), py::call_guard<py::gil_scoped_release>());
+      .def(py::init<int64_t, int, int, const std::vector<int>&, int>(), py::call_guard<py::gil_scoped_release>());
 }
