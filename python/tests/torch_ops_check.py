@@ -218,23 +218,48 @@ def exchange():
 
 
 def subgroups():
-    """dist.new_group over every rank, in any order, is the world; over
-    fewer, the members get a group of their own and the other ranks
-    NON_GROUP_MEMBER."""
+    """dist.new_group over every rank, in any order, is the world. Over
+    fewer ranks, each group's members alone make its communicator, while
+    the other ranks return NON_GROUP_MEMBER from new_group at once: with 3
+    ranks or more, new_group([0, 2]) and new_group([1]); with 2,
+    new_group([1]) and new_group([0]). Each member checks its group rank,
+    all_reduce, broadcast from either end (src is a global rank, which
+    torch maps to the group's) and all_gather, in group-rank order, against
+    its members' global ranks; the two groups' ops run at once. A member
+    used to raise "subgroups are not supported" (c75962d)."""
     for ranks in (None, list(range(N))[::-1]):
         g = dist.new_group(ranks)
         t = torch.tensor([float(R)])
         dist.all_reduce(t, group=g)
         same(t, torch.tensor([N * (N - 1) / 2]), "all_reduce on new_group(%s)" % ranks)
-    ranks = list(range(N - 1))
-    g = dist.new_group(ranks, timeout=timedelta(seconds=60))
-    if R in ranks:
-        expect(dist.get_world_size(g) == len(ranks), "new_group(%s) of size %d" % (ranks, dist.get_world_size(g)))
-    else:
-        expect(g == dist.GroupMember.NON_GROUP_MEMBER, "new_group(%s) returned %r" % (ranks, g))
+    specs = [[0, 2], [1]] if N >= 3 else [[1], [0]]
+    # Every rank calls new_group for each group, in the same order.
+    groups = [(ranks, dist.new_group(ranks, timeout=timedelta(seconds=60))) for ranks in specs]
+    for ranks, g in groups:
+        if R not in ranks:
+            expect(g == dist.GroupMember.NON_GROUP_MEMBER, "new_group(%s) on a non-member returned %r" % (ranks, g))
+            continue
+        what = "new_group(%s)" % ranks
+        expect(dist.get_rank(g) == ranks.index(R) and dist.get_world_size(g) == len(ranks),
+               "%s: rank %d of %d, want %d of %d" % (what, dist.get_rank(g), dist.get_world_size(g), ranks.index(R), len(ranks)))
+        t = torch.tensor([R + 1, -10 * (R + 1)], dtype=torch.int64)
+        dist.all_reduce(t, group=g)
+        want = sum(r + 1 for r in ranks)
+        same(t, torch.tensor([want, -10 * want]), "all_reduce on " + what)
+        for src in (ranks[-1], ranks[0]):
+            t = torch.tensor([100.0 + R, 0.5]) if R == src else torch.zeros(2)
+            dist.broadcast(t, src=src, group=g)
+            same(t, torch.tensor([100.0 + src, 0.5]), "broadcast from global rank %d on %s" % (src, what))
+        outs = [torch.zeros(3, dtype=torch.int32) for _ in ranks]
+        dist.all_gather(outs, torch.tensor([R, 2 * R, -R], dtype=torch.int32), group=g)
+        same(torch.stack(outs), torch.tensor([[r, 2 * r, -r] for r in ranks], dtype=torch.int32), "all_gather on " + what)
+        dist.barrier(group=g)
     t = torch.ones(1)
     dist.all_reduce(t)
-    same(t, torch.tensor([float(N)]), "all_reduce after new_group(%s)" % ranks)
+    same(t, torch.tensor([float(N)]), "all_reduce after the subgroups")
+    for ranks, g in groups:
+        if R in ranks:
+            dist.destroy_process_group(g)  # finalizes the group's communicator
 
 
 def model(seed):
