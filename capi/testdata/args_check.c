@@ -36,17 +36,23 @@ int main(void) {
 	gorun_request q;
 	float a[4] = {1, 2, 3, 4};
 
+	/* Rank 0 alone passes a bad root: its call is INVALID, the others'
+	 * fail naming rank 0 (PEER), and the communicator is aborted: later
+	 * calls fail with that error, INVALID on rank 0 (its own, "root ...
+	 * out of range"), PEER naming rank 0 on the others. (Had every rank
+	 * passed it, a rank's first error could be another's notice.) */
+	rc = gorun_broadcast(c, a, 4, GORUN_FLOAT32, rank == 0 ? size : 0);
+	int own = rank == 0 ? GORUN_ERR_INVALID : GORUN_ERR_PEER;
+	const char *why = rank == 0 ? "root" : "rank 0";
+	EXPECT(rc == own && strstr(gorun_last_error(), why), "broadcast, rank 0's root=size -> %d (want %d): %s", rc, own, gorun_last_error());
+	rc = gorun_allreduce(c, a, a, 4, GORUN_FLOAT32, GORUN_SUM);
+	EXPECT(rc == own && strstr(gorun_last_error(), why), "allreduce after -> %d (want %d): %s", rc, own, gorun_last_error());
+	rc = gorun_barrier(c);
+	EXPECT(rc == own && strstr(gorun_last_error(), why), "barrier after -> %d (want %d): %s", rc, own, gorun_last_error());
+	renew(&c);
 	/* A non-blocking call's own bad argument is GORUN_ERR_INVALID from
 	 * gorun_wait and gorun_test, as from the blocking call, not a peer's
 	 * failure; it aborts the communicator. */
-	rc = gorun_broadcast(c, a, 4, GORUN_FLOAT32, size);
-	EXPECT(rc == GORUN_ERR_INVALID, "broadcast root=size -> %d: %s", rc, gorun_last_error());
-	/* which aborted the communicator: later calls fail with that error */
-	rc = gorun_allreduce(c, a, a, 4, GORUN_FLOAT32, GORUN_SUM);
-	EXPECT(rc == GORUN_ERR_INVALID && strstr(gorun_last_error(), "root"), "allreduce after -> %d: %s", rc, gorun_last_error());
-	rc = gorun_barrier(c);
-	EXPECT(rc == GORUN_ERR_INVALID && strstr(gorun_last_error(), "root"), "barrier after -> %d: %s", rc, gorun_last_error());
-	renew(&c);
 	CHECK(gorun_ibroadcast(c, a, 4, GORUN_FLOAT32, size, &q));
 	rc = gorun_wait(q);
 	EXPECT(rc == GORUN_ERR_INVALID, "ibroadcast root=size: wait -> %d: %s", rc, gorun_last_error());
