@@ -120,40 +120,29 @@ func TestVOverlap(t *testing.T) {
 				return checkBits("gatherv", recv, func(i int) int32 { return a2aVal(i/blk, i%blk) })
 			}))
 		})
-		t.Run(fmt.Sprintf("scatterv/recv=send[%d:]", off), func(t *testing.T) {
-			mustAll(t, "scatterv", onAll(cs, func(c *Comm) error {
-				r := c.Rank()
-				send := make([]int32, n*blk)
-				recv := make([]int32, blk)
-				if r == root {
-					for i := range send {
-						send[i] = a2aVal(i/blk, i%blk)
+		scatters := map[string]func(c *Comm, send, recv []int32) error{
+			"scatterv": func(c *Comm, send, recv []int32) error { return ScatterV(ctx, c, send, counts, nil, recv, root) },
+			"scatter":  func(c *Comm, send, recv []int32) error { return Scatter(ctx, c, send, recv, root) },
+		}
+		for name, scatter := range scatters {
+			t.Run(fmt.Sprintf("%s/recv=send[%d:]", name, off), func(t *testing.T) {
+				mustAll(t, name, onAll(cs, func(c *Comm) error {
+					r := c.Rank()
+					send := make([]int32, n*blk)
+					recv := make([]int32, blk)
+					if r == root {
+						for i := range send {
+							send[i] = a2aVal(i/blk, i%blk)
+						}
+						recv = send[off : off+blk]
 					}
-					recv = send[off : off+blk]
-				}
-				if err := ScatterV(ctx, c, send, counts, nil, recv, root); err != nil {
-					return err
-				}
-				return checkBits("scatterv", recv, func(i int) int32 { return a2aVal(r, i) })
-			}))
-		})
-		t.Run(fmt.Sprintf("scatter/recv=send[%d:]", off), func(t *testing.T) {
-			mustAll(t, "scatter", onAll(cs, func(c *Comm) error {
-				r := c.Rank()
-				send := make([]int32, n*blk)
-				recv := make([]int32, blk)
-				if r == root {
-					for i := range send {
-						send[i] = a2aVal(i/blk, i%blk)
+					if err := scatter(c, send, recv); err != nil {
+						return err
 					}
-					recv = send[off : off+blk]
-				}
-				if err := Scatter(ctx, c, send, recv, root); err != nil {
-					return err
-				}
-				return checkBits("scatter", recv, func(i int) int32 { return a2aVal(r, i) })
-			}))
-		})
+					return checkBits(name, recv, func(i int) int32 { return a2aVal(r, i) })
+				}))
+			})
+		}
 	}
 }
 
