@@ -14,9 +14,12 @@ import (
 // listed rank calls it with the same ranks and tag; the other ranks of c
 // do not call it, and go on with their own work (torch.distributed's
 // new_group, where only the members make the group's communicator). The
-// members exchange their endpoints by messages of c tagged tag, which
-// match in order with c's other messages between them (Send, Recv), so a
-// member pair must not have messages of that tag outstanding. Ranks that
+// members exchange their endpoints by messages of c tagged tag. Messages
+// between two ranks match in order, whatever their tags (Send), so two
+// members must have no message of c between them started and not yet
+// received, of any tag, when they call it: the exchange would take it
+// for its own and fail with ErrMismatch. The tag only makes such a
+// mistake an error rather than a wrong match. Ranks that
 // are out of range, repeated, or leave out the caller are ErrInvalid.
 // Members that pass different ranks or tags fail with ErrMismatch where
 // they exchange messages, and at the timeout where one waits for a rank

@@ -139,9 +139,12 @@ def _group_tag(name):
     used as is; another name (torch 2.x may hash the ranks) is hashed
     again, where two groups that collide still work, since every rank
     makes groups in the same order and a pair's messages match in order.
-    Tags are negative, where torch's send and recv use 0 unless a script
-    picks one, so a message sent on the world group and not yet received
-    is not taken for one of these."""
+    gorun matches a pair's messages in order, whatever their tags, so a
+    send or recv between two members on the world group that is pending
+    when they make a group breaks the group's making (an error naming
+    the rank, on every member). Tags are negative, where torch's send
+    and recv use 0 unless a script picks one, so that such a message is
+    an error rather than taken for one of these."""
     n = int(name) if name.isdigit() else zlib.crc32(name.encode())
     return -1 - (n & 0x3FFFFFFF)
 
