@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -117,4 +118,31 @@ func TestContextDoneBeforeCall(t *testing.T) {
 		errs[1] = cs[1].Barrier(ctx)
 	}
 	checkErrs(t, "rank 1 after rank 0's cancelled call", errs[1:], ErrAborted, 0)
+}
+
+// A rank that comes late is waited for, not taken for a disagreement: the
+// waiting ranks' word reaches it before its call (kept until its call
+// starts) or during it, and the calls agree.
+func TestLateRankNoMismatch(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4)
+	errs := onAll(cs, func(c *Comm) error {
+		for i := range 3 {
+			if c.Rank() == i+1 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			v := []float32{1}
+			if err := AllReduce(ctx, c, v, v, Sum); err != nil || v[0] != 4 {
+				return fmt.Errorf("allreduce %d: %v %v", i, err, v)
+			}
+			if err := Gather(ctx, c, []float32{1}, make([]float32, 4), i); err != nil {
+				return err
+			}
+			if err := Broadcast(ctx, c, make([]float32, 3), 3-i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	mustAll(t, "late ranks", errs)
 }

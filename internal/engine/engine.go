@@ -130,6 +130,13 @@ type Engine struct {
 	// after they return: a rank reports them while ranks decide who
 	// called differently (mismatch.go).
 	lastCall, prevCall atomic.Uint64
+	// waits are the peers' words that they wait for this rank in an
+	// operation (ctrlWaiting), the last per peer, until this rank's Run
+	// of that operation compares them (checkWaits); waited: there are
+	// some.
+	waitsMu sync.Mutex
+	waits   map[int][2]uint32
+	waited  atomic.Bool
 	// runs is twice the Runs ended, plus one while a Run is in progress:
 	// written by Run alone (under runMu), read by the devices' watchers.
 	runs atomic.Uint64
@@ -256,6 +263,9 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 	if call.Coll != collectives.SendRecv {
 		release.Store64(&e.prevCall, e.lastCall.Load())
 		release.Store64(&e.lastCall, packCall(opOf(call), callHash(call)))
+		if e.waited.Load() {
+			e.checkWaits(opOf(call), callHash(call))
+		}
 		if e.mm.open.Load() {
 			e.reportCalls() // a mismatch is being decided: this call counts
 		}

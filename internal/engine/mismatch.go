@@ -125,16 +125,57 @@ func (e *Engine) tellWaiting(peer int, call *Call) {
 // waitedOn takes a peer's word that it waits for this rank in operation op
 // with a call of hash h (tellWaiting): this rank's own call at op, running
 // or one of its last two, with another hash is evidence against the peer,
-// for the vote to judge. A rank not yet at op, or past it by more, says
-// nothing.
+// for the vote to judge. A peer says it once per Run (a frozen rank's
+// control queue must not fill), so the word is kept, the last per peer,
+// for when this rank's Run of op starts (checkWaits); it is kept before
+// the look at this rank's calls, and Run records its call before it looks
+// at the words, so one of the two sees the other.
 func (e *Engine) waitedOn(peer int, h, op uint32) {
+	e.waitsMu.Lock()
+	if e.waits == nil {
+		e.waits = map[int][2]uint32{}
+	}
+	e.waits[peer] = [2]uint32{op, h}
+	e.waited.Store(true)
+	e.waitsMu.Unlock()
 	for _, v := range [2]uint64{e.lastCall.Load(), e.prevCall.Load()} {
 		if o, mine, ok := unpackCall(v); ok && o == op {
-			if mine != h {
-				e.evidence(e.Rank, mine, peer, h, op, fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in another call of operation %d", peer, e.Rank, op))
-			}
+			e.waitedDiffers(peer, h, op, mine)
 			return
 		}
+	}
+}
+
+// checkWaits compares the words kept by waitedOn for operation op with
+// this rank's call of hash mine, which Run has just recorded.
+func (e *Engine) checkWaits(op, mine uint32) {
+	e.waitsMu.Lock()
+	var differ [][2]uint32 // peer, its hash
+	for peer, w := range e.waits {
+		switch behind := (op - w[0]) & (1<<31 - 1); {
+		case behind == 0:
+			if w[1] != mine {
+				differ = append(differ, [2]uint32{uint32(peer), w[1]})
+			}
+			delete(e.waits, peer)
+		case behind < 1<<30: // an operation this rank has passed
+			delete(e.waits, peer)
+		}
+	}
+	if len(e.waits) == 0 {
+		e.waited.Store(false)
+	}
+	e.waitsMu.Unlock()
+	for _, d := range differ {
+		e.waitedDiffers(int(d[0]), d[1], op, mine)
+	}
+}
+
+// waitedDiffers gives the evidence that peer waits in operation op with a
+// call of hash h where this rank called mine, if they differ.
+func (e *Engine) waitedDiffers(peer int, h, op, mine uint32) {
+	if mine != h {
+		e.evidence(e.Rank, mine, peer, h, op, fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in another call of operation %d", peer, e.Rank, op))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -96,6 +97,7 @@ type waiter struct {
 
 	idleFrom int64 // when this Run last stopped moving (monoNow); 0 moving
 	strayAt  int64 // when it last looked for strays (Engine.stray)
+	told     []int // the peers it has told it waits for them (tellWaiting), once each
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
@@ -237,14 +239,20 @@ func (w *waiter) idle() error {
 		}
 		return nil
 	}
-	if !w.armed {
-		if now-w.idleFrom >= int64(strayAfter) && now-w.strayAt >= int64(strayAfter) {
-			w.strayAt = now
-			if e.stray(w.call) != nil {
-				return e.Err() // ErrMismatch naming the rank the vote found
-			}
-			e.tellWaiting(e.waitingFor(w.p), w.call)
+	if now-w.idleFrom >= int64(strayAfter) && now-w.strayAt >= int64(strayAfter) {
+		w.strayAt = now
+		if e.stray(w.call) != nil {
+			return e.Err() // ErrMismatch naming the rank the vote found
 		}
+		// Once per peer and Run: a peer that does not run (stopped,
+		// swapped out) reposts no control receives, and a notice every
+		// few milliseconds would fill them and fail the link.
+		if peer := e.waitingFor(w.p); !slices.Contains(w.told, peer) {
+			w.told = append(w.told, peer)
+			e.tellWaiting(peer, w.call)
+		}
+	}
+	if !w.armed {
 		// Arm, then look once more before sleeping: a completion that
 		// came before the arm is found by that look, one after it sends
 		// a notification, and dispatch wakes a sleeping engine.
@@ -280,6 +288,9 @@ func (w *waiter) sleep(now int64) error {
 		if w.deadline > 0 && until == w.deadline {
 			return w.timedOut()
 		}
+		// Still armed: the Run looks again (and for strays) and sleeps
+		// on, without a new stretch of polls.
+		return nil
 	}
 	e.sleeping.Store(false)
 	e.lowerFlags(w.p)
