@@ -132,8 +132,10 @@ int gorun_joiners(gorun_comm comm, int *joiners);
  * with other work on comm meanwhile (torch's new_group calls only a
  * group's members). The members exchange endpoints by messages of comm
  * tagged tag, which match in order with comm's own gorun_send and
- * gorun_recv between them: give each group a tag of its own, one no
- * message between its members is outstanding on. comm stays open; free
+ * gorun_recv between them, whatever their tags: two members must have no
+ * message between them started and not yet received when they call it
+ * (the tag makes such a message an error, GORUN_ERR_PEER, not a wrong
+ * match); give each group a tag of its own. comm stays open; free
  * *out with gorun_finalize. ranks NULL, n < 1, n larger than comm's size
  * or out NULL are GORUN_ERR_INVALID before it starts; a rank out of range
  * or listed twice, or a list without the caller, is GORUN_ERR_INVALID
