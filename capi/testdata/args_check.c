@@ -1,24 +1,13 @@
 /* args_check: what the calls of include/gorun.h say about their own bad
  * arguments, on each rank of a job (every rank makes the same bad call, so
- * none waits for another). "args_check: rank R ok" on success. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+ * none waits for another, but in the first case, which shows a peer's
+ * side). "args_check: rank R ok" on success. */
 #include <stdint.h>
-#include "gorun.h"
+#define PROG "args_check"
+#include "check.h"
 
-static int rank = -1, size;
+static int size;
 
-#define CHECK(call) do { int rc_ = (call); if (rc_ != GORUN_OK) { \
-	fprintf(stderr, "args_check: rank %d: %s:%d: %s -> %d (%s): %s\n", rank, __FILE__, __LINE__, #call, rc_, \
-		gorun_strerror(rc_), gorun_last_error()); exit(1); } } while (0)
-#define EXPECT(cond, ...) do { if (!(cond)) { fprintf(stderr, "args_check: rank %d: line %d: ", rank, __LINE__); \
-	fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } } while (0)
-
-/* BAD expects call to fail with GORUN_ERR_INVALID and a message holding
- * want, before it starts: the communicator stays usable. */
-#define BAD(call, want) do { int rc_ = (call); EXPECT(rc_ == GORUN_ERR_INVALID && strstr(gorun_last_error(), want), \
-	"%s -> %d (want %d, message with \"%s\"): %s", #call, rc_, GORUN_ERR_INVALID, want, gorun_last_error()); } while (0)
 #define NULLBUF "NULL buffer with a non-zero count"
 
 /* renew replaces a communicator an error aborted. */
