@@ -55,6 +55,7 @@ type Bucketer[T Float] struct {
 	params  []*Param[T]
 	buckets []*bucket[T]
 	of      []int // param index -> bucket index
+	next    int   // the first bucket of this step not yet started
 	noSync  bool
 	ready   []bool
 	traced  sync.WaitGroup // bucket spans not yet ended (timeline only)
@@ -140,8 +141,13 @@ func (b *Bucketer[T]) ZeroGrad() {
 	}
 }
 
-// MarkReady says parameter i's gradient is final for this step. When it is
-// the last of its bucket, the bucket's allreduce starts.
+// MarkReady says parameter i's gradient is final for this step. Buckets
+// start in index order on every rank, whatever each rank marks, so that the
+// ranks' allreduces pair the same buckets: when i is the last of its bucket
+// and every earlier bucket has started, the bucket's allreduce starts, and
+// after it any later buckets already full. Bucket 0 holds the last
+// parameters, so a backward pass that marks in reverse order starts each
+// bucket as it fills.
 func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 	if i < 0 || i >= len(b.params) {
 		return fmt.Errorf("ddp: MarkReady(%d): %d parameters", i, len(b.params))
@@ -153,8 +159,11 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 	b.c.TraceInstant("ddp", "grad ready", int64(i))
 	bk := b.buckets[b.of[i]]
 	bk.pending--
-	if bk.pending == 0 && !b.noSync {
-		b.launch(ctx, bk)
+	if bk.pending == 0 && bk.idx == b.next && !b.noSync {
+		for b.next < len(b.buckets) && b.buckets[b.next].pending == 0 {
+			b.launch(ctx, b.buckets[b.next])
+			b.next++
+		}
 	}
 	return nil
 }
@@ -181,8 +190,9 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 	}
 }
 
-// Wait completes the step's communication: it starts any bucket not yet
-// started (parameters that were never marked ready), waits for every
+// Wait completes the step's communication: it starts, in index order, the
+// buckets not yet started (those with a parameter never marked ready, which
+// contributes what its Grad holds: zeros after ZeroGrad), waits for every
 // bucket, and leaves the reduced gradients in each Param's Grad. In no-sync
 // mode it only resets the ready marks.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
@@ -192,10 +202,8 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
-	for _, bk := range b.buckets {
-		if bk.req == nil {
-			b.launch(ctx, bk)
-		}
+	for ; b.next < len(b.buckets); b.next++ {
+		b.launch(ctx, b.buckets[b.next])
 	}
 	for i, bk := range b.buckets {
 		err := bk.req.Wait(ctx)
@@ -228,6 +236,7 @@ func (b *Bucketer[T]) endWhenDone(ctx context.Context, req *comm.Request, sp com
 
 func (b *Bucketer[T]) reset() {
 	clear(b.ready)
+	b.next = 0
 	for _, bk := range b.buckets {
 		bk.pending = bk.size
 		bk.req = nil

@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -263,6 +264,117 @@ func TestBroadcastParameters(t *testing.T) {
 			}
 		}
 		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestUnusedParamsKeepBucketOrder: rank 0 never marks p3 (unused there, as
+// with torch's find_unused_parameters), rank 1 marks every parameter. Both
+// must reduce bucket 0 then bucket 1, so that their n-th allreduces pair
+// the same bucket: rank 0 holds bucket 1 back until Wait starts bucket 0.
+// Before, rank 0 started bucket 1 first: with equal buckets the sums mixed
+// buckets silently, with unequal ones the ranks failed with ErrMismatch.
+func TestUnusedParamsKeepBucketOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		sizes []int
+		first int
+		rest  int
+	}{
+		{"equal", []int{4, 4, 4, 4}, 32, 32},   // buckets {p3,p2} {p1,p0}, 32 B each
+		{"unequal", []int{8, 8, 4, 4}, 32, 64}, // buckets {p3,p2} 32 B, {p1,p0} 64 B
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+				ps := params(tc.sizes...)
+				b, err := NewBucketer(c, ps, Config{FirstBucketBytes: tc.first, BucketBytes: tc.rest, Op: comm.Sum, OpSet: true})
+				if err != nil {
+					return err
+				}
+				if b.Buckets() != 2 || b.of[3] != 0 || b.of[0] != 1 {
+					return fmt.Errorf("buckets %v, want {p3,p2} {p1,p0}", b.of)
+				}
+				for i, p := range ps {
+					for j := range p.Grad {
+						p.Grad[j] = float32(100*i + j)
+					}
+				}
+				var order error
+				if c.Rank() == 0 {
+					clear(ps[3].Grad) // unused here: Wait reduces what it holds
+				}
+				for i := len(ps) - 1; i >= 0; i-- {
+					if c.Rank() == 0 && i == 3 {
+						continue
+					}
+					if err := b.MarkReady(ctx, i); err != nil {
+						return err
+					}
+					switch { // noted, not returned: the other rank waits in the allreduces
+					case c.Rank() == 1 && i == 2 && b.buckets[0].req == nil:
+						order = fmt.Errorf("bucket 0 full but not started: no overlap with backward")
+					case c.Rank() == 0 && b.buckets[1].req != nil:
+						order = fmt.Errorf("bucket 1 started before bucket 0")
+					}
+				}
+				if c.Rank() == 1 && b.buckets[1].req == nil {
+					order = fmt.Errorf("bucket 1 full after bucket 0 but not started before Wait")
+				}
+				if err := b.Wait(ctx); err != nil {
+					return errors.Join(order, err)
+				}
+				if order != nil {
+					return order
+				}
+				for i, p := range ps {
+					for j, g := range p.Grad {
+						want := float32(2 * (100*i + j))
+						if i == 3 {
+							want = float32(100*i + j) // rank 1's alone
+						}
+						if g != want {
+							return fmt.Errorf("rank %d p%d[%d] = %v, want %v", c.Rank(), i, j, g, want)
+						}
+					}
+				}
+				return nil
+			})
+			for _, err := range errs {
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// TestOutOfOrderMarksLaunchInOrder: a later bucket that fills first waits
+// for the earlier ones; the mark that completes bucket 0 starts both.
+func TestOutOfOrderMarksLaunchInOrder(t *testing.T) {
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(16, 16)
+		b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 64})
+		if err != nil {
+			return err
+		}
+		if err := b.MarkReady(ctx, 0); err != nil { // fills bucket 1
+			return err
+		}
+		var order error // noted, not returned: the other rank waits in the allreduces
+		if b.buckets[1].req != nil {
+			order = fmt.Errorf("bucket 1 started before bucket 0")
+		}
+		if err := b.MarkReady(ctx, 1); err != nil { // fills bucket 0
+			return err
+		}
+		if b.buckets[0].req == nil || b.buckets[1].req == nil {
+			order = errors.Join(order, fmt.Errorf("both buckets full, not both started"))
+		}
+		return errors.Join(order, b.Wait(ctx))
 	})
 	for _, err := range errs {
 		if err != nil {

@@ -11,8 +11,13 @@
 //   - a Bucketer fuses gradients into buckets (default 25 MiB, the first one
 //     small, as DDP does) whose storage the gradients are views into, and
 //     starts a non-blocking allreduce for a bucket as soon as its last
-//     gradient is marked ready, so communication overlaps the rest of the
-//     backward pass. Wait before the optimizer step.
+//     gradient is marked ready and the buckets before it have started, so
+//     communication overlaps the rest of the backward pass. Buckets start
+//     in index order on every rank, as in torch's Reducer: a rank that
+//     leaves a parameter unmarked (unused in its forward pass) holds the
+//     later buckets back until Wait, which starts the rest in order, and the
+//     ranks' allreduces still pair the same buckets. Wait before the
+//     optimizer step.
 //
 // Gradients of one Bucketer share an element type (float32 or float64); a
 // model with both uses two. Optional fp16 or bf16 compression halves the
