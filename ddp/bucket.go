@@ -14,8 +14,8 @@ type Compression int
 
 const (
 	NoCompression Compression = iota
-	FP16                      // IEEE half precision on the wire, partial sums too (reduced in float32)
-	BF16                      // bfloat16 on the wire, partial sums too (reduced in float32)
+	FP16                      // IEEE half precision on the wire, partial sums too
+	BF16                      // bfloat16 on the wire, partial sums too
 )
 
 // Config tunes a Bucketer. Zero fields take their defaults.
@@ -56,6 +56,8 @@ type Bucketer[T Float] struct {
 	buckets []*bucket[T]
 	of      []int // param index -> bucket index
 	next    int   // the first bucket of this step not yet started
+	wireOp  comm.Op
+	div     T // with compression and Avg: the world size, divided by before rounding
 	noSync  bool
 	ready   []bool
 	traced  sync.WaitGroup // bucket spans not yet ended (timeline only)
@@ -76,7 +78,13 @@ type bucket[T Float] struct {
 // view of its bucket.
 func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucketer[T], error) {
 	cfg = cfg.withDefaults()
-	b := &Bucketer[T]{c: c, cfg: cfg, params: params, of: make([]int, len(params)), ready: make([]bool, len(params))}
+	b := &Bucketer[T]{c: c, cfg: cfg, params: params, of: make([]int, len(params)), ready: make([]bool, len(params)), wireOp: cfg.Op, div: 1}
+	if cfg.Compression != NoCompression && cfg.Op == comm.Avg {
+		// Average as torch's fp16_compress_hook does: divide, round, sum.
+		// Partial sums travel in the wire type, and a sum of the ranks'
+		// gradients may not fit where their average does.
+		b.div, b.wireOp = T(c.Size()), comm.Sum
+	}
 	elem := int(sizeOf[T]())
 	limit := cfg.FirstBucketBytes
 	var cur []int
@@ -177,14 +185,14 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 	switch {
 	case bk.wire16 != nil:
 		for i, v := range bk.data {
-			bk.wire16[i] = comm.F16From(float32(v))
+			bk.wire16[i] = comm.F16From(float32(v / b.div))
 		}
-		bk.req = comm.IAllReduce(ctx, b.c, bk.wire16, bk.wire16, b.cfg.Op)
+		bk.req = comm.IAllReduce(ctx, b.c, bk.wire16, bk.wire16, b.wireOp)
 	case bk.wireB16 != nil:
 		for i, v := range bk.data {
-			bk.wireB16[i] = comm.BF16From(float32(v))
+			bk.wireB16[i] = comm.BF16From(float32(v / b.div))
 		}
-		bk.req = comm.IAllReduce(ctx, b.c, bk.wireB16, bk.wireB16, b.cfg.Op)
+		bk.req = comm.IAllReduce(ctx, b.c, bk.wireB16, bk.wireB16, b.wireOp)
 	default:
 		bk.req = comm.IAllReduce(ctx, b.c, bk.data, bk.data, b.cfg.Op)
 	}

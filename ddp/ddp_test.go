@@ -382,3 +382,49 @@ func TestOutOfOrderMarksLaunchInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressedAvgDoesNotOverflow: an average that fits the wire type
+// arrives, though the sum of the ranks' gradients does not fit: each rank
+// divides by the world size before it rounds to the wire type (as torch's
+// fp16_compress_hook), and the ranks sum. Before, fp16 partial sums of
+// 4 × 30000 overflowed to +Inf (bf16: 4 × 2e38).
+func TestCompressedAvgDoesNotOverflow(t *testing.T) {
+	for _, tc := range []struct {
+		comp Compression
+		g    float32
+		tol  float64
+	}{
+		{FP16, 30000, 0},    // 7500 and 30000 are exact in fp16
+		{BF16, 2e38, 4e-3},  // bf16: 8 significant bits
+		{FP16, -30000, 0},   // and towards -Inf
+		{BF16, -2e38, 4e-3}, //
+	} {
+		errs := ranks(t, 4, func(ctx context.Context, c *comm.Comm) error {
+			ps := params(5)
+			b, err := NewBucketer(c, ps, Config{Compression: tc.comp})
+			if err != nil {
+				return err
+			}
+			for j := range ps[0].Grad {
+				ps[0].Grad[j] = tc.g
+			}
+			if err := b.MarkReady(ctx, 0); err != nil {
+				return err
+			}
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
+			for j, g := range ps[0].Grad {
+				if math.Abs(float64(g)-float64(tc.g)) > tc.tol*math.Abs(float64(tc.g)) {
+					return fmt.Errorf("compression %d: average of 4 × %v: grad[%d] = %v", tc.comp, tc.g, j, g)
+				}
+			}
+			return nil
+		})
+		for _, err := range errs {
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}

@@ -21,7 +21,14 @@
 //
 // Gradients of one Bucketer share an element type (float32 or float64); a
 // model with both uses two. Optional fp16 or bf16 compression halves the
-// bytes on the wire; sums still accumulate in float32.
+// bytes on the wire: each rank rounds its gradients to the wire type, and
+// the partial sums travel in it too (each hop adds in float32 and rounds
+// again), so every partial sum must fit the wire type (fp16: |x| ≤ 65504).
+// With Avg each rank first divides by the world size, then the ranks sum
+// (torch's fp16_compress_hook does the same), so an average that fits
+// arrives even when the sum would not; the price is that gradients below
+// the wire type's smallest value times the world size round to zero.
+// With Sum the values are rounded as they are and the sum must fit.
 //
 // Concurrency: a Bucketer belongs to one training loop (one goroutine);
 // MarkReady may be called from the goroutine running the backward pass
