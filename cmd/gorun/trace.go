@@ -55,7 +55,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		if len(missing) > 0 {
-			fmt.Fprintf(stderr, "gorun trace: no file from ranks %v\n", missing)
+			fmt.Fprintf(stderr, "gorun trace: no events from ranks %v (no file, or an empty one)\n", missing)
 		}
 		if *out != "" {
 			f, err := os.Create(*out)

@@ -3,27 +3,29 @@ package trace
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // ReadRanks reads base.0, base.1, ... for a job of size ranks (size ≤ 0:
-// as many as the first file's header says). A missing file (a rank that
-// never started its timeline) is skipped and reported in missing.
+// as many as the files' headers say). A rank without events to read (no
+// file: it never started its timeline; an empty one: it was killed or
+// exited before its first flush) is skipped and reported in missing; so
+// the timeline of a job where some ranks died still merges. It fails
+// only when no rank left a timeline, or a file is not one.
 func ReadRanks(base string, size int) (files []*RankFile, missing []int, err error) {
 	if size <= 0 {
-		first, err := ReadFile(base + ".0")
-		if err != nil {
-			return nil, nil, err
-		}
-		size = first.Header.Size
+		size = guessSize(base)
 	}
 	for r := range size {
 		rf, err := ReadFile(base + "." + strconv.Itoa(r))
-		if os.IsNotExist(err) {
+		if os.IsNotExist(err) || errors.Is(err, ErrEmpty) {
 			missing = append(missing, r)
 			continue
 		}
@@ -36,9 +38,33 @@ func ReadRanks(base string, size int) (files []*RankFile, missing []int, err err
 		files = append(files, rf)
 	}
 	if len(files) == 0 {
-		return nil, missing, fmt.Errorf("no timeline files %s.N", base)
+		return nil, missing, fmt.Errorf("no timeline in %s.N (%d ranks)", base, size)
 	}
 	return files, missing, nil
+}
+
+// guessSize is the job size the first readable file of base.N states, or
+// 1 + the largest N when none can be read.
+func guessSize(base string) int {
+	ents, _ := os.ReadDir(filepath.Dir(base))
+	prefix := filepath.Base(base) + "."
+	var ranks []int
+	for _, e := range ents {
+		n, ok := strings.CutPrefix(e.Name(), prefix)
+		if r, err := strconv.Atoi(n); ok && err == nil && r >= 0 {
+			ranks = append(ranks, r)
+		}
+	}
+	sort.Ints(ranks)
+	for _, r := range ranks {
+		if rf, err := ReadFile(base + "." + strconv.Itoa(r)); err == nil {
+			return rf.Header.Size
+		}
+	}
+	if len(ranks) == 0 {
+		return 1
+	}
+	return ranks[len(ranks)-1] + 1
 }
 
 // Remove deletes the per-rank files of files.

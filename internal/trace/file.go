@@ -3,6 +3,7 @@ package trace
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -137,7 +138,14 @@ type RankFile struct {
 	Offset  int64    // launcher clock − this rank's clock, ns
 	RTT     int64    // 0: the offset was not measured
 	Closed  bool     // the file ends with its clock line (the rank closed its Comm)
+	// Truncated: the last line was cut short (the rank was killed while
+	// writing it) and is left out.
+	Truncated bool
 }
+
+// ErrEmpty is Read's error for a file without a complete header: its rank
+// wrote nothing, as a rank killed before its first flush.
+var ErrEmpty = errors.New("empty timeline")
 
 // Drop says that N events were lost just before Events[Before].
 type Drop struct {
@@ -183,15 +191,21 @@ func ReadFile(path string) (*RankFile, error) {
 	return rf, nil
 }
 
-// Read parses one rank's file from r.
+// Read parses one rank's file from r. A last line that does not parse is
+// left out (Truncated): a rank killed while writing leaves one.
 func Read(r io.Reader) (*RankFile, error) {
 	rf := &RankFile{Lanes: []string{"comm"}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	var bad error // a line that did not parse; an error unless it was the last
 	for n := 1; sc.Scan(); n++ {
+		if bad != nil {
+			return nil, bad
+		}
 		var l line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
+			bad = fmt.Errorf("line %d: %w", n, err)
+			continue
 		}
 		if n == 1 {
 			if l.K != "header" {
@@ -233,8 +247,9 @@ func Read(r io.Reader) (*RankFile, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
+	rf.Truncated = bad != nil
 	if rf.Header.Size == 0 {
-		return nil, fmt.Errorf("empty timeline")
+		return nil, ErrEmpty
 	}
 	return rf, nil
 }

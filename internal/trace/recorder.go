@@ -6,12 +6,20 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 )
 
 // DefaultEvents is a Recorder's ring size: 16384 events of ~100 bytes
 // (1.6 MiB), flushed when half full, so a rank running 100k operations a
 // second writes about 12 times a second.
 const DefaultEvents = 16384
+
+// FlushEvery is how often the flusher writes what the ring holds even
+// when it is not half full, so that a rank that is killed, or exits
+// without closing its communicator, leaves all but its last second of
+// events in its file: the timeline of a failed job is the one most wanted.
+// A quiet rank (nothing new) costs one timer wake-up a second.
+const FlushEvery = time.Second
 
 // Header describes the rank a file belongs to.
 type Header struct {
@@ -88,7 +96,8 @@ func (r *Recorder) Lane(name string) uint16 {
 }
 
 // Add records e. It never blocks on I/O: when the ring is full the oldest
-// unflushed event is dropped.
+// unflushed event is dropped. A failed operation (e.Err) wakes the
+// flusher at once: its rank may be about to exit.
 func (r *Recorder) Add(e *Event) {
 	if r == nil {
 		return
@@ -107,7 +116,7 @@ func (r *Recorder) Add(e *Event) {
 	r.head++
 	full := r.head-r.tail >= n/2
 	r.mu.Unlock()
-	if full {
+	if full || e.Err {
 		select {
 		case r.kick <- struct{}{}:
 		default:
@@ -159,9 +168,14 @@ func (r *Recorder) flusher(h Header) {
 	bw := bufio.NewWriterSize(r.w, 64<<10)
 	line := appendHeader(make([]byte, 0, 512), h)
 	bw.Write(line)
+	if err := bw.Flush(); err != nil { // the file is a timeline from the start
+		r.setErr(err)
+	}
+	tick := time.NewTicker(FlushEvery)
+	defer tick.Stop()
 	batch := make([]Event, flushBatch)
 	nlanes := 1 // lane 0 is implied
-	flush := func() {
+	flush := func() (wrote bool) {
 		for {
 			r.mu.Lock()
 			dropped := r.dropped
@@ -191,19 +205,29 @@ func (r *Recorder) flusher(h Header) {
 				bw.Write(line)
 			}
 			if k == 0 {
-				return
+				return wrote || dropped > 0 || len(newLanes) > 0
 			}
+			wrote = true
 		}
 	}
 	for {
 		select {
 		case <-r.kick:
-			flush()
-			if err := bw.Flush(); err != nil {
-				r.setErr(err)
+		case <-tick.C:
+		case <-r.stop:
+		}
+		select {
+		case <-r.stop:
+		default:
+			// Whole lines reach the file at each flush, but a line may
+			// still be cut by a kill during the write: Read skips a
+			// last line that does not parse.
+			if flush() {
+				if err := bw.Flush(); err != nil {
+					r.setErr(err)
+				}
 			}
 			continue
-		case <-r.stop:
 		}
 		break
 	}

@@ -3,14 +3,19 @@ package trace
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // Summary is the job report: per collective, and who arrived late.
 type Summary struct {
-	Ranks int
-	Colls []CollStat // by total time, largest first
+	Ranks int // ranks whose files were read
+	Size  int // ranks in the job
+	// Silent are the job's ranks without events: no file, or nothing
+	// written before the rank ended (killed, or exited without closing).
+	Silent []int
+	Colls  []CollStat // by total time, largest first
 	// Late is per rank: how often it was the last to enter an operation
 	// of the world communicator, and how long after the first.
 	Late []LateStat
@@ -65,6 +70,18 @@ func Summarize(files []*RankFile) *Summary {
 		return s
 	}
 	n := files[0].Header.Size
+	s.Size = n
+	has := make([]bool, n)
+	for _, f := range files {
+		if f.Header.Rank >= 0 && f.Header.Rank < n && len(f.Events) > 0 {
+			has[f.Header.Rank] = true
+		}
+	}
+	for r, ok := range has {
+		if !ok {
+			s.Silent = append(s.Silent, r)
+		}
+	}
 	type acc struct {
 		calls int
 		bytes int64
@@ -172,7 +189,18 @@ func Summarize(files []*RankFile) *Summary {
 // String formats the report as gorun prints it.
 func (s *Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gorun: report: %d ranks\n", s.Ranks)
+	if s.Size > s.Ranks {
+		fmt.Fprintf(&b, "gorun: report: %d of %d ranks\n", s.Ranks, s.Size)
+	} else {
+		fmt.Fprintf(&b, "gorun: report: %d ranks\n", s.Ranks)
+	}
+	if len(s.Silent) > 0 {
+		ranks := make([]string, len(s.Silent))
+		for i, r := range s.Silent {
+			ranks[i] = strconv.Itoa(r)
+		}
+		fmt.Fprintf(&b, "  no events from rank %s (no file, or none written before the rank ended)\n", strings.Join(ranks, ", "))
+	}
 	fmt.Fprintf(&b, "  %-14s %8s %12s %12s %12s %12s\n", "collective", "calls", "bytes/rank", "total", "mean", "busbw")
 	for _, c := range s.Colls {
 		bw := "-"

@@ -1,0 +1,121 @@
+package trace
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary be a rank that records a timeline and then
+// waits to be killed (TRACE_TEST_KILLED=FILE), as a rank gorun stops.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("TRACE_TEST_KILLED"); path != "" {
+		r, err := Create(path, Header{Rank: 0, Size: 1}, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for i := range 10 {
+			r.Add(&Event{Kind: KindOp, Name: "allreduce", Seq: uint32(i), Start: int64(i), End: int64(i) + 1})
+		}
+		time.Sleep(time.Hour) // killed by the test, never closed
+	}
+	os.Exit(m.Run())
+}
+
+// A rank killed without closing its Recorder leaves its events: the
+// flusher writes them within FlushEvery though the ring is far from half
+// full, and the file reads back (not Closed).
+func TestKilledRankLeavesEvents(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tl.0")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "TRACE_TEST_KILLED="+path)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var rf *RankFile
+	deadline := time.Now().Add(10*FlushEvery + 10*time.Second)
+	for {
+		var err error
+		rf, err = ReadFile(path)
+		if err == nil && len(rf.Events) == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the killed rank's file holds %v (err %v), want 10 events", time.Since(deadline.Add(-10*FlushEvery-10*time.Second)), rf, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the file itself: what the test waits for
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if rf, err := ReadFile(path); err != nil || len(rf.Events) != 10 || rf.Closed {
+		t.Fatalf("after the kill: %+v, %v; want 10 events, not closed", rf, err)
+	}
+}
+
+// A file whose last line was cut by a kill reads up to that line; an
+// empty file, or one with half a header, is ErrEmpty; a bad line in the
+// middle is still an error.
+func TestReadTruncated(t *testing.T) {
+	header := `{"k":"header","version":1,"rank":0,"size":2,"host":"h","pid":1,"clock":"monotonic"}` + "\n"
+	op := `{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":1,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n"
+	rf, err := Read(strings.NewReader(header + op + op[:40]))
+	if err != nil || len(rf.Events) != 1 || !rf.Truncated || rf.Closed {
+		t.Errorf("cut last line: %+v, %v; want 1 event, Truncated", rf, err)
+	}
+	rf, err = Read(strings.NewReader(header + op))
+	if err != nil || rf.Truncated {
+		t.Errorf("whole file: %+v, %v", rf, err)
+	}
+	for _, text := range []string{"", header[:30]} {
+		if _, err := Read(strings.NewReader(text)); !errors.Is(err, ErrEmpty) {
+			t.Errorf("Read(%q) = %v, want ErrEmpty", text, err)
+		}
+	}
+	if _, err := Read(strings.NewReader(header + op[:40] + "\n" + op)); err == nil || errors.Is(err, ErrEmpty) {
+		t.Errorf("a bad line before the last: %v, want a parse error", err)
+	}
+}
+
+// ReadRanks merges what the ranks left: an empty file (a rank killed
+// before its first flush) and a missing one are reported, not fatal, also
+// when rank 0's is the empty one and the size comes from another header.
+func TestReadRanksEmptyFiles(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "tl.json")
+	for r, text := range []string{"", "", ""} {
+		if r == 2 {
+			text = `{"k":"header","version":1,"rank":2,"size":4,"host":"h","pid":1,"clock":"monotonic"}` + "\n" +
+				`{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":1,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n"
+		}
+		if err := os.WriteFile(fmt.Sprintf("%s.%d", base, r), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, size := range []int{4, 0} {
+		files, missing, err := ReadRanks(base, size)
+		if err != nil || len(files) != 1 || files[0].Header.Rank != 2 || fmt.Sprint(missing) != "[0 1 3]" {
+			t.Fatalf("ReadRanks(size %d) = %d files, missing %v, %v; want rank 2, missing [0 1 3]", size, len(files), missing, err)
+		}
+		s := Summarize(files).String()
+		if !strings.Contains(s, "report: 1 of 4 ranks") || !strings.Contains(s, "no events from rank 0, 1, 3") {
+			t.Errorf("report does not name the silent ranks:\n%s", s)
+		}
+		var merged bytes.Buffer
+		if err := Merge(&merged, files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(base+".2", nil, 0o644)
+	if _, missing, err := ReadRanks(base, 0); err == nil || fmt.Sprint(missing) != "[0 1 2]" {
+		t.Errorf("no rank wrote anything: missing %v, %v; want an error and [0 1 2]", missing, err)
+	}
+}
