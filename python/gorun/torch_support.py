@@ -65,10 +65,18 @@ class DistributedOptimizer:
     across ranks before every step.
 
     Hooks on each parameter's gradient accumulator mark it ready during
-    backward; when a bucket's gradients are all ready its allreduce starts at
-    once, overlapping the rest of the backward pass. step() waits for every
-    bucket, then steps the wrapped optimizer. With backward_passes_per_step
-    = k, gradients accumulate locally over k backward passes first.
+    backward. Buckets are numbered from the last parameters, and their
+    allreduces start in that order on every rank (as in torch's Reducer): a
+    bucket starts when its gradients are all ready and every earlier bucket
+    has started, so in the usual backward order each starts at once,
+    overlapping the rest of the backward pass. step() (or synchronize())
+    starts the buckets left, in order, and waits for every bucket, then
+    steps the wrapped optimizer. A parameter this rank did not use (no
+    gradient hook fired) contributes its current .grad, or zeros if it has
+    none, so ranks may leave different parameters unused. With
+    backward_passes_per_step = k, gradients accumulate locally over k
+    backward passes first; one pass more before step() raises RuntimeError
+    (its gradients would arrive after the bucket was sent).
     compression="fp16" or "bf16" halves the bytes on the wire."""
 
     def __init__(self, optimizer, named_parameters=None, bucket_bytes=25 << 20,
@@ -84,11 +92,14 @@ class DistributedOptimizer:
         self._passes = backward_passes_per_step
         self._wire = {None: None, "none": None, "fp16": torch.float16, "bf16": torch.bfloat16}[compression]
         if named_parameters is not None:
-            params = [p for _, p in named_parameters]
+            named = list(named_parameters)
         else:
-            params = [p for g in optimizer.param_groups for p in g["params"]]
-        params = [p for p in params if p.requires_grad]
+            named = [("#%d" % i, p) for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])]
+        named = [(name, p) for name, p in named if p.requires_grad]
+        params = [p for _, p in named]
+        self._names = {p: name for name, p in named}
         self._buckets, self._bucket_of, self._counts = [], {}, {}
+        self._next = 0  # the first bucket of this step not yet started
         cur, cur_bytes, limit = [], 0, first_bucket_bytes
         for p in reversed(params):  # backward produces the last layers' gradients first
             nbytes = p.numel() * p.element_size()
@@ -115,12 +126,28 @@ class DistributedOptimizer:
     def _hook(self, p):
         def hook(*_):
             self._counts[p] += 1
+            if self._counts[p] > self._passes:
+                raise RuntimeError(
+                    "gorun: gradients of parameter %r were computed %d times before step(), more than "
+                    "backward_passes_per_step=%d: the later passes would be lost. Increase "
+                    "backward_passes_per_step to accumulate gradients locally"
+                    % (self._names[p], self._counts[p], self._passes))
             if self._counts[p] == self._passes:
                 b = self._bucket_of[p]
                 b.ready += 1
                 if b.ready == len(b.params):
-                    self._launch(b)
+                    self._launch_ready()
         return hook
+
+    def _launch_ready(self):
+        """Start the full buckets from self._next on, in index order, up to
+        the first one not full: every rank then starts the same sequence."""
+        while self._next < len(self._buckets):
+            b = self._buckets[self._next]
+            if b.ready < len(b.params):
+                break
+            self._launch(b)
+            self._next += 1
 
     def _launch(self, b):
         import torch
@@ -156,11 +183,12 @@ class DistributedOptimizer:
         return int(last.item()) % size()
 
     def synchronize(self):
-        """Wait for every bucket and write the reduced gradients back."""
+        """Start the buckets not yet started, in order, wait for every
+        bucket and write the reduced gradients back."""
         import torch
-        for b in self._buckets:
-            if b.handle is None:
-                self._launch(b)
+        for b in self._buckets[self._next:]:
+            self._launch(b)
+        self._next = 0
         active = self._active(1) if self._uneven else 0
         for b in self._buckets:
             b.handle.wait()

@@ -1,7 +1,9 @@
 """Run under `gorun -np 3 /usr/bin/python3 python/tests/package_check.py`:
 the Python package's reduce, gather, scatter, alltoall,
 broadcast_optimizer_state and join (uneven inputs, against a
-single-process reference). Prints "package_check: rank R ok"."""
+single-process reference); DistributedOptimizer with a parameter one
+rank leaves unused, and with one backward pass too many. Prints
+"package_check: rank R ok"."""
 import os
 import sys
 
@@ -97,12 +99,73 @@ def uneven(r, n):
         expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6), "join result %s, want %s" % (a.tolist(), b.tolist()))
 
 
+def unused_parameter(r, n):
+    """Rank 0 leaves b unused: its bucket (0, the last parameters) is never
+    full there, so rank 0 must hold bucket 1 (a) back until synchronize and
+    not pair it with the others' bucket 0."""
+    import copy
+    torch.manual_seed(0)
+    a = torch.nn.Linear(4, 4, bias=False)  # 64 B: one bucket each
+    b = torch.nn.Linear(4, 4, bias=False)
+    x = torch.ones(1, 4)
+
+    def loss(k, a, b):
+        return (a(x) * (k + 1)).sum() if k == 0 else b(a(x) * (k + 1)).sum()
+    want = [torch.zeros(4, 4), torch.zeros(4, 4)]
+    for k in range(n):
+        a2, b2 = copy.deepcopy(a), copy.deepcopy(b)
+        loss(k, a2, b2).backward()
+        for i, m in enumerate((a2, b2)):
+            if m.weight.grad is not None:
+                want[i] += m.weight.grad
+    params = list(a.named_parameters(prefix="a")) + list(b.named_parameters(prefix="b"))
+    opt = gorun.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=1.0), named_parameters=params,
+                                     bucket_bytes=64, first_bucket_bytes=64, op="sum")
+    for step in range(2):
+        opt.zero_grad()
+        loss(r, a, b).backward()
+        opt.synchronize()
+        expect(torch.allclose(a.weight.grad, want[0]), "step %d: a.grad %s, want %s" % (step, a.weight.grad, want[0]))
+        expect(torch.allclose(b.weight.grad, want[1]), "step %d: b.grad %s, want %s" % (step, b.weight.grad, want[1]))
+
+
+def extra_backward(r, n):
+    """A second backward pass before step() with backward_passes_per_step=1
+    raises (its gradients would be lost), naming the parameter and counts."""
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 1, bias=False)
+    opt = gorun.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=1.0), named_parameters=m.named_parameters())
+    m(torch.ones(1, 4)).sum().backward()
+    try:
+        m(torch.ones(1, 4)).sum().backward()
+    except RuntimeError as e:
+        msg = str(e)
+        expect("weight" in msg and "backward_passes_per_step" in msg and "2" in msg and "1" in msg, "message: %s" % msg)
+    else:
+        expect(False, "a second backward pass with backward_passes_per_step=1 raised nothing")
+    opt.synchronize()  # the first pass's bucket was started on every rank: finish it
+    opt.zero_grad()
+    m(torch.full((1, 4), float(r))).sum().backward()
+    opt.synchronize()
+    expect(torch.allclose(m.weight.grad, torch.full((1, 4), (n - 1) / 2)), "after the error: %s" % m.weight.grad)
+    # backward_passes_per_step=2 takes two passes and sums them
+    m = torch.nn.Linear(4, 1, bias=False)  # a new model: m's hooks would count these passes too
+    opt2 = gorun.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=1.0),
+                                      named_parameters=m.named_parameters(), backward_passes_per_step=2)
+    for k in range(2):
+        m(torch.full((1, 4), float(r + 10 * k))).sum().backward()
+    opt2.synchronize()
+    expect(torch.allclose(m.weight.grad, torch.full((1, 4), (n - 1) + 10.0)), "two passes: %s" % m.weight.grad)
+
+
 def main():
     gorun.init()
     r, n = gorun.rank(), gorun.size()
     collectives(r, n)
     optimizer_state(r)
     uneven(r, n)
+    unused_parameter(r, n)
+    extra_backward(r, n)
     gorun.barrier()
     print("package_check: rank %d ok" % r, flush=True)
     gorun.finalize()
