@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gorun-hpc/gorun/internal/jobctl"
@@ -77,21 +79,41 @@ func (o *obsRun) finish(con *console) {
 		return
 	}
 	files, missing, err := trace.ReadRanks(o.base, o.size)
+	for _, r := range missing { // the empty files of ranks that wrote nothing
+		os.Remove(o.base + "." + strconv.Itoa(r))
+	}
 	if err != nil {
 		con.message(fmt.Sprintf("gorun: timeline: %v", err))
 		return
 	}
+	// Notes: the ranks without events (no file, an empty one, or only a
+	// header: they ended before their first flush), then the others' gaps.
+	silent := append([]int(nil), missing...)
+	var open, cut []int
 	var notes []string
-	if len(missing) > 0 {
-		notes = append(notes, fmt.Sprintf("no timeline from rank %s", jobctl.RankList(missing)))
-	}
 	for _, f := range files {
+		switch {
+		case len(f.Events) == 0:
+			silent = append(silent, f.Header.Rank)
+		case !f.Closed:
+			open = append(open, f.Header.Rank)
+		}
+		if f.Truncated {
+			cut = append(cut, f.Header.Rank)
+		}
 		if f.Dropped > 0 {
 			notes = append(notes, fmt.Sprintf("rank %d dropped %d events", f.Header.Rank, f.Dropped))
 		}
-		if !f.Closed {
-			notes = append(notes, fmt.Sprintf("rank %d did not close its communicator (its last events may be missing)", f.Header.Rank))
-		}
+	}
+	slices.Sort(silent)
+	if len(silent) > 0 {
+		notes = append(notes, fmt.Sprintf("no events from %s (ended before writing any)", rankWord(silent)))
+	}
+	if len(open) > 0 {
+		notes = append(notes, fmt.Sprintf("%s did not close the communicator (the last second of events may be missing)", rankWord(open)))
+	}
+	if len(cut) > 0 {
+		notes = append(notes, fmt.Sprintf("the file of %s ends in a cut line (left out)", rankWord(cut)))
 	}
 	if o.timeline != "" {
 		out, err := os.Create(o.timeline)
@@ -115,6 +137,14 @@ func (o *obsRun) finish(con *console) {
 	if o.report {
 		con.message(strings.TrimSuffix(trace.Summarize(files).String(), "\n"))
 	}
+}
+
+// rankWord is "rank 3" or "ranks 0,2-4".
+func rankWord(ranks []int) string {
+	if len(ranks) == 1 {
+		return "rank " + strconv.Itoa(ranks[0])
+	}
+	return "ranks " + jobctl.RankList(ranks)
 }
 
 func (o *obsRun) cleanup() {

@@ -319,6 +319,83 @@ func TestTimelineDropsReported(t *testing.T) {
 	}
 }
 
+// A job where a rank crashes (exit 3, no Close) and gorun stops the others
+// with SIGTERM: every rank's events up to the crash were flushed on the
+// timer, gorun merges them, notes that no rank closed its communicator,
+// prints the report and removes the per-rank files; the summary names
+// the crashed rank.
+func TestEndToEndTimelineOfCrashedJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a comm program")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "timeline.json")
+	stdout, stderr, err := runJob(t, "", Config{NP: 3, Program: "./testdata/timeline", Timeout: 90 * time.Second,
+		Timeline: out, Report: true, Export: []string{"TL_CRASH_RANK=1"}})
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 3 {
+		t.Fatalf("Run = %v, want rank 1's exit 3\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "gorun: timeline: "+out+" (3 ranks") || !strings.Contains(stderr, "ranks 0-2 did not close the communicator") {
+		t.Errorf("no merged timeline of 3 ranks noting rank 1:\n%s", stderr)
+	}
+	if !regexp.MustCompile(`(?m)^\s+allreduce\s+10\s`).MatchString(stderr) {
+		t.Errorf("no report with 10 allreduces:\n%s", stderr)
+	}
+	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
+		t.Errorf("per-rank files left behind: %v", m)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []chromeEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("merged timeline is not JSON: %v", err)
+	}
+	barriers := map[int]bool{}
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "X" && e.Name == "barrier" {
+			barriers[e.PID] = true
+		}
+	}
+	if len(barriers) != 3 {
+		t.Errorf("barriers of ranks %v in the merged timeline, want 0, 1, 2", barriers)
+	}
+}
+
+// Ranks that wrote nothing (an empty file: killed before their first
+// flush; no file) do not stop the merge: the others are merged, and the
+// message and the report name the silent ranks; the empty files go too.
+func TestTimelineEmptyRankFiles(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tl.json")
+	os.WriteFile(out+".0", nil, 0o644)
+	text := `{"k":"header","version":1,"rank":2,"size":4,"host":"h","pid":1,"clock":"monotonic"}` + "\n" +
+		`{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":12,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n" +
+		`{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":13,"by`
+	if err := os.WriteFile(out+".2", []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	o := &obsRun{size: 4, timeline: out, base: out, report: true}
+	o.finish(&console{stdout: &stderr, stderr: &stderr})
+	for _, want := range []string{"gorun: timeline: " + out + " (1 ranks", "no events from ranks 0,1,3", "rank 2 did not close",
+		"the file of rank 2 ends in a cut line", "report: 1 of 4 ranks", "no events from rank 0, 1, 3"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("gorun's messages do not say %q:\n%s", want, stderr.String())
+		}
+	}
+	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
+		t.Errorf("per-rank files left behind: %v", m)
+	}
+	if data, err := os.ReadFile(out); err != nil || !strings.Contains(string(data), `"name":"allreduce"`) {
+		t.Errorf("merged timeline: %v\n%s", err, data)
+	}
+}
+
 // checkReferenceParser parses text with the Prometheus project's own
 // parser (prometheus_client, Python; CI installs python3-prometheus-client)
 // and checks it finds the families and samples prom.Parse found. Skipped,

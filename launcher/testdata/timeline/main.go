@@ -5,7 +5,10 @@
 // straggler (rank TL_SLEEP_RANK sleeps TL_SLEEP before each allreduce);
 // with TL_DIE_RANK that rank exits after the barrier and the others
 // shrink and run one more allreduce; with TL_HOLD it waits for that file
-// to exist before it leaves.
+// to exist before it leaves; with TL_CRASH_RANK every rank waits, after
+// the barrier, until every rank's timeline file holds its barrier (the
+// periodic flush), then that rank exits 3 without closing and the others
+// wait for gorun's SIGTERM.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/comm"
@@ -87,6 +91,15 @@ func run() error {
 	} else if err != nil {
 		fmt.Printf("rank %d: barrier: %v\n", c.Rank(), err)
 	}
+	if crash := os.Getenv("TL_CRASH_RANK"); crash != "" {
+		waitFlushed(os.Getenv("GORUN_TIMELINE"), c.Size())
+		if strconv.Itoa(c.Rank()) == crash {
+			fmt.Printf("rank %d: crashing\n", c.Rank())
+			os.Exit(3)
+		}
+		time.Sleep(60 * time.Second) // until gorun's SIGTERM
+		return errors.New("not stopped by gorun")
+	}
 	if die != "" {
 		if strconv.Itoa(c.Rank()) == die {
 			fmt.Printf("rank %d: leaving\n", c.Rank())
@@ -119,4 +132,20 @@ func run() error {
 	}
 	fmt.Printf("rank %d: done\n", c.Rank())
 	return nil
+}
+
+// waitFlushed waits (at most 30 s) until the timeline file of every rank
+// holds its barrier.
+func waitFlushed(base string, size int) {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		n := 0
+		for r := range size {
+			if b, err := os.ReadFile(base + "." + strconv.Itoa(r)); err == nil && strings.Contains(string(b), `"name":"barrier"`) {
+				n++
+			}
+		}
+		if n == size {
+			return
+		}
+	}
 }
