@@ -90,16 +90,17 @@ func main() {
 		if err != nil {
 			fatal(err)
 		}
-		defer c.Close()
 		rank := c.Rank()
 		m, st, err := train(ctx, c, cfg, os.Stdout)
+		if err == nil && *out != "" {
+			err = writeResult(*out, rank, m, st)
+		}
+		// Close on failure too, before fatal's os.Exit (which runs no
+		// defers): the peers hear that this rank left, and its timeline
+		// (gorun --timeline) gets its last events.
+		c.Close()
 		if err != nil {
 			fatal(err)
-		}
-		if *out != "" {
-			if err := writeResult(*out, rank, m, st); err != nil {
-				fatal(err)
-			}
 		}
 		return
 	}
