@@ -13,6 +13,16 @@ Operations work in place on C-contiguous CPU tensors and arrays. The shared
 library (libgorun.so, the C ABI in include/gorun.h) is found beside this
 checkout and built with the go tool when it is missing or stale; set
 GORUN_LIB to use another.
+
+Errors. An argument a rank can check alone (a root out of range, an op the
+element type lacks, an unknown op, a tensor not on the CPU or not
+contiguous, an in-place buffer that is read-only) raises ValueError or
+TypeError before any communication, and the communicator stays usable; the
+other ranks, if their arguments passed, wait for this one in the operation,
+so go on only when every rank was refused alike. An error from the
+operation itself raises GorunError, and then, as in the C ABI, the
+communicator is aborted: every later call fails until finalize() and
+init().
 """
 import atexit
 import ctypes
@@ -150,8 +160,10 @@ def _dtype_code(x):
     return codes[name]
 
 
-def _buffer(x):
-    """(pointer, element count, dtype code) of a C-contiguous CPU tensor or array."""
+def _buffer(x, writes=True):
+    """(pointer, element count, dtype code) of a C-contiguous CPU tensor or
+    array; writes=False for one the call only reads (numpy's read-only
+    arrays are accepted then)."""
     if hasattr(x, "data_ptr"):  # torch
         if x.device.type != "cpu":
             raise ValueError("gorun: tensor must be on the CPU, not %s" % x.device)
@@ -161,17 +173,35 @@ def _buffer(x):
     if hasattr(x, "ctypes"):  # numpy
         if not x.flags["C_CONTIGUOUS"]:
             raise ValueError("gorun: array must be C-contiguous")
-        if not x.flags["WRITEABLE"]:
+        if writes and not x.flags["WRITEABLE"]:
             raise ValueError("gorun: array must be writeable")
         return ctypes.c_void_p(x.ctypes.data), x.size, _dtype_code(x)
     raise TypeError("gorun: expected a torch.Tensor or numpy.ndarray, got %s" % type(x).__name__)
 
 
-def _op(op):
+_FLOAT_CODES = (8, 9, 10, 11)
+
+
+def _op(op, dt):
+    """The gorun_op of op for dtype code dt: ValueError for an unknown op,
+    TypeError for a bitwise or logical op on a float type (the C ABI would
+    fail the operation and abort the communicator)."""
     try:
-        return _OPS[op.lower()]
+        code = _OPS[op.lower()]
     except (KeyError, AttributeError):
         raise ValueError("gorun: unknown op %r (sum, prod, min, max, avg, band, bor, bxor, land, lor)" % (op,))
+    if code >= _OPS["band"] and dt in _FLOAT_CODES:
+        raise TypeError("gorun: op %r is defined for integer types only" % (op,))
+    return code
+
+
+def _root(root):
+    """root as an int, ValueError when it is no rank of the communicator."""
+    r = int(root)
+    s = size()
+    if not 0 <= r < s:
+        raise ValueError("gorun: root %d out of range [0, %d)" % (r, s))
+    return r
 
 
 def _empty_like(x, n):
@@ -185,9 +215,10 @@ def _empty_like(x, n):
 # --- blocking collectives -----------------------------------------------------
 
 def allreduce_(x, op="sum"):
-    """Reduce x across ranks in place; returns x."""
+    """Reduce x across ranks in place; returns x. ValueError for an unknown
+    op, TypeError for a bitwise or logical op on a float type."""
     p, n, dt = _buffer(x)
-    _check(_L().gorun_allreduce(_c(), p, p, n, dt, _op(op)))
+    _check(_L().gorun_allreduce(_c(), p, p, n, dt, _op(op, dt)))
     return x
 
 
@@ -198,15 +229,16 @@ def allreduce(x, op="sum"):
 
 
 def broadcast_(x, root=0):
-    """Copy root's x to every rank in place; returns x."""
+    """Copy root's x to every rank in place; returns x. ValueError for a
+    root out of range."""
     p, n, dt = _buffer(x)
-    _check(_L().gorun_broadcast(_c(), p, n, dt, int(root)))
+    _check(_L().gorun_broadcast(_c(), p, n, dt, _root(root)))
     return x
 
 
 def allgather(x):
     """Every rank's x, concatenated in rank order (a flat tensor/array)."""
-    p, n, dt = _buffer(x)
+    p, n, dt = _buffer(x, writes=False)
     out = _empty_like(x, n * size())
     q, _, _ = _buffer(out)
     _check(_L().gorun_allgather(_c(), p, q, n, dt))
@@ -214,14 +246,17 @@ def allgather(x):
 
 
 def reduce_scatter(x, op="sum"):
-    """Reduce x across ranks and return this rank's 1/size block."""
-    p, n, dt = _buffer(x)
+    """Reduce x across ranks and return this rank's 1/size block.
+    ValueError for a length size does not divide or an unknown op,
+    TypeError for a bitwise or logical op on a float type."""
+    p, n, dt = _buffer(x, writes=False)
+    code = _op(op, dt)
     s = size()
     if n % s:
         raise ValueError("gorun: reduce_scatter needs a length divisible by size (%d %% %d)" % (n, s))
     out = _empty_like(x, n // s)
     q, _, _ = _buffer(out)
-    _check(_L().gorun_reduce_scatter(_c(), p, q, n // s, dt, _op(op)))
+    _check(_L().gorun_reduce_scatter(_c(), p, q, n // s, dt, code))
     return out
 
 
@@ -251,16 +286,22 @@ class Handle:
 
 
 def iallreduce_(x, op="sum"):
+    """Start reducing x in place; wait() on the Handle returns x. Arguments
+    are checked as allreduce_'s."""
     p, n, dt = _buffer(x)
+    code = _op(op, dt)
     req = ctypes.c_int64()
-    _check(_L().gorun_iallreduce(_c(), p, p, n, dt, _op(op), ctypes.byref(req)))
+    _check(_L().gorun_iallreduce(_c(), p, p, n, dt, code, ctypes.byref(req)))
     return Handle(req.value, x)
 
 
 def ibroadcast_(x, root=0):
+    """Start broadcast_; wait() on the Handle returns x. ValueError for a
+    root out of range."""
     p, n, dt = _buffer(x)
+    r = _root(root)
     req = ctypes.c_int64()
-    _check(_L().gorun_ibroadcast(_c(), p, n, dt, int(root), ctypes.byref(req)))
+    _check(_L().gorun_ibroadcast(_c(), p, n, dt, r, ctypes.byref(req)))
     return Handle(req.value, x)
 
 

@@ -1,12 +1,15 @@
 """Rooted collectives and all-to-all for gorun's Python package: reduce,
 gather, scatter, alltoall (with Horovod's uneven splits) and
 broadcast_object. Like the rest of the package they take C-contiguous CPU
-tensors or numpy arrays and return new ones."""
+tensors or numpy arrays and return new ones, and accept read-only arrays
+as the input they only read. A root out of range or an op the element type
+lacks raises ValueError or TypeError before any communication (see the
+package's doc)."""
 import ctypes
 import io
 import pickle
 
-from . import _L, _c, _check, _buffer, _empty_like, _op, rank, size
+from . import _L, _c, _check, _buffer, _empty_like, _op, _root, rank, size
 
 
 def _like(x, n, shape=None):
@@ -21,36 +24,47 @@ def _i64(values):
 
 def reduce(x, op="sum", root=0):
     """x reduced across ranks: a new tensor/array on root, None elsewhere."""
-    p, n, dt = _buffer(x)
+    p, n, dt = _buffer(x, writes=False)
+    code, root = _op(op, dt), _root(root)
     out = _like(x, n, tuple(x.shape)) if rank() == root else None
     q = _buffer(out)[0] if out is not None else None
-    _check(_L().gorun_reduce(_c(), p, q, n, dt, _op(op), int(root)))
+    _check(_L().gorun_reduce(_c(), p, q, n, dt, code, root))
     return out
 
 
 def gather(x, root=0):
     """Every rank's x (the same shape everywhere) stacked in rank order on
     root (shape (size, *x.shape)); None elsewhere."""
-    p, n, dt = _buffer(x)
+    p, n, dt = _buffer(x, writes=False)
+    root = _root(root)
     out = _like(x, n * size(), (size(),) + tuple(x.shape)) if rank() == root else None
     q = _buffer(out)[0] if out is not None else None
-    _check(_L().gorun_gather(_c(), p, q, n, dt, int(root)))
+    _check(_L().gorun_gather(_c(), p, q, n, dt, root))
     return out
 
 
 def scatter(x, root=0):
     """Block r of root's x (split along the first dimension, which size
     divides) goes to rank r. Other ranks pass any tensor/array of the same
-    type and dtype (its values are not read): the shape comes from root."""
-    s, r = size(), rank()
+    type and dtype (its values are not read): the shape comes from root.
+    An x root cannot split (or send) raises ValueError or TypeError on
+    every rank, and the communicator stays usable."""
+    s, r, root = size(), rank(), _root(root)
     shape = _i64([0] * 9)
+    refused = None
     if r == root:
-        if len(x.shape) == 0 or x.shape[0] % s or len(x.shape) > 8:
-            raise ValueError("gorun: scatter needs 1 to 8 dimensions and a first dimension divisible by %d" % s)
-        shape[0] = len(x.shape)
-        shape[1:1 + len(x.shape)] = x.shape
+        try:
+            _buffer(x, writes=False)
+            if len(x.shape) == 0 or x.shape[0] % s or len(x.shape) > 8:
+                raise ValueError("gorun: scatter needs 1 to 8 dimensions and a first dimension divisible by %d" % s)
+            shape[0] = len(x.shape)
+            shape[1:1 + len(x.shape)] = x.shape
+        except (ValueError, TypeError) as e:
+            refused, shape[0] = e, -1  # the other ranks, waiting for the shape, raise too
     sp, _, sdt = _buffer(shape)
-    _check(_L().gorun_broadcast(_c(), sp, 9, sdt, int(root)))
+    _check(_L().gorun_broadcast(_c(), sp, 9, sdt, root))
+    if shape[0] < 0:
+        raise refused or ValueError("gorun: scatter: root %d refused its input" % root)
     dims = [int(d) for d in shape[1:1 + int(shape[0])]]
     dims[0] //= s
     n = 1
@@ -58,8 +72,8 @@ def scatter(x, root=0):
         n *= d
     out = _like(x, n, tuple(dims))
     q, _, dt = _buffer(out)
-    p = _buffer(x)[0] if r == root else None
-    _check(_L().gorun_scatter(_c(), p, q, n, dt, int(root)))
+    p = _buffer(x, writes=False)[0] if r == root else None
+    _check(_L().gorun_scatter(_c(), p, q, n, dt, root))
     return out
 
 
@@ -67,6 +81,7 @@ def alltoall(x, splits=None):
     """Horovod's alltoall: rows splits[b] of x (along the first dimension,
     in order) go to rank b; returns (received, received_splits), the rows
     from every rank concatenated in rank order. splits=None splits evenly."""
+    p, _, dt = _buffer(x, writes=False)
     s = size()
     rows = x.shape[0] if len(x.shape) else 1
     if splits is None:
@@ -87,7 +102,6 @@ def alltoall(x, splits=None):
     out = _like(x, sum(rsplits) * row, (sum(rsplits),) + tuple(x.shape[1:]))
     sc = (ctypes.c_size_t * s)(*[v * row for v in splits])
     rc = (ctypes.c_size_t * s)(*[v * row for v in rsplits])
-    p, _, dt = _buffer(x)
     _check(_L().gorun_alltoallv(_c(), p, sc, None, _buffer(out)[0], rc, None, dt))
     return out, rsplits
 
@@ -95,6 +109,7 @@ def alltoall(x, splits=None):
 def broadcast_object(obj, root=0):
     """root's picklable obj on every rank (torch tensors inside included)."""
     import numpy
+    root = _root(root)
     if rank() == root:
         f = io.BytesIO()
         try:
@@ -106,12 +121,12 @@ def broadcast_object(obj, root=0):
         n = _i64([len(data)])
     else:
         n = _i64([0])
-    _check(_L().gorun_broadcast(_c(), _buffer(n)[0], 1, 3, int(root)))
+    _check(_L().gorun_broadcast(_c(), _buffer(n)[0], 1, 3, root))
     if rank() != root:
         data = numpy.empty(int(n[0]), dtype=numpy.uint8)
     if len(data):
         p, cnt, dt = _buffer(data)
-        _check(_L().gorun_broadcast(_c(), p, cnt, dt, int(root)))
+        _check(_L().gorun_broadcast(_c(), p, cnt, dt, root))
     if rank() == root:
         return obj
     f = io.BytesIO(data.tobytes())

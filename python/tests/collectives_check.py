@@ -61,17 +61,24 @@ def main():
         expect(False, "complex accepted")
     except TypeError:
         pass
-    # Last: a bad root is an error on every rank (naming the rank that found
-    # it), and it aborts the communicator, since a rank cannot know whether
-    # its peers passed the same root: returning alone could leave them hung.
-    # A rank that is still finishing the barrier when a faster peer makes
-    # the bad call gets the abort there, so both calls share one try.
+    # A root out of range is refused on this rank before any communication
+    # (every rank here passes the same one), and the communicator goes on.
     try:
-        gorun.barrier()
         gorun.broadcast_(torch.ones(2), root=n + 5)
         expect(False, "a root out of range was accepted")
+    except ValueError as e:
+        expect("root" in str(e), "root error message: %s" % e)
+    gorun.barrier()
+    # Last: ranks that disagree on the call (a count no rank can check
+    # alone) fail on every rank, and that aborts the communicator. A rank
+    # that is still finishing the barrier when a faster peer makes the bad
+    # call gets the abort there, so both calls share one try.
+    try:
+        gorun.barrier()
+        gorun.allreduce_(torch.ones(2 + (r == 0)))
+        expect(False, "ranks disagreeing on the count went on")
     except gorun.GorunError as e:
-        expect("invalid argument" in str(e), "root error message: %s" % e)
+        expect("disagree" in str(e) or "abort" in str(e), "mismatch error message: %s" % e)
     try:
         gorun.barrier()
         expect(False, "the communicator still worked after the abort")

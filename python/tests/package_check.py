@@ -1,7 +1,8 @@
 """Run under `gorun -np 3 /usr/bin/python3 python/tests/package_check.py`:
 the Python package's reduce, gather, scatter, alltoall,
 broadcast_optimizer_state and join (uneven inputs, against a
-single-process reference); DistributedOptimizer with a parameter one
+single-process reference); read-only inputs; arguments refused locally
+(the communicator stays usable); DistributedOptimizer with a parameter one
 rank leaves unused, and with one backward pass too many. Prints
 "package_check: rank R ok"."""
 import os
@@ -99,6 +100,54 @@ def uneven(r, n):
         expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6), "join result %s, want %s" % (a.tolist(), b.tolist()))
 
 
+def read_only(r, n):
+    """Calls that only read their input take a read-only array."""
+    x = np.arange(2 * n, dtype=np.float32) + 10 * r
+    x.flags.writeable = False
+    expect(gorun.allgather(x).tolist() == [float(v + 10 * k) for k in range(n) for v in range(2 * n)], "allgather")
+    rs = gorun.reduce_scatter(x)
+    expect(rs.tolist() == [float(n * (2 * r + j) + 10 * n * (n - 1) // 2) for j in range(2)], "reduce_scatter %s" % rs)
+    red = gorun.reduce(x, root=0)
+    expect(red is None if r else red[1] == n * 1 + 10 * n * (n - 1) // 2, "reduce %s" % red)
+    g = gorun.gather(x, root=1)
+    expect(g is None if r != 1 else g[2, 0] == 20, "gather %s" % g)
+    s = gorun.scatter(x, root=2)
+    expect(s.tolist() == [float(2 * r + j + 20) for j in range(2)], "scatter %s" % s)
+    got, _ = gorun.alltoall(x)
+    expect(got.tolist() == [float(2 * r + j + 10 * k) for k in range(n) for j in range(2)], "alltoall %s" % got)
+
+
+def refused(r, n):
+    """Arguments every rank can check alone raise ValueError or TypeError
+    before any communication, and the communicator goes on working."""
+    f = np.ones(3, dtype=np.float32)
+    cases = [
+        (ValueError, lambda: gorun.broadcast_(f, root=n)),
+        (ValueError, lambda: gorun.ibroadcast_(f, root=-1)),
+        (ValueError, lambda: gorun.reduce(f, root=n + 2)),
+        (ValueError, lambda: gorun.gather(f, root=n)),
+        (ValueError, lambda: gorun.scatter(f, root=n)),
+        (TypeError, lambda: gorun.allreduce_(f, op="band")),
+        (TypeError, lambda: gorun.iallreduce_(torch.ones(2), op="lor")),
+        (TypeError, lambda: gorun.reduce(f, op="bxor")),
+        (TypeError, lambda: gorun.reduce_scatter(np.ones(n, dtype=np.float64), op="land")),
+        (ValueError, lambda: gorun.allreduce_(f, op="nope")),
+        (ValueError, lambda: gorun.scatter(np.ones(n + 1), root=1)),  # refused on root, raised everywhere
+    ]
+    for i, (kind, call) in enumerate(cases):
+        try:
+            call()
+        except kind:
+            pass
+        except Exception as e:  # noqa: BLE001
+            expect(False, "case %d raised %r, want %s" % (i, e, kind.__name__))
+        else:
+            expect(False, "case %d raised nothing, want %s" % (i, kind.__name__))
+    ok = np.array([r + 1], dtype=np.int64)
+    gorun.allreduce_(ok)
+    expect(ok[0] == n * (n + 1) // 2, "communicator unusable after refused calls: %s" % ok)
+
+
 def unused_parameter(r, n):
     """Rank 0 leaves b unused: its bucket (0, the last parameters) is never
     full there, so rank 0 must hold bucket 1 (a) back until synchronize and
@@ -162,6 +211,8 @@ def main():
     gorun.init()
     r, n = gorun.rank(), gorun.size()
     collectives(r, n)
+    read_only(r, n)
+    refused(r, n)
     optimizer_state(r)
     uneven(r, n)
     unused_parameter(r, n)
