@@ -4,7 +4,10 @@
 // A Recorder keeps a fixed-size ring of events (one per collective, ddp
 // bucket, user span or instant) and a goroutine that flushes them, as
 // lines of JSON, to the rank's file (FILE.RANK) whenever the ring is half
-// full and at Close. When the writer falls behind (a slow disk) the ring
+// full, every FlushEvery, at a failed operation and at Close: a rank that
+// is killed or exits without closing leaves all but its last second.
+// There is no SIGTERM handler: a library must not change how the process
+// answers signals. When the writer falls behind (a slow disk) the ring
 // drops its oldest unwritten events and the file says how many, at the
 // place they were lost: memory stays bounded and the job goes on.
 //
@@ -12,7 +15,9 @@
 // also uses; each file ends with this rank's measured offset to the
 // launcher's clock (jobctl's clock sync), which Merge applies.
 //
-// Files: ReadFile parses a rank's file; Merge writes several as one Chrome
+// Files: ReadFile parses a rank's file (a last line cut by a kill is left
+// out; a file without a header is ErrEmpty); ReadRanks reads a job's,
+// skipping the ranks that left nothing; Merge writes several as one Chrome
 // Trace Event Format JSON (Perfetto, chrome://tracing), one process per
 // rank; Summarize computes the job report; SVG draws a Gantt chart.
 //
