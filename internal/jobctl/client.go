@@ -51,6 +51,7 @@ type Client struct {
 	nextOp  atomic.Uint32              // where the next one goes
 
 	clockOffset, clockRTT atomic.Int64 // clock.go; rtt 0: not measured
+	cause                 atomic.Int64 // Blame's rank + 1; 0: none
 	metricsPort           atomic.Int64
 
 	// Owned by the loop goroutine.
@@ -132,6 +133,19 @@ func (c *Client) SetMetricsPort(port int) {
 	c.poke()
 }
 
+// Blame records that this rank's communicator failed because of rank
+// cause (a peer that failed, closed or aborted), and sends it at once: if
+// this rank then exits with an error, gorun names cause as the rank that
+// failed. The first call counts.
+func (c *Client) Blame(cause int) {
+	if c == nil || cause < 0 {
+		return
+	}
+	if c.cause.CompareAndSwap(0, int64(cause)+1) {
+		c.poke()
+	}
+}
+
 // Enter records that the rank entered collective op number seq.
 func (c *Client) Enter(op string, seq uint64) {
 	if c == nil {
@@ -203,6 +217,9 @@ func (c *Client) report(done bool) Report {
 		Done:    done,
 
 		MetricsPort: int(c.metricsPort.Load()),
+	}
+	if v := c.cause.Load(); v > 0 {
+		r.Blamed, r.Cause = true, int(v-1)
 	}
 	if p := c.phase.Load(); p != nil {
 		r.Phase = *p

@@ -1,8 +1,9 @@
 // Package jobctl is the job control channel between the gorun launcher and
 // the ranks it starts. The launcher runs a Server and hands its address to
 // every rank in GORUN_CONTROL; ranks report their progress through a Client
-// (FromEnv) so the launcher can show a live view of a starting job and name
-// the ranks stuck in a collective when the job hangs.
+// (FromEnv) so the launcher can show a live view of a starting job, name
+// the ranks stuck in a collective when the job hangs, and name the rank a
+// failure started from (Blame: "my operation failed because of rank X").
 //
 // Protocol: one TCP connection per rank. The server greets with
 // "gorun-jobctl 1 NONCE\n"; the client then sends lines "MAC JSON\n", where

@@ -212,3 +212,26 @@ func BenchmarkEnterLeave(b *testing.B) {
 		c.Leave()
 	}
 }
+
+// Blame reaches the launcher at once (the interval here is an hour), names
+// rank 0 too, and the first call counts.
+func TestClientBlame(t *testing.T) {
+	s := listen(t, "secret")
+	c := newClient(s.Addr().String(), []byte("secret"), 2, time.Hour)
+	defer c.Close()
+	c.Joined(2)
+	waitFor(t, s, "joined", func(sn Snapshot) bool { return len(sn.Ranks) == 1 && sn.Ranks[0].Joined })
+	if r := s.Snapshot().Ranks[0]; r.Blamed {
+		t.Fatalf("blamed before Blame: %+v", r)
+	}
+	c.Blame(0)
+	c.Blame(1)
+	waitFor(t, s, "blame of rank 0", func(sn Snapshot) bool { return sn.Ranks[0].Blamed && sn.Ranks[0].Cause == 0 })
+	c.Close()
+	snap := waitFor(t, s, "done", func(sn Snapshot) bool { return sn.Ranks[0].Done })
+	if r := snap.Ranks[0]; !r.Blamed || r.Cause != 0 {
+		t.Errorf("after Close: %+v, want rank 0 blamed", r)
+	}
+	var nilc *Client
+	nilc.Blame(1)
+}

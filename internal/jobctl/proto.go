@@ -53,6 +53,10 @@ type Report struct {
 	InOp    bool   `json:"in,omitempty"`
 	SinceMS int64  `json:"since_ms,omitempty"` // time since the last Enter or Leave
 	Done    bool   `json:"done,omitempty"`     // the client is closing
+	// Blamed: an operation of this rank failed because of rank Cause (a
+	// peer that failed, closed its communicator or aborted).
+	Blamed bool `json:"blamed,omitempty"`
+	Cause  int  `json:"cause,omitempty"`
 	// Ping, when set, asks the server for the time (clock.go); the line
 	// carries nothing else and changes no state.
 	Ping int64 `json:"ping,omitempty"`

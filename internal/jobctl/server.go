@@ -31,6 +31,10 @@ type RankState struct {
 	LastSeen  time.Time // last report received
 	Connected bool      // a connection from this rank is open
 	Done      bool      // the rank closed its client
+	// Blamed: the rank's communicator failed because of rank Cause
+	// (Client.Blame); the launcher names Cause, not this rank.
+	Blamed bool
+	Cause  int
 	// MetricsAddr is where the rank serves its metrics, or "".
 	MetricsAddr string
 }
@@ -220,7 +224,11 @@ func (s *Server) update(rep Report, now time.Time, from net.Addr) {
 	if ta, ok := from.(*net.TCPAddr); ok && rep.MetricsPort > 0 {
 		r.MetricsAddr = net.JoinHostPort(ta.IP.String(), strconv.Itoa(rep.MetricsPort))
 	}
-	changed := progressed || !r.Connected
+	blame := rep.Blamed && (!r.Blamed || r.Cause != rep.Cause)
+	if blame {
+		r.Blamed, r.Cause = true, rep.Cause
+	}
+	changed := progressed || !r.Connected || blame
 	r.Connected = true
 	if progressed {
 		s.progress = now
