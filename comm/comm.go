@@ -75,6 +75,10 @@ type Comm struct {
 
 	// ctl reports progress to the launcher (Init only; nil is a no-op).
 	ctl *jobctl.Client
+	// jobRanks: this communicator's ranks are the job's (Init's, not
+	// Shrink's), so a failure it blames on a peer can name it to the
+	// launcher (blame).
+	jobRanks bool
 	// allTCP: every link this communicator makes is tcp (linksAllTCP;
 	// run.go's costProvider).
 	allTCP bool

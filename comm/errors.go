@@ -56,6 +56,19 @@ func rankErr(op string, err error) error {
 	return &RankError{Rank: -1, Op: op, Err: err}
 }
 
+// blame tells the launcher that an operation failed because of another
+// rank (one that failed, closed its communicator or aborted), so that gorun
+// names that rank, not this one, when this rank then exits with an error.
+func (c *Comm) blame(err error) {
+	var pe *engine.PeerError
+	if err == nil || c.ctl == nil || !c.jobRanks || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank == c.rank {
+		return
+	}
+	if errors.Is(err, ErrPeerFailed) || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrAborted) {
+		c.ctl.Blame(pe.Rank)
+	}
+}
+
 // badOp fails the operation on every rank for an op that element type dt
 // does not have.
 func (c *Comm) badOp(name string, op Op, dt DType) error {

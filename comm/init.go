@@ -107,7 +107,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		ctl.Close()
 		return nil, err
 	}
-	c.ctl = ctl
+	c.ctl, c.jobRanks = ctl, true
 	if o := cfg.obs; o != nil { // the timeline's clock offset, the metrics' port (observe.go)
 		o.mu.Lock()
 		o.clock = ctl.ClockOffset
