@@ -51,6 +51,11 @@ type runner struct {
 	first    error // what ends the job with a non-zero status
 	exits    chan exit
 
+	// Failures waiting for the rank they blame to exit (culprit.go), and
+	// the end of that wait.
+	held    []*RankError
+	graceAt <-chan time.Time
+
 	// --add-ranks (addranks.go): requests, and how to make rank r's
 	// process; newRank is nil when the job cannot add ranks.
 	adds    chan addRequest
@@ -117,6 +122,8 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, s, r.running))
 			r.stop(s)
+		case <-r.graceAt:
+			r.settle(true)
 		case <-r.killAt:
 			r.killAt = nil
 			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after %s: killing them", r.running, r.cfg.KillGrace, unix.SignalName(r.stopSig)))
@@ -194,8 +201,14 @@ func (r *runner) exited(e exit) {
 	r.running--
 	e.p.done = true
 	re := rankFailure(e.p, e.err)
-	if re == nil || r.stopping {
-		return // success, or a rank gorun itself is stopping
+	if r.stopping {
+		return // a rank gorun itself is stopping
+	}
+	if re == nil {
+		if len(r.held) > 0 {
+			r.settle(false) // the rank the held failures blame may be this one
+		}
+		return
 	}
 	if r.cfg.Elastic && r.restart(e.p, re) {
 		return
@@ -211,7 +224,8 @@ func (r *runner) exited(e exit) {
 		}
 		return
 	}
-	r.fail(re)
+	r.held = append(r.held, re)
+	r.settle(false)
 }
 
 // fail records why the job ends and stops the remaining ranks.

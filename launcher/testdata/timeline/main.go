@@ -8,7 +8,10 @@
 // to exist before it leaves; with TL_CRASH_RANK every rank waits, after
 // the barrier, until every rank's timeline file holds its barrier (the
 // periodic flush), then that rank exits 3 without closing and the others
-// wait for gorun's SIGTERM.
+// wait for gorun's SIGTERM; with TL_FAIL_RANK that rank's run returns an
+// error after the barrier (closing its communicator) and it exits 1 only
+// TL_FAIL_DELAY later, as an interpreter tearing down, while the others'
+// allreduces fail because it left.
 package main
 
 import (
@@ -31,6 +34,10 @@ func main() {
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "timeline:", err)
+		if errors.Is(err, errFail) {
+			d, _ := time.ParseDuration(os.Getenv("TL_FAIL_DELAY"))
+			time.Sleep(d) // a slow exit, after the Close
+		}
 		os.Exit(1)
 	}
 }
@@ -54,6 +61,8 @@ func reexecSkewed(skew string) int {
 	}
 	return 0
 }
+
+var errFail = errors.New("TL_FAIL_RANK: this rank fails")
 
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -90,6 +99,16 @@ func run() error {
 		return err
 	} else if err != nil {
 		fmt.Printf("rank %d: barrier: %v\n", c.Rank(), err)
+	}
+	if fail := os.Getenv("TL_FAIL_RANK"); fail != "" {
+		if strconv.Itoa(c.Rank()) == fail {
+			return errFail
+		}
+		for {
+			if err := comm.AllReduce(ctx, c, v, v, comm.Sum); err != nil {
+				return err
+			}
+		}
 	}
 	if crash := os.Getenv("TL_CRASH_RANK"); crash != "" {
 		waitFlushed(os.Getenv("GORUN_TIMELINE"), c.Size())
