@@ -61,7 +61,7 @@ func rankErr(op string, err error) error {
 // names that rank, not this one, when this rank then exits with an error.
 func (c *Comm) blame(err error) {
 	var pe *engine.PeerError
-	if err == nil || c.ctl == nil || !c.jobRanks || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank == c.rank {
+	if c.ctl == nil || !c.jobRanks || !errors.As(err, &pe) || pe.Rank < 0 || pe.Rank == c.rank {
 		return
 	}
 	if errors.Is(err, ErrPeerFailed) || errors.Is(err, ErrPeerClosed) || errors.Is(err, ErrAborted) {

@@ -279,7 +279,9 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 	}
 	c.ctl.Leave()
 	c.call = engine.Call{}
-	c.blame(err)
+	if err != nil {
+		c.blame(err) // off the path of a call that succeeds
+	}
 	if err != nil {
 		if r, ok := brokenPeer(err); ok && c.shrink.node != nil {
 			c.shrink.node.Suspect(r)

@@ -353,7 +353,9 @@ func (c *Comm) exec(ctx context.Context, s *spec) error {
 	}
 	c.ctl.Leave()
 	c.call = engine.Call{}
-	c.blame(err)
+	if err != nil {
+		c.blame(err) // off the path of a call that succeeds
+	}
 	if err != nil && c.shrink.node != nil {
 		if r, ok := brokenPeer(err); ok {
 			c.shrink.node.Suspect(r) // the bootstrap checks whether r is gone (shrink.go)
