@@ -1,38 +1,79 @@
 package launcher
 
 import (
+	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultAgent starts ranks on remote hosts.
 var DefaultAgent = []string{"ssh"}
 
-// tokenScript runs on the remote host as sh -c SCRIPT sh DIR ARGV... It
-// reads the job token from the first line of stdin, so the secret never
+// tokenScript runs on the remote host as
+//
+//	sh -c SCRIPT sh DIR STRICT GRACE ARGV...
+//
+// It reads the job token from the first line of stdin, so the secret never
 // appears in a command line (ps shows those to every user, here and
-// there), changes to DIR when it exists there, and execs ARGV (the rank
-// keeps the script's pid, stdin and signal dispositions). A watcher sends
-// the rank SIGTERM when the agent that started the script goes away:
-// killing an ssh client does not kill the remote command, but it ends the
-// sshd process that is the script's parent; the watcher ends with the
-// rank. One line, no "!", so csh login shells pass it on unchanged too.
+// there), and changes to DIR: when that fails, with STRICT "1" (-wdir) it
+// prints a wdir marker and exits 1, else (gorun's own directory, which the
+// host may lack) it stays in the login directory.
+//
+// Under ssh the script leads its process group (sshd starts every session
+// in a new one). It then prints a pid marker, runs ARGV in the foreground,
+// so that the rank keeps its stdin and signal dispositions, and prints an
+// exit marker with the rank's status (128+N for signal N) before exiting
+// with it: ssh reports a remote death by signal as 255, its own failure's
+// status, and the marker tells the two apart. gorun stops such a rank
+// through the agent, "kill -s SIG -- -PGID", and waits for its session
+// to end, so nothing the rank prints while it stops is lost (signalRemote).
+// Under another agent, where the script may share a process group, it
+// execs ARGV, which keeps the script's pid.
+//
+// A watcher ends the rank when the agent that started the script goes away
+// (gorun died, or the connection broke): killing an ssh client does not
+// kill the remote command, but it ends the sshd process that is the
+// script's parent. The watcher sends SIGTERM, and SIGKILL GRACE seconds
+// later (--kill-grace), to the process group, which it belongs to (so its
+// id is not reused), or to the exec'd rank. One line, no "!", so csh login
+// shells pass it on unchanged too. Markers: marker.go.
 const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + `; ` +
-	`[ -n "$1" ] && cd "$1" 2>/dev/null; shift; ` +
-	`if [ "$PPID" -gt 1 ]; then me=$$; ( ` +
+	`if [ -n "$1" ]; then cd "$1" 2>/dev/null || if [ "$2" = 1 ]; then printf '\036gorun:wdir\n' >&2; exit 1; fi; fi; ` +
+	`g=$3; shift 3; me=$$; t=$me; L=; if kill -0 -$me 2>/dev/null; then L=1; t=-$me; fi; ` +
+	`if [ "$PPID" -gt 1 ]; then ( trap '' TERM; ` +
 	`up() { if [ -d /proc/self ]; then [ -e "/proc/$1" ]; else kill -0 "$1"; fi 2>/dev/null; }; ` +
-	`while up "$me" && up "$PPID"; do sleep 1; done; up "$me" && kill -TERM "$me" ` +
-	`) </dev/null >/dev/null 2>&1 & fi; exec "$@"`
+	`while up "$me" && up "$PPID"; do sleep 1; done; ` +
+	`if up "$me"; then kill -s TERM -- $t; sleep "$g"; if [ -n "$L" ] || up "$me"; then kill -s KILL -- $t; fi; fi ` +
+	`) </dev/null >/dev/null 2>&1 & fi; ` +
+	`if [ -n "$L" ]; then printf '\036gorun:pid %s\n' "$me" >&2; trap : TERM; ` + runQuiet + `; s=$?; ` +
+	`printf '\036gorun:exit %s\n' "$s" >&2; exit "$s"; fi; exec "$@"`
+
+// runQuiet is the part of a wrapper script (tokenScript, srunTaskScript)
+// that runs "$@" in the foreground: its status is the program's, 128+N
+// for signal N. The shell that waits for the program has /dev/null for
+// stderr, so that it prints no "Killed" or "Terminated" (dash does even
+// with the command's stderr redirected); the program gets the real one
+// back, and default signal dispositions but those the script inherited
+// ignored. Both shells survive SIGTERM, so that a program that ignores it
+// is still waited for.
+const runQuiet = `sh -c 'trap : TERM; ( exec 2>&3 3>&-; exec "$@" ); exit $?' sh "$@" 3>&2 2>/dev/null`
 
 // remoteArgv is the command that starts argv on host through agent with
-// the given environment ("K=V" each) in directory dir; the job token goes
-// to the command's stdin, first line (see tokenScript).
+// the given environment ("K=V" each) in directory dir (strict: -wdir, an
+// error when missing there); the job token goes to the command's stdin,
+// first line (see tokenScript). grace is --kill-grace.
 //
 // The agent gets the host appended and then the command, as ssh does:
 //
-//	AGENT... HOST sh -c SCRIPT sh DIR env K=V... PROGRAM ARGS...
+//	AGENT... HOST sh -c SCRIPT sh DIR STRICT GRACE env K=V... PROGRAM ARGS...
 //
 // No shell runs on this side, and the remote sh only expands "$@": the
 // user's words are its arguments, never its script. An agent whose program
@@ -41,11 +82,16 @@ const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + 
 // quoted for a POSIX shell. Any other agent (e.g. "ip netns exec",
 // "docker exec -i") gets the words as separate arguments and must run them
 // without a shell, passing stdin through.
-func remoteArgv(agent []string, host, dir string, env, argv []string) []string {
-	words := make([]string, 0, 6+len(env)+len(argv))
-	words = append(words, "sh", "-c", tokenScript, "sh", dir, "env")
+func remoteArgv(agent []string, host, dir string, strict bool, grace time.Duration, env, argv []string) []string {
+	words := make([]string, 0, 8+len(env)+len(argv))
+	words = append(words, "sh", "-c", tokenScript, "sh", dir, strictFlag(strict), graceSeconds(grace), "env")
 	words = append(words, env...)
 	words = append(words, argv...)
+	return agentArgv(agent, host, words)
+}
+
+// agentArgv is the command that runs words on host through agent.
+func agentArgv(agent []string, host string, words []string) []string {
 	out := append(append([]string(nil), agent...), host)
 	if !isShellAgent(agent) {
 		return append(out, words...)
@@ -56,6 +102,19 @@ func remoteArgv(agent []string, host, dir string, env, argv []string) []string {
 		b.WriteString(" " + shellQuote(w))
 	}
 	return append(out, b.String())
+}
+
+func strictFlag(strict bool) string {
+	if strict {
+		return "1"
+	}
+	return "0"
+}
+
+// graceSeconds is d in whole seconds, rounded up, at least 1: what sleep(1)
+// takes everywhere.
+func graceSeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
 
 // isShellAgent reports whether the agent passes its command to a remote
@@ -128,4 +187,33 @@ func outboundIP(host string) (string, error) {
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// remoteKillWait bounds the agent command that sends SIGKILL to a remote
+// rank; after it, or once it has run, gorun kills the rank's local agent.
+const remoteKillWait = 5 * time.Second
+
+// signalRemote sends sig to the process group pgid on host through agent
+// (a second connection: ssh forwards no signals), leaving the rank's own
+// agent process, local, to end with the rank, so that its last output
+// arrives. The command is bounded by grace (remoteKillWait for SIGKILL);
+// a SIGTERM that could not be delivered so falls back to signalling
+// local, whose end the script's watcher turns into SIGTERM and, after
+// grace, SIGKILL; after SIGKILL local is killed in any case.
+func signalRemote(agent []string, host string, pgid int, local *os.Process, sig syscall.Signal, grace time.Duration) {
+	wait := grace
+	if sig == syscall.SIGKILL {
+		wait = remoteKillWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
+	a := agentArgv(agent, host, []string{"sh", "-c", "kill -s " + name + " -- -" + strconv.Itoa(pgid)})
+	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
+	cmd.Env = localEnv(nil)
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if err != nil || sig == syscall.SIGKILL {
+		local.Signal(sig)
+	}
 }

@@ -5,19 +5,20 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRemoteArgv(t *testing.T) {
 	env := []string{"GORUN_RANK=2", "X=a b"}
 	argv := []string{"/bin/prog", "it's", ""}
-	got := remoteArgv([]string{"ip", "netns", "exec"}, "ns1", "/work", env, argv)
-	want := []string{"ip", "netns", "exec", "ns1", "sh", "-c", tokenScript, "sh", "/work", "env", "GORUN_RANK=2", "X=a b", "/bin/prog", "it's", ""}
+	got := remoteArgv([]string{"ip", "netns", "exec"}, "ns1", "/work", false, 5*time.Second, env, argv)
+	want := []string{"ip", "netns", "exec", "ns1", "sh", "-c", tokenScript, "sh", "/work", "0", "5", "env", "GORUN_RANK=2", "X=a b", "/bin/prog", "it's", ""}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("agent argv = %q\nwant %q", got, want)
 	}
-	got = remoteArgv([]string{"/usr/bin/ssh", "-p", "2222"}, "n1", "/my dir", env, argv)
+	got = remoteArgv([]string{"/usr/bin/ssh", "-p", "2222"}, "n1", "/my dir", true, 1500*time.Millisecond, env, argv)
 	want = []string{"/usr/bin/ssh", "-p", "2222", "n1",
-		"exec sh -c " + shellQuote(tokenScript) + ` sh '/my dir' env GORUN_RANK=2 'X=a b' /bin/prog 'it'\''s' ''`}
+		"exec sh -c " + shellQuote(tokenScript) + ` sh '/my dir' 1 2 env GORUN_RANK=2 'X=a b' /bin/prog 'it'\''s' ''`}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ssh argv = %q\nwant %q", got, want)
 	}

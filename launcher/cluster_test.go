@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,50 @@ func TestClusterOverRealSSH(t *testing.T) {
 			t.Errorf("rank %d printed %q, want %q", r, lines[r], w)
 		}
 	}
+
+	// On the same cluster: how remote ranks end (tokenScript, signalRemote).
+	hosts := []Host{{Name: h1, Slots: 1}, {Name: h2, Slots: 1}}
+	t.Run("killed-by-signal", func(t *testing.T) {
+		_, stderr, err := runJob(t, "fail", Config{NP: 2, Hosts: hosts,
+			Export: []string{"GORUN_TEST_DIR=" + t.TempDir(), "GORUN_TEST_FAIL=1", "GORUN_TEST_HOW=kill"}})
+		var re *RankError
+		if !errors.As(err, &re) || re.Rank != 1 || re.Host != h2 || re.Signal != syscall.SIGKILL || ExitStatus(err) != 137 {
+			t.Fatalf("Run = %v (status %d), want rank 1 on %s killed by signal 9\n%s", err, ExitStatus(err), h2, stderr)
+		}
+	})
+	t.Run("kill-grace", func(t *testing.T) {
+		dir := t.TempDir()
+		out, stderr, err := runJob(t, "ignore-term", Config{NP: 2, Hosts: hosts, KillGrace: time.Second,
+			Export: []string{"GORUN_TEST_DIR=" + dir}})
+		if ExitStatus(err) != 5 {
+			t.Fatalf("Run = %v, want rank 0's status 5\n%s%s", err, out, stderr)
+		}
+		// The namespaces share this machine's pids.
+		b, err := os.ReadFile(filepath.Join(dir, "ignoring-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid := mustAtoi(string(b)); alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Errorf("rank 1 on %s ignored SIGTERM and outlived gorun", h2)
+		}
+	})
+	t.Run("stop-keeps-output", func(t *testing.T) {
+		out, stderr, err := runJob(t, "fail", Config{NP: 2, Hosts: hosts,
+			Export: []string{"GORUN_TEST_DIR=" + t.TempDir(), "GORUN_TEST_FAIL=1"}})
+		if ExitStatus(err) != 7 || !strings.Contains(out, "[0] stopping on SIGTERM\n") {
+			t.Errorf("Run = %v; rank 0's last words lost?\n%s%s", err, out, stderr)
+		}
+	})
+	t.Run("wdir-missing", func(t *testing.T) {
+		cfg := hostAndRank
+		cfg.NP, cfg.Hosts = 2, []Host{{Name: h1, Slots: 1}, {Name: h2, Slots: 1}}
+		cfg.WorkDir = "/nonexistent-gorun-wdir"
+		out, stderr, err := runJob(t, "", cfg)
+		if !errors.Is(err, ErrLaunch) || !strings.Contains(err.Error(), "-wdir /nonexistent-gorun-wdir") {
+			t.Errorf("Run = %v, want ErrLaunch naming -wdir\n%s%s", err, out, stderr)
+		}
+	})
 }
 
 // TestClusterSSHDRefuses: a host whose sshd is down, or whose name does not

@@ -113,6 +113,12 @@ type Config struct {
 	// and Args are then ignored.
 	Apps []App
 
+	// NPerNode caps the ranks per host (--npernode, -N); without Hosts it
+	// gives this machine NPerNode slots, or under srun becomes
+	// --ntasks-per-node. With NP 0 it sets NP: NPerNode times the hosts
+	// (the allocation's nodes under srun).
+	NPerNode int
+
 	// MapBy is the placement policy (--map-by): "slot" (default) fills a
 	// host before the next, "node" deals ranks round-robin over hosts.
 	MapBy string
@@ -140,7 +146,7 @@ const (
 
 // withDefaults checks c and fills in defaults.
 func (c Config) withDefaults() (Config, error) {
-	if c.NP < 1 {
+	if c.NP < 1 && !(c.NP == 0 && c.NPerNode > 0 && len(c.Hosts) == 0) {
 		return c, fmt.Errorf("%w: -np must be at least 1", ErrUsage)
 	}
 	if c.Program == "" {

@@ -175,7 +175,11 @@ func exportVars(x []string, settings map[string]string) ([]string, error) {
 // runs a thread per CPU, and on a full host the ranks' threads preempt each
 // other (8-byte allreduce, 2 ranks on 2 cores: ~90 µs with the default,
 // ~27 µs with one thread each, measured with examples/allreduce_perf).
-func localEnv(vars []string) []string {
+func localEnv(vars []string) []string { return rankEnv(vars, true) }
+
+// rankEnv is localEnv, with this machine's CPUs shared out (shareCPUs) or
+// not: srun's tasks run on other nodes, where comm.Init shares out theirs.
+func rankEnv(vars []string, shareCPUs bool) []string {
 	env := make([]string, 0, len(os.Environ())+len(vars)+1)
 	procsSet := false
 	for _, kv := range os.Environ() {
@@ -195,7 +199,7 @@ func localEnv(vars []string) []string {
 			}
 		}
 	}
-	if !procsSet {
+	if !procsSet && shareCPUs {
 		n := strconv.Itoa(max(1, runtime.NumCPU()/local))
 		env = append(env, "GOMAXPROCS="+n, jobenv.Procs+"="+n)
 	}

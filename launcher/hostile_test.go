@@ -121,15 +121,16 @@ func TestHostileHostNames(t *testing.T) {
 	}
 }
 
-// Stopping an ssh rank stops the ssh client only; the remote rank must
-// notice its agent is gone and stop too (tokenScript's watcher).
+// Stopping an ssh rank sends it SIGTERM through a second agent command
+// (signalRemote); gorun waits for it, so its output while it stops
+// arrives. (TestRemoteRanksKilledAfterGrace: the SIGKILL after it.)
 func TestRemoteRanksStopWithTheirAgent(t *testing.T) {
 	bin := t.TempDir()
 	if err := os.Symlink(testBinary(t), filepath.Join(bin, "ssh")); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	_, stderr, err := runJob(t, "fail", Config{NP: 3, Hosts: []Host{{Name: "node1", Slots: 3}},
+	out, stderr, err := runJob(t, "fail", Config{NP: 3, Hosts: []Host{{Name: "node1", Slots: 3}},
 		LaunchAgent: []string{filepath.Join(bin, "ssh")},
 		Export:      []string{"GORUN_TEST_DIR=" + dir, "GORUN_TEST_FAIL=1"}})
 	if ExitStatus(err) != 7 {
@@ -154,6 +155,10 @@ func TestRemoteRanksStopWithTheirAgent(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
 			t.Errorf("remote rank %s was not stopped with SIGTERM", r)
+		}
+		// gorun waits for the rank to stop, so its last words arrive.
+		if !strings.Contains(out, "["+r+"] stopping on SIGTERM\n") {
+			t.Errorf("remote rank %s's output while stopping was lost:\n%s", r, out)
 		}
 	}
 }

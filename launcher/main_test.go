@@ -141,6 +141,7 @@ func fakeRank(mode string, args []string) int {
 		select {
 		case <-sigs:
 			os.WriteFile(filepath.Join(dir, "term-"+rank), nil, 0o644)
+			fmt.Println("stopping on SIGTERM") // must reach gorun's output
 			return 143
 		case <-time.After(20 * time.Second):
 			return 0
@@ -148,7 +149,7 @@ func fakeRank(mode string, args []string) int {
 	case "ignore-term":
 		// Ignores SIGTERM: gorun must SIGKILL it after the grace period.
 		signal.Ignore(syscall.SIGTERM)
-		os.WriteFile(filepath.Join(dir, "ignoring-"+rank), nil, 0o644)
+		os.WriteFile(filepath.Join(dir, "ignoring-"+rank), []byte(fmt.Sprint(os.Getpid())), 0o644)
 		if rank == "0" {
 			waitForFiles(dir, "ignoring-", mustAtoi(os.Getenv(EnvSize)))
 			return 5
@@ -201,6 +202,16 @@ func fakeRank(mode string, args []string) int {
 		return 0
 	case "sleep":
 		time.Sleep(20 * time.Second)
+		return 0
+	case "exit-rank":
+		// The rank GORUN_TEST_FAIL names (GORUN_RANK, or SLURM_PROCID
+		// under srun) exits with status 7; the others with 0.
+		if rank == "" {
+			rank = os.Getenv("SLURM_PROCID")
+		}
+		if rank == os.Getenv("GORUN_TEST_FAIL") {
+			return 7
+		}
 		return 0
 	case "helper":
 		// Starts a helper in the rank's process group, reports its pid

@@ -67,6 +67,10 @@ type rankWriter struct {
 	prefix []byte
 	buf    []byte // an incomplete line
 	out    []byte // reused for the tagged lines of one Write
+	// tap, if set, sees every line (untagged, without its newline) before
+	// the console does, on the goroutine that writes; it returns true to
+	// keep the line off the console (gorun's own markers, marker.go).
+	tap func(line []byte) bool
 }
 
 func newRankWriter(con *console, w io.Writer, rank int, tag bool) *rankWriter {
@@ -106,6 +110,10 @@ func (rw *rankWriter) Write(p []byte) (int, error) {
 
 // emit moves the buffered line to out.
 func (rw *rankWriter) emit() {
+	if rw.tap != nil && rw.tap(rw.buf) {
+		rw.buf = rw.buf[:0]
+		return
+	}
 	rw.out = append(rw.out, rw.prefix...)
 	rw.out = append(rw.out, rw.buf...)
 	rw.out = append(rw.out, '\n')
@@ -119,5 +127,7 @@ func (rw *rankWriter) Flush() {
 	}
 	rw.out = rw.out[:0]
 	rw.emit()
-	rw.con.writeLines(rw.w, rw.out)
+	if len(rw.out) > 0 {
+		rw.con.writeLines(rw.w, rw.out)
+	}
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,8 +47,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg, err = perNode(cfg, srun); err != nil {
+		return err
+	}
 	if srun {
 		if err := fitsAllocation(cfg.NP); err != nil {
+			return err
+		}
+		if err := checkSrun(cfg); err != nil {
 			return err
 		}
 	}
@@ -64,6 +72,9 @@ func Run(ctx context.Context, cfg Config) error {
 				break
 			}
 		}
+	}
+	if err := checkWorkDir(cfg.WorkDir, slots); err != nil {
+		return err
 	}
 	extra, err := exportVars(cfg.Export, settingsOf(cfg))
 	if err != nil {
@@ -125,7 +136,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if j.seeds, err = slurmSeed(cfg.GossipPort); err != nil {
 			return err
 		}
-		procs = []*proc{srunProc(cfg, prog, j, con)}
+		p, err := srunProc(cfg, prog, j, con)
+		if err != nil {
+			return err
+		}
+		procs = []*proc{p}
 	} else {
 		if cfg.NNodes > 0 {
 			j.seeds = net.JoinHostPort(seedHost, strconv.Itoa(seedPort+1))
@@ -169,12 +184,39 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
+// checkWorkDir checks -wdir where it is used here: on this machine, for
+// the ranks that run on it (exec would otherwise blame the program, "fork/
+// exec PROG: no such file or directory"). Remote hosts and srun's tasks
+// check it in their wrapper (tokenScript, srunTaskScript). A relative
+// program path is resolved against -wdir everywhere, as a shell would
+// after cd.
+func checkWorkDir(dir string, slots []Slot) error {
+	if dir == "" || !slices.ContainsFunc(slots, func(s Slot) bool { return isLocalHost(s.Host) }) {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("%w: -wdir %s: %v", ErrLaunch, dir, pe.Err)
+	case err != nil:
+		return fmt.Errorf("%w: -wdir %s: %v", ErrLaunch, dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%w: -wdir %s: not a directory", ErrLaunch, dir)
+	}
+	return nil
+}
+
 // rankProc prepares the command of one rank.
 func rankProc(cfg Config, prog string, args []string, j *jobEnv, s Slot, con *console) *proc {
 	p := &proc{rank: s.Rank, host: s.Host, cmd: rankCmd(cfg, prog, args, j, s, -1)}
 	p.remake = func(restart int) *exec.Cmd { return rankCmd(cfg, prog, args, j, s, restart) }
 	p.stdout = newRankWriter(con, cfg.Stdout, s.Rank, !cfg.NoTag)
 	p.stderr = newRankWriter(con, cfg.Stderr, s.Rank, !cfg.NoTag)
+	if !isLocalHost(s.Host) {
+		p.remote = &remoteRank{dir: cfg.WorkDir}
+		p.stderr.tap = p.remote.tap
+	}
 	return p
 }
 
@@ -220,7 +262,7 @@ func rankCmd(cfg Config, prog string, args []string, j *jobEnv, s Slot, restart 
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
-	a := remoteArgv(agent, s.Host, dir, joining(j.remoteVars(s)), append([]string{prog}, args...))
+	a := remoteArgv(agent, s.Host, dir, cfg.WorkDir != "", cfg.KillGrace, joining(j.remoteVars(s)), append([]string{prog}, args...))
 	cmd := exec.Command(a[0], a[1:]...)
 	cmd.Env = localEnv(nil)
 	// The token's line, then rank 0's input.
@@ -422,7 +464,19 @@ func randomHex(n int) string {
 }
 
 // rankFailure turns a Wait error into a *RankError, or nil for success.
+// A wrapper's markers (marker.go) say more than srun's or ssh's status:
+// which task failed, and whether the remote rank or the agent did.
 func rankFailure(p *proc, err error) *RankError {
+	if p.tasks != nil {
+		if re := p.tasks.failure(); re != nil {
+			return re
+		}
+	}
+	if p.remote != nil {
+		if re, ok := p.remote.failure(p); ok {
+			return re
+		}
+	}
 	ps := p.cmd.ProcessState
 	if ps == nil {
 		if err == nil {

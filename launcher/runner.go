@@ -28,6 +28,9 @@ type proc struct {
 	// remake is the rank's command for a start that joins the running
 	// job, GORUN_RESTART=n (rankCmd); nil under srun.
 	remake func(restart int) *exec.Cmd
+
+	tasks  *srunTasks  // srun's tasks (marker.go); nil for a rank
+	remote *remoteRank // a rank started through the launch agent, else nil
 }
 
 type exit struct {
@@ -112,7 +115,7 @@ func (r *runner) run(ctx context.Context) error {
 				s = syscall.SIGTERM
 			}
 			if r.stopping {
-				r.con.message(fmt.Sprintf("gorun: %v again: killing %d ranks", s, r.running))
+				r.con.message(fmt.Sprintf("gorun: %v again: killing %d ranks", s, r.ranks()))
 				r.kill(syscall.SIGKILL)
 				continue
 			}
@@ -120,13 +123,13 @@ func (r *runner) run(ctx context.Context) error {
 			if r.first == nil {
 				r.first = je
 			}
-			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, s, r.running))
+			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, s, r.ranks()))
 			r.stop(s)
 		case <-r.graceAt:
 			r.settle(true)
 		case <-r.killAt:
 			r.killAt = nil
-			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after %s: killing them", r.running, r.cfg.KillGrace, unix.SignalName(r.stopSig)))
+			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after %s: killing them", r.ranks(), r.cfg.KillGrace, unix.SignalName(r.stopSig)))
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
 			r.mon.tick(now)
@@ -151,6 +154,9 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		}
 		p.cmd.Stdout = io.MultiWriter(p.stdout, logs[0])
 		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
+	}
+	if p.remote != nil {
+		*p.remote = remoteRank{dir: p.remote.dir} // a restart's markers are new
 	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = waitDelay
@@ -190,6 +196,9 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		p.stderr.Flush()
 		for _, f := range logs {
 			f.Close()
+		}
+		if p.tasks != nil {
+			p.tasks.close()
 		}
 		exits <- exit{p, err}
 	}()
@@ -259,10 +268,36 @@ func (r *runner) kill(sig syscall.Signal) {
 		if p.done || p.cmd.Process == nil {
 			continue
 		}
+		if p.tasks != nil {
+			signalSrun(p, sig)
+			continue
+		}
+		if p.remote != nil {
+			if pid := p.remote.pid.Load(); pid > 0 {
+				go signalRemote(agentOf(r.cfg), p.host, int(pid), p.cmd.Process, sig, r.cfg.KillGrace)
+				continue
+			}
+		}
 		if err := signalGroup(p.cmd.Process, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			p.cmd.Process.Signal(sig)
 		}
 	}
+}
+
+// ranks is the number of ranks still running: srun stands for all of its
+// tasks.
+func (r *runner) ranks() int {
+	n := 0
+	for _, p := range r.procs {
+		switch {
+		case p.done:
+		case p.tasks != nil:
+			n += r.cfg.NP
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // rankLogs creates dir/rank.N/stdout and stderr (--output-filename, laid

@@ -1,11 +1,14 @@
 package launcher
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
@@ -45,11 +48,25 @@ func fitsAllocation(np int) error {
 	return nil
 }
 
+// srunTaskScript runs each task as sh -c SCRIPT sh DIR PROGRAM ARGS...: task
+// 0 prints a step marker (marker.go) with the job step's id, for
+// signalSrun; each task changes to DIR (-wdir; a wdir marker and status 1 when that fails:
+// slurmstepd would fall back to /tmp), runs the program in the
+// foreground, so that it keeps its stdin and signal dispositions, and
+// prints an exit marker (marker.go) with the program's status (128+N for
+// signal N), its rank and its node. srun only says that some task failed
+// (its own status, 143 once --kill-on-bad-exit has stopped the rest);
+// the marker says which, and how.
+const srunTaskScript = `if [ "$SLURM_PROCID" = 0 ]; then printf '\036gorun:step %s.%s\n' "$SLURM_JOB_ID" "$SLURM_STEP_ID" >&2; fi; ` +
+	`if [ -n "$1" ]; then cd "$1" 2>/dev/null || { printf '\036gorun:wdir %s %s\n' "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit 1; }; fi; shift; ` +
+	`trap : TERM; ` + runQuiet + `; s=$?; printf '\036gorun:exit %s %s %s\n' "$s" "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit "$s"`
+
 // srunArgv is the srun command for the job. srun places the ranks and
 // sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;
 // --kill-on-bad-exit makes Slurm stop the job when a rank fails,
-// --cpu-bind carries out --bind-to, and --label prefixes each output line
-// with "RANK: ".
+// --ntasks-per-node carries out --npernode, --cpu-bind --bind-to, and
+// --label prefixes each output line with "RANK: ". Each task runs in
+// srunTaskScript.
 func srunArgv(cfg Config, prog string) []string {
 	a := []string{"srun", "-n", strconv.Itoa(cfg.NP), "--kill-on-bad-exit=1"}
 	switch cfg.Bind { // Slurm binds its tasks itself
@@ -58,21 +75,49 @@ func srunArgv(cfg Config, prog string) []string {
 	case "numa":
 		a = append(a, "--cpu-bind=ldoms")
 	}
+	if cfg.NPerNode > 0 {
+		a = append(a, "--ntasks-per-node="+strconv.Itoa(cfg.NPerNode))
+	}
 	if !cfg.NoTag {
 		a = append(a, "--label")
 	}
-	return append(append(a, prog), cfg.Args...)
+	a = append(a, "sh", "-c", srunTaskScript, "sh", cfg.WorkDir, prog)
+	return append(a, cfg.Args...)
 }
 
-func srunProc(cfg Config, prog string, j *jobEnv, con *console) *proc {
+// checkSrun refuses what srun placement cannot do.
+func checkSrun(cfg Config) error {
+	if cfg.OutputDir != "" && cfg.NoTag {
+		return fmt.Errorf("%w: --output-filename under srun needs srun's labels to tell the ranks apart; drop --tag-output=false or use --srun no", ErrUsage)
+	}
+	return nil
+}
+
+// srunProc is srun's process for the whole job. Its environment has no
+// GOMAXPROCS of gorun's choosing (localEnv counts this machine's CPUs;
+// the tasks run on other nodes): comm.Init gives each rank its share of
+// its own node's CPUs.
+func srunProc(cfg Config, prog string, j *jobEnv, con *console) (*proc, error) {
 	a := srunArgv(cfg, prog)
 	cmd := exec.Command(a[0], a[1:]...)
-	cmd.Env = localEnv(j.sharedVars())
+	cmd.Env = rankEnv(j.sharedVars(), false)
 	cmd.Stdin = cfg.Stdin
-	p := &proc{rank: -1, cmd: cmd}
+	st := &srunTasks{dir: cfg.WorkDir}
+	if cfg.OutputDir != "" {
+		for r := 0; r < cfg.NP; r++ {
+			fs, err := rankLogs(cfg.OutputDir, r)
+			if err != nil {
+				st.close()
+				return nil, err
+			}
+			st.logs = append(st.logs, fs)
+		}
+	}
+	p := &proc{rank: -1, cmd: cmd, tasks: st}
 	p.stdout = newRankWriter(con, cfg.Stdout, -1, false)
 	p.stderr = newRankWriter(con, cfg.Stderr, -1, false)
-	return p
+	p.stdout.tap, p.stderr.tap = st.tap(0), st.tap(1)
+	return p, nil
 }
 
 // slurmSeed is the seed address: the allocation's first node, where srun's
@@ -92,3 +137,80 @@ func firstSlurmHost() string { return jobenv.FirstHost(jobenv.SlurmNodeList(os.G
 
 // FirstHost returns the first host of a Slurm host list (jobenv.FirstHost).
 func FirstHost(list string) string { return jobenv.FirstHost(list) }
+
+// srun's signals: SIGINT alone only makes srun print its tasks' state,
+// and two within a second abort the step (its tasks get SIGKILL through
+// slurmctld); SIGTERM aborts it too. SIGKILL to srun itself would leave
+// its step running (the reviewer's 4 ranks outlived gorun). SIGTERM for
+// the tasks alone goes through scancel.
+const (
+	srunIntGap    = 200 * time.Millisecond // between the two SIGINTs: one pending signal absorbs a second
+	srunAbortWait = 10 * time.Second       // for srun to end its step and exit before gorun kills it
+	scancelWait   = 10 * time.Second       // for scancel
+)
+
+// signalSrun stops p's tasks as sig would stop a rank. SIGINT and SIGTERM
+// become "scancel --signal=TERM STEP" once task 0 has named the step, else
+// SIGTERM to srun (its abort); SIGKILL becomes the double SIGINT (srun's
+// abort) then, should srun not be gone srunAbortWait later, SIGKILL.
+// Other signals go to srun, which forwards them. srun is never signalled
+// once reaped (os.Process holds a pidfd).
+func signalSrun(p *proc, sig syscall.Signal) {
+	srun := p.cmd.Process
+	switch sig {
+	case syscall.SIGINT, syscall.SIGTERM:
+		step := p.tasks.jobStep()
+		if step == "" {
+			srun.Signal(syscall.SIGTERM)
+			return
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), scancelWait)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "scancel", "--signal=TERM", step)
+			cmd.Env = localEnv(nil)
+			if err := cmd.Run(); err != nil {
+				srun.Signal(syscall.SIGTERM)
+			}
+		}()
+	case syscall.SIGKILL:
+		srun.Signal(syscall.SIGINT)
+		time.AfterFunc(srunIntGap, func() {
+			if srun.Signal(syscall.SIGINT) == nil {
+				time.AfterFunc(srunAbortWait, func() { srun.Kill() })
+			}
+		})
+	default:
+		srun.Signal(sig)
+	}
+}
+
+// perNode applies --npernode to a job without hosts: this machine gets
+// NPerNode slots, or srun places NPerNode tasks per node; -np defaults to
+// all of them.
+func perNode(cfg Config, srun bool) (Config, error) {
+	if cfg.NPerNode <= 0 || len(cfg.Hosts) > 0 || cfg.NNodes > 0 {
+		return cfg, nil
+	}
+	if !srun {
+		cfg.Hosts = []Host{{Name: "", Slots: cfg.NPerNode}}
+		if cfg.NP == 0 {
+			cfg.NP = cfg.NPerNode
+		}
+		return cfg, nil
+	}
+	if cfg.NP == 0 {
+		nodes := 0
+		for _, name := range []string{"SLURM_JOB_NUM_NODES", "SLURM_NNODES"} {
+			if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+				nodes = n
+				break
+			}
+		}
+		if nodes == 0 {
+			return cfg, fmt.Errorf("%w: -np is required: the Slurm allocation's node count (SLURM_JOB_NUM_NODES) is not set", ErrUsage)
+		}
+		cfg.NP = cfg.NPerNode * nodes
+	}
+	return cfg, nil
+}

@@ -63,4 +63,56 @@ func TestRealSlurm(t *testing.T) {
 	if !strings.Contains(got, "-np 8 but the Slurm allocation has 4 tasks") || strings.Contains(got, "status=0") {
 		t.Errorf("sbatch: gorun -np 8 in a 4-task allocation did not fail clearly:\n%s", got)
 	}
+
+	// In the same kind of allocation: stopping, failures and flags under
+	// srun (slurm.go, marker.go).
+	script = filepath.Join(work, "flags.sh")
+	os.WriteFile(script, []byte(`#!/bin/sh
+G=`+gorun+`
+echo "== int"
+$G -np 4 --kill-grace 1s /bin/sh -c 'trap "" TERM; echo up; sleep 60' >int.out 2>&1 &
+gp=$!
+i=0; while [ "$(grep -c up int.out)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+kill -INT $gp; wait $gp; echo "status=$?"
+i=0; while squeue -h -s -j $SLURM_JOB_ID -o %i | grep -q '\.[0-9]*$' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+echo "steps: $(squeue -h -s -j $SLURM_JOB_ID -o %i | grep '\.[0-9]*$' | tr '\n' ' ')"
+echo "== exit"
+$G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && exit 3; sleep 30'; echo "status=$?"
+echo "== wdir"
+$G -np 2 -wdir /tmp /bin/pwd
+$G -np 2 -wdir /nonexistent-gorun-wdir /bin/pwd; echo "status=$?"
+echo "== npernode"
+$G -N 1 /bin/hostname
+echo "== gomaxprocs"
+$G -np 1 /bin/sh -c 'echo "gomaxprocs=$GOMAXPROCS"'
+echo "== output"
+$G -np 2 --output-filename logs /bin/sh -c 'echo "task $SLURM_PROCID"'; cat logs/rank.1/stdout
+`), 0o755)
+	outFile = filepath.Join(work, "flags.out")
+	run("sbatch", "-W", "-N2", "-n4", "--ntasks-per-node=2", "-o", outFile, script)
+	b, _ = os.ReadFile(outFile)
+	got = string(b)
+	section := func(name string) string {
+		_, after, _ := strings.Cut(got, "== "+name+"\n")
+		before, _, _ := strings.Cut(after, "\n== ")
+		return before + "\n"
+	}
+	if s := section("int"); !strings.Contains(s, "status=130") || !strings.Contains(s, "\nsteps: \n") {
+		t.Errorf("SIGINT to gorun under srun, tasks ignoring SIGTERM: want status 130 and no step left:\n%s", s)
+	}
+	if s := section("exit"); !strings.Contains(s, "gorun: rank 2 ("+h2+") exited with status 3") || !strings.Contains(s, "status=3") {
+		t.Errorf("task 2 exiting with 3 under srun:\n%s", s)
+	}
+	if s := section("wdir"); !strings.Contains(s, "0: /tmp\n") || !strings.Contains(s, "-wdir /nonexistent-gorun-wdir") || !strings.Contains(s, "status=1") {
+		t.Errorf("-wdir under srun:\n%s", s)
+	}
+	if s := section("npernode"); !strings.Contains(s, "0: "+h1+"\n") || !strings.Contains(s, "1: "+h2+"\n") {
+		t.Errorf("-N 1 under srun: want one rank on each node:\n%s", s)
+	}
+	if s := section("gomaxprocs"); !strings.Contains(s, "0: gomaxprocs=\n") {
+		t.Errorf("under srun gorun set GOMAXPROCS from its own machine:\n%s", s)
+	}
+	if s := section("output"); !strings.HasSuffix(s, "\ntask 1\n\n") {
+		t.Errorf("--output-filename under srun:\n%s", s)
+	}
 }

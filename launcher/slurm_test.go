@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -27,6 +28,11 @@ func fakeSrun(args []string) int {
 		}
 		args = append(args[:3], args[4:]...)
 	}
+	for i := 3; i < len(args); i++ { // --npernode: TestSrunArgv
+		if strings.HasPrefix(args[i], "--ntasks-per-node=") {
+			args = append(args[:i:i], args[i+1:]...)
+		}
+	}
 	n, _ := strconv.Atoi(args[1])
 	label := args[3] == "--label"
 	prog := args[3:]
@@ -39,6 +45,7 @@ func fakeSrun(args []string) int {
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(prog[0], prog[1:]...)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_PROCID=%d", i), fmt.Sprintf("SLURM_NTASKS=%d", n))
+		cmd.Stderr = os.Stderr // unlabelled
 		out, err := cmd.StdoutPipe()
 		if err != nil || cmd.Start() != nil {
 			return 1
@@ -116,5 +123,85 @@ func TestSrunInsideSlurm(t *testing.T) {
 		if strings.Contains(env, "GORUN_RANK=") || strings.Contains(env, "GORUN_SIZE=") {
 			t.Errorf("rank %s got GORUN_RANK/GORUN_SIZE under srun:\n%s", r, env)
 		}
+		// This machine's CPU count is no business of the nodes srun uses:
+		// comm.Init shares out each node's own.
+		if strings.Contains(env, "GORUN_GOMAXPROCS=") {
+			t.Errorf("rank %s got gorun's GOMAXPROCS under srun:\n%s", r, env)
+		}
+	}
+}
+
+// fakeSlurm puts the fake srun on PATH inside a pretend allocation.
+func fakeSlurm(t *testing.T) {
+	t.Helper()
+	bin := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(bin, "srun")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("SLURM_JOB_ID", "4242")
+	t.Setenv("SLURM_JOB_NODELIST", "127.0.0.1")
+}
+
+func srunJob(t *testing.T, mode string, cfg Config) (string, string, error) {
+	t.Helper()
+	cfg.Program = testBinary(t)
+	cfg.Export = append([]string{"GORUN_TEST_ROLE=rank", "GORUN_TEST_MODE=" + mode}, cfg.Export...)
+	var out, errb strings.Builder
+	cfg.Stdout, cfg.Stderr = &out, &errb
+	err := Run(t.Context(), cfg)
+	return out.String(), errb.String(), err
+}
+
+// Under srun, gorun names the task that failed and its status, from the
+// task wrapper's marker; srun itself says only that one did.
+func TestSrunNamesFailedTask(t *testing.T) {
+	fakeSlurm(t)
+	_, stderr, err := srunJob(t, "exit-rank", Config{NP: 3, Export: []string{"GORUN_TEST_FAIL=1"}})
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 7 || ExitStatus(err) != 7 {
+		t.Fatalf("Run = %v, want rank 1 with status 7\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, "gorun:") && !strings.Contains(stderr, "gorun: rank 1 exited with status 7") || strings.Contains(stderr, "\x1e") {
+		t.Errorf("stderr:\n%q", stderr)
+	}
+}
+
+// --output-filename under srun: one log per task, from srun's labels.
+func TestSrunOutputFilename(t *testing.T) {
+	fakeSlurm(t)
+	dir := filepath.Join(t.TempDir(), "logs")
+	out, stderr, err := srunJob(t, "env", Config{NP: 2, OutputDir: dir})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, stderr)
+	}
+	for r := range 2 {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank.%d", r), "stdout"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("SLURM_PROCID=%d\n", r); !strings.Contains(string(b), want) || strings.Contains(string(b), ": ") {
+			t.Errorf("rank.%d/stdout lacks %q or has labels:\n%s", r, want, b)
+		}
+	}
+	if !strings.Contains(out, "1: SLURM_PROCID=1") {
+		t.Errorf("console lost the labelled lines:\n%s", out)
+	}
+	if _, _, err := srunJob(t, "env", Config{NP: 2, OutputDir: dir, NoTag: true}); !errors.Is(err, ErrUsage) {
+		t.Errorf("--output-filename with --tag-output=false under srun: %v, want a usage error", err)
+	}
+}
+
+// -wdir and --npernode reach srun's tasks.
+func TestSrunArgv(t *testing.T) {
+	a := srunArgv(Config{NP: 4, NPerNode: 2, WorkDir: "/w d", Program: "p", Args: []string{"x"}}, "p")
+	got := strings.Join(a, "|")
+	if !strings.Contains(got, "|--ntasks-per-node=2|") || !strings.HasSuffix(got, "|sh|/w d|p|x") {
+		t.Errorf("srun argv %q", a)
+	}
+	t.Setenv("SLURM_JOB_NUM_NODES", "3")
+	cfg, err := perNode(Config{NPerNode: 2}, true)
+	if err != nil || cfg.NP != 6 || len(cfg.Hosts) != 0 {
+		t.Errorf("-N 2 in a 3-node allocation: NP %d, hosts %v, %v; want 6 ranks placed by srun", cfg.NP, cfg.Hosts, err)
 	}
 }

@@ -184,13 +184,11 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	if err != nil {
 		return cfg, err
 	}
-	if npernode > 0 {
-		if len(cfg.Hosts) == 0 {
-			cfg.Hosts = []launcher.Host{{Name: "", Slots: npernode}} // this machine
-		}
-		cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
-	}
-	if cfg.NP == 0 {
+	// Without hosts, the launcher applies -N: to this machine, or to srun
+	// (--ntasks-per-node) inside a Slurm allocation.
+	cfg.NPerNode = npernode
+	cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
+	if cfg.NP == 0 && !(npernode > 0 && len(cfg.Hosts) == 0) {
 		// As mpirun: without -np, one rank per slot.
 		for _, h := range cfg.Hosts {
 			cfg.NP += h.Slots
