@@ -187,7 +187,9 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	// Without hosts, the launcher applies -N: to this machine, or to srun
 	// (--ntasks-per-node) inside a Slurm allocation.
 	cfg.NPerNode = npernode
-	cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
+	if len(cfg.Hosts) > 0 {
+		cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
+	}
 	if cfg.NP == 0 && !(npernode > 0 && len(cfg.Hosts) == 0) {
 		// As mpirun: without -np, one rank per slot.
 		for _, h := range cfg.Hosts {

@@ -112,6 +112,12 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"-H", "a:4,b:4", "--npernode", "1", "--map-by", "node", "--report-bindings", "prog"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.MapBy, c.ReportBindings = 2, "prog", []string{}, "node", true
 			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
+			c.NPerNode = 1
+		}},
+		// Without hosts, -N is the launcher's (srun's --ntasks-per-node
+		// inside an allocation): no host list that would turn srun off.
+		{args: []string{"-N", "2", "prog"}, want: func(c *launcher.Config) {
+			c.Program, c.Args, c.NPerNode = "prog", []string{}, 2
 		}},
 		{args: []string{"-np", "1", "--tag-output=false", "./a", "x", ":", "-np", "3", "./b", "-y"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.NoTag = 4, "./a", []string{"x"}, true
