@@ -89,15 +89,24 @@ func (m *metrics) close() {
 	m.srv.Shutdown(ctx)
 }
 
-// op counts one operation.
-func (m *metrics) op(coll collectives.Collective, algo collectives.Algo, bytes int, d int64, err error) {
+// op counts one operation that ran; its error, if any, is counted by
+// failed.
+func (m *metrics) op(coll collectives.Collective, algo collectives.Algo, bytes int, d int64) {
 	c, a := int(coll)%maxColls, int(algo)%maxAlgos
 	m.calls[c][a].Add(1)
 	m.bytes[c][a].Add(uint64(bytes))
 	m.nanos[c][a].Add(uint64(d))
-	if err != nil {
-		m.errs[classify(err)].Add(1)
+}
+
+// failed counts c's failed operation, one that ran or one that failed
+// before it could (the communicator had failed already: a survivor that
+// learns of a death between two operations fails the second one so), and
+// returns err.
+func (c *Comm) failed(err error) error {
+	if observable && err != nil && c.obs != nil && c.obs.o.met != nil {
+		c.obs.o.met.errs[classify(err)].Add(1)
 	}
+	return err
 }
 
 func (m *metrics) families() []prom.Family {

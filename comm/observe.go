@@ -133,7 +133,7 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *engine.Plan, algo collec
 		}
 	}
 	if m := co.o.met; m != nil {
-		m.op(c.call.Coll, algo, max(len(s.work), len(s.input)), end-start, err)
+		m.op(c.call.Coll, algo, max(len(s.work), len(s.input)), end-start)
 	}
 	if co.o.rec == nil {
 		return err

@@ -206,6 +206,11 @@ func (c *Comm) execP2P(ctx context.Context, msgs []p2pMsg) error {
 		}
 		return c.exec(ctx, &s)
 	}
+	return c.failed(c.execGroup(ctx, msgs))
+}
+
+// execGroup runs msgs, two or more to other ranks, as one operation.
+func (c *Comm) execGroup(ctx context.Context, msgs []p2pMsg) error {
 	if err := c.eng.Err(); err != nil {
 		return err
 	}

@@ -279,6 +279,11 @@ type spec struct {
 
 // exec runs one operation; the caller holds the turn.
 func (c *Comm) exec(ctx context.Context, s *spec) error {
+	return c.failed(c.execute(ctx, s))
+}
+
+// execute is exec without the count of a failure.
+func (c *Comm) execute(ctx context.Context, s *spec) error {
 	if err := c.eng.Err(); err != nil {
 		return err
 	}
