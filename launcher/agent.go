@@ -48,12 +48,12 @@ var DefaultAgent = []string{"ssh"}
 const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + `; ` +
 	`if [ -n "$1" ]; then cd "$1" 2>/dev/null || if [ "$2" = 1 ]; then printf '\036gorun:wdir\n' >&2; exit 1; fi; fi; ` +
 	`g=$3; shift 3; me=$$; t=$me; L=; if kill -0 -$me 2>/dev/null; then L=1; t=-$me; fi; ` +
-	`if [ "$PPID" -gt 1 ]; then ( trap '' TERM; ` +
+	`if [ "$PPID" -gt 1 ]; then ( trap '' TERM USR1 USR2; ` +
 	`up() { if [ -d /proc/self ]; then [ -e "/proc/$1" ]; else kill -0 "$1"; fi 2>/dev/null; }; ` +
 	`while up "$me" && up "$PPID"; do sleep 1; done; ` +
 	`if up "$me"; then kill -s TERM -- $t; sleep "$g"; if [ -n "$L" ] || up "$me"; then kill -s KILL -- $t; fi; fi ` +
 	`) </dev/null >/dev/null 2>&1 & fi; ` +
-	`if [ -n "$L" ]; then printf '\036gorun:pid %s\n' "$me" >&2; trap : TERM; ` + runQuiet + `; s=$?; ` +
+	`if [ -n "$L" ]; then trap : TERM USR1 USR2; printf '\036gorun:pid %s\n' "$me" >&2; ` + runQuiet + `; s=$?; ` +
 	`printf '\036gorun:exit %s\n' "$s" >&2; exit "$s"; fi; exec "$@"`
 
 // runQuiet is the part of a wrapper script (tokenScript, srunTaskScript)
@@ -63,8 +63,9 @@ const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + 
 // with the command's stderr redirected); the program gets the real one
 // back, and default signal dispositions but those the script inherited
 // ignored. Both shells survive SIGTERM, so that a program that ignores it
-// is still waited for.
-const runQuiet = `sh -c 'trap : TERM; ( exec 2>&3 3>&-; exec "$@" ); exit $?' sh "$@" 3>&2 2>/dev/null`
+// is still waited for, and SIGUSR1 and SIGUSR2, which gorun passes on to
+// the program's whole process group.
+const runQuiet = `sh -c 'trap : TERM USR1 USR2; ( exec 2>&3 3>&-; exec "$@" ); exit $?' sh "$@" 3>&2 2>/dev/null`
 
 // remoteArgv is the command that starts argv on host through agent with
 // the given environment ("K=V" each) in directory dir (strict: -wdir, an
@@ -199,7 +200,9 @@ const remoteKillWait = 5 * time.Second
 // arrives. The command is bounded by grace (remoteKillWait for SIGKILL);
 // a SIGTERM that could not be delivered so falls back to signalling
 // local, whose end the script's watcher turns into SIGTERM and, after
-// grace, SIGKILL; after SIGKILL local is killed in any case.
+// grace, SIGKILL; after SIGKILL local is killed in any case. A signal
+// that does not stop the rank (SIGUSR1, SIGUSR2) has no fallback: it would
+// end local, and so the rank.
 func signalRemote(agent []string, host string, pgid int, local *os.Process, sig syscall.Signal, grace time.Duration) {
 	wait := grace
 	if sig == syscall.SIGKILL {
@@ -213,6 +216,9 @@ func signalRemote(agent []string, host string, pgid int, local *os.Process, sig 
 	cmd.Env = localEnv(nil)
 	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if err != nil && !stops(sig) {
+		return // the local agent would die of it, and the rank with it
+	}
 	if err != nil || sig == syscall.SIGKILL {
 		local.Signal(sig)
 	}

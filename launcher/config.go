@@ -104,8 +104,9 @@ type Config struct {
 	// ranks; 0 means 5s.
 	KillGrace time.Duration
 
-	// Signals delivers signals to forward to every rank (SIGINT, SIGTERM);
-	// a second signal kills the ranks at once.
+	// Signals delivers signals to forward to every rank. SIGINT and SIGTERM
+	// stop the job (a second one kills the ranks at once); SIGUSR1 and
+	// SIGUSR2 are passed on and the job goes on.
 	Signals <-chan os.Signal
 
 	// Apps, when set, makes the job MPMD (gorun -np 1 ./a : -np 3 ./b):

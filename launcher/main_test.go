@@ -203,6 +203,27 @@ func fakeRank(mode string, args []string) int {
 	case "sleep":
 		time.Sleep(20 * time.Second)
 		return 0
+	case "usr":
+		// Says "ready" once it handles SIGUSR1 and SIGUSR2, then "got" each
+		// of them in turn, and exits 0. On stderr: that is where a remote
+		// rank's wrapper reports its process group, before the program
+		// starts (marker.go), so gorun knows it once "ready" is out.
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+		fmt.Fprintln(os.Stderr, "ready")
+		for _, want := range []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+			select {
+			case s := <-sigs:
+				fmt.Fprintln(os.Stderr, "got", s)
+				if s != want {
+					return 1
+				}
+			case <-time.After(20 * time.Second):
+				fmt.Fprintln(os.Stderr, "no", want)
+				return 3
+			}
+		}
+		return 0
 	case "exit-rank":
 		// The rank GORUN_TEST_FAIL names (GORUN_RANK, or SLURM_PROCID
 		// under srun) exits with status 7; the others with 0.

@@ -114,6 +114,10 @@ func (r *runner) run(ctx context.Context) error {
 			if s == 0 {
 				s = syscall.SIGTERM
 			}
+			if !stops(s) {
+				r.kill(s) // SIGUSR1, SIGUSR2: passed on, the job goes on
+				continue
+			}
 			if r.stopping {
 				r.con.message(fmt.Sprintf("gorun: %v again: killing %d ranks", s, r.ranks()))
 				r.kill(syscall.SIGKILL)
@@ -277,11 +281,23 @@ func (r *runner) kill(sig syscall.Signal) {
 				go signalRemote(agentOf(r.cfg), p.host, int(pid), p.cmd.Process, sig, r.cfg.KillGrace)
 				continue
 			}
+			if !stops(sig) {
+				// No process group reported (not started yet, or an agent
+				// that does not give it one): the local agent stands for
+				// the rank only for signals that end it.
+				continue
+			}
 		}
 		if err := signalGroup(p.cmd.Process, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 			p.cmd.Process.Signal(sig)
 		}
 	}
+}
+
+// stops reports whether gorun stopping the job sends sig: SIGUSR1 and
+// SIGUSR2 are only passed on to the ranks, as mpirun does.
+func stops(sig syscall.Signal) bool {
+	return sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2
 }
 
 // ranks is the number of ranks still running: srun stands for all of its

@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gorun-hpc/gorun/internal/jobenv"
+	"golang.org/x/sys/unix"
 )
 
 // useSrun decides whether ranks are placed by srun: inside a Slurm
@@ -57,9 +59,9 @@ func fitsAllocation(np int) error {
 // signal N), its rank and its node. srun only says that some task failed
 // (its own status, 143 once --kill-on-bad-exit has stopped the rest);
 // the marker says which, and how.
-const srunTaskScript = `if [ "$SLURM_PROCID" = 0 ]; then printf '\036gorun:step %s.%s\n' "$SLURM_JOB_ID" "$SLURM_STEP_ID" >&2; fi; ` +
+const srunTaskScript = `trap : TERM USR1 USR2; if [ "$SLURM_PROCID" = 0 ]; then printf '\036gorun:step %s.%s\n' "$SLURM_JOB_ID" "$SLURM_STEP_ID" >&2; fi; ` +
 	`if [ -n "$1" ]; then cd "$1" 2>/dev/null || { printf '\036gorun:wdir %s %s\n' "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit 1; }; fi; shift; ` +
-	`trap : TERM; ` + runQuiet + `; s=$?; printf '\036gorun:exit %s %s %s\n' "$s" "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit "$s"`
+	runQuiet + `; s=$?; printf '\036gorun:exit %s %s %s\n' "$s" "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit "$s"`
 
 // srunArgv is the srun command for the job. srun places the ranks and
 // sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;
@@ -149,30 +151,20 @@ const (
 	scancelWait   = 10 * time.Second       // for scancel
 )
 
-// signalSrun stops p's tasks as sig would stop a rank. SIGINT and SIGTERM
-// become "scancel --signal=TERM STEP" once task 0 has named the step, else
-// SIGTERM to srun (its abort); SIGKILL becomes the double SIGINT (srun's
-// abort) then, should srun not be gone srunAbortWait later, SIGKILL.
-// Other signals go to srun, which forwards them. srun is never signalled
-// once reaped (os.Process holds a pidfd).
+// signalSrun stops p's tasks as sig would stop a rank, or passes sig on.
+// SIGINT and SIGTERM become "scancel --signal=TERM STEP" once task 0 has
+// named the step, else SIGTERM to srun (its abort); SIGUSR1 and SIGUSR2
+// become "scancel --signal=USR1 STEP" (USR2), else go to srun, which
+// forwards them; SIGKILL becomes the double SIGINT (srun's abort) then,
+// should srun not be gone srunAbortWait later, SIGKILL. Other signals go
+// to srun. srun is never signalled once reaped (os.Process holds a pidfd).
 func signalSrun(p *proc, sig syscall.Signal) {
 	srun := p.cmd.Process
 	switch sig {
 	case syscall.SIGINT, syscall.SIGTERM:
-		step := p.tasks.jobStep()
-		if step == "" {
-			srun.Signal(syscall.SIGTERM)
-			return
-		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), scancelWait)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, "scancel", "--signal=TERM", step)
-			cmd.Env = localEnv(nil)
-			if err := cmd.Run(); err != nil {
-				srun.Signal(syscall.SIGTERM)
-			}
-		}()
+		scancel(p.tasks.jobStep(), syscall.SIGTERM, srun)
+	case syscall.SIGUSR1, syscall.SIGUSR2:
+		scancel(p.tasks.jobStep(), sig, srun)
 	case syscall.SIGKILL:
 		srun.Signal(syscall.SIGINT)
 		time.AfterFunc(srunIntGap, func() {
@@ -183,6 +175,24 @@ func signalSrun(p *proc, sig syscall.Signal) {
 	default:
 		srun.Signal(sig)
 	}
+}
+
+// scancel sends sig to every task of the job step, in the background; with
+// no step yet, or when scancel fails, srun gets sig instead.
+func scancel(step string, sig syscall.Signal, srun *os.Process) {
+	if step == "" {
+		srun.Signal(sig)
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), scancelWait)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "scancel", "--signal="+strings.TrimPrefix(unix.SignalName(sig), "SIG"), step)
+		cmd.Env = localEnv(nil)
+		if err := cmd.Run(); err != nil {
+			srun.Signal(sig)
+		}
+	}()
 }
 
 // perNode applies --npernode to a job without hosts: this machine gets

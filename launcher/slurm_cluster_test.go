@@ -76,6 +76,11 @@ i=0; while [ "$(grep -c up int.out)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=
 kill -INT $gp; wait $gp; echo "status=$?"
 i=0; while squeue -h -s -j $SLURM_JOB_ID -o %i | grep -q '\.[0-9]*$' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 echo "steps: $(squeue -h -s -j $SLURM_JOB_ID -o %i | grep '\.[0-9]*$' | tr '\n' ' ')"
+echo "== usr"
+$G -np 4 /bin/sh -c 'trap "echo usr1; exit 0" USR1; echo up; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo nosig; exit 5' >usr.out 2>&1 &
+gp=$!
+i=0; while [ "$(grep -c up usr.out)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+kill -USR1 $gp; wait $gp; echo "status=$?"; sort usr.out
 echo "== exit"
 $G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && exit 3; sleep 30'; echo "status=$?"
 echo "== wdir"
@@ -99,6 +104,11 @@ $G -np 2 --output-filename logs /bin/sh -c 'echo "task $SLURM_PROCID"'; cat logs
 	}
 	if s := section("int"); !strings.Contains(s, "status=130") || !strings.Contains(s, "\nsteps: \n") {
 		t.Errorf("SIGINT to gorun under srun, tasks ignoring SIGTERM: want status 130 and no step left:\n%s", s)
+	}
+	// SIGUSR1 to gorun reaches every task (scancel --signal=USR1 of the
+	// step), whose wrappers survive it; the job goes on to exit 0.
+	if s := section("usr"); !strings.Contains(s, "status=0\n") || strings.Count(s, ": usr1\n") != 4 {
+		t.Errorf("SIGUSR1 to gorun under srun: want every task's trap to run and status 0:\n%s", s)
 	}
 	if s := section("exit"); !strings.Contains(s, "gorun: rank 2 ("+h2+") exited with status 3") || !strings.Contains(s, "status=3") {
 		t.Errorf("task 2 exiting with 3 under srun:\n%s", s)

@@ -33,7 +33,7 @@ func run(args []string) int {
 		return 2
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 	// Rank 0 reads gorun's stdin through a pipe gorun fills, so a rank in

@@ -55,6 +55,22 @@ func rank() int {
 		time.Sleep(20 * time.Second)
 		return 0
 	}
+	if os.Getenv("GORUN_TEST_USR") != "" {
+		// Handles SIGUSR1 then SIGUSR2, says so, and exits 0.
+		sigs := make(chan os.Signal, 2)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+		fmt.Println("ready")
+		for range 2 {
+			select {
+			case s := <-sigs:
+				fmt.Println("got", s)
+			case <-time.After(20 * time.Second):
+				fmt.Println("no signal")
+				return 3
+			}
+		}
+		return 0
+	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT)
 	fmt.Println("ready")

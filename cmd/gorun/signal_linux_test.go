@@ -244,3 +244,40 @@ func devShm() map[string]bool {
 	}
 	return m
 }
+
+// SIGUSR1 and SIGUSR2 sent to gorun reach every rank, as mpirun forwards
+// them, and do not stop the job: the ranks handle them and exit 0, and so
+// does gorun.
+func TestUserSignalsForwarded(t *testing.T) {
+	cmd := gorun(t, "-np", "3", "-x", "GORUN_TEST_USR=1")
+	stdout, stderr := &lineLog{}, &lineLog{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	count := func(s string) func(string) bool {
+		return func(out string) bool { return strings.Count(out, s) == 3 }
+	}
+	if !stdout.waitFor(count("] ready\n"), time.Minute, exited) {
+		t.Fatalf("the ranks did not start\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	}
+	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		if err := cmd.Process.Signal(s); err != nil {
+			t.Fatal(err)
+		}
+		if !stdout.waitFor(count("] got "+s.String()+"\n"), 30*time.Second, exited) {
+			t.Fatalf("not every rank got %v\nstdout:\n%s\nstderr:\n%s", s, stdout, stderr)
+		}
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("gorun: %v, want status 0\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gorun did not exit after its ranks did\nstderr:\n%s", stderr)
+	}
+}

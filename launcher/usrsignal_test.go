@@ -1,0 +1,110 @@
+package launcher
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// waitWriter keeps what is written and wakes waitFor at each write.
+type waitWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
+}
+
+func (w *waitWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
+	}
+	return len(p), nil
+}
+
+func (w *waitWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// waitFor waits until s has been written n times; false when d passed or
+// done was closed first.
+func (w *waitWriter) waitFor(s string, n int, d time.Duration, done <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		if strings.Count(w.buf.String(), s) >= n {
+			w.mu.Unlock()
+			return true
+		}
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-done:
+			return strings.Count(w.String(), s) >= n
+		}
+	}
+}
+
+// SIGUSR1 and SIGUSR2 given to gorun reach every rank, local and remote
+// (through the agent, to the rank's process group there), and the job goes
+// on: the ranks handle both and exit 0, and so does the job. The remote
+// wrapper's shells survive them (they would be killed, and the rank
+// reported killed by signal 10).
+func TestUserSignalsForwarded(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hosts []Host
+		agent bool
+	}{
+		{"local", nil, false},
+		{"remote", []Host{{Name: "node1", Slots: 3}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{NP: 3, Hosts: tc.hosts}
+			if tc.agent {
+				cfg.LaunchAgent = fakeSSHAgent(t)
+			}
+			sigs := make(chan os.Signal, 1)
+			stderr := &waitWriter{}
+			cfg.Signals, cfg.Stderr = sigs, stderr
+			done := make(chan struct{})
+			var err error
+			go func() {
+				defer close(done)
+				_, _, err = runJob(t, "usr", cfg)
+			}()
+			if !stderr.waitFor("] ready\n", 3, time.Minute, done) {
+				t.Fatalf("the ranks did not start:\n%s", stderr)
+			}
+			for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+				sigs <- s
+				if !stderr.waitFor("] got "+s.String()+"\n", 3, 30*time.Second, done) {
+					t.Fatalf("not every rank got %v:\n%s", s, stderr)
+				}
+			}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the job did not end after the ranks got both signals:\n%s", stderr)
+			}
+			if err != nil {
+				t.Errorf("Run = %v, want success: the job goes on after SIGUSR1 and SIGUSR2\n%s", err, stderr)
+			}
+		})
+	}
+}
