@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,34 @@ func TestClusterOverRealSSH(t *testing.T) {
 			t.Errorf("rank %d printed %q, want %q", r, lines[r], w)
 		}
 	}
+
+	// Names of this machine are one host (mergeLocal); the cluster's
+	// hosts, by name or by address, are others (their own namespaces).
+	t.Run("local-names-and-cluster-hosts", func(t *testing.T) {
+		here, err := os.Hostname()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := hostAndRank
+		cfg.NP = 4
+		cfg.Hosts = []Host{{Name: "localhost", Slots: 1}, {Name: h1, Slots: 1}, {Name: "127.0.0.1", Slots: 1}, {Name: h2, Slots: 1}}
+		out, stderr, err := runJob(t, "", cfg)
+		if err != nil {
+			t.Fatalf("Run: %v\n%s%s", err, out, stderr)
+		}
+		lines := rankLines(t, out)
+		for r, w := range []string{here + " 0/2", here + " 1/2", h1 + " 0/1", h2 + " 0/1"} {
+			if len(lines[r]) != 1 || lines[r][0] != w {
+				t.Errorf("rank %d printed %q, want %q", r, lines[r], w)
+			}
+		}
+		// ssh knows the hosts by name only: their addresses are checked
+		// without a job.
+		ips := []Host{{Name: "localhost", Slots: 1}, {Name: c.Hosts[0].IP, Slots: 1}, {Name: c.Hosts[1].IP, Slots: 1}}
+		if got := mergeLocal(ips); !reflect.DeepEqual(got, ips) {
+			t.Errorf("mergeLocal(%v) = %v: a cluster host's address taken for this machine's", ips, got)
+		}
+	})
 
 	// On the same cluster: how remote ranks end (tokenScript, signalRemote).
 	hosts := []Host{{Name: h1, Slots: 1}, {Name: h2, Slots: 1}}

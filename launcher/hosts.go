@@ -19,7 +19,8 @@ const maxSlots = 1 << 20
 
 // ParseHostfile reads an Open MPI hostfile: one host per line, optionally
 // followed by "slots=N" (default 1) and "max_slots=N" (accepted, ignored);
-// "#" starts a comment. A host listed twice gets the sum of its slots.
+// "#" starts a comment. A host listed twice gets the sum of its slots, and
+// so do names of this machine (mergeLocal).
 func ParseHostfile(r io.Reader) ([]Host, error) {
 	var hosts []Host
 	sc := bufio.NewScanner(r)
@@ -60,11 +61,12 @@ func ParseHostfile(r io.Reader) ([]Host, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHostfile, err)
 	}
-	return hosts, nil
+	return mergeLocal(hosts), nil
 }
 
 // ParseHostList parses mpirun's -H value: "host1:2,host2:2,host3" (a host
 // without a count takes one slot). IPv6 addresses go in brackets: "[::1]:2".
+// Names of this machine are one host (mergeLocal).
 func ParseHostList(s string) ([]Host, error) {
 	var hosts []Host
 	for _, item := range strings.Split(s, ",") {
@@ -101,7 +103,7 @@ func ParseHostList(s string) ([]Host, error) {
 		}
 		hosts = addHost(hosts, h)
 	}
-	return hosts, nil
+	return mergeLocal(hosts), nil
 }
 
 func parseSlots(v string) (int, error) {
@@ -110,6 +112,30 @@ func parseSlots(v string) (int, error) {
 		return 0, fmt.Errorf("slot count %q is not an integer in [1, %d]", v, maxSlots)
 	}
 	return n, nil
+}
+
+// mergeLocal makes the hosts that name this machine (isLocalHost:
+// localhost, 127.0.0.0/8, ::1, its host name, its addresses) one host, as
+// Open MPI does: at the first one's place, under its name, with their
+// slots added up. So ranks there are numbered and bound as one host's,
+// not two hosts' that share CPUs. Hosts of other network namespaces (the
+// namespace cluster) have other names and addresses and stay apart.
+func mergeLocal(hosts []Host) []Host {
+	local := -1
+	var out []Host
+	for _, h := range hosts {
+		if !isLocalHost(h.Name) {
+			out = addHost(out, h)
+			continue
+		}
+		if local < 0 {
+			local = len(out)
+			out = append(out, h)
+			continue
+		}
+		out[local].Slots = min(out[local].Slots+h.Slots, maxSlots)
+	}
+	return out
 }
 
 func addHost(hosts []Host, h Host) []Host {
@@ -163,6 +189,7 @@ func Place(hosts []Host, np int) ([]Slot, error) {
 	if len(hosts) == 0 {
 		hosts = []Host{{Name: "", Slots: np}}
 	}
+	hosts = mergeLocal(hosts)
 	slots := make([]Slot, 0, np)
 	for _, h := range hosts {
 		start := len(slots)

@@ -16,6 +16,7 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 	if np < 1 || len(hosts) == 0 {
 		return Place(hosts, np)
 	}
+	hosts = mergeLocal(hosts)
 	used := make([]int, len(hosts))
 	var slots []Slot
 	for len(slots) < np {
