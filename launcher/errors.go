@@ -16,6 +16,10 @@ var (
 	ErrInterrupted = errors.New("job interrupted")
 )
 
+// StatusUsage is gorun's exit status for a usage error, as for a flag that
+// does not parse (the flag package's, and mpirun's for a bad option).
+const StatusUsage = 2
+
 // RankError says which rank failed and how.
 type RankError struct {
 	Rank     int
@@ -56,13 +60,18 @@ func (e *JobError) Error() string {
 
 func (e *JobError) Unwrap() error { return e.Err }
 
-// ExitStatus is the status gorun exits with for Run's error: 0 for nil, the
+// ExitStatus is the status gorun exits with for Run's error: 0 for nil, 2
+// for a usage error (ErrUsage, ErrHostfile: a bad flag or value, found
+// before any rank starts; the status of a flag that does not parse), the
 // failed rank's exit status (128+signal when it was killed, as shells do),
 // 124 for a timeout (as timeout(1) does), 128+signal when interrupted, and 1
 // otherwise.
 func ExitStatus(err error) int {
 	if err == nil {
 		return 0
+	}
+	if errors.Is(err, ErrUsage) || errors.Is(err, ErrHostfile) {
+		return StatusUsage
 	}
 	var re *RankError
 	if errors.As(err, &re) {

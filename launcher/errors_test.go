@@ -19,7 +19,9 @@ func TestExitStatusAndMessages(t *testing.T) {
 		{&RankError{Rank: 0, ExitCode: -1, Err: fmt.Errorf("%w: no such file", ErrLaunch)}, 1, "rank 0: cannot start rank: no such file"},
 		{&JobError{Err: ErrTimeout, Detail: " after 1m0s", Status: 124}, 124, "job timed out after 1m0s"},
 		{&JobError{Err: ErrInterrupted, Detail: " by interrupt", Status: 130}, 130, "job interrupted by interrupt"},
-		{fmt.Errorf("%w: bad", ErrUsage), 1, "invalid job description: bad"},
+		{fmt.Errorf("%w: bad", ErrUsage), 2, "invalid job description: bad"},
+		{fmt.Errorf("%w: line 1: bad", ErrHostfile), 2, "invalid hostfile: line 1: bad"},
+		{fmt.Errorf("%w: job control: no port", ErrLaunch), 1, "cannot start rank: job control: no port"},
 	} {
 		if got := ExitStatus(tc.err); got != tc.status {
 			t.Errorf("ExitStatus(%v) = %d, want %d", tc.err, got, tc.status)

@@ -38,11 +38,11 @@ func addRanksMain(args []string, stdout, stderr io.Writer) int {
 		if err == flag.ErrHelp {
 			return 0
 		}
-		return 2
+		return launcher.StatusUsage
 	}
 	if *n < 1 || *job == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "gorun: usage: gorun --add-ranks N --job ID (N ≥ 1; no program)")
-		return 2
+		return launcher.StatusUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

@@ -30,7 +30,7 @@ func run(args []string) int {
 			return 0
 		}
 		fmt.Fprintln(os.Stderr, "gorun:", err)
-		return 2
+		return launcher.StatusUsage
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2)

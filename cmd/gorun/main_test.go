@@ -295,15 +295,6 @@ func TestExitStatusOfFailedRank(t *testing.T) {
 	}
 }
 
-func TestUsageErrorExitsTwo(t *testing.T) {
-	cmd := gorun(t, "-np", "0")
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 && ee.ExitCode() != 1 {
-		t.Fatalf("gorun -np 0 exited with %v", err)
-	}
-}
-
 // Ranks die with gorun even when gorun gets SIGKILL and cannot stop them.
 func TestRanksDieWithGorun(t *testing.T) {
 	dir := t.TempDir()
@@ -402,5 +393,42 @@ func TestParseArgsChecksEnvironment(t *testing.T) {
 	t.Setenv("GORUN_QUORUM", "yes")
 	if _, err := parseArgs([]string{"-np", "2", "prog"}, io.Discard, io.Discard); err == nil {
 		t.Error("GORUN_QUORUM=yes in gorun's environment accepted")
+	}
+}
+
+// Every usage error exits 2 before any rank starts: a flag that does not
+// parse, and a bad value that gorun or the launcher finds (-np -1, --map-by,
+// --bind-to, an unset -x VAR, more ranks than slots, a bad hostfile line,
+// an unwritable --timeline).
+func TestUsageErrorExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	hostfile := filepath.Join(dir, "hosts")
+	os.WriteFile(hostfile, []byte("n1 slots=two\n"), 0o644)
+	for _, args := range [][]string{
+		{"--nosuchflag", "-np", "1"},
+		{"-np", "x"},
+		{"-np", "0"},
+		{"-np", "-1"},
+		{"-np", "1", "--map-by", "socket"},
+		{"-np", "1", "--bind-to", "socket"},
+		{"-np", "1", "-x", "GORUN_TEST_SURELY_UNSET_VAR"},
+		{"-np", "3", "-H", "localhost:2"},
+		{"-np", "1", "--hostfile", hostfile},
+		{"-np", "1", "--timeline", filepath.Join(dir, "missing", "tl.json")},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cmd := gorunProgram(t, "/bin/sh", args...)
+			cmd.Args = append(cmd.Args, "-c", "echo started")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Errorf("gorun %q: %v, want exit status 2\n%s", args, err, stderr.String())
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("gorun %q started a rank: %q", args, stdout.String())
+			}
+		})
 	}
 }

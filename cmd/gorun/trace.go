@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gorun-hpc/gorun/internal/trace"
+	"github.com/gorun-hpc/gorun/launcher"
 )
 
 // traceMain is "gorun trace": it draws a merged timeline as an SVG Gantt
@@ -36,7 +37,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 			if err == flag.ErrHelp {
 				return 0
 			}
-			return 2
+			return launcher.StatusUsage
 		}
 		if fs.NArg() == 0 {
 			break
@@ -47,7 +48,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 	if *merge != "" {
 		if len(files) > 0 {
 			fmt.Fprintln(stderr, "gorun trace: -merge takes no file argument")
-			return 2
+			return launcher.StatusUsage
 		}
 		rfs, missing, err := trace.ReadRanks(*merge, 0)
 		if err != nil {
@@ -77,7 +78,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(files) != 1 || *out == "" || !strings.HasSuffix(*out, ".svg") {
 		fs.Usage()
-		return 2
+		return launcher.StatusUsage
 	}
 	f, err := os.Open(files[0])
 	if err != nil {
