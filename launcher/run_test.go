@@ -86,7 +86,8 @@ func TestEnvContract(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("output from %d ranks, want 3:\n%s", len(lines), out)
 	}
-	wantLocal := [][2]string{{"0", "2"}, {"1", "2"}, {"0", "1"}}
+	// Two names of this machine are one host (mergeLocal): 3 local ranks.
+	wantLocal := [][2]string{{"0", "3"}, {"1", "3"}, {"2", "3"}}
 	shared := map[string]string{}
 	for r := 0; r < 3; r++ {
 		env := map[string]string{}
