@@ -157,6 +157,7 @@ type peerState struct {
 	sendPiece, recvPiece      int
 	ctsCur                    int    // next receive (index in recvs) to clear ahead
 	sendRead                  uint64 // the current send's last piece posted from its buffer, +1 (post)
+	refused                   bool   // the current send is direct, and its receiver cleared another message (refuseDirect)
 }
 
 // DirectMin is the smallest op (in bytes) sent directly into the receiver's

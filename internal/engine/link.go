@@ -89,15 +89,16 @@ const (
 
 // control message types
 const (
-	ctrlHello    uint32 = iota + 1
-	ctrlCredit          // b: messages consumed so far (cumulative)
-	ctrlAbort           // rank a is the culprit, b the reason code; c: 0, or 1<<32 | the first collective it fails (Withdraw)
-	ctrlBye             // the peer closed its communicator
-	ctrlCTS             // clear to send: the next direct message goes to address b, rkey a
-	ctrlMismatch        // evidence: rank a (call hash b>>32, operation c>>32) saw rank c&0xffffffff send call hash b&0xffffffff
-	ctrlReject          // the acceptor refuses the connection: reason a (connect.go)
-	ctrlWake            // a message is in the mailbox of a receiver that sleeps (mailbox.go)
-	ctrlWaiting         // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
+	ctrlHello      uint32 = iota + 1
+	ctrlCredit            // b: messages consumed so far (cumulative)
+	ctrlAbort             // rank a is the culprit, b the reason code; c: 0, or 1<<32 | the first collective it fails (Withdraw)
+	ctrlBye               // the peer closed its communicator
+	ctrlCTS               // clear to send: the next direct message goes to address b, rkey a; c: its length << 32 | its call's hash
+	ctrlMismatch          // evidence: rank a (call hash b>>32, operation c>>32) saw rank c&0xffffffff send call hash b&0xffffffff
+	ctrlReject            // the acceptor refuses the connection: reason a (connect.go)
+	ctrlWake              // a message is in the mailbox of a receiver that sleeps (mailbox.go)
+	ctrlWaiting           // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
+	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number a: its length b >> 32, its call's hash b (mismatch.go)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -156,11 +157,16 @@ type Link struct {
 	cts [ctsDepth]struct {
 		addr atomic.Uint64
 		rkey atomic.Uint32
+		want atomic.Uint64 // the receive's length << 32 | its call's hash (directWant)
 	}
 	ctsArrived atomic.Uint64 // clear-to-send messages received
-	ctsUsed    uint64        // engine: clear-to-send messages used
-	ctsSent    uint64        // engine: clear-to-sends sent to the peer
-	directDone uint64        // engine: direct messages received (each used one)
+	// peerDirect is the peer's last word that a Run of its waits for a
+	// clear-to-send from this rank (ctrlDirectWait), nil if none: set by
+	// the watcher, read by the engine (checkDirect).
+	peerDirect atomic.Pointer[directWait]
+	ctsUsed    uint64 // engine: clear-to-send messages used
+	ctsSent    uint64 // engine: clear-to-sends sent to the peer
+	directDone uint64 // engine: direct messages received (each used one)
 
 	posted      uint64 // engine: data messages posted
 	consumed    uint64 // engine: data messages applied
@@ -518,7 +524,10 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			n := l.ctsArrived.Load()
 			l.cts[n%ctsDepth].addr.Store(b)
 			l.cts[n%ctsDepth].rkey.Store(a)
+			l.cts[n%ctsDepth].want.Store(binary.LittleEndian.Uint64(m[16:]))
 			l.ctsArrived.Store(n + 1)
+		case ctrlDirectWait:
+			l.peerDirect.Store(&directWait{number: a, want: b})
 		}
 	}
 	if err := l.postRecv(slot); err != nil && !errors.Is(err, rdma.ErrClosed) {

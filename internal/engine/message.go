@@ -40,6 +40,9 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 	stride := l.hdrStride()
 	direct := o.ToCopy && nbytes >= DirectMin
 	if direct {
+		if ps.refused {
+			return false, false, 0, nil // the peer decides (refuseDirect)
+		}
 		np = 1
 	}
 	sig := call.sig(o)
@@ -76,6 +79,9 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 			}
 			cts := &l.cts[l.ctsUsed%ctsDepth]
 			ctsAddr, ctsKey := cts.addr.Load(), cts.rkey.Load()
+			if cts.want.Load() != directWant(nbytes, sig) {
+				return true, false, 0, e.refuseDirect(l, hb, raddr, sig, nbytes, ps)
+			}
 			src := buf[o.Off*es : o.Off*es+nbytes]
 			mr, err := e.bufMR(l.dev, call, o.Buf)
 			if err != nil {
@@ -164,6 +170,31 @@ func isDirectRecv(o *collectives.Op, es int) bool {
 	return o.Kind == collectives.Recv && o.Len*es >= DirectMin
 }
 
+// directWant is what a direct message of n bytes of call c is, as its
+// receiver's clear-to-send and its sender's ctrlDirectWait say it: its
+// length << 32 | its call's hash.
+func directWant(n int, c *Call) uint64 { return uint64(uint32(n))<<32 | uint64(callHash(c)) }
+
+// refuseDirect sends the header of a direct message whose receiver
+// cleared another one (another length or call: a point-to-point call with
+// another count, a collective with another count or root), without its
+// data: a write past the receive's buffer would fail the connection with a
+// remote access error, and one within it would overwrite the buffer with
+// another call's data. The receiver checks the header (consume), finds
+// the difference and names this rank, as for a staged message; this
+// send waits for that decision (ps.refused), which fails the engine.
+func (e *Engine) refuseDirect(l *Link, hb []byte, raddr uint64, sig *Call, nbytes int, ps *peerState) error {
+	e.putHeader(l, hb, sig, nbytes, true)
+	m := l.posted
+	if err := l.conn.PostWriteImm(wrid(l.id, kindData, m), hb[:hdrSize], l.hdrs, rdma.FlagSignaled, raddr, l.rKey, uint32(m)); err != nil {
+		return err
+	}
+	l.ctsUsed++
+	l.posted++
+	ps.refused = true
+	return nil
+}
+
 // clearAhead sends clear-to-sends for the direct receives from pp's peer,
 // in order, from the first not yet cleared on, as far as their deps are
 // done and the peer has room (ctsDepth) — ahead of the data, so that a
@@ -183,7 +214,7 @@ func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call 
 		if err != nil {
 			return moved, err
 		}
-		if err := l.sendCtrl(ctrlCTS, mr.RKey(), rdma.AddrOf(dst)); err != nil && !l.closed.Load() {
+		if err := l.sendCtrl3(ctrlCTS, mr.RKey(), rdma.AddrOf(dst), directWant(len(dst), call.sig(o))); err != nil && !l.closed.Load() {
 			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
 			return moved, err
 		}
@@ -284,8 +315,13 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 // Meanwhile this goroutine keeps dispatching, or the others' evidence
 // would not be read.
 func (e *Engine) mismatched(l *Link, h []byte, sig *Call, diff string) error {
+	return e.mismatchedHash(l, headerHash(h), sig, diff)
+}
+
+// mismatchedHash is mismatched for a peer's call known by its hash.
+func (e *Engine) mismatchedHash(l *Link, theirs uint32, sig *Call, diff string) error {
 	why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, diff)
-	e.evidence(e.Rank, callHash(sig), l.Peer, headerHash(h), opOf(sig), why)
+	e.evidence(e.Rank, callHash(sig), l.Peer, theirs, opOf(sig), why)
 	wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
 	for e.Err() == nil && wait.Err() == nil {
 		e.pollOrSleep(wait)
@@ -396,6 +432,15 @@ func (l *Link) nextNumber() uint16 {
 		return uint16(l.consumed + l.mb.read)
 	}
 	return uint16(l.consumed)
+}
+
+// nextFull is nextNumber to 64 bits: the count of l's data messages
+// this rank has taken.
+func (l *Link) nextFull() uint64 {
+	if l.mb != nil {
+		return l.consumed + l.mb.read
+	}
+	return l.consumed
 }
 
 // headerNumber is a header's number field.

@@ -22,6 +22,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,4 +273,61 @@ func (e *Engine) decideMismatch() {
 		why = "another rank received a message of a different call"
 	}
 	e.Abort(culprit, fmt.Errorf("%w: %s", ErrMismatch, why))
+}
+
+// directWait is a peer's word that its Run waits for this rank's
+// clear-to-send for its data message number (the low 32 bits of its
+// count), which is want (directWant).
+type directWait struct {
+	number uint32
+	want   uint64
+}
+
+// checkDirect is the look for a disagreement that no message shows, on
+// both sides of a direct message: where the sender's message is direct
+// (DirectMin bytes or more) and the receiver's receive is staged (shorter),
+// the sender waits for a clear-to-send and the receiver for a staged
+// message, and neither sends the other anything. Run calls it where it
+// has waited strayAfter, as stray. It tells each peer whose clear-to-send
+// a send of this Run waits for, once a Run (told), what it would send;
+// and it compares a peer's such word with the receive of this Run that
+// takes that message, and names the peer where they differ (the
+// receiver decides, as for a header it reads: consume).
+func (e *Engine) checkDirect(w *waiter) error {
+	p, call := w.p, w.call
+	es := call.DType.Size()
+	for i := range p.peers {
+		pp, ps := &p.peers[i], &e.st.pp[i]
+		l := e.links[pp.peer].Load()
+		if l == nil {
+			continue
+		}
+		if ps.sendCur < len(pp.sends) && ps.sendPiece == 0 && !ps.refused && !slices.Contains(w.toldDirect, pp.peer) {
+			o := &p.S.Ops[pp.sends[ps.sendCur]]
+			if n := o.Len * es; o.ToCopy && n >= DirectMin && e.st.ready(o) && l.ctsArrived.Load() <= l.ctsUsed {
+				w.toldDirect = append(w.toldDirect, pp.peer)
+				if !l.closed.Load() && !l.broken.Load() {
+					l.sendCtrl(ctrlDirectWait, uint32(l.number()), directWant(n, call.sig(o))) // best effort
+				}
+			}
+		}
+		d := l.peerDirect.Load()
+		if d == nil || d.number != uint32(l.nextFull()) || ps.recvCur >= len(pp.recvs) {
+			continue
+		}
+		o := &p.S.Ops[pp.recvs[ps.recvCur]]
+		sig := call.sig(o)
+		want := o.Len * es
+		if isDirectRecv(o, es) && d.want == directWant(want, sig) {
+			continue // the receive will clear it (clearAhead)
+		}
+		l.peerDirect.Store(nil)
+		n := int(d.want >> 32)
+		diff := fmt.Sprintf("it sends a message of %d bytes, this rank receives %d", n, want)
+		if n == want {
+			diff = "it sends a message of another call (its type, count, tag or root differs)"
+		}
+		return e.mismatchedHash(l, uint32(d.want), sig, diff)
+	}
+	return nil
 }

@@ -98,6 +98,9 @@ type waiter struct {
 	idleFrom int64 // when this Run last stopped moving (monoNow); 0 moving
 	strayAt  int64 // when it last looked for strays (Engine.stray)
 	told     []int // the peers it has told it waits for them (tellWaiting), once each
+	// toldDirect: the peers it has told it waits for their clear-to-send
+	// (checkDirect), once each.
+	toldDirect []int
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
@@ -109,6 +112,12 @@ const (
 	strayAfter = 5 * time.Millisecond
 	strayEvery = 100 * time.Millisecond
 )
+
+// suspectAfter is how long a Run whose caller's deadline passes must have
+// waited without progress to name the peer it waits for rather than
+// itself (ctxDone): longer than a loaded machine keeps a working peer
+// off its CPU.
+const suspectAfter = 100 * time.Millisecond
 
 // smallCreditsAfter is how long a Run of a small plan waits before it
 // returns the credits it owes in a message of their own (flushOwed); a
@@ -241,7 +250,7 @@ func (w *waiter) idle() error {
 	}
 	if now-w.idleFrom >= int64(strayAfter) && now-w.strayAt >= int64(strayAfter) {
 		w.strayAt = now
-		if e.stray(w.call) != nil {
+		if e.stray(w.call) != nil || e.checkDirect(w) != nil {
 			return e.Err() // ErrMismatch naming the rank the vote found
 		}
 		// Once per peer and Run: a peer that does not run (stopped,
@@ -301,10 +310,19 @@ func (w *waiter) sleep(now int64) error {
 
 func (w *waiter) ctxDone() error {
 	e := w.e
-	if errors.Is(w.ctx.Err(), context.Canceled) {
+	switch {
+	case errors.Is(w.ctx.Err(), context.Canceled):
 		// The caller gave up: this rank aborts the others.
 		e.Withdraw(fmt.Errorf("%w: %w", ErrAborted, w.ctx.Err()))
-	} else {
+	case w.idleFrom == 0 || monoNow()-w.idleFrom < int64(suspectAfter):
+		// The deadline passed while the call still moved: the peers
+		// work, and the deadline was too short for the call, so this
+		// rank names itself, as a cancel does. (Naming the peer it
+		// waited for told every rank that a working rank timed out.)
+		e.Withdraw(fmt.Errorf("%w: %w, while the call still moved (it waited for rank %d)", ErrTimeout, w.ctx.Err(), e.waitingFor(w.p)))
+	default:
+		// Nothing came for suspectAfter or longer: the peer it waits
+		// for is the likelier cause (it never called, or it is stuck).
 		e.Abort(e.waitingFor(w.p), fmt.Errorf("%w: %w", ErrTimeout, w.ctx.Err()))
 	}
 	return e.Err()
