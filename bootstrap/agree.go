@@ -461,6 +461,12 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			n.ask(epoch, members, waiting, askRound)
 			asked, askRound = time.Now(), askRound+1
 		}
+		if epoch == 1 {
+			if err := n.formLost(locked, miss); err != nil {
+				// A rank died or left before the first world formed (formloss.go).
+				return World{}, n.formError(epoch, p, miss, locked, err)
+			}
+		}
 		if n.jobGone() {
 			// A restarted rank whose job's other ranks have all left or
 			// died (they finished before it was seen): nobody can admit
@@ -628,24 +634,34 @@ var beforeCommit func(n *Node, w *World)
 var aloneFor = 10 * time.Second // a variable for tests
 
 // jobGone says whether this node restarts a rank (Config.Restarted), is
-// not yet admitted, and its view holds no other live rank of the job: the
-// others left (Leaving, or gone from the view) or died, or were gone
-// before it reached them. A node claiming this node's rank does not
-// count: it is the incarnation this one restarts, dead, which gossip
-// clears only after its suspicion timeout (3.4 s in
-// TestJoinerOfEndedJobFails), as growTable takes it.
+// not yet admitted, and its view holds no other live rank of the job that
+// could admit it: the others left (Leaving, or gone from the view) or
+// died, or were gone before it reached them. A node claiming this node's
+// rank does not count: it is the incarnation this one restarts, dead,
+// which gossip clears only after its suspicion timeout (3.4 s in
+// TestJoinerOfEndedJobFails), as growTable takes it. Nor does another
+// restarted rank not yet admitted (meta.Joining): two restarted after the
+// job's last ranks finished saw each other and waited for the timeout
+// (the reviewer's initkill with --max-restarts 1), unless they are
+// enough, Size ranks, to form a first world of their own (every rank
+// restarted after a failed Init: formloss.go).
 func (n *Node) jobGone() bool {
 	if !n.cfg.Restarted || n.isFormed() {
 		return false
 	}
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
+	joining := map[int]bool{n.cfg.Rank: true}
 	for name, q := range n.peers {
-		if name != n.name && n.ofJob(q) && (n.cfg.Rank < 0 || q.meta.Rank != n.cfg.Rank) {
+		if name == n.name || !n.ofJob(q) || (n.cfg.Rank >= 0 && q.meta.Rank == n.cfg.Rank) {
+			continue
+		}
+		if !q.meta.Joining || q.meta.Rank < 0 {
 			return false
 		}
+		joining[q.meta.Rank] = true
 	}
-	return true
+	return n.cfg.Rank < 0 || len(joining) < n.cfg.Size
 }
 
 // ofJob says whether q is a live member of this node's job, not leaving:
@@ -804,6 +820,9 @@ func (n *Node) formError(epoch uint32, p proposal, miss []int, locked *World, ca
 	}
 	if joinErr != nil {
 		e.Notes = append(e.Notes, "joining the seeds failed: "+joinErr.Error())
+	}
+	if oe, ok := cause.(*OpError); ok && oe.Peer >= 0 {
+		e.Notes = append(e.Notes, formLossNote(oe))
 	}
 	return e
 }

@@ -102,7 +102,16 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	if ok {
 		n.mu.Lock()
 		switch left := p.meta.Leaving || n.leaving[node.Name]; {
+		case !n.formed && (left || node.State == memberlist.StateLeft):
+			if p.meta.Forming { // it gave up forming; a formed node that closes is another world's
+				n.noteFormLossLocked(node.Name, p.meta.Rank, ErrPeerLeft)
+			}
 		case !n.formed:
+			// Forming: a death counts as once formed (formloss.go).
+			if !n.runsHereForming(p) {
+				n.noteFormLossLocked(node.Name, p.meta.Rank, nil)
+				n.lastCallLocked(node.Name, p.addr)
+			}
 		case left:
 			n.reportLocked(node.Name, left)
 		case !n.runsHere(node.Name):

@@ -92,10 +92,17 @@
 // messages once the view is complete (plus at most 8 table sends per
 // member), instead of waiting for Size meta updates to gossip to every
 // node: O(1) agreement messages per member and O(n) at the coordinator.
-// If the membership changes during the few milliseconds between prepare
-// and commit, or the coordinator dies, the locked ranks of the first world
-// do not finish and fail with a *FormError at the deadline: agreement is
-// safe, not live, under failures, as it must be. A Shrink or Grow has the
+// A rank that dies while the first world forms (memberlist's dead
+// verdict with its last call unanswered, or a refused gossip port; never
+// suspicion alone, nor a process Config.Running shows running here), or
+// leaves because its own Form failed, ends Form on every other rank at
+// once with a *FormError whose Cause is an *OpError naming it: the first
+// world has none to fall back on, and one smaller than Size is not what
+// Init promises (formloss.go). A locked member gives up only for its
+// coordinator, the locked coordinator only for a member it awaits, so a
+// committed world and a failed Form share a rank only when the coordinator
+// died after its commit, and then that world holds a dead member, which
+// every rank of it hears of. A Shrink or Grow has the
 // old world to fall back on: a locked node that finds a member it waits
 // for gone (evidence.go, witness.go), or dropped by gossip with no answer
 // to the last call (lost.go), tells the others and agrees again, on the

@@ -61,7 +61,7 @@ type FormError struct {
 	Unassigned int      // members seen without a rank that got no slot yet
 	Disagree   []int    // (coordinator only) ranks that did not propose or ack its view
 	Notes      []string // e.g. members of the job with a different size
-	Cause      error    // ctx.Err() or ErrClosed
+	Cause      error    // ctx.Err(), ErrClosed, ErrJobGone, or the *OpError of a rank that died or left while the first world formed
 }
 
 func (e *FormError) Error() string {

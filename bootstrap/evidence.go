@@ -30,6 +30,9 @@ const (
 	evidenceProbeTimeout = 250 * time.Millisecond
 	// evidenceProbeEvery is the least time between two probes of a member.
 	evidenceProbeEvery = 50 * time.Millisecond
+	// formProbeMax is the most members the first world's agreement waits
+	// for that it probes (probeWaitingFor).
+	formProbeMax = 16
 )
 
 // errRefused is the error of a member whose gossip port refused a
@@ -116,10 +119,12 @@ func (n *Node) heardDead(name string) {
 }
 
 // probeWaitingFor probes the members (by rank in the table) whose
-// messages the agreement waits for. Only for later epochs: while the first
-// world forms, a member that does not answer yet may not have started.
+// messages the agreement waits for. While the first world forms, only a
+// few (formProbeMax): every member in the table was seen alive, so its
+// port was open, but a coordinator of thousands waits for many answers
+// that are merely late.
 func (n *Node) probeWaitingFor(epoch uint32, members []Member, ranks []int) {
-	if epoch <= 1 {
+	if epoch <= 1 && len(ranks) > formProbeMax {
 		return
 	}
 	for _, r := range ranks {
@@ -206,19 +211,37 @@ func (n *Node) markGoneAs(name string, kind byte) {
 		return
 	}
 	n.gone[name] = true
-	if q, ok := n.peers[name]; ok {
+	q, seen := n.peers[name]
+	if seen {
 		n.goneAddr[name] = q.addr
 	}
 	delete(n.peers, name)
 	n.viewGen++
 	n.outGen++
+	var tell []peer // forming: the view, for want of a world
 	n.viewMu.Unlock()
 	n.mu.Lock()
-	if n.formed {
+	formed := n.formed
+	if formed {
 		n.reportLocked(name, n.leaving[name])
+	} else if !seen || !q.meta.Leaving || q.meta.Forming { // a formed node that closes is another world's
+		rank := -1
+		if seen {
+			rank = q.meta.Rank
+		}
+		n.noteFormLossLocked(name, rank, n.deathCauseLocked(name))
 	}
 	w := n.world
 	n.mu.Unlock()
+	if !formed {
+		n.viewMu.Lock()
+		for _, p := range n.peers {
+			if p.name != n.name {
+				tell = append(tell, p)
+			}
+		}
+		n.viewMu.Unlock()
+	}
 	if i := slices.IndexFunc(w.Members, func(m Member) bool { return m.Name == name }); i >= 0 {
 		n.viewMu.Lock()
 		if _, ok := n.goneAddr[name]; !ok {
@@ -231,6 +254,9 @@ func (n *Node) markGoneAs(name string, kind byte) {
 		if q.Name != n.name && q.Name != name {
 			n.send(q.Name, q.Addr, m)
 		}
+	}
+	for _, p := range tell {
+		n.send(p.name, p.addr, m)
 	}
 	n.signal()
 }

@@ -67,6 +67,9 @@ func (n *Node) lastCall(name, addr string) {
 		case !alive:
 			delete(n.calling, name)
 			n.reportLocked(name, n.leaving[name])
+			if !n.leaving[name] { // forming: a death (formloss.go)
+				n.noteFormLossLocked(name, -1, n.deathCauseLocked(name))
+			}
 			n.viewMu.Lock()
 			n.viewGen++ // a Grow waiting for it derives its table again (growOut)
 			n.viewMu.Unlock()

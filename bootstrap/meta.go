@@ -21,14 +21,16 @@ const (
 // meta flag bits.
 const (
 	flagLeaving = 1 << 0 // the node is closing; its departure is not a crash
-	knownFlags  = flagLeaving
+	flagForming = 1 << 1 // with flagLeaving: it leaves before its first world formed (formloss.go)
+	flagJoining = 1 << 2 // a restarted rank not yet admitted (jobGone, agree.go)
+	knownFlags  = flagLeaving | flagForming | flagJoining
 )
 
 // meta is what every node publishes in its memberlist node meta.
 //
 // Encoding, version 1 (all integers unsigned LEB128 varints, rank zig-zag):
 //
-//	version byte (=1) | flags byte (1: leaving) | rank (zig-zag, -1 = unassigned) |
+//	version byte (=1) | flags byte (1: leaving, 2: leaving unformed, 4: joining) | rank (zig-zag, -1 = unassigned) |
 //	size | len(job) job | len(host) host | len(blob) blob
 //
 // Decoding is strict: unknown versions, unknown flags, out-of-range values
@@ -39,6 +41,8 @@ type meta struct {
 	JobID   string
 	Host    string
 	Leaving bool
+	Forming bool // leaving before its first world formed: its Form failed
+	Joining bool // restarted (Config.Restarted) and not yet admitted to a world
 	Blob    []byte
 }
 
@@ -57,6 +61,12 @@ func (m *meta) encode() ([]byte, error) {
 	var flags byte
 	if m.Leaving {
 		flags |= flagLeaving
+	}
+	if m.Forming {
+		flags |= flagForming
+	}
+	if m.Joining {
+		flags |= flagJoining
 	}
 	b = append(b, metaVersion, flags)
 	b = binary.AppendVarint(b, int64(m.Rank))
@@ -93,6 +103,8 @@ func decodeMeta(buf []byte) (meta, error) {
 	}
 	m.Rank = int(rank)
 	m.Leaving = flags&flagLeaving != 0
+	m.Forming = flags&flagForming != 0
+	m.Joining = flags&flagJoining != 0
 	m.Size = int(d.uvarint(math.MaxInt32))
 	m.JobID = string(d.bytes(MaxJobID))
 	m.Host = string(d.bytes(MaxHost))

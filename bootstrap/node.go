@@ -102,6 +102,10 @@ type Node struct {
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
 	probes   map[string]*probeState // evidence.go
+	// formLosses are the job's nodes found dead or gone before the first
+	// world formed (formloss.go); emptied at install.
+	formLosses  map[string]*formLoss
+	formLossSeq uint64 // the last formLoss.seq
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
@@ -171,6 +175,8 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		calling:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
 
+		formLosses: make(map[string]*formLoss),
+
 		proposals: make(map[uint32]map[string][digestLen]byte),
 		acks:      make(map[uint32]map[string][digestLen]byte),
 		committed: make(map[uint32][digestLen]byte),
@@ -181,7 +187,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		tables:    make(map[uint32]*tablePrepare),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
-		Blob: append([]byte(nil), blob...)}
+		Joining: cfg.Restarted, Blob: append([]byte(nil), blob...)}
 	if n.metaBuf, err = n.meta.encode(); err != nil {
 		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
 	}
@@ -238,7 +244,34 @@ func (n *Node) Form(ctx context.Context) (World, error) {
 		return World{}, err
 	}
 	n.install(w)
+	n.admitted()
 	return w, nil
+}
+
+// admitted clears the Joining flag of a restarted node that formed, in
+// the background: another restarted rank counts it as a live rank of the
+// job from then on (jobGone).
+func (n *Node) admitted() {
+	n.metaMu.Lock()
+	joining := n.meta.Joining
+	if joining {
+		n.meta.Joining = false
+		if buf, err := n.meta.encode(); err == nil {
+			n.metaBuf = buf
+		}
+	}
+	n.metaMu.Unlock()
+	n.mu.Lock()
+	if !joining || n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		_ = n.ml.UpdateNode(n.cfg.LeaveTimeout)
+	}()
 }
 
 // nodeName is unique per process start: the rank and 48 random bits.
@@ -292,7 +325,7 @@ func (n *Node) shutdown(leave bool) {
 	n.closed = true
 	close(n.done)
 	close(n.failures)
-	w := n.world
+	w, formed := n.world, n.formed
 	n.mu.Unlock()
 
 	n.wg.Wait() // the join loop
@@ -319,6 +352,7 @@ func (n *Node) shutdown(leave bool) {
 		}
 		n.metaMu.Lock()
 		n.meta.Leaving = true
+		n.meta.Forming = !formed // the others' Form fails at once (formloss.go)
 		if buf, err := n.meta.encode(); err == nil {
 			n.metaBuf = buf
 		}
@@ -444,6 +478,7 @@ func (n *Node) install(w World) {
 		close(n.formedCh)
 	}
 	n.formed = true
+	clear(n.formLosses)
 	n.inWorld = make(map[string]int, len(w.Members))
 	for _, m := range w.Members {
 		n.inWorld[m.Name] = m.Rank
