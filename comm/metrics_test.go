@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -26,14 +27,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		return c.Barrier(ctx)
 	}))
 	// A mismatch: every rank fails it and counts it.
-	errs := onAll(cs, func(c *Comm) error {
-		return AllReduce(ctx, c, make([]float32, 4+c.Rank()), make([]float32, 4+c.Rank()), Sum)
-	})
-	for r, err := range errs {
-		if !errors.Is(err, ErrMismatch) {
-			t.Fatalf("rank %d: mismatched allreduce = %v", r, err)
-		}
-	}
+	mismatchAll(ctx, t, cs)
 	for r, c := range cs {
 		resp, err := http.Get("http://" + c.cfg.obs.met.Addr().String() + "/metrics")
 		if err != nil {
@@ -85,14 +79,7 @@ func TestMetricsCountOperationsFailedBeforeTheyRun(t *testing.T) {
 	t.Setenv("GORUN_METRICS_ADDR", "127.0.0.1:0")
 	cs := newLocal(t, 2, WithTransport("tcp"))
 	ctx := testCtx(t)
-	errs := onAll(cs, func(c *Comm) error {
-		return AllReduce(ctx, c, make([]float32, 4+c.Rank()), make([]float32, 4+c.Rank()), Sum)
-	})
-	for r, err := range errs {
-		if !errors.Is(err, ErrMismatch) {
-			t.Fatalf("rank %d: mismatched allreduce = %v", r, err)
-		}
-	}
+	mismatchAll(ctx, t, cs)
 	for r, c := range cs {
 		v := make([]float32, 4)
 		if err := AllReduce(ctx, c, v, v, Sum); !errors.Is(err, ErrMismatch) {
@@ -116,6 +103,20 @@ func TestMetricsCountOperationsFailedBeforeTheyRun(t *testing.T) {
 		}
 		if got, _ := prom.Get(fams, "gorun_errors_total", prom.Label{Name: "kind", Value: "mismatch"}); got != 4 {
 			t.Errorf("rank %d: %v mismatches counted, want 4 (the allreduce that failed, then an allreduce, a send and a group that could not run)", r, got)
+		}
+	}
+}
+
+// mismatchAll runs an allreduce whose ranks pass different counts, and
+// fails the test unless every rank fails it with ErrMismatch.
+func mismatchAll(ctx context.Context, t *testing.T, cs []*Comm) {
+	t.Helper()
+	errs := onAll(cs, func(c *Comm) error {
+		return AllReduce(ctx, c, make([]float32, 4+c.Rank()), make([]float32, 4+c.Rank()), Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrMismatch) {
+			t.Fatalf("rank %d: mismatched allreduce = %v", r, err)
 		}
 	}
 }

@@ -64,19 +64,7 @@ func TestEndToEndTimelineAndReport(t *testing.T) {
 	if !strings.Contains(stderr, "gorun: timeline: "+out+" (2 ranks") {
 		t.Errorf("no timeline message:\n%s", stderr)
 	}
-	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
-		t.Errorf("per-rank files left behind: %v", m)
-	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []chromeEvent `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("merged timeline is not JSON: %v", err)
-	}
+	doc := readMerged(t, out)
 	procs := map[int]string{}
 	byRank := map[int][]chromeEvent{}
 	for _, e := range doc.TraceEvents {
@@ -342,19 +330,7 @@ func TestEndToEndTimelineOfCrashedJob(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s+allreduce\s+10\s`).MatchString(stderr) {
 		t.Errorf("no report with 10 allreduces:\n%s", stderr)
 	}
-	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
-		t.Errorf("per-rank files left behind: %v", m)
-	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []chromeEvent `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("merged timeline is not JSON: %v", err)
-	}
+	doc := readMerged(t, out)
 	barriers := map[int]bool{}
 	for _, e := range doc.TraceEvents {
 		if e.Ph == "X" && e.Name == "barrier" {
@@ -430,4 +406,23 @@ print(len(fams), sum(len(f.samples) for f in fams))`
 	if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("%d %d", len(fams), samples); got != want {
 		t.Errorf("prometheus_client finds %s families and samples, prom.Parse %s", got, want)
 	}
+}
+
+// readMerged reads gorun's merged timeline out, and fails the test if a
+// rank's file was left behind or the timeline is not Chrome trace JSON.
+func readMerged(t *testing.T, out string) (doc struct {
+	TraceEvents []chromeEvent `json:"traceEvents"`
+}) {
+	t.Helper()
+	if m, _ := filepath.Glob(out + ".*"); len(m) != 0 {
+		t.Errorf("per-rank files left behind: %v", m)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("merged timeline is not JSON: %v", err)
+	}
+	return doc
 }
