@@ -120,3 +120,37 @@ func TestDeadlineWhileMovingNamesCaller(t *testing.T) {
 		t.Fatalf("rank 1: %v; want it to wrap context.DeadlineExceeded", errs[1])
 	}
 }
+
+// The second direct send of a Run, to a receiver that came late: the
+// first send's word to its receiver (the clear-to-send it waits for) is
+// answered, the second's receive is staged and shorter. Its own word must
+// go too (once a message, not once a Run), or the two wait for each other
+// until the timeout. A reviewer's case.
+func TestP2PLengthMismatchSecondSend(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2, WithTimeout(60*time.Second))
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 0 {
+			return WaitAll(ctx, ISend(ctx, c, make([]float32, 1<<18), 1, 0), ISend(ctx, c, make([]float32, 20000), 1, 1))
+		}
+		time.Sleep(150 * time.Millisecond) // the sender's first word goes before this rank calls
+		return WaitAll(ctx, IRecv(ctx, c, make([]float32, 1<<18), 0, 0), IRecv(ctx, c, make([]float32, 16000), 0, 1))
+	})
+	checkAll(t, "second direct send", errs, ErrMismatch, 0)
+}
+
+// A caller's deadline that passes before anything came names the peer it
+// waited for (it never called), not the caller: a Run that never moved
+// has not seen its peers work.
+func TestDeadlineBeforeAnythingNamesPeer(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2, WithTimeout(60*time.Second))
+	short, cancel := context.WithTimeout(ctx, 80*time.Millisecond)
+	defer cancel()
+	v := []float32{1}
+	err := AllReduce(short, cs[0], v, v, Sum) // rank 1 never calls
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || !errors.Is(err, ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("rank 0: %v; want ErrTimeout wrapping context.DeadlineExceeded, naming rank 1", err)
+	}
+}

@@ -68,7 +68,10 @@ import (
 const (
 	hdrSize  = 32
 	ctrlSize = 32
-	hdrMagic = 0x67724e31 // "grN1": a hello's; a data header has its low half
+	// hdrMagic is a hello's: "grN2" (2: a clear-to-send carries what the
+	// receive wants, which an earlier build's does not, 2026-11-29); a
+	// data header has its low half.
+	hdrMagic = 0x67724e32
 	// hdrMagic16 begins a data message's header; its next two bytes are
 	// the message's number (message.go).
 	hdrMagic16 = hdrMagic & 0xffff
@@ -98,7 +101,7 @@ const (
 	ctrlReject            // the acceptor refuses the connection: reason a (connect.go)
 	ctrlWake              // a message is in the mailbox of a receiver that sleeps (mailbox.go)
 	ctrlWaiting           // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
-	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number a: its length b >> 32, its call's hash b (mismatch.go)
+	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number c: its length b >> 32, its call's hash b (mismatch.go)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -289,7 +292,7 @@ func (l *Link) sendHello(rank int) error {
 // takeHello takes the peer's rank and staging from a hello.
 func (l *Link) takeHello(m []byte) error {
 	if binary.LittleEndian.Uint32(m[28:]) != hdrMagic {
-		return fmt.Errorf("collectives: bad hello: %w", ErrProtocol)
+		return fmt.Errorf("collectives: bad hello (a peer of another gorun version?): %w", ErrProtocol)
 	}
 	l.Peer = int(binary.LittleEndian.Uint32(m[4:]))
 	l.rAddr = binary.LittleEndian.Uint64(m[8:])
@@ -527,7 +530,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			l.cts[n%ctsDepth].want.Store(binary.LittleEndian.Uint64(m[16:]))
 			l.ctsArrived.Store(n + 1)
 		case ctrlDirectWait:
-			l.peerDirect.Store(&directWait{number: a, want: b})
+			l.peerDirect.Store(&directWait{number: binary.LittleEndian.Uint64(m[16:]), want: b})
 		}
 	}
 	if err := l.postRecv(slot); err != nil && !errors.Is(err, rdma.ErrClosed) {

@@ -276,11 +276,18 @@ func (e *Engine) decideMismatch() {
 }
 
 // directWait is a peer's word that its Run waits for this rank's
-// clear-to-send for its data message number (the low 32 bits of its
-// count), which is want (directWant).
+// clear-to-send for its data message number (Link.number), which is want
+// (directWant).
 type directWait struct {
-	number uint32
+	number uint64
 	want   uint64
+}
+
+// directTold is a direct message a Run has told its receiver it waits to
+// send (checkDirect).
+type directTold struct {
+	peer   int
+	number uint64
 }
 
 // checkDirect is the look for a disagreement that no message shows, on
@@ -289,7 +296,9 @@ type directWait struct {
 // the sender waits for a clear-to-send and the receiver for a staged
 // message, and neither sends the other anything. Run calls it where it
 // has waited strayAfter, as stray. It tells each peer whose clear-to-send
-// a send of this Run waits for, once a Run (told), what it would send;
+// a send of this Run waits for what it would send, once a message
+// (w.toldDirect: progress comes between two words to a peer, so a stopped
+// peer's control receives do not fill);
 // and it compares a peer's such word with the receive of this Run that
 // takes that message, and names the peer where they differ (the
 // receiver decides, as for a header it reads: consume).
@@ -302,18 +311,25 @@ func (e *Engine) checkDirect(w *waiter) error {
 		if l == nil {
 			continue
 		}
-		if ps.sendCur < len(pp.sends) && ps.sendPiece == 0 && !ps.refused && !slices.Contains(w.toldDirect, pp.peer) {
+		if ps.sendCur < len(pp.sends) && ps.sendPiece == 0 && !ps.refused {
 			o := &p.S.Ops[pp.sends[ps.sendCur]]
-			if n := o.Len * es; o.ToCopy && n >= DirectMin && e.st.ready(o) && l.ctsArrived.Load() <= l.ctsUsed {
-				w.toldDirect = append(w.toldDirect, pp.peer)
+			told := directTold{pp.peer, l.number()}
+			if n := o.Len * es; o.ToCopy && n >= DirectMin && e.st.ready(o) && l.ctsArrived.Load() <= l.ctsUsed && !slices.Contains(w.toldDirect, told) {
+				w.toldDirect = append(w.toldDirect, told)
 				if !l.closed.Load() && !l.broken.Load() {
-					l.sendCtrl(ctrlDirectWait, uint32(l.number()), directWant(n, call.sig(o))) // best effort
+					l.sendCtrl3(ctrlDirectWait, 0, directWant(n, call.sig(o)), told.number) // best effort
 				}
 			}
 		}
 		d := l.peerDirect.Load()
-		if d == nil || d.number != uint32(l.nextFull()) || ps.recvCur >= len(pp.recvs) {
+		if d == nil {
 			continue
+		}
+		if next := l.nextFull(); d.number < next {
+			l.peerDirect.CompareAndSwap(d, nil) // its message was taken
+			continue
+		} else if d.number > next || ps.recvCur >= len(pp.recvs) {
+			continue // a later message, or one a later Run takes
 		}
 		o := &p.S.Ops[pp.recvs[ps.recvCur]]
 		sig := call.sig(o)

@@ -98,9 +98,9 @@ type waiter struct {
 	idleFrom int64 // when this Run last stopped moving (monoNow); 0 moving
 	strayAt  int64 // when it last looked for strays (Engine.stray)
 	told     []int // the peers it has told it waits for them (tellWaiting), once each
-	// toldDirect: the peers it has told it waits for their clear-to-send
-	// (checkDirect), once each.
-	toldDirect []int
+	// toldDirect: the messages it has told their receivers it waits to
+	// send (checkDirect), once each.
+	toldDirect []directTold
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
@@ -144,6 +144,17 @@ func (w *waiter) reset() {
 	}
 	w.idleN = 0
 	w.idleFrom = 0
+}
+
+// heard says whether the Run has taken a message from a peer: that peer
+// worked on the call.
+func (w *waiter) heard() bool {
+	for i := range w.p.peers {
+		if ps := &w.e.st.pp[i]; ps.recvCur > 0 || ps.recvPiece > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // idle is called after a step that moved nothing; it returns an error that
@@ -314,15 +325,20 @@ func (w *waiter) ctxDone() error {
 	case errors.Is(w.ctx.Err(), context.Canceled):
 		// The caller gave up: this rank aborts the others.
 		e.Withdraw(fmt.Errorf("%w: %w", ErrAborted, w.ctx.Err()))
-	case w.idleFrom == 0 || monoNow()-w.idleFrom < int64(suspectAfter):
-		// The deadline passed while the call still moved: the peers
-		// work, and the deadline was too short for the call, so this
-		// rank names itself, as a cancel does. (Naming the peer it
-		// waited for told every rank that a working rank timed out.)
+	case w.heard() && (w.idleFrom == 0 || monoNow()-w.idleFrom < int64(suspectAfter)):
+		// The deadline passed while the call still moved (it took a
+		// message from a peer, and moved less than suspectAfter ago):
+		// the peers work, and the deadline was too short for the call,
+		// so this rank names itself, as a cancel does. (Naming the peer
+		// it waited for told every rank that a working rank timed out.)
+		// "Moved" counts any completion on the Run's devices, another
+		// communicator's included. A Run that only sends (a broadcast's
+		// root, a Send) takes no message, and names the peer.
 		e.Withdraw(fmt.Errorf("%w: %w, while the call still moved (it waited for rank %d)", ErrTimeout, w.ctx.Err(), e.waitingFor(w.p)))
 	default:
-		// Nothing came for suspectAfter or longer: the peer it waits
-		// for is the likelier cause (it never called, or it is stuck).
+		// Nothing came for suspectAfter or longer, or nothing at all:
+		// the peer it waits for is the likelier cause (it never called,
+		// or it is stuck).
 		e.Abort(e.waitingFor(w.p), fmt.Errorf("%w: %w", ErrTimeout, w.ctx.Err()))
 	}
 	return e.Err()
