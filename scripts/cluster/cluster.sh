@@ -259,7 +259,15 @@ MaxStartups 200
 MaxSessions 200
 LogLevel ERROR
 EOF
-    nsenter --net="/run/netns/$ns" --uts="$dir/uts-$name" /usr/sbin/sshd -f "$hd/sshd_config" -E "$hd/sshd.log"
+    # sshd and its sessions get a mount namespace of their own, where
+    # root's ~/.bashrc (which bash reads for a command ssh runs) is an empty
+    # file, as on a fresh node: this machine's runs `pyenv rehash`, whose
+    # lock file a session killed inside it (a test's stop, down's kill -9)
+    # leaves behind, and every later login then waited 60 s for the lock.
+    : >"$dir/bashrc"
+    nsenter --net="/run/netns/$ns" --uts="$dir/uts-$name" unshare --mount --propagation private \
+      sh -c 'rc=$(getent passwd root | cut -d: -f6)/.bashrc; if [ -f "$rc" ]; then mount --bind "$1" "$rc"; fi; exec /usr/sbin/sshd -f "$2" -E "$3"' \
+      sh "$dir/bashrc" "$hd/sshd_config" "$hd/sshd.log"
   done
   locked hosts_add "$dir/etc_hosts"
   cat >"/etc/ssh/ssh_config.d/gorun-cluster-$id.conf" <<EOF
