@@ -99,15 +99,7 @@ func (n *Node) resend(name, addr string, m message) {
 	if !ok {
 		return
 	}
-	n.mu.Lock()
-	if n.closed {
-		n.mu.Unlock()
-		return
-	}
-	n.wg.Add(1) // shutdown sets closed under mu before it waits
-	n.mu.Unlock()
-	go func() {
-		defer n.wg.Done()
+	n.goUnlessClosed(func() {
 		select {
 		case n.streams <- struct{}{}:
 		case <-n.done:
@@ -117,6 +109,22 @@ func (n *Node) resend(name, addr string, m message) {
 		to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
 		n.resent.Add(1)
 		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is resent again
+	})
+}
+
+// goUnlessClosed runs f in a goroutine that shutdown waits for, unless the
+// node is closed.
+func (n *Node) goUnlessClosed(f func()) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	n.mu.Unlock()
+	go func() {
+		defer n.wg.Done()
+		f()
 	}()
 }
 

@@ -261,17 +261,9 @@ func (n *Node) admitted() {
 		}
 	}
 	n.metaMu.Unlock()
-	n.mu.Lock()
-	if !joining || n.closed {
-		n.mu.Unlock()
-		return
+	if joining {
+		n.goUnlessClosed(func() { _ = n.ml.UpdateNode(n.cfg.LeaveTimeout) })
 	}
-	n.wg.Add(1) // shutdown sets closed under mu before it waits
-	n.mu.Unlock()
-	go func() {
-		defer n.wg.Done()
-		_ = n.ml.UpdateNode(n.cfg.LeaveTimeout)
-	}()
 }
 
 // nodeName is unique per process start: the rank and 48 random bits.

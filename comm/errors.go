@@ -56,6 +56,19 @@ func rankErr(op string, err error) error {
 	return &RankError{Rank: -1, Op: op, Err: err}
 }
 
+// failed ends every operation that failed (exec, execP2P's group), one
+// that ran or one that failed before it could (the communicator had failed
+// already: a survivor that learns of a death between two operations fails
+// the second one so): it counts the failure (metrics) and tells the
+// launcher the rank it blames (blame). It returns err.
+func (c *Comm) failed(err error) error {
+	if err != nil {
+		c.countFailure(err)
+		c.blame(err)
+	}
+	return err
+}
+
 // blame tells the launcher that an operation failed because of another
 // rank (one that failed, closed its communicator or aborted), so that gorun
 // names that rank, not this one, when this rank then exits with an error.

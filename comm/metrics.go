@@ -98,15 +98,11 @@ func (m *metrics) op(coll collectives.Collective, algo collectives.Algo, bytes i
 	m.nanos[c][a].Add(uint64(d))
 }
 
-// failed counts c's failed operation, one that ran or one that failed
-// before it could (the communicator had failed already: a survivor that
-// learns of a death between two operations fails the second one so), and
-// returns err.
-func (c *Comm) failed(err error) error {
-	if observable && err != nil && c.obs != nil && c.obs.o.met != nil {
+// countFailure counts c's failed operation by its kind (failed).
+func (c *Comm) countFailure(err error) {
+	if observable && c.obs != nil && c.obs.o.met != nil {
 		c.obs.o.met.errs[classify(err)].Add(1)
 	}
-	return err
 }
 
 func (m *metrics) families() []prom.Family {

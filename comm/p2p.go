@@ -285,9 +285,6 @@ func (c *Comm) execGroup(ctx context.Context, msgs []p2pMsg) error {
 	c.ctl.Leave()
 	c.call = engine.Call{}
 	if err != nil {
-		c.blame(err) // off the path of a call that succeeds
-	}
-	if err != nil {
 		if r, ok := brokenPeer(err); ok && c.shrink.node != nil {
 			c.shrink.node.Suspect(r)
 		}

@@ -358,9 +358,6 @@ func (c *Comm) execute(ctx context.Context, s *spec) error {
 	}
 	c.ctl.Leave()
 	c.call = engine.Call{}
-	if err != nil {
-		c.blame(err) // off the path of a call that succeeds
-	}
 	if err != nil && c.shrink.node != nil {
 		if r, ok := brokenPeer(err); ok {
 			c.shrink.node.Suspect(r) // the bootstrap checks whether r is gone (shrink.go)
