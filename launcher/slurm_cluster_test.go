@@ -70,16 +70,18 @@ func TestRealSlurm(t *testing.T) {
 	os.WriteFile(script, []byte(`#!/bin/sh
 G=`+gorun+`
 echo "== int"
+: >int.out
 $G -np 4 --kill-grace 1s /bin/sh -c 'trap "" TERM; echo up; sleep 60' >int.out 2>&1 &
 gp=$!
-i=0; while [ "$(grep -c up int.out)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while [ "$(grep -c up int.out 2>/dev/null)" != 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
 kill -INT $gp; wait $gp; echo "status=$?"
 i=0; while squeue -h -s -j $SLURM_JOB_ID -o %i | grep -q '\.[0-9]*$' && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
 echo "steps: $(squeue -h -s -j $SLURM_JOB_ID -o %i | grep '\.[0-9]*$' | tr '\n' ' ')"
 echo "== usr"
+: >usr.out
 $G -np 4 /bin/sh -c 'trap "echo usr1; exit 0" USR1; echo up; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo nosig; exit 5' >usr.out 2>&1 &
 gp=$!
-i=0; while [ "$(grep -c up usr.out)" -lt 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+i=0; while [ "$(grep -c up usr.out 2>/dev/null)" != 4 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
 kill -USR1 $gp; wait $gp; echo "status=$?"; sort usr.out
 echo "== exit"
 $G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && exit 3; sleep 30'; echo "status=$?"
