@@ -137,6 +137,8 @@ type Engine struct {
 	waitsMu sync.Mutex
 	waits   map[int][2]uint32
 	waited  atomic.Bool
+	// waitWords counts the words taken (waitedOn), for tests.
+	waitWords atomic.Int64
 	// runs is twice the Runs ended, plus one while a Run is in progress:
 	// written by Run alone (under runMu), read by the devices' watchers.
 	runs atomic.Uint64

@@ -132,6 +132,7 @@ func (e *Engine) tellWaiting(peer int, call *Call) {
 // the look at this rank's calls, and Run records its call before it looks
 // at the words, so one of the two sees the other.
 func (e *Engine) waitedOn(peer int, h, op uint32) {
+	e.waitWords.Add(1)
 	e.waitsMu.Lock()
 	if e.waits == nil {
 		e.waits = map[int][2]uint32{}
