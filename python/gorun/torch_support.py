@@ -1,6 +1,8 @@
 """PyTorch training helpers in the style of Horovod: broadcast_parameters and
 DistributedOptimizer, which averages gradients across ranks in fused buckets
 while the backward pass is still running."""
+import contextlib
+
 from . import allreduce_, iallreduce_, broadcast_, rank, size
 
 
@@ -71,7 +73,9 @@ class DistributedOptimizer:
     has started, so in the usual backward order each starts at once,
     overlapping the rest of the backward pass. step() (or synchronize())
     starts the buckets left, in order, and waits for every bucket, then
-    steps the wrapped optimizer. A parameter this rank did not use (no
+    steps the wrapped optimizer. To work on the reduced gradients first
+    (clip_grad_norm_), call synchronize() and then step(), which does not
+    reduce them again (nor does one inside skip_synchronize()). A parameter this rank did not use (no
     gradient hook fired) contributes its current .grad, or zeros if it has
     none, so ranks may leave different parameters unused. With
     backward_passes_per_step = k, gradients accumulate locally over k
@@ -110,6 +114,8 @@ class DistributedOptimizer:
             cur_bytes += nbytes
         if cur:
             self._add_bucket(cur)
+        self._synchronized = False  # synchronize() ran and no gradient hook fired since
+        self._skip = False  # inside skip_synchronize()
         self._hooks = []
         for p in params:
             acc = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -125,6 +131,7 @@ class DistributedOptimizer:
 
     def _hook(self, p):
         def hook(*_):
+            self._synchronized = False
             self._counts[p] += 1
             if self._counts[p] > self._passes:
                 raise RuntimeError(
@@ -184,7 +191,9 @@ class DistributedOptimizer:
 
     def synchronize(self):
         """Start the buckets not yet started, in order, wait for every
-        bucket and write the reduced gradients back."""
+        bucket and write the reduced gradients back. Each call is one round
+        of collectives, which every rank must make alike (a joined rank
+        makes one per round); a step() right after does not make another."""
         import torch
         for b in self._buckets[self._next:]:
             self._launch(b)
@@ -208,10 +217,28 @@ class DistributedOptimizer:
             b.handle, b.buf, b.ready = None, None, 0
         for p in self._counts:
             self._counts[p] = 0
+        self._synchronized = True
 
     def step(self, closure=None):
-        self.synchronize()
+        """Synchronize, unless synchronize() has run since the last
+        gradient hook fired or this is inside skip_synchronize(); then step
+        the wrapped optimizer."""
+        if not self._skip and not self._synchronized:
+            self.synchronize()
+        self._synchronized = False
         return self._opt.step(closure)
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """A context in which step() does not synchronize, as Horovod's:
+        for synchronize(); clip_grad_norm_(...); with
+        opt.skip_synchronize(): opt.step(). Call synchronize() first: a
+        step() in it uses this rank's gradients as they are."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
 
     def zero_grad(self, set_to_none=False):
         return self._opt.zero_grad(set_to_none=set_to_none)

@@ -1,7 +1,9 @@
 """Run under `gorun -np 3 /usr/bin/python3 python/tests/package_check.py`:
 the Python package's reduce, gather, scatter, alltoall,
-broadcast_optimizer_state and join (uneven inputs, against a
-single-process reference); read-only inputs; arguments refused locally
+broadcast_optimizer_state and join (uneven inputs, with op avg and sum,
+against a single-process reference); DistributedOptimizer's
+synchronize() then step(), and skip_synchronize(), reducing once;
+read-only inputs; arguments refused locally
 (the communicator stays usable); DistributedOptimizer with a parameter one
 rank leaves unused, and with one backward pass too many. Prints
 "package_check: rank R ok"."""
@@ -69,17 +71,36 @@ def batch(rank, step):
     return torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)
 
 
-def uneven(r, n):
-    """Rank r has 2 + r batches; join averages over the ranks still going."""
+def step_style(opt, params, style):
+    """Each way of stepping a DistributedOptimizer reduces the gradients
+    exactly once: a plain step(); synchronize(), clip_grad_norm_ (a no-op
+    at this bound) and step(); synchronize() and step() inside
+    skip_synchronize()."""
+    if style == 0:
+        opt.step()
+    elif style == 1:
+        opt.synchronize()
+        torch.nn.utils.clip_grad_norm_(params, 1e6)
+        opt.step()
+    else:
+        opt.synchronize()
+        with opt.skip_synchronize():
+            opt.step()
+
+
+def uneven(r, n, op="avg", mixed=False):
+    """Rank r has 2 + r batches; join averages (or sums) over the ranks
+    still going. mixed: each rank steps in another style each step
+    (step_style), which must not change the collectives it issues."""
     counts = [2 + k for k in range(n)]
     model = net()
     opt = gorun.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                     named_parameters=model.named_parameters(), uneven_inputs=True)
+                                     named_parameters=model.named_parameters(), uneven_inputs=True, op=op)
     for step in range(counts[r]):
         x, y = batch(r, step)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+        step_style(opt, list(model.parameters()), (step + r) % 3 if mixed else 0)
     last = gorun.join(opt)
     expect(last == n - 1, "join returned %d, want %d" % (last, n - 1))
     gorun.broadcast_parameters(model.state_dict(), root=last)  # joined ranks stopped stepping
@@ -94,10 +115,30 @@ def uneven(r, n):
             torch.nn.functional.mse_loss(ref(x), y).backward()
             grads.append([p.grad.clone() for p in ref.parameters()])
         for i, p in enumerate(ref.parameters()):
-            p.grad = sum(g[i] for g in grads) / len(active)
+            p.grad = sum(g[i] for g in grads) / (len(active) if op == "avg" else 1)
         sgd.step()
     for a, b in zip(model.parameters(), ref.parameters()):
-        expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6), "join result %s, want %s" % (a.tolist(), b.tolist()))
+        expect(torch.allclose(a, b, rtol=1e-5, atol=1e-6),
+               "join (op %s) result %s, want %s" % (op, a.tolist(), b.tolist()))
+
+
+def synchronize_then_step(r, n):
+    """synchronize() then step() reduces once: with op "sum" the gradients
+    are the ranks' sum, not size times it, in every step_style."""
+    m = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        m.weight.zero_()
+    opt = gorun.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=1.0),
+                                     named_parameters=m.named_parameters(), op="sum")
+    total = n * (n + 1) / 2  # rank r's gradient is r + 1 in every entry
+    for k, style in enumerate([1, 2, 0, 1]):
+        opt.zero_grad()
+        m(torch.full((1, 4), float(r + 1))).sum().backward()
+        step_style(opt, [m.weight], style)
+        expect(torch.allclose(m.weight.grad, torch.full((1, 4), total)),
+               "step %d (style %d): grad %s, want %s" % (k, style, m.weight.grad.tolist(), total))
+        expect(torch.allclose(m.weight, torch.full((1, 4), -total * (k + 1))),
+               "step %d (style %d): weight %s, want %s" % (k, style, m.weight.tolist(), -total * (k + 1)))
 
 
 def read_only(r, n):
@@ -215,6 +256,8 @@ def main():
     refused(r, n)
     optimizer_state(r)
     uneven(r, n)
+    uneven(r, n, op="sum", mixed=True)
+    synchronize_then_step(r, n)
     unused_parameter(r, n)
     extra_backward(r, n)
     gorun.barrier()
