@@ -176,8 +176,9 @@ func TestTorchOpsAndZeRO(t *testing.T) {
 	}
 }
 
-// The package's reduce, gather, scatter, alltoall,
-// broadcast_optimizer_state and join for uneven inputs, on 3 ranks.
+// The package's reduce, gather, scatter, alltoall, allgather of uneven
+// first dimensions, broadcast_optimizer_state, join for uneven inputs and
+// DistributedOptimizer's synchronize then step, on 3 ranks.
 func TestPackageOps(t *testing.T) {
 	need(t, "numpy", "torch")
 	out := gorun(t, 3, python, "python/tests/package_check.py")

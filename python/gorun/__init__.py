@@ -236,15 +236,6 @@ def broadcast_(x, root=0):
     return x
 
 
-def allgather(x):
-    """Every rank's x, concatenated in rank order (a flat tensor/array)."""
-    p, n, dt = _buffer(x, writes=False)
-    out = _empty_like(x, n * size())
-    q, _, _ = _buffer(out)
-    _check(_L().gorun_allgather(_c(), p, q, n, dt))
-    return out
-
-
 def reduce_scatter(x, op="sum"):
     """Reduce x across ranks and return this rank's 1/size block.
     ValueError for a length size does not divide or an unknown op,
@@ -305,5 +296,6 @@ def ibroadcast_(x, root=0):
     return Handle(req.value, x)
 
 
+from ._allgather import allgather  # noqa: E402
 from .rooted import reduce, gather, scatter, alltoall, broadcast_object  # noqa: E402
 from .torch_support import broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer, join  # noqa: E402

@@ -99,6 +99,7 @@ def load():
         "gorun_gather": [i64, vp, vp, sz, c_int, c_int],
         "gorun_scatter": [i64, vp, vp, sz, c_int, c_int],
         "gorun_alltoall": [i64, vp, vp, sz, c_int],
+        "gorun_allgatherv": [i64, vp, sz, vp, vp, vp, c_int],
         "gorun_alltoallv": [i64, vp, vp, vp, vp, vp, vp, c_int],
         "gorun_wait": [i64],
         "gorun_test": [i64, p_int],

@@ -1,7 +1,8 @@
 """Run under `gorun -np 3 /usr/bin/python3 python/tests/package_check.py`:
 the Python package's reduce, gather, scatter, alltoall,
 broadcast_optimizer_state and join (uneven inputs, with op avg and sum,
-against a single-process reference); DistributedOptimizer's
+against a single-process reference); allgather along the first dimension,
+which may differ between ranks; DistributedOptimizer's
 synchronize() then step(), and skip_synchronize(), reducing once;
 read-only inputs; arguments refused locally
 (the communicator stays usable); DistributedOptimizer with a parameter one
@@ -141,6 +142,42 @@ def synchronize_then_step(r, n):
                "step %d (style %d): weight %s, want %s" % (k, style, m.weight.tolist(), -total * (k + 1)))
 
 
+def allgather_shapes(r, n):
+    """allgather concatenates along the first dimension, which may differ
+    between ranks (Horovod's allgather); inputs that do not fit together
+    raise on every rank and leave the communicator usable."""
+    g = gorun.allgather(np.full((2, 3), r, dtype=np.int32))
+    expect(g.shape == (2 * n, 3) and g.tolist() == [[k] * 3 for k in range(n) for _ in range(2)], "even %s" % g)
+    t = gorun.allgather(torch.full((r + 1, 2, 2), float(r), dtype=torch.bfloat16))
+    want = torch.cat([torch.full((k + 1, 2, 2), float(k), dtype=torch.bfloat16) for k in range(n)])
+    expect(t.dtype == torch.bfloat16 and torch.equal(t, want), "uneven torch %s" % t)
+    e = gorun.allgather(torch.arange(3 * r, dtype=torch.int64).reshape(r, 3))  # rank 0 sends no rows
+    want = torch.cat([torch.arange(3 * k, dtype=torch.int64).reshape(k, 3) for k in range(n)])
+    expect(torch.equal(e, want), "with an empty rank %s" % e)
+    v = gorun.allgather(np.arange(r, dtype=np.float64))
+    expect(v.tolist() == [float(j) for k in range(n) for j in range(k)], "uneven 1-d %s" % v)
+    z = gorun.allgather(np.array(r * 1.5))
+    expect(z.shape == (n,) and z.tolist() == [k * 1.5 for k in range(n)], "0-d %s" % z)
+    cases = [
+        (ValueError, "beyond the first dimension", lambda: gorun.allgather(np.zeros((1, 2 + (r == 1))))),
+        (ValueError, "beyond the first dimension", lambda: gorun.allgather(np.zeros((2,) if r else (2, 1)))),
+        (TypeError, "element types differ", lambda: gorun.allgather(torch.zeros(2, dtype=torch.float64 if r == n - 1 else torch.float32))),
+        (ValueError, "contiguous" if r == 1 else "rank 1", lambda: gorun.allgather(torch.ones(4, 4).t() if r == 1 else torch.ones(4, 4))),
+    ]
+    for i, (kind, words, call) in enumerate(cases):
+        try:
+            got = call()
+        except kind as e:
+            expect(words in str(e), "allgather case %d: message %r lacks %r" % (i, str(e), words))
+        except Exception as e:  # noqa: BLE001
+            expect(False, "allgather case %d raised %r, want %s" % (i, e, kind.__name__))
+        else:
+            expect(False, "allgather case %d returned %s, want %s" % (i, got, kind.__name__))
+    ok = np.array([r + 1], dtype=np.int64)
+    gorun.allreduce_(ok)
+    expect(ok[0] == n * (n + 1) // 2, "communicator unusable after refused allgathers: %s" % ok)
+
+
 def read_only(r, n):
     """Calls that only read their input take a read-only array."""
     x = np.arange(2 * n, dtype=np.float32) + 10 * r
@@ -252,6 +289,7 @@ def main():
     gorun.init()
     r, n = gorun.rank(), gorun.size()
     collectives(r, n)
+    allgather_shapes(r, n)
     read_only(r, n)
     refused(r, n)
     optimizer_state(r)
