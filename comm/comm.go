@@ -432,6 +432,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
+	if g, ok := rv.(*gossipRendezvous); ok {
+		g.engineMade(c) // failures reach the engine while it connects (initagree.go)
+	}
 	var world uint32
 	if w, ok := rv.(interface{ world() uint32 }); ok {
 		world = w.world()

@@ -62,6 +62,11 @@ var ErrJobGone = bootstrap.ErrJobGone
 // initRan is set by the process's first Init (bc.Restarted in initFromEnv).
 var initRan atomic.Bool
 
+// initHook, when set (by tests only), is called at named steps of Init:
+// "formed" once this rank has acknowledged the agreed world, before it
+// connects. A test kills its rank there.
+var initHook func(step string)
+
 // defaultFormTimeout bounds world formation when GORUN_TIMEOUT is unset.
 const defaultFormTimeout = 60 * time.Second
 
@@ -101,8 +106,12 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	rv := &gossipRendezvous{cfg: bc, ctl: ctl}
 	c, err := newComm(ctx, cfg, rv)
 	if err != nil {
+		err = rv.initCause(ctx, err) // with the node still in the gossip group
 		if rv.node != nil {
-			rv.node.Close()
+			rv.node.Close() // closes node.Failures(), which ends forwardFailures
+		}
+		if rv.fwDone != nil {
+			<-rv.fwDone
 		}
 		ctl.Close()
 		return nil, err
@@ -118,11 +127,8 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	}
 	ctl.Joined(c.rank)
 	ctl.Phase(c.rank, "ready")
-	node := rv.node
-	fw := &failureSink{c: c, epoch: node.World().Epoch}
+	node, fw, done := rv.node, rv.fw, rv.fwDone // forwarding since newComm made the engine (initagree.go)
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
-	done := make(chan struct{})
-	go forwardFailures(fw, node, done)
 	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})
 	go witness(node, stopWitness, witnessDone) // frozen ranks on this host (witness.go)
 	c.onClose = append(c.onClose, func() {
@@ -151,6 +157,13 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	}
 	if mode, _ := numa.ParseBindMode(getenv(jobenv.Bind)); mode == numa.BindNone {
 		shareProcs(c, getenv) // procs.go
+	}
+	if node.World().Epoch <= 1 { // the first world: Init's outcome agrees (initagree.go)
+		if err := c.agreeInit(ctx); err != nil {
+			err = rv.initCause(ctx, err)
+			c.Close()
+			return nil, err
+		}
 	}
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
 	// Collect Init's garbage (the gossip layer's buffers, the connections'
@@ -193,6 +206,11 @@ type failureSink struct {
 	// report for that world (shrink.go).
 	connecting uint32
 	stop       context.CancelCauseFunc
+
+	// The first death reported in the world of Init, and a channel closed
+	// then (initCause); died is nil in a sink that does not watch for it.
+	dead *bootstrap.Failure
+	died chan struct{}
 }
 
 // watch makes a report for world epoch (one that arrived already, or a later
@@ -216,6 +234,10 @@ func (fw *failureSink) watch(epoch uint32, stop context.CancelCauseFunc) (unwatc
 func (fw *failureSink) deliver(f bootstrap.Failure) {
 	fw.mu.Lock()
 	c := fw.c
+	if fw.died != nil && fw.dead == nil && f.Epoch == fw.epoch {
+		fw.dead = &f
+		close(fw.died)
+	}
 	switch {
 	case f.Epoch > fw.epoch || c == nil:
 		fw.pending = append(fw.pending, f)
@@ -263,6 +285,11 @@ type gossipRendezvous struct {
 	node   *bootstrap.Node
 	ctl    *jobctl.Client
 	placed bootstrap.World // the world exchange joined
+
+	// The bootstrap's failures go to fw from the moment newComm made the
+	// engine (engineMade); fwDone is closed when forwarding ends.
+	fw     *failureSink
+	fwDone chan struct{}
 }
 
 func (g *gossipRendezvous) rank() int { return g.cfg.Rank }
@@ -282,6 +309,9 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	g.placed = w
 	if w.Epoch <= 1 && (w.Rank != g.cfg.Rank || w.Size != g.cfg.Size) { // a later epoch: Grow placed this rank
 		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)
+	}
+	if h := initHook; h != nil {
+		h("formed")
 	}
 	blobs := make([][]byte, w.Size)
 	for r, m := range w.Members {

@@ -275,6 +275,9 @@ type spec struct {
 	// build, when set, makes this call's schedule (the v-collectives,
 	// whose schedules depend on counts that the plan cache does not key).
 	build func(chunk int) *collectives.Schedule
+	// quiet: not the caller's operation (Init's agreement): no timeline
+	// span, no metrics.
+	quiet bool
 }
 
 // exec runs one operation; the caller holds the turn.
@@ -351,7 +354,7 @@ func (c *Comm) execute(ctx context.Context, s *spec) error {
 	}
 	c.call = engine.Call{Coll: s.coll, DType: s.dt, Op: s.op, Root: s.root, Count: s.count, Seq: seq, Work: s.work, Input: s.input}
 	c.ctl.Enter(s.coll.String(), uint64(seq))
-	if observable && c.obs != nil {
+	if observable && c.obs != nil && !s.quiet {
 		err = c.obs.run(ctx, c, p, k.algo, s)
 	} else {
 		err = c.eng.Run(ctx, p, &c.call, c.cfg.timeout)
