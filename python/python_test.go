@@ -189,6 +189,20 @@ func TestPackageOps(t *testing.T) {
 	}
 }
 
+// TestTorchWaitTimeout: Work.wait(timeout) on backend "gorun" raises at
+// its timeout while the operation cannot finish (the peer joins it only
+// afterwards), and aborts that group's communicator, so the peer's side
+// and later calls fail instead of hanging; the job's group goes on.
+func TestTorchWaitTimeout(t *testing.T) {
+	needBackend(t)
+	out := gorun(t, 3, python, "python/tests/torch_wait_check.py")
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out, "torch_wait_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
 // freePorts returns a port p such that p and p+1 are free on loopback
 // (torch's store takes one, gorun's gossip seed the other). It picks them
 // below the kernel's ephemeral range, where no other process's connect or

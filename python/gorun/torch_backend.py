@@ -21,6 +21,16 @@ the other ranks take no part and just return GroupMember.NON_GROUP_MEMBER
 from new_group). As with torch's own backends, dist's functions take
 global ranks (a broadcast's src, a send's dst) on any group, and torch
 hands the group's backend their ranks in the group.
+
+Work.wait(timeout) raises RuntimeError once timeout has passed, as torch's
+backends do. gorun cannot cancel an operation in flight, so a wait that
+times out also aborts its group's communicator (as torch's NCCL backend
+does): that operation and every later one on the group fail, on this rank
+and on the group's other members, with an error that says so, rather than
+waiting behind it. A subgroup's timeout leaves the default group usable;
+the default group's is the job's communicator, which the gorun package's
+own calls share. Waits
+with no timeout (every blocking call) are bounded by GORUN_TIMEOUT.
 """
 import fcntl
 import os

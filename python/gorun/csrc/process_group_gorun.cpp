@@ -8,7 +8,9 @@
 // thread; one completer thread per process group waits for them in order
 // and completes each Work and its Future, so DDP's bucketed allreduces
 // overlap the backward pass exactly as they do with Gloo. A caller that
-// waits first (blocking calls) claims its Work and completes it itself.
+// waits first with no timeout (blocking calls) claims its Work and
+// completes it itself; a wait with a timeout that passes aborts the
+// group's communicator (WorkGorun::wait).
 // Sends and recvs wait at a gate until the caller needs them (P2PGate).
 #include <torch/extension.h>
 
@@ -182,16 +184,28 @@ class WorkGorun : public Work {
     return Work::isCompleted();
   }
 
+  // wait with a timeout raises at the timeout. gorun_wait takes no bound,
+  // so such a wait leaves the request to the completer; and gorun cannot
+  // cancel an operation in flight, so it then aborts the communicator (as
+  // torch's NCCL backend does): the operation and every later one on it
+  // fail, on this rank and its peers, instead of hanging behind it.
   bool wait(std::chrono::milliseconds timeout) override {
     release();
-    // A caller that waits right away (every blocking collective) finishes
-    // the request itself: one thread hop less than through the completer.
-    if (req && claim()) complete(gorun_wait(req));
+    // A caller that waits with no bound (every blocking collective)
+    // finishes the request itself: one thread hop less than through the
+    // completer.
+    if (timeout == kNoTimeout && req && claim()) complete(gorun_wait(req));
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      TORCH_CHECK(false, "gorun backend: operation timed out after ", timeout.count(), " ms");
+      lock.unlock();
+      std::string why = "gorun backend: Work.wait timed out after " + std::to_string(timeout.count()) + " ms on " +
+                        opTypeToString(retrieveOpType()) +
+                        "; gorun cannot cancel an operation in flight, so it aborted the group's communicator: "
+                        "this operation and every later one on the group fail";
+      if (comm) gorun_abort(comm, why.c_str());
+      TORCH_CHECK(false, why);
     }
     if (exception_) std::rethrow_exception(exception_);
     return true;

@@ -1,0 +1,76 @@
+"""Run under `gorun -np 3 /usr/bin/python3 python/tests/torch_wait_check.py`:
+Work.wait(timeout) on backend "gorun". A wait that the operation beats
+returns True; one it does not beat raises RuntimeError at its timeout,
+and, since gorun cannot cancel an operation in flight, aborts the group's
+communicator: the peer's side of that operation and every later call on
+the group fail rather than hang, while the other groups go on. Rank 1
+joins the operations only after rank 0's wait has timed out (told
+through torch's store), so the timeout does not depend on timing. Prints
+"torch_wait_check: rank R ok"."""
+import os
+import sys
+from datetime import timedelta
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import gorun.torch_backend  # noqa: E402,F401  (registers "gorun")
+
+
+def main():
+    dist.init_process_group("gorun")
+    r, n = dist.get_rank(), dist.get_world_size()
+
+    def expect(cond, msg):
+        if not cond:
+            raise SystemExit("torch_wait_check: rank %d: %s" % (r, msg))
+
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    expect(w.wait(timeout=timedelta(minutes=2)) is True and torch.all(t == n).item(), "bounded wait: %s" % t)
+
+    store = dist.distributed_c10d._get_default_store()
+    pair = dist.new_group([0, 1])
+    if r == 0:
+        # The group's completer thread is busy with first (which rank 1
+        # has not started) until rank 1 is told, so it cannot have taken
+        # second: wait() finds second unclaimed, as a caller that waits
+        # before the completer gets there does (the case that used to
+        # ignore its timeout and wait for gorun's own).
+        first = dist.all_reduce(torch.ones(4), group=pair, async_op=True)
+        second = dist.all_reduce(torch.ones(4), group=pair, async_op=True)
+        try:
+            second.wait(timeout=timedelta(milliseconds=300))
+            expect(False, "wait(300 ms) returned, but rank 1 had not started its all_reduce")
+        except RuntimeError as e:
+            expect("300 ms" in str(e) and "abort" in str(e), "timeout message: %s" % e)
+        try:
+            first.wait()
+            expect(False, "the all_reduce in flight before the abort succeeded")
+        except RuntimeError as e:
+            expect("abort" in str(e), "in-flight all_reduce's message: %s" % e)
+        store.set("timed_out", "1")
+    elif r == 1:
+        store.get("timed_out")
+        try:
+            dist.all_reduce(torch.ones(4), group=pair)
+            expect(False, "rank 1's side of the timed-out all_reduce succeeded")
+        except RuntimeError as e:
+            expect("abort" in str(e) and "rank 0" in str(e), "peer's message: %s" % e)
+    if r < 2:
+        try:
+            dist.all_reduce(torch.ones(4), group=pair)
+            expect(False, "an all_reduce on the aborted group succeeded")
+        except RuntimeError as e:
+            expect("abort" in str(e), "later call's message: %s" % e)
+
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the job's group is untouched
+    expect(torch.all(t == n).item(), "world all_reduce after the pair's abort: %s" % t)
+    print("torch_wait_check: rank %d ok" % r, flush=True)
+
+
+if __name__ == "__main__":
+    main()
