@@ -177,8 +177,9 @@ func TestTorchOpsAndZeRO(t *testing.T) {
 }
 
 // The package's reduce, gather, scatter, alltoall, allgather of uneven
-// first dimensions, broadcast_optimizer_state, join for uneven inputs and
-// DistributedOptimizer's synchronize then step, on 3 ranks.
+// first dimensions, create_group, broadcast_optimizer_state, join for
+// uneven inputs and DistributedOptimizer's synchronize then step, on 3
+// ranks.
 func TestPackageOps(t *testing.T) {
 	need(t, "numpy", "torch")
 	out := gorun(t, 3, python, "python/tests/package_check.py")

@@ -4,6 +4,7 @@
     gorun.init()                      # joins the job gorun/srun/mpirun/torchrun started
     gorun.allreduce_(tensor, op="sum")
     gorun.broadcast_(tensor, root=0)
+    g = gorun.create_group([0, 2])    # on ranks 0 and 2 only; g.allreduce_(t), ...
 
 Start one process per rank with the launcher:
 
@@ -35,6 +36,7 @@ __all__ = [
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
     "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
     "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
+    "create_group", "Group",
 ]
 
 _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4,
@@ -112,11 +114,18 @@ def finalize():
     global _comm
     with _lock:
         if _comm is not None:
+            from .group import _free_all
+            _free_all()
             h, _comm = _comm, None
             _check(_L().gorun_finalize(h))
 
 
 def _c():
+    """The calling thread's communicator: the job's, or a Group's while
+    one of its methods runs (group.py)."""
+    h = getattr(_state, "comm", None)
+    if h is not None:
+        return h
     if _comm is None:
         raise GorunError(5, "gorun: call gorun.init() first")
     return _comm
@@ -298,4 +307,5 @@ def ibroadcast_(x, root=0):
 
 from ._allgather import allgather  # noqa: E402
 from .rooted import reduce, gather, scatter, alltoall, broadcast_object  # noqa: E402
+from .group import Group, create_group  # noqa: E402
 from .torch_support import broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer, join  # noqa: E402

@@ -2,11 +2,11 @@
 the Python package's reduce, gather, scatter, alltoall,
 broadcast_optimizer_state and join (uneven inputs, with op avg and sum,
 against a single-process reference); allgather along the first dimension,
-which may differ between ranks; DistributedOptimizer's
-synchronize() then step(), and skip_synchronize(), reducing once;
-read-only inputs; arguments refused locally
-(the communicator stays usable); DistributedOptimizer with a parameter one
-rank leaves unused, and with one backward pass too many. Prints
+which may differ between ranks; create_group's Group on 2 of the 3 ranks;
+DistributedOptimizer's synchronize() then step(), and skip_synchronize(),
+reducing once; read-only inputs; arguments refused locally (the
+communicator stays usable); DistributedOptimizer with a parameter one rank
+leaves unused, and with one backward pass too many. Prints
 "package_check: rank R ok"."""
 import os
 import sys
@@ -178,6 +178,40 @@ def allgather_shapes(r, n):
     expect(ok[0] == n * (n + 1) // 2, "communicator unusable after refused allgathers: %s" % ok)
 
 
+def groups(r, n):
+    """create_group([2, 0]) on ranks 0 and 2 only: the group's collectives
+    run over those two, numbered in the group (its rank 0 is rank 2),
+    while rank 1 takes no part; a list without the caller is refused
+    before any communication; a freed group raises."""
+    try:
+        gorun.create_group([k for k in range(n) if k != r])
+        expect(False, "a group without the caller was made")
+    except ValueError:
+        pass
+    if r in (0, 2):
+        with gorun.create_group([2, 0]) as g:
+            expect((g.rank(), g.size()) == ((0 if r == 2 else 1), 2), "group rank %d size %d" % (g.rank(), g.size()))
+            x = np.array([r + 1], dtype=np.int64)
+            g.allreduce_(x)
+            expect(x[0] == 4, "group allreduce %s" % x)
+            y = g.broadcast_(torch.tensor([float(r)]), root=0)
+            expect(y.item() == 2.0, "group broadcast from its rank 0 %s" % y)
+            expect(g.allgather(np.array([r])).tolist() == [2, 0], "group allgather")
+            red = g.reduce(np.array([r]), root=1)  # the group's rank 1 is rank 0
+            expect(red is None if r == 2 else red.tolist() == [2], "group reduce %s" % red)
+            h = g.iallreduce_(torch.ones(3))
+            expect(torch.all(h.wait() == 2).item(), "group iallreduce")
+            expect((gorun.rank(), gorun.size()) == (r, n), "the job's numbering changed inside the group")
+        try:
+            g.barrier()
+            expect(False, "a freed group still worked")
+        except gorun.GorunError:
+            pass
+    ok = np.array([r + 1], dtype=np.int64)
+    gorun.allreduce_(ok)
+    expect(ok[0] == n * (n + 1) // 2, "the job's communicator after the group: %s" % ok)
+
+
 def read_only(r, n):
     """Calls that only read their input take a read-only array."""
     x = np.arange(2 * n, dtype=np.float32) + 10 * r
@@ -290,6 +324,7 @@ def main():
     r, n = gorun.rank(), gorun.size()
     collectives(r, n)
     allgather_shapes(r, n)
+    groups(r, n)
     read_only(r, n)
     refused(r, n)
     optimizer_state(r)
