@@ -86,6 +86,12 @@ type Config struct {
 	// and gossip takes it back when it refutes the suspicion.
 	Running func(Member) bool
 
+	// Started, if set, is called by Join with the node once it is up,
+	// before Form waits for the world, on Join's goroutine: comm hands it
+	// the launcher's word of ranks that ended before they joined
+	// (Node.Exited).
+	Started func(*Node)
+
 	// CountTraffic makes Node.Traffic count the packets, streams and bytes
 	// this node's gossip sends and receives (for scale measurements; it
 	// adds a channel hop to every received packet).

@@ -176,3 +176,21 @@ func formLossNote(e *OpError) string {
 	}
 	return fmt.Sprintf("rank %d %s while the world formed", e.Peer, what)
 }
+
+// Exited records that the launcher saw rank's process end, as how says,
+// before the first world formed: a loss as a death is (above), for a rank
+// that gossip may never have seen, so that the others do not wait for it
+// until their deadline. A rank's new incarnation already in the view (a
+// restart) keeps the others forming. Once the first world formed, Exited
+// does nothing: a death is then reported as any other. Safe for
+// concurrent use; it does not block.
+func (n *Node) Exited(rank int, how string) {
+	if rank < 0 || rank >= n.cfg.Size || rank == n.cfg.Rank {
+		return
+	}
+	n.mu.Lock()
+	n.noteFormLossLocked(fmt.Sprintf("exited:r%d", rank), rank,
+		fmt.Errorf("%w: the launcher saw its process end (%s) before it joined", ErrPeerDead, how))
+	n.mu.Unlock()
+	n.signal()
+}

@@ -136,6 +136,9 @@ func Join(ctx context.Context, cfg Config, blob []byte) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Started != nil {
+		cfg.Started(n)
+	}
 	if _, err := n.Form(ctx); err != nil {
 		n.shutdown(false)
 		return nil, err

@@ -299,7 +299,15 @@ func (g *gossipRendezvous) world() uint32 { return g.node.World().Epoch }
 func (g *gossipRendezvous) size() int     { return g.cfg.Size }
 
 func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, error) {
-	node, err := bootstrap.Join(ctx, g.cfg, mine)
+	// A rank that ends before gossip saw it is known to the launcher
+	// alone: it says so over jobctl, and Form fails at once naming it
+	// (bootstrap's formloss.go), not at its deadline.
+	cfg, stop := g.cfg, func() {}
+	cfg.Started = func(n *bootstrap.Node) {
+		stop = g.ctl.WatchExits(func(e jobctl.Exit) { n.Exited(e.Rank, e.How) })
+	}
+	node, err := bootstrap.Join(ctx, cfg, mine)
+	stop()
 	if err != nil {
 		return nil, err
 	}

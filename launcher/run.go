@@ -168,7 +168,7 @@ func Run(ctx context.Context, cfg Config) error {
 			procs = append(procs, p)
 		}
 	}
-	r := &runner{cfg: cfg, con: con, procs: procs,
+	r := &runner{cfg: cfg, con: con, procs: procs, ctl: srv,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
 	if canAddRanks(cfg, srun, slots) {
 		stop := r.offerAddRanks(ctx, j, func(rank int) *proc {

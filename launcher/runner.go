@@ -46,6 +46,12 @@ type runner struct {
 	con   *console
 	procs []*proc
 	mon   *monitor
+	// ctl is told of every rank's end: the job control server, which
+	// passes on those of ranks that never joined to the ranks still
+	// forming the world (jobctl's exits.go). nil: nobody to tell.
+	ctl interface {
+		Exited(rank int, how string) bool
+	}
 
 	running  int
 	stopping bool
@@ -214,6 +220,13 @@ func (r *runner) exited(e exit) {
 	r.running--
 	e.p.done = true
 	re := rankFailure(e.p, e.err)
+	if r.ctl != nil && e.p.rank >= 0 && !r.stopping {
+		how := "exit status 0"
+		if e.err != nil {
+			how = e.err.Error()
+		}
+		r.ctl.Exited(e.p.rank, how)
+	}
 	if r.stopping {
 		return // a rank gorun itself is stopping
 	}

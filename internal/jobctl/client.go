@@ -53,6 +53,7 @@ type Client struct {
 	clockOffset, clockRTT atomic.Int64 // clock.go; rtt 0: not measured
 	cause                 atomic.Int64 // Blame's rank + 1; 0: none
 	metricsPort           atomic.Int64
+	watch                 atomic.Pointer[func(Exit)] // WatchExits's (exits.go)
 
 	// Owned by the loop goroutine.
 	seen   uint64    // state word at the last report
@@ -240,6 +241,8 @@ func (c *Client) loop() {
 		retryAt  time.Time
 		synced   time.Time // last clock sync
 		backoff  = c.interval
+		noPoll   bool             // the server did not answer a poll (exits.go)
+		told     = map[int]bool{} // ranks passed to the watcher
 	)
 	defer func() {
 		if s != nil {
@@ -272,7 +275,21 @@ func (c *Client) loop() {
 				s.noClock = true
 			}
 		}
-		if err := s.send(rep, deadline); err != nil {
+		if on := c.watch.Load(); on != nil && !noPoll && !rep.Done {
+			exits, ok := s.poll(rep, deadline)
+			if !ok {
+				// No answer: an older server, or a broken connection.
+				s.conn.Close()
+				s, noPoll = nil, true
+				return
+			}
+			for _, e := range exits {
+				if !told[e.Rank] {
+					told[e.Rank] = true
+					(*on)(e)
+				}
+			}
+		} else if err := s.send(rep, deadline); err != nil {
 			s.conn.Close()
 			s = nil
 			return
@@ -291,7 +308,7 @@ func (c *Client) loop() {
 		rep := c.report(false)
 		cmp := rep
 		cmp.SinceMS = last.SinceMS
-		if cmp != last || time.Since(lastSent) >= heartbeat {
+		if cmp != last || time.Since(lastSent) >= heartbeat || c.watch.Load() != nil && !noPoll {
 			send(rep, time.Now().Add(ioTimeout))
 		}
 	}

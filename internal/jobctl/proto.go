@@ -63,6 +63,9 @@ type Report struct {
 	// MetricsPort is where the rank serves its metrics (GORUN_METRICS_ADDR),
 	// on the address it connects from.
 	MetricsPort int `json:"metrics_port,omitempty"`
+	// Poll asks the server to answer with the ranks that ended before
+	// they joined (exits.go); the report is taken as any other.
+	Poll bool `json:"poll,omitempty"`
 }
 
 // mac authenticates line number counter of a connection greeted with nonce.

@@ -57,7 +57,8 @@ type Server struct {
 	authFail int
 	conns    map[net.Conn]struct{}
 	closed   bool
-	changed  chan struct{} // closed and replaced on every state change
+	changed  chan struct{}  // closed and replaced on every state change
+	exited   map[int]string // ranks that ended before they joined (exits.go)
 
 	wg sync.WaitGroup
 }
@@ -200,6 +201,11 @@ func (s *Server) serve(c net.Conn) {
 			continue
 		}
 		s.update(rep, time.Now(), c.RemoteAddr())
+		if rep.Poll {
+			if err := s.exits(c, nonce, &pongs); err != nil {
+				return
+			}
+		}
 	}
 }
 
