@@ -34,6 +34,8 @@ namespace {
 std::string gorunError(int rc) {
   std::string msg = gorun_last_error();
   if (msg.empty()) msg = gorun_strerror(rc);
+  // comm's errors say "gorun: ..." already; the status texts do not.
+  if (msg.rfind("gorun", 0) == 0) return msg;
   return "gorun: " + msg;
 }
 
