@@ -30,9 +30,9 @@ var DefaultAgent = []string{"ssh"}
 // Under ssh the script leads its process group (sshd starts every session
 // in a new one). It then prints a pid marker, runs ARGV in the foreground,
 // so that the rank keeps its stdin and signal dispositions, and prints an
-// exit marker with the rank's status (128+N for signal N) before exiting
-// with it: ssh reports a remote death by signal as 255, its own failure's
-// status, and the marker tells the two apart. gorun stops such a rank
+// exit or signal marker (runQuiet) before exiting with the shell's status
+// (128+N for signal N): ssh reports a remote death by signal as 255, its
+// own failure's status, and the marker tells the two apart. gorun stops such a rank
 // through the agent, "kill -s SIG -- -PGID", and waits for its session
 // to end, so nothing the rank prints while it stops is lost (signalRemote).
 // Under another agent, where the script may share a process group, it
@@ -53,19 +53,35 @@ const tokenScript = `IFS= read -r ` + EnvJobToken + `; export ` + EnvJobToken + 
 	`while up "$me" && up "$PPID"; do sleep 1; done; ` +
 	`if up "$me"; then kill -s TERM -- $t; sleep "$g"; if [ -n "$L" ] || up "$me"; then kill -s KILL -- $t; fi; fi ` +
 	`) </dev/null >/dev/null 2>&1 & fi; ` +
-	`if [ -n "$L" ]; then trap : TERM USR1 USR2; printf '\036gorun:pid %s\n' "$me" >&2; ` + runQuiet + `; s=$?; ` +
-	`printf '\036gorun:exit %s\n' "$s" >&2; exit "$s"; fi; exec "$@"`
+	`if [ -n "$L" ]; then trap : TERM USR1 USR2; printf '\036gorun:pid %s\n' "$me" >&2; ` + runQuiet + `; ` +
+	`printf '\036gorun:%s %s\n' "$k" "$n" >&2; exit "$s"; fi; exec "$@"`
 
 // runQuiet is the part of a wrapper script (tokenScript, srunTaskScript)
-// that runs "$@" in the foreground: its status is the program's, 128+N
-// for signal N. The shell that waits for the program has /dev/null for
-// stderr, so that it prints no "Killed" or "Terminated" (dash does even
-// with the command's stderr redirected); the program gets the real one
-// back, and default signal dispositions but those the script inherited
-// ignored. Both shells survive SIGTERM, so that a program that ignores it
-// is still waited for, and SIGUSR1 and SIGUSR2, which gorun passes on to
-// the program's whole process group.
-const runQuiet = `sh -c 'trap : TERM USR1 USR2; ( exec 2>&3 3>&-; exec "$@" ); exit $?' sh "$@" 3>&2 2>/dev/null`
+// that runs "$@" in the foreground and sets s to its status as a shell
+// gives it (128+N for signal N), and k and n to what the exit or signal
+// marker says: "exit" and the status, or "signal" and N.
+//
+// $? alone cannot tell exit(138) from SIGUSR1 (10). The shell that waits
+// for the program can: dash, bash and busybox sh print a notice ("User
+// defined signal 1", "Killed") on their stderr when the program they wait
+// for dies of a signal, and print nothing when it exits. That shell's
+// stderr and stdout go to a command substitution that gets the notice, if
+// any, then "=STATUS"; anything before the status means a signal. The
+// program gets the real stdout and stderr back (fds 4 and 3), and default
+// signal dispositions but those the script inherited ignored. Those shells
+// print no notice for SIGINT and SIGPIPE, so 130 and 141 stay ambiguous
+// and are read as signals 2 and 13, as before (a program dies of those far
+// more often than it exits with their numbers); a waiting shell that dies
+// itself (a signal to the whole group that it does not trap) leaves no
+// status, and its own death stands for the program's. Both shells survive
+// SIGTERM, so that a program that ignores it is still waited for, and
+// SIGUSR1 and SIGUSR2, which gorun passes on to the program's whole
+// process group. The outer shell's read of the substitution survives them
+// too (dash, bash and busybox sh retry it after the trap).
+const runQuiet = `{ r=$(sh -c 'trap : TERM USR1 USR2; ( exec 1>&4 2>&3 3>&- 4>&-; exec "$@" ); echo "=$?"' sh "$@" 3>&2 2>&1); } 4>&1; s=$?; ` +
+	`case $r in *=*) s=${r##*=};; esac; ` +
+	`if [ "$s" -le 128 ] || [ "$s" -ge 193 ] || { [ "$r" = "=$s" ] && [ "$s" -ne 130 ] && [ "$s" -ne 141 ]; }; then k=exit; n=$s; ` +
+	`else k=signal; n=$((s-128)); fi`
 
 // remoteArgv is the command that starts argv on host through agent with
 // the given environment ("K=V" each) in directory dir (strict: -wdir, an

@@ -77,6 +77,18 @@ func TestClusterOverRealSSH(t *testing.T) {
 			t.Fatalf("Run = %v (status %d), want rank 1 on %s killed by signal 9\n%s", err, ExitStatus(err), h2, stderr)
 		}
 	})
+	// sshd's shell gives 138 for both; the wrapper's marker tells them apart.
+	t.Run("signal-or-status", func(t *testing.T) {
+		for _, tc := range []struct{ script, want string }{
+			{`[ "$GORUN_RANK" = 1 ] && kill -s USR1 $$; exit 0`, "gorun: rank 1 (" + h2 + ") was killed by signal 10 (user defined signal 1)"},
+			{`[ "$GORUN_RANK" = 1 ] && exit 138; exit 0`, "gorun: rank 1 (" + h2 + ") exited with status 138"},
+		} {
+			_, stderr, err := runJob(t, "", Config{NP: 2, Hosts: hosts, Program: "/bin/sh", Args: []string{"-c", tc.script}})
+			if ExitStatus(err) != 138 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: Run = %v (status %d), want status 138 and %q\n%s", tc.script, err, ExitStatus(err), tc.want, stderr)
+			}
+		}
+	})
 	t.Run("kill-grace", func(t *testing.T) {
 		dir := t.TempDir()
 		out, stderr, err := runJob(t, "ignore-term", Config{NP: 2, Hosts: hosts, KillGrace: time.Second,

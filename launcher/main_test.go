@@ -205,21 +205,26 @@ func fakeRank(mode string, args []string) int {
 		return 0
 	case "usr":
 		// Says "ready" once it handles SIGUSR1 and SIGUSR2, then "got" each
-		// of them in turn, and exits 0. On stderr: that is where a remote
+		// of them as it comes, and exits 0 when it has had both; one that
+		// comes twice is an error. On stderr: that is where a remote
 		// rank's wrapper reports its process group, before the program
-		// starts (marker.go), so gorun knows it once "ready" is out.
+		// starts (marker.go), so gorun knows it once "ready" is out; and
+		// on stdout, for a test that holds stderr back.
 		sigs := make(chan os.Signal, 2)
 		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
 		fmt.Fprintln(os.Stderr, "ready")
-		for _, want := range []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		fmt.Println("ready")
+		got := map[os.Signal]bool{}
+		for len(got) < 2 {
 			select {
 			case s := <-sigs:
 				fmt.Fprintln(os.Stderr, "got", s)
-				if s != want {
+				if got[s] {
 					return 1
 				}
+				got[s] = true
 			case <-time.After(20 * time.Second):
-				fmt.Fprintln(os.Stderr, "no", want)
+				fmt.Fprintln(os.Stderr, "no signal after", got)
 				return 3
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,9 +21,12 @@ const marker = "\x1egorun:"
 // The markers, after marker:
 //
 //	pid PGID                  remote: the script's process group
-//	exit STATUS [RANK HOST]   the program's status, 128+N for signal N (RANK, HOST under srun)
+//	exit STATUS [RANK HOST]   the program exited with STATUS (RANK, HOST under srun)
+//	signal N [RANK HOST]      the program was killed by signal N
 //	wdir [RANK HOST]          -wdir is missing there
 //	step JOB.STEP             srun: the job step, from task 0
+//
+// runQuiet (agent.go) tells exit from signal, and says when it cannot.
 
 // parseMarker returns the words of a marker line, or nil.
 func parseMarker(line []byte) []string {
@@ -41,27 +45,75 @@ func words(bs [][]byte) []string {
 	return out
 }
 
-// statusError is the failure of a rank whose wrapper reported status s
-// (a shell's $?: 128+N for signal N), or nil for 0.
-func statusError(rank int, host string, s int) *RankError {
-	if s == 0 {
-		return nil
+// endError is the failure that an exit or signal marker reports
+// (kind "exit" or "signal", n its number), nil for exit 0; ok is false
+// for anything else.
+func endError(rank int, host, kind, n string) (re *RankError, ok bool) {
+	v, err := strconv.Atoi(n)
+	switch {
+	case err != nil:
+		return nil, false
+	case kind == "exit" && v == 0:
+		return nil, true
+	case kind == "exit" && v > 0:
+		return &RankError{Rank: rank, Host: host, ExitCode: v, Err: ErrRankFailed}, true
+	case kind == "signal" && v > 0 && v < 65:
+		return &RankError{Rank: rank, Host: host, ExitCode: -1, Signal: syscall.Signal(v), Err: ErrRankFailed}, true
 	}
-	re := &RankError{Rank: rank, Host: host, ExitCode: s, Err: ErrRankFailed}
-	if s > 128 && s < 128+65 {
-		re.ExitCode, re.Signal = -1, syscall.Signal(s-128)
-	}
-	return re
+	return nil, false
 }
 
 // remoteRank is what a rank started through the agent reported with its
 // markers (tokenScript). The stderr copier writes it; the runner reads
 // pid while the rank runs, and the rest after Wait.
 type remoteRank struct {
-	dir    string       // -wdir, for the error
-	pid    atomic.Int64 // its process group there, 0 before the pid marker
-	status atomic.Int64 // 1 + the exit marker's status, 0 before it
-	nodir  atomic.Bool
+	dir   string       // -wdir, for the error
+	pid   atomic.Int64 // its process group there, 0 before the pid marker
+	nodir atomic.Bool
+	ended atomic.Bool               // an exit or signal marker came, and set end
+	end   atomic.Pointer[RankError] // its failure, nil for exit 0
+
+	// Signals that do not stop the rank (SIGUSR1, SIGUSR2) sent before
+	// the pid marker, delivered through send once it comes. mu guards
+	// held and the pid's first store, so that a signal is either held or
+	// sees the pid. send is set before the rank starts.
+	mu   sync.Mutex
+	held []syscall.Signal
+	send func(pgid int, sig syscall.Signal)
+}
+
+// pidOrHold returns the rank's process group there, or 0; with 0, a
+// signal that does not stop the rank is held for the pid marker (held).
+func (rr *remoteRank) pidOrHold(sig syscall.Signal) (pgid int, held bool) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if pid := rr.pid.Load(); pid > 0 {
+		return int(pid), false
+	}
+	if stops(sig) {
+		return 0, false
+	}
+	if !slices.Contains(rr.held, sig) { // as the kernel keeps one of each pending
+		rr.held = append(rr.held, sig)
+	}
+	return 0, true
+}
+
+// setPID records the pid marker's process group and sends the signals
+// held for it.
+func (rr *remoteRank) setPID(pgid int) {
+	rr.mu.Lock()
+	held := rr.held
+	rr.held = nil
+	if rr.pid.Load() == 0 {
+		rr.pid.Store(int64(pgid))
+	}
+	rr.mu.Unlock()
+	for _, sig := range held {
+		if rr.send != nil {
+			rr.send(pgid, sig)
+		}
+	}
 }
 
 func (rr *remoteRank) tap(line []byte) bool {
@@ -69,11 +121,12 @@ func (rr *remoteRank) tap(line []byte) bool {
 	switch {
 	case len(w) == 2 && w[0] == "pid":
 		if n, err := strconv.Atoi(w[1]); err == nil && n > 1 {
-			rr.pid.Store(int64(n))
+			rr.setPID(n)
 		}
-	case len(w) == 2 && w[0] == "exit":
-		if n, err := strconv.Atoi(w[1]); err == nil && n >= 0 {
-			rr.status.Store(int64(n) + 1)
+	case len(w) == 2 && (w[0] == "exit" || w[0] == "signal"):
+		if re, ok := endError(-1, "", w[0], w[1]); ok {
+			rr.end.Store(re)
+			rr.ended.Store(true)
 		}
 	case len(w) == 1 && w[0] == "wdir":
 		rr.nodir.Store(true)
@@ -90,8 +143,13 @@ func (rr *remoteRank) failure(p *proc) (re *RankError, ok bool) {
 		return &RankError{Rank: p.rank, Host: p.host, ExitCode: -1,
 			Err: fmt.Errorf("%w: -wdir %s: cannot change to it there", ErrLaunch, rr.dir)}, true
 	}
-	if s := rr.status.Load(); s > 0 {
-		return statusError(p.rank, p.host, int(s-1)), true
+	if rr.ended.Load() {
+		if end := rr.end.Load(); end != nil {
+			re := *end
+			re.Rank, re.Host = p.rank, p.host
+			return &re, true
+		}
+		return nil, true
 	}
 	if ps := p.cmd.ProcessState; ps != nil && ps.ExitCode() == 255 {
 		why := "could not connect or start the rank"
@@ -125,7 +183,7 @@ func (st *srunTasks) tap(stream int) func([]byte) bool {
 			st.mu.Unlock()
 			return true
 		}
-		if len(w) >= 2 && (w[0] == "exit" || w[0] == "wdir") {
+		if len(w) >= 2 && (w[0] == "exit" || w[0] == "signal" || w[0] == "wdir") {
 			st.report(w)
 			return true
 		}
@@ -137,17 +195,17 @@ func (st *srunTasks) tap(stream int) func([]byte) bool {
 	}
 }
 
-// report records an exit or wdir marker: exit STATUS RANK HOST, wdir RANK HOST.
+// report records an exit, signal or wdir marker: exit STATUS RANK HOST,
+// signal N RANK HOST, wdir RANK HOST.
 func (st *srunTasks) report(w []string) {
 	var re *RankError
 	switch {
-	case w[0] == "exit" && len(w) >= 3:
-		s, err1 := strconv.Atoi(w[1])
-		rank, err2 := strconv.Atoi(w[2])
-		if err1 != nil || err2 != nil {
+	case (w[0] == "exit" || w[0] == "signal") && len(w) >= 3:
+		rank, err := strconv.Atoi(w[2])
+		if err != nil {
 			return
 		}
-		re = statusError(rank, word(w, 3), s)
+		re, _ = endError(rank, word(w, 3), w[0], w[1])
 	case w[0] == "wdir" && len(w) >= 2:
 		rank, err := strconv.Atoi(w[1])
 		if err != nil {

@@ -166,7 +166,13 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
 	}
 	if p.remote != nil {
-		*p.remote = remoteRank{dir: p.remote.dir} // a restart's markers are new
+		// A restart's markers are new. A signal held for the pid marker
+		// goes to the process group it names, through a second agent
+		// command, as kill sends it.
+		agent, host, grace := agentOf(r.cfg), p.host, r.cfg.KillGrace
+		*p.remote = remoteRank{dir: p.remote.dir, send: func(pgid int, sig syscall.Signal) {
+			go signalRemote(agent, host, pgid, p.cmd.Process, sig, grace)
+		}}
 	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = waitDelay
@@ -290,14 +296,17 @@ func (r *runner) kill(sig syscall.Signal) {
 			continue
 		}
 		if p.remote != nil {
-			if pid := p.remote.pid.Load(); pid > 0 {
-				go signalRemote(agentOf(r.cfg), p.host, int(pid), p.cmd.Process, sig, r.cfg.KillGrace)
+			pgid, held := p.remote.pidOrHold(sig)
+			if pgid > 0 {
+				go signalRemote(agentOf(r.cfg), p.host, pgid, p.cmd.Process, sig, r.cfg.KillGrace)
 				continue
 			}
-			if !stops(sig) {
-				// No process group reported (not started yet, or an agent
-				// that does not give it one): the local agent stands for
-				// the rank only for signals that end it.
+			if held {
+				// No process group reported yet: SIGUSR1 or SIGUSR2 goes
+				// to it once the pid marker names it (an agent that never
+				// gives the script a group of its own never does). The
+				// local agent would die of it, and the rank with it; it
+				// stands for the rank only for signals that end it.
 				continue
 			}
 		}

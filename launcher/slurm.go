@@ -18,13 +18,23 @@ import (
 // useSrun decides whether ranks are placed by srun: inside a Slurm
 // allocation (SLURM_JOB_ID set), with srun on PATH, when the user gave
 // neither hosts nor a launch agent; UseSrun "yes" or "no" overrides.
+// "yes" without an allocation or without srun is a usage error: gorun
+// places ranks in an allocation it is given (its node list, its task
+// count) and asks for none.
 func useSrun(cfg Config) (bool, error) {
 	switch cfg.UseSrun {
 	case "no":
 		return false, nil
 	case "yes":
+		var why []string
+		if os.Getenv("SLURM_JOB_ID") == "" {
+			why = append(why, "there is no Slurm allocation (SLURM_JOB_ID is unset; run gorun inside salloc or sbatch)")
+		}
 		if _, err := exec.LookPath("srun"); err != nil {
-			return false, fmt.Errorf("%w: srun: %v", ErrLaunch, err)
+			why = append(why, "srun is not on PATH")
+		}
+		if len(why) > 0 {
+			return false, fmt.Errorf("%w: --srun yes, but %s", ErrUsage, strings.Join(why, ", and "))
 		}
 		return true, nil
 	}
@@ -55,13 +65,17 @@ func fitsAllocation(np int) error {
 // signalSrun; each task changes to DIR (-wdir; a wdir marker and status 1 when that fails:
 // slurmstepd would fall back to /tmp), runs the program in the
 // foreground, so that it keeps its stdin and signal dispositions, and
-// prints an exit marker (marker.go) with the program's status (128+N for
-// signal N), its rank and its node. srun only says that some task failed
-// (its own status, 143 once --kill-on-bad-exit has stopped the rest);
-// the marker says which, and how.
+// prints an exit or signal marker (marker.go, runQuiet: exit(138) and
+// SIGUSR1 told apart) with its rank and its node. srun only says that some
+// task failed (its own status, 143 once --kill-on-bad-exit has stopped the
+// rest); the marker says which, and how. What srun's step does to the
+// wrapper itself is not known so: a task whose wrapper Slurm kills with it
+// (SIGKILL at --kill-on-bad-exit or at the step's end, a node that fails)
+// reports nothing, and then gorun has only srun's status and the first
+// task that did report.
 const srunTaskScript = `trap : TERM USR1 USR2; if [ "$SLURM_PROCID" = 0 ]; then printf '\036gorun:step %s.%s\n' "$SLURM_JOB_ID" "$SLURM_STEP_ID" >&2; fi; ` +
 	`if [ -n "$1" ]; then cd "$1" 2>/dev/null || { printf '\036gorun:wdir %s %s\n' "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit 1; }; fi; shift; ` +
-	runQuiet + `; s=$?; printf '\036gorun:exit %s %s %s\n' "$s" "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit "$s"`
+	runQuiet + `; printf '\036gorun:%s %s %s %s\n' "$k" "$n" "$SLURM_PROCID" "$SLURMD_NODENAME" >&2; exit "$s"`
 
 // srunArgv is the srun command for the job. srun places the ranks and
 // sets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, which comm.Init reads;

@@ -85,6 +85,10 @@ i=0; while [ "$(grep -c up usr.out 2>/dev/null)" != 4 ] && [ $i -lt 200 ]; do sl
 kill -USR1 $gp; wait $gp; echo "status=$?"; sort usr.out
 echo "== exit"
 $G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && exit 3; sleep 30'; echo "status=$?"
+echo "== signal"
+$G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && kill -s USR1 $$; sleep 30'; echo "status=$?"
+echo "== exit138"
+$G -np 4 /bin/sh -c '[ $SLURM_PROCID = 2 ] && exit 138; sleep 30'; echo "status=$?"
 echo "== wdir"
 $G -np 2 -wdir /tmp /bin/pwd
 $G -np 2 -wdir /nonexistent-gorun-wdir /bin/pwd; echo "status=$?"
@@ -114,6 +118,13 @@ $G -np 2 --output-filename logs /bin/sh -c 'echo "task $SLURM_PROCID"'; cat logs
 	}
 	if s := section("exit"); !strings.Contains(s, "gorun: rank 2 ("+h2+") exited with status 3") || !strings.Contains(s, "status=3") {
 		t.Errorf("task 2 exiting with 3 under srun:\n%s", s)
+	}
+	// Both end with the shell status 138; the task wrapper's marker says which.
+	if s := section("signal"); !strings.Contains(s, "gorun: rank 2 ("+h2+") was killed by signal 10 (user defined signal 1)") || !strings.Contains(s, "status=138") {
+		t.Errorf("task 2 killed by SIGUSR1 under srun:\n%s", s)
+	}
+	if s := section("exit138"); !strings.Contains(s, "gorun: rank 2 ("+h2+") exited with status 138") || !strings.Contains(s, "status=138") {
+		t.Errorf("task 2 exiting with 138 under srun:\n%s", s)
 	}
 	if s := section("wdir"); !strings.Contains(s, "0: /tmp\n") || !strings.Contains(s, "-wdir /nonexistent-gorun-wdir") || !strings.Contains(s, "status=1") {
 		t.Errorf("-wdir under srun:\n%s", s)

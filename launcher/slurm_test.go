@@ -205,3 +205,38 @@ func TestSrunArgv(t *testing.T) {
 		t.Errorf("-N 2 in a 3-node allocation: NP %d, hosts %v, %v; want 6 ranks placed by srun", cfg.NP, cfg.Hosts, err)
 	}
 }
+
+// --srun yes outside an allocation, or without srun, is a usage error
+// that says which: gorun places ranks only in an allocation it is given.
+func TestSrunYesNeedsAllocation(t *testing.T) {
+	withSrun := t.TempDir()
+	if err := os.Symlink(testBinary(t), filepath.Join(withSrun, "srun")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		job, path string
+		want      []string
+	}{
+		{"", withSrun, []string{"no Slurm allocation (SLURM_JOB_ID is unset"}},
+		{"4242", t.TempDir(), []string{"srun is not on PATH"}},
+		{"", t.TempDir(), []string{"SLURM_JOB_ID is unset", "srun is not on PATH"}},
+	} {
+		t.Setenv("SLURM_JOB_ID", tc.job)
+		t.Setenv("PATH", tc.path)
+		_, err := useSrun(Config{UseSrun: "yes"})
+		if !errors.Is(err, ErrUsage) || ExitStatus(err) != StatusUsage {
+			t.Errorf("SLURM_JOB_ID=%q PATH=%s: %v, want a usage error", tc.job, tc.path, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("SLURM_JOB_ID=%q PATH=%s: %v, want it to say %q", tc.job, tc.path, err, w)
+			}
+		}
+	}
+	t.Setenv("SLURM_JOB_ID", "4242")
+	t.Setenv("PATH", withSrun)
+	if ok, err := useSrun(Config{UseSrun: "yes"}); !ok || err != nil {
+		t.Errorf("--srun yes in an allocation with srun: %v, %v", ok, err)
+	}
+}

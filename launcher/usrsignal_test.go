@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,5 +107,70 @@ func TestUserSignalsForwarded(t *testing.T) {
 				t.Errorf("Run = %v, want success: the job goes on after SIGUSR1 and SIGUSR2\n%s", err, stderr)
 			}
 		})
+	}
+}
+
+// A remote rank whose process group gorun does not know yet (its pid
+// marker has not arrived) gets SIGUSR1 and SIGUSR2 once it does: gorun
+// holds them for it. The agent here is the fake ssh behind a wrapper that
+// holds the remote side's stderr, where the pid marker comes, until the
+// test releases it; the ranks say "ready" on stdout, which is not held.
+// The signal channel is unbuffered, so once SIGUSR2 is taken gorun has
+// handled SIGUSR1, before any rank's process group was known. (The
+// wrapper's loop ends only at the release, or when the test is over and
+// its directory gone: a kill command gorun sends late must not wait
+// forever.)
+func TestUserSignalBeforeRemotePID(t *testing.T) {
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
+	inner := fakeSSHAgent(t)[0]
+	ssh := filepath.Join(t.TempDir(), "ssh")
+	hold := "#!/bin/sh\n" +
+		"{ " + shellQuote(inner) + ` "$@" 2>&1 >&3 3>&- | { while [ ! -e ` + shellQuote(release) + ` ]; do [ -d ` + shellQuote(dir) + ` ] || exit 1; sleep 0.05; done; exec cat; } >&2 3>&-; } 3>&1` + "\n"
+	if err := os.WriteFile(ssh, []byte(hold), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sigs := make(chan os.Signal)
+	stdout, stderr := &waitWriter{}, &waitWriter{}
+	cfg := Config{NP: 3, Hosts: []Host{{Name: "node1", Slots: 3}}, LaunchAgent: []string{ssh},
+		Program: testBinary(t), Export: []string{"GORUN_TEST_ROLE=rank", "GORUN_TEST_MODE=usr"},
+		KillGrace: time.Second, UseSrun: "no", Signals: sigs, Stdout: stdout, Stderr: stderr}
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = Run(t.Context(), cfg)
+	}()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		os.WriteFile(release, nil, 0o644)
+		<-done
+		t.Fatalf(format+"\nstdout:\n%s\nstderr:\n%s", append(args, stdout, stderr)...)
+	}
+	if !stdout.waitFor("] ready\n", 3, time.Minute, done) {
+		fail("the ranks did not start")
+	}
+	for _, s := range []os.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		select {
+		case sigs <- s:
+		case <-done:
+			fail("the job ended before it took %v", s)
+		}
+	}
+	if strings.Contains(stderr.String(), "got") {
+		fail("stderr was not held back")
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2} {
+		if !stderr.waitFor("] got "+s.String()+"\n", 3, time.Minute, done) {
+			fail("not every rank got %v, sent before its process group was known", s)
+		}
+	}
+	<-done
+	if err != nil {
+		t.Errorf("Run = %v, want success\n%s", err, stderr)
 	}
 }

@@ -399,8 +399,9 @@ func TestParseArgsChecksEnvironment(t *testing.T) {
 // Every usage error exits 2 before any rank starts: a flag that does not
 // parse, and a bad value that gorun or the launcher finds (-np -1, --map-by,
 // --bind-to, an unset -x VAR, more ranks than slots, a bad hostfile line,
-// an unwritable --timeline).
+// an unwritable --timeline, --srun yes outside a Slurm allocation).
 func TestUsageErrorExitsTwo(t *testing.T) {
+	t.Setenv("SLURM_JOB_ID", "")
 	dir := t.TempDir()
 	hostfile := filepath.Join(dir, "hosts")
 	os.WriteFile(hostfile, []byte("n1 slots=two\n"), 0o644)
@@ -415,6 +416,7 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"-np", "3", "-H", "localhost:2"},
 		{"-np", "1", "--hostfile", hostfile},
 		{"-np", "1", "--timeline", filepath.Join(dir, "missing", "tl.json")},
+		{"-np", "1", "--srun", "yes"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			cmd := gorunProgram(t, "/bin/sh", args...)
