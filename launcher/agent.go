@@ -206,20 +206,23 @@ func outboundIP(host string) (string, error) {
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
-// remoteKillWait bounds the agent command that sends SIGKILL to a remote
-// rank; after it, or once it has run, gorun kills the rank's local agent.
+// remoteKillWait bounds a SIGKILL to a remote rank: the agent command
+// that sends it, and then the wait for the rank's own agent to end with
+// the rank; after it gorun kills that local agent.
 const remoteKillWait = 5 * time.Second
 
 // signalRemote sends sig to the process group pgid on host through agent
 // (a second connection: ssh forwards no signals), leaving the rank's own
-// agent process, local, to end with the rank, so that its last output
-// arrives. The command is bounded by grace (remoteKillWait for SIGKILL);
-// a SIGTERM that could not be delivered so falls back to signalling
-// local, whose end the script's watcher turns into SIGTERM and, after
-// grace, SIGKILL; after SIGKILL local is killed in any case. A signal
-// that does not stop the rank (SIGUSR1, SIGUSR2) has no fallback: it would
-// end local, and so the rank.
-func signalRemote(agent []string, host string, pgid int, local *os.Process, sig syscall.Signal, grace time.Duration) {
+// agent process, local, to end with the rank (ended is closed once it
+// has), so that its last output arrives. The command is bounded by grace
+// (remoteKillWait for SIGKILL); a SIGTERM that could not be delivered so
+// falls back to signalling local, whose end the script's watcher turns
+// into SIGTERM and, after grace, SIGKILL. After a SIGKILL, local is
+// killed once the remote rank is gone (its wrapper reaps it and the
+// session ends), or at remoteKillWait: gorun must not return while the
+// rank still runs. A signal that does not stop the rank (SIGUSR1,
+// SIGUSR2) has no fallback: it would end local, and so the rank.
+func signalRemote(agent []string, host string, pgid int, local *os.Process, ended <-chan struct{}, sig syscall.Signal, grace time.Duration) {
 	wait := grace
 	if sig == syscall.SIGKILL {
 		wait = remoteKillWait
@@ -234,6 +237,13 @@ func signalRemote(agent []string, host string, pgid int, local *os.Process, sig 
 	err := cmd.Run()
 	if err != nil && !stops(sig) {
 		return // the local agent would die of it, and the rank with it
+	}
+	if err == nil && sig == syscall.SIGKILL {
+		select {
+		case <-ended:
+			return
+		case <-ctx.Done():
+		}
 	}
 	if err != nil || sig == syscall.SIGKILL {
 		local.Signal(sig)

@@ -23,6 +23,7 @@ type proc struct {
 	stderr *rankWriter
 	cpus   []int // --bind-to CPU set of a local rank, or nil
 	done   bool
+	ended  chan struct{} // closed when this start's process has been waited for
 
 	restarts int // times restarted (--max-restarts, restart.go)
 	// remake is the rank's command for a start that joins the running
@@ -165,13 +166,15 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		p.cmd.Stdout = io.MultiWriter(p.stdout, logs[0])
 		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
 	}
+	p.ended = make(chan struct{})
+	ended := p.ended
 	if p.remote != nil {
 		// A restart's markers are new. A signal held for the pid marker
 		// goes to the process group it names, through a second agent
 		// command, as kill sends it.
 		agent, host, grace := agentOf(r.cfg), p.host, r.cfg.KillGrace
 		*p.remote = remoteRank{dir: p.remote.dir, send: func(pgid int, sig syscall.Signal) {
-			go signalRemote(agent, host, pgid, p.cmd.Process, sig, grace)
+			go signalRemote(agent, host, pgid, p.cmd.Process, ended, sig, grace)
 		}}
 	}
 	p.cmd.SysProcAttr = sysProcAttr()
@@ -208,6 +211,7 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 	go func() {
 		endGroup(p.cmd.Process)
 		err := p.cmd.Wait()
+		close(ended)
 		p.stdout.Flush()
 		p.stderr.Flush()
 		for _, f := range logs {
@@ -298,7 +302,7 @@ func (r *runner) kill(sig syscall.Signal) {
 		if p.remote != nil {
 			pgid, held := p.remote.pidOrHold(sig)
 			if pgid > 0 {
-				go signalRemote(agentOf(r.cfg), p.host, pgid, p.cmd.Process, sig, r.cfg.KillGrace)
+				go signalRemote(agentOf(r.cfg), p.host, pgid, p.cmd.Process, p.ended, sig, r.cfg.KillGrace)
 				continue
 			}
 			if held {
