@@ -204,6 +204,22 @@ func TestTorchWaitTimeout(t *testing.T) {
 	}
 }
 
+// TestHandleWaitTimeout: the package's Handle.wait(timeout) returns when
+// the operation beats it and raises GorunError (status ERR_TIMEOUT) at
+// its timeout while the operation cannot finish (the peer starts it only
+// afterwards), aborting that group's communicator, so the peer's side and
+// later calls fail instead of hanging; the job's communicator goes on.
+// gorun.poll is False before the peer starts and True once finished.
+func TestHandleWaitTimeout(t *testing.T) {
+	need(t, "torch")
+	out := gorun(t, 2, python, "python/tests/handle_wait_check.py")
+	for r := 0; r < 2; r++ {
+		if !strings.Contains(out, "handle_wait_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
 // freePorts returns a port p such that p and p+1 are free on loopback
 // (torch's store takes one, gorun's gossip seed the other). It picks them
 // below the kernel's ephemeral range, where no other process's connect or

@@ -24,6 +24,12 @@ so go on only when every rank was refused alike. An error from the
 operation itself raises GorunError, and then, as in the C ABI, the
 communicator is aborted: every later call fails until finalize() and
 init().
+
+Non-blocking ops (iallreduce_, ibroadcast_) return a Handle: wait() or
+wait(timeout) for it, test() or poll(handle) without blocking. A wait
+whose timeout passes raises GorunError with status ERR_TIMEOUT and, since
+gorun cannot cancel an operation in flight, aborts that operation's
+communicator on every rank (Handle.wait).
 """
 import atexit
 import ctypes
@@ -32,9 +38,9 @@ import threading
 from . import _lib
 
 __all__ = [
-    "GorunError", "ERR_JOB_GONE", "ERR_NO_QUORUM", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "GorunError", "ERR_TIMEOUT", "ERR_JOB_GONE", "ERR_NO_QUORUM", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
-    "iallreduce_", "ibroadcast_", "Handle", "broadcast_parameters", "DistributedOptimizer",
+    "iallreduce_", "ibroadcast_", "Handle", "poll", "broadcast_parameters", "DistributedOptimizer",
     "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
     "create_group", "Group",
 ]
@@ -42,6 +48,10 @@ __all__ = [
 _OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4, "average": 4, "mean": 4,
         "band": 5, "bor": 6, "bxor": 7, "land": 8, "lor": 9}
 
+
+# GorunError.status of an operation that did not finish in time: within
+# GORUN_TIMEOUT, or within the timeout of Handle.wait (GORUN_ERR_TIMEOUT).
+ERR_TIMEOUT = 3
 
 # init()'s status (GorunError.status) in a rank gorun restarted
 # (--max-restarts) that found none of the job's other ranks left to admit
@@ -76,10 +86,15 @@ def _L():
     return _lib_handle
 
 
-def _check(rc):
+def _check(rc, last_error=None):
+    """Raise GorunError for a non-zero status. last_error: the message
+    read on the thread that made the call, when that was another thread
+    (gorun_last_error is the calling thread's)."""
     if rc != 0:
         L = _L()
-        msg = L.gorun_last_error().decode(errors="replace") or L.gorun_strerror(rc).decode()
+        if last_error is None:
+            last_error = L.gorun_last_error()
+        msg = last_error.decode(errors="replace") or L.gorun_strerror(rc).decode()
         if not msg.startswith("gorun: "):  # comm's own errors name it already
             msg = "gorun: " + msg
         raise GorunError(rc, msg)
@@ -263,18 +278,67 @@ def reduce_scatter(x, op="sum"):
 # --- non-blocking -------------------------------------------------------------
 
 class Handle:
-    """A non-blocking operation; keeps its buffer alive until wait()."""
+    """A non-blocking operation; keeps its buffer alive until it ends."""
 
-    def __init__(self, req, buf):
-        self._req, self._buf = req, buf
+    def __init__(self, req, buf, comm):
+        self._req, self._buf, self._comm = req, buf, comm
+        self._failed = None  # the GorunError of a wait that timed out
 
-    def wait(self):
-        if self._req is not None:
+    def wait(self, timeout=None):
+        """Wait for the operation and return its buffer. timeout: None
+        (bounded by GORUN_TIMEOUT only), seconds, or a datetime.timedelta.
+        Once timeout passes without the operation finishing, it raises
+        GorunError (a RuntimeError, as torch's Work.wait raises) with
+        status ERR_TIMEOUT. gorun cannot cancel an operation in flight, so
+        such a wait first aborts the communicator the operation runs on
+        (the job's, or a Group's; as torch's NCCL backend does): that
+        operation, the ones started before it and every later one on that
+        communicator fail, on this rank and on its peers, instead of
+        hanging behind it. A Group is then spent (free it); the job's
+        communicator needs finalize() and init(). Later wait() and test()
+        calls on the handle raise the same error. ValueError for a
+        negative timeout, before anything else."""
+        limit = _seconds(timeout)
+        if self._failed is not None:
+            raise self._failed
+        if self._req is None:
+            return self._buf
+        L = _L()
+        if limit is None:
             req, self._req = self._req, None
-            _check(_L().gorun_wait(req))
-        return self._buf
+            _check(L.gorun_wait(req))
+            return self._buf
+        if self.test():
+            return self._buf
+        # gorun_wait takes no bound: it runs on a thread of its own, which
+        # this one waits for with the bound.
+        req, self._req = self._req, None
+        finished = threading.Event()
+        result = []
+
+        def run():
+            rc = L.gorun_wait(req)
+            result.append((rc, L.gorun_last_error() if rc else None))
+            finished.set()
+
+        t = threading.Thread(target=run, name="gorun-wait", daemon=True)
+        t.start()
+        if finished.wait(limit):
+            t.join()
+            _check(*result[0])
+            return self._buf
+        why = ("gorun: Handle.wait timed out after %gs; gorun cannot cancel an operation in flight, so it "
+               "aborted the communicator: this operation and every later one on it fail" % limit)
+        L.gorun_abort(self._comm, why.encode())
+        t.join()  # the abort ends the operation: nothing writes the buffer after this
+        self._failed = GorunError(ERR_TIMEOUT, why)
+        raise self._failed
 
     def test(self):
+        """True once the operation has finished (gorun_test, which does not
+        block), False before; raises GorunError if it failed."""
+        if self._failed is not None:
+            raise self._failed
         if self._req is None:
             return True
         done = ctypes.c_int()
@@ -285,6 +349,22 @@ class Handle:
         return bool(done.value)
 
 
+def poll(handle):
+    """Horovod's hvd.poll: handle.test(), True once the non-blocking
+    operation has finished, without blocking."""
+    return handle.test()
+
+
+def _seconds(timeout):
+    """timeout in seconds (None, a number, or a datetime.timedelta)."""
+    if timeout is None:
+        return None
+    s = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    if not s >= 0:
+        raise ValueError("gorun: timeout must be at least 0 seconds, not %r" % (timeout,))
+    return s
+
+
 def iallreduce_(x, op="sum"):
     """Start reducing x in place; wait() on the Handle returns x. Arguments
     are checked as allreduce_'s."""
@@ -292,7 +372,7 @@ def iallreduce_(x, op="sum"):
     code = _op(op, dt)
     req = ctypes.c_int64()
     _check(_L().gorun_iallreduce(_c(), p, p, n, dt, code, ctypes.byref(req)))
-    return Handle(req.value, x)
+    return Handle(req.value, x, _c())
 
 
 def ibroadcast_(x, root=0):
@@ -302,7 +382,7 @@ def ibroadcast_(x, root=0):
     r = _root(root)
     req = ctypes.c_int64()
     _check(_L().gorun_ibroadcast(_c(), p, n, dt, r, ctypes.byref(req)))
-    return Handle(req.value, x)
+    return Handle(req.value, x, _c())
 
 
 from ._allgather import allgather  # noqa: E402
