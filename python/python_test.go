@@ -145,6 +145,27 @@ func TestDistributedOptimizerMatchesSingleProcess(t *testing.T) {
 	compare(t, dist, single, "1e-4")
 }
 
+// Three ranks, --group 0,2: ranks 0 and 2 train data-parallel in a group
+// of their own (broadcast_parameters and DistributedOptimizer with
+// group=, rank 2 starting from other weights), rank 1 alone in a group of
+// itself. The pair ends where one process on their combined batch ends,
+// so "avg" divided by the group's 2, and rank 1 where one process on its
+// batch alone ends.
+func TestDistributedOptimizerGroup(t *testing.T) {
+	need(t, "torch")
+	dist := filepath.Join(workDir, "group-{rank}.pt")
+	gorun(t, 3, python, "examples/torch_train.py", "--mode", "gorun", "--group", "0,2", "--out", dist)
+	for _, c := range []struct{ rank, ranks string }{{"0", "2"}, {"1", "1"}} {
+		single := filepath.Join(workDir, "group-single-"+c.ranks+".pt")
+		cmd := exec.Command(python, "examples/torch_train.py", "--mode", "single", "--ranks", c.ranks, "--out", single)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("single-process reference: %v\n%s", err, out)
+		}
+		compare(t, strings.ReplaceAll(dist, "{rank}", c.rank), single, "1e-4")
+	}
+}
+
 // An unmodified DistributedDataParallel model on backend "gorun" matches
 // the same model on backend "gloo".
 func TestDDPBackendMatchesGloo(t *testing.T) {

@@ -18,12 +18,15 @@ _made = {}  # (parent handle, ranks) -> groups of those ranks made from it, for 
 
 class Group:
     """A communicator of some ranks, from create_group. Its methods are
-    the package's: rank, size, barrier, allreduce_, allreduce, broadcast_,
-    allgather, reduce_scatter, iallreduce_, ibroadcast_, reduce, gather,
-    scatter, alltoall, broadcast_object, create_group, with ranks (and
-    roots) numbered in the group: its rank i is the rank ranks[i] of the
-    communicator it was made from. free() it, or use it as a context
-    manager; finalize() frees the groups left."""
+    the package's: rank, size, local_rank, local_size, barrier,
+    allreduce_, allreduce, broadcast_, allgather, reduce_scatter,
+    iallreduce_, ibroadcast_, reduce, gather, scatter, alltoall,
+    broadcast_object, create_group, with ranks (and roots) numbered in the
+    group: its rank i is the rank ranks[i] of the communicator it was made
+    from. local_rank and local_size count the group's members on this
+    host, from the host identities they exchange when the group is made
+    (as the job's are). free() it, or use it as a context manager;
+    finalize() frees the groups left."""
 
     def __init__(self, handle, ranks):
         self._h = handle
@@ -63,7 +66,7 @@ def _method(name):
     return method
 
 
-for _name in ("rank", "size", "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
+for _name in ("rank", "size", "local_rank", "local_size", "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
               "iallreduce_", "ibroadcast_", "reduce", "gather", "scatter", "alltoall", "broadcast_object",
               "create_group"):
     setattr(Group, _name, _method(_name))

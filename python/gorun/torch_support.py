@@ -1,14 +1,35 @@
 """PyTorch training helpers in the style of Horovod: broadcast_parameters and
 DistributedOptimizer, which averages gradients across ranks in fused buckets
-while the backward pass is still running."""
+while the backward pass is still running.
+
+Each takes group=, a Group from create_group (Horovod's process_set=): then
+it runs over the group's ranks only, with ranks and roots numbered in the
+group, and "avg" divides by the group's size, so the members train
+data-parallel on their own while other ranks do something else."""
 import contextlib
 
 from . import allreduce_, iallreduce_, broadcast_, rank, size
+from .group import Group
 
 
-def broadcast_parameters(params, root=0):
+def _on(group, fn, *args):
+    """fn(*args) on group's communicator, or on the calling thread's
+    current one when group is None."""
+    if group is None:
+        return fn(*args)
+    if not isinstance(group, Group):
+        raise TypeError("gorun: group must be a gorun.Group from create_group, not %s" % type(group).__name__)
+    return group._call(fn, *args)
+
+
+def broadcast_parameters(params, root=0, group=None):
     """Copy root's values into every rank's tensors. params: a state_dict,
-    named_parameters(), or an iterable of tensors."""
+    named_parameters(), or an iterable of tensors. group: a Group, whose
+    members alone call it, root numbered in the group."""
+    _on(group, _broadcast_parameters, params, root)
+
+
+def _broadcast_parameters(params, root):
     import torch
     if hasattr(params, "items"):
         tensors = [t for _, t in sorted(params.items())]
@@ -24,13 +45,20 @@ def broadcast_parameters(params, root=0):
                 t.data.copy_(tmp)
 
 
-def broadcast_optimizer_state(optimizer, root=0):
+def broadcast_optimizer_state(optimizer, root=0, group=None):
     """Make every rank's optimizer state (step counts, moments, and
     hyper-parameters of every param group) root's, as Horovod's function of
     that name does: call it after broadcast_parameters when training starts
     or resumes from root's checkpoint. optimizer may be a
     DistributedOptimizer or a plain torch optimizer; the ranks' optimizers
-    must have the same parameter groups."""
+    must have the same parameter groups. group: a Group, root numbered in
+    it; by default a DistributedOptimizer's own group."""
+    if group is None and isinstance(optimizer, DistributedOptimizer):
+        group = optimizer._group
+    _on(group, _broadcast_optimizer_state, optimizer, root)
+
+
+def _broadcast_optimizer_state(optimizer, root):
     from .rooted import broadcast_object
     opt = optimizer._opt if isinstance(optimizer, DistributedOptimizer) else optimizer
     state = broadcast_object(opt.state_dict() if rank() == root else None, root)
@@ -43,13 +71,15 @@ def join(optimizer):
     join(optimizer) instead of training further. Until every rank has
     joined, it takes part in the other ranks' steps with zero gradients, and
     the average is over the ranks still training. Returns the rank that
-    joined last. optimizer is a DistributedOptimizer made with
-    uneven_inputs=True (the ranks then agree each step on how many are still
-    training: one 8-byte allreduce). A joined rank no longer steps its
-    optimizer, so broadcast_parameters from the returned rank afterwards."""
+    joined last (numbered in the optimizer's group, if it has one).
+    optimizer is a DistributedOptimizer made with uneven_inputs=True (the
+    ranks then agree each step on how many are still training: one 8-byte
+    allreduce). A joined rank no longer steps its optimizer, so
+    broadcast_parameters from the returned rank afterwards (with the same
+    group=)."""
     if not isinstance(optimizer, DistributedOptimizer) or not optimizer._uneven:
         raise ValueError("gorun: join needs a DistributedOptimizer(..., uneven_inputs=True)")
-    return optimizer._join()
+    return _on(optimizer._group, optimizer._join)
 
 
 class _Bucket:
@@ -81,14 +111,20 @@ class DistributedOptimizer:
     backward_passes_per_step = k, gradients accumulate locally over k
     backward passes first; one pass more before step() raises RuntimeError
     (its gradients would arrive after the bucket was sent).
-    compression="fp16" or "bf16" halves the bytes on the wire."""
+    compression="fp16" or "bf16" halves the bytes on the wire.
+    group=g (a Group from create_group, Horovod's process_set) reduces
+    over g's ranks only, "avg" dividing by g.size(): g's members train
+    data-parallel on their own; the other ranks do not take part."""
 
     def __init__(self, optimizer, named_parameters=None, bucket_bytes=25 << 20,
                  first_bucket_bytes=1 << 20, op="avg", backward_passes_per_step=1, compression=None,
-                 uneven_inputs=False):
+                 uneven_inputs=False, group=None):
         import torch
         if uneven_inputs and op not in ("avg", "sum"):
             raise ValueError("gorun: uneven_inputs needs op avg or sum")
+        if group is not None and not isinstance(group, Group):
+            raise TypeError("gorun: group must be a gorun.Group from create_group, not %s" % type(group).__name__)
+        self._group = group
         self._opt = optimizer
         self._op = op
         self._uneven = uneven_inputs
@@ -166,14 +202,14 @@ class DistributedOptimizer:
         b.buf = buf
         # With uneven inputs the average is over the ranks still training,
         # known only at the end of the step: sum now, divide then.
-        b.handle = iallreduce_(buf, "sum" if self._uneven else self._op)
+        b.handle = _on(self._group, iallreduce_, buf, "sum" if self._uneven else self._op)
 
     def _active(self, me):
         """The number of ranks still training this step (me: 1 or 0)."""
         import torch
         self._steps += 1
         n = torch.tensor([me], dtype=torch.int64)
-        allreduce_(n)
+        _on(self._group, allreduce_, n)
         return int(n.item())
 
     def _join(self):

@@ -3,6 +3,7 @@ the Python package's reduce, gather, scatter, alltoall,
 broadcast_optimizer_state and join (uneven inputs, with op avg and sum,
 against a single-process reference); allgather along the first dimension,
 which may differ between ranks; create_group's Group on 2 of the 3 ranks;
+join, broadcast_parameters and broadcast_optimizer_state on such a group;
 DistributedOptimizer's synchronize() then step(), and skip_synchronize(),
 reducing once; read-only inputs; arguments refused locally (the
 communicator stays usable); DistributedOptimizer with a parameter one rank
@@ -52,18 +53,19 @@ def net():
     return torch.nn.Linear(4, 2)
 
 
-def optimizer_state(r):
+def optimizer_state(r, group=None):
+    """r: this rank's number in group, if given."""
     model = net()
     opt = torch.optim.Adam(model.parameters(), lr=0.1 * (r + 1))
     if r == 0:  # only root has trained: it has moments and a step count
         model(torch.ones(1, 4)).sum().backward()
         opt.step()
-    gorun.broadcast_optimizer_state(opt, root=0)
+    gorun.broadcast_optimizer_state(opt, root=0, group=group)
     st = opt.state_dict()
     expect(st["param_groups"][0]["lr"] == 0.1, "lr %s" % st["param_groups"][0]["lr"])
     expect(len(st["state"]) == 2 and float(st["state"][0]["step"]) == 1.0, "state %s" % st["state"].keys())
     m = st["state"][0]["exp_avg"].clone()
-    gorun.allreduce_(m, op="max")
+    (group or gorun).allreduce_(m, op="max")
     expect(torch.equal(m, st["state"][0]["exp_avg"]), "moments differ between ranks")
 
 
@@ -89,13 +91,14 @@ def step_style(opt, params, style):
             opt.step()
 
 
-def uneven(r, n, op="avg", mixed=False):
+def uneven(r, n, op="avg", mixed=False, group=None):
     """Rank r has 2 + r batches; join averages (or sums) over the ranks
     still going. mixed: each rank steps in another style each step
-    (step_style), which must not change the collectives it issues."""
+    (step_style), which must not change the collectives it issues. group:
+    train in it (r, n: this rank's number in it and its size)."""
     counts = [2 + k for k in range(n)]
     model = net()
-    opt = gorun.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+    opt = gorun.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), group=group,
                                      named_parameters=model.named_parameters(), uneven_inputs=True, op=op)
     for step in range(counts[r]):
         x, y = batch(r, step)
@@ -104,7 +107,7 @@ def uneven(r, n, op="avg", mixed=False):
         step_style(opt, list(model.parameters()), (step + r) % 3 if mixed else 0)
     last = gorun.join(opt)
     expect(last == n - 1, "join returned %d, want %d" % (last, n - 1))
-    gorun.broadcast_parameters(model.state_dict(), root=last)  # joined ranks stopped stepping
+    gorun.broadcast_parameters(model.state_dict(), root=last, group=group)  # joined ranks stopped stepping
     ref = net()
     sgd = torch.optim.SGD(ref.parameters(), lr=0.1)
     for step in range(max(counts)):
@@ -210,6 +213,26 @@ def groups(r, n):
     ok = np.array([r + 1], dtype=np.int64)
     gorun.allreduce_(ok)
     expect(ok[0] == n * (n + 1) // 2, "the job's communicator after the group: %s" % ok)
+
+
+def group_training(r, n):
+    """DistributedOptimizer, join, broadcast_parameters and
+    broadcast_optimizer_state with group=: ranks 2 and 0 (its ranks 0 and
+    1) train with uneven inputs on their own, against the reference of a
+    2-rank job, while rank 1 does alone, in a group of itself; the job's
+    communicator is not used meanwhile. A group knows its members on this
+    host (all 3 ranks share one): local_rank is the group's rank."""
+    g = gorun.create_group([2, 0] if r != 1 else [1])
+    expect((g.local_rank(), g.local_size()) == (g.rank(), g.size()),
+           "group local rank %d size %d" % (g.local_rank(), g.local_size()))
+    uneven(g.rank(), g.size(), group=g)
+    optimizer_state(g.rank(), group=g)
+    try:
+        gorun.DistributedOptimizer(torch.optim.SGD(net().parameters(), lr=0.1), group=[0, 2])
+        expect(False, "a list was taken for a group")
+    except TypeError:
+        pass
+    g.free()
 
 
 def read_only(r, n):
@@ -325,6 +348,7 @@ def main():
     collectives(r, n)
     allgather_shapes(r, n)
     groups(r, n)
+    group_training(r, n)
     read_only(r, n)
     refused(r, n)
     optimizer_state(r)
