@@ -101,6 +101,9 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	n.viewMu.Unlock()
 	if ok {
 		n.mu.Lock()
+		if p.meta.Leaving && p.meta.Abandoned { // its msgAbandon was lost (abandon.go)
+			n.heardAbandonFlagLocked(node.Name)
+		}
 		switch left := p.meta.Leaving || n.leaving[node.Name]; {
 		case !n.formed && (left || node.State == memberlist.StateLeft):
 			if p.meta.Forming { // it gave up forming; a formed node that closes is another world's

@@ -127,6 +127,12 @@
 // lastcall.go): one that answers is not reported, since this node's own
 // lateness may have made the verdict.
 //
+// A member that gives up on its world for a reason of its own (comm: its
+// Init failed after the first world formed) calls Abandon rather than
+// Close: it tells the world's members why and whom it blames, and they
+// report it with an *AbandonError (ErrPeerAbandoned), a failure, not a
+// leave (abandon.go).
+//
 // On one host the kernel is a better witness than a missed probe: a
 // member whose process /proc shows running or sleeping there
 // (Config.Running) is not reported when gossip declares it dead, since a

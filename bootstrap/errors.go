@@ -18,6 +18,7 @@ var (
 	ErrClosed        = errors.New("bootstrap node closed")
 	ErrPeerLeft      = errors.New("peer left the job")
 	ErrPeerDead      = errors.New("peer failed (unreachable)")
+	ErrPeerAbandoned = errors.New("peer gave up on the world") // see AbandonError
 	ErrWrongJob      = errors.New("peer belongs to another job")
 	ErrExpelled      = errors.New("this rank was declared dead and the job went on without it")
 	ErrJobGone       = errors.New("every other rank of the job is gone: none is left to admit this restarted rank")

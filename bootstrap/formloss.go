@@ -38,6 +38,7 @@ package bootstrap
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -115,8 +116,8 @@ func (n *Node) formLost(locked *World, miss []int) error {
 		if l.err == nil || l.rank < 0 || l.rank >= n.cfg.Size {
 			continue
 		}
-		if l.err != ErrPeerLeft && running {
-			continue
+		if l.err != ErrPeerLeft && !errors.Is(l.err, ErrPeerAbandoned) && running {
+			continue // a death; but a member that gave up on the world it locked on (abandon.go) is lost whatever runs
 		}
 		losses = append(losses, loss{name, *l})
 	}
@@ -171,8 +172,12 @@ func (n *Node) formLost(locked *World, miss []int) error {
 // first world formed.
 func formLossNote(e *OpError) string {
 	what := "died"
-	if e.Err == ErrPeerLeft {
+	var ab *AbandonError
+	switch {
+	case e.Err == ErrPeerLeft:
 		what = "left the job"
+	case errors.As(e.Err, &ab):
+		what = "gave up on the world it agreed (" + ab.Error() + ")"
 	}
 	return fmt.Sprintf("rank %d %s while the world formed", e.Peer, what)
 }

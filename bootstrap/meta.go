@@ -20,17 +20,18 @@ const (
 
 // meta flag bits.
 const (
-	flagLeaving = 1 << 0 // the node is closing; its departure is not a crash
-	flagForming = 1 << 1 // with flagLeaving: it leaves before its first world formed (formloss.go)
-	flagJoining = 1 << 2 // a restarted rank not yet admitted (jobGone, agree.go)
-	knownFlags  = flagLeaving | flagForming | flagJoining
+	flagLeaving   = 1 << 0 // the node is closing; its departure is not a crash
+	flagForming   = 1 << 1 // with flagLeaving: it leaves before its first world formed (formloss.go)
+	flagJoining   = 1 << 2 // a restarted rank not yet admitted (jobGone, agree.go)
+	flagAbandoned = 1 << 3 // with flagLeaving: it gives up on its formed world (abandon.go)
+	knownFlags    = flagLeaving | flagForming | flagJoining | flagAbandoned
 )
 
 // meta is what every node publishes in its memberlist node meta.
 //
 // Encoding, version 1 (all integers unsigned LEB128 varints, rank zig-zag):
 //
-//	version byte (=1) | flags byte (1: leaving, 2: leaving unformed, 4: joining) | rank (zig-zag, -1 = unassigned) |
+//	version byte (=1) | flags byte (1: leaving, 2: leaving unformed, 4: joining, 8: abandoning) | rank (zig-zag, -1 = unassigned) |
 //	size | len(job) job | len(host) host | len(blob) blob
 //
 // Decoding is strict: unknown versions, unknown flags, out-of-range values
@@ -43,7 +44,9 @@ type meta struct {
 	Leaving bool
 	Forming bool // leaving before its first world formed: its Form failed
 	Joining bool // restarted (Config.Restarted) and not yet admitted to a world
-	Blob    []byte
+	// Abandoned: leaving, it gives up on its formed world (Node.Abandon).
+	Abandoned bool
+	Blob      []byte
 }
 
 func (m *meta) encode() ([]byte, error) {
@@ -67,6 +70,9 @@ func (m *meta) encode() ([]byte, error) {
 	}
 	if m.Joining {
 		flags |= flagJoining
+	}
+	if m.Abandoned {
+		flags |= flagAbandoned
 	}
 	b = append(b, metaVersion, flags)
 	b = binary.AppendVarint(b, int64(m.Rank))
@@ -105,6 +111,7 @@ func decodeMeta(buf []byte) (meta, error) {
 	m.Leaving = flags&flagLeaving != 0
 	m.Forming = flags&flagForming != 0
 	m.Joining = flags&flagJoining != 0
+	m.Abandoned = flags&flagAbandoned != 0
 	m.Size = int(d.uvarint(math.MaxInt32))
 	m.JobID = string(d.bytes(MaxJobID))
 	m.Host = string(d.bytes(MaxHost))

@@ -25,6 +25,7 @@ const (
 	msgRunning = 11 // answer to msgAsk: the sender runs a world of epoch (digest, about: its size) that leaves the asker out (expel.go)
 	msgHello   = 12 // a node forming a large world → seed: here I am, with my meta; its own encoding (hello.go)
 	msgLost    = 13 // a node locked on a world gave up on the member it waited for, which gossip dropped: believe it (lost.go)
+	msgAbandon = 14 // a member gives up on the world of epoch (digest): about: why; cause: the rank it blames (abandon.go)
 
 	digestLen = 16
 )
@@ -34,12 +35,13 @@ type message struct {
 	epoch  uint32
 	digest [digestLen]byte
 	from   string // sender's node name
-	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address; msgRunning: its world's size
+	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address; msgRunning: its world's size; msgAbandon: why
+	cause  int    // msgAbandon: the rank the sender blames
 }
 
 // hasAbout says whether messages of kind carry the about field.
 func hasAbout(kind byte) bool {
-	return kind == msgDead || kind == msgStopped || kind == msgLost || kind == msgAsk || kind == msgRunning
+	return kind == msgDead || kind == msgStopped || kind == msgLost || kind == msgAsk || kind == msgRunning || kind == msgAbandon
 }
 
 func (m *message) encode() []byte {
@@ -51,12 +53,15 @@ func (m *message) encode() []byte {
 	if hasAbout(m.kind) {
 		b = appendString(b, m.about)
 	}
+	if m.kind == msgAbandon {
+		b = binary.AppendVarint(b, int64(m.cause))
+	}
 	return b
 }
 
 func decodeMessage(buf []byte) (message, bool) {
 	var m message
-	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgLost || buf[0] == msgTable || buf[0] == msgHello {
+	if len(buf) == 0 || buf[0] < msgPropose || buf[0] > msgAbandon || buf[0] == msgTable || buf[0] == msgHello {
 		return m, false
 	}
 	m.kind = buf[0]
@@ -66,6 +71,13 @@ func decodeMessage(buf []byte) (message, bool) {
 	m.from = string(d.bytes(255))
 	if hasAbout(m.kind) {
 		m.about = string(d.bytes(255))
+	}
+	if m.kind == msgAbandon {
+		c := d.varint()
+		if c < -1 || c > 1<<31-1 {
+			d.fail("cause out of range")
+		}
+		m.cause = int(c)
 	}
 	return m, d.err == nil && len(d.buf) == 0
 }
@@ -204,6 +216,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		return
 	case msgLost:
 		n.markLost(m.about)
+		return
+	case msgAbandon:
+		n.heardAbandon(m)
+		n.signal()
 		return
 	case msgAsk:
 		n.answerAsk(m)

@@ -6,13 +6,16 @@ import (
 )
 
 func TestMessageRoundTrip(t *testing.T) {
-	for kind := byte(msgPropose); kind <= msgLost; kind++ {
+	for kind := byte(msgPropose); kind <= msgAbandon; kind++ {
 		if kind == msgTable || kind == msgHello {
 			continue
 		}
 		m := message{kind: kind, epoch: 1<<32 - 1, digest: [digestLen]byte{9, 8, 7}, from: "r12-0123456789ab"}
 		if hasAbout(kind) {
 			m.about = "r3-ba9876543210"
+		}
+		if kind == msgAbandon {
+			m.cause = 1<<31 - 1
 		}
 		got, ok := decodeMessage(m.encode())
 		if !ok || got != m {
@@ -25,7 +28,7 @@ func TestMessageRoundTrip(t *testing.T) {
 			t.Errorf("kind %d is routed as a table prepare or a hello", kind)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgHello}, {msgLost + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
+	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgHello}, {msgAbandon + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
 		if _, ok := decodeMessage(bad); ok {
 			t.Errorf("decodeMessage(%x) accepted", bad)
 		}

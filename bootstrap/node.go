@@ -106,6 +106,9 @@ type Node struct {
 	// world formed (formloss.go); emptied at install.
 	formLosses  map[string]*formLoss
 	formLossSeq uint64 // the last formLoss.seq
+	// abandoned: the members of the world, or of the world this node is
+	// locked on, that gave up on it (abandon.go); each is also in leaving.
+	abandoned map[string]*AbandonError
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
@@ -179,6 +182,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		failures: make(chan Failure, cfg.Size),
 
 		formLosses: make(map[string]*formLoss),
+		abandoned:  make(map[string]*AbandonError),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
 		acks:      make(map[uint32]map[string][digestLen]byte),
@@ -311,7 +315,11 @@ func (n *Node) Close() error {
 }
 
 // shutdown stops the node; leave says whether to announce it first.
-func (n *Node) shutdown(leave bool) {
+func (n *Node) shutdown(leave bool) { n.stop(leave, nil) }
+
+// stop is shutdown; ab, if not nil, says that this rank abandons its
+// world (Abandon).
+func (n *Node) stop(leave bool, ab *AbandonError) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -327,9 +335,16 @@ func (n *Node) shutdown(leave bool) {
 	if leave {
 		// Tell the world directly first: gossip may deliver the dead
 		// message before the meta update below.
+		bye := message{kind: msgLeaving, epoch: w.Epoch, from: n.name}
+		if !formed {
+			ab = nil // Forming says it (formloss.go)
+		}
+		if ab != nil {
+			bye = message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.name, about: ab.Reason, cause: ab.Cause}
+		}
 		for _, m := range w.Members {
 			if m.Name != n.name {
-				n.send(m.Name, m.Addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
+				n.send(m.Name, m.Addr, bye)
 			}
 		}
 		// And the members found gone, at their last address: one frozen
@@ -348,6 +363,7 @@ func (n *Node) shutdown(leave bool) {
 		n.metaMu.Lock()
 		n.meta.Leaving = true
 		n.meta.Forming = !formed // the others' Form fails at once (formloss.go)
+		n.meta.Abandoned = ab != nil
 		if buf, err := n.meta.encode(); err == nil {
 			n.metaBuf = buf
 		}
@@ -494,6 +510,9 @@ func (n *Node) install(w World) {
 	for _, name := range gone {
 		n.reportLocked(name, n.leaving[name])
 	}
+	for name := range n.abandoned { // heard while locked (abandon.go)
+		n.reportLocked(name, true)
+	}
 	for _, name := range dropped {
 		switch r := n.inWorld[name]; {
 		case n.leaving[name]:
@@ -514,7 +533,7 @@ func (n *Node) reportLocked(name string, left bool) {
 	n.reported[name] = true
 	err := ErrPeerDead
 	if left {
-		err = ErrPeerLeft
+		err = n.leftErrLocked(name)
 	} else if n.stopped[name] {
 		err = errStopped
 	} else if n.refused[name] {

@@ -47,7 +47,10 @@ import (
 // with ErrPeerFailed naming it, even where the transport would not notice
 // (a dead host, a partition). A rank that Closes is not reported that way:
 // its connections end with ErrPeerClosed when needed. Close leaves the
-// gossip group.
+// gossip group. A rank whose Init fails once the world formed, for
+// whatever reason, tells the others, whose Init then fails at once naming
+// it and its reason (initagree.go), as Init fails everywhere when a rank
+// dies.
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
 	return initFromEnv(ctx, osGetenv, opts...)
 }
@@ -64,8 +67,22 @@ var initRan atomic.Bool
 
 // initHook, when set (by tests only), is called at named steps of Init:
 // "formed" once this rank has acknowledged the agreed world, before it
-// connects. A test kills its rank there.
-var initHook func(step string)
+// connects; "connected" once it has connected, before the agreement
+// (initagree.go). A test kills its rank there, or makes Init fail there
+// with the error it returns.
+var initHook func(step string) error
+
+// initStep runs initHook's step, if set; its error is this rank's.
+func initStep(rank int, step string) error {
+	h := initHook
+	if h == nil {
+		return nil
+	}
+	if err := h(step); err != nil {
+		return &RankError{Rank: rank, Op: "init", Err: err}
+	}
+	return nil
+}
 
 // defaultFormTimeout bounds world formation when GORUN_TIMEOUT is unset.
 const defaultFormTimeout = 60 * time.Second
@@ -108,7 +125,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	if err != nil {
 		err = rv.initCause(ctx, err) // with the node still in the gossip group
 		if rv.node != nil {
-			rv.node.Close() // closes node.Failures(), which ends forwardFailures
+			rv.leave(err) // closes node.Failures(), which ends forwardFailures
 		}
 		if rv.fwDone != nil {
 			<-rv.fwDone
@@ -131,10 +148,11 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	c.shrink.node, c.shrink.failures = node, fw // for Shrink (shrink.go)
 	stopWitness, witnessDone := make(chan struct{}), make(chan struct{})
 	go witness(node, stopWitness, witnessDone) // frozen ranks on this host (witness.go)
+	var failed error                           // Init's, set before the Close of a failed Init
 	c.onClose = append(c.onClose, func() {
 		close(stopWitness)
 		<-witnessDone
-		node.Close() // closes node.Failures(), which ends forwardFailures
+		rv.leave(failed) // closes node.Failures(), which ends forwardFailures
 		<-done
 		ctl.Close()
 	})
@@ -152,17 +170,22 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 		// can never count a quorum, where the members kept theirs.
 	}
 	if err := applyBind(c, getenv); err != nil { // GORUN_BIND (bind.go)
+		failed = &RankError{Rank: c.rank, Op: "init", Err: err}
 		c.Close()
-		return nil, &RankError{Rank: c.rank, Op: "init", Err: err}
+		return nil, failed
 	}
 	if mode, _ := numa.ParseBindMode(getenv(jobenv.Bind)); mode == numa.BindNone {
 		shareProcs(c, getenv) // procs.go
 	}
 	if node.World().Epoch <= 1 { // the first world: Init's outcome agrees (initagree.go)
-		if err := c.agreeInit(ctx); err != nil {
-			err = rv.initCause(ctx, err)
+		err := initStep(c.rank, "connected")
+		if err == nil {
+			err = c.agreeInit(ctx)
+		}
+		if err != nil {
+			failed = rv.initCause(ctx, err)
 			c.Close()
-			return nil, err
+			return nil, failed
 		}
 	}
 	c.debugf(debugInfo, "joined job %q as rank %d of %d (gossip %s)", bc.JobID, c.rank, c.size, node.Addr())
@@ -176,14 +199,15 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	return c, nil
 }
 
-// forwardFailures turns the bootstrap's reports of dead ranks into
+// forwardFailures turns the bootstrap's reports of dead ranks, and of
+// ranks whose Init failed (they abandon the world: initagree.go), into
 // failures of the communicator fw holds: Init's, then each one Shrink
 // makes. Ranks that left (Closed) are not forwarded: the transport
 // reports them as ErrPeerClosed when an operation needs them.
 func forwardFailures(fw *failureSink, node *bootstrap.Node, done chan<- struct{}) {
 	defer close(done)
 	for f := range node.Failures() {
-		if errors.Is(f.Err, bootstrap.ErrPeerDead) {
+		if errors.Is(f.Err, bootstrap.ErrPeerDead) || errors.Is(f.Err, bootstrap.ErrPeerAbandoned) {
 			fw.deliver(f)
 		}
 	}
@@ -207,8 +231,9 @@ type failureSink struct {
 	connecting uint32
 	stop       context.CancelCauseFunc
 
-	// The first death reported in the world of Init, and a channel closed
-	// then (initCause); died is nil in a sink that does not watch for it.
+	// The first death (or abandonment, as the rank it blames: causeOf)
+	// reported in the world of Init, and a channel closed then
+	// (initCause); died is nil in a sink that does not watch for it.
 	dead *bootstrap.Failure
 	died chan struct{}
 }
@@ -235,7 +260,7 @@ func (fw *failureSink) deliver(f bootstrap.Failure) {
 	fw.mu.Lock()
 	c := fw.c
 	if fw.died != nil && fw.dead == nil && f.Epoch == fw.epoch {
-		fw.dead = &f
+		fw.dead = causeOf(f)
 		close(fw.died)
 	}
 	switch {
@@ -318,8 +343,8 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	if w.Epoch <= 1 && (w.Rank != g.cfg.Rank || w.Size != g.cfg.Size) { // a later epoch: Grow placed this rank
 		return nil, fmt.Errorf("gorun: bootstrap placed rank %d of %d at %d of %d", g.cfg.Rank, g.cfg.Size, w.Rank, w.Size)
 	}
-	if h := initHook; h != nil {
-		h("formed")
+	if err := initStep(g.cfg.Rank, "formed"); err != nil {
+		return nil, err
 	}
 	blobs := make([][]byte, w.Size)
 	for r, m := range w.Members {

@@ -7,22 +7,30 @@ package comm
 // Init connects only each rank's start-up peers (connect.go), so a rank
 // that dies once the world is agreed, before or while the others connect,
 // is seen at once only by its own peers; a rank with no link to it used
-// to return a communicator whose first operation failed. Three things
+// to return a communicator whose first operation failed. Four things
 // close that:
 //
 //   - The bootstrap's failure reports reach the engine from the moment it
 //     exists (engineMade), not from Init's end: a rank waiting for the
 //     dead rank's dial, or for anything else, stops on its report.
+//   - A rank whose Init fails once the world formed, for a reason of its
+//     own (its device, its context, its own connection to a peer) or
+//     because of another's failure, does not just leave: it abandons the
+//     world (leave; bootstrap's abandon.go), naming the rank it blames and
+//     why, and the others' bootstrap reports that as a failure, so a rank
+//     waiting for its dial or its barrier message stops at once rather
+//     than at its timeout. A leave after Init (Close) stays a leave.
 //   - Init ends with a barrier over the start-up links (agreeInit; the
 //     dissemination barrier's peers are among collectives.InitPeers, so it
 //     connects nobody new). No rank completes it unless every rank entered
 //     it, having done every step of Init that can fail; a rank that dies
 //     before that fails the barrier everywhere, through the engine's abort
 //     (which floods the links) or the gossip report of its death.
-//   - A failed Init names the rank whose death started it (initCause): a
-//     survivor whose connection broke because another survivor gave up
-//     first waits, up to initCauseGrace, for the bootstrap to report the
-//     death, rather than name the survivor.
+//   - A failed Init names the rank whose death or abandonment started it
+//     (initCause): a survivor whose connection broke because another
+//     survivor gave up first waits, up to initCauseGrace, for the
+//     bootstrap to report the first failure, rather than name the
+//     survivor.
 //
 // What remains cannot be closed by any protocol (the two generals): a
 // rank that dies after it sent its last barrier message may let some
@@ -35,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -47,8 +56,8 @@ import (
 // report the death that started it: a killed process is reported within
 // milliseconds (a refused gossip port, evidence.go), a dead host by the
 // gossip detector in about 1.25 s, more on an oversubscribed host
-// (relaxProbes). A failure that no death started (a rank that gave up for
-// a reason of its own) is named as it was found once this passes.
+// (relaxProbes), a rank that abandons the world in a few milliseconds. A
+// failure that neither started is named as it was found once this passes.
 const initCauseGrace = 5 * time.Second
 
 // engineMade starts forwarding the bootstrap's failure reports to c, whose
@@ -74,14 +83,67 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 	// The flat barrier even where the job spans hosts (not hierBarrier):
 	// its peers are start-up peers, it adds no connection, and it is not
 	// an operation of the caller's (quiet: no span, no metrics).
-	s := spec{coll: collectives.Barrier, dt: kernels.Uint8, quiet: true}
+	rank, size := c.rank, c.size
+	s := spec{coll: collectives.Barrier, dt: kernels.Uint8, quiet: true,
+		build: func(int) *collectives.Schedule { return agreeBarrier(rank, size) }}
 	return rankErr("init", c.exec(ctx, &s))
 }
 
+// agreeBarrier is the dissemination barrier (rank r sends to r+d and
+// receives from r−d, d = 1, 2, 4, ...) with each round's send after every
+// earlier round's receive, so that no rank completes it before every rank
+// entered it. collectives.DisseminationBarrier orders a round's send after
+// the previous round's receive only, and a schedule's receives run
+// concurrently: of 6 ranks, rank 1 completed it without rank 2 (its round-4
+// message, from rank 3, waited for rank 1's round-2 message, not for rank
+// 2's), and returned a communicator while rank 2's Init failed.
+func agreeBarrier(rank, size int) *collectives.Schedule {
+	s := &collectives.Schedule{Rank: rank, Size: size}
+	var recvs []int32
+	for d := 1; d < size; d <<= 1 {
+		s.Ops = append(s.Ops, collectives.Op{Kind: collectives.Send, Buf: collectives.Work, Peer: (rank + d) % size,
+			ToCopy: true, Deps: slices.Clone(recvs)})
+		recvs = append(recvs, int32(len(s.Ops)))
+		s.Ops = append(s.Ops, collectives.Op{Kind: collectives.Recv, Buf: collectives.Work, Peer: (rank - d + size) % size})
+	}
+	return s.Finalize()
+}
+
+// leave takes this rank out of the gossip group when Init ends with
+// err: a Close if err is nil or the world is not the first; otherwise it
+// abandons the world (bootstrap's abandon.go), blaming the rank whose
+// failure reached it first, or itself, with err as the reason, so that
+// every other rank's Init fails at once naming it (see the file comment).
+func (g *gossipRendezvous) leave(err error) {
+	if err == nil || g.placed.Epoch > 1 {
+		g.node.Close()
+		return
+	}
+	cause := g.placed.Rank
+	if g.fw != nil {
+		if f, ok := g.fw.firstDeath(); ok {
+			cause = f.Rank
+		}
+	}
+	g.node.Abandon(cause, err.Error())
+}
+
+// causeOf is the failure a report f puts first: itself, or, for a rank
+// that abandoned the world because another failed, that other rank's.
+func causeOf(f bootstrap.Failure) *bootstrap.Failure {
+	var ab *bootstrap.AbandonError
+	if errors.As(f.Err, &ab) && ab.Cause >= 0 && ab.Cause != f.Rank {
+		f.Rank, f.Name = ab.Cause, ""
+	}
+	return &f
+}
+
 // initCause returns the error a failed Init reports: err, or, when err
-// blames another rank that the bootstrap has not reported dead, the report
-// of the death that started it, if one comes within initCauseGrace (or
-// before ctx ends). It asks the bootstrap to check the rank err blames.
+// blames another rank, the bootstrap's first report of a death or an
+// abandonment in Init's world (causeOf), which says what err may not (the
+// death, or why that rank gave up), if one came or comes within
+// initCauseGrace (or before ctx ends). It asks the bootstrap to check the
+// rank err blames.
 func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 	var pe *engine.PeerError
 	var re *RankError
@@ -96,26 +158,27 @@ func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 	if fw == nil || q < 0 || q == g.placed.Rank {
 		return err
 	}
-	if f, ok := fw.firstDeath(); ok && f.Rank == q {
-		return err
-	}
-	g.node.Suspect(q) // if q itself is gone, its report comes at once
-	t := time.NewTimer(initCauseGrace)
-	defer t.Stop()
-	select {
-	case <-fw.died:
-	case <-t.C:
-	case <-ctx.Done():
-	}
 	f, ok := fw.firstDeath()
-	if !ok || f.Rank == q {
+	if !ok {
+		g.node.Suspect(q) // if q itself is gone, its report comes at once
+		t := time.NewTimer(initCauseGrace)
+		select {
+		case <-fw.died:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		f, ok = fw.firstDeath()
+	}
+	if !ok || f.Rank == q && errors.Is(err, f.Err) { // err says it already
 		return err
 	}
 	g.ctl.Blame(f.Rank)
 	return &RankError{Rank: f.Rank, Op: "init", Err: fmt.Errorf("%w: %w (then %v)", ErrPeerFailed, f.Err, err)}
 }
 
-// firstDeath is the first death reported in fw's world, if any.
+// firstDeath is the first death reported in fw's world, or the rank the
+// first abandonment blames (causeOf), if any.
 func (fw *failureSink) firstDeath() (bootstrap.Failure, bool) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()

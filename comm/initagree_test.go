@@ -8,31 +8,47 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
 // initDiesEnv names the rank that TestInitAgreeChild kills once it has
-// acknowledged the world (initHook "formed").
-const initDiesEnv = "GORUN_INIT_TEST_DIES"
+// acknowledged the world (initHook "formed"); initFailsEnv, as
+// "rank:step", the rank whose Init it makes fail at that step of initHook,
+// with initFailReason.
+const (
+	initDiesEnv    = "GORUN_INIT_TEST_DIES"
+	initFailsEnv   = "GORUN_INIT_TEST_FAILS"
+	initFailReason = "the test makes this rank's Init fail"
+)
 
 // TestInitAgreeChild is one rank of TestInitRankDiesAfterForm: its Init's
 // outcome, one line.
 func TestInitAgreeChild(t *testing.T) {
-	dies := os.Getenv(initDiesEnv)
-	if dies == "" {
-		t.Skip("run by TestInitRankDiesAfterForm")
+	dies, fails := os.Getenv(initDiesEnv), os.Getenv(initFailsEnv)
+	if dies == "" && fails == "" {
+		t.Skip("run by TestInitRankDiesAfterForm and TestInitRankFailsAfterForm")
 	}
 	if dies == os.Getenv("GORUN_RANK") {
-		initHook = func(step string) {
+		initHook = func(step string) error {
 			if step == "formed" {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // the signal is on its way
 			}
+			return nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if rank, at, _ := strings.Cut(fails, ":"); rank == os.Getenv("GORUN_RANK") {
+		initHook = func(step string) error {
+			if step == at {
+				return errors.New(initFailReason)
+			}
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute) // beyond GORUN_TIMEOUT
 	defer cancel()
 	c, err := Init(ctx)
 	if err != nil {
@@ -79,6 +95,86 @@ func TestInitRankDiesAfterForm(t *testing.T) {
 		}
 		if !strings.Contains(out, fmt.Sprintf("INIT FAILED culprit=%d", dies)) {
 			t.Errorf("rank %d: Init did not fail naming rank %d:\n%s", r, dies, out)
+		}
+	}
+}
+
+// TestInitRankFailsAfterForm: of 6 ranks, one's Init fails for a reason
+// of its own (not a death) once the world formed: before it connects (the
+// ranks it would dial wait for it; rank 0 dials all its peers) or once
+// connected, before Init's agreement. Every other rank's Init must fail
+// naming it and its reason, long before GORUN_TIMEOUT (10 minutes): the
+// test's deadline is 3.
+func TestInitRankFailsAfterForm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 6 processes")
+	}
+	for _, tc := range []struct {
+		fails int
+		step  string
+	}{{0, "formed"}, {2, "formed"}, {2, "connected"}} {
+		t.Run(fmt.Sprintf("rank=%d/step=%s", tc.fails, tc.step), func(t *testing.T) {
+			const n = 6
+			seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+			common := append(initCleanEnv(), initFailsEnv+"="+strconv.Itoa(tc.fails)+":"+tc.step,
+				"GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed, "GORUN_JOB_ID=agree-fail-test-"+initRandomID(),
+				"GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=10m")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestInitAgreeChild")
+			for _, w := range stdins {
+				w.Close()
+			}
+			for r, cmd := range cmds {
+				err := cmd.Wait()
+				out := outs[r].String()
+				switch {
+				case ctx.Err() != nil:
+					t.Errorf("rank %d still in Init at the test's deadline (GORUN_TIMEOUT is 10m)\n%s", r, out)
+				case err != nil:
+					t.Errorf("rank %d: %v\n%s", r, err, out)
+				case !strings.Contains(out, fmt.Sprintf("INIT FAILED culprit=%d", tc.fails)) || !strings.Contains(out, initFailReason):
+					t.Errorf("rank %d: Init did not fail naming rank %d and its reason:\n%s", r, tc.fails, out)
+				}
+			}
+		})
+	}
+}
+
+// TestInitAgreementNeedsEveryRank: Init's barrier (agreeInit) completes on
+// no rank while one rank has not entered it, for every world of 2 to 8
+// ranks and every absent rank. Before agreeBarrier, of 6 ranks, rank 1
+// completed it without rank 2.
+func TestInitAgreementNeedsEveryRank(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the ranks that wait for the absent one end here
+	defer cancel()
+	var wg sync.WaitGroup
+	var worlds [][]*Comm
+	for n := 2; n <= 8; n++ {
+		for absent := range n {
+			cs, err := NewLocal(context.Background(), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worlds = append(worlds, cs)
+			for r, c := range cs {
+				if r == absent {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := c.agreeInit(ctx); err == nil {
+						t.Errorf("%d ranks: rank %d completed Init's agreement without rank %d", n, r, absent)
+					}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	for _, cs := range worlds {
+		for _, c := range cs {
+			c.Close()
 		}
 	}
 }

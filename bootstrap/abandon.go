@@ -1,0 +1,126 @@
+package bootstrap
+
+// Abandonment: a member that gives up on its world for a reason of its
+// own (comm: its Init failed after the first world formed) tells the
+// others, who report it on Failures as a failure, not as a leave.
+//
+// A leave (Close) is not a failure: the rank is done, and an operation
+// that needs it fails with the transport's "closed" when it comes to it.
+// But a rank whose Init fails (it cannot open its device, its context
+// ends, its own connection to a peer fails) leaves a world the others are
+// still setting up, and they would wait for it (for its dial, for Init's
+// agreement) until their timeout, as ncclCommInitRank's callers do not
+// when a rank aborts. So Abandon leaves as Close does, but with msgAbandon
+// (the world's epoch and digest, the rank it blames, why) sent to every
+// member of the world instead of msgLeaving, and the meta flags Leaving
+// and Abandoned. A formed node reports the member on the message, at
+// once, with an *AbandonError (ErrPeerAbandoned) inside the usual
+// *OpError; where the message was lost, on its leave if the flag reached
+// it (the rank it blames and the reason are then unknown; the flag alone
+// does not report it: memberlist handles a meta update before a user
+// message sent earlier, and the reason would be lost). A node still locked
+// on that world (its commit not yet in) counts it as a loss of the first
+// world (formloss.go: Form fails if it is the coordinator) and, once
+// formed, reports it at install.
+//
+// The blamed rank (Cause) is the rank that abandons when it gave up for a
+// reason of its own, or the member whose failure made it give up: every
+// rank whose Init fails abandons, so the others hear many, and Cause lets
+// them name the first.
+
+import "unicode/utf8"
+
+// AbandonError is the error of a member that abandoned the world
+// (Node.Abandon): why, in its words, and the rank it blames. It unwraps
+// to ErrPeerAbandoned.
+type AbandonError struct {
+	Cause  int    // the rank it blames: itself, or the member whose failure made it give up; -1 if not known
+	Reason string // why; "" if not known (only the meta flag came)
+}
+
+func (e *AbandonError) Error() string {
+	if e.Reason == "" {
+		return ErrPeerAbandoned.Error()
+	}
+	return ErrPeerAbandoned.Error() + ": " + e.Reason
+}
+
+func (e *AbandonError) Unwrap() error { return ErrPeerAbandoned }
+
+// maxReason bounds an abandonment's reason (the message's about field).
+const maxReason = 255
+
+// Abandon closes the node as Close does, but tells the members of its
+// world that this rank gives up on it (see above): they report it on
+// Failures with an *AbandonError, not ErrPeerLeft. cause is the rank this
+// one blames (its own, when it gives up for a reason of its own), reason
+// says why (cut to 255 bytes). Before the first world formed it is Close.
+func (n *Node) Abandon(cause int, reason string) error {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+		for !utf8.ValidString(reason) {
+			reason = reason[:len(reason)-1]
+		}
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.mu.Unlock()
+	n.stop(true, &AbandonError{Cause: cause, Reason: reason})
+	return nil
+}
+
+// heardAbandon records the msgAbandon m: a member of this node's world,
+// or of the world it is locked on, gives up on it.
+func (n *Node) heardAbandon(m message) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.leaving[m.from] = true // tables leave it out, as a leaver (agree.go)
+	n.ranPast = max(n.ranPast, m.epoch)
+	e := &AbandonError{Cause: m.cause, Reason: m.about}
+	if old, ok := n.abandoned[m.from]; !ok || old.Reason == "" {
+		n.abandoned[m.from] = e
+	}
+	n.viewMu.Lock()
+	n.viewGen++
+	n.outGen++
+	n.viewMu.Unlock()
+	if n.formed {
+		if n.world.Epoch == m.epoch {
+			n.reportLocked(m.from, true)
+		}
+		return
+	}
+	// Locked on the world it abandons (its commit reached that member
+	// first): the world is lost (formloss.go).
+	if d, ok := n.locked[m.epoch]; ok && d == m.digest {
+		rank := -1
+		n.viewMu.Lock()
+		if q, ok := n.peers[m.from]; ok {
+			rank = q.meta.Rank
+		}
+		n.viewMu.Unlock()
+		n.noteFormLossLocked(m.from, rank, e)
+	}
+}
+
+// heardAbandonFlagLocked records that member name, whose meta says it abandons
+// (flag Abandoned), gave up on the world, with no reason known unless its
+// message came. n.mu is held.
+func (n *Node) heardAbandonFlagLocked(name string) {
+	if _, ok := n.abandoned[name]; !ok {
+		n.abandoned[name] = &AbandonError{Cause: -1}
+	}
+	n.leaving[name] = true
+}
+
+// leftErrLocked is the error of a member of the world that left: an
+// *AbandonError if it abandoned, else ErrPeerLeft. n.mu is held.
+func (n *Node) leftErrLocked(name string) error {
+	if e, ok := n.abandoned[name]; ok {
+		return e
+	}
+	return ErrPeerLeft
+}
