@@ -39,16 +39,21 @@ func blockRange(s *Schedule, k Kind, peer, first, nb, size, count, chunk int) {
 	}
 }
 
-// DisseminationBarrier: zero-length messages in ceil(log2 Size) rounds.
+// DisseminationBarrier: zero-length messages in ceil(log2 Size) rounds;
+// in round k rank r sends to r+2^k and receives from r-2^k. A round's
+// send waits for every earlier round's receive, not the previous one's
+// alone: a schedule's receives run concurrently, and a send after one
+// receive carries only what that receive's sender knew, so with 6 ranks
+// rank 1 could complete without rank 2 (TestBarrierCausality).
 func DisseminationBarrier(rank, size int) *Schedule {
 	s := &Schedule{Rank: rank, Size: size}
-	prev := -1
+	var recvs []int
 	for d := 1; d < size; d <<= 1 {
 		i := s.add(Send, Work, mod(rank+d, size), 0, 0)
-		if prev >= 0 {
-			s.After(i, prev)
+		for _, j := range recvs {
+			s.After(i, j)
 		}
-		prev = s.add(Recv, Work, mod(rank-d, size), 0, 0)
+		recvs = append(recvs, s.add(Recv, Work, mod(rank-d, size), 0, 0))
 	}
 	return s.Finalize()
 }

@@ -3,6 +3,7 @@ package collectives
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"slices"
 	"strings"
@@ -720,37 +721,80 @@ func TestBarrierSchedule(t *testing.T) {
 	}
 }
 
-// TestBarrierCausality checks the barrier property on the message graph:
-// each rank's last op transitively depends on every rank's first op.
+// TestBarrierCausality checks the barrier property on the schedules'
+// own dependencies, not on rounds run in lockstep: every rank's
+// completion happens after every rank's start. An op's knowledge is its
+// rank, its Deps' knowledge and, for a receive, the knowledge of the send
+// it matches (the m-th receive from p takes p's m-th send to this rank);
+// a rank completes when all its ops have, knowing the union. A round's
+// send that waited for the previous round's receive only, with receives
+// running concurrently, let rank 1 of 6 complete without rank 2.
 func TestBarrierCausality(t *testing.T) {
-	for n := 2; n <= 33; n++ {
+	for _, n := range append(worldSizesTo(64), 127, 128, 255, 256, 1000, 1024) {
 		scheds := build(t, Barrier, Dissemination, n, 0, 0, 1)
-		// heard[r] = set of ranks r has heard from after each recv step.
-		heard := make([]map[int]bool, n)
-		for r := range heard {
-			heard[r] = map[int]bool{r: true}
+		words := (n + 63) / 64
+		know := make([][][]uint64, n) // rank, op: a bitset of ranks
+		for r, s := range scheds {
+			know[r] = make([][]uint64, len(s.Ops))
 		}
-		steps := len(scheds[0].Ops) / 2
-		for k := range steps {
-			next := make([]map[int]bool, n)
-			for r := range n {
-				next[r] = map[int]bool{}
-				for x := range heard[r] {
-					next[r][x] = true
-				}
-				src := scheds[r].Ops[2*k+1].Peer
-				if scheds[src].Ops[2*k].Peer != r {
-					t.Fatalf("n=%d step %d: rank %d receives from %d, which sends to %d", n, k, r, src, scheds[src].Ops[2*k].Peer)
-				}
-				for x := range heard[src] {
-					next[r][x] = true
+		// sendIdx[r][p][m]: the op index of r's m-th send to p.
+		sendIdx := make([]map[int][]int, n)
+		for r, s := range scheds {
+			sendIdx[r] = map[int][]int{}
+			for i, o := range s.Ops {
+				if o.Kind == Send {
+					sendIdx[r][o.Peer] = append(sendIdx[r][o.Peer], i)
 				}
 			}
-			heard = next
 		}
-		for r := range n {
-			if len(heard[r]) != n {
-				t.Fatalf("n=%d: rank %d leaves the barrier having heard from %d ranks", n, r, len(heard[r]))
+		var visit func(r, i int, path int) []uint64
+		visit = func(r, i int, path int) []uint64 {
+			if k := know[r][i]; k != nil {
+				return k
+			}
+			if path > 4*n*len(scheds[r].Ops)+8 {
+				t.Fatalf("n=%d: the schedules' dependencies form a cycle through rank %d op %d", n, r, i)
+			}
+			k := make([]uint64, words)
+			k[r/64] |= 1 << (r % 64)
+			o := scheds[r].Ops[i]
+			for _, d := range o.Deps {
+				for w, b := range visit(r, int(d), path+1) {
+					k[w] |= b
+				}
+			}
+			if o.Kind != Send {
+				m := 0 // this is r's m-th receive from o.Peer
+				for _, q := range scheds[r].Ops[:i] {
+					if q.Kind != Send && q.Peer == o.Peer {
+						m++
+					}
+				}
+				sends := sendIdx[o.Peer][r]
+				if m >= len(sends) {
+					t.Fatalf("n=%d: rank %d's receive %d from %d has no matching send", n, r, m, o.Peer)
+				}
+				for w, b := range visit(o.Peer, sends[m], path+1) {
+					k[w] |= b
+				}
+			}
+			know[r][i] = k
+			return k
+		}
+		for r, s := range scheds {
+			all := make([]uint64, words)
+			all[r/64] |= 1 << (r % 64)
+			for i := range s.Ops {
+				for w, b := range visit(r, i, 0) {
+					all[w] |= b
+				}
+			}
+			heard := 0
+			for _, b := range all {
+				heard += bits.OnesCount64(b)
+			}
+			if heard != n {
+				t.Fatalf("n=%d: rank %d can complete the barrier having heard from %d ranks", n, r, heard)
 			}
 		}
 	}

@@ -43,7 +43,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -85,28 +84,8 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 	// an operation of the caller's (quiet: no span, no metrics).
 	rank, size := c.rank, c.size
 	s := spec{coll: collectives.Barrier, dt: kernels.Uint8, quiet: true,
-		build: func(int) *collectives.Schedule { return agreeBarrier(rank, size) }}
+		build: func(int) *collectives.Schedule { return collectives.DisseminationBarrier(rank, size) }}
 	return rankErr("init", c.exec(ctx, &s))
-}
-
-// agreeBarrier is the dissemination barrier (rank r sends to r+d and
-// receives from r−d, d = 1, 2, 4, ...) with each round's send after every
-// earlier round's receive, so that no rank completes it before every rank
-// entered it. collectives.DisseminationBarrier orders a round's send after
-// the previous round's receive only, and a schedule's receives run
-// concurrently: of 6 ranks, rank 1 completed it without rank 2 (its round-4
-// message, from rank 3, waited for rank 1's round-2 message, not for rank
-// 2's), and returned a communicator while rank 2's Init failed.
-func agreeBarrier(rank, size int) *collectives.Schedule {
-	s := &collectives.Schedule{Rank: rank, Size: size}
-	var recvs []int32
-	for d := 1; d < size; d <<= 1 {
-		s.Ops = append(s.Ops, collectives.Op{Kind: collectives.Send, Buf: collectives.Work, Peer: (rank + d) % size,
-			ToCopy: true, Deps: slices.Clone(recvs)})
-		recvs = append(recvs, int32(len(s.Ops)))
-		s.Ops = append(s.Ops, collectives.Op{Kind: collectives.Recv, Buf: collectives.Work, Peer: (rank - d + size) % size})
-	}
-	return s.Finalize()
 }
 
 // leave takes this rank out of the gossip group when Init ends with

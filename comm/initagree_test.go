@@ -143,9 +143,22 @@ func TestInitRankFailsAfterForm(t *testing.T) {
 
 // TestInitAgreementNeedsEveryRank: Init's barrier (agreeInit) completes on
 // no rank while one rank has not entered it, for every world of 2 to 8
-// ranks and every absent rank. Before agreeBarrier, of 6 ranks, rank 1
-// completed it without rank 2.
+// ranks and every absent rank. Before collectives.DisseminationBarrier
+// ordered a round's send after every earlier receive, of 6 ranks, rank 1
+// completed it without rank 2. Barrier is the same schedule, the same test.
 func TestInitAgreementNeedsEveryRank(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(c *Comm, ctx context.Context) error
+	}{
+		{"init", (*Comm).agreeInit},
+		{"barrier", (*Comm).Barrier},
+	} {
+		t.Run(tc.name, func(t *testing.T) { needsEveryRank(t, tc.call) })
+	}
+}
+
+func needsEveryRank(t *testing.T, call func(c *Comm, ctx context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the ranks that wait for the absent one end here
 	defer cancel()
 	var wg sync.WaitGroup
@@ -164,8 +177,8 @@ func TestInitAgreementNeedsEveryRank(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := c.agreeInit(ctx); err == nil {
-						t.Errorf("%d ranks: rank %d completed Init's agreement without rank %d", n, r, absent)
+					if err := call(c, ctx); err == nil {
+						t.Errorf("%d ranks: rank %d completed without rank %d", n, r, absent)
 					}
 				}()
 			}
