@@ -64,6 +64,20 @@ func TestInitAgreeChild(t *testing.T) {
 	c.Close()
 }
 
+// startAgreeRanks starts n processes of TestInitAgreeChild, a job of its
+// own with env added, their stdin closed.
+func startAgreeRanks(t *testing.T, ctx context.Context, n int, env ...string) ([]*exec.Cmd, []initOutput) {
+	t.Helper()
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	common := append(initCleanEnv(), "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
+		"GORUN_JOB_ID=agree-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID())
+	cmds, stdins, outs := startStdinRanks(t, ctx, n, append(common, env...), "TestInitAgreeChild")
+	for _, w := range stdins {
+		w.Close()
+	}
+	return cmds, outs
+}
+
 // TestInitRankDiesAfterForm: of 6 ranks, rank 2 dies once it has
 // acknowledged the world, before it connects. Rank 5 has no start-up
 // link to rank 2 (collectives.InitPeers), so before Init ended with an
@@ -74,15 +88,9 @@ func TestInitRankDiesAfterForm(t *testing.T) {
 		t.Skip("starts 6 processes")
 	}
 	const n, dies = 6, 2
-	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
-	common := append(initCleanEnv(), initDiesEnv+"="+strconv.Itoa(dies), "GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed,
-		"GORUN_JOB_ID=agree-test-"+initRandomID(), "GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=60s")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestInitAgreeChild")
-	for _, w := range stdins {
-		w.Close()
-	}
+	cmds, outs := startAgreeRanks(t, ctx, n, initDiesEnv+"="+strconv.Itoa(dies), "GORUN_TIMEOUT=60s")
 	for r, cmd := range cmds {
 		err := cmd.Wait()
 		out := outs[r].String()
@@ -114,17 +122,9 @@ func TestInitRankFailsAfterForm(t *testing.T) {
 		step  string
 	}{{0, "formed"}, {2, "formed"}, {2, "connected"}} {
 		t.Run(fmt.Sprintf("rank=%d/step=%s", tc.fails, tc.step), func(t *testing.T) {
-			const n = 6
-			seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
-			common := append(initCleanEnv(), initFailsEnv+"="+strconv.Itoa(tc.fails)+":"+tc.step,
-				"GORUN_SIZE="+strconv.Itoa(n), "GORUN_SEEDS="+seed, "GORUN_JOB_ID=agree-fail-test-"+initRandomID(),
-				"GORUN_JOB_TOKEN="+initRandomID(), "GORUN_TIMEOUT=10m")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			cmds, stdins, outs := startStdinRanks(t, ctx, n, common, "TestInitAgreeChild")
-			for _, w := range stdins {
-				w.Close()
-			}
+			cmds, outs := startAgreeRanks(t, ctx, 6, initFailsEnv+"="+strconv.Itoa(tc.fails)+":"+tc.step, "GORUN_TIMEOUT=10m")
 			for r, cmd := range cmds {
 				err := cmd.Wait()
 				out := outs[r].String()
