@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"sort"
 	"time"
 )
 
@@ -39,22 +38,24 @@ func (s *Server) Exited(rank int, how string) bool {
 	if r := s.ranks[rank]; r != nil && r.Joined {
 		return false
 	}
-	if s.exited == nil {
-		s.exited = make(map[int]string)
+	for i, e := range s.exited {
+		if e.Rank == rank {
+			s.exited[i].How = how // a restart that ended too
+			return true
+		}
 	}
-	s.exited[rank] = how
+	s.exited = append(s.exited, Exit{Rank: rank, How: how})
 	return true
 }
 
 // exits answers a poll on c.
 func (s *Server) exits(c net.Conn, nonce string, counter *uint64) error {
+	// In the order they ended: a rank whose Init failed because another
+	// ended ends after it, and the forming ranks name the first loss
+	// they hear of (bootstrap's formLost), the cause, not its victim.
 	s.mu.Lock()
-	m := exitsMsg{Exited: []Exit{}}
-	for r, how := range s.exited {
-		m.Exited = append(m.Exited, Exit{Rank: r, How: how})
-	}
+	m := exitsMsg{Exited: append([]Exit{}, s.exited...)}
 	s.mu.Unlock()
-	sort.Slice(m.Exited, func(i, j int) bool { return m.Exited[i].Rank < m.Exited[j].Rank })
 	payload, _ := json.Marshal(m)
 	line := fmt.Sprintf("%s %s\n", mac(s.token, nonce+" pong", *counter, payload), payload)
 	*counter++

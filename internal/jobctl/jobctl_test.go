@@ -235,3 +235,33 @@ func TestClientBlame(t *testing.T) {
 	var nilc *Client
 	nilc.Blame(1)
 }
+
+// A forming rank hears of ranks that ended before they joined in the
+// order they ended: rank 0's Init failed because rank 2 ended, so rank 0
+// ended after it, and rank 1 must hear of rank 2 first to name the cause
+// (the fresh-clone CI of 86fc3e0..62ae099 had rank 1 name rank 0, the
+// list then being sorted by rank).
+func TestWatchExitsInOrder(t *testing.T) {
+	s := listen(t, "secret")
+	s.Exited(2, "exit status 3")
+	s.Exited(0, "exit status 1")
+	if s.Exited(0, "exit status 1") != true {
+		t.Fatal("Exited of a rank that never joined reported false")
+	}
+	c := newClient(s.Addr().String(), []byte("secret"), 1, time.Hour)
+	defer c.Close()
+	got := make(chan Exit, 4)
+	stop := c.WatchExits(func(e Exit) { got <- e })
+	defer stop()
+	c.Phase(1, "bootstrap")
+	for i, want := range []Exit{{2, "exit status 3"}, {0, "exit status 1"}} {
+		select {
+		case e := <-got:
+			if e != want {
+				t.Fatalf("exit %d heard: %+v, want %+v", i, e, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("exit %d (%+v) not heard", i, want)
+		}
+	}
+}

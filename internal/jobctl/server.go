@@ -57,8 +57,8 @@ type Server struct {
 	authFail int
 	conns    map[net.Conn]struct{}
 	closed   bool
-	changed  chan struct{}  // closed and replaced on every state change
-	exited   map[int]string // ranks that ended before they joined (exits.go)
+	changed  chan struct{} // closed and replaced on every state change
+	exited   []Exit        // ranks that ended before they joined, in the order they ended (exits.go)
 
 	wg sync.WaitGroup
 }
