@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -207,21 +208,30 @@ func outboundIP(host string) (string, error) {
 }
 
 // remoteKillWait bounds a SIGKILL to a remote rank: the agent command
-// that sends it, and then the wait for the rank's own agent to end with
-// the rank; after it gorun kills that local agent.
+// that sends it and waits for the group to be gone; after it gorun kills
+// the rank's local agent.
 const remoteKillWait = 5 * time.Second
+
+// goneScript, after "kill -s KILL -- -PGID", waits (at most 5 s) until no
+// process of group PGID is left but zombies: the wrapper that would reap
+// the rank is in the group and dies with it, and a large process takes a
+// while to tear down after SIGKILL, so the session's end does not mean
+// the rank is gone. Where ps is missing, it does not wait. %[1]d is PGID.
+const goneScript = `; i=0; while [ $i -lt 50 ] && ps -e -o pgid=,stat= 2>/dev/null | ` +
+	`awk -v g=%[1]d '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; do sleep 0.1; i=$((i+1)); done`
 
 // signalRemote sends sig to the process group pgid on host through agent
 // (a second connection: ssh forwards no signals), leaving the rank's own
 // agent process, local, to end with the rank (ended is closed once it
-// has), so that its last output arrives. The command is bounded by grace
-// (remoteKillWait for SIGKILL); a SIGTERM that could not be delivered so
-// falls back to signalling local, whose end the script's watcher turns
-// into SIGTERM and, after grace, SIGKILL. After a SIGKILL, local is
-// killed once the remote rank is gone (its wrapper reaps it and the
-// session ends), or at remoteKillWait: gorun must not return while the
-// rank still runs. A signal that does not stop the rank (SIGUSR1,
-// SIGUSR2) has no fallback: it would end local, and so the rank.
+// has), so that its last output arrives. The command is bounded by grace;
+// a SIGTERM that could not be delivered so falls back to signalling
+// local, whose end the script's watcher turns into SIGTERM and, after
+// grace, SIGKILL. A SIGKILL's command also waits for the group to be gone
+// (goneScript; both within remoteKillWait), then gorun waits for local to
+// end, and kills it at remoteKillWait: gorun must not return while the
+// rank still runs (TestRemoteRanksKilledAfterGrace failed so under load).
+// A signal that does not stop the rank (SIGUSR1, SIGUSR2) has no
+// fallback: it would end local, and so the rank.
 func signalRemote(agent []string, host string, pgid int, local *os.Process, ended <-chan struct{}, sig syscall.Signal, grace time.Duration) {
 	wait := grace
 	if sig == syscall.SIGKILL {
@@ -230,7 +240,11 @@ func signalRemote(agent []string, host string, pgid int, local *os.Process, ende
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	name := strings.TrimPrefix(unix.SignalName(sig), "SIG")
-	a := agentArgv(agent, host, []string{"sh", "-c", "kill -s " + name + " -- -" + strconv.Itoa(pgid)})
+	script := "kill -s " + name + " -- -" + strconv.Itoa(pgid)
+	if sig == syscall.SIGKILL {
+		script += fmt.Sprintf(goneScript, pgid)
+	}
+	a := agentArgv(agent, host, []string{"sh", "-c", script})
 	cmd := exec.CommandContext(ctx, a[0], a[1:]...)
 	cmd.Env = localEnv(nil)
 	cmd.WaitDelay = time.Second

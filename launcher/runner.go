@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,10 +57,15 @@ type runner struct {
 
 	running  int
 	stopping bool
-	stopSig  syscall.Signal // the signal stop sent first
-	killAt   <-chan time.Time
-	first    error // what ends the job with a non-zero status
-	exits    chan exit
+	// signalling counts the signals to remote ranks in flight (r.kill):
+	// run returns once they are done, so that gorun does not return while
+	// a remote rank it has SIGKILLed still runs (its local agent ends
+	// with the wrapper, which dies with the rank's process group).
+	signalling sync.WaitGroup
+	stopSig    syscall.Signal // the signal stop sent first
+	killAt     <-chan time.Time
+	first      error // what ends the job with a non-zero status
+	exits      chan exit
 
 	// Failures waiting for the rank they blame to exit (culprit.go), and
 	// the end of that wait.
@@ -150,6 +156,7 @@ func (r *runner) run(ctx context.Context) error {
 		}
 	}
 	r.mon.finish()
+	r.signalling.Wait()
 	return r.first
 }
 
@@ -302,7 +309,8 @@ func (r *runner) kill(sig syscall.Signal) {
 		if p.remote != nil {
 			pgid, held := p.remote.pidOrHold(sig)
 			if pgid > 0 {
-				go signalRemote(agentOf(r.cfg), p.host, pgid, p.cmd.Process, p.ended, sig, r.cfg.KillGrace)
+				agent, local, ended, grace := agentOf(r.cfg), p.cmd.Process, p.ended, r.cfg.KillGrace
+				r.signalling.Go(func() { signalRemote(agent, p.host, pgid, local, ended, sig, grace) })
 				continue
 			}
 			if held {
