@@ -70,8 +70,9 @@ func (n *Node) noteFormLossLocked(name string, rank int, err error) {
 	}
 }
 
-// deathCauseLocked is the error of a member found dead, as reportLocked
-// chooses it. n.mu is held.
+// deathCauseLocked is the error of a member found dead: what a witness,
+// a refused gossip port or a lost last call says, else ErrPeerDead.
+// reportLocked and the first world's losses use it. n.mu is held.
 func (n *Node) deathCauseLocked(name string) error {
 	switch {
 	case n.stopped[name]:

@@ -531,15 +531,9 @@ func (n *Node) reportLocked(name string, left bool) {
 		return
 	}
 	n.reported[name] = true
-	err := ErrPeerDead
+	err := n.deathCauseLocked(name)
 	if left {
 		err = n.leftErrLocked(name)
-	} else if n.stopped[name] {
-		err = errStopped
-	} else if n.refused[name] {
-		err = errRefused
-	} else if n.lost[name] {
-		err = errLost
 	}
 	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}

@@ -174,14 +174,17 @@ def barrier():
 
 # --- buffers -------------------------------------------------------------
 
+# gorun_dtype by element type name (numpy's and torch's).
+_DTYPE_CODES = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5, "uint32": 6,
+                "uint64": 7, "float32": 8, "float64": 9, "float16": 10, "bfloat16": 11}
+
+
 def _dtype_code(x):
     """gorun_dtype of a torch tensor or numpy array."""
     name = str(x.dtype).replace("torch.", "")
-    codes = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "uint8": 4, "uint16": 5, "uint32": 6,
-             "uint64": 7, "float32": 8, "float64": 9, "float16": 10, "bfloat16": 11}
-    if name not in codes:
+    if name not in _DTYPE_CODES:
         raise TypeError("gorun: unsupported element type %s" % x.dtype)
-    return codes[name]
+    return _DTYPE_CODES[name]
 
 
 def _buffer(x, writes=True):

@@ -8,15 +8,14 @@ moves; then the data, with gorun_allgather when the first dimensions agree
 and gorun_allgatherv (one count per rank) when they differ."""
 import ctypes
 
-from . import _L, _c, _check, _buffer, _empty_like, size
+from . import _DTYPE_CODES, _L, _c, _check, _buffer, _empty_like, size
 
 # The most dimensions an input may have (numpy's own limit): the header is
 # of fixed length, the same on every rank.
 _MAX_DIMS = 32
 _HEAD = 3 + _MAX_DIMS  # refused (0, 1 ValueError, 2 TypeError), dtype code, ndim, dims
 
-_NAMES = {0: "int8", 1: "int16", 2: "int32", 3: "int64", 4: "uint8", 5: "uint16", 6: "uint32",
-          7: "uint64", 8: "float32", 9: "float64", 10: "float16", 11: "bfloat16"}
+_NAMES = {code: name for name, code in _DTYPE_CODES.items()}
 
 
 def _header(x):

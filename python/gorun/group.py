@@ -13,7 +13,7 @@ import zlib
 from . import GorunError, _L, _c, _check, _state, rank, size
 
 _open = weakref.WeakSet()  # groups not yet freed; finalize() frees them
-_made = {}  # (parent handle, ranks) -> groups of those ranks made from it, for their tags
+_made = {}  # (parent handle, ranks) -> how many groups of those ranks it made, for their tags
 
 
 class Group:
