@@ -133,6 +133,24 @@ func (c *Comm) Abort(err error) {
 	c.eng.Abort(c.rank, err)
 }
 
+// Refuse fails op on every rank as an invalid argument of this rank's
+// does in comm's own checks, and returns the *RankError naming this rank
+// (wrapping ErrInvalid and err). It is for a binding that checks a
+// call's arguments before they reach comm (the C ABI, Python): without
+// it, the ranks whose arguments passed would wait in the call for this
+// one until their timeout. Like comm's checks, it withdraws this rank
+// from its first collective not completed: a peer still in an earlier
+// one finishes it; this rank's communicator is aborted.
+func (c *Comm) Refuse(op string, err error) error {
+	if err == nil {
+		err = ErrInvalid
+	} else if !errors.Is(err, ErrInvalid) {
+		err = fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	c.eng.Withdraw(err)
+	return &RankError{Rank: c.rank, Op: op, Err: err}
+}
+
 // peerFailed is the bootstrap's report that rank died: every pending and
 // later operation fails naming it, here and in the communicators Split
 // made of this one that have it as a member (named by its rank there).

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -442,4 +443,32 @@ func TestSplitChildLearnsFailure(t *testing.T) {
 	if n != 0 {
 		t.Errorf("a closed child is still recorded: %d", n)
 	}
+}
+
+// TestRefuseFailsEveryRank: a binding's own refusal (Refuse) on one rank
+// fails the call on every rank at once, naming that rank, as comm's own
+// check of an argument does; a gather the refusing rank completed before
+// still completes on the others.
+func TestRefuseFailsEveryRank(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 3)
+	errs := onAll(cs, func(c *Comm) error {
+		if c.Rank() == 2 {
+			time.Sleep(200 * time.Millisecond) // rank 1's refusal reaches rank 0 first
+		}
+		got := make([]int32, 3)
+		if err := Gather(ctx, c, []int32{int32(c.Rank())}, got, 0); err != nil {
+			t.Errorf("rank %d: the gather before the refusal failed: %v", c.Rank(), err)
+			return err
+		}
+		if c.Rank() == 1 {
+			err := c.Refuse("broadcast", errors.New("root 9 out of range"))
+			if !strings.Contains(err.Error(), "root 9 out of range") {
+				t.Errorf("Refuse's error %q lacks its reason", err)
+			}
+			return err
+		}
+		return Broadcast(ctx, c, make([]uint8, 10), 0)
+	})
+	checkAll(t, "refuse", errs, ErrInvalid, 1)
 }
