@@ -124,6 +124,8 @@ func (c *Comm) Err() error {
 
 // Abort fails every pending and later operation on this rank and on every
 // peer, with a *RankError naming this rank and wrapping ErrAborted and err.
+// A peer's error wraps ErrAborted and gives err's text (its first 232
+// bytes), not err itself.
 func (c *Comm) Abort(err error) {
 	if err == nil {
 		err = ErrAborted

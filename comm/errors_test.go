@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // checkAll requires every rank's error to be a *RankError wrapping want
@@ -471,4 +472,61 @@ func TestRefuseFailsEveryRank(t *testing.T) {
 		return Broadcast(ctx, c, make([]uint8, 10), 0)
 	})
 	checkAll(t, "refuse", errs, ErrInvalid, 1)
+}
+
+// TestPeersHearTheReason: a rank's abort, bad argument or timeout reaches
+// its peers in its own words, not as its kind alone ("rank 0:
+// communicator aborted"), on every provider, also where it passes through
+// a rank that forwards it (the ring's allreduce: rank 2 hears of rank 0
+// through rank 1 or 3 first, or directly).
+func TestPeersHearTheReason(t *testing.T) {
+	long := strings.Repeat("ü", 300) // more than a notice holds: cut, not broken
+	for _, tr := range []string{"mem", "tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			ctx := testCtx(t)
+			cases := []struct {
+				name  string
+				want  error
+				words string
+				fail  func(c *Comm) error
+			}{
+				{"abort", ErrAborted, "user gave up on step 7", func(c *Comm) error {
+					c.Abort(errors.New("user gave up on step 7"))
+					return c.Err()
+				}},
+				{"invalid", ErrInvalid, "root 9", func(c *Comm) error {
+					return Broadcast(ctx, c, make([]uint8, 10), 9)
+				}},
+				{"context", ErrAborted, "context canceled", func(c *Comm) error {
+					cctx, cancel := context.WithCancel(ctx)
+					cancel()
+					return c.Barrier(cctx)
+				}},
+				{"long", ErrAborted, strings.Repeat("ü", 100), func(c *Comm) error {
+					c.Abort(errors.New(long))
+					return c.Err()
+				}},
+			}
+			for _, tc := range cases {
+				cs := newLocal(t, 4, WithTransport(tr), WithAlgorithm("allreduce:ring"))
+				errs := onAll(cs, func(c *Comm) error {
+					if c.Rank() == 0 {
+						time.Sleep(20 * time.Millisecond) // the others wait in the call
+						return tc.fail(c)
+					}
+					buf := make([]float32, 1000)
+					if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+						return err
+					}
+					return c.Barrier(ctx) // a rank the bad broadcast did not need
+				})
+				checkAll(t, tc.name, errs, tc.want, 0)
+				for r, err := range errs {
+					if s := err.Error(); !strings.Contains(s, tc.words) || !utf8.ValidString(s) {
+						t.Errorf("%s: rank %d: %q lacks %q", tc.name, r, s, tc.words)
+					}
+				}
+			}
+		})
+	}
 }

@@ -31,7 +31,8 @@ func (e *Engine) AddLink(l *Link) error {
 	l.attach(e)
 	var pe *PeerError
 	if err := e.Err(); errors.As(err, &pe) && !errors.Is(err, ErrClosed) {
-		l.sendCtrl3(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err)), e.note()) // best effort
+		code, text := e.noticeOf(pe.Rank, pe.Err)
+		l.sendAbort(pe.Rank, code, text, e.note())
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Errors of the executor; package comm re-exports them.
@@ -25,6 +26,22 @@ type PeerError struct {
 
 func (e *PeerError) Error() string { return fmt.Sprintf("rank %d: %v", e.Rank, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// givenReason is another rank's failure in its own words, which its abort
+// notice brought (ctrlAbortText), of the kind its reason code says.
+type givenReason struct {
+	kind error
+	text string
+}
+
+func (g *givenReason) Error() string {
+	if strings.HasPrefix(g.text, g.kind.Error()) {
+		return g.text
+	}
+	return g.kind.Error() + ": " + g.text
+}
+
+func (g *givenReason) Unwrap() error { return g.kind }
 
 // Abort reasons carried by abort notices.
 const (

@@ -46,13 +46,31 @@ func (e *Engine) abort(culprit int, err error, from uint64) {
 	if !e.fail(&PeerError{Rank: culprit, Err: err}, from) {
 		return
 	}
-	code := reasonOf(err)
+	code, text := e.noticeOf(culprit, err)
 	for i := range e.links {
 		l := e.links[i].Load()
 		if l != nil && !l.closed.Load() {
-			l.sendCtrl3(ctrlAbort, uint32(int32(culprit)), uint64(code), from) // best effort
+			l.sendAbort(culprit, code, text, from)
 		}
 	}
+}
+
+// noticeOf is what an abort notice says of err, culprit's failure: its
+// reason code and, where the words are the culprit's own, those words: a
+// failure of this rank's (an Abort's reason, a bad argument, a timeout),
+// or the text a notice brought (givenReason). What this rank saw of
+// another's failure (a broken link to it) describes this rank's view,
+// not the culprit's: its kind only.
+func (e *Engine) noticeOf(culprit int, err error) (code uint32, text string) {
+	code = reasonOf(err)
+	var given *givenReason
+	switch {
+	case errors.As(err, &given):
+		text = given.text
+	case culprit == e.Rank && err.Error() != reasonErr(code).Error():
+		text = err.Error()
+	}
+	return code, text
 }
 
 // withdrawal is a peer's Withdraw that this rank has yet to act on.
@@ -166,10 +184,11 @@ func (e *Engine) CloseContext(ctx context.Context) error {
 	// rank blames the culprit, not this rank's departure.
 	var pe *PeerError
 	if errors.As(failedBefore, &pe) && pe.Rank != e.Rank {
+		code, text := e.noticeOf(pe.Rank, pe.Err)
 		for i := range e.links {
 			l := e.links[i].Load()
 			if l != nil && !l.closed.Load() && !l.broken.Load() {
-				l.sendCtrl3(ctrlAbort, uint32(int32(pe.Rank)), uint64(reasonOf(pe.Err)), e.note()) // best effort
+				l.sendAbort(pe.Rank, code, text, e.note())
 			}
 		}
 	}

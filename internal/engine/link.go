@@ -60,6 +60,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/gorun-hpc/gorun/internal/release"
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -102,6 +103,7 @@ const (
 	ctrlWake              // a message is in the mailbox of a receiver that sleeps (mailbox.go)
 	ctrlWaiting           // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
 	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number c: its length b >> 32, its call's hash b (mismatch.go)
+	ctrlAbortText         // the words of the abort notice that follows, naming rank a: b bytes of text after the 24-byte header (failure.go)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -175,6 +177,9 @@ type Link struct {
 	consumed    uint64 // engine: data messages applied
 	creditsSent uint64 // engine: consumed as last told to the peer
 	ctrl        [ctrlSize]byte
+	// abortText is the text of the peer's next abort notice (ctrlAbortText),
+	// which it sends just before that notice.
+	abortText atomic.Pointer[abortText]
 
 	sendMu  sync.Mutex    // serialises control sends from several goroutines
 	byeSent chan struct{} // closed when the signaled bye has completed
@@ -368,6 +373,34 @@ func (l *Link) sendCtrl3(typ, a uint32, b, c uint64) error {
 	return l.conn.PostSend(id, l.ctrl[:24], nil, flags)
 }
 
+// abortText is the text a peer sent ahead of its abort notice naming
+// culprit.
+type abortText struct {
+	culprit int
+	text    string
+}
+
+// sendAbort posts an abort notice naming culprit, of reason code and, if
+// text is not empty, in those words (ctrlAbortText, first), cut to what
+// one inline message holds; from as in ctrlAbort's c. Best effort.
+func (l *Link) sendAbort(culprit int, code uint32, text string, from uint64) {
+	n := min(len(text), min(l.inline, recvSize)-24)
+	for n > 0 && n < len(text) && !utf8.RuneStart(text[n]) {
+		n-- // not in the middle of a character
+	}
+	if n > 0 {
+		var m [recvSize]byte
+		binary.LittleEndian.PutUint32(m[0:], ctrlAbortText)
+		binary.LittleEndian.PutUint32(m[4:], uint32(int32(culprit)))
+		binary.LittleEndian.PutUint64(m[8:], uint64(n))
+		copy(m[24:], text[:n])
+		l.sendMu.Lock()
+		l.conn.PostSend(wrid(l.id, kindCtrl, 0), m[:24+n], nil, rdma.FlagInline) // best effort
+		l.sendMu.Unlock()
+	}
+	l.sendCtrl3(ctrlAbort, uint32(int32(culprit)), uint64(code), from) // best effort
+}
+
 // withEngine runs f with the link's engine, or when it is attached.
 func (l *Link) withEngine(f func(*Engine)) {
 	if e := l.eng.Load(); e != nil {
@@ -502,13 +535,21 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			l.setupFailed(rejectErr(a))
 		case ctrlCredit:
 			l.noteCredits(uint32(b))
+		case ctrlAbortText:
+			if wc.ByteLen >= 24 && b <= uint64(wc.ByteLen-24) { // ByteLen <= recvSize: the posted buffer
+				l.abortText.Store(&abortText{culprit: int(int32(a)), text: string(m[24 : 24+b])})
+			}
 		case ctrlAbort:
 			culprit, from := int(int32(a)), binary.LittleEndian.Uint64(m[16:])
+			err := reasonErr(uint32(b))
+			if t := l.abortText.Swap(nil); t != nil && t.culprit == culprit {
+				err = &givenReason{kind: err, text: t.text}
+			}
 			l.withEngine(func(e *Engine) {
 				if from == 0 {
-					e.Abort(culprit, reasonErr(uint32(b)))
+					e.Abort(culprit, err)
 				} else {
-					e.deferAbort(culprit, reasonErr(uint32(b)), uint32(from))
+					e.deferAbort(culprit, err, uint32(from))
 				}
 			})
 		case ctrlMismatch:
