@@ -12,8 +12,9 @@ import (
 )
 
 // runCProgram compiles testdata/name.c against include/gorun.h and runs
-// it on a real job of np ranks; every rank must print "name: rank R ok".
-func runCProgram(t *testing.T, name string, np int) string {
+// it on a real job of np ranks, with GORUN_TIMEOUT=30s and then env;
+// every rank must print "name: rank R ok" within 2 minutes.
+func runCProgram(t *testing.T, name string, np int, env ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	buildABI(t, dir)
@@ -26,7 +27,7 @@ func runCProgram(t *testing.T, name string, np int) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, filepath.Join(dir, "gorun"), "-np", fmt.Sprint(np), bin)
-	run.Env = append(os.Environ(), "GORUN_TIMEOUT=30s")
+	run.Env = append(append(os.Environ(), "GORUN_TIMEOUT=30s"), env...)
 	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("gorun -np %d %s: %v\n%s", np, name, err, out)
@@ -42,16 +43,28 @@ func runCProgram(t *testing.T, name string, np int) string {
 // TestCArguments runs testdata/args_check.c on 2 ranks: a call's own bad
 // argument is GORUN_ERR_INVALID, from gorun_wait, gorun_test and the calls
 // after it (it aborts the communicator) too; every entry point refuses a
-// NULL buffer with a non-zero count that it uses on this rank, before it
-// starts, and accepts one it ignores; and a count too large for any buffer
-// (SIZE_MAX, a product that overflows, over 2^47 bytes) is refused naming
-// the count.
+// NULL buffer with a non-zero count that it uses on this rank, and
+// accepts one it ignores; and a count too large for any buffer (SIZE_MAX,
+// a product that overflows, over 2^47 bytes) is refused naming the count.
+// Each refusal aborts its communicator.
 func TestCArguments(t *testing.T) {
 	runCProgram(t, "args_check", 2)
 }
 
+// TestCRefusalFailsEveryRank runs testdata/refuse_check.c on 3 ranks with
+// GORUN_TIMEOUT=10m: where one rank's argument is refused before the call
+// starts (a dtype or op number, a NULL buffer or request, a count out of
+// range, in blocking, non-blocking, point-to-point and create_group
+// calls, and gorun_refuse), every rank fails within seconds,
+// GORUN_ERR_PEER naming that rank on the others. They used to wait for it
+// in the call until GORUN_TIMEOUT, and the test's 2 minutes ran out.
+func TestCRefusalFailsEveryRank(t *testing.T) {
+	t.Logf("%s", runCProgram(t, "refuse_check", 3, "GORUN_TIMEOUT=10m"))
+}
+
 // TestCCreateGroup runs testdata/group_check.c on 4 ranks:
-// gorun_comm_create_group refuses its own bad arguments before it starts;
+// gorun_comm_create_group refuses its own bad arguments, aborting the
+// communicator it was called on;
 // the even and the odd ranks each make a group at once, listed from the
 // highest rank down, with tags of their own, and an allreduce, broadcast
 // and allgather on each give their members' values in group-rank order;

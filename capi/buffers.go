@@ -161,13 +161,13 @@ func (k *call) check(which string, p *unsafe.Pointer, nd need, elem int) (int, e
 		return 0, nil
 	}
 	if nd.null {
-		return 0, fmt.Errorf("%s: %w: %scounts is NULL", k.name, comm.ErrInvalid, nd.prefix)
+		return 0, fmt.Errorf("%scounts is NULL", nd.prefix)
 	}
 	if nd.n > uint64(maxBytes/elem) {
-		return 0, fmt.Errorf("%s: %w: %s out of range: %s would hold more than %d bytes", k.name, comm.ErrInvalid, nd.what(), which, maxBytes)
+		return 0, fmt.Errorf("%s out of range: %s would hold more than %d bytes", nd.what(), which, maxBytes)
 	}
 	if nd.n > 0 && *p == nil {
-		return 0, fmt.Errorf("%s: %w: NULL buffer with a non-zero count (%s of %d elements)", k.name, comm.ErrInvalid, which, nd.n)
+		return 0, fmt.Errorf("NULL buffer with a non-zero count (%s of %d elements)", which, nd.n)
 	}
 	return int(nd.n), nil
 }

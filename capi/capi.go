@@ -250,3 +250,28 @@ func gorun_barrier(h C.gorun_comm) (rc C.int) {
 	defer cancel()
 	return classifyAt(c, c.Barrier(ctx))
 }
+
+// gorun_refuse is comm.Refuse for a binding over this ABI (the Python
+// package, the torch backend) that refuses a call's arguments itself,
+// before it calls gorun: op fails on every rank, naming this one, instead
+// of leaving the ranks whose arguments passed to wait for it until their
+// timeout; comm is aborted. The message naming this rank becomes the
+// thread's last error.
+//
+//export gorun_refuse
+func gorun_refuse(h C.gorun_comm, op, why *C.char) (rc C.int) {
+	defer guard(&rc)
+	c, rc := lookup(h)
+	if c == nil {
+		return rc
+	}
+	name, reason := "call", "refused by the caller"
+	if op != nil {
+		name = C.GoString(op)
+	}
+	if why != nil {
+		reason = C.GoString(why)
+	}
+	refuse(c, name, errors.New(reason))
+	return statusOK
+}

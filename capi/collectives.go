@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/comm"
@@ -48,7 +49,6 @@ func (k kind) loc() bool { return k == kAllReduceLoc || k == kReduceLoc }
 
 // call is one collective as C described it.
 type call struct {
-	name       string // the entry point, for messages
 	kind       kind
 	send, recv unsafe.Pointer
 	count      uint64 // elements: per rank for allgather's send and reduce-scatter's recv; the v-forms' send_count or recv_count
@@ -76,7 +76,7 @@ func start[T comm.Number](ctx context.Context, c *comm.Comm, k call, async bool)
 		elem = unsafe.Sizeof(comm.ValueIndex[T]{})
 	}
 	if err := k.lengths(c, int(elem)); err != nil {
-		return nil, err
+		return nil, refusal{err}
 	}
 	var s, r []T
 	if !k.kind.loc() { // those hold value-index pairs (more)
@@ -140,7 +140,21 @@ func startAny(ctx context.Context, c *comm.Comm, dt C.gorun_dtype, k call, async
 	case 11:
 		return start[comm.BFloat16](ctx, c, k, async)
 	}
-	return nil, fmt.Errorf("gorun: unknown dtype %d: %w", int(dt), comm.ErrInvalid)
+	return nil, refusal{fmt.Errorf("unknown dtype %d", int(dt))}
+}
+
+// refusal is an argument of a call that this rank refuses before the call
+// starts (refuse).
+type refusal struct{ error }
+
+// refuse fails the call name on every rank of c for err, an argument this
+// rank refused before the call started: c.Refuse withdraws this rank, as
+// comm's own checks do, so that the ranks whose arguments passed fail at
+// once naming it rather than wait for it until their timeout. c is then
+// aborted, as after any failed operation. The status is
+// GORUN_ERR_INVALID.
+func refuse(c *comm.Comm, name string, err error) C.int {
+	return fail(statusInvalid, c.Refuse(strings.TrimPrefix(name, "gorun_"), err))
 }
 
 // classifyAt is classify, except that this rank's own bad argument is
@@ -163,25 +177,30 @@ type pending struct {
 
 var pendings = map[int64]*pending{}
 
-func collective(h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.gorun_request) (rc C.int) {
+// run runs the call k, blocking (async false) or started, its request
+// handle in *out. Once h names a communicator, any argument it refuses
+// fails the call on every rank (refuse).
+func run(name string, h C.gorun_comm, dt C.gorun_dtype, op C.gorun_op, k call, out *C.gorun_request, async bool) (rc C.int) {
 	defer guard(&rc)
 	c, rc := lookup(h)
 	if c == nil {
 		return rc
 	}
+	if async && out == nil {
+		return refuse(c, name, errors.New("req is NULL"))
+	}
 	if op < 0 || op > C.gorun_op(comm.MaxLoc) {
-		return fail(statusInvalid, fmt.Errorf("gorun: unknown op %d", int(op)))
+		return refuse(c, name, fmt.Errorf("unknown op %d", int(op)))
 	}
 	k.op = comm.Op(op)
 	ctx, cancel := opContext()
-	if out == nil {
-		defer cancel()
-		_, err := startAny(ctx, c, dt, k, false)
-		return classifyAt(c, err)
-	}
-	req, err := startAny(ctx, c, dt, k, true)
-	if err != nil {
+	req, err := startAny(ctx, c, dt, k, async)
+	if !async || err != nil {
 		cancel()
+		var r refusal
+		if errors.As(err, &r) {
+			return refuse(c, name, r.error)
+		}
 		return classifyAt(c, err)
 	}
 	*out = C.gorun_request(put(pendings, &pending{req: req, cancel: cancel, c: c}))

@@ -15,6 +15,8 @@ import (
 // gorun_comm_create_group is the C face of Comm.CreateGroup: a new
 // communicator of the listed ranks of comm, made by those ranks only.
 // comm stays open and usable; the new handle is freed by gorun_finalize.
+// Its own bad arguments fail it on every member, naming this rank, and
+// abort comm, as comm.CreateGroup's do.
 //
 //export gorun_comm_create_group
 func gorun_comm_create_group(h C.gorun_comm, ranks *C.int, n C.int, tag C.int, out *C.gorun_comm) (rc C.int) {
@@ -23,16 +25,17 @@ func gorun_comm_create_group(h C.gorun_comm, ranks *C.int, n C.int, tag C.int, o
 	if c == nil {
 		return rc
 	}
+	const name = "gorun_comm_create_group"
 	switch {
 	case out == nil:
-		return fail(statusInvalid, errors.New("gorun_comm_create_group: out is NULL"))
+		return refuse(c, name, errors.New("out is NULL"))
 	case n <= 0:
-		return fail(statusInvalid, errors.New("gorun_comm_create_group: n must be at least 1 (the caller is a member)"))
+		return refuse(c, name, errors.New("n must be at least 1 (the caller is a member)"))
 	case ranks == nil:
-		return fail(statusInvalid, errors.New("gorun_comm_create_group: ranks is NULL with n > 0"))
+		return refuse(c, name, errors.New("ranks is NULL with n > 0"))
 	case int(n) > c.Size():
 		// Some rank is repeated or out of range; and ranks may not hold n.
-		return fail(statusInvalid, fmt.Errorf("gorun_comm_create_group: n = %d is more than the communicator's %d ranks", int(n), c.Size()))
+		return refuse(c, name, fmt.Errorf("n = %d is more than the communicator's %d ranks", int(n), c.Size()))
 	}
 	members := make([]int, int(n))
 	for i, r := range unsafe.Slice(ranks, int(n)) {

@@ -110,22 +110,6 @@ func vcall(h C.gorun_comm, k call, counts, displs, rcounts, rdispls *C.size_t) (
 	return k, statusOK
 }
 
-func reqOrNil(name string, req *C.gorun_request, async bool) (*C.gorun_request, C.int) {
-	if async && req == nil {
-		return nil, fail(statusInvalid, errors.New(name+": req is NULL"))
-	}
-	return req, statusOK
-}
-
-func run(name string, h C.gorun_comm, dt C.gorun_dtype, o C.gorun_op, k call, req *C.gorun_request, async bool) C.int {
-	req, rc := reqOrNil(name, req, async)
-	if rc != statusOK {
-		return rc
-	}
-	k.name = name
-	return collective(h, dt, o, k, req)
-}
-
 //export gorun_reduce
 func gorun_reduce(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt C.gorun_dtype, o C.gorun_op, root C.int) C.int {
 	return run("gorun_reduce", h, dt, o, call{kind: kReduce, send: send, recv: recv, count: uint64(n), root: int(root)}, nil, false)
@@ -291,12 +275,12 @@ func gorun_reduce_loc(h C.gorun_comm, send, recv unsafe.Pointer, n C.size_t, dt 
 //export gorun_ibarrier
 func gorun_ibarrier(h C.gorun_comm, req *C.gorun_request) (rc C.int) {
 	defer guard(&rc)
-	if req == nil {
-		return fail(statusInvalid, errors.New("gorun_ibarrier: req is NULL"))
-	}
 	c, rc := lookup(h)
 	if c == nil {
 		return rc
+	}
+	if req == nil {
+		return refuse(c, "gorun_ibarrier", errors.New("req is NULL"))
 	}
 	ctx, cancel := opContext()
 	*req = C.gorun_request(put(pendings, &pending{req: c.IBarrier(ctx), cancel: cancel, c: c}))

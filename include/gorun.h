@@ -76,12 +76,18 @@ typedef enum {
  * non-blocking one), even GORUN_ERR_INVALID for a root out of range or an
  * op the dtype lacks, the communicator is aborted: every later operation
  * on it fails with that first error. gorun_finalize it, and gorun_init
- * again to go on. The one exception is a call refused before it starts, on
- * arguments this rank checks alone (a bad handle, dtype or op number; a
- * NULL request, output pointer or buffer; a count out of range): that
- * leaves the communicator as it was, but the other ranks may have gone on
- * into the operation and wait for this rank there, so continue only if
- * every rank was refused alike.
+ * again to go on. That holds for arguments this rank checks alone before
+ * the call starts (a dtype or op number; a NULL request or buffer; a
+ * count out of range) as for any other: the call fails on every rank at
+ * once, GORUN_ERR_INVALID here and GORUN_ERR_PEER naming this rank on the
+ * others, rather than leaving them to wait for this rank until
+ * GORUN_TIMEOUT. A peer still in an earlier call this rank completed
+ * finishes it. What is refused without a communicator to abort stays on
+ * this rank: a bad communicator or request handle, gorun_init's NULL
+ * output, and the local calls (gorun_rank and the other queries,
+ * gorun_test's NULL done, gorun_trace_span), which no other rank waits
+ * for; and gorun_shrink's and gorun_grow's NULL out, which leaves comm as
+ * it was.
  */
 typedef enum {
 	GORUN_OK = 0,
@@ -136,12 +142,12 @@ int gorun_joiners(gorun_comm comm, int *joiners);
  * message between them started and not yet received when they call it
  * (the tag makes such a message an error, GORUN_ERR_PEER, not a wrong
  * match); give each group a tag of its own. comm stays open; free
- * *out with gorun_finalize. ranks NULL, n < 1, n larger than comm's size
- * or out NULL are GORUN_ERR_INVALID before it starts; a rank out of range
- * or listed twice, or a list without the caller, is GORUN_ERR_INVALID
- * that aborts comm, and members that disagree on ranks or tag get
- * GORUN_ERR_PEER (or GORUN_ERR_TIMEOUT where one waits for a rank that
- * does not list it).
+ * *out with gorun_finalize. ranks NULL, n < 1, n larger than comm's size,
+ * out NULL, a rank out of range or listed twice, or a list without the
+ * caller, are GORUN_ERR_INVALID that aborts comm (and fails the call on
+ * the other members, naming this rank); members that disagree on ranks
+ * or tag get GORUN_ERR_PEER (or GORUN_ERR_TIMEOUT where one waits for a
+ * rank that does not list it).
  */
 int gorun_comm_create_group(gorun_comm comm, const int *ranks, int n, int tag, gorun_comm *out);
 
@@ -244,6 +250,15 @@ int gorun_test(gorun_request req, int *done);
 int gorun_tracing(gorun_comm comm);
 int64_t gorun_trace_now(void);
 int gorun_trace_span(gorun_comm comm, const char *lane, const char *name, int64_t arg, int64_t start);
+
+/* For a binding over this ABI that checks a call's arguments itself and
+ * refuses them before calling gorun: the call op (a name, for messages)
+ * fails on every rank of comm, GORUN_ERR_PEER naming this rank on the
+ * others, as when gorun refuses an argument itself, and comm is aborted
+ * (see gorun_status). why says what was refused; gorun_last_error() then
+ * holds the message naming this rank. GORUN_OK, or GORUN_ERR_INVALID for
+ * a bad handle. */
+int gorun_refuse(gorun_comm comm, const char *op, const char *why);
 
 /* A static description of a status code. */
 const char *gorun_strerror(int status);

@@ -83,6 +83,10 @@ int main(void) {
 	EXPECT(gorun_wait(777) == GORUN_ERR_INVALID, "bad request accepted");
 	EXPECT(gorun_rank(c, NULL) == GORUN_ERR_INVALID, "NULL out accepted");
 	EXPECT(strcmp(gorun_strerror(GORUN_ERR_TIMEOUT), "timed out") == 0, "strerror");
+	/* the bad dtype aborted the communicator on every rank: start again */
+	EXPECT(gorun_barrier(c) != GORUN_OK, "barrier after a refused call succeeded");
+	CHECK(gorun_finalize(c));
+	CHECK(gorun_init(&c));
 
 	CHECK(gorun_barrier(c));
 	CHECK(gorun_finalize(c));

@@ -1,26 +1,33 @@
 /* args_check: what the calls of include/gorun.h say about their own bad
- * arguments, on each rank of a job (every rank makes the same bad call, so
- * none waits for another, but in the first case, which shows a peer's
- * side). "args_check: rank R ok" on success. */
+ * arguments, on each rank of a job (every rank makes the same bad call,
+ * but in the first case, which shows a peer's side; refuse_check has one
+ * rank's against the others' good ones). Every refusal aborts its
+ * communicator, so each runs on a fresh one. "args_check: rank R ok" on
+ * success. */
 #include <stdint.h>
 #define PROG "args_check"
 #include "check.h"
 
 static int size;
+static gorun_comm world;
 
 #define NULLBUF "NULL buffer with a non-zero count"
 
 /* renew replaces a communicator an error aborted. */
 static void renew(gorun_comm *c) {
 	CHECK(gorun_finalize(*c));
-	CHECK(gorun_init(c));
+	*c = fresh(world);
 }
+
+/* REFUSED is BAD, then renew: the refusal aborted c. */
+#define REFUSED(call, want) do { BAD(call, want); renew(&c); } while (0)
 
 int main(void) {
 	gorun_comm c;
-	CHECK(gorun_init(&c));
-	CHECK(gorun_rank(c, &rank));
-	CHECK(gorun_size(c, &size));
+	CHECK(gorun_init(&world));
+	CHECK(gorun_rank(world, &rank));
+	CHECK(gorun_size(world, &size));
+	c = fresh(world);
 	int rc, done;
 	gorun_request q;
 	float a[4] = {1, 2, 3, 4};
@@ -60,62 +67,61 @@ int main(void) {
 	for (int i = 0; i < size; i++) cnt[i] = 1;
 	GORUN_PAIR(float) p[4] = {{1, 0}}, pr[4];
 	int root = rank == 0; /* rank 0 is the root and passes a NULL recv; the others a NULL send */
-	BAD(gorun_allreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_allreduce(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_broadcast(c, NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
-	BAD(gorun_allgather(c, NULL, b, 4, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_allgather(c, a, NULL, 4, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_reduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_reduce_scatter(c, b, NULL, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_reduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0), NULLBUF);
-	BAD(gorun_gather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0), NULLBUF);
-	BAD(gorun_scatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
-	BAD(gorun_alltoall(c, NULL, NULL, 4, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_alltoall(c, b, NULL, 4, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_scan(c, NULL, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_scan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
-	BAD(gorun_exscan(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_allreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_allreduce(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_broadcast(c, NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
+	REFUSED(gorun_allgather(c, NULL, b, 4, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_allgather(c, a, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_reduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_reduce_scatter(c, b, NULL, 2, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_reduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0), NULLBUF);
+	REFUSED(gorun_gather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0), NULLBUF);
+	REFUSED(gorun_scatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0), NULLBUF);
+	REFUSED(gorun_alltoall(c, NULL, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_alltoall(c, b, NULL, 4, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_scan(c, NULL, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_scan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
+	REFUSED(gorun_exscan(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM), NULLBUF);
 	if (rank < 2) {
-		if (rank == 0) BAD(gorun_send(c, NULL, 4, GORUN_FLOAT32, 1, 5), NULLBUF);
-		else BAD(gorun_recv(c, NULL, 4, GORUN_FLOAT32, 0, 5), NULLBUF);
+		if (rank == 0) REFUSED(gorun_send(c, NULL, 4, GORUN_FLOAT32, 1, 5), NULLBUF);
+		else REFUSED(gorun_recv(c, NULL, 4, GORUN_FLOAT32, 0, 5), NULLBUF);
 	}
-	BAD(gorun_allgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_allgatherv(c, a, 1, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_allgatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32), "counts is NULL");
-	BAD(gorun_gatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0), NULLBUF);
-	if (root) BAD(gorun_gatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32, 0), "counts is NULL");
-	else BAD(gorun_gatherv(c, NULL, 1, NULL, NULL, NULL, GORUN_FLOAT32, 0), NULLBUF);
-	BAD(gorun_scatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0), NULLBUF);
-	BAD(gorun_alltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_alltoallv(c, a, cnt, NULL, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
-	BAD(gorun_alltoallv(c, a, cnt, NULL, b, NULL, NULL, GORUN_FLOAT32), "recv_counts is NULL");
-	BAD(gorun_allreduce_loc(c, NULL, pr, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
-	BAD(gorun_allreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
-	BAD(gorun_reduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0), NULLBUF);
+	REFUSED(gorun_allgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_allgatherv(c, a, 1, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_allgatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32), "counts is NULL");
+	REFUSED(gorun_gatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0), NULLBUF);
+	if (root) REFUSED(gorun_gatherv(c, a, 1, b, NULL, NULL, GORUN_FLOAT32, 0), "counts is NULL");
+	else REFUSED(gorun_gatherv(c, NULL, 1, NULL, NULL, NULL, GORUN_FLOAT32, 0), NULLBUF);
+	REFUSED(gorun_scatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0), NULLBUF);
+	REFUSED(gorun_alltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_alltoallv(c, a, cnt, NULL, NULL, cnt, NULL, GORUN_FLOAT32), NULLBUF);
+	REFUSED(gorun_alltoallv(c, a, cnt, NULL, b, NULL, NULL, GORUN_FLOAT32), "recv_counts is NULL");
+	REFUSED(gorun_allreduce_loc(c, NULL, pr, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
+	REFUSED(gorun_allreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC), NULLBUF);
+	REFUSED(gorun_reduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0), NULLBUF);
 	/* the non-blocking forms, which share the check */
-	BAD(gorun_iallreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
-	BAD(gorun_ibroadcast(c, NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
-	BAD(gorun_iallgather(c, a, NULL, 4, GORUN_FLOAT32, &q), NULLBUF);
-	BAD(gorun_ireduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
-	BAD(gorun_ireduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0, &q), NULLBUF);
-	BAD(gorun_igather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
-	BAD(gorun_iscatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
-	BAD(gorun_ialltoall(c, NULL, b, 4, GORUN_FLOAT32, &q), NULLBUF);
-	BAD(gorun_iscan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
-	BAD(gorun_iexscan(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	REFUSED(gorun_iallreduce(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	REFUSED(gorun_ibroadcast(c, NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	REFUSED(gorun_iallgather(c, a, NULL, 4, GORUN_FLOAT32, &q), NULLBUF);
+	REFUSED(gorun_ireduce_scatter(c, NULL, b, 2, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	REFUSED(gorun_ireduce(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, GORUN_SUM, 0, &q), NULLBUF);
+	REFUSED(gorun_igather(c, root ? a : NULL, root ? NULL : b, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	REFUSED(gorun_iscatter(c, root ? NULL : b, root ? a : NULL, 4, GORUN_FLOAT32, 0, &q), NULLBUF);
+	REFUSED(gorun_ialltoall(c, NULL, b, 4, GORUN_FLOAT32, &q), NULLBUF);
+	REFUSED(gorun_iscan(c, a, NULL, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
+	REFUSED(gorun_iexscan(c, NULL, b, 4, GORUN_FLOAT32, GORUN_SUM, &q), NULLBUF);
 	if (rank < 2) {
-		if (rank == 0) BAD(gorun_isend(c, NULL, 4, GORUN_FLOAT32, 1, 5, &q), NULLBUF);
-		else BAD(gorun_irecv(c, NULL, 4, GORUN_FLOAT32, 0, 5, &q), NULLBUF);
+		if (rank == 0) REFUSED(gorun_isend(c, NULL, 4, GORUN_FLOAT32, 1, 5, &q), NULLBUF);
+		else REFUSED(gorun_irecv(c, NULL, 4, GORUN_FLOAT32, 0, 5, &q), NULLBUF);
 	}
-	BAD(gorun_iallgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
-	BAD(gorun_igatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0, &q), NULLBUF);
-	BAD(gorun_iscatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0, &q), NULLBUF);
-	BAD(gorun_ialltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
-	BAD(gorun_iallreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC, &q), NULLBUF);
-	BAD(gorun_ireduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0, &q), NULLBUF);
+	REFUSED(gorun_iallgatherv(c, NULL, 1, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
+	REFUSED(gorun_igatherv(c, root ? a : NULL, 1, root ? NULL : b, cnt, NULL, GORUN_FLOAT32, 0, &q), NULLBUF);
+	REFUSED(gorun_iscatterv(c, root ? NULL : b, cnt, NULL, root ? a : NULL, 1, GORUN_FLOAT32, 0, &q), NULLBUF);
+	REFUSED(gorun_ialltoallv(c, NULL, cnt, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), NULLBUF);
+	REFUSED(gorun_iallreduce_loc(c, p, NULL, 4, GORUN_FLOAT32, GORUN_MAXLOC, &q), NULLBUF);
+	REFUSED(gorun_ireduce_loc(c, root ? p : NULL, root ? NULL : pr, 4, GORUN_FLOAT32, GORUN_MAXLOC, 0, &q), NULLBUF);
 
-	/* None of those started: the communicator works, and the refused send
-	 * sent nothing (a message of 0 elements would fail this receive). */
+	/* A fresh communicator works after them. */
 	if (rank < 2) {
 		float m[4] = {9, 9, 9, 9};
 		if (rank == 0) CHECK(gorun_send(c, a, 4, GORUN_FLOAT32, 1, 5));
@@ -145,47 +151,48 @@ int main(void) {
 	const size_t huge = (size_t)-1, big = (size_t)1 << 62;
 	char want[128];
 #define HUGE "count 18446744073709551615 out of range"
-	BAD(gorun_allreduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
-	BAD(gorun_allreduce(c, a, b, (size_t)1 << 46, GORUN_FLOAT32, GORUN_SUM), "count 70368744177664 out of range");
-	BAD(gorun_broadcast(c, a, huge, GORUN_FLOAT32, 0), HUGE);
-	BAD(gorun_allgather(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
+	REFUSED(gorun_allreduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	REFUSED(gorun_allreduce(c, a, b, (size_t)1 << 46, GORUN_FLOAT32, GORUN_SUM), "count 70368744177664 out of range");
+	REFUSED(gorun_broadcast(c, a, huge, GORUN_FLOAT32, 0), HUGE);
+	REFUSED(gorun_allgather(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
 	/* send fits (2^46 bytes); recv, size times that, does not */
 	snprintf(want, sizeof want, "count %zu out of range: recv", ((size_t)1 << 47) / 4 / size + 1);
-	BAD(gorun_allgather(c, a, b, ((size_t)1 << 47) / 4 / size + 1, GORUN_FLOAT32), want);
-	BAD(gorun_reduce_scatter(c, a, b, big, GORUN_FLOAT32, GORUN_SUM), "count 4611686018427387904 out of range: send");
-	BAD(gorun_reduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0), HUGE);
-	BAD(gorun_gather(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
-	BAD(gorun_scatter(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
-	BAD(gorun_alltoall(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
-	BAD(gorun_scan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
-	BAD(gorun_exscan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	REFUSED(gorun_allgather(c, a, b, ((size_t)1 << 47) / 4 / size + 1, GORUN_FLOAT32), want);
+	REFUSED(gorun_reduce_scatter(c, a, b, big, GORUN_FLOAT32, GORUN_SUM), "count 4611686018427387904 out of range: send");
+	REFUSED(gorun_reduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0), HUGE);
+	REFUSED(gorun_gather(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
+	REFUSED(gorun_scatter(c, a, b, huge, GORUN_FLOAT32, 0), HUGE);
+	REFUSED(gorun_alltoall(c, a, b, big, GORUN_FLOAT32), "count 4611686018427387904 out of range");
+	REFUSED(gorun_scan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
+	REFUSED(gorun_exscan(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM), HUGE);
 	if (rank < 2) {
-		if (rank == 0) BAD(gorun_send(c, a, huge, GORUN_FLOAT32, 1, 5), HUGE);
-		else BAD(gorun_recv(c, b, huge, GORUN_FLOAT32, 0, 5), HUGE);
+		if (rank == 0) REFUSED(gorun_send(c, a, huge, GORUN_FLOAT32, 1, 5), HUGE);
+		else REFUSED(gorun_recv(c, b, huge, GORUN_FLOAT32, 0, 5), HUGE);
 	}
 	/* a pair is 16 bytes: 2^43 + 1 of them are too many, though as many
 	 * floats would fit */
-	BAD(gorun_allreduce_loc(c, p, pr, ((size_t)1 << 43) + 1, GORUN_FLOAT32, GORUN_MAXLOC), "count 8796093022209 out of range");
-	BAD(gorun_reduce_loc(c, p, pr, huge, GORUN_FLOAT32, GORUN_MAXLOC, 0), HUGE);
+	REFUSED(gorun_allreduce_loc(c, p, pr, ((size_t)1 << 43) + 1, GORUN_FLOAT32, GORUN_MAXLOC), "count 8796093022209 out of range");
+	REFUSED(gorun_reduce_loc(c, p, pr, huge, GORUN_FLOAT32, GORUN_MAXLOC, 0), HUGE);
 	size_t hc[16], hd[16] = {0};
 	for (int i = 0; i < size; i++) hc[i] = 1;
 	hc[size - 1] = huge;
-	BAD(gorun_allgatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32), HUGE);
+	REFUSED(gorun_allgatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32), HUGE);
 	snprintf(want, sizeof want, "counts[%d] = 18446744073709551615 out of range", size - 1);
-	BAD(gorun_allgatherv(c, a, 1, b, hc, NULL, GORUN_FLOAT32), want);
+	REFUSED(gorun_allgatherv(c, a, 1, b, hc, NULL, GORUN_FLOAT32), want);
 	hd[size - 1] = big;
 	snprintf(want, sizeof want, "recv_displs[%d] = 4611686018427387904 with recv_counts[%d] = 1 out of range", size - 1, size - 1);
-	BAD(gorun_alltoallv(c, a, cnt, NULL, b, cnt, hd, GORUN_FLOAT32), want);
-	BAD(gorun_gatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32, 0), HUGE);
-	BAD(gorun_scatterv(c, a, cnt, NULL, b, huge, GORUN_FLOAT32, 0), HUGE);
-	BAD(gorun_iallgather(c, a, b, big, GORUN_FLOAT32, &q), "count 4611686018427387904 out of range");
-	BAD(gorun_ireduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0, &q), HUGE);
-	BAD(gorun_ialltoallv(c, a, hc, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), "send_counts[");
+	REFUSED(gorun_alltoallv(c, a, cnt, NULL, b, cnt, hd, GORUN_FLOAT32), want);
+	REFUSED(gorun_gatherv(c, a, huge, b, cnt, NULL, GORUN_FLOAT32, 0), HUGE);
+	REFUSED(gorun_scatterv(c, a, cnt, NULL, b, huge, GORUN_FLOAT32, 0), HUGE);
+	REFUSED(gorun_iallgather(c, a, b, big, GORUN_FLOAT32, &q), "count 4611686018427387904 out of range");
+	REFUSED(gorun_ireduce(c, a, b, huge, GORUN_FLOAT32, GORUN_SUM, 0, &q), HUGE);
+	REFUSED(gorun_ialltoallv(c, a, hc, NULL, b, cnt, NULL, GORUN_FLOAT32, &q), "send_counts[");
 
 	float x = 1;
 	CHECK(gorun_allreduce(c, &x, &x, 1, GORUN_FLOAT32, GORUN_SUM));
 	EXPECT(x == size, "allreduce = %g", x);
 	CHECK(gorun_finalize(c));
+	CHECK(gorun_finalize(world));
 	printf("args_check: rank %d ok\n", rank);
 	return 0;
 }

@@ -16,15 +16,20 @@ int main(void) {
 	CHECK(gorun_size(c, &size));
 	EXPECT(size >= 4, "needs 4 ranks or more, has %d", size);
 
-	/* Arguments this rank checks alone are refused before it starts, on
-	 * any rank, and leave c usable. */
+	/* Arguments this rank checks alone are refused, on any rank, and
+	 * abort the communicator the call was made on: each is made on a
+	 * fresh one of every rank, p. A bad handle names none, and leaves c
+	 * usable. */
 	int all[64], one = rank;
+	gorun_comm p;
 	for (int i = 0; i < size; i++) all[i] = i;
-	BAD(gorun_comm_create_group(c, NULL, 2, 1, &g), "ranks is NULL");
-	BAD(gorun_comm_create_group(c, &one, 0, 1, &g), "n must be at least 1");
-	BAD(gorun_comm_create_group(c, &one, -3, 1, &g), "n must be at least 1");
-	BAD(gorun_comm_create_group(c, &one, 1, 1, NULL), "out is NULL");
-	BAD(gorun_comm_create_group(c, all, size + 1, 1, &g), "more than the communicator's");
+#define REFUSED(call, want) do { p = fresh(c); BAD(call, want); \
+	EXPECT(gorun_barrier(p) != GORUN_OK, "%s did not abort the communicator", #call); CHECK(gorun_finalize(p)); } while (0)
+	REFUSED(gorun_comm_create_group(p, NULL, 2, 1, &g), "ranks is NULL");
+	REFUSED(gorun_comm_create_group(p, &one, 0, 1, &g), "n must be at least 1");
+	REFUSED(gorun_comm_create_group(p, &one, -3, 1, &g), "n must be at least 1");
+	REFUSED(gorun_comm_create_group(p, &one, 1, 1, NULL), "out is NULL");
+	REFUSED(gorun_comm_create_group(p, all, size + 1, 1, &g), "more than the communicator's");
 	BAD(gorun_comm_create_group(0, &one, 1, 1, &g), "no communicator with handle");
 	EXPECT(g == 0, "a refused call wrote *out = %lld", (long long)g);
 	CHECK(gorun_barrier(c));
