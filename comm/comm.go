@@ -408,7 +408,11 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		return nil, err
 	}
 	blobs, err := rv.exchange(ctx, blob)
-	if err != nil {
+	var re *RankError
+	switch {
+	case errors.As(err, &re):
+		return nil, err // it says where already ("gorun: init: rank r: ...")
+	case err != nil:
 		return nil, fmt.Errorf("gorun: rendezvous: %w", err)
 	}
 	if g, ok := rv.(*gossipRendezvous); ok && g.placed.Size > 0 && (g.placed.Rank != rank || g.placed.Size != size) {

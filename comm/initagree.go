@@ -43,6 +43,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -91,31 +92,71 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 // leave takes this rank out of the gossip group when Init ends with
 // err: a Close if err is nil or the world is not the first; otherwise it
 // abandons the world (bootstrap's abandon.go), blaming the rank whose
-// failure reached it first, or itself, with err as the reason, so that
-// every other rank's Init fails at once naming it (see the file comment).
+// failure reached it first, in that failure's words (failureWords), or
+// itself, in err's, so that every other rank's Init fails at once naming
+// it (see the file comment). A chain of abandonments thus passes on the
+// first rank's words, not each rank's account of the one before.
 func (g *gossipRendezvous) leave(err error) {
 	if err == nil || g.placed.Epoch > 1 {
 		g.node.Close()
 		return
 	}
-	cause := g.placed.Rank
+	cause, words := g.placed.Rank, strings.TrimPrefix(err.Error(), "gorun: init: ")
+	var re *RankError
+	if errors.As(err, &re) && re.Rank == cause {
+		words = re.Err.Error() // not "rank r:" of its own rank
+	}
 	if g.fw != nil {
 		if f, ok := g.fw.firstDeath(); ok {
-			cause = f.Rank
+			cause, words = f.Rank, failureWords(f.Err)
 		}
 	}
-	g.node.Abandon(cause, err.Error())
+	g.node.Abandon(cause, words)
 }
 
 // causeOf is the failure a report f puts first: itself, or, for a rank
-// that abandoned the world because another failed, that other rank's.
+// that abandoned the world because another failed, that other rank's, in
+// the words the abandoning rank gave (leave).
 func causeOf(f bootstrap.Failure) *bootstrap.Failure {
 	var ab *bootstrap.AbandonError
 	if errors.As(f.Err, &ab) && ab.Cause >= 0 && ab.Cause != f.Rank {
-		f.Rank, f.Name = ab.Cause, ""
+		words := ab.Reason
+		if words == "" {
+			words = bootstrap.ErrPeerDead.Error()
+		}
+		f.Rank, f.Name, f.Err = ab.Cause, "", &spoken{words: words, errs: []error{f.Err}}
 	}
 	return &f
 }
+
+// failureWords is what a bootstrap report's err says of the failed rank:
+// a death or a leave as the bootstrap names it ("peer failed
+// (unreachable)"), an abandonment with its reason, an abandonment that
+// blamed another rank in the words it gave (causeOf); without the
+// report's "bootstrap gossip rank r peer q:", which is the reporter's.
+func failureWords(err error) string {
+	var sp *spoken
+	var ab *bootstrap.AbandonError
+	var oe *bootstrap.OpError
+	switch {
+	case errors.As(err, &sp):
+		return sp.words
+	case errors.As(err, &ab):
+		return ab.Error()
+	case errors.As(err, &oe):
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
+// spoken is an error in chosen words, wrapping errs.
+type spoken struct {
+	words string
+	errs  []error
+}
+
+func (s *spoken) Error() string   { return s.words }
+func (s *spoken) Unwrap() []error { return s.errs }
 
 // initCause returns the error a failed Init reports: err, or, when err
 // blames another rank, the bootstrap's first report of a death or an
@@ -149,11 +190,25 @@ func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 		t.Stop()
 		f, ok = fw.firstDeath()
 	}
-	if !ok || f.Rank == q && errors.Is(err, f.Err) { // err says it already
+	if !ok {
 		return err
 	}
 	g.ctl.Blame(f.Rank)
-	return &RankError{Rank: f.Rank, Op: "init", Err: fmt.Errorf("%w: %w (then %v)", ErrPeerFailed, f.Err, err)}
+	// f's words, then what this rank saw after it, unless that is f
+	// itself or another rank's abandonment because of f.
+	words := failureWords(f.Err)
+	var ab *bootstrap.AbandonError
+	if !errors.Is(err, f.Err) && !(errors.As(err, &ab) && ab.Cause == f.Rank) {
+		then := err.Error()
+		if re != nil {
+			then = re.Err.Error()
+			if re.Rank != f.Rank {
+				then = fmt.Sprintf("rank %d: %s", re.Rank, then)
+			}
+		}
+		words += " (then " + then + ")"
+	}
+	return &RankError{Rank: f.Rank, Op: "init", Err: &spoken{words: words, errs: []error{ErrPeerFailed, f.Err, err}}}
 }
 
 // firstDeath is the first death reported in fw's world, or the rank the

@@ -112,7 +112,10 @@ func TestInitRankDiesAfterForm(t *testing.T) {
 // ranks it would dial wait for it; rank 0 dials all its peers) or once
 // connected, before Init's agreement. Every other rank's Init must fail
 // naming it and its reason, long before GORUN_TIMEOUT (10 minutes): the
-// test's deadline is 3.
+// test's deadline is 3. The reason appears once: before 2026-11-30 a rank
+// that heard of rank 2 through rank 3's abandonment read "rank 2: peer
+// failed: bootstrap gossip rank 1 peer 3: peer gave up on the world:
+// gorun: init: rank 2: peer failed: bootstrap gossip rank 3 peer 2: ...".
 func TestInitRankFailsAfterForm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 6 processes")
@@ -135,6 +138,14 @@ func TestInitRankFailsAfterForm(t *testing.T) {
 					t.Errorf("rank %d: %v\n%s", r, err, out)
 				case !strings.Contains(out, fmt.Sprintf("INIT FAILED culprit=%d", tc.fails)) || !strings.Contains(out, initFailReason):
 					t.Errorf("rank %d: Init did not fail naming rank %d and its reason:\n%s", r, tc.fails, out)
+				default:
+					// Once: not each abandoning rank's account of the one
+					// before, nor the gossip's report lines.
+					line := out[strings.Index(out, "INIT FAILED"):]
+					line = line[:strings.IndexByte(line, '\n')]
+					if strings.Count(line, initFailReason) != 1 || strings.Count(line, "gorun:") != 1 || strings.Contains(line, "bootstrap") {
+						t.Errorf("rank %d: Init's error is not plain: %s", r, line)
+					}
 				}
 			}
 		})
