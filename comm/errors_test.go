@@ -201,6 +201,11 @@ func TestAbortWakesPeers(t *testing.T) {
 		return AllReduce(ctx, c, buf, buf, Sum)
 	})
 	checkAll(t, "abort", errs, ErrAborted, 0)
+	for r, err := range errs {
+		if !strings.Contains(err.Error(), "user gave up") {
+			t.Errorf("rank %d: %q lacks rank 0's reason", r, err)
+		}
+	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("abort took %v", d)
 	}
