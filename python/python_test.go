@@ -52,6 +52,13 @@ func need(t *testing.T, modules ...string) {
 // gorun runs `gorun -np n PROGRAM ARGS` from the repository root.
 func gorun(t *testing.T, n int, args ...string) string {
 	t.Helper()
+	return gorunEnv(t, nil, n, args...)
+}
+
+// gorunEnv is gorun with env added to the ranks' environment, after
+// GORUN_TIMEOUT=120s (so it may set another).
+func gorunEnv(t *testing.T, env []string, n int, args ...string) string {
+	t.Helper()
 	buildOnce.Do(func() {
 		gorunBin = filepath.Join(workDir, "gorun")
 		out, err := exec.Command("go", "build", "-o", gorunBin, "../cmd/gorun").CombinedOutput()
@@ -68,7 +75,7 @@ func gorun(t *testing.T, n int, args ...string) string {
 	cmd := exec.CommandContext(ctx, gorunBin, append([]string{"-np", itoa(n)}, args...)...)
 	cmd.Dir = ".."
 	killGroup(cmd)
-	cmd.Env = append(os.Environ(), "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))
+	cmd.Env = append(append(os.Environ(), "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build")), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("gorun -np %d %s: %v\n%s", n, strings.Join(args, " "), err, out)
@@ -199,7 +206,8 @@ func TestTorchOpsAndZeRO(t *testing.T) {
 
 // The package's reduce, gather, scatter, alltoall, allgather of uneven
 // first dimensions, create_group, broadcast_optimizer_state, join for
-// uneven inputs and DistributedOptimizer's synchronize then step, on 3
+// uneven inputs and DistributedOptimizer's synchronize then step, and
+// arguments every rank refuses alike (each aborting its group), on 3
 // ranks.
 func TestPackageOps(t *testing.T) {
 	need(t, "numpy", "torch")
@@ -209,6 +217,24 @@ func TestPackageOps(t *testing.T) {
 			t.Fatalf("rank %d did not finish:\n%s", r, out)
 		}
 	}
+}
+
+// TestPackageRefusalFailsEveryRank: where one rank's argument is refused
+// by the package itself (a root out of range, an op its type lacks, a
+// tensor not contiguous, a read-only array, a length size does not
+// divide, a create_group list without it), that rank raises ValueError or
+// TypeError and every other rank GorunError naming it within a minute,
+// with GORUN_TIMEOUT=10m; each case on a group of every rank. They used to
+// wait for it until GORUN_TIMEOUT (refuse_check.py exits at its minute).
+func TestPackageRefusalFailsEveryRank(t *testing.T) {
+	need(t, "numpy", "torch")
+	out := gorunEnv(t, []string{"GORUN_TIMEOUT=10m"}, 3, python, "python/tests/refuse_check.py")
+	for r := 0; r < 3; r++ {
+		if !strings.Contains(out, "refuse_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+	t.Logf("%s", out)
 }
 
 // TestTorchWaitTimeout: Work.wait(timeout) on backend "gorun" raises at

@@ -17,13 +17,16 @@ GORUN_LIB to use another.
 
 Errors. An argument a rank can check alone (a root out of range, an op the
 element type lacks, an unknown op, a tensor not on the CPU or not
-contiguous, an in-place buffer that is read-only) raises ValueError or
-TypeError before any communication, and the communicator stays usable; the
-other ranks, if their arguments passed, wait for this one in the operation,
-so go on only when every rank was refused alike. An error from the
-operation itself raises GorunError, and then, as in the C ABI, the
+contiguous, an in-place buffer that is read-only, a length size does not
+divide) raises ValueError or TypeError on that rank before any data moves,
+and fails the call on the other ranks at once (gorun_refuse): they raise
+GorunError naming this rank instead of waiting for it. An error from the
+operation itself raises GorunError. Either way, as in the C ABI, the
 communicator is aborted: every later call fails until finalize() and
-init().
+init() (a Group's: free it, and make another). allgather and scatter are
+the exception: they exchange their inputs' descriptions first, so inputs
+that do not fit together raise on every rank alike and leave the
+communicator usable.
 
 Non-blocking ops (iallreduce_, ibroadcast_) return a Handle: wait() or
 wait(timeout) for it, test() or poll(handle) without blocking. A wait
@@ -32,6 +35,7 @@ gorun cannot cancel an operation in flight, aborts that operation's
 communicator on every rank (Handle.wait).
 """
 import atexit
+import contextlib
 import ctypes
 import threading
 
@@ -211,8 +215,7 @@ _FLOAT_CODES = (8, 9, 10, 11)
 
 def _op(op, dt):
     """The gorun_op of op for dtype code dt: ValueError for an unknown op,
-    TypeError for a bitwise or logical op on a float type (the C ABI would
-    fail the operation and abort the communicator)."""
+    TypeError for a bitwise or logical op on a float type."""
     try:
         code = _OPS[op.lower()]
     except (KeyError, AttributeError):
@@ -220,6 +223,21 @@ def _op(op, dt):
     if code >= _OPS["band"] and dt in _FLOAT_CODES:
         raise TypeError("gorun: op %r is defined for integer types only" % (op,))
     return code
+
+
+@contextlib.contextmanager
+def _refusing(op):
+    """Check op's arguments inside: a ValueError or TypeError raised there
+    first fails op on every rank of the calling thread's communicator
+    (gorun_refuse, which aborts it), so that the ranks whose arguments
+    passed raise GorunError naming this rank rather than wait for it."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:
+        h = getattr(_state, "comm", None) or _comm
+        if h is not None:
+            _L().gorun_refuse(h, op.encode(), str(e).encode(errors="replace"))
+        raise
 
 
 def _root(root):
@@ -244,8 +262,10 @@ def _empty_like(x, n):
 def allreduce_(x, op="sum"):
     """Reduce x across ranks in place; returns x. ValueError for an unknown
     op, TypeError for a bitwise or logical op on a float type."""
-    p, n, dt = _buffer(x)
-    _check(_L().gorun_allreduce(_c(), p, p, n, dt, _op(op, dt)))
+    with _refusing("allreduce"):
+        p, n, dt = _buffer(x)
+        code = _op(op, dt)
+    _check(_L().gorun_allreduce(_c(), p, p, n, dt, code))
     return x
 
 
@@ -258,8 +278,10 @@ def allreduce(x, op="sum"):
 def broadcast_(x, root=0):
     """Copy root's x to every rank in place; returns x. ValueError for a
     root out of range."""
-    p, n, dt = _buffer(x)
-    _check(_L().gorun_broadcast(_c(), p, n, dt, _root(root)))
+    with _refusing("broadcast"):
+        p, n, dt = _buffer(x)
+        r = _root(root)
+    _check(_L().gorun_broadcast(_c(), p, n, dt, r))
     return x
 
 
@@ -267,11 +289,12 @@ def reduce_scatter(x, op="sum"):
     """Reduce x across ranks and return this rank's 1/size block.
     ValueError for a length size does not divide or an unknown op,
     TypeError for a bitwise or logical op on a float type."""
-    p, n, dt = _buffer(x, writes=False)
-    code = _op(op, dt)
-    s = size()
-    if n % s:
-        raise ValueError("gorun: reduce_scatter needs a length divisible by size (%d %% %d)" % (n, s))
+    with _refusing("reducescatter"):
+        p, n, dt = _buffer(x, writes=False)
+        code = _op(op, dt)
+        s = size()
+        if n % s:
+            raise ValueError("gorun: reduce_scatter needs a length divisible by size (%d %% %d)" % (n, s))
     out = _empty_like(x, n // s)
     q, _, _ = _buffer(out)
     _check(_L().gorun_reduce_scatter(_c(), p, q, n // s, dt, code))
@@ -371,8 +394,9 @@ def _seconds(timeout):
 def iallreduce_(x, op="sum"):
     """Start reducing x in place; wait() on the Handle returns x. Arguments
     are checked as allreduce_'s."""
-    p, n, dt = _buffer(x)
-    code = _op(op, dt)
+    with _refusing("iallreduce"):
+        p, n, dt = _buffer(x)
+        code = _op(op, dt)
     req = ctypes.c_int64()
     _check(_L().gorun_iallreduce(_c(), p, p, n, dt, code, ctypes.byref(req)))
     return Handle(req.value, x, _c())
@@ -381,8 +405,9 @@ def iallreduce_(x, op="sum"):
 def ibroadcast_(x, root=0):
     """Start broadcast_; wait() on the Handle returns x. ValueError for a
     root out of range."""
-    p, n, dt = _buffer(x)
-    r = _root(root)
+    with _refusing("ibroadcast"):
+        p, n, dt = _buffer(x)
+        r = _root(root)
     req = ctypes.c_int64()
     _check(_L().gorun_ibroadcast(_c(), p, n, dt, r, ctypes.byref(req)))
     return Handle(req.value, x, _c())

@@ -107,6 +107,7 @@ def load():
         "gorun_grow": [i64, p_i64],
         "gorun_joiners": [i64, p_int],
         "gorun_comm_create_group": [i64, vp, c_int, c_int, p_i64],
+        "gorun_refuse": [i64, ctypes.c_char_p, ctypes.c_char_p],
     }
     for name, args in sig.items():
         f = getattr(lib, name)

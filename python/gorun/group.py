@@ -10,7 +10,7 @@ import ctypes
 import weakref
 import zlib
 
-from . import GorunError, _L, _c, _check, _state, rank, size
+from . import GorunError, _L, _c, _check, _refusing, _state, rank, size
 
 _open = weakref.WeakSet()  # groups not yet freed; finalize() frees them
 _made = {}  # (parent handle, ranks) -> how many groups of those ranks it made, for their tags
@@ -76,15 +76,18 @@ def create_group(ranks, tag=None):
     """A Group of the listed ranks, in that order. Collective over those
     ranks only: each calls it with the same ranks, the other ranks do not
     call it. ranks out of range, repeated or without the caller raise
-    ValueError before any communication. Members must have no message
+    ValueError, and fail the call on the other members naming this rank
+    (the communicator it is made from is aborted, as by other refused
+    calls; see the package's doc). Members must have no message
     between them in flight (gorun.h). tag, the same on every member, tells
     groups apart; by default it comes from the ranks and how many groups of
     those ranks this communicator has made."""
-    ranks = [int(r) for r in ranks]
     parent, me, s = _c(), rank(), size()
-    if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < s for r in ranks) or me not in ranks:
-        raise ValueError("gorun: create_group needs distinct ranks in [0, %d) that include this rank (%d), not %s"
-                         % (s, me, ranks))
+    with _refusing("creategroup"):
+        ranks = [int(r) for r in ranks]
+        if not ranks or len(set(ranks)) != len(ranks) or any(not 0 <= r < s for r in ranks) or me not in ranks:
+            raise ValueError("gorun: create_group needs distinct ranks in [0, %d) that include this rank (%d), not %s"
+                             % (s, me, ranks))
     if tag is None:
         key = (parent, tuple(ranks))
         count = _made.get(key, 0)

@@ -3,13 +3,13 @@ gather, scatter, alltoall (with Horovod's uneven splits) and
 broadcast_object. Like the rest of the package they take C-contiguous CPU
 tensors or numpy arrays and return new ones, and accept read-only arrays
 as the input they only read. A root out of range or an op the element type
-lacks raises ValueError or TypeError before any communication (see the
-package's doc)."""
+lacks raises ValueError or TypeError, and fails the call on the other
+ranks naming this one (see the package's doc)."""
 import ctypes
 import io
 import pickle
 
-from . import _L, _c, _check, _buffer, _empty_like, _op, _root, rank, size
+from . import _L, _c, _check, _buffer, _empty_like, _op, _refusing, _root, rank, size
 
 
 def _like(x, n, shape=None):
@@ -24,8 +24,9 @@ def _i64(values):
 
 def reduce(x, op="sum", root=0):
     """x reduced across ranks: a new tensor/array on root, None elsewhere."""
-    p, n, dt = _buffer(x, writes=False)
-    code, root = _op(op, dt), _root(root)
+    with _refusing("reduce"):
+        p, n, dt = _buffer(x, writes=False)
+        code, root = _op(op, dt), _root(root)
     out = _like(x, n, tuple(x.shape)) if rank() == root else None
     q = _buffer(out)[0] if out is not None else None
     _check(_L().gorun_reduce(_c(), p, q, n, dt, code, root))
@@ -35,8 +36,9 @@ def reduce(x, op="sum", root=0):
 def gather(x, root=0):
     """Every rank's x (the same shape everywhere) stacked in rank order on
     root (shape (size, *x.shape)); None elsewhere."""
-    p, n, dt = _buffer(x, writes=False)
-    root = _root(root)
+    with _refusing("gather"):
+        p, n, dt = _buffer(x, writes=False)
+        root = _root(root)
     out = _like(x, n * size(), (size(),) + tuple(x.shape)) if rank() == root else None
     q = _buffer(out)[0] if out is not None else None
     _check(_L().gorun_gather(_c(), p, q, n, dt, root))
@@ -48,8 +50,10 @@ def scatter(x, root=0):
     divides) goes to rank r. Other ranks pass any tensor/array of the same
     type and dtype (its values are not read): the shape comes from root.
     An x root cannot split (or send) raises ValueError or TypeError on
-    every rank, and the communicator stays usable."""
-    s, r, root = size(), rank(), _root(root)
+    every rank, and the communicator stays usable; a root out of range
+    fails the call on every rank, as the package's other checks do."""
+    with _refusing("scatter"):
+        s, r, root = size(), rank(), _root(root)
     shape = _i64([0] * 9)
     refused = None
     if r == root:
@@ -81,16 +85,18 @@ def alltoall(x, splits=None):
     """Horovod's alltoall: rows splits[b] of x (along the first dimension,
     in order) go to rank b; returns (received, received_splits), the rows
     from every rank concatenated in rank order. splits=None splits evenly."""
-    p, _, dt = _buffer(x, writes=False)
-    s = size()
-    rows = x.shape[0] if len(x.shape) else 1
-    if splits is None:
-        if rows % s:
-            raise ValueError("gorun: alltoall without splits needs a first dimension divisible by %d" % s)
-        splits = [rows // s] * s
-    splits = [int(v) for v in splits]
-    if len(splits) != s or sum(splits) != rows or min(splits) < 0:
-        raise ValueError("gorun: alltoall splits %s must be %d non-negative row counts summing to %d" % (splits, s, rows))
+    with _refusing("alltoall"):
+        p, _, dt = _buffer(x, writes=False)
+        s = size()
+        rows = x.shape[0] if len(x.shape) else 1
+        if splits is None:
+            if rows % s:
+                raise ValueError("gorun: alltoall without splits needs a first dimension divisible by %d" % s)
+            splits = [rows // s] * s
+        splits = [int(v) for v in splits]
+        if len(splits) != s or sum(splits) != rows or min(splits) < 0:
+            raise ValueError("gorun: alltoall splits %s must be %d non-negative row counts summing to %d"
+                             % (splits, s, rows))
     sent = _i64(splits)
     got = _i64([0] * s)
     sp, _, sdt = _buffer(sent)
@@ -109,7 +115,8 @@ def alltoall(x, splits=None):
 def broadcast_object(obj, root=0):
     """root's picklable obj on every rank (torch tensors inside included)."""
     import numpy
-    root = _root(root)
+    with _refusing("broadcast"):
+        root = _root(root)
     if rank() == root:
         f = io.BytesIO()
         try:

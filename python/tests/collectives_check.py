@@ -61,13 +61,22 @@ def main():
         expect(False, "complex accepted")
     except TypeError:
         pass
-    # A root out of range is refused on this rank before any communication
-    # (every rank here passes the same one), and the communicator goes on.
+    # A root out of range is refused on this rank (every rank here passes
+    # the same one), as the arguments above were.
     try:
         gorun.broadcast_(torch.ones(2), root=n + 5)
         expect(False, "a root out of range was accepted")
     except ValueError as e:
         expect("root" in str(e), "root error message: %s" % e)
+    # A refusal aborts the communicator, as a failed operation does: start
+    # again.
+    try:
+        gorun.barrier()
+        expect(False, "the communicator still worked after a refusal")
+    except gorun.GorunError as e:
+        expect(e.status in (1, 2), "barrier after a refusal: status %d: %s" % (e.status, e))
+    gorun.finalize()
+    gorun.init()
     gorun.barrier()
     # Last: ranks that disagree on the call (a count no rank can check
     # alone) fail on every rank, and that aborts the communicator. A rank

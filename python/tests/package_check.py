@@ -5,8 +5,8 @@ against a single-process reference); allgather along the first dimension,
 which may differ between ranks; create_group's Group on 2 of the 3 ranks;
 join, broadcast_parameters and broadcast_optimizer_state on such a group;
 DistributedOptimizer's synchronize() then step(), and skip_synchronize(),
-reducing once; read-only inputs; arguments refused locally (the
-communicator stays usable); DistributedOptimizer with a parameter one rank
+reducing once; read-only inputs; arguments refused locally (each aborts
+its communicator, a group of every rank); DistributedOptimizer with a parameter one rank
 leaves unused, and with one backward pass too many. Prints
 "package_check: rank R ok"."""
 import os
@@ -184,13 +184,21 @@ def allgather_shapes(r, n):
 def groups(r, n):
     """create_group([2, 0]) on ranks 0 and 2 only: the group's collectives
     run over those two, numbered in the group (its rank 0 is rank 2),
-    while rank 1 takes no part; a list without the caller is refused
-    before any communication; a freed group raises."""
-    try:
-        gorun.create_group([k for k in range(n) if k != r])
-        expect(False, "a group without the caller was made")
-    except ValueError:
-        pass
+    while rank 1 takes no part; a list without the caller is refused,
+    aborting the communicator it was to be made from (here a group of
+    every rank); a freed group raises."""
+    with gorun.create_group(range(n)) as every:
+        every.barrier()  # every rank has made it: a refusal on it cannot fail another's making
+        try:
+            every.create_group([k for k in range(n) if k != r])
+            expect(False, "a group without the caller was made")
+        except ValueError:
+            pass
+        try:
+            every.barrier()
+            expect(False, "the refused create_group left its communicator usable")
+        except gorun.GorunError:
+            pass
     if r in (0, 2):
         with gorun.create_group([2, 0]) as g:
             expect((g.rank(), g.size()) == ((0 if r == 2 else 1), 2), "group rank %d size %d" % (g.rank(), g.size()))
@@ -254,33 +262,52 @@ def read_only(r, n):
 
 def refused(r, n):
     """Arguments every rank can check alone raise ValueError or TypeError
-    before any communication, and the communicator goes on working."""
+    before any data moves, and abort the communicator (each case runs on a
+    group of every rank); the job's communicator goes on working. scatter's
+    input, refused on its root, raises on every rank and leaves the
+    communicator usable."""
     f = np.ones(3, dtype=np.float32)
     cases = [
-        (ValueError, lambda: gorun.broadcast_(f, root=n)),
-        (ValueError, lambda: gorun.ibroadcast_(f, root=-1)),
-        (ValueError, lambda: gorun.reduce(f, root=n + 2)),
-        (ValueError, lambda: gorun.gather(f, root=n)),
-        (ValueError, lambda: gorun.scatter(f, root=n)),
-        (TypeError, lambda: gorun.allreduce_(f, op="band")),
-        (TypeError, lambda: gorun.iallreduce_(torch.ones(2), op="lor")),
-        (TypeError, lambda: gorun.reduce(f, op="bxor")),
-        (TypeError, lambda: gorun.reduce_scatter(np.ones(n, dtype=np.float64), op="land")),
-        (ValueError, lambda: gorun.allreduce_(f, op="nope")),
-        (ValueError, lambda: gorun.scatter(np.ones(n + 1), root=1)),  # refused on root, raised everywhere
+        (ValueError, "broadcast_", (f,), {"root": n}),
+        (ValueError, "ibroadcast_", (f,), {"root": -1}),
+        (ValueError, "reduce", (f,), {"root": n + 2}),
+        (ValueError, "gather", (f,), {"root": n}),
+        (ValueError, "scatter", (f,), {"root": n}),
+        (TypeError, "allreduce_", (f,), {"op": "band"}),
+        (TypeError, "iallreduce_", (torch.ones(2),), {"op": "lor"}),
+        (TypeError, "reduce", (f,), {"op": "bxor"}),
+        (TypeError, "reduce_scatter", (np.ones(n, dtype=np.float64),), {"op": "land"}),
+        (ValueError, "allreduce_", (f,), {"op": "nope"}),
+        (ValueError, "alltoall", (np.ones(n + 1),), {}),
     ]
-    for i, (kind, call) in enumerate(cases):
+    for i, (kind, name, args, kwargs) in enumerate(cases):
+        with gorun.create_group(range(n)) as g:
+            g.barrier()  # as in groups()
+            try:
+                getattr(g, name)(*args, **kwargs)
+            except kind:
+                pass
+            except Exception as e:  # noqa: BLE001
+                expect(False, "case %d raised %r, want %s" % (i, e, kind.__name__))
+            else:
+                expect(False, "case %d raised nothing, want %s" % (i, kind.__name__))
+            try:
+                g.barrier()
+                expect(False, "case %d left its communicator usable" % i)
+            except gorun.GorunError:
+                pass
+    with gorun.create_group(range(n)) as g:
         try:
-            call()
-        except kind:
+            g.scatter(np.ones(n + 1), root=1)  # refused on root, raised everywhere
+            expect(False, "scatter of a length the size does not divide")
+        except ValueError:
             pass
-        except Exception as e:  # noqa: BLE001
-            expect(False, "case %d raised %r, want %s" % (i, e, kind.__name__))
-        else:
-            expect(False, "case %d raised nothing, want %s" % (i, kind.__name__))
+        ok = np.array([r + 1], dtype=np.int64)
+        g.allreduce_(ok)
+        expect(ok[0] == n * (n + 1) // 2, "communicator unusable after a refused scatter: %s" % ok)
     ok = np.array([r + 1], dtype=np.int64)
     gorun.allreduce_(ok)
-    expect(ok[0] == n * (n + 1) // 2, "communicator unusable after refused calls: %s" % ok)
+    expect(ok[0] == n * (n + 1) // 2, "the job's communicator unusable after refusals in groups: %s" % ok)
 
 
 def unused_parameter(r, n):
