@@ -101,8 +101,8 @@ func (d *delegate) NotifyLeave(node *memberlist.Node) {
 	n.viewMu.Unlock()
 	if ok {
 		n.mu.Lock()
-		if p.meta.Leaving && p.meta.Abandoned { // its msgAbandon was lost (abandon.go)
-			n.heardAbandonFlagLocked(node.Name)
+		if p.meta.Leaving && p.meta.Abandoned { // its msgAbandon is late or lost (abandon.go)
+			n.heardAbandonFlagLocked(node.Name, p.meta.Blob)
 		}
 		switch left := p.meta.Leaving || n.leaving[node.Name]; {
 		case !n.formed && (left || node.State == memberlist.StateLeft):

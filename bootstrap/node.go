@@ -364,6 +364,9 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 		n.meta.Leaving = true
 		n.meta.Forming = !formed // the others' Form fails at once (formloss.go)
 		n.meta.Abandoned = ab != nil
+		if ab != nil {
+			n.meta.Blob = abandonBlob(ab) // its reason, if msgAbandon is late (abandon.go)
+		}
 		if buf, err := n.meta.encode(); err == nil {
 			n.metaBuf = buf
 		}
