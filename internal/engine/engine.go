@@ -399,6 +399,13 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 				if own := e.ownError(err); own != nil {
 					return false, 0, own
 				}
+				// A withdrawal this call reaches comes first: the peer may
+				// have closed or failed because of it (idle). Its notice
+				// may be among the completions not yet handled.
+				e.poll()
+				if err := e.admit(call); err != nil {
+					return false, 0, err
+				}
 				if l.closed.Load() {
 					err = ErrPeerClosed
 				} else {

@@ -184,14 +184,16 @@ func (w *waiter) idle() error {
 		}
 		return nil
 	}
-	if peer, ok := e.needsClosedPeer(w.p); ok {
-		e.Abort(peer, ErrPeerClosed) // the others may wait on this rank
-		return e.Err()
-	}
+	// A withdrawal this call reaches first: a peer that closed may have
+	// closed because of it, and its notice came before its bye.
 	if e.pending.Load() != nil {
 		if err := e.admit(w.call); err != nil {
 			return err
 		}
+	}
+	if peer, ok := e.needsClosedPeer(w.p); ok {
+		e.Abort(peer, ErrPeerClosed) // the others may wait on this rank
+		return e.Err()
 	}
 	select {
 	case <-e.dead:
