@@ -37,7 +37,11 @@ func (e *Engine) Abort(culprit int, err error) { e.abort(culprit, err, 0) }
 // disagreement it found), not for a peer's: a rank that completed a
 // collective has sent all that call needed from it, so the call completes
 // on every rank.
-func (e *Engine) Withdraw(err error) { e.abort(e.Rank, err, e.next.Load()) }
+func (e *Engine) Withdraw(err error) {
+	// From the call after the last completed; before any, from call 0
+	// (1<<32 | 0: a notice's 0 is an abort of every call, Abort's).
+	e.abort(e.Rank, err, max(e.next.Load(), 1<<32))
+}
 
 // abort fails the engine and sends the abort notice, which carries from:
 // 0, or 1<<32 | the sequence number of the first collective call it fails

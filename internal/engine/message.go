@@ -325,6 +325,9 @@ func (e *Engine) mismatchedHash(l *Link, theirs uint32, sig *Call, diff string) 
 	wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
 	for e.Err() == nil && wait.Err() == nil {
 		e.pollOrSleep(wait)
+		if e.pending.Load() != nil && e.admit(sig) != nil {
+			break // a withdrawal that reaches this call (Withdraw): its sender's own failure
+		}
 	}
 	stop()
 	e.fail(&PeerError{Rank: l.Peer, Err: fmt.Errorf("%w: %s", ErrMismatch, why)}, 0)
