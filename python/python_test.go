@@ -251,6 +251,25 @@ func TestTorchWaitTimeout(t *testing.T) {
 	}
 }
 
+// TestTorchRefusalFailsEveryRank: where the torch backend refuses one
+// rank's argument (a tensor not contiguous, a bitwise op on floats, a
+// complex send, an output of another dtype, split sizes that do not
+// fit, a scatter list one short), that rank raises RuntimeError saying
+// what it refused and every other rank RuntimeError naming it within a
+// minute, with GORUN_TIMEOUT=10m; each case on a new group of 3 of the 4
+// ranks, the last on the default group. They used to wait for it until
+// GORUN_TIMEOUT (torch_refuse_check.py exits at its minute).
+func TestTorchRefusalFailsEveryRank(t *testing.T) {
+	needBackend(t)
+	out := gorunEnv(t, []string{"GORUN_TIMEOUT=10m"}, 4, python, "python/tests/torch_refuse_check.py")
+	for r := 0; r < 4; r++ {
+		if !strings.Contains(out, "torch_refuse_check: rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+	t.Logf("%s", out)
+}
+
 // TestHandleWaitTimeout: the package's Handle.wait(timeout) returns when
 // the operation beats it and raises GorunError (status ERR_TIMEOUT) at
 // its timeout while the operation cannot finish (the peer starts it only

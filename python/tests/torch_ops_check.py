@@ -57,12 +57,9 @@ def ops():
     flags = torch.tensor([R == 0, True])
     dist.all_reduce(flags, op=dist.ReduceOp.BAND)
     expect(flags.tolist() == [N == 1, True], "bool BAND %s" % flags.tolist())
-    try:
-        f = torch.ones(1)
-        dist.all_reduce(f, op=dist.ReduceOp.BAND)
-        expect(False, "float BAND accepted")
-    except RuntimeError as e:
-        expect("integer" in str(e), "float BAND error: %s" % e)
+    # What the backend refuses (a bitwise op on floats, an output of another
+    # dtype, split sizes that do not fit...) aborts the group:
+    # torch_refuse_check.py checks each.
 
     # broadcast, reduce
     t = torch.full((4,), float(R))
@@ -95,7 +92,6 @@ def ops():
     rst = torch.zeros(3, dtype=torch.int64)
     dist.reduce_scatter_tensor(rst, torch.arange(3 * N, dtype=torch.int64) * (R + 1))
     same(rst, torch.arange(3 * R, 3 * R + 3) * (N * (N + 1) // 2), "reduce_scatter_tensor")
-    refused()
     # all_to_all (uneven tensors) and all_to_all_single (equal and with splits)
     ins = [torch.full((b + 1,), float(R * 10 + b)) for b in range(N)]  # b+1 elements to rank b
     outs = [torch.zeros(R + 1) for _ in range(N)]
@@ -144,45 +140,6 @@ def ops():
     lst = [R * 7] if R == 1 else [None]
     dist.broadcast_object_list(lst, src=1 % N)
     expect(lst == [7 if N > 1 else 0], "broadcast_object_list %s" % lst)
-
-
-def refuses(what, f, words):
-    """f must raise a RuntimeError naming words, before gorun sees the call
-    (every rank refuses alike, and the group goes on)."""
-    try:
-        f()
-    except RuntimeError as e:
-        expect(all(w in str(e) for w in words), "%s: error %r does not say %s" % (what, str(e), words))
-        return
-    expect(False, "%s was accepted" % what)
-
-
-def refused():
-    """Arguments gorun cannot be given: a float16 output for a float32
-    input used to be written with the input's element size, past the end
-    of the output (the canary after it), and split sizes that add up to
-    more rows than the tensor has were read and written past it."""
-    big = torch.zeros(4 * N * 256, dtype=torch.float16)
-    out, canary = big[:N * 256], big[N * 256:]
-    canary.fill_(7)
-    refuses("all_gather_into_tensor float16 <- float32",
-            lambda: dist.all_gather_into_tensor(out, torch.ones(256)), ["dtype", "Half", "Float"])
-    refuses("reduce_scatter_tensor float16 <- float32",
-            lambda: dist.reduce_scatter_tensor(out[:256], torch.ones(256 * N)), ["dtype", "Half", "Float"])
-    expect(bool((canary == 7).all()) and bool((out == 0).all()), "a refused call wrote to its output or past it")
-    refuses("all_gather_into_tensor int8 <- float64",
-            lambda: dist.all_gather_into_tensor(torch.empty(N * 1000, dtype=torch.int8),
-                                                torch.ones(1000, dtype=torch.float64)), ["dtype"])
-    src, dst = torch.ones(2 * N, 2), torch.zeros(2 * N, 2)
-    refuses("all_to_all_single with splits adding up to more rows",
-            lambda: dist.all_to_all_single(dst, src, [4] * N, [2] * N), ["split sizes add up to"])
-    refuses("all_to_all_single with too few splits",
-            lambda: dist.all_to_all_single(dst, src, [2], [2]), ["one per rank"])
-    refuses("all_to_all_single of different dtypes",
-            lambda: dist.all_to_all_single(dst.double(), src), ["dtype"])
-    t = torch.ones(3)
-    dist.all_reduce(t)
-    same(t, torch.full((3,), float(N)), "all_reduce after the refusals")
 
 
 def exchange():

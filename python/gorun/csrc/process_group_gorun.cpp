@@ -12,6 +12,11 @@
 // completes it itself; a wait with a timeout that passes aborts the
 // group's communicator (WorkGorun::wait).
 // Sends and recvs wait at a gate until the caller needs them (P2PGate).
+//
+// A call's arguments are checked before gorun sees them (Args). A refused
+// call fails on every rank of the group, not just this one: gorun_refuse
+// aborts the group's communicator, and the other ranks' calls fail at once
+// naming this rank instead of waiting for it until GORUN_TIMEOUT.
 #include <torch/extension.h>
 
 #include <atomic>
@@ -39,7 +44,35 @@ std::string gorunError(int rc) {
   return "gorun: " + msg;
 }
 
-gorun_dtype toDType(const at::Tensor& t) {
+// Args checks the arguments of one call (op, as torch names it) on the
+// group's communicator comm. A check that fails refuses the call on every
+// rank of comm: gorun_refuse fails it on the others, GORUN_ERR_PEER naming
+// this rank, and aborts comm, as any failed operation does; then it raises
+// here as TORCH_CHECK does (c10::Error, RuntimeError in Python).
+class Args {
+ public:
+  Args(gorun_comm comm, const char* op) : comm_(comm), op_(op) {}
+
+  const char* op() const { return op_; }
+
+  template <typename... Msg>
+  void check(bool ok, const Msg&... why) const {
+    if (C10_UNLIKELY(!ok)) refuse(why...);
+  }
+
+  template <typename... Msg>
+  [[noreturn]] void refuse(const Msg&... why) const {
+    std::string msg = c10::str("gorun backend: ", why...);
+    gorun_refuse(comm_, op_, msg.c_str());
+    TORCH_CHECK(false, msg);
+  }
+
+ private:
+  gorun_comm comm_;
+  const char* op_;
+};
+
+gorun_dtype toDType(const Args& a, const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kChar: return GORUN_INT8;
     case at::kShort: return GORUN_INT16;
@@ -52,11 +85,11 @@ gorun_dtype toDType(const at::Tensor& t) {
     case at::kBFloat16: return GORUN_BFLOAT16;
     case at::kBool: return GORUN_UINT8;  // one byte, 0 or 1: BAND/BOR/BXOR/MIN/MAX keep it so
     default:
-      TORCH_CHECK(false, "gorun backend: unsupported dtype ", t.scalar_type());
+      a.refuse("unsupported dtype ", t.scalar_type());
   }
 }
 
-gorun_op toOp(const c10d::ReduceOp& op) {
+gorun_op toOp(const Args& a, const c10d::ReduceOp& op) {
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return GORUN_SUM;
     case c10d::ReduceOp::PRODUCT: return GORUN_PROD;
@@ -67,26 +100,24 @@ gorun_op toOp(const c10d::ReduceOp& op) {
     case c10d::ReduceOp::BOR: return GORUN_BOR;
     case c10d::ReduceOp::BXOR: return GORUN_BXOR;
     default:
-      TORCH_CHECK(false, "gorun backend: unsupported reduce op ", int(op.op_),
-                  " (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR and BXOR are supported)");
+      a.refuse("unsupported reduce op ", int(op.op_),
+               " (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR and BXOR are supported)");
   }
 }
 
-// opFor is toOp, refusing (before gorun sees it, so the group stays
-// usable) a bitwise op on a floating-point tensor.
-gorun_op opFor(const c10d::ReduceOp& op, const at::Tensor& t) {
-  gorun_op o = toOp(op);
-  TORCH_CHECK(!(o >= GORUN_BAND && o <= GORUN_BXOR && at::isFloatingType(t.scalar_type())),
-              "gorun backend: bitwise reduce ops are defined for integer and bool tensors only, not ",
-              t.scalar_type());
+// opFor is toOp, refusing a bitwise op on a floating-point tensor.
+gorun_op opFor(const Args& a, const c10d::ReduceOp& op, const at::Tensor& t) {
+  gorun_op o = toOp(a, op);
+  a.check(!(o >= GORUN_BAND && o <= GORUN_BXOR && at::isFloatingType(t.scalar_type())),
+          "bitwise reduce ops are defined for integer and bool tensors only, not ", t.scalar_type());
   return o;
 }
 
-const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
-  TORCH_CHECK(ts.size() == 1, "gorun backend: ", what, " takes exactly one tensor per process");
+const at::Tensor& single(const Args& a, const std::vector<at::Tensor>& ts) {
+  a.check(ts.size() == 1, a.op(), " takes exactly one tensor per process");
   const at::Tensor& t = ts[0];
-  TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
-  TORCH_CHECK(t.is_contiguous(), "gorun backend: tensors must be contiguous");
+  a.check(t.device().is_cpu(), "tensors must be on the CPU");
+  a.check(t.is_contiguous(), "tensors must be contiguous");
   return t;
 }
 
@@ -94,38 +125,38 @@ const at::Tensor& single(const std::vector<at::Tensor>& ts, const char* what) {
 // of: gorun is given one dtype and one count for both buffers, so an
 // output of another dtype (or on another device) would be written past
 // its end or read as the wrong type.
-void sameAs(const at::Tensor& out, const at::Tensor& in, const char* what) {
-  TORCH_CHECK(out.device().is_cpu() && in.device().is_cpu(), "gorun backend: tensors must be on the CPU");
-  TORCH_CHECK(out.is_contiguous() && in.is_contiguous(), "gorun backend: tensors must be contiguous");
-  TORCH_CHECK(out.scalar_type() == in.scalar_type(), "gorun backend: ", what, " output dtype ", out.scalar_type(),
-              " differs from the input's ", in.scalar_type());
+void sameAs(const Args& a, const at::Tensor& out, const at::Tensor& in) {
+  a.check(out.device().is_cpu() && in.device().is_cpu(), "tensors must be on the CPU");
+  a.check(out.is_contiguous() && in.is_contiguous(), "tensors must be contiguous");
+  a.check(out.scalar_type() == in.scalar_type(), a.op(), " output dtype ", out.scalar_type(),
+          " differs from the input's ", in.scalar_type());
 }
 
 // checkSplits: all_to_all_single's split sizes count rows (the first
 // dimension) of t, one per rank, and must add up to t's rows; without
 // splits the rows divide evenly. gorun is given element counts and
 // raw pointers, so splits that add up to more would run past t.
-void checkSplits(const std::vector<int64_t>& splits, const at::Tensor& t, int size, const char* which) {
+void checkSplits(const Args& a, const std::vector<int64_t>& splits, const at::Tensor& t, int size,
+                 const char* which) {
   int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   if (splits.empty()) {
-    TORCH_CHECK(rows % size == 0, "gorun backend: all_to_all_single's ", which, " has ", rows,
-                " rows, which do not divide among ", size, " ranks (give split sizes)");
+    a.check(rows % size == 0, "all_to_all_single's ", which, " has ", rows, " rows, which do not divide among ", size,
+            " ranks (give split sizes)");
     return;
   }
-  TORCH_CHECK(int(splits.size()) == size, "gorun backend: all_to_all_single's ", which, " split sizes have ",
-              splits.size(), " entries, one per rank wanted (", size, ")");
+  a.check(int(splits.size()) == size, "all_to_all_single's ", which, " split sizes have ", splits.size(),
+          " entries, one per rank wanted (", size, ")");
   int64_t sum = 0;
   for (int64_t s : splits) {
-    TORCH_CHECK(s >= 0, "gorun backend: all_to_all_single's ", which, " split sizes are negative");
+    a.check(s >= 0, "all_to_all_single's ", which, " split sizes are negative");
     sum += s;
   }
-  TORCH_CHECK(sum == rows, "gorun backend: all_to_all_single's ", which, " split sizes add up to ", sum,
-              " rows, the tensor has ", rows);
+  a.check(sum == rows, "all_to_all_single's ", which, " split sizes add up to ", sum, " rows, the tensor has ", rows);
 }
 
 // onCPU checks every tensor of a list.
-void onCPU(const std::vector<at::Tensor>& ts) {
-  for (auto& t : ts) TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+void onCPU(const Args& a, const std::vector<at::Tensor>& ts) {
+  for (auto& t : ts) a.check(t.device().is_cpu(), "tensors must be on the CPU");
 }
 
 }  // namespace
@@ -269,6 +300,12 @@ class ProcessGroupGorun : public ProcessGroup {
   // by its members alone (ranks: their ranks in comm, in group-rank
   // order; tag: the same on every member, another for each group), which
   // the group owns and finalizes.
+  //
+  // Its checks stay local (TORCH_CHECK, not Args): they are of torch's
+  // own bookkeeping, not of a call's arguments. ranks and size come from
+  // one list on every member, and are compared before the group's
+  // communicator exists; the rank and size gorun reports, once every
+  // member has made it, so no member is left waiting for this one.
   ProcessGroupGorun(int64_t comm, int rank, int size, const std::vector<int>& ranks, int tag)
       : ProcessGroup(rank, size), comm_(comm) {
     if (!ranks.empty()) {
@@ -302,22 +339,26 @@ class ProcessGroupGorun : public ProcessGroup {
   const std::string getBackendName() const override { return "gorun"; }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
-    const at::Tensor& t = single(ts, "allreduce");
+    const Args a(comm_, "all_reduce");
+    const at::Tensor& t = single(a, ts);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE, ts);
-    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), opFor(opts.reduceOp, t), &w->req));
+    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t),
+                           &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
                                                const AllreduceCoalescedOptions& opts) override {
-    TORCH_CHECK(!ts.empty(), "gorun backend: allreduce_coalesced of no tensors");
-    onCPU(ts);
-    for (auto& t : ts) TORCH_CHECK(t.scalar_type() == ts[0].scalar_type(), "gorun backend: coalesced tensors differ in dtype");
+    const Args a(comm_, "all_reduce_coalesced");
+    a.check(!ts.empty(), "all_reduce_coalesced of no tensors");
+    onCPU(a, ts);
+    for (auto& t : ts) a.check(t.scalar_type() == ts[0].scalar_type(), "coalesced tensors differ in dtype");
     std::vector<at::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.reshape(-1));
     at::Tensor buf = at::cat(flat);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE_COALESCED, ts);
-    check(gorun_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), toDType(buf), opFor(opts.reduceOp, buf), &w->req));
+    check(gorun_iallreduce(comm_, buf.data_ptr(), buf.data_ptr(), buf.numel(), toDType(a, buf),
+                           opFor(a, opts.reduceOp, buf), &w->req));
     std::vector<at::Tensor> outs = ts;
     w->after = [buf, outs]() mutable {
       int64_t off = 0;
@@ -330,25 +371,27 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const BroadcastOptions& opts) override {
-    const at::Tensor& t = single(ts, "broadcast");
+    const Args a(comm_, "broadcast");
+    const at::Tensor& t = single(a, ts);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BROADCAST, ts);
-    check(gorun_ibroadcast(comm_, t.data_ptr(), t.numel(), toDType(t), int(opts.rootRank), &w->req));
+    check(gorun_ibroadcast(comm_, t.data_ptr(), t.numel(), toDType(a, t), int(opts.rootRank), &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const AllgatherOptions&) override {
-    const at::Tensor& in = single(ins, "allgather");
-    TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
-                "gorun backend: allgather needs one list of ", getSize(), " output tensors");
-    onCPU(outs[0]);
+    const Args a(comm_, "all_gather");
+    const at::Tensor& in = single(a, ins);
+    a.check(outs.size() == 1 && int(outs[0].size()) == getSize(), "all_gather needs one list of ", getSize(),
+            " output tensors");
+    onCPU(a, outs[0]);
     for (auto& o : outs[0]) {
-      TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                  "gorun backend: allgather output tensors must match the input");
+      a.check(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+              "all_gather output tensors must match the input");
     }
     at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLGATHER, outs[0]);
-    check(gorun_iallgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), toDType(in), &w->req));
+    check(gorun_iallgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), toDType(a, in), &w->req));
     std::vector<at::Tensor> targets = outs[0];
     int64_t n = in.numel();
     w->after = [flat, targets, n]() mutable {
@@ -358,51 +401,56 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const AllgatherOptions&) override {
-    sameAs(out, in, "all_gather_into_tensor");
-    TORCH_CHECK(out.numel() == in.numel() * getSize(), "gorun backend: output must be size × input");
+    const Args a(comm_, "all_gather_into_tensor");
+    sameAs(a, out, in);
+    a.check(out.numel() == in.numel() * getSize(), "output must be size × input");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{out});
-    check(gorun_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), toDType(in), &w->req));
+    check(gorun_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), toDType(a, in), &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                 const ReduceScatterOptions& opts) override {
-    sameAs(out, in, "reduce_scatter_tensor");
-    TORCH_CHECK(in.numel() == out.numel() * getSize(), "gorun backend: input must be size × output");
+    const Args a(comm_, "reduce_scatter_tensor");
+    sameAs(a, out, in);
+    a.check(in.numel() == out.numel() * getSize(), "input must be size × output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{out});
-    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(in), opFor(opts.reduceOp, in), &w->req));
+    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(a, in),
+                                opFor(a, opts.reduceOp, in), &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const ReduceOptions& opts) override {
-    const at::Tensor& t = single(ts, "reduce");
+    const Args a(comm_, "reduce");
+    const at::Tensor& t = single(a, ts);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE, ts);
-    check(gorun_ireduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(t), opFor(opts.reduceOp, t),
+    check(gorun_ireduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t),
                         int(opts.rootRank), &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const GatherOptions& opts) override {
-    const at::Tensor& in = single(ins, "gather");
+    const Args a(comm_, "gather");
+    const at::Tensor& in = single(a, ins);
     int root = int(opts.rootRank);
     at::Tensor flat;
     std::vector<at::Tensor> targets;
     if (getRank() == root) {
-      TORCH_CHECK(outs.size() == 1 && int(outs[0].size()) == getSize(),
-                  "gorun backend: gather needs one list of ", getSize(), " output tensors at the root");
-      onCPU(outs[0]);
+      a.check(outs.size() == 1 && int(outs[0].size()) == getSize(), "gather needs one list of ", getSize(),
+              " output tensors at the root");
+      onCPU(a, outs[0]);
       for (auto& o : outs[0]) {
-        TORCH_CHECK(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
-                    "gorun backend: gather output tensors must match the input");
+        a.check(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(),
+                "gather output tensors must match the input");
       }
       flat = at::empty({in.numel() * getSize()}, in.options());
       targets = outs[0];
     } else {
-      TORCH_CHECK(outs.empty() || outs[0].empty(), "gorun backend: gather output tensors are for the root only");
+      a.check(outs.empty() || outs[0].empty(), "gather output tensors are for the root only");
     }
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::GATHER, targets);
-    check(gorun_igather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), toDType(in),
+    check(gorun_igather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), toDType(a, in),
                         root, &w->req));
     if (flat.defined()) w->after = unflatten(flat, targets);
     return enqueue(w);
@@ -410,47 +458,50 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                    const ScatterOptions& opts) override {
-    const at::Tensor& out = single(outs, "scatter");
+    const Args a(comm_, "scatter");
+    const at::Tensor& out = single(a, outs);
     int root = int(opts.rootRank);
     at::Tensor flat;
     if (getRank() == root) {
-      TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(),
-                  "gorun backend: scatter needs one list of ", getSize(), " input tensors at the root");
-      flat = flatten(ins[0], out);
+      a.check(ins.size() == 1 && int(ins[0].size()) == getSize(), "scatter needs one list of ", getSize(),
+              " input tensors at the root");
+      flat = flatten(a, ins[0], out);
     } else {
-      TORCH_CHECK(ins.empty() || ins[0].empty(), "gorun backend: scatter input tensors are for the root only");
+      a.check(ins.empty() || ins[0].empty(), "scatter input tensors are for the root only");
     }
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SCATTER, outs);
-    check(gorun_iscatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(), toDType(out),
-                         root, &w->req));
+    check(gorun_iscatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
+                         toDType(a, out), root, &w->req));
     w->after = [flat]() {};  // keeps flat alive until the scatter is done
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                           const ReduceScatterOptions& opts) override {
-    const at::Tensor& out = single(outs, "reduce_scatter");
-    TORCH_CHECK(ins.size() == 1 && int(ins[0].size()) == getSize(),
-                "gorun backend: reduce_scatter needs one list of ", getSize(), " input tensors");
-    at::Tensor flat = flatten(ins[0], out);
+    const Args a(comm_, "reduce_scatter");
+    const at::Tensor& out = single(a, outs);
+    a.check(ins.size() == 1 && int(ins[0].size()) == getSize(), "reduce_scatter needs one list of ", getSize(),
+            " input tensors");
+    at::Tensor flat = flatten(a, ins[0], out);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE_SCATTER, outs);
-    check(gorun_ireduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), toDType(out),
-                                opFor(opts.reduceOp, out), &w->req));
+    check(gorun_ireduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), toDType(a, out),
+                                opFor(a, opts.reduceOp, out), &w->req));
     w->after = [flat]() {};
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
                                          std::vector<int64_t>& inSplits, const AllToAllOptions&) override {
-    sameAs(out, in, "all_to_all_single");
+    const Args a(comm_, "all_to_all_single");
+    sameAs(a, out, in);
     int size = getSize();
-    checkSplits(inSplits, in, size, "input");
-    checkSplits(outSplits, out, size, "output");
+    checkSplits(a, inSplits, in, size, "input");
+    checkSplits(a, outSplits, out, size, "output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL_BASE, std::vector<at::Tensor>{out});
     if (outSplits.empty() && inSplits.empty()) {
-      TORCH_CHECK(in.numel() == out.numel() && in.numel() % size == 0,
-                  "gorun backend: all_to_all_single without splits needs equal tensors divisible by the world size");
-      check(gorun_ialltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / size, toDType(in), &w->req));
+      a.check(in.numel() == out.numel() && in.numel() % size == 0,
+              "all_to_all_single without splits needs equal tensors divisible by the world size");
+      check(gorun_ialltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / size, toDType(a, in), &w->req));
       return enqueue(w);
     }
     // Splits count rows (the first dimension); gorun counts elements.
@@ -463,25 +514,26 @@ class ProcessGroupGorun : public ProcessGroup {
     };
     auto sc = std::make_shared<std::vector<size_t>>(counts(in, inSplits));
     auto rc = std::make_shared<std::vector<size_t>>(counts(out, outSplits));
-    check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr, toDType(in),
-                           &w->req));
+    check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr,
+                           toDType(a, in), &w->req));
     w->after = [sc, rc]() {};
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                     const AllToAllOptions&) override {
+    const Args a(comm_, "all_to_all");
     int size = getSize();
-    TORCH_CHECK(int(outs.size()) == size && int(ins.size()) == size,
-                "gorun backend: all_to_all needs ", size, " input and output tensors");
+    a.check(int(outs.size()) == size && int(ins.size()) == size, "all_to_all needs ", size,
+            " input and output tensors");
     auto sc = std::make_shared<std::vector<size_t>>(size);
     auto rc = std::make_shared<std::vector<size_t>>(size);
     std::vector<at::Tensor> flatIn;
     int64_t rtotal = 0;
     for (int i = 0; i < size; i++) {
-      TORCH_CHECK(ins[i].scalar_type() == outs[0].scalar_type() && outs[i].scalar_type() == outs[0].scalar_type(),
-                  "gorun backend: all_to_all tensors differ in dtype");
-      TORCH_CHECK(ins[i].device().is_cpu() && outs[i].device().is_cpu(), "gorun backend: tensors must be on the CPU");
+      a.check(ins[i].scalar_type() == outs[0].scalar_type() && outs[i].scalar_type() == outs[0].scalar_type(),
+              "all_to_all tensors differ in dtype");
+      a.check(ins[i].device().is_cpu() && outs[i].device().is_cpu(), "tensors must be on the CPU");
       (*sc)[i] = ins[i].numel();
       (*rc)[i] = outs[i].numel();
       rtotal += outs[i].numel();
@@ -491,25 +543,27 @@ class ProcessGroupGorun : public ProcessGroup {
     at::Tensor out = at::empty({rtotal}, outs[0].options());
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL, outs);
     check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr,
-                           toDType(out), &w->req));
+                           toDType(a, out), &w->req));
     auto after = unflatten(out, outs);
     w->after = [in, sc, rc, after]() { after(); };
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
-    const at::Tensor& t = single(ts, "send");
+    const Args a(comm_, "send");
+    const at::Tensor& t = single(a, ts);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SEND, ts);
     w->p2p = true;
-    check(gorun_isend(comm_, t.data_ptr(), t.numel(), toDType(t), dst, tag, &w->req));
+    check(gorun_isend(comm_, t.data_ptr(), t.numel(), toDType(a, t), dst, tag, &w->req));
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
-    const at::Tensor& t = single(ts, "recv");
+    const Args a(comm_, "recv");
+    const at::Tensor& t = single(a, ts);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::RECV, ts);
     w->p2p = true;
-    check(gorun_irecv(comm_, t.data_ptr(), t.numel(), toDType(t), src, tag, &w->req));
+    check(gorun_irecv(comm_, t.data_ptr(), t.numel(), toDType(a, t), src, tag, &w->req));
     return enqueue(w);
   }
 
@@ -521,15 +575,17 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
  private:
+  // check raises gorun's error. An argument gorun refused itself has
+  // already failed the call on every rank, as Args does.
   static void check(int rc) { TORCH_CHECK(rc == GORUN_OK, gorunError(rc)); }
 
   // flatten concatenates a rank-ordered list of tensors shaped like like.
-  at::Tensor flatten(const std::vector<at::Tensor>& ts, const at::Tensor& like) {
+  static at::Tensor flatten(const Args& a, const std::vector<at::Tensor>& ts, const at::Tensor& like) {
     std::vector<at::Tensor> flat;
     for (auto& t : ts) {
-      TORCH_CHECK(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
-                  "gorun backend: every tensor of the list must match the output");
-      TORCH_CHECK(t.device().is_cpu(), "gorun backend: tensors must be on the CPU");
+      a.check(t.numel() == like.numel() && t.scalar_type() == like.scalar_type(),
+              "every tensor of the list must match the output");
+      a.check(t.device().is_cpu(), "tensors must be on the CPU");
       flat.push_back(t.reshape(-1));
     }
     return at::cat(flat);
