@@ -31,6 +31,16 @@ waiting behind it. A subgroup's timeout leaves the default group usable;
 the default group's is the job's communicator, which the gorun package's
 own calls share. Waits
 with no timeout (every blocking call) are bounded by GORUN_TIMEOUT.
+
+An argument the backend refuses (a tensor not on the CPU or not
+contiguous, a dtype or reduce op gorun lacks, a bitwise op on floats, an
+output, list or split sizes that do not fit the input) raises RuntimeError
+on that rank and fails the call at once on the group's other members,
+whose RuntimeError names that rank and what it refused (gorun_refuse);
+like a failed operation, it aborts the group's communicator, so make a
+new group. The checks torch.distributed's own functions make before they
+call the backend (a scatter_list missing on the source rank, tensors of
+mixed dtypes) still raise on that rank alone.
 """
 import fcntl
 import os
