@@ -173,14 +173,21 @@ func TestFormEndsWhenAwaitedRankDies(t *testing.T) {
 // lost when gossip drops it while the world forms (a starved rank at a
 // loaded start): the others keep forming, and once it is back (its
 // refutation) and the last rank comes, the world forms with it.
+//
+// Every node runs in this process, so Running says so of each, as it does
+// on one host: rank 2, cut off too, must not lose ranks 0 and 1 either. (It
+// said so of rank 2 alone until 2026-11-30, when a CI run under load
+// failed: rank 3's Join waited a minute for a commit that the coordinator
+// never sent. The likely cause, not reproduced in 26 runs here: rank 2's
+// own verdict on ranks 0 and 1, later than theirs on it since nobody
+// confirms its suspicion, came while the test, starved, still held the
+// cut; its last calls went unanswered and its Form failed, as it must for
+// ranks not running on its host, and the coordinator waited for its ack.)
 func TestFormKeepsRunningRank(t *testing.T) {
 	nw := NewMemNetwork()
-	var victim atomic.Value
-	victim.Store("")
-	running := func(m Member) bool { return m.Name == victim.Load().(string) }
+	running := func(Member) bool { return true }
 	nodes, out := formSome(t, nw, "form-running", 4, []int{0, 1, 2}, time.Minute, // rank 2 comes back by its refutation: slow under -race
 		func(_ int, c *Config) { c.Running = running })
-	victim.Store(nodes[2].Name())
 	waitSeen(t, nodes[:2], nodes[2].Name())
 	nw.Cut(nodes[2].Addr(), true)
 	deadline := time.Now().Add(15 * time.Second)
