@@ -334,7 +334,7 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	node, err := bootstrap.Join(ctx, cfg, mine)
 	stop()
 	if err != nil {
-		return nil, err
+		return nil, formLoss(err)
 	}
 	g.node = node
 	g.ctl.Phase(g.cfg.Rank, "connecting")

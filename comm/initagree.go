@@ -149,6 +149,24 @@ func failureWords(err error) string {
 	return err.Error()
 }
 
+// formLoss is the error of a Join that failed because a rank died, left
+// or gave up while the first world formed (bootstrap's formloss.go): a
+// *RankError naming that rank in its failure's words, as a failure once
+// the world formed is (initCause), wrapping the *bootstrap.FormError. A
+// rank that had not yet heard the coordinator's commit when the
+// coordinator gave up on the world it had just agreed read "bootstrap:
+// job ...: world of 6 (epoch 1) not formed: ...", naming no rank. Any other
+// error is returned as it is.
+func formLoss(err error) error {
+	var fe *bootstrap.FormError
+	var oe *bootstrap.OpError
+	if !errors.As(err, &fe) || !errors.As(fe.Cause, &oe) || oe.Peer < 0 {
+		return err
+	}
+	words := failureWords(oe) + " (while the world formed)"
+	return &RankError{Rank: oe.Peer, Op: "init", Err: &spoken{words: words, errs: []error{ErrPeerFailed, err}}}
+}
+
 // spoken is an error in chosen words, wrapping errs.
 type spoken struct {
 	words string

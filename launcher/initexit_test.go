@@ -25,7 +25,7 @@ func TestInitExitNotice(t *testing.T) {
 	lines := rankLines(t, out)
 	for r := range 2 {
 		got := strings.Join(lines[r], "\n")
-		if !strings.Contains(got, "INIT ERROR") || !strings.Contains(got, "rank 2 died while the world formed") {
+		if !strings.Contains(got, "INIT ERROR: gorun: init: rank 2: ") || !strings.Contains(got, "before it joined (while the world formed)") {
 			t.Errorf("rank %d: want Init to fail naming rank 2, got:\n%s\nstderr:\n%s", r, got, stderr)
 		}
 	}
