@@ -121,11 +121,7 @@ func itoa(n int) string { return string(rune('0' + n)) }
 func TestCollectives(t *testing.T) {
 	need(t, "numpy", "torch")
 	out := gorun(t, 3, python, "python/tests/collectives_check.py")
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(out, "collectives_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "collectives_check", 3)
 }
 
 func compare(t *testing.T, a, b, rtol string) {
@@ -197,11 +193,7 @@ func TestTorchOpsAndZeRO(t *testing.T) {
 		t.Skip("torch's c10d headers are missing (apt-get install libtorch-dev pybind11-dev): the backend cannot be built")
 	}
 	out := gorun(t, 3, python, "python/tests/torch_ops_check.py")
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(out, "torch_ops_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "torch_ops_check", 3)
 }
 
 // The package's reduce, gather, scatter, alltoall, allgather of uneven
@@ -212,11 +204,7 @@ func TestTorchOpsAndZeRO(t *testing.T) {
 func TestPackageOps(t *testing.T) {
 	need(t, "numpy", "torch")
 	out := gorun(t, 3, python, "python/tests/package_check.py")
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(out, "package_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "package_check", 3)
 }
 
 // TestPackageRefusalFailsEveryRank: where one rank's argument is refused
@@ -229,11 +217,7 @@ func TestPackageOps(t *testing.T) {
 func TestPackageRefusalFailsEveryRank(t *testing.T) {
 	need(t, "numpy", "torch")
 	out := gorunEnv(t, []string{"GORUN_TIMEOUT=10m"}, 3, python, "python/tests/refuse_check.py")
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(out, "refuse_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "refuse_check", 3)
 	t.Logf("%s", out)
 }
 
@@ -244,11 +228,7 @@ func TestPackageRefusalFailsEveryRank(t *testing.T) {
 func TestTorchWaitTimeout(t *testing.T) {
 	needBackend(t)
 	out := gorun(t, 3, python, "python/tests/torch_wait_check.py")
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(out, "torch_wait_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "torch_wait_check", 3)
 }
 
 // TestTorchRefusalFailsEveryRank: where the torch backend refuses one
@@ -262,11 +242,7 @@ func TestTorchWaitTimeout(t *testing.T) {
 func TestTorchRefusalFailsEveryRank(t *testing.T) {
 	needBackend(t)
 	out := gorunEnv(t, []string{"GORUN_TIMEOUT=10m"}, 4, python, "python/tests/torch_refuse_check.py")
-	for r := 0; r < 4; r++ {
-		if !strings.Contains(out, "torch_refuse_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "torch_refuse_check", 4)
 	t.Logf("%s", out)
 }
 
@@ -279,11 +255,7 @@ func TestTorchRefusalFailsEveryRank(t *testing.T) {
 func TestHandleWaitTimeout(t *testing.T) {
 	need(t, "torch")
 	out := gorun(t, 2, python, "python/tests/handle_wait_check.py")
-	for r := 0; r < 2; r++ {
-		if !strings.Contains(out, "handle_wait_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "handle_wait_check", 2)
 }
 
 // freePorts returns a port p such that p and p+1 are free on loopback
@@ -337,6 +309,16 @@ func freePorts(t *testing.T) int {
 	return 0
 }
 
+// ranksOK fails t unless out has every one of n ranks' "NAME: rank R ok".
+func ranksOK(t *testing.T, out, name string, n int) {
+	t.Helper()
+	for r := range n {
+		if !strings.Contains(out, name+": rank "+itoa(r)+" ok") {
+			t.Fatalf("rank %d did not finish:\n%s", r, out)
+		}
+	}
+}
+
 // run runs a launcher command from the repository root with the backend's
 // build directory and timeout, and checks every rank's "NAME: rank R ok".
 func runLauncher(t *testing.T, name string, n int, env []string, argv ...string) {
@@ -351,11 +333,7 @@ func runLauncher(t *testing.T, name string, n int, env []string, argv ...string)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
-	for r := 0; r < n; r++ {
-		if !strings.Contains(string(out), name+": rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, string(out), name, n)
 }
 
 func needBackend(t *testing.T) {
@@ -404,11 +382,7 @@ func TestTorchTimeline(t *testing.T) {
 	needBackend(t)
 	file := filepath.Join(workDir, "torch-timeline.json")
 	out := gorun(t, 2, "--timeline", file, python, "python/tests/torch_trace_check.py")
-	for r := 0; r < 2; r++ {
-		if !strings.Contains(out, "torch_trace_check: rank "+itoa(r)+" ok") {
-			t.Fatalf("rank %d did not finish:\n%s", r, out)
-		}
-	}
+	ranksOK(t, out, "torch_trace_check", 2)
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
