@@ -207,10 +207,28 @@ func TestPackageOps(t *testing.T) {
 	ranksOK(t, out, "package_check", 3)
 }
 
+// TestPackagePointToPoint: the package's send, recv, isend and irecv (a
+// ring where every rank isends right and irecvs left, both started before
+// either wait, in every dtype of numpy and torch, up to 4 MiB; blocking
+// pairs; two tags in flight, a negative one included; messages to the
+// rank itself), ibarrier unfinished until the last rank starts it,
+// ireduce_scatter, scan and exscan, exact values, on 4 ranks and again
+// through a Group of ranks 3, 1 and 2 with peers numbered in the group.
+// Then, each on a group it aborts: a wrong tag fails the receive; a send
+// to the rank itself with no irecv is refused, failing the others naming
+// it; a destination out of the group's range fails the exchange on every
+// member, naming the refusing rank.
+func TestPackagePointToPoint(t *testing.T) {
+	need(t, "numpy", "torch")
+	out := gorun(t, 4, python, "python/tests/p2p_check.py")
+	ranksOK(t, out, "p2p_check", 4)
+}
+
 // TestPackageRefusalFailsEveryRank: where one rank's argument is refused
 // by the package itself (a root out of range, an op its type lacks, a
 // tensor not contiguous, a read-only array, a length size does not
-// divide, a create_group list without it), that rank raises ValueError or
+// divide, a create_group list without it, a send's or recv's peer out of
+// range or tag outside int32), that rank raises ValueError or
 // TypeError and every other rank GorunError naming it within a minute,
 // with GORUN_TIMEOUT=10m; each case on a group of every rank. They used to
 // wait for it until GORUN_TIMEOUT (refuse_check.py exits at its minute).

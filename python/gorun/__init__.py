@@ -18,8 +18,9 @@ GORUN_LIB to use another.
 Errors. An argument a rank can check alone (a root out of range, an op the
 element type lacks, an unknown op, a tensor not on the CPU or not
 contiguous, an in-place buffer that is read-only, a length size does not
-divide) raises ValueError or TypeError on that rank before any data moves,
-and fails the call on the other ranks at once (gorun_refuse): they raise
+divide, a send's or recv's peer out of range or tag outside int32) raises
+ValueError or TypeError on that rank before any data moves, and fails the
+call on the other ranks at once (gorun_refuse): they raise
 GorunError naming this rank instead of waiting for it. An error from the
 operation itself raises GorunError. Either way, as in the C ABI, the
 communicator is aborted: every later call fails until finalize() and
@@ -28,9 +29,14 @@ the exception: they exchange their inputs' descriptions first, so inputs
 that do not fit together raise on every rank alike and leave the
 communicator usable.
 
-Non-blocking ops (iallreduce_, ibroadcast_) return a Handle: wait() or
-wait(timeout) for it, test() or poll(handle) without blocking. A wait
-whose timeout passes raises GorunError with status ERR_TIMEOUT and, since
+Point to point (send, recv, isend, irecv: _p2p.py) follows gorun.h: a
+pair's messages match in order, and an exchange's isends and irecvs must
+all be started before waiting on one. Prefix reductions: scan, exscan.
+
+Non-blocking ops (iallreduce_, ibroadcast_, ireduce_scatter, ibarrier,
+isend, irecv) return a Handle: wait() or wait(timeout) for it, test() or
+poll(handle) without blocking. A wait whose timeout passes raises
+GorunError with status ERR_TIMEOUT and, since
 gorun cannot cancel an operation in flight, aborts that operation's
 communicator on every rank (Handle.wait).
 """
@@ -44,7 +50,8 @@ from . import _lib
 __all__ = [
     "GorunError", "ERR_TIMEOUT", "ERR_JOB_GONE", "ERR_NO_QUORUM", "init", "finalize", "is_initialized", "rank", "size", "local_rank", "local_size",
     "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
-    "iallreduce_", "ibroadcast_", "Handle", "poll", "broadcast_parameters", "DistributedOptimizer",
+    "iallreduce_", "ibroadcast_", "ireduce_scatter", "ibarrier", "Handle", "poll",
+    "send", "recv", "isend", "irecv", "scan", "exscan", "broadcast_parameters", "DistributedOptimizer",
     "reduce", "gather", "scatter", "alltoall", "broadcast_object", "broadcast_optimizer_state", "join",
     "create_group", "Group",
 ]
@@ -289,25 +296,33 @@ def reduce_scatter(x, op="sum"):
     """Reduce x across ranks and return this rank's 1/size block.
     ValueError for a length size does not divide or an unknown op,
     TypeError for a bitwise or logical op on a float type."""
-    with _refusing("reducescatter"):
+    p, q, n, dt, code, out = _reduce_scatter_args("reducescatter", x, op)
+    _check(_L().gorun_reduce_scatter(_c(), p, q, n, dt, code))
+    return out
+
+
+def _reduce_scatter_args(name, x, op):
+    """reduce_scatter's checks (refused as name): x's pointer, the block's
+    pointer, its length, the dtype and op codes, and the block."""
+    with _refusing(name):
         p, n, dt = _buffer(x, writes=False)
         code = _op(op, dt)
         s = size()
         if n % s:
             raise ValueError("gorun: reduce_scatter needs a length divisible by size (%d %% %d)" % (n, s))
     out = _empty_like(x, n // s)
-    q, _, _ = _buffer(out)
-    _check(_L().gorun_reduce_scatter(_c(), p, q, n // s, dt, code))
-    return out
+    return p, _buffer(out)[0], n // s, dt, code, out
 
 
 # --- non-blocking -------------------------------------------------------------
 
 class Handle:
-    """A non-blocking operation; keeps its buffer alive until it ends."""
+    """A non-blocking operation; keeps its buffers alive until it ends.
+    buf is what wait() returns; keep, another buffer the operation reads
+    (ireduce_scatter's input)."""
 
-    def __init__(self, req, buf, comm):
-        self._req, self._buf, self._comm = req, buf, comm
+    def __init__(self, req, buf, comm, keep=None):
+        self._req, self._buf, self._comm, self._keep = req, buf, comm, keep
         self._failed = None  # the GorunError of a wait that timed out
 
     def wait(self, timeout=None):
@@ -413,7 +428,28 @@ def ibroadcast_(x, root=0):
     return Handle(req.value, x, _c())
 
 
+def ireduce_scatter(x, op="sum"):
+    """Start reduce_scatter; wait() on the Handle returns this rank's
+    1/size block. Arguments are checked as reduce_scatter's; x is read
+    until the operation ends (the Handle keeps it alive)."""
+    p, q, n, dt, code, out = _reduce_scatter_args("ireduce_scatter", x, op)
+    req = ctypes.c_int64()
+    _check(_L().gorun_ireduce_scatter(_c(), p, q, n, dt, code, ctypes.byref(req)))
+    return Handle(req.value, out, _c(), keep=x)
+
+
+def ibarrier():
+    """Start a barrier; wait() on the Handle returns None once every rank
+    has entered it (its ibarrier or barrier), and test() says whether they
+    have without blocking, so that a rank can compute meanwhile."""
+    req = ctypes.c_int64()
+    _check(_L().gorun_ibarrier(_c(), ctypes.byref(req)))
+    return Handle(req.value, None, _c())
+
+
 from ._allgather import allgather  # noqa: E402
+from ._p2p import send, recv, isend, irecv  # noqa: E402
+from ._scan import scan, exscan  # noqa: E402
 from .rooted import reduce, gather, scatter, alltoall, broadcast_object  # noqa: E402
 from .group import Group, create_group  # noqa: E402
 from .torch_support import broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer, join  # noqa: E402

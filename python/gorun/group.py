@@ -20,12 +20,13 @@ class Group:
     """A communicator of some ranks, from create_group. Its methods are
     the package's: rank, size, local_rank, local_size, barrier,
     allreduce_, allreduce, broadcast_, allgather, reduce_scatter,
-    iallreduce_, ibroadcast_, reduce, gather, scatter, alltoall,
-    broadcast_object, create_group, with ranks (and roots) numbered in the
-    group: its rank i is the rank ranks[i] of the communicator it was made
-    from. local_rank and local_size count the group's members on this
-    host, from the host identities they exchange when the group is made
-    (as the job's are). free() it, or use it as a context manager;
+    iallreduce_, ibroadcast_, ireduce_scatter, ibarrier, reduce, gather,
+    scatter, alltoall, scan, exscan, send, recv, isend, irecv,
+    broadcast_object, create_group, with ranks (roots, and the peers of
+    send and recv) numbered in the group: its rank i is the rank ranks[i]
+    of the communicator it was made from. local_rank and local_size count
+    the group's members on this host, from the host identities they
+    exchange when the group is made (as the job's are). free() it, or use it as a context manager;
     finalize() frees the groups left."""
 
     def __init__(self, handle, ranks):
@@ -67,8 +68,8 @@ def _method(name):
 
 
 for _name in ("rank", "size", "local_rank", "local_size", "barrier", "allreduce_", "allreduce", "broadcast_", "allgather", "reduce_scatter",
-              "iallreduce_", "ibroadcast_", "reduce", "gather", "scatter", "alltoall", "broadcast_object",
-              "create_group"):
+              "iallreduce_", "ibroadcast_", "ireduce_scatter", "ibarrier", "reduce", "gather", "scatter", "alltoall",
+              "scan", "exscan", "send", "recv", "isend", "irecv", "broadcast_object", "create_group"):
     setattr(Group, _name, _method(_name))
 
 

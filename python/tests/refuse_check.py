@@ -2,8 +2,8 @@
 with GORUN_TIMEOUT far beyond LIMIT: in each case one rank passes an
 argument the package refuses itself (a root out of range, an op its
 element type lacks, a tensor not contiguous, a read-only array, a length
-size does not divide, a create_group list without it) while the others
-pass good ones. The refusing rank raises ValueError or TypeError; every
+size does not divide, a create_group list without it, a send's or recv's
+peer out of range or tag outside int32) while the others pass good ones. The refusing rank raises ValueError or TypeError; every
 other rank raises GorunError naming it within LIMIT seconds, where they
 used to wait for it until GORUN_TIMEOUT. Each case runs on a group of
 every rank, which the refusal aborts, so the groups refuse on their own
@@ -62,6 +62,28 @@ def case(what, bad, kind, call):
         gorun.barrier()  # nobody frees g while another rank is still in the case
 
 
+def star(g, r, bad, dst=None, tag=0, out=None, into=None):
+    """Rank bad exchanges four float32s with every other rank, all
+    isends and irecvs started before the first wait: every other rank
+    needs its message. Rank bad sends out (else ones) to dst (else each
+    rank in turn) with tag, and receives into into (else zeros), which is
+    made read-only."""
+    n = g.size()
+    if r != bad:
+        hs = [g.irecv(np.zeros(4, dtype=np.float32), bad), g.isend(np.ones(4, dtype=np.float32), bad)]
+    else:
+        hs = []
+        for k in range(n):
+            if k == bad:
+                continue
+            if into is not None:
+                into.flags.writeable = False
+            hs.append(g.isend(np.ones(4, dtype=np.float32) if out is None else out, k if dst is None else dst, tag))
+            hs.append(g.irecv(np.zeros(4, dtype=np.float32) if into is None else into, k))
+    for h in hs:
+        h.wait()
+
+
 def main():
     gorun.init()
     r, n = gorun.rank(), gorun.size()
@@ -91,6 +113,22 @@ def main():
          lambda g, r: g.alltoall(torch.ones(n, 2), splits=[n + 1] + [0] * (n - 1) if r == 2 else None))
     case("create_group, rank 1's list without it", 1, ValueError,
          lambda g, r: g.create_group([k for k in range(n) if k != 1] if r == 1 else range(n)))
+    case("isend, rank 1's destination out of range", 1, ValueError,
+         lambda g, r: star(g, r, 1, dst=n))
+    case("isend, rank 2's tensor not contiguous", 2, ValueError,
+         lambda g, r: star(g, r, 2, out=torch.ones(2, 2).t()))
+    case("isend, rank 0's tag outside int32", 0, ValueError,
+         lambda g, r: star(g, r, 0, tag=1 << 31))
+    case("irecv, rank 2's read-only array", 2, ValueError,
+         lambda g, r: star(g, r, 2, into=np.zeros(4, dtype=np.float32)))
+    case("recv, rank 0's source out of range", 0, ValueError,
+         lambda g, r: g.recv(np.zeros(4, dtype=np.float32), -1 if r == 0 else 0))
+    case("send, rank 1's destination out of range", 1, ValueError,
+         lambda g, r: g.send(np.ones(4, dtype=np.float32), n + 1) if r == 1 else g.recv(np.zeros(4, dtype=np.float32), 1))
+    case("ireduce_scatter, rank 0's unknown op", 0, ValueError,
+         lambda g, r: g.ireduce_scatter(torch.ones(2 * n), op="nope" if r == 0 else "sum").wait())
+    case("scan, rank 0's bor on floats", 0, TypeError,
+         lambda g, r: g.scan(torch.ones(3), op="bor" if r == 0 else "sum"))
 
     ok = np.array([r + 1], dtype=np.int64)
     gorun.allreduce_(ok)
