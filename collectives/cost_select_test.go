@@ -33,6 +33,7 @@ var selectExceptions = []string{
 	"shm allgather 6-8 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
 	"tcp allgather 6-8 ranks on fewer CPUs, blocks above 8 MiB: ring where the model picks bruck",
 	"net allgather 3 hosts and more, a CPU per rank, blocks above 8 MiB: ring where the model picks bruck",
+	"net allreduce 4 hosts, a CPU per rank, above 64 KiB up to 256 KiB: hd where the model picks rd",
 }
 
 // TestCostSelect: the table comm uses (TableFor) is the model's choice at
@@ -145,6 +146,8 @@ func TestExceptionRegime(t *testing.T) {
 		{"shm", AllReduce, 2, 0, 1 << 20, Ring, RecDoubling},
 		{"shm", AllReduce, 2, 2, 1 << 20, Ring, RecDoubling}, // 2 CPUs for 2 ranks: a CPU each
 		{"shm", AllReduce, 2, 1, 1 << 20, RecDoubling, RecDoubling},
+		{netProvider, AllReduce, 4, 2, 128 << 10, HalvingDoubling, RecDoubling}, // between hosts: a CPU per rank whatever the caller says
+		{netProvider, AllReduce, 4, 0, 64 << 10, RecDoubling, RecDoubling},
 	} {
 		if m := ModelChoice(tc.p, tc.c, tc.n, tc.cpus, tc.b); m != tc.model {
 			t.Fatalf("%s %s %d ranks on %d CPUs, %s: the model picks %s, not %s: the case tests nothing", tc.p, tc.c, tc.n, tc.cpus, sizeName(tc.b), m, tc.model)
