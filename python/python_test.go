@@ -210,7 +210,9 @@ func TestPackageOps(t *testing.T) {
 // TestPackagePointToPoint: the package's send, recv, isend and irecv (a
 // ring where every rank isends right and irecvs left, both started before
 // either wait, in every dtype of numpy and torch, up to 4 MiB; blocking
-// pairs; two tags in flight, a negative one included; messages to the
+// pairs; an isend and an irecv whose Handles are dropped unwaited, whose
+// buffers must live until the message lands and be released after; two
+// tags in flight, a negative one included; messages to the
 // rank itself), ibarrier unfinished until the last rank starts it,
 // ireduce_scatter, scan and exscan, exact values, on 4 ranks and again
 // through a Group of ranks 3, 1 and 2 with peers numbered in the group.

@@ -143,7 +143,9 @@ def finalize():
             from .group import _free_all
             _free_all()
             h, _comm = _comm, None
-            _check(_L().gorun_finalize(h))
+            rc = _L().gorun_finalize(h)
+            del _orphans[:]  # the communicators are closed: no operation uses a buffer now
+            _check(rc)
 
 
 def _c():
@@ -316,14 +318,51 @@ def _reduce_scatter_args(name, x, op):
 
 # --- non-blocking -------------------------------------------------------------
 
+# The requests of Handles dropped before their operation ended, with the
+# buffers it reads or writes: (request, buffers). gorun still uses those
+# buffers, so they must outlive the Handle, as torch's Work keeps its
+# tensors. Each new Handle releases those whose operation has ended
+# (_release_orphans); finalize() releases the rest.
+_orphans = []
+
+
+def _release_orphans():
+    """Release the dropped Handles' buffers whose operations have ended
+    (gorun_test, which does not block). A failed one is released too: its
+    error reached the communicator, which the next call reports."""
+    if not _orphans:
+        return
+    L, done = _L(), ctypes.c_int()
+    # One item at a time (list.pop and append are atomic): a Handle
+    # dropped meanwhile, on any thread, appends without being lost.
+    for _ in range(len(_orphans)):
+        try:
+            req, bufs = _orphans.pop(0)
+        except IndexError:
+            return
+        done.value = 0
+        L.gorun_test(req, ctypes.byref(done))
+        if not done.value:
+            _orphans.append((req, bufs))
+
+
 class Handle:
-    """A non-blocking operation; keeps its buffers alive until it ends.
-    buf is what wait() returns; keep, another buffer the operation reads
-    (ireduce_scatter's input)."""
+    """A non-blocking operation; keeps its buffers alive until it ends,
+    even if the Handle is dropped unwaited. buf is what wait() returns;
+    keep, another buffer the operation reads (ireduce_scatter's input)."""
 
     def __init__(self, req, buf, comm, keep=None):
+        _release_orphans()
         self._req, self._buf, self._comm, self._keep = req, buf, comm, keep
         self._failed = None  # the GorunError of a wait that timed out
+
+    def __del__(self):
+        # Dropped before its operation was seen to end: gorun may still
+        # write buf (an irecv) or read it, so the buffers outlive the
+        # Handle until the operation ends (_release_orphans).
+        req = getattr(self, "_req", None)
+        if req is not None and _orphans is not None:
+            _orphans.append((req, (self._buf, self._keep)))
 
     def wait(self, timeout=None):
         """Wait for the operation and return its buffer. timeout: None

@@ -96,6 +96,31 @@ def tags(c, r, n):
     hs.wait()
 
 
+def dropped(c, r, n):
+    """An isend and an irecv whose Handles are dropped unwaited: gorun
+    still reads and writes their buffers, so the package keeps them alive
+    (a freed receive buffer would be written into) until the operations
+    end, and lets them go after. The barrier runs the pair first (the
+    communicator's order), so the message has landed when it returns."""
+    right, left = (r + 1) % n, (r - 1) % n
+    count = (1 << 20) // 4
+    out, into = payload("np", np.int32, count, r, 103), zeros("np", np.int32, count)
+    sent, got = weakref.ref(out), weakref.ref(into)
+    c.irecv(into, left, tag=7)
+    c.isend(out, right, tag=7)
+    del out, into
+    gc.collect()
+    expect(sent() is not None and got() is not None, "a dropped Handle let go of its buffers before the operation ran")
+    c.barrier()
+    into = got()
+    expect(into is not None and same(into, payload("np", np.int32, count, left, 103)),
+           "the dropped irecv's buffer: %s" % (None if into is None else into[:5]))
+    del into
+    c.ibarrier().wait()  # a new Handle releases the ended operations' buffers
+    gc.collect()
+    expect(sent() is None and got() is None, "the dropped Handles' buffers were kept after their operations ended")
+
+
 def pairs(c, r, n):
     """Blocking send and recv between ranks 2k and 2k+1: the even one
     sends first, the odd one receives first, then the other way, at 3
@@ -185,6 +210,7 @@ def exercise(c, r, n, signal):
     ring(c, r, n)
     tags(c, r, n)
     pairs(c, r, n)
+    dropped(c, r, n)
     ibarrier(c, r, n, signal)
     ireduce_scatter(c, r, n)
     scans(c, r, n)
