@@ -174,7 +174,7 @@ var Exceptions = []Exception{
 			"(4 rounds): 128 KiB hd 717-918 against rd 877-1037 (the ring 775-1013), 256 KiB 1470-1657 against " +
 			"1871-2282 (the ring 1500-1524). The model's rd counts an exchange's send and receive as overlapping " +
 			"(allReduceFactor, fitted on one host); over these links rd sends the whole buffer at each of its two " +
-			"steps. 64 KiB stays rd: hd was faster in 5 of 6 that morning (339 against 400), but rd in 6 of 6 on " +
+			"steps. 64 KiB stays rd: hd was faster in 5 of 6 in the same rounds (339 against 400), but rd in 6 of 6 on " +
 			"2026-11-28 12:25-12:51 under other sessions' load (550 against 970, README); 32 KiB rd 145-168 against " +
 			"hd 226-519. hd is what the table before the model (f5c683e) took there. Measured at 4 hosts only",
 	},
