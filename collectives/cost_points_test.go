@@ -429,6 +429,9 @@ func fitAll(pts []costPoint, cache float64, keep *[numAlgos]float64) (map[string
 					own = append(own, q)
 				}
 			}
+			if len(own) == 0 {
+				continue // a file of one provider's points (GORUN_COST_POINTS)
+			}
 			fitted[p] = fitCost(own, &fac, cache)
 		}
 		if keep == nil {
