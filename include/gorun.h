@@ -178,7 +178,7 @@ int gorun_scatter(gorun_comm comm, const void *send, void *recv, size_t recv_cou
 int gorun_alltoall(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype);
 /* recv on rank r = send of ranks 0..r reduced (scan), 0..r-1 (exscan;
  * rank 0's recv is untouched, but it must be given). GORUN_AVG divides by
- * the number of ranks. */
+ * the number of ranks reduced: r + 1 (scan), r (exscan). */
 int gorun_scan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
 int gorun_exscan(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
 
