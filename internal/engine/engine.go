@@ -365,6 +365,25 @@ func (e *Engine) poll() int {
 	return n
 }
 
+// drain handles the completions the devices hold, waiting for a poll
+// that another goroutine (the watcher, another engine on the device) has
+// under way, where poll would give up: for a failure path, where a notice
+// among them decides whom the failure names. A withdrawal's notice comes
+// before the withdrawing rank's bye on its link, so a send that failed
+// because that rank closed finds the notice handled once this returns.
+// Bounded: new completions may keep arriving.
+func (e *Engine) drain() {
+	for _, d := range e.devs {
+		d.pollMu.Lock()
+		for range 64 {
+			if d.pollLocked(e) == 0 {
+				break
+			}
+		}
+		d.pollMu.Unlock()
+	}
+}
+
 // step moves every peer of p as far as it can; it reports whether
 // anything moved and how many ops completed.
 func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err error) {
@@ -401,8 +420,9 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 				}
 				// A withdrawal this call reaches comes first: the peer may
 				// have closed or failed because of it (idle). Its notice
-				// may be among the completions not yet handled.
-				e.poll()
+				// may be among the completions not yet handled, or in a
+				// batch another goroutine is dispatching (drain).
+				e.drain()
 				if err := e.admit(call); err != nil {
 					return false, 0, err
 				}
