@@ -159,11 +159,18 @@ func (st *elasticState) agree(ctx context.Context, cfg trainConfig, model *mlp, 
 // With fewer than cfg.waitNP ranks it does not go on without a joiner: it
 // asks again every few milliseconds, for up to cfg.waitFor, as Horovod
 // Elastic's --min-np holds training until enough workers are back. Every
-// rank sees the same size, so they wait, and stop waiting, together.
+// rank sees the same size, so they wait together; they stop together too,
+// as the give-up is agreed in the same allreduce (Max of "my wait is
+// over"): a rank that gave up on its own clock while another asked once
+// more would leave that one waiting in the allreduce for it.
 func (st *elasticState) maybeGrow(ctx context.Context, cfg trainConfig, model *mlp, step int) (*ddp.Bucketer[float32], bool, error) {
 	var deadline time.Time
 	for {
-		k := []int64{int64(st.c.Joiners())}
+		over := int64(0)
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			over = 1
+		}
+		k := []int64{int64(st.c.Joiners()), over}
 		if err := comm.AllReduce(ctx, st.c, k, k, comm.Max); err != nil {
 			return nil, false, err
 		}
@@ -173,11 +180,11 @@ func (st *elasticState) maybeGrow(ctx context.Context, cfg trainConfig, model *m
 		if st.c.Size() >= cfg.waitNP {
 			return nil, false, nil
 		}
+		if k[1] > 0 {
+			return nil, false, fmt.Errorf("%d ranks, fewer than -wait-np %d, and no rank joined in %v", st.c.Size(), cfg.waitNP, cfg.waitFor)
+		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(cfg.waitFor)
-		}
-		if time.Now().After(deadline) {
-			return nil, false, fmt.Errorf("%d ranks, fewer than -wait-np %d, and no rank joined in %v", st.c.Size(), cfg.waitNP, cfg.waitFor)
 		}
 		select {
 		case <-ctx.Done():
