@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import gorun  # noqa: E402
+from checking import spent, usable  # noqa: E402
 
 
 def expect(cond, msg):
@@ -176,9 +177,7 @@ def allgather_shapes(r, n):
             expect(False, "allgather case %d raised %r, want %s" % (i, e, kind.__name__))
         else:
             expect(False, "allgather case %d returned %s, want %s" % (i, got, kind.__name__))
-    ok = np.array([r + 1], dtype=np.int64)
-    gorun.allreduce_(ok)
-    expect(ok[0] == n * (n + 1) // 2, "communicator unusable after refused allgathers: %s" % ok)
+    usable(gorun, expect, "communicator unusable after refused allgathers")
 
 
 def groups(r, n):
@@ -194,11 +193,7 @@ def groups(r, n):
             expect(False, "a group without the caller was made")
         except ValueError:
             pass
-        try:
-            every.barrier()
-            expect(False, "the refused create_group left its communicator usable")
-        except gorun.GorunError:
-            pass
+        spent(every, expect, "the refused create_group left its communicator usable")
     if r in (0, 2):
         with gorun.create_group([2, 0]) as g:
             expect((g.rank(), g.size()) == ((0 if r == 2 else 1), 2), "group rank %d size %d" % (g.rank(), g.size()))
@@ -213,14 +208,8 @@ def groups(r, n):
             h = g.iallreduce_(torch.ones(3))
             expect(torch.all(h.wait() == 2).item(), "group iallreduce")
             expect((gorun.rank(), gorun.size()) == (r, n), "the job's numbering changed inside the group")
-        try:
-            g.barrier()
-            expect(False, "a freed group still worked")
-        except gorun.GorunError:
-            pass
-    ok = np.array([r + 1], dtype=np.int64)
-    gorun.allreduce_(ok)
-    expect(ok[0] == n * (n + 1) // 2, "the job's communicator after the group: %s" % ok)
+        spent(g, expect, "a freed group still worked")
+    usable(gorun, expect, "the job's communicator after the group")
 
 
 def group_training(r, n):
@@ -291,23 +280,15 @@ def refused(r, n):
                 expect(False, "case %d raised %r, want %s" % (i, e, kind.__name__))
             else:
                 expect(False, "case %d raised nothing, want %s" % (i, kind.__name__))
-            try:
-                g.barrier()
-                expect(False, "case %d left its communicator usable" % i)
-            except gorun.GorunError:
-                pass
+            spent(g, expect, "case %d left its communicator usable" % i)
     with gorun.create_group(range(n)) as g:
         try:
             g.scatter(np.ones(n + 1), root=1)  # refused on root, raised everywhere
             expect(False, "scatter of a length the size does not divide")
         except ValueError:
             pass
-        ok = np.array([r + 1], dtype=np.int64)
-        g.allreduce_(ok)
-        expect(ok[0] == n * (n + 1) // 2, "communicator unusable after a refused scatter: %s" % ok)
-    ok = np.array([r + 1], dtype=np.int64)
-    gorun.allreduce_(ok)
-    expect(ok[0] == n * (n + 1) // 2, "the job's communicator unusable after refusals in groups: %s" % ok)
+        usable(g, expect, "communicator unusable after a refused scatter")
+    usable(gorun, expect, "the job's communicator unusable after refusals in groups")
 
 
 def unused_parameter(r, n):
