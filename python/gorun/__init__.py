@@ -249,13 +249,18 @@ def _refusing(op):
         raise
 
 
-def _root(root):
-    """root as an int, ValueError when it is no rank of the communicator."""
-    r = int(root)
+def _rank_arg(x, what):
+    """x, a rank argument (what: "root", "destination", "source"), as an
+    int; ValueError when it is no rank of the communicator."""
+    r = int(x)
     s = size()
     if not 0 <= r < s:
-        raise ValueError("gorun: root %d out of range [0, %d)" % (r, s))
+        raise ValueError("gorun: %s %d out of range [0, %d)" % (what, r, s))
     return r
+
+
+def _root(root):
+    return _rank_arg(root, "root")
 
 
 def _empty_like(x, n):

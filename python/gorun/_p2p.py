@@ -34,18 +34,9 @@ refusal that stayed local would leave them waiting until GORUN_TIMEOUT.
 """
 import ctypes
 
-from . import Handle, _L, _buffer, _c, _check, _refusing, size
+from . import Handle, _L, _buffer, _c, _check, _rank_arg, _refusing
 
 _TAG_MIN, _TAG_MAX = -(1 << 31), (1 << 31) - 1  # a tag travels in 32 bits
-
-
-def _peer(peer, what):
-    """peer as an int, ValueError when it is no rank of the communicator."""
-    p = int(peer)
-    s = size()
-    if not 0 <= p < s:
-        raise ValueError("gorun: %s %d out of range [0, %d)" % (what, p, s))
-    return p
 
 
 def _args(name, x, peer, what, tag, writes):
@@ -53,7 +44,7 @@ def _args(name, x, peer, what, tag, writes):
     (refused as name)."""
     with _refusing(name):
         p, n, dt = _buffer(x, writes=writes)
-        peer = _peer(peer, what)
+        peer = _rank_arg(peer, what)
         tag = int(tag)
         if not _TAG_MIN <= tag <= _TAG_MAX:
             raise ValueError("gorun: tag %d outside the int32 range [%d, %d]" % (tag, _TAG_MIN, _TAG_MAX))
