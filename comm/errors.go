@@ -10,7 +10,7 @@ import (
 // Sentinel errors; a *RankError wraps one of them (or a transport error).
 var (
 	ErrAborted    = engine.ErrAborted    // Abort was called (on this or another rank)
-	ErrMismatch   = engine.ErrMismatch   // ranks disagree on collective, count, type, op or root
+	ErrMismatch   = engine.ErrMismatch   // ranks disagree on collective, count, type, op or root, or a message's tag or length
 	ErrInvalid    = engine.ErrInvalid    // bad lengths, root or peer
 	ErrTimeout    = engine.ErrTimeout    // the communicator's timeout elapsed
 	ErrPeerFailed = engine.ErrPeerFailed // a peer's connection failed or the peer died

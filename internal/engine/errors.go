@@ -9,7 +9,7 @@ import (
 // Errors of the executor; package comm re-exports them.
 var (
 	ErrAborted    = errors.New("communicator aborted")
-	ErrMismatch   = errors.New("ranks disagree on the collective call (operation, count, type, op or root)")
+	ErrMismatch   = errors.New("ranks disagree on the collective call (operation, count, type, op or root, or a message's tag or length)")
 	ErrInvalid    = errors.New("invalid argument")
 	ErrTimeout    = errors.New("operation timed out")
 	ErrPeerFailed = errors.New("peer failed")
