@@ -476,7 +476,7 @@ def ireduce_scatter(x, op="sum"):
     """Start reduce_scatter; wait() on the Handle returns this rank's
     1/size block. Arguments are checked as reduce_scatter's; x is read
     until the operation ends (the Handle keeps it alive)."""
-    p, q, n, dt, code, out = _reduce_scatter_args("ireduce_scatter", x, op)
+    p, q, n, dt, code, out = _reduce_scatter_args("ireducescatter", x, op)
     req = ctypes.c_int64()
     _check(_L().gorun_ireduce_scatter(_c(), p, q, n, dt, code, ctypes.byref(req)))
     return Handle(req.value, out, _c(), keep=x)
