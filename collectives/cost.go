@@ -105,6 +105,10 @@ type Cost struct {
 	// 7.7, 9.8). A broadcast's piece crosses all ranks in one round at
 	// any count. Fitted, as Crowd, where the points span rank counts.
 	Far float64
+
+	// fac is the allreduce factors the estimates use (a Tuning's); nil:
+	// allReduceFactor.
+	fac *[numAlgos]float64
 }
 
 // CacheBytes is this machine's last-level cache (its L3: 32 MiB). The
@@ -200,7 +204,11 @@ func (k Cost) EstimateWindow(c Collective, a Algo, size, bytes, window int) Esti
 	if a == Auto {
 		a = Algos(c)[0]
 	}
-	return k.estimate(c, a, size, bytes, window, &allReduceFactor)
+	fac := k.fac
+	if fac == nil {
+		fac = &allReduceFactor
+	}
+	return k.estimate(c, a, size, bytes, window, fac)
 }
 
 // runsAs is the collective and bytes whose schedule c/a runs: a

@@ -3,6 +3,7 @@ package collectives
 import (
 	"cmp"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // costPoint is one measured point of comm's TestCostFit: the fastest of
@@ -617,6 +619,10 @@ func (g *costGroup) within(v float64) int {
 // GORUN_COST_FACTORS=keep the allreduce factors stay cost.go's, as mem's
 // constants were fitted.
 //
+// GORUN_COST_OUT=FILE writes the fit as a TuningFile (for
+// GORUN_COST_FILE: a machine's own constants); GORUN_COST_FILE=FILE also
+// prints that file's error at the check points.
+//
 //	GORUN_COST_POINTS=points.csv go test -run CostPoints -v ./collectives/
 func TestCostPoints(t *testing.T) {
 	pts, path, ours := costPointsFrom(t, "GORUN_COST_POINTS", costPointFiles)
@@ -678,6 +684,60 @@ func TestCostPoints(t *testing.T) {
 	if testing.Verbose() {
 		logTableChanges(t, fitted, &fac)
 	}
+	if out := os.Getenv("GORUN_COST_OUT"); out != "" {
+		writeTuning(t, out, path, fitted, &fac)
+	}
+	if in := os.Getenv("GORUN_COST_FILE"); in != "" {
+		tu, err := ReadTuning(in)
+		if err != nil {
+			t.Fatalf("GORUN_COST_FILE=%s: %v", in, err)
+		}
+		ks := map[string]Cost{}
+		for _, p := range []string{"mem", "shm", "tcp"} {
+			ks[p] = tu.cost(p)
+		}
+		t.Logf("GORUN_COST_FILE %s (%v), check points:", in, tu.Providers())
+		logErrors(t, costErrors(ks, &tu.factor, pts, false, nil))
+	}
+}
+
+// writeTuning writes the providers fitted from path's points, with the
+// allreduce factors fac, as a TuningFile to out (GORUN_COST_OUT: a
+// machine's own constants, for GORUN_COST_FILE), and checks that it
+// parses back to those constants.
+func writeTuning(t *testing.T, out, path string, fitted map[string]Cost, fac *[numAlgos]float64) {
+	t.Helper()
+	host, _ := os.Hostname()
+	f := TuningFile{
+		Comment:          fmt.Sprintf("fitted by collectives' TestCostPoints on %s from %s, %s", host, path, time.Now().UTC().Format(time.RFC3339)),
+		Costs:            map[string]Cost{},
+		AllReduceFactors: map[string]float64{},
+	}
+	for p, k := range fitted {
+		if k.Alpha > 0 { // a provider with points
+			f.Costs[p] = k
+		}
+	}
+	for _, a := range Algos(AllReduce) {
+		f.AllReduceFactors[a.String()] = fac[a]
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tu, err := ReadTuning(out)
+	if err != nil {
+		t.Fatalf("%s does not read back: %v", out, err)
+	}
+	for p, k := range f.Costs {
+		if got := tu.cost(p); got.Alpha != k.Alpha || got.Beta != k.Beta || got.Far != k.Far || got.fac[RecDoubling] != fac[RecDoubling] {
+			t.Fatalf("%s: %s read back as %+v, wrote %+v", out, p, got, k)
+		}
+	}
+	t.Logf("wrote %s (%v): GORUN_COST_FILE=%s uses it", out, tu.Providers(), out)
 }
 
 // costBeyondFile holds mem's points beyond the ranks the constants were

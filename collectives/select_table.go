@@ -13,6 +13,8 @@ package collectives
 // in the CPU regime it was measured in (Exception.Shared); they are the
 // only departures from the model. Between hosts the constants are
 // the network's ("net", cost_net.go), with one CPU per rank (modelCPUs).
+// A Tuning (tuning.go) derives the tables from a machine's own fit
+// instead of cost.go's constants.
 //
 // Sizes are classed by the next power of two: a buffer of bytes takes the
 // choice at the smallest 2^k ≥ bytes. A Table holds the choice for every
@@ -46,6 +48,7 @@ func sizeClass(bytes int) int {
 type Table struct {
 	provider   string
 	size, cpus int
+	tuning     uint64 // the Tuning's Sum (0: cost.go's)
 	algo       [NumCollectives][tableClasses]Algo
 }
 
@@ -60,14 +63,24 @@ func (t *Table) Algo(c Collective, bytes int) Algo {
 // for "net", ranks on several hosts, the table between hosts (cost_net.go;
 // one CPU per rank whatever cpus says: modelCPUs).
 func NewTable(provider string, size, cpus int) *Table {
-	t := &Table{provider: provider, size: size, cpus: cpus}
-	k := selectCost(provider)
+	return newTable(nil, provider, size, cpus)
+}
+
+// newTable is NewTable with tu's constants, factors and exceptions rule
+// (nil: cost.go's).
+func newTable(tu *Tuning, provider string, size, cpus int) *Table {
+	t := &Table{provider: provider, size: size, cpus: cpus, tuning: tu.Sum()}
+	k := tu.cost(provider)
+	exceptions := tu == nil || tu.exceptions
 	cpus = modelCPUs(provider, cpus)
 	for c := range Collective(numCollectives) {
 		model := Auto
 		for i := range tableClasses {
 			model = modelChoice(k, c, size, cpus, 1<<i, model)
 			t.algo[c][i] = model
+			if !exceptions {
+				continue
+			}
 			if e := exceptionFor(provider, c, size, cpus, 1<<i, model); e != nil {
 				t.algo[c][i] = e.Algo
 			}
@@ -154,13 +167,19 @@ const tableProbes = 8
 // TableFor returns the table for size ranks sharing cpus CPUs (0: one per
 // rank) on provider, built on first use and kept for the process.
 func TableFor(provider string, size, cpus int) *Table {
-	h := tableHash(provider, size, cpus)
+	return tableFor(nil, provider, size, cpus)
+}
+
+// tableFor is TableFor with tu's constants (Tuning.Table).
+func tableFor(tu *Tuning, provider string, size, cpus int) *Table {
+	sum := tu.Sum()
+	h := tableHash(provider, size, cpus) ^ uint(sum)
 	for i := range uint(tableProbes) {
 		t := tables[(h+i)%uint(len(tables))].Load()
 		if t == nil {
 			break
 		}
-		if t.size == size && t.cpus == cpus && t.provider == provider {
+		if t.size == size && t.cpus == cpus && t.tuning == sum && t.provider == provider {
 			return t
 		}
 	}
@@ -174,11 +193,11 @@ func TableFor(provider string, size, cpus int) *Table {
 			slot = s
 			break
 		}
-		if t.size == size && t.cpus == cpus && t.provider == provider {
+		if t.size == size && t.cpus == cpus && t.tuning == sum && t.provider == provider {
 			return t // built while this call waited
 		}
 	}
-	t := NewTable(provider, size, cpus)
+	t := newTable(tu, provider, size, cpus)
 	tables[slot].Store(t)
 	return t
 }

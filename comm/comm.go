@@ -342,7 +342,7 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 			return nil, err
 		}
 	}
-	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), quorum: cfg.quorum, addrs: map[string]string{}}
+	me := &endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), numa: myNUMANode(), quorum: cfg.quorum, tuning: cfg.tuning.Sum(), addrs: map[string]string{}}
 	cpus, cpusErr := numa.Affinity(0)
 	if cpusErr == nil && len(cpus) > 0 {
 		me.cpus = jobenv.CPUKey(numa.FormatCPUList(cpus))
@@ -430,6 +430,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		return nil, err
 	}
 	if err := sameQuorum(eps, me); err != nil {
+		return nil, err
+	}
+	if err := sameTuning(eps, me); err != nil {
 		return nil, err
 	}
 	sharers, away := 0, 0
@@ -530,7 +533,7 @@ func (c *Comm) place(eps []*endpoint) {
 	c.allTCP = linksAllTCP(c.cfg.transport, eps)
 	c.oneCPUSet = oneCPUSet(eps)
 	provider, cpus := c.costProvider(), c.costCPUs()
-	c.table = collectives.TableFor(provider, c.size, cpus)
+	c.table = c.cfg.tuning.Table(provider, c.size, cpus)
 	c.debugf(debugInfo, "algorithms: the %s table for %d ranks on %d CPUs (0: one per rank)", provider, c.size, cpus)
 }
 

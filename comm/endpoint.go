@@ -20,6 +20,10 @@ type endpoint struct {
 	// quorum: the rank counts a quorum at Shrink and Grow (quorum.go);
 	// every rank must, or none (newComm checks).
 	quorum bool
+	// tuning: the Sum of the rank's cost tuning (GORUN_COST_FILE,
+	// WithTuning), 0 cost.go's; every rank must have the same, or they
+	// could pick different algorithms (newComm checks).
+	tuning uint64
 	addrs  map[string]string // provider -> address
 }
 
@@ -28,8 +32,8 @@ func hostIdentity() [8]byte { return jobenv.HostKey() }
 
 // endpointVersion 2: the NUMA node after the pid; 3: the start time after
 // the NUMA node; 4: the CPU key after the start time; 5: a byte of flags
-// after the CPU key (bit 0: quorum).
-const endpointVersion = 5
+// after the CPU key (bit 0: quorum); 6: the tuning's sum after the flags.
+const endpointVersion = 6
 
 func (e *endpoint) marshal() ([]byte, error) {
 	b := []byte{endpointVersion}
@@ -42,7 +46,9 @@ func (e *endpoint) marshal() ([]byte, error) {
 	if e.quorum {
 		flags |= 1
 	}
-	b = append(b, flags, byte(len(e.addrs)))
+	b = append(b, flags)
+	b = binary.LittleEndian.AppendUint64(b, e.tuning)
+	b = append(b, byte(len(e.addrs)))
 	for _, name := range sortedKeys(e.addrs) {
 		a := e.addrs[name]
 		if len(name) > 255 || len(a) > 255 {
@@ -62,7 +68,7 @@ func (e *endpoint) marshal() ([]byte, error) {
 var errBadEndpoint = errors.New("malformed endpoint")
 
 func unmarshalEndpoint(b []byte) (*endpoint, error) {
-	if len(b) < 33 || b[0] != endpointVersion {
+	if len(b) < 41 || b[0] != endpointVersion {
 		return nil, errBadEndpoint
 	}
 	e := &endpoint{addrs: map[string]string{}}
@@ -72,8 +78,9 @@ func unmarshalEndpoint(b []byte) (*endpoint, error) {
 	e.start = binary.LittleEndian.Uint64(b[15:23])
 	copy(e.cpus[:], b[23:31])
 	e.quorum = b[31]&1 != 0
-	n := int(b[32])
-	b = b[33:]
+	e.tuning = binary.LittleEndian.Uint64(b[32:40])
+	n := int(b[40])
+	b = b[41:]
 	for range n {
 		var name, addr string
 		var ok bool

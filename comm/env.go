@@ -53,6 +53,11 @@ package comm
 //	                     ErrNoQuorum (half of them: the half with its rank 0
 //	                     goes on); off (default): every side of a partition
 //	                     goes on; every rank must set the same (WithQuorum)
+//	GORUN_COST_FILE      a JSON file of the cost model's constants fitted on this
+//	                     machine (collectives.TuningFile; GORUN_COST_OUT of
+//	                     collectives' TestCostPoints writes one): the selection
+//	                     table is derived from them instead of cost.go's; every
+//	                     rank must read the same (WithTuning)
 
 import (
 	"fmt"
@@ -92,6 +97,7 @@ type tunables struct {
 	HasSpin      bool
 	Yield        int // 0 auto, 1 yield, -1 don't
 	Quorum       bool
+	Tuning       *collectives.Tuning
 }
 
 // Debug levels.
@@ -138,6 +144,13 @@ func readTunables(getenv func(string) string) (tunables, error) {
 		t.Quorum = true
 	default:
 		return t, envErr(jobenv.Quorum, s, "want majority or off")
+	}
+	if s := strings.TrimSpace(getenv(jobenv.CostFile)); s != "" {
+		tu, err := collectives.ReadTuning(s)
+		if err != nil {
+			return t, envErr(jobenv.CostFile, s, err.Error())
+		}
+		t.Tuning = tu
 	}
 	if s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Spin))); s != "" {
 		d, y, err := parseSpin(s)

@@ -43,6 +43,9 @@ type config struct {
 	// quorum: Shrink and Grow go on only with a majority of the last
 	// whole world (quorum.go; GORUN_QUORUM, WithQuorum).
 	quorum bool
+	// tuning: the cost model's constants for the selection table
+	// (GORUN_COST_FILE, WithTuning); nil: cost.go's.
+	tuning *collectives.Tuning
 	// localRanks is how many of the job's ranks share this host, when
 	// known before connecting (launcher variables, NewLocal); 0 unknown.
 	localRanks int
@@ -92,6 +95,7 @@ func newConfig(opts ...Option) (*config, error) {
 	c.debug = t.Debug
 	c.checksum = t.Checksum
 	c.quorum = t.Quorum
+	c.tuning = t.Tuning
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
 	oe := readObsEnv(osGetenv)
 	c.timeline, c.metricsAddr, c.localRank = oe.Timeline, oe.MetricsAddr, -1

@@ -36,6 +36,7 @@ const (
 	ShmMailbox   = "GORUN_SHM_MAILBOX"    // 0: shm connections offer no mailboxes (small messages go through the ring)
 	Spin         = "GORUN_SPIN"           // how long a waiting collective polls
 	Quorum       = "GORUN_QUORUM"         // majority: Shrink and Grow go on only with most of the last world (comm/quorum.go)
+	CostFile     = "GORUN_COST_FILE"      // the cost model's constants fitted on this machine (collectives.TuningFile)
 )
 
 // Observability: set by gorun's --timeline, --report and --metrics, or by
@@ -64,7 +65,7 @@ const (
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP, Procs}
 
 // TunableVars pass from the launcher's environment to every rank.
-var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin, Quorum}
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin, Quorum, CostFile}
 
 // IsContractVar reports whether name is one of ContractVars.
 func IsContractVar(name string) bool {

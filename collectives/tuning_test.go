@@ -1,0 +1,147 @@
+package collectives
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tuningJSON is a TuningFile for provider with k's constants.
+func tuningJSON(t *testing.T, provider string, k Cost, extra map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{"costs": map[string]Cost{provider: k}}
+	for key, v := range extra {
+		m[key] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestParseTuningRefuses: a file no fit writes is refused, naming what is
+// wrong; nothing is interned from it.
+func TestParseTuningRefuses(t *testing.T) {
+	good := costs["tcp"]
+	neg := good
+	neg.Beta = -1
+	zero := good
+	zero.Cache = 0
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"not json", "alpha=1", "not a cost tuning file"},
+		{"empty", "{}", "sets nothing"},
+		{"two values", `{"exceptions": false} {}`, "more than one"},
+		{"unknown field", `{"costs": {"tcp": {"Alpah": 1}}}`, "Alpah"},
+		{"unknown provider", string(tuningJSON(t, "ib", good, nil)), `unknown provider "ib"`},
+		{"negative beta", string(tuningJSON(t, "tcp", neg, nil)), "costs.tcp: Beta: -1"},
+		{"no cache", string(tuningJSON(t, "shm", zero, nil)), "costs.shm: Cache: 0"},
+		{"missing alpha", `{"costs": {"tcp": {"Beta": 1e-10, "Cache": 1e6}}}`, "costs.tcp: Alpha: 0"},
+		{"bad factor", string(tuningJSON(t, "tcp", good, map[string]any{"allreduce_factors": map[string]float64{"tree": 0}})), "allreduce_factors.tree"},
+		{"factor of no allreduce", string(tuningJSON(t, "tcp", good, map[string]any{"allreduce_factors": map[string]float64{"chain": 1}})), `"chain" is no allreduce algorithm`},
+	} {
+		tu, err := ParseTuning([]byte(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, %v; want an error containing %q", tc.name, tu, err, tc.want)
+		}
+	}
+	if _, err := ReadTuning(filepath.Join(t.TempDir(), "none.json")); !os.IsNotExist(err) {
+		t.Errorf("a missing file: %v, want not-exist", err)
+	}
+}
+
+// TestTuningTables: a tuning's tables are the model's with its constants
+// where it names the provider and cost.go's elsewhere; its factors apply;
+// exceptions false leaves the model's choice where an exception departs
+// from it; the same content is one Tuning whatever its spacing or comment.
+func TestTuningTables(t *testing.T) {
+	// mem with a message 1000 times dearer: the fewest messages win.
+	k := costs["mem"]
+	k.Alpha *= 1000
+	k.Latency *= 1000
+	tu, err := ParseTuning(tuningJSON(t, "mem", k, map[string]any{"comment": "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := ParseTuning(tuningJSON(t, "mem", k, map[string]any{"comment": "another host's words"}))
+	if err != nil || same != tu || tu.Sum() == 0 {
+		t.Fatalf("the same constants: %p (sum %x) and %p, %v; want one Tuning with a sum", tu, tu.Sum(), same, err)
+	}
+	if (*Tuning)(nil).Sum() != 0 || (*Tuning)(nil).Table("mem", 8, 0) != TableFor("mem", 8, 0) {
+		t.Fatal("a nil Tuning is not cost.go's")
+	}
+	mine, builtin := tu.Table("mem", 8, 0), TableFor("mem", 8, 0)
+	if mine == builtin || tu.Table("mem", 8, 0) != mine {
+		t.Fatal("the tuned table is cost.go's, or not kept")
+	}
+	differ := 0
+	for i := range tableClasses {
+		bytes := 1 << i
+		want, _ := k.Best(AllReduce, 8, 0, bytes)
+		if i > 0 {
+			want = modelChoice(k, AllReduce, 8, 0, bytes, mine.Algo(AllReduce, bytes/2))
+		}
+		if e := exceptionFor("mem", AllReduce, 8, 0, bytes, want); e != nil {
+			want = e.Algo
+		}
+		if got := mine.Algo(AllReduce, bytes); got != want {
+			t.Fatalf("%d B: tuned table %s, its model %s", bytes, got, want)
+		}
+		if mine.Algo(AllReduce, bytes) != builtin.Algo(AllReduce, bytes) {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatal("a message 1000 times dearer changed no allreduce choice at 8 ranks")
+	}
+	if a, b := tu.Table("shm", 8, 0), TableFor("shm", 8, 0); a.algo != b.algo {
+		t.Error("shm, which the file leaves out, is not cost.go's")
+	}
+
+	// Factors: a recursive doubling 100 times dearer is never chosen.
+	slow, err := ParseTuning(tuningJSON(t, "mem", costs["mem"], map[string]any{"allreduce_factors": map[string]float64{"rd": 100}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{2, 4, 8, 16} {
+		for i := range 27 {
+			if a := slow.Table("mem", n, 0).Algo(AllReduce, 1<<i); a == RecDoubling {
+				t.Fatalf("%d ranks, %d B: rd 100 times dearer still chosen", n, 1<<i)
+			}
+		}
+	}
+
+	// Exceptions off: every cell is the model's.
+	var e *Exception
+	for i := range Exceptions {
+		if Exceptions[i].Provider == "tcp" {
+			e = &Exceptions[i]
+			break
+		}
+	}
+	if e == nil {
+		t.Skip("no tcp exception to drop")
+	}
+	cpus := 0
+	if e.Shared {
+		cpus = 2
+	}
+	n, bytes := e.MinRanks, e.MaxBytes
+	off, err := ParseTuning([]byte(`{"exceptions": false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := TableFor("tcp", n, cpus).Algo(e.Coll, bytes), e.Algo; got != want {
+		t.Fatalf("cost.go's table at the exception (%s, %d ranks, %d B): %s, want %s", e.Coll, n, bytes, got, want)
+	}
+	if ModelChoice("tcp", e.Coll, n, cpus, bytes) == e.Algo {
+		t.Fatalf("the exception (%s, %d ranks, %d B) is the model's own choice: nothing to drop", e.Coll, n, bytes)
+	}
+	if got, want := off.Table("tcp", n, cpus).Algo(e.Coll, bytes), ModelChoice("tcp", e.Coll, n, cpus, bytes); got != want {
+		t.Fatalf("exceptions off at %s, %d ranks, %d B: %s, want the model's %s", e.Coll, n, bytes, got, want)
+	}
+}
