@@ -145,3 +145,36 @@ func TestTuningTables(t *testing.T) {
 		t.Fatalf("exceptions off at %s, %d ranks, %d B: %s, want the model's %s", e.Coll, n, bytes, got, want)
 	}
 }
+
+// xeonDir holds a machine's own points and the TuningFile fitted on them
+// (README, Tuning to a machine): an Intel Xeon's 2 vCPUs, 2026-11-30.
+const xeonDir = "testdata/xeon-2026-11-30/"
+
+// TestTuningFileOnItsPoints: the tuning file fitted on the Xeon's points,
+// read back, predicts them as the fit did (264 of the 311 check points
+// within 30%, the README's figure), where cost.go's constants predict far
+// fewer: the file's constants reach the estimates whole.
+func TestTuningFileOnItsPoints(t *testing.T) {
+	tu, err := ReadTuning(xeonDir + "tuning.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := readCostFiles(xeonDir + "mem.csv," + xeonDir + "shm.csv," + xeonDir + "tcp.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts = placedBy(pts, "any")
+	ks := map[string]Cost{}
+	for _, p := range []string{"mem", "shm", "tcp"} {
+		ks[p] = tu.cost(p)
+	}
+	own := costErrors(ks, &tu.factor, pts, false, nil)
+	builtin := costErrors(costs, &allReduceFactor, pts, false, nil)
+	all := func(gs []*costGroup) *costGroup { return gs[len(gs)-1] }
+	if got := all(own).within(0.3); got != 264 || len(all(own).errs) != 311 {
+		t.Errorf("the file's constants: %d of %d check points within 30%%, want 264 of 311", got, len(all(own).errs))
+	}
+	if got := all(builtin).within(0.3); got >= 264 {
+		t.Errorf("cost.go's constants: %d within 30%% on the Xeon's points, as many as its own fit", got)
+	}
+}
