@@ -136,11 +136,19 @@ func TestQuorumTunable(t *testing.T) {
 // Ranks that disagree on the quorum fail Init, every one naming a rank
 // with the other setting: their Shrinks would decide differently.
 func TestQuorumMismatchAtInit(t *testing.T) {
+	oddRankOutAtInit(t, nil, []Option{WithQuorum()}, "GORUN_QUORUM")
+}
+
+// oddRankOutAtInit starts 3 ranks, rank 2 with odd and the others with
+// rest, and checks that Init fails on every rank with ErrInvalid naming
+// a rank of the other side (2, or 0 on rank 2) and setting.
+func oddRankOutAtInit(t *testing.T, odd, rest []Option, setting string) {
+	t.Helper()
 	_, errs, _ := initRanks(t, 3, func(r int) []Option {
 		if r == 2 {
-			return nil
+			return odd
 		}
-		return []Option{WithQuorum()}
+		return rest
 	})
 	for r, err := range errs {
 		var re *RankError
@@ -148,8 +156,8 @@ func TestQuorumMismatchAtInit(t *testing.T) {
 		if r == 2 {
 			want = 0
 		}
-		if !errors.As(err, &re) || re.Rank != want || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GORUN_QUORUM") {
-			t.Errorf("rank %d: %v; want ErrInvalid naming rank %d and GORUN_QUORUM", r, err, want)
+		if !errors.As(err, &re) || re.Rank != want || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), setting) {
+			t.Errorf("rank %d: %v; want ErrInvalid naming rank %d and %s", r, err, want, setting)
 		}
 	}
 }

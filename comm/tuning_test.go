@@ -101,22 +101,7 @@ func TestTuningChoosesAlgorithms(t *testing.T) {
 // choose different algorithms for one call.
 func TestTuningMismatchAtInit(t *testing.T) {
 	tu, _ := dearMessages(t)
-	_, errs, _ := initRanks(t, 3, func(r int) []Option {
-		if r == 2 {
-			return []Option{WithTuning(tu)}
-		}
-		return nil
-	})
-	for r, err := range errs {
-		var re *RankError
-		want := 2
-		if r == 2 {
-			want = 0
-		}
-		if !errors.As(err, &re) || re.Rank != want || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "GORUN_COST_FILE") {
-			t.Errorf("rank %d: %v; want ErrInvalid naming rank %d and GORUN_COST_FILE", r, err, want)
-		}
-	}
+	oddRankOutAtInit(t, []Option{WithTuning(tu)}, nil, "GORUN_COST_FILE")
 }
 
 // TestTuningFileRefused: a GORUN_COST_FILE that is missing or no fit's
