@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"os"
 	"slices"
 	"strings"
 
@@ -14,7 +15,9 @@ import (
 // for a launched job of size ranks. A launcher calls it once, before any
 // rank starts, so that a bad value is reported once instead of by every
 // rank. The launcher's build may lack verbs (cgo and -tags rdma) while the
-// ranks' have it, so "verbs" is accepted here either way.
+// ranks' have it, so "verbs" is accepted here either way; a
+// GORUN_COST_FILE that this host lacks is left to the ranks, whose hosts
+// may have it, and one it has is checked.
 func CheckEnv(getenv func(string) string, size int) error {
 	tr := strings.ToLower(strings.TrimSpace(getenv(jobenv.Transport)))
 	if _, ok := rdma.LookupProvider(tr); !ok && tr != "" && tr != "auto" && tr != verbs.Name {
@@ -32,6 +35,19 @@ func CheckEnv(getenv func(string) string, size int) error {
 				return ""
 			}
 			return inner(k)
+		}
+	}
+	if path := strings.TrimSpace(getenv(jobenv.CostFile)); path != "" {
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			// Ranks on other hosts may have it (gorun -H): each rank
+			// that has not fails its own Init, naming it.
+			inner := getenv
+			getenv = func(k string) string {
+				if k == jobenv.CostFile {
+					return ""
+				}
+				return inner(k)
+			}
 		}
 	}
 	t, err := readTunables(getenv)
