@@ -534,7 +534,7 @@ func (c *Comm) place(eps []*endpoint) {
 	c.oneCPUSet = oneCPUSet(eps)
 	provider, cpus := c.costProvider(), c.costCPUs()
 	c.table = c.cfg.tuning.Table(provider, c.size, cpus)
-	c.debugf(debugInfo, "algorithms: the %s table for %d ranks on %d CPUs (0: one per rank), cost constants %s", provider, c.size, cpus, tuningName(c.cfg.tuning.Sum()))
+	c.debugf(debugInfo, "algorithms: the %s table for %d ranks on %d CPUs (0: one per rank), cost constants: %s", provider, c.size, cpus, tuningName(c.cfg.tuning.Sum()))
 }
 
 // oneCPUSet reports whether every endpoint of eps names one host and one

@@ -33,5 +33,5 @@ func tuningName(sum uint64) string {
 	if sum == 0 {
 		return "cost.go's (none set)"
 	}
-	return fmt.Sprintf("of the tuning %016x", sum)
+	return fmt.Sprintf("tuning %016x", sum)
 }
