@@ -66,8 +66,8 @@ func NewTable(provider string, size, cpus int) *Table {
 	return newTable(nil, provider, size, cpus)
 }
 
-// newTable is NewTable with tu's constants, factors and exceptions rule
-// (nil: cost.go's).
+// newTable is NewTable with tu's constants, factors, rules and
+// exceptions flag (nil: cost.go's).
 func newTable(tu *Tuning, provider string, size, cpus int) *Table {
 	t := &Table{provider: provider, size: size, cpus: cpus, tuning: tu.Sum()}
 	k := tu.cost(provider)
@@ -78,6 +78,10 @@ func newTable(tu *Tuning, provider string, size, cpus int) *Table {
 		for i := range tableClasses {
 			model = modelChoice(k, c, size, cpus, 1<<i, model)
 			t.algo[c][i] = model
+			if a := tu.rule(provider, c, size, cpus, 1<<i); a != Auto {
+				t.algo[c][i] = a
+				continue
+			}
 			if !exceptions {
 				continue
 			}

@@ -41,6 +41,87 @@ type TuningFile struct {
 	// were measured on the project's machine: the table is the model's
 	// alone. Left out: they apply.
 	Exceptions *bool `json:"exceptions,omitempty"`
+	// Rules are the machine's own exceptions: where one applies, the
+	// table takes its algorithm whatever the model says, before the
+	// measured Exceptions. The first that applies wins.
+	Rules []TuningRule `json:"rules,omitempty"`
+}
+
+// TuningRule is an exception of a TuningFile: the algorithm Algo for
+// Collective on Provider where the communicator has MinRanks..MaxRanks
+// ranks (0: no bound; PowerOfTwo: powers of two only) and MinBytes <
+// bytes ≤ MaxBytes (0: no bound), bytes as Select takes them; Shared, if
+// set, limits it to ranks that take turns on shared CPUs (true) or have a
+// CPU each (false), as Exception.Shared. Why says what measured it.
+type TuningRule struct {
+	Provider   string `json:"provider"`
+	Collective string `json:"collective"`
+	MinRanks   int    `json:"min_ranks,omitempty"`
+	MaxRanks   int    `json:"max_ranks,omitempty"`
+	PowerOfTwo bool   `json:"power_of_two,omitempty"`
+	MinBytes   int    `json:"min_bytes,omitempty"`
+	MaxBytes   int    `json:"max_bytes,omitempty"`
+	Shared     *bool  `json:"shared,omitempty"`
+	Algo       string `json:"algo"`
+	Why        string `json:"why,omitempty"`
+}
+
+// rule is a checked TuningRule.
+type rule struct {
+	provider           string
+	coll               Collective
+	minRanks, maxRanks int
+	powerOfTwo         bool
+	minBytes, maxBytes int
+	shared             int8 // -1 a CPU each, 1 shared, 0 either
+	algo               Algo
+}
+
+// applies says whether r holds for size ranks sharing cpus CPUs (as the
+// model counts them) on provider, at bytes.
+func (r *rule) applies(provider string, c Collective, size, cpus, bytes int) bool {
+	if r.provider != provider || r.coll != c || size < r.minRanks || size > r.maxRanks ||
+		(r.powerOfTwo && size&(size-1) != 0) || bytes <= r.minBytes || bytes > r.maxBytes {
+		return false
+	}
+	sh := sharesCPUs(size, cpus)
+	return r.shared == 0 || (r.shared > 0) == sh
+}
+
+// check returns tr as a rule, or what is wrong with it.
+func (tr TuningRule) check() (rule, error) {
+	r := rule{provider: tr.Provider, minRanks: tr.MinRanks, maxRanks: tr.MaxRanks, powerOfTwo: tr.PowerOfTwo, minBytes: tr.MinBytes, maxBytes: tr.MaxBytes}
+	if !slices.Contains(tuningProviders, tr.Provider) {
+		return r, fmt.Errorf("unknown provider %q (want one of %v)", tr.Provider, tuningProviders)
+	}
+	c, err := ParseCollective(tr.Collective)
+	if err != nil {
+		return r, fmt.Errorf("collective: %w", err)
+	}
+	a, err := ParseAlgo(tr.Algo)
+	if err != nil || a == Auto || !Supports(c, a) {
+		return r, fmt.Errorf("%s has no algorithm %q (want one of %v)", c, tr.Algo, Algos(c))
+	}
+	r.coll, r.algo = c, a
+	if r.maxRanks == 0 {
+		r.maxRanks = math.MaxInt
+	}
+	if r.maxBytes == 0 {
+		r.maxBytes = math.MaxInt
+	}
+	switch {
+	case r.minRanks < 0 || r.maxRanks < r.minRanks:
+		return r, fmt.Errorf("ranks %d..%d: want 0 ≤ min_ranks ≤ max_ranks (0: no bound)", tr.MinRanks, tr.MaxRanks)
+	case r.minBytes < 0 || r.maxBytes <= r.minBytes:
+		return r, fmt.Errorf("bytes above %d to %d: want 0 ≤ min_bytes < max_bytes (0: no bound)", tr.MinBytes, tr.MaxBytes)
+	}
+	if tr.Shared != nil {
+		r.shared = -1
+		if *tr.Shared {
+			r.shared = 1
+		}
+	}
+	return r, nil
 }
 
 // Tuning is a parsed, checked TuningFile. A nil *Tuning is cost.go's
@@ -49,6 +130,7 @@ type Tuning struct {
 	costs      map[string]Cost
 	factor     [numAlgos]float64
 	exceptions bool
+	rules      []rule
 	sum        uint64
 }
 
@@ -85,8 +167,8 @@ func ParseTuning(b []byte) (*Tuning, error) {
 	if d.More() {
 		return nil, fmt.Errorf("not a cost tuning file: more than one JSON value")
 	}
-	if len(f.Costs) == 0 && len(f.AllReduceFactors) == 0 && f.Exceptions == nil {
-		return nil, fmt.Errorf("the file sets nothing (costs, allreduce_factors, exceptions)")
+	if len(f.Costs) == 0 && len(f.AllReduceFactors) == 0 && f.Exceptions == nil && len(f.Rules) == 0 {
+		return nil, fmt.Errorf("the file sets nothing (costs, allreduce_factors, exceptions, rules)")
 	}
 	t := &Tuning{costs: map[string]Cost{}, factor: allReduceFactor, exceptions: f.Exceptions == nil || *f.Exceptions}
 	for _, p := range sortedKeys(f.Costs) {
@@ -109,6 +191,13 @@ func ParseTuning(b []byte) (*Tuning, error) {
 			return nil, fmt.Errorf("allreduce_factors.%s: %v, want a number above 0", name, v)
 		}
 		t.factor[a] = v
+	}
+	for i, tr := range f.Rules {
+		r, err := tr.check()
+		if err != nil {
+			return nil, fmt.Errorf("rules[%d]: %w", i, err)
+		}
+		t.rules = append(t.rules, r)
 	}
 	t.sum = t.checksum()
 	tuningsMu.Lock()
@@ -162,6 +251,15 @@ func (t *Tuning) checksum() uint64 {
 	if t.exceptions {
 		b = append(b, 1)
 	}
+	for _, r := range t.rules {
+		b = append(b, r.provider...)
+		for _, v := range []int{int(r.coll), r.minRanks, r.maxRanks, r.minBytes, r.maxBytes, int(r.shared), int(r.algo)} {
+			b = binary.LittleEndian.AppendUint64(b, uint64(v))
+		}
+		if r.powerOfTwo {
+			b = append(b, 1)
+		}
+	}
 	h.Write(b)
 	return max(h.Sum64(), 1)
 }
@@ -200,6 +298,20 @@ func (t *Tuning) cost(provider string) Cost {
 	}
 	k.fac = &t.factor
 	return k
+}
+
+// rule is the algorithm of t's first rule that applies to c over size
+// ranks sharing cpus CPUs on provider at bytes, or Auto.
+func (t *Tuning) rule(provider string, c Collective, size, cpus, bytes int) Algo {
+	if t == nil {
+		return Auto
+	}
+	for i := range t.rules {
+		if t.rules[i].applies(provider, c, size, cpus, bytes) {
+			return t.rules[i].algo
+		}
+	}
+	return Auto
 }
 
 // Table is TableFor with t's constants: the table for size ranks sharing

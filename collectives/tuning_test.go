@@ -42,6 +42,11 @@ func TestParseTuningRefuses(t *testing.T) {
 		{"no cache", string(tuningJSON(t, "shm", zero, nil)), "costs.shm: Cache: 0"},
 		{"missing alpha", `{"costs": {"tcp": {"Beta": 1e-10, "Cache": 1e6}}}`, "costs.tcp: Alpha: 0"},
 		{"bad factor", string(tuningJSON(t, "tcp", good, map[string]any{"allreduce_factors": map[string]float64{"tree": 0}})), "allreduce_factors.tree"},
+		{"rule's provider", `{"rules": [{"provider": "ib", "collective": "allreduce", "algo": "ring"}]}`, `rules[0]: unknown provider "ib"`},
+		{"rule's collective", `{"rules": [{"provider": "tcp", "collective": "allsum", "algo": "ring"}]}`, "rules[0]: collective"},
+		{"rule's algorithm", `{"rules": [{"provider": "tcp", "collective": "broadcast", "algo": "hd"}]}`, `rules[0]: broadcast has no algorithm "hd"`},
+		{"rule's ranks", `{"rules": [{"provider": "tcp", "collective": "allreduce", "algo": "ring", "min_ranks": 8, "max_ranks": 4}]}`, "rules[0]: ranks 8..4"},
+		{"rule's bytes", `{"rules": [{"provider": "tcp", "collective": "allreduce", "algo": "ring", "min_bytes": 4096, "max_bytes": 4096}]}`, "rules[0]: bytes above 4096 to 4096"},
 		{"factor of no allreduce", string(tuningJSON(t, "tcp", good, map[string]any{"allreduce_factors": map[string]float64{"chain": 1}})), `"chain" is no allreduce algorithm`},
 	} {
 		tu, err := ParseTuning([]byte(tc.file))
@@ -176,5 +181,52 @@ func TestTuningFileOnItsPoints(t *testing.T) {
 	}
 	if got := all(builtin).within(0.3); got >= 264 {
 		t.Errorf("cost.go's constants: %d within 30%% on the Xeon's points, as many as its own fit", got)
+	}
+}
+
+// TestTuningRules: a file's rules set the table's algorithm where they
+// apply (provider, collective, ranks, bytes, CPU regime), before the
+// measured exceptions, the first that applies winning; elsewhere the
+// table is cost.go's.
+func TestTuningRules(t *testing.T) {
+	tu, err := ParseTuning([]byte(`{"rules": [
+		{"provider": "tcp", "collective": "allreduce", "min_ranks": 2, "max_ranks": 2, "min_bytes": 1048576, "algo": "tree"},
+		{"provider": "tcp", "collective": "allreduce", "min_ranks": 2, "max_ranks": 2, "algo": "ring"},
+		{"provider": "shm", "collective": "broadcast", "min_ranks": 4, "power_of_two": true, "shared": true, "algo": "chain"},
+		{"provider": "tcp", "collective": "allreduce", "min_ranks": 4, "max_ranks": 16, "power_of_two": true, "shared": true, "max_bytes": 2097152, "algo": "rd"}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		provider   string
+		c          Collective
+		size, cpus int
+		bytes      int
+		want       Algo // Auto: cost.go's table
+	}{
+		{"tcp", AllReduce, 2, 0, 2 << 20, Tree},        // the first rule
+		{"tcp", AllReduce, 2, 0, 1 << 20, Ring},        // the second: the first starts above 1 MiB
+		{"tcp", AllReduce, 2, 0, 8, Ring},              // the second, at any size
+		{"tcp", AllReduce, 3, 2, 1 << 20, Auto},        // 3 ranks: no rule
+		{"shm", AllReduce, 2, 0, 1 << 20, Auto},        // another provider
+		{"tcp", Broadcast, 2, 0, 1 << 20, Auto},        // another collective
+		{"shm", Broadcast, 4, 2, 1 << 20, Chain},       // shared CPUs, a power of two
+		{"shm", Broadcast, 8, 2, 8, Chain},             // no upper bound on ranks
+		{"shm", Broadcast, 4, 0, 1 << 20, Auto},        // a CPU each
+		{"shm", Broadcast, 6, 2, 1 << 20, Auto},        // not a power of two
+		{"tcp", AllReduce, 4, 2, 1 << 20, RecDoubling}, // where cost.go's exception takes hd
+		{"tcp", AllReduce, 4, 2, 4 << 20, Auto},        // above the rule's bytes
+	} {
+		want := tc.want
+		if want == Auto {
+			want = TableFor(tc.provider, tc.size, tc.cpus).Algo(tc.c, tc.bytes)
+		}
+		if got := tu.Table(tc.provider, tc.size, tc.cpus).Algo(tc.c, tc.bytes); got != want {
+			t.Errorf("%s %s, %d ranks on %d CPUs, %d B: %s, want %s", tc.provider, tc.c, tc.size, tc.cpus, tc.bytes, got, want)
+		}
+	}
+	if got := TableFor("tcp", 4, 2).Algo(AllReduce, 1<<20); got != HalvingDoubling {
+		t.Fatalf("cost.go's table at tcp, 4 ranks on 2 CPUs, 1 MiB: %s, want the exception's hd (the rule's case checks nothing)", got)
 	}
 }
