@@ -189,9 +189,15 @@ var Exceptions = []Exception{
 // size ranks on cpus CPUs (as the model counts them: modelCPUs) where the
 // model picks model, or nil.
 func exceptionFor(provider string, c Collective, size, cpus, bytes int, model Algo) *Exception {
+	return firstException(Exceptions, provider, c, size, cpus, bytes, model)
+}
+
+// firstException is the first entry of es that applies (exceptionFor; a
+// Tuning's rules, whose Model is Auto), or nil.
+func firstException(es []Exception, provider string, c Collective, size, cpus, bytes int, model Algo) *Exception {
 	shared := sharesCPUs(size, cpus)
-	for i := range Exceptions {
-		e := &Exceptions[i]
+	for i := range es {
+		e := &es[i]
 		if e.Provider == provider && e.Coll == c && e.Shared == shared && size >= e.MinRanks && size <= e.MaxRanks &&
 			(!e.PowerOfTwo || size&(size-1) == 0) && bytes > e.MinBytes && bytes <= e.MaxBytes &&
 			(e.Model == Auto || e.Model == model) {

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -66,62 +67,41 @@ type TuningRule struct {
 	Why        string `json:"why,omitempty"`
 }
 
-// rule is a checked TuningRule.
-type rule struct {
-	provider           string
-	coll               Collective
-	minRanks, maxRanks int
-	powerOfTwo         bool
-	minBytes, maxBytes int
-	shared             int8 // -1 a CPU each, 1 shared, 0 either
-	algo               Algo
-}
-
-// applies says whether r holds for size ranks sharing cpus CPUs (as the
-// model counts them) on provider, at bytes.
-func (r *rule) applies(provider string, c Collective, size, cpus, bytes int) bool {
-	if r.provider != provider || r.coll != c || size < r.minRanks || size > r.maxRanks ||
-		(r.powerOfTwo && size&(size-1) != 0) || bytes <= r.minBytes || bytes > r.maxBytes {
-		return false
-	}
-	sh := sharesCPUs(size, cpus)
-	return r.shared == 0 || (r.shared > 0) == sh
-}
-
-// check returns tr as a rule, or what is wrong with it.
-func (tr TuningRule) check() (rule, error) {
-	r := rule{provider: tr.Provider, minRanks: tr.MinRanks, maxRanks: tr.MaxRanks, powerOfTwo: tr.PowerOfTwo, minBytes: tr.MinBytes, maxBytes: tr.MaxBytes}
+// check returns tr as the Exceptions it stands for (two, one per CPU
+// regime, where Shared is not set), or what is wrong with it.
+func (tr TuningRule) check() ([]Exception, error) {
 	if !slices.Contains(tuningProviders, tr.Provider) {
-		return r, fmt.Errorf("unknown provider %q (want one of %v)", tr.Provider, tuningProviders)
+		return nil, fmt.Errorf("unknown provider %q (want one of %v)", tr.Provider, tuningProviders)
 	}
 	c, err := ParseCollective(tr.Collective)
 	if err != nil {
-		return r, fmt.Errorf("collective: %w", err)
+		return nil, fmt.Errorf("collective: %w", err)
 	}
 	a, err := ParseAlgo(tr.Algo)
 	if err != nil || a == Auto || !Supports(c, a) {
-		return r, fmt.Errorf("%s has no algorithm %q (want one of %v)", c, tr.Algo, Algos(c))
+		return nil, fmt.Errorf("%s has no algorithm %q (want one of %v)", c, tr.Algo, Algos(c))
 	}
-	r.coll, r.algo = c, a
-	if r.maxRanks == 0 {
-		r.maxRanks = math.MaxInt
+	e := Exception{Provider: tr.Provider, Coll: c, MinRanks: tr.MinRanks, MaxRanks: tr.MaxRanks, PowerOfTwo: tr.PowerOfTwo,
+		MinBytes: tr.MinBytes, MaxBytes: tr.MaxBytes, Algo: a, Why: tr.Why}
+	if e.MaxRanks == 0 {
+		e.MaxRanks = math.MaxInt
 	}
-	if r.maxBytes == 0 {
-		r.maxBytes = math.MaxInt
+	if e.MaxBytes == 0 {
+		e.MaxBytes = math.MaxInt
 	}
 	switch {
-	case r.minRanks < 0 || r.maxRanks < r.minRanks:
-		return r, fmt.Errorf("ranks %d..%d: want 0 ≤ min_ranks ≤ max_ranks (0: no bound)", tr.MinRanks, tr.MaxRanks)
-	case r.minBytes < 0 || r.maxBytes <= r.minBytes:
-		return r, fmt.Errorf("bytes above %d to %d: want 0 ≤ min_bytes < max_bytes (0: no bound)", tr.MinBytes, tr.MaxBytes)
+	case e.MinRanks < 0 || e.MaxRanks < e.MinRanks:
+		return nil, fmt.Errorf("ranks %d..%d: want 0 ≤ min_ranks ≤ max_ranks (0: no bound)", tr.MinRanks, tr.MaxRanks)
+	case e.MinBytes < 0 || e.MaxBytes <= e.MinBytes:
+		return nil, fmt.Errorf("bytes above %d to %d: want 0 ≤ min_bytes < max_bytes (0: no bound)", tr.MinBytes, tr.MaxBytes)
 	}
 	if tr.Shared != nil {
-		r.shared = -1
-		if *tr.Shared {
-			r.shared = 1
-		}
+		e.Shared = *tr.Shared
+		return []Exception{e}, nil
 	}
-	return r, nil
+	both := e
+	both.Shared = true
+	return []Exception{e, both}, nil
 }
 
 // Tuning is a parsed, checked TuningFile. A nil *Tuning is cost.go's
@@ -130,7 +110,7 @@ type Tuning struct {
 	costs      map[string]Cost
 	factor     [numAlgos]float64
 	exceptions bool
-	rules      []rule
+	rules      []Exception // the file's rules, before Exceptions
 	sum        uint64
 }
 
@@ -171,7 +151,7 @@ func ParseTuning(b []byte) (*Tuning, error) {
 		return nil, fmt.Errorf("the file sets nothing (costs, allreduce_factors, exceptions, rules)")
 	}
 	t := &Tuning{costs: map[string]Cost{}, factor: allReduceFactor, exceptions: f.Exceptions == nil || *f.Exceptions}
-	for _, p := range sortedKeys(f.Costs) {
+	for _, p := range slices.Sorted(maps.Keys(f.Costs)) {
 		if !slices.Contains(tuningProviders, p) {
 			return nil, fmt.Errorf("costs: unknown provider %q (want one of %v)", p, tuningProviders)
 		}
@@ -181,7 +161,7 @@ func ParseTuning(b []byte) (*Tuning, error) {
 		}
 		t.costs[p] = k
 	}
-	for _, name := range sortedKeys(f.AllReduceFactors) {
+	for _, name := range slices.Sorted(maps.Keys(f.AllReduceFactors)) {
 		a, err := ParseAlgo(name)
 		if err != nil || a == Auto || !Supports(AllReduce, a) {
 			return nil, fmt.Errorf("allreduce_factors: %q is no allreduce algorithm (want one of %v)", name, Algos(AllReduce))
@@ -193,11 +173,11 @@ func ParseTuning(b []byte) (*Tuning, error) {
 		t.factor[a] = v
 	}
 	for i, tr := range f.Rules {
-		r, err := tr.check()
+		es, err := tr.check()
 		if err != nil {
 			return nil, fmt.Errorf("rules[%d]: %w", i, err)
 		}
-		t.rules = append(t.rules, r)
+		t.rules = append(t.rules, es...)
 	}
 	t.sum = t.checksum()
 	tuningsMu.Lock()
@@ -238,7 +218,7 @@ func (k Cost) check() error {
 func (t *Tuning) checksum() uint64 {
 	h := fnv.New64a()
 	var b []byte
-	for _, p := range sortedKeys(t.costs) {
+	for _, p := range slices.Sorted(maps.Keys(t.costs)) {
 		k := t.costs[p]
 		b = append(b, p...)
 		for _, v := range []float64{k.Alpha, k.Latency, k.Beta, k.Gamma, k.Overhead, k.Turn, k.Spill, k.Cache, k.Crowd, k.Far} {
@@ -251,14 +231,19 @@ func (t *Tuning) checksum() uint64 {
 	if t.exceptions {
 		b = append(b, 1)
 	}
-	for _, r := range t.rules {
-		b = append(b, r.provider...)
-		for _, v := range []int{int(r.coll), r.minRanks, r.maxRanks, r.minBytes, r.maxBytes, int(r.shared), int(r.algo)} {
+	for _, e := range t.rules {
+		b = append(b, e.Provider...)
+		for _, v := range []int{int(e.Coll), e.MinRanks, e.MaxRanks, e.MinBytes, e.MaxBytes, int(e.Algo)} {
 			b = binary.LittleEndian.AppendUint64(b, uint64(v))
 		}
-		if r.powerOfTwo {
-			b = append(b, 1)
+		var flags byte
+		if e.PowerOfTwo {
+			flags |= 1
 		}
+		if e.Shared {
+			flags |= 2
+		}
+		b = append(b, flags)
 	}
 	h.Write(b)
 	return max(h.Sum64(), 1)
@@ -278,7 +263,7 @@ func (t *Tuning) Providers() []string {
 	if t == nil {
 		return nil
 	}
-	return sortedKeys(t.costs)
+	return slices.Sorted(maps.Keys(t.costs))
 }
 
 // cost is the constants t's tables use for provider (selectCost's rule
@@ -306,10 +291,8 @@ func (t *Tuning) rule(provider string, c Collective, size, cpus, bytes int) Algo
 	if t == nil {
 		return Auto
 	}
-	for i := range t.rules {
-		if t.rules[i].applies(provider, c, size, cpus, bytes) {
-			return t.rules[i].algo
-		}
+	if e := firstException(t.rules, provider, c, size, cpus, bytes, Auto); e != nil {
+		return e.Algo
 	}
 	return Auto
 }
@@ -318,13 +301,4 @@ func (t *Tuning) rule(provider string, c Collective, size, cpus, bytes int) Algo
 // cpus CPUs on provider, built on first use and kept for the process.
 func (t *Tuning) Table(provider string, size, cpus int) *Table {
 	return tableFor(t, provider, size, cpus)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

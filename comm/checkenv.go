@@ -29,25 +29,13 @@ func CheckEnv(getenv func(string) string, size int) error {
 		return &jobenv.Error{Var: jobenv.Transport, Value: getenv(jobenv.Transport), Why: "want auto or one of " + strings.Join(names, ", ")}
 	}
 	if _, ok := rdma.LookupProvider(tr); !ok && tr == verbs.Name {
-		inner := getenv
-		getenv = func(k string) string {
-			if k == jobenv.Transport {
-				return ""
-			}
-			return inner(k)
-		}
+		getenv = hiding(getenv, jobenv.Transport)
 	}
 	if path := strings.TrimSpace(getenv(jobenv.CostFile)); path != "" {
 		if _, err := os.Stat(path); os.IsNotExist(err) {
 			// Ranks on other hosts may have it (gorun -H): each rank
 			// that has not fails its own Init, naming it.
-			inner := getenv
-			getenv = func(k string) string {
-				if k == jobenv.CostFile {
-					return ""
-				}
-				return inner(k)
-			}
+			getenv = hiding(getenv, jobenv.CostFile)
 		}
 	}
 	t, err := readTunables(getenv)
@@ -58,4 +46,14 @@ func CheckEnv(getenv func(string) string, size int) error {
 		return reachesRanks(t.Transport, jobenv.Job{Size: size})
 	}
 	return nil
+}
+
+// hiding is getenv with name unset.
+func hiding(getenv func(string) string, name string) func(string) string {
+	return func(k string) string {
+		if k == name {
+			return ""
+		}
+		return getenv(k)
+	}
 }
