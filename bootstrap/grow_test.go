@@ -165,3 +165,47 @@ func waitJoiners(t *testing.T, nodes []*Node, within time.Duration) {
 		}
 	}
 }
+
+// A joiner that leaves before the members call Grow (an expelled rank on
+// its way out, which their Joiners still counted: reliability's
+// TestPartitionHealExpelsLoneRank in CI, 2026-11-30) is not admitted: the
+// Grow agrees on the next epoch with the members alone, each at its rank.
+func TestGrowAfterJoinerLeft(t *testing.T) {
+	const job, victim = "grow-left", 2
+	nodes := startWorld(t, job, 3, nil)
+	nodes[victim].shutdown(false)
+	survivors := nodes[:victim]
+	survivors[0].Suspect(victim)
+	shrunk := shrinkAll(t, survivors, 20*time.Second)
+	cfg := testConfig(job, victim, 3)
+	cfg.Seeds = []string{survivors[0].Addr()}
+	cfg.Restarted = true
+	back, err := Start(cfg, []byte("blob again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJoiners(t, survivors, 20*time.Second)
+	back.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	worlds := make([]World, len(survivors))
+	errs := make([]error, len(survivors))
+	done := make(chan struct{})
+	for i, n := range survivors {
+		go func() { worlds[i], errs[i] = n.Grow(ctx); done <- struct{}{} }()
+	}
+	for range survivors {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range worlds {
+		if w.Size != 2 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Digest != worlds[0].Digest || w.Members[i].Name != survivors[i].Name() {
+			t.Errorf("member %d after Grow: rank %d of %d (epoch %d), want rank %d of 2 (epoch %d)", i, w.Rank, w.Size, w.Epoch, i, shrunk[i].Epoch+1)
+		}
+		if k := survivors[i].Joiners(); k != 0 {
+			t.Errorf("member %d: %d joiners after Grow", i, k)
+		}
+	}
+}

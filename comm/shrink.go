@@ -49,8 +49,11 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 // rank of c must call it, at a point they agree on (Joiners says when
 // ranks wait; agree on it with an AllReduce of Max, say); a joining rank's
 // comm.Init returns its communicator when they do. The application then
-// re-broadcasts its state to the newcomers. c is left closed, as by
-// Shrink. If a rank dies while Grow connects, Grow still returns the grown
+// re-broadcasts its state to the newcomers. Joiners that are gone before
+// the members agree are not admitted: a Grow whose every joiner left (an
+// expelled rank on its way out, which Joiners still counted) returns a
+// communicator of c's ranks alone. c is left closed, as by Shrink. If a
+// rank dies while Grow connects, Grow still returns the grown
 // communicator, as on the ranks that connected before the death: its
 // operations fail with ErrPeerFailed, and every rank calls Shrink.
 func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
