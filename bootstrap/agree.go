@@ -373,9 +373,16 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 			// proposals for a world leaving their senders out has a view
 			// that is behind: a restarted rank 0 that the survivors'
 			// proposals reach before gossip shows it them would agree on
-			// a world of itself. (A formed member keeps the old rule: a
-			// proposer that then died is out of its view and its table.)
-			behind := len(miss) == 0 && !n.isFormed() && n.proposerOutside(epoch, &w)
+			// a world of itself. So would a restarted rank that a Grow's
+			// coordinator names the epoch to (msgEpoch) before gossip
+			// shows it the members: it coordinated a world of itself, or
+			// of the restarted ranks, of that epoch, and the members'
+			// next Grow, meeting it, expelled them as the side of a
+			// partition that did not go on (reliability's partition
+			// tests, 2|2: 4 of 150 runs on 2026-11-30). (A formed member
+			// keeps the old rule: a proposer that then died is out of
+			// its view and its table.)
+			behind := len(miss) == 0 && !n.isFormed() && n.heardOutside(epoch, &w)
 			if !behind && (len(miss) == 0 || (epoch == 1 && len(p.notes) == 0 && p.unassigned == 0 && time.Since(settled) >= n.settle() && !n.jobRunning())) {
 				locked = &w
 				tableSent = make(map[string]bool)
@@ -401,6 +408,9 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 		case p.ok && me > 0:
 			// Member: lock on a prepare of our digest, else propose it.
 			w := World{Rank: me, Size: len(p.members), Epoch: epoch, Digest: d, Members: p.members}
+			if epoch > 1 && !n.isFormed() && n.heardOutside(epoch, &w) {
+				break // behind, as a coordinator can be (above): neither propose nor lock
+			}
 			n.mu.Lock()
 			pr, have := n.prepares[epoch]
 			n.mu.Unlock()
@@ -674,19 +684,36 @@ func (n *Node) isFormed() bool {
 	return n.formed
 }
 
-// proposerOutside says whether a node that is not gone proposed for epoch
-// and is not a member of w.
-func (n *Node) proposerOutside(epoch uint32, w *World) bool {
+// heardOutside says whether a node that told this one of an agreement for
+// epoch, and is neither gone nor leaving, is not a member of w: it
+// proposed to this node or, after the first epoch, acked, prepared,
+// committed or named the epoch (msgEpoch). A node joining a running job
+// (not formed) that has heard so has a view that is behind the job's.
+func (n *Node) heardOutside(epoch uint32, w *World) bool {
 	n.mu.Lock()
 	var names []string
 	for name := range n.proposals[epoch] {
 		names = append(names, name)
 	}
+	if epoch > 1 {
+		for name := range n.acks[epoch] {
+			names = append(names, name)
+		}
+		for name := range n.hints[epoch] {
+			names = append(names, name)
+		}
+		for _, book := range []map[uint32]message{n.prepares, n.commits} {
+			if m, ok := book[epoch]; ok {
+				names = append(names, m.from)
+			}
+		}
+	}
+	names = slices.DeleteFunc(names, func(name string) bool { return name == n.name || n.leaving[name] })
 	n.mu.Unlock()
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
 	for _, name := range names {
-		if !n.gone[name] && !slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == name }) {
+		if !n.gone[name] && !n.departed[name] && !slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == name }) {
 			return true
 		}
 	}

@@ -209,3 +209,106 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 		}
 	}
 }
+
+// A restarted rank that a Grow's coordinator names the epoch to (msgEpoch)
+// before gossip has shown it the job's members must not agree on a world
+// without them in that epoch: it waits until its view holds them and joins
+// their Grow. On two namespace hosts (reliability's partition tests, 2|2)
+// a restarted rank's Init returned rank 0 of 1, and the members' next
+// Grow, meeting its world of a later epoch than theirs, expelled them.
+// Two cases: the hinted rank alone (it would coordinate a world of
+// itself), and the second of two restarted ranks that see each other
+// only (it would propose their world to the first, which would commit
+// it).
+func TestRestartedRankHintedBeforeItSeesTheJob(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		size    int
+		victims []int // restarted, each seeing only the others; the last is hinted
+	}{{"alone", 3, []int{2}}, {"two", 4, []int{2, 3}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := "grow-hinted-" + tc.name
+			nw := NewMemNetwork()
+			nodes := startWorld(t, job, tc.size, func(_ int, c *Config) { c.Network = nw })
+			for _, v := range tc.victims {
+				nodes[v].shutdown(false)
+			}
+			survivors := nodes[:tc.victims[0]]
+			for _, v := range tc.victims {
+				survivors[0].Suspect(v)
+			}
+			shrunk := shrinkAll(t, survivors, 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			backs := make([]*Node, len(tc.victims))
+			formed := make([]chan formResult, len(tc.victims))
+			for i, v := range tc.victims {
+				cfg := testConfig(job, v, tc.size)
+				cfg.Network = nw
+				cfg.Seeds = []string{memAddr(65000)} // nobody there
+				cfg.Restarted = true
+				back, err := Start(cfg, []byte("blob again"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { back.Close() })
+				if i > 0 {
+					if k, err := back.ml.Join([]string{backs[0].Addr()}); k == 0 {
+						t.Fatalf("join the other restarted rank: %v", err)
+					}
+				}
+				backs[i], formed[i] = back, make(chan formResult, 1)
+				go func() {
+					w, err := back.Form(ctx)
+					formed[i] <- formResult{w: w, err: err}
+				}()
+			}
+			epoch := shrunk[0].Epoch + 1
+			hinted := backs[len(backs)-1]
+			survivors[0].send(hinted.Name(), hinted.Addr(), message{kind: msgEpoch, epoch: epoch, from: survivors[0].Name()})
+			for i := range backs {
+				select {
+				case r := <-formed[i]:
+					t.Fatalf("restarted rank %d: Form returned before it saw the job: rank %d of %d (epoch %d), %v", tc.victims[i], r.w.Rank, r.w.Size, r.w.Epoch, r.err)
+				case <-time.After(time.Second):
+				}
+			}
+			for _, back := range backs {
+				if k, err := back.ml.Join([]string{survivors[0].Addr()}); k == 0 {
+					t.Fatalf("join: %v", err)
+				}
+			}
+			for _, n := range survivors {
+				for n.Joiners() < len(backs) {
+					if ctx.Err() != nil {
+						t.Fatalf("%s never saw the restarted ranks", n.Name())
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			worlds := make([]World, len(survivors))
+			errs := make([]error, len(survivors))
+			done := make(chan struct{})
+			for i, n := range survivors {
+				go func() { worlds[i], errs[i] = n.Grow(ctx); done <- struct{}{} }()
+			}
+			for range survivors {
+				<-done
+			}
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range worlds {
+				if w.Size != tc.size || w.Rank != i || w.Epoch != epoch || w.Digest != worlds[0].Digest {
+					t.Errorf("member %d after Grow: rank %d of %d (epoch %d), want rank %d of %d in epoch %d", i, w.Rank, w.Size, w.Epoch, i, tc.size, epoch)
+				}
+			}
+			for i, v := range tc.victims {
+				r := <-formed[i]
+				if r.err != nil || r.w.Size != tc.size || r.w.Rank != v || r.w.Digest != worlds[0].Digest {
+					t.Errorf("restarted rank %d: rank %d of %d (epoch %d), %v; want rank %d of the members' world", v, r.w.Rank, r.w.Size, r.w.Epoch, r.err, v)
+				}
+			}
+		})
+	}
+}

@@ -204,7 +204,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		n.outGen++
 		n.viewMu.Unlock()
 	case msgEpoch:
-		n.hints[m.epoch] = true
+		if n.hints[m.epoch] == nil {
+			n.hints[m.epoch] = make(map[string]bool)
+		}
+		n.hints[m.epoch][m.from] = true
 	}
 	n.mu.Unlock()
 	switch m.kind {

@@ -117,7 +117,7 @@ type Node struct {
 	prepares  map[uint32]message                    // as member: the last prepare received
 	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
-	hints     map[uint32]bool                       // epochs a coordinator said it runs (msgEpoch)
+	hints     map[uint32]map[string]bool            // epochs coordinators said they run (msgEpoch), by coordinator
 	tables    map[uint32]*tablePrepare              // as member: the last table prepare received (table.go)
 }
 
@@ -190,7 +190,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		prepares:  make(map[uint32]message),
 		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
-		hints:     make(map[uint32]bool),
+		hints:     make(map[uint32]map[string]bool),
 		tables:    make(map[uint32]*tablePrepare),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
