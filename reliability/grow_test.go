@@ -177,6 +177,7 @@ func childGrow(rank int) int {
 		return after(rank, base, nil)
 	}
 	buf := make([]int64, 64)
+	fmt.Fprintf(os.Stderr, "rank %d: init: rank %d of %d\n", rank, c.Rank(), c.Size())
 	want := envInt("REL_GROW_TO", 4)
 	// A joiner (restarted, or launched to grow the job) takes part in the
 	// same loop as the others: ranks may join one Grow at a time.
@@ -245,6 +246,7 @@ func childGrow(rank int) int {
 					emit(event{Kind: "wrong", Rank: rank, Err: "grow: " + err.Error()})
 					return after(rank, base, nil)
 				}
+				fmt.Fprintf(os.Stderr, "rank %d: grew: rank %d of %d\n", rank, c.Rank(), c.Size())
 				grown = true
 				if share {
 					next = "grow"
