@@ -186,22 +186,8 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 	}
 	waitJoiners(t, survivors, 20*time.Second)
 	back.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	worlds := make([]World, len(survivors))
-	errs := make([]error, len(survivors))
-	done := make(chan struct{})
-	for i, n := range survivors {
-		go func() { worlds[i], errs[i] = n.Grow(ctx); done <- struct{}{} }()
-	}
-	for range survivors {
-		<-done
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for i, w := range worlds {
-		if w.Size != 2 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Digest != worlds[0].Digest || w.Members[i].Name != survivors[i].Name() {
+	for i, w := range agreeAll(t, survivors, 20*time.Second, (*Node).Grow) {
+		if w.Size != 2 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Members[0].Name != survivors[0].Name() || w.Members[i].Name != survivors[i].Name() {
 			t.Errorf("member %d after Grow: rank %d of %d (epoch %d), want rank %d of 2 (epoch %d)", i, w.Rank, w.Size, w.Epoch, i, shrunk[i].Epoch+1)
 		}
 		if k := survivors[i].Joiners(); k != 0 {
@@ -286,18 +272,7 @@ func TestRestartedRankHintedBeforeItSeesTheJob(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
-			worlds := make([]World, len(survivors))
-			errs := make([]error, len(survivors))
-			done := make(chan struct{})
-			for i, n := range survivors {
-				go func() { worlds[i], errs[i] = n.Grow(ctx); done <- struct{}{} }()
-			}
-			for range survivors {
-				<-done
-			}
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
+			worlds := agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
 			for i, w := range worlds {
 				if w.Size != tc.size || w.Rank != i || w.Epoch != epoch || w.Digest != worlds[0].Digest {
 					t.Errorf("member %d after Grow: rank %d of %d (epoch %d), want rank %d of %d in epoch %d", i, w.Rank, w.Size, w.Epoch, i, tc.size, epoch)
