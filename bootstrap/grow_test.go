@@ -155,11 +155,18 @@ func TestJoinerOfEndedJobFails(t *testing.T) {
 // to within in all.
 func waitJoiners(t *testing.T, nodes []*Node, within time.Duration) {
 	t.Helper()
+	waitJoinersN(t, nodes, 1, within)
+}
+
+// waitJoinersN waits until each of nodes sees k joiners, for up to
+// within in all.
+func waitJoinersN(t *testing.T, nodes []*Node, k int, within time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for _, n := range nodes {
-		for n.Joiners() == 0 {
+		for n.Joiners() < k {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s never saw the restarted rank", n.Name())
+				t.Fatalf("%s never saw %d restarted ranks (sees %d)", n.Name(), k, n.Joiners())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -184,6 +191,7 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { back.Close() })
 	waitJoiners(t, survivors, 20*time.Second)
 	back.Close()
 	for i, w := range agreeAll(t, survivors, 20*time.Second, (*Node).Grow) {
@@ -264,14 +272,7 @@ func TestRestartedRankHintedBeforeItSeesTheJob(t *testing.T) {
 					t.Fatalf("join: %v", err)
 				}
 			}
-			for _, n := range survivors {
-				for n.Joiners() < len(backs) {
-					if ctx.Err() != nil {
-						t.Fatalf("%s never saw the restarted ranks", n.Name())
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			waitJoinersN(t, survivors, len(backs), 20*time.Second)
 			worlds := agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
 			for i, w := range worlds {
 				if w.Size != tc.size || w.Rank != i || w.Epoch != epoch || w.Digest != worlds[0].Digest {
