@@ -39,7 +39,7 @@ func TestResumedRankExpelled(t *testing.T) {
 				if rk != victim {
 					if _, ok := rk.waitEvent(ctx, "recovered"); !ok {
 						victim.signal(syscall.SIGCONT)
-						t.Fatalf("rank %d did not recover with rank %d frozen\n%s", rk.id, c.victim, rk.log())
+						t.Fatalf("rank %d did not recover with rank %d frozen\n%s", rk.id, c.victim, j.logs())
 					}
 				}
 			}

@@ -200,6 +200,11 @@ func startJob(t testing.TB, spec jobSpec) *job {
 	if spec.transport != "" {
 		common = append(common, "GORUN_TRANSPORT="+spec.transport)
 	}
+	// Info-level logs (formation, connections, failures, shrinks: a few
+	// lines a rank, none per operation), so that a failure's logs
+	// (j.logs, rk.log) say what each rank saw; a spec's own GORUN_DEBUG
+	// comes later and wins.
+	common = append(common, "GORUN_DEBUG=info")
 	common = append(common, spec.env...)
 	j.common, j.self = common, self
 	for r := range spec.n {
@@ -399,11 +404,18 @@ func checkLeftovers(t testing.TB, dir string) {
 	}
 }
 
-// logs is every rank's stderr, for failure messages.
+// logs is every rank's events and stderr, for failure messages.
 func (j *job) logs() string {
 	var b strings.Builder
 	for _, rk := range j.ranks {
-		fmt.Fprintf(&b, "--- rank %d:\n%s", rk.id, rk.log())
+		rk.mu.Lock()
+		evs := slices.Clone(rk.events)
+		rk.mu.Unlock()
+		fmt.Fprintf(&b, "--- rank %d:\n", rk.id)
+		for _, e := range evs {
+			fmt.Fprintf(&b, "event %s %s iter %d %s\n", time.Unix(0, e.T).UTC().Format("15:04:05.000"), e.Kind, e.Iter, e.Err)
+		}
+		b.WriteString(rk.log())
 	}
 	return b.String()
 }
