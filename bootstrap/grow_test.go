@@ -194,8 +194,9 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 	t.Cleanup(func() { back.Close() })
 	waitJoiners(t, survivors, 20*time.Second)
 	back.Close()
-	for i, w := range agreeAll(t, survivors, 20*time.Second, (*Node).Grow) {
-		if w.Size != 2 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Members[0].Name != survivors[0].Name() || w.Members[i].Name != survivors[i].Name() {
+	worlds := agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
+	for i, w := range worlds {
+		if w.Size != 2 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Digest != worlds[0].Digest || w.Members[0].Name != survivors[0].Name() || w.Members[i].Name != survivors[i].Name() {
 			t.Errorf("member %d after Grow: rank %d of %d (epoch %d), want rank %d of 2 (epoch %d)", i, w.Rank, w.Size, w.Epoch, i, shrunk[i].Epoch+1)
 		}
 		if k := survivors[i].Joiners(); k != 0 {
