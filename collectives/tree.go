@@ -155,7 +155,15 @@ func dtree(n, rank int) (up, d0, d1 int) {
 }
 
 // DoubleTreeAllReduce: the first half of the buffer goes up and down the
-// first tree, the second half the second tree, chunk by chunk.
+// first tree, the second half the second tree, chunk by chunk. A piece
+// goes up both trees before it comes down either: the sends to one peer
+// are posted in program order, and where a rank's parent in one tree is
+// its child or parent in the other (every rank over 2 ranks, where each
+// is the other's only child), a piece's way up in one tree would
+// otherwise wait behind its way down in the other, which waits for the
+// root. Every rank orders its ops alike, so the sends between two ranks
+// still meet their receives in order: up in tree 0, up in tree 1, then
+// down in each.
 func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	s := &Schedule{Rank: rank, Size: size}
 	var trees [2][3]int
@@ -165,7 +173,7 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	base := [2]int{0, half}
 	lens := [2]int{half, count - half}
 	for p := 0; p < max(lens[0], lens[1]); p += chunk {
-		for t := range 2 {
+		for t := range 2 { // up: reduce the children's pieces, send to the parent
 			if p >= lens[t] {
 				continue
 			}
@@ -180,6 +188,15 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 				s.reducing = true
 				s.add(Send, Work, up, off, n)
 				s.reducing = false
+			}
+		}
+		for t := range 2 { // down: take the result from the parent, send it to the children
+			if p >= lens[t] {
+				continue
+			}
+			off, n := base[t]+p, min(chunk, lens[t]-p)
+			up, d0, d1 := trees[t][0], trees[t][1], trees[t][2]
+			if up >= 0 {
 				s.add(Recv, Work, up, off, n)
 			}
 			for _, c := range [2]int{d0, d1} {
