@@ -27,7 +27,9 @@ import (
 // only those (without the fit set, which needs allreduce and broadcast),
 // and GORUN_COST_RANKS and GORUN_COST_SIZES (counts separated by commas)
 // replace the rank counts and sizes (beyond 64 ranks: the README's
-// points at 128 and 256).
+// points at 128 and 256), and GORUN_COST_ALGOS (names separated by
+// commas) measures only those algorithms' check points, without the fit
+// set: to measure one algorithm again after a change to it.
 // shm's and tcp's points are measured under the launcher, a process per
 // rank, as jobs run them (below); it measured them in one process too
 // until 2026-11-28, where ranks wait as goroutines. Every point is
@@ -102,7 +104,17 @@ func TestCostFit(t *testing.T) {
 			colls = append(colls, c)
 		}
 	}
-	if slices.Contains(colls, ar) && slices.Contains(colls, bc) {
+	var algos []collectives.Algo // nil: all
+	if s := os.Getenv("GORUN_COST_ALGOS"); s != "" {
+		for f := range strings.SplitSeq(s, ",") {
+			a, err := collectives.ParseAlgo(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatalf("GORUN_COST_ALGOS=%q: %v", s, err)
+			}
+			algos = append(algos, a)
+		}
+	}
+	if algos == nil && slices.Contains(colls, ar) && slices.Contains(colls, bc) {
 		for _, s := range []int{8, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20} {
 			add("fit", "mem", bc, collectives.Tree, 2, s)
 		}
@@ -127,6 +139,9 @@ func TestCostFit(t *testing.T) {
 					continue
 				}
 				for _, a := range collectives.Algos(c) {
+					if algos != nil && !slices.Contains(algos, a) {
+						continue
+					}
 					add("check", "mem", c, a, n, b)
 				}
 			}

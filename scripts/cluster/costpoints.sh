@@ -10,6 +10,11 @@
 #   scripts/cluster/costpoints.sh -hostlist a,b,c,d [-passes 3] [-out FILE]
 #   scripts/cluster/costpoints.sh -local shm|tcp [-passes 5] [-lock FILE]
 #        [-out collectives/cost_points_launch_PROVIDER.csv]
+#   ... [-algos tree,hd]
+#
+# -algos measures only these allreduce algorithms' check points, without
+# the fit set and the broadcasts: to measure one algorithm again after a
+# change to it, and put its rows in place of its old ones.
 #
 # -hostlist measures on those hosts instead (a real cluster: gorun -H
 # reaches them over ssh, and each sees this checkout's binaries at the
@@ -41,7 +46,7 @@
 # happens. Needs root (network namespaces), as cluster.sh does, and Go.
 set -Eeuo pipefail
 
-passes=3 rate=2gbit hosts=4 lock="" out="" names="" local=""
+passes=3 rate=2gbit hosts=4 lock="" out="" names="" local="" algos=""
 while [ $# -gt 0 ]; do
   case $1 in
     -passes) passes=$2; shift 2 ;;
@@ -51,6 +56,7 @@ while [ $# -gt 0 ]; do
     -out) out=$2; shift 2 ;;
     -hostlist) names=${2//,/ }; shift 2 ;;
     -local) local=$2; shift 2 ;;
+    -algos) algos=${2//,/ }; shift 2 ;;
     *) echo "costpoints: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -125,15 +131,17 @@ run() {
 # pass P measures every point once: small sizes in many calls, large in few.
 pass() {
   local p=$1 n a
-  run fit "$p" broadcast tree 2 20 200 8,4K,64K
-  run fit "$p" broadcast tree 2 2 10 256K,1M,4M
-  run fit "$p" allreduce rd 2 2 10 256K,1M,4M
+  if [ -z "$algos" ]; then
+    run fit "$p" broadcast tree 2 20 200 8,4K,64K
+    run fit "$p" broadcast tree 2 2 10 256K,1M,4M
+    run fit "$p" allreduce rd 2 2 10 256K,1M,4M
+  fi
   for n in $(seq 2 "$hosts"); do
-    for a in ring tree rd hd; do
+    for a in ${algos:-ring tree rd hd}; do
       run check "$p" allreduce $a "$n" 20 200 8,4K,64K
       run check "$p" allreduce $a "$n" 2 8 1M,16M
     done
-    if [ -n "$local" ]; then continue; fi # comm's points for shm and tcp: allreduce alone
+    if [ -n "$local" ] || [ -n "$algos" ]; then continue; fi # comm's points for shm and tcp: allreduce alone
     for a in tree chain; do
       run check "$p" broadcast $a "$n" 20 200 8,4K,64K
       run check "$p" broadcast $a "$n" 2 8 1M,16M
@@ -147,7 +155,7 @@ echo "$head" >"$out"
 for p in $(seq 0 $((passes - 1))); do
   echo "costpoints: pass $p, $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   if [ -n "$lock" ]; then
-    flock "$lock" bash -c "set -Eeuo pipefail; $(declare -f hostlist rtt run pass); work='$work' out='$out' hosts='$hosts' names='$(echo $names)' local='$local' provider='$provider'; pass $p"
+    flock "$lock" bash -c "set -Eeuo pipefail; $(declare -f hostlist rtt run pass); work='$work' out='$out' hosts='$hosts' names='$(echo $names)' local='$local' provider='$provider' algos='$algos'; pass $p"
   else
     pass "$p"
   fi
