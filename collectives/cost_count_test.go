@@ -53,6 +53,10 @@ func TestCostCounts(t *testing.T) {
 // fold-in overlaps the first exchange of ranks without a folded partner),
 // and Bruck's allgather counted as ⌈log2 n⌉ steps where a step waits only
 // for the one that brought its last block (3 ranks: 1 step; 6: 2; 12: 3).
+// Since the chain follows the sends to one peer in program order, it also
+// finds a send held behind a send that waits: the double tree's way up
+// in one tree behind its way down in the other, which took 4 steps over
+// 2 ranks before 50279f3 and 2·depth after.
 func TestCostSteps(t *testing.T) {
 	for _, c := range []Collective{AllReduce, AllGather, ReduceScatter, Barrier} {
 		for _, a := range Algos(c) {
@@ -74,9 +78,11 @@ func TestCostSteps(t *testing.T) {
 }
 
 // chainOf returns the longest chain of dependent messages in the
-// schedules of c/a over n ranks: a receive arrives one hop after its
-// matching send (the k-th send from r to p matches p's k-th receive from
-// r), and an op starts after its deps.
+// schedules of c/a over n ranks, by the executor's rules (Schedule): a
+// receive arrives one hop after its matching send (the k-th send from r
+// to p matches p's k-th receive from r), an op starts after its deps,
+// and a send is posted no earlier than the rank's send before it to the
+// same peer.
 func chainOf(c Collective, a Algo, n, count, chunk int) (int, error) {
 	ss := make([]*Schedule, n)
 	type pair struct{ from, to int }
@@ -102,11 +108,18 @@ func chainOf(c Collective, a Algo, n, count, chunk int) (int, error) {
 	for changed := true; changed; {
 		changed = false
 		for r, s := range ss {
-			k := map[int]int{} // receives from each peer so far
+			k := map[int]int{}    // receives from each peer so far
+			last := map[int]int{} // the index of the latest send to each peer, plus one
 			for i, op := range s.Ops {
 				d := 0
 				for _, j := range op.Deps {
 					d = max(d, depth[r][j])
+				}
+				if op.Kind == Send {
+					if j := last[op.Peer]; j > 0 {
+						d = max(d, depth[r][j-1])
+					}
+					last[op.Peer] = i + 1
 				}
 				if op.Kind != Send {
 					from := sends[pair{op.Peer, r}]
@@ -124,4 +137,26 @@ func chainOf(c Collective, a Algo, n, count, chunk int) (int, error) {
 		}
 	}
 	return longest, nil
+}
+
+// TestDoubleTreeChain: a double tree's pieces pipeline. The longest chain
+// of messages (chainOf: a send is posted after the rank's earlier sends to
+// the same peer) is 2·depth for one piece and for eight, at every rank
+// count; a piece that waits behind another's way down makes it longer (25
+// steps for 8 pieces over 4 ranks before the schedule sent every piece up
+// before any down).
+func TestDoubleTreeChain(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33, 64} {
+		D, _, _ := treeShape(n)
+		for _, pieces := range []int{1, 2, 8} {
+			const chunk = 16
+			got, err := chainOf(AllReduce, Tree, n, 2*chunk*pieces, chunk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if float64(got) != 2*D {
+				t.Errorf("n=%d, %d pieces a tree: a chain of %d messages, want 2·depth = %g", n, pieces, got, 2*D)
+			}
+		}
+	}
 }

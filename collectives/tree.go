@@ -1,5 +1,7 @@
 package collectives
 
+import "slices"
+
 // Tree algorithms.
 //
 // Binomial tree (broadcast, reduce): ranks are renumbered relative to the
@@ -155,56 +157,153 @@ func dtree(n, rank int) (up, d0, d1 int) {
 }
 
 // DoubleTreeAllReduce: the first half of the buffer goes up and down the
-// first tree, the second half the second tree, chunk by chunk. A piece
-// goes up both trees before it comes down either: the sends to one peer
-// are posted in program order, and where a rank's parent in one tree is
-// its child or parent in the other (every rank over 2 ranks, where each
-// is the other's only child), a piece's way up in one tree would
-// otherwise wait behind its way down in the other, which waits for the
-// root. Every rank orders its ops alike, so the sends between two ranks
-// still meet their receives in order: up in tree 0, up in tree 1, then
-// down in each.
+// first tree, the second half the second tree, chunk by chunk.
+//
+// The sends to one peer are posted in program order (Schedule), so a send
+// that could go at once must not stand behind one that waits: where two
+// ranks are neighbours in both trees (over 2 ranks each is the other's
+// parent in one tree and child in the other; over 3, rank 2's parent is
+// rank 0 in both), and between the pieces of one tree. So every piece
+// goes up before any comes down; between two ranks, the way up goes first
+// in the tree where the sender's subtree is shallower (a leaf's pieces are
+// ready at once), and the way down first in the tree where the sender is
+// nearer the root. Both ends compute the same order, so the sends between
+// two ranks still meet their receives in order. A piece then takes
+// 2·depth steps at any count of pieces (TestDoubleTreeChain). Before
+// 50279f3 one piece took 4 steps over 2 ranks and 23 over 64, where the
+// trees are 6 deep, each piece's way up behind the way down of the other
+// tree; after it, 8 pieces over 4 ranks still took 25, each piece behind
+// the one before.
 func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	s := &Schedule{Rank: rank, Size: size}
-	var trees [2][3]int
-	trees[0][0], trees[0][1], trees[0][2] = btree(size, rank)
-	trees[1][0], trees[1][1], trees[1][2] = dtree(size, rank)
 	half := count / 2
 	base := [2]int{0, half}
 	lens := [2]int{half, count - half}
-	for p := 0; p < max(lens[0], lens[1]); p += chunk {
-		for t := range 2 { // up: reduce the children's pieces, send to the parent
-			if p >= lens[t] {
-				continue
-			}
-			off, n := base[t]+p, min(chunk, lens[t]-p)
-			up, d0, d1 := trees[t][0], trees[t][1], trees[t][2]
-			for _, c := range [2]int{d0, d1} {
-				if c >= 0 {
+	var sh [2]treeShapeOf
+	for t := range 2 {
+		sh[t] = newTreeShape(size, t)
+	}
+	// byOf orders the two trees for messages from rank r by key (the
+	// height or the depth of r in each), tree 0 first in a tie.
+	byOf := func(key func(t, r int) int, r int) [2]int {
+		if key(1, r) < key(0, r) {
+			return [2]int{1, 0}
+		}
+		return [2]int{0, 1}
+	}
+	height := func(t, r int) int { return sh[t].height[r] }
+	depth := func(t, r int) int { return sh[t].depth[r] }
+	piece := func(t, p int) (off, n int, ok bool) {
+		if p >= lens[t] {
+			return 0, 0, false
+		}
+		return base[t] + p, min(chunk, lens[t]-p), true
+	}
+	most := max(lens[0], lens[1])
+	// Up: reduce the children's pieces, send the sums to the parent.
+	for _, c := range sh[0].children(rank, sh[1]) {
+		for _, t := range byOf(height, c) {
+			for p := 0; p < most; p += chunk {
+				if off, n, ok := piece(t, p); ok && sh[t].up[c] == rank {
 					s.add(RecvReduce, Work, c, off, n)
 				}
 			}
-			if up >= 0 {
-				s.reducing = true
-				s.add(Send, Work, up, off, n)
-				s.reducing = false
+		}
+	}
+	s.reducing = true
+	for _, t := range byOf(height, rank) {
+		for p := 0; p < most; p += chunk {
+			if off, n, ok := piece(t, p); ok && sh[t].up[rank] >= 0 {
+				s.add(Send, Work, sh[t].up[rank], off, n)
 			}
 		}
-		for t := range 2 { // down: take the result from the parent, send it to the children
-			if p >= lens[t] {
-				continue
+	}
+	s.reducing = false
+	// Down: take the results from the parent, send them to the children.
+	for _, u := range sh[0].parents(rank, sh[1]) {
+		for _, t := range byOf(depth, u) {
+			for p := 0; p < most; p += chunk {
+				if off, n, ok := piece(t, p); ok && sh[t].up[rank] == u {
+					s.add(Recv, Work, u, off, n)
+				}
 			}
-			off, n := base[t]+p, min(chunk, lens[t]-p)
-			up, d0, d1 := trees[t][0], trees[t][1], trees[t][2]
-			if up >= 0 {
-				s.add(Recv, Work, up, off, n)
-			}
-			for _, c := range [2]int{d0, d1} {
-				if c >= 0 {
+		}
+	}
+	for _, t := range byOf(depth, rank) {
+		for p := 0; p < most; p += chunk {
+			off, n, ok := piece(t, p)
+			for _, c := range sh[t].down[rank] {
+				if ok && c >= 0 {
 					s.add(Send, Work, c, off, n)
 				}
 			}
 		}
 	}
 	return s.Finalize()
+}
+
+// treeShapeOf is one of the double tree's trees over all ranks: each
+// rank's parent (-1 at the root), children (-1: none), height (the
+// longest walk down to a leaf) and depth (up to the root).
+type treeShapeOf struct {
+	up            []int
+	down          [][2]int
+	height, depth []int
+}
+
+// newTreeShape returns tree t (0: btree, 1: dtree) over n ranks.
+func newTreeShape(n, t int) treeShapeOf {
+	f := btree
+	if t == 1 {
+		f = dtree
+	}
+	sh := treeShapeOf{up: make([]int, n), down: make([][2]int, n), height: make([]int, n), depth: make([]int, n)}
+	for r := range n {
+		u, d0, d1 := f(n, r)
+		sh.up[r], sh.down[r] = u, [2]int{d0, d1}
+	}
+	var walk func(r, d int) int
+	walk = func(r, d int) int {
+		sh.depth[r] = d
+		h := 0
+		for _, c := range sh.down[r] {
+			if c >= 0 {
+				h = max(h, 1+walk(c, d+1))
+			}
+		}
+		sh.height[r] = h
+		return h
+	}
+	for r := range n {
+		if sh.up[r] < 0 {
+			walk(r, 0)
+		}
+	}
+	return sh
+}
+
+// children returns r's children in this tree and in o, each once, in
+// ascending order.
+func (sh treeShapeOf) children(r int, o treeShapeOf) []int {
+	var cs []int
+	for _, c := range [4]int{sh.down[r][0], sh.down[r][1], o.down[r][0], o.down[r][1]} {
+		if c >= 0 && !slices.Contains(cs, c) {
+			cs = append(cs, c)
+		}
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+// parents returns r's parents in this tree and in o, each once, in
+// ascending order.
+func (sh treeShapeOf) parents(r int, o treeShapeOf) []int {
+	var us []int
+	for _, u := range [2]int{sh.up[r], o.up[r]} {
+		if u >= 0 && !slices.Contains(us, u) {
+			us = append(us, u)
+		}
+	}
+	slices.Sort(us)
+	return us
 }
