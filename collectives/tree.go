@@ -179,9 +179,9 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	half := count / 2
 	base := [2]int{0, half}
 	lens := [2]int{half, count - half}
-	var sh [2]treeShapeOf
+	var sh [2]treeOf
 	for t := range 2 {
-		sh[t] = newTreeShape(size, t)
+		sh[t] = newTreeOf(size, t)
 	}
 	// byOf orders the two trees for messages from rank r by key (the
 	// height or the depth of r in each), tree 0 first in a tie.
@@ -232,8 +232,11 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	for _, t := range byOf(depth, rank) {
 		for p := 0; p < most; p += chunk {
 			off, n, ok := piece(t, p)
+			if !ok {
+				continue
+			}
 			for _, c := range sh[t].down[rank] {
-				if ok && c >= 0 {
+				if c >= 0 {
 					s.add(Send, Work, c, off, n)
 				}
 			}
@@ -242,22 +245,23 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	return s.Finalize()
 }
 
-// treeShapeOf is one of the double tree's trees over all ranks: each
+// treeOf is one of the double tree's two trees over all ranks: each
 // rank's parent (-1 at the root), children (-1: none), height (the
 // longest walk down to a leaf) and depth (up to the root).
-type treeShapeOf struct {
+type treeOf struct {
 	up            []int
 	down          [][2]int
 	height, depth []int
 }
 
-// newTreeShape returns tree t (0: btree, 1: dtree) over n ranks.
-func newTreeShape(n, t int) treeShapeOf {
+// newTreeOf returns the double tree's tree t (0: btree, 1: dtree) over
+// n ranks.
+func newTreeOf(n, t int) treeOf {
 	f := btree
 	if t == 1 {
 		f = dtree
 	}
-	sh := treeShapeOf{up: make([]int, n), down: make([][2]int, n), height: make([]int, n), depth: make([]int, n)}
+	sh := treeOf{up: make([]int, n), down: make([][2]int, n), height: make([]int, n), depth: make([]int, n)}
 	for r := range n {
 		u, d0, d1 := f(n, r)
 		sh.up[r], sh.down[r] = u, [2]int{d0, d1}
@@ -284,7 +288,7 @@ func newTreeShape(n, t int) treeShapeOf {
 
 // children returns r's children in this tree and in o, each once, in
 // ascending order.
-func (sh treeShapeOf) children(r int, o treeShapeOf) []int {
+func (sh treeOf) children(r int, o treeOf) []int {
 	var cs []int
 	for _, c := range [4]int{sh.down[r][0], sh.down[r][1], o.down[r][0], o.down[r][1]} {
 		if c >= 0 && !slices.Contains(cs, c) {
@@ -297,7 +301,7 @@ func (sh treeShapeOf) children(r int, o treeShapeOf) []int {
 
 // parents returns r's parents in this tree and in o, each once, in
 // ascending order.
-func (sh treeShapeOf) parents(r int, o treeShapeOf) []int {
+func (sh treeOf) parents(r int, o treeOf) []int {
 	var us []int
 	for _, u := range [2]int{sh.up[r], o.up[r]} {
 		if u >= 0 && !slices.Contains(us, u) {
