@@ -56,5 +56,7 @@ func TestCostPointsLaunch(t *testing.T) {
 
 // costLaunchWithin30 is how many of cost_points_launch.csv's 70 check
 // points the fit on it predicted within 30% when it was measured
-// (2026-11-28, 12 passes).
-const costLaunchWithin30 = 59
+// (2026-11-28, 12 passes); 57 since the double tree over 2 ranks takes
+// the ring's pieces (ChunkBytes, 2026-11-30), which the model counts and
+// these points, measured with the tree's old pieces, do not have.
+const costLaunchWithin30 = 57

@@ -44,5 +44,8 @@ func TestCostPointsNet(t *testing.T) {
 
 // costNetWithin30 is how many check points of cost_points_net.csv the
 // constants of netCost (as printed: 3 digits) predicted within 30% when
-// they were fitted on it (2026-11-28, 3 passes).
-const costNetWithin30 = 33
+// they were fitted on it (2026-11-28, 3 passes); 32 since the double
+// tree over 2 ranks takes the ring's pieces (ChunkBytes, 2026-11-30),
+// which the model counts and these points, measured with the tree's old
+// pieces, do not have.
+const costNetWithin30 = 32

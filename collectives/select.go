@@ -149,26 +149,28 @@ func Select(c Collective, size int, bytes int) Algo {
 // small enough to keep several chunks in flight, large enough to amortise
 // per-message cost.
 func ChunkBytes(a Algo, size, bytes int) int {
-	switch a {
-	case Tree, Chain:
+	if size == 2 && (a == Ring || a == Tree) {
+		// Two ranks exchange halves (the double tree too: each rank
+		// sends one half up and takes the other back down): in one
+		// piece each, a rank reduces only once the whole half has
+		// arrived, and its wait outlasts the spin before a yield
+		// (shareAfter in internal/engine/wait.go). A quarter of the
+		// buffer overlaps the copy of one piece with the reduction of
+		// the last: shm, 2 processes, in place, 2026-11-24, with the
+		// yield, the ring's 1 MiB 340-357 us in one piece against 230
+		// in quarters; against the code before the yield, level to 10%
+		// faster from 1 to 4 MiB. The double tree took the tree's
+		// pieces until 2026-11-30 (64 and 256 KiB): 1.3-2x slower than
+		// with these from 1 to 16 MiB on shm and tcp, level on mem. With
+		// more ranks the blocks are smaller already, and 4 ranks on 2
+		// CPUs were slower with finer pieces.
+		return min(max(bytes/4, 128<<10), 1<<20)
+	}
+	if a == Tree || a == Chain {
 		if bytes >= 4<<20 {
 			return 256 << 10
 		}
 		return 64 << 10
-	case Ring:
-		if size == 2 {
-			// Two ranks exchange halves: in one piece each, a rank
-			// reduces only once the whole half has arrived, and its
-			// wait outlasts the spin before a yield (shareAfter in
-			// internal/engine/wait.go). A quarter of the buffer overlaps the copy of
-			// one piece with the reduction of the last: shm, 2
-			// processes, in place, 2026-11-24, with the yield, 1 MiB
-			// 340-357 us in one piece against 230 in quarters; against
-			// the code before the yield, level to 10% faster from 1 to
-			// 4 MiB. With more ranks the blocks are smaller already,
-			// and 4 ranks on 2 CPUs were slower with finer pieces.
-			return min(max(bytes/4, 128<<10), 1<<20)
-		}
 	}
 	return 1 << 20
 }

@@ -157,7 +157,9 @@ const xeonDir = "testdata/xeon-2026-11-30/"
 
 // TestTuningFileOnItsPoints: the tuning file fitted on the Xeon's points,
 // read back, predicts them as the fit did (264 of the 311 check points
-// within 30%, the README's figure), where cost.go's constants predict far
+// within 30%, the README's figure; 263 since the double tree over 2 ranks
+// takes the ring's pieces, which the model counts and these points,
+// measured before, do not have), where cost.go's constants predict far
 // fewer: the file's constants reach the estimates whole.
 func TestTuningFileOnItsPoints(t *testing.T) {
 	tu, err := ReadTuning(xeonDir + "tuning.json")
@@ -176,10 +178,10 @@ func TestTuningFileOnItsPoints(t *testing.T) {
 	own := costErrors(ks, &tu.factor, pts, false, nil)
 	builtin := costErrors(costs, &allReduceFactor, pts, false, nil)
 	all := func(gs []*costGroup) *costGroup { return gs[len(gs)-1] }
-	if got := all(own).within(0.3); got != 264 || len(all(own).errs) != 311 {
-		t.Errorf("the file's constants: %d of %d check points within 30%%, want 264 of 311", got, len(all(own).errs))
+	if got := all(own).within(0.3); got != 263 || len(all(own).errs) != 311 {
+		t.Errorf("the file's constants: %d of %d check points within 30%%, want 263 of 311", got, len(all(own).errs))
 	}
-	if got := all(builtin).within(0.3); got >= 264 {
+	if got := all(builtin).within(0.3); got >= 263 {
 		t.Errorf("cost.go's constants: %d within 30%% on the Xeon's points, as many as its own fit", got)
 	}
 }
