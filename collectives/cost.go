@@ -235,7 +235,7 @@ func runsAs(c Collective, a Algo, size, bytes int) (Collective, int) {
 // (0.883 before), hd 1.10 (1.15 before halving-doubling's pieces). The
 // tree's was fitted while its schedule held a piece's way up behind
 // another's way down (before 50279f3 and b7901ae): the tree runs faster
-// than it predicts now (a refit on the Xeon's near points: 1.20; README,
+// than it predicts now (a refit on the Xeon's near points: 1.15; README,
 // the double tree's order), and the EPYC's points it was fitted on are
 // not measured again.
 var allReduceFactor = [numAlgos]float64{Ring: 1, Tree: 1.4, RecDoubling: 0.835, HalvingDoubling: 1.1}
