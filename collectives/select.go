@@ -160,8 +160,9 @@ func ChunkBytes(a Algo, size, bytes int) int {
 		// yield, the ring's 1 MiB 340-357 us in one piece against 230
 		// in quarters; against the code before the yield, level to 10%
 		// faster from 1 to 4 MiB. The double tree took the tree's
-		// pieces until 2026-11-30 (64 and 256 KiB): 1.3-2x slower than
-		// with these from 1 to 16 MiB on shm and tcp, level on mem. With
+		// pieces until 2026-11-30 (64 and 256 KiB): 1.15-1.85x slower
+		// than with these from 1 to 16 MiB on shm and tcp (medians of 3
+		// interleaved rounds), level on mem. With
 		// more ranks the blocks are smaller already, and 4 ranks on 2
 		// CPUs were slower with finer pieces.
 		return min(max(bytes/4, 128<<10), 1<<20)
