@@ -234,7 +234,7 @@ func runsAs(c Collective, a Algo, size, bytes int) (Collective, int) {
 // Latency, Cache and the tree's shape (treeShape): tree 1.40, rd 0.835
 // (0.883 before), hd 1.10 (1.15 before halving-doubling's pieces). The
 // tree's was fitted while its schedule held a piece's way up behind
-// another's way down (before 50279f3 and b7901ae): the tree runs faster
+// another's way down (before 71da1d8 and b7901ae): the tree runs faster
 // than it predicts now (a refit on the Xeon's near points: 1.15; README,
 // the double tree's order), and the EPYC's points it was fitted on are
 // not measured again.

@@ -56,7 +56,7 @@ func TestCostCounts(t *testing.T) {
 // Since the chain follows the sends to one peer in program order, it also
 // finds a send held behind a send that waits: the double tree's way up
 // in one tree behind its way down in the other, which took 4 steps over
-// 2 ranks before 50279f3 (2·depth since b7901ae).
+// 2 ranks before 71da1d8 (2·depth since b7901ae).
 func TestCostSteps(t *testing.T) {
 	for _, c := range []Collective{AllReduce, AllGather, ReduceScatter, Barrier} {
 		for _, a := range Algos(c) {

@@ -170,7 +170,7 @@ func dtree(n, rank int) (up, d0, d1 int) {
 // nearer the root. Both ends compute the same order, so the sends between
 // two ranks still meet their receives in order. A piece then takes
 // 2·depth steps at any count of pieces (TestDoubleTreeChain). Before
-// 50279f3 one piece took 4 steps over 2 ranks and 23 over 64, where the
+// 71da1d8 one piece took 4 steps over 2 ranks and 23 over 64, where the
 // trees are 6 deep, each piece's way up behind the way down of the other
 // tree; after it, 8 pieces over 4 ranks still took 25, each piece behind
 // the one before.
