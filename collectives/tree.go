@@ -193,54 +193,44 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	}
 	height := func(t, r int) int { return sh[t].height[r] }
 	depth := func(t, r int) int { return sh[t].depth[r] }
-	piece := func(t, p int) (off, n int, ok bool) {
-		if p >= lens[t] {
-			return 0, 0, false
+	// each calls f with the offset and length of every piece of tree
+	// t's half, in order.
+	each := func(t int, f func(off, n int)) {
+		for p := 0; p < lens[t]; p += chunk {
+			f(base[t]+p, min(chunk, lens[t]-p))
 		}
-		return base[t] + p, min(chunk, lens[t]-p), true
 	}
-	most := max(lens[0], lens[1])
 	// Up: reduce the children's pieces, send the sums to the parent.
 	for _, c := range sh[0].children(rank, sh[1]) {
 		for _, t := range byOf(height, c) {
-			for p := 0; p < most; p += chunk {
-				if off, n, ok := piece(t, p); ok && sh[t].up[c] == rank {
-					s.add(RecvReduce, Work, c, off, n)
-				}
+			if sh[t].up[c] == rank {
+				each(t, func(off, n int) { s.add(RecvReduce, Work, c, off, n) })
 			}
 		}
 	}
 	s.reducing = true
 	for _, t := range byOf(height, rank) {
-		for p := 0; p < most; p += chunk {
-			if off, n, ok := piece(t, p); ok && sh[t].up[rank] >= 0 {
-				s.add(Send, Work, sh[t].up[rank], off, n)
-			}
+		if u := sh[t].up[rank]; u >= 0 {
+			each(t, func(off, n int) { s.add(Send, Work, u, off, n) })
 		}
 	}
 	s.reducing = false
 	// Down: take the results from the parent, send them to the children.
 	for _, u := range sh[0].parents(rank, sh[1]) {
 		for _, t := range byOf(depth, u) {
-			for p := 0; p < most; p += chunk {
-				if off, n, ok := piece(t, p); ok && sh[t].up[rank] == u {
-					s.add(Recv, Work, u, off, n)
-				}
+			if sh[t].up[rank] == u {
+				each(t, func(off, n int) { s.add(Recv, Work, u, off, n) })
 			}
 		}
 	}
 	for _, t := range byOf(depth, rank) {
-		for p := 0; p < most; p += chunk {
-			off, n, ok := piece(t, p)
-			if !ok {
-				continue
-			}
+		each(t, func(off, n int) {
 			for _, c := range sh[t].down[rank] {
 				if c >= 0 {
 					s.add(Send, Work, c, off, n)
 				}
 			}
-		}
+		})
 	}
 	return s.Finalize()
 }
