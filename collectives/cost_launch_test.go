@@ -58,5 +58,7 @@ func TestCostPointsLaunch(t *testing.T) {
 // points the fit on it predicted within 30% when it was measured
 // (2026-11-28, 12 passes); 57 since the double tree over 2 ranks takes
 // the ring's pieces (ChunkBytes, 2026-11-30), which the model counts and
-// these points, measured with the tree's old pieces, do not have.
-const costLaunchWithin30 = 57
+// these points, measured with the tree's old pieces, do not have; 55
+// since the tree's factor is 1.2 (allReduceFactor, that afternoon), where
+// these points' tree rows, measured with the tree's old order, took 1.40.
+const costLaunchWithin30 = 55
