@@ -244,9 +244,9 @@ func runsAs(c Collective, a Algo, size, bytes int) (Collective, int) {
 // against the points of 2026-11-28. 1.2 moves 249 table cells at 2-64
 // ranks to the tree. The ones measured with a barrier before each call
 // (README, the double tree's factor: mem, shm and tcp at 8-64 ranks on
-// 2 CPUs, 16-256 KiB) were faster or level; back to back, mem's 24
-// ranks at 64 KiB was 1.36x slower. tcp's with a CPU per rank (42-63
-// ranks, 1-2 MiB) cannot be measured here.
+// 2 CPUs, 16-256 KiB) were faster or level; back to back, mem's 20 and
+// 24 ranks at 64 KiB were 1.36x slower. tcp's with a CPU per rank
+// (42-63 ranks, 1-2 MiB) cannot be measured here.
 var allReduceFactor = [numAlgos]float64{Ring: 1, Tree: 1.2, RecDoubling: 0.835, HalvingDoubling: 1.1}
 
 // estimate is EstimateWindow with the allreduce factors fac
