@@ -188,3 +188,40 @@ func sizeName(b int) string {
 	}
 	return fmt.Sprintf("%dB", b)
 }
+
+// TestTableTreeMeasured pins the double tree's table cells that A/B runs
+// measured (README, the double tree's factor; 2026-11-30, the EPYC, 2
+// CPUs, allreduce_perf with a barrier before each call, medians of 3-6
+// rounds, out of place): where the tree was faster than the choice under
+// allReduceFactor's old tree factor (1.40), the table takes it; where a
+// lower factor (1.15) would have moved a cell to what the runs showed
+// slower, it keeps the faster. A change of the model that moves one of
+// these goes against a measurement, and must measure it again.
+func TestTableTreeMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		p    string
+		n, b int
+		want Algo
+		why  string
+	}{
+		{"mem", 8, 64 << 10, Tree, "tree 67.8 us, hd 83.8"},
+		{"mem", 8, 128 << 10, Tree, "tree 110, hd 132"},
+		{"mem", 16, 16 << 10, Tree, "tree 96, rd 146"},
+		{"mem", 16, 128 << 10, Tree, "tree 354, hd 479"},
+		{"mem", 32, 16 << 10, Tree, "tree 345, rd 545"},
+		{"mem", 64, 16 << 10, Tree, "tree 848, rd 1,758"},
+		{"mem", 64, 128 << 10, Tree, "tree 4,438, hd 5,786"},
+		{"mem", 64, 256 << 10, Tree, "tree 8,941, hd 10,374"},
+		{"shm", 16, 128 << 10, Tree, "tree 782, rd 1,271"},
+		{"shm", 32, 64 << 10, Tree, "tree 1,348, rd 1,579"},
+		{"tcp", 16, 64 << 10, Tree, "tree 1,677, rd 2,137"},
+		{"tcp", 32, 256 << 10, Tree, "tree 10,541, hd 14,952"},
+		{"mem", 4, 32 << 10, RecDoubling, "rd 16.8, tree 19.3"},
+		{"mem", 4, 256 << 10, HalvingDoubling, "hd 72.6, tree 78.0, ring 93.4"},
+		{"tcp", 16, 256 << 10, HalvingDoubling, "hd 3,838, tree 4,338"},
+	} {
+		if got := TableFor(tc.p, tc.n, 2).Algo(AllReduce, tc.b); got != tc.want {
+			t.Errorf("%s allreduce, %d ranks on 2 CPUs, %s: the table takes %s, not %s (measured: %s)", tc.p, tc.n, sizeName(tc.b), got, tc.want, tc.why)
+		}
+	}
+}
