@@ -200,8 +200,15 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 			f(base[t]+p, min(chunk, lens[t]-p))
 		}
 	}
+	// This rank's children and parents over both trees, each once, in
+	// ascending order (both ends order their messages alike).
+	var kids, ups peerSet
+	kids.add(size, rank, sh[0].down[rank][0], sh[0].down[rank][1], sh[1].down[rank][0], sh[1].down[rank][1])
+	ups.add(size, rank, sh[0].up[rank], sh[1].up[rank])
+	slices.Sort(kids.ranks)
+	slices.Sort(ups.ranks)
 	// Up: reduce the children's pieces, send the sums to the parent.
-	for _, c := range sh[0].children(rank, sh[1]) {
+	for _, c := range kids.ranks {
 		for _, t := range byOf(height, c) {
 			if sh[t].up[c] == rank {
 				each(t, func(off, n int) { s.add(RecvReduce, Work, c, off, n) })
@@ -216,7 +223,7 @@ func DoubleTreeAllReduce(rank, size, count, chunk int) *Schedule {
 	}
 	s.reducing = false
 	// Down: take the results from the parent, send them to the children.
-	for _, u := range sh[0].parents(rank, sh[1]) {
+	for _, u := range ups.ranks {
 		for _, t := range byOf(depth, u) {
 			if sh[t].up[rank] == u {
 				each(t, func(off, n int) { s.add(Recv, Work, u, off, n) })
@@ -274,30 +281,4 @@ func newTreeOf(n, t int) treeOf {
 		}
 	}
 	return sh
-}
-
-// children returns r's children in this tree and in o, each once, in
-// ascending order.
-func (sh treeOf) children(r int, o treeOf) []int {
-	var cs []int
-	for _, c := range [4]int{sh.down[r][0], sh.down[r][1], o.down[r][0], o.down[r][1]} {
-		if c >= 0 && !slices.Contains(cs, c) {
-			cs = append(cs, c)
-		}
-	}
-	slices.Sort(cs)
-	return cs
-}
-
-// parents returns r's parents in this tree and in o, each once, in
-// ascending order.
-func (sh treeOf) parents(r int, o treeOf) []int {
-	var us []int
-	for _, u := range [2]int{sh.up[r], o.up[r]} {
-		if u >= 0 && !slices.Contains(us, u) {
-			us = append(us, u)
-		}
-	}
-	slices.Sort(us)
-	return us
 }
