@@ -108,7 +108,7 @@ func (c *Comm) flushP2PLocked() {
 	for i := range msgs {
 		msgs[i].req.c.Store(nil) // flushed: Wait need not flush again
 	}
-	go c.runP2P(t, msgs)
+	engine.Go(func() { c.runP2P(t, msgs) })
 }
 
 // runP2P runs the group msgs at ticket t and completes their requests.

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // Request is a pending non-blocking operation. Its place in the
@@ -52,10 +53,10 @@ func (r *Request) flush() {
 
 func start(f func() error) *Request {
 	r := &Request{done: make(chan struct{})}
-	go func() {
+	engine.Go(func() {
 		r.err = f()
 		close(r.done)
-	}()
+	})
 	return r
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -79,6 +80,37 @@ const shareAfter = 100 * time.Microsecond
 // moved would swap CPUs and share one again. A large operation is not
 // moved: its peer may be busy on the other CPU.
 const leaveAfter = time.Millisecond
+
+// unstarted counts the goroutines started through Go that have not run
+// yet. A Run that finds one idles by handing its thread to it
+// (runtime.Gosched) rather than polling: with one P per rank (the
+// launcher's GOMAXPROCS), a new goroutine waits in the P's run queue
+// until the running one stops, and a Run stops only at every 16th idle
+// look (or once per shareAfter with Ps to spare). Where ranks outnumber
+// CPUs, the looks between are sched_yields that may each run another
+// process for a while. The hierarchical allreduce between two hosts
+// (comm's hierExchange: an ISend on one communicator, its goroutine
+// started by the flush, then a Recv on another) waited 70-100 µs for its
+// send to start: 2 namespace hosts x 2 ranks on 2 CPUs, unshaped veth,
+// 2026-11-30, the exchange of 16 KiB took a median 124-201 µs before and
+// 40-98 µs after (8 runs of 400 each way), and the 64 KiB allreduce on
+// the 2 Gbit/s cluster 280-465 µs before and 191-234 after (Open MPI
+// 203-213). Handing the thread over at every idle look while two Runs of
+// the process wait (a count of them) was tried as well: the exchange of
+// 64 KiB stayed at 250-300 µs with it or without, so it was left out.
+var unstarted atomic.Int32
+
+// Go runs f on a goroutine of its own, as a go statement does, and has
+// every idle Run hand its thread to it until it runs. For the goroutines
+// that run operations a caller may wait for from another communicator's
+// Run: a non-blocking request, a group of point-to-point messages.
+func Go(f func()) {
+	unstarted.Add(1)
+	go func() {
+		unstarted.Add(-1)
+		f()
+	}()
+}
 
 // waiter is one Run's waiting state.
 type waiter struct {
@@ -175,7 +207,7 @@ func (w *waiter) idle() error {
 	w.idleN++
 	if w.idleN&15 != 0 && !w.armed {
 		switch {
-		case e.wait.InProcess:
+		case e.wait.InProcess || unstarted.Load() > 0:
 			runtime.Gosched()
 		case e.wait.Yield && w.idleN > yieldAfter:
 			yieldCPU()
