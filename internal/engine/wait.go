@@ -93,11 +93,12 @@ const leaveAfter = time.Millisecond
 // started by the flush, then a Recv on another) waited 70-100 µs for its
 // send to start: 2 namespace hosts x 2 ranks on 2 CPUs, unshaped veth,
 // 2026-11-30, the exchange of 16 KiB took a median 124-201 µs before and
-// 40-98 µs after (8 runs of 400 each way), and the 64 KiB allreduce on
-// the 2 Gbit/s cluster 280-465 µs before and 191-234 after (Open MPI
-// 203-213). Handing the thread over at every idle look while two Runs of
-// the process wait (a count of them) was tried as well: the exchange of
-// 64 KiB stayed at 250-300 µs with it or without, so it was left out.
+// 41-91 µs after (8 medians of 400 each way), and the 64 KiB allreduce
+// on the 2 Gbit/s cluster 268-380 µs before and 189-272 after (Open MPI
+// 195-285; bench/compare/CLUSTER.md). Handing the thread over at every
+// idle look while two Runs of the process wait (a count of them) was
+// tried as well: the exchange of 64 KiB took 215-286 µs with it and
+// 236-307 without, no clear gain for a count on every Run's idle path.
 var unstarted atomic.Int32
 
 // Go runs f on a goroutine of its own, as a go statement does, and has
