@@ -34,6 +34,17 @@ func shareProcs(c *Comm, getenv func(string) string) {
 		return
 	}
 	runtime.GOMAXPROCS(want)
-	c.eng.SetWait(cfg.waitPolicy()) // it notes GOMAXPROCS (internal/engine, wait.go)
+	// Every engine notes GOMAXPROCS (internal/engine, wait.go): c's, and
+	// its hierarchical sub-communicators', which newComm made before this
+	// (a rank started without gorun's GOMAXPROCS, across hosts). With a
+	// stale count above 1, their Runs handed the one P to the process's
+	// other goroutines (a device's watcher, an operation's) once per
+	// shareAfter instead of at every 16th idle look.
+	c.eng.SetWait(cfg.waitPolicy())
+	if c.hier != nil {
+		for _, x := range c.hier.subs() {
+			x.eng.SetWait(x.cfg.waitPolicy())
+		}
+	}
 	c.debugf(debugInfo, "GOMAXPROCS %d -> %d: %d ranks share this rank's %d CPUs", cur, want, cfg.cpuSharers, cfg.cpus)
 }

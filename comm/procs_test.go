@@ -9,7 +9,8 @@ import (
 
 // Init's shareProcs lowers GOMAXPROCS to the rank's share of the CPUs it
 // shares where GOMAXPROCS is Go's default or the launcher's, and leaves a
-// user's alone.
+// user's alone; the engines of the communicator and of its hierarchical
+// sub-communicators note the result.
 func TestShareProcs(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	n := runtime.NumCPU()
@@ -29,14 +30,27 @@ func TestShareProcs(t *testing.T) {
 		{"as many CPUs as the default", nil, n, 2 * n, 2, n},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newLocal(t, 1)[0]
+			cs := newLocal(t, 3)
+			c := cs[0]
 			cfg := *c.cfg
 			cfg.cpus, cfg.cpuSharers = tc.cpus, tc.shares
 			c.cfg = &cfg
+			// Sub-communicators made before shareProcs runs, as newComm
+			// makes the hierarchical ones.
+			c.hier = &hierComms{local: cs[1], cross: cs[2]}
 			runtime.GOMAXPROCS(tc.set)
+			for _, x := range cs {
+				x.eng.SetWait(x.cfg.waitPolicy())
+			}
 			shareProcs(c, func(k string) string { return tc.env[k] })
+			c.hier = nil
 			if got := runtime.GOMAXPROCS(0); got != tc.want {
 				t.Errorf("GOMAXPROCS %d, want %d", got, tc.want)
+			}
+			for i, x := range cs {
+				if got := x.eng.Procs(); got != tc.want {
+					t.Errorf("communicator %d's engine notes GOMAXPROCS %d, want %d", i, got, tc.want)
+				}
 			}
 		})
 	}

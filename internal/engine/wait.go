@@ -101,6 +101,10 @@ const leaveAfter = time.Millisecond
 // 236-307 without, no clear gain for a count on every Run's idle path.
 var unstarted atomic.Int32
 
+// Procs is the GOMAXPROCS the engine's wait policy was set under
+// (SetWait).
+func (e *Engine) Procs() int { return e.procs }
+
 // Go runs f on a goroutine of its own, as a go statement does, and has
 // every idle Run hand its thread to it until it runs. For the goroutines
 // that run operations a caller may wait for from another communicator's
