@@ -10,7 +10,8 @@ import (
 )
 
 // A send and its receive of different lengths, where the send is direct
-// (engine.DirectMin, 64 KiB, or more) and longer than the receive: every
+// (engine.DirectMin, 64 KiB, or more; 128 KiB on tcp) and longer than the
+// receive: every
 // rank fails with ErrMismatch naming the sender, well before the
 // communicator's timeout, and the receive's buffer is left as it was.
 // Before, a staged receive (shorter than 64 KiB) and the direct send
@@ -20,8 +21,9 @@ import (
 // failed on every rank.
 func TestP2PLengthMismatch(t *testing.T) {
 	cases := []struct{ send, recv int }{ // bytes
-		{80000, 64000},     // direct send, staged receive
+		{80000, 64000},     // direct send, staged receive (tcp: both staged)
 		{65536, 65532},     // the same, at the bound
+		{160000, 120000},   // tcp's direct send and staged receive
 		{1 << 20, 1 << 19}, // both direct, the receive shorter
 		{1 << 20, 1<<20 - 4},
 	}

@@ -163,8 +163,52 @@ type peerState struct {
 }
 
 // DirectMin is the smallest op (in bytes) sent directly into the receiver's
-// buffer rather than through its staging slots.
+// buffer rather than through its staging slots, but for point-to-point
+// messages and broadcasts on tcp (Link.directMinOf).
 const DirectMin = 64 << 10
+
+// tcpDirectMin is DirectMin for point-to-point messages and broadcasts on
+// tcp. A direct message costs a round trip more (the receiver's
+// clear-to-send) and saves the receiver's copy out of its staging slot;
+// over TCP the round trip is tens of microseconds, and the payload is read
+// from the socket either way. Measured over TCP loopback, 2026-11-30,
+// rotated rounds, medians, builds with a higher threshold against
+// DirectMin:
+//   - 2 ranks, an ISend+IRecv exchange of 64 KiB: 44-47 µs staged against
+//     68-73 direct (3 rounds); at 256 and 512 KiB, staged against direct,
+//     neither ahead;
+//   - 2 ranks, a broadcast of 64 KiB: 25-26 against 37-47;
+//   - 4 ranks, broadcasts in 64 KiB pieces (below 4 MiB; 4 rounds):
+//     64 KiB 142-203 against 210-360, 256 KiB 273-441 against 452-615,
+//     1 MiB 903-2,011 against 1,577-2,235; in 256 KiB pieces (4 MiB and
+//     more) staging was the slower (4 MiB 3,907-5,247 against
+//     3,610-4,322, 4 of 6 rounds), hence 128 KiB;
+//   - but 4 ranks, allreduce: with its 64 and 128 KiB pieces staged, 256
+//     KiB took 479-620 against 456-482 and 512 KiB 867-1,233 against
+//     753-836. A ring's later pieces are cleared while earlier steps run,
+//     which hides the trip, where a lone message or a broadcast's waits
+//     for it. So the other collectives keep DirectMin.
+//
+// Both ends of a link run one provider and one call, so they still agree
+// on the length alone.
+const tcpDirectMin = 128 << 10
+
+// directMinFor is the smallest direct point-to-point message or broadcast
+// on a link of provider (Link.directMinOf).
+func directMinFor(provider string) int {
+	if provider == "tcp" {
+		return tcpDirectMin
+	}
+	return DirectMin
+}
+
+// directMinOf is the smallest direct message of call on l.
+func (l *Link) directMinOf(call *Call) int {
+	if call.Coll == collectives.SendRecv || call.Coll == collectives.Broadcast {
+		return l.directMin
+	}
+	return DirectMin
+}
 
 // maxWrite bounds one posted write of a direct message.
 const maxWrite = 4 << 20

@@ -29,7 +29,9 @@ package engine
 // of the destination inside its registered working buffer; the sender
 // writes the payload there directly, then the usual header (marked direct)
 // with immediate into a staging slot. Both sides decide "direct" from the
-// op's length alone (DirectMin), so they agree without negotiation.
+// op's length and call alone (Link.directMinOf: DirectMin, or
+// tcpDirectMin for point-to-point messages and broadcasts on tcp), so
+// they agree without negotiation.
 //
 // A data message whose header and payload fit a posted receive (recvSize:
 // payloads up to sendMax) is a send instead of a write: it lands in the
@@ -140,6 +142,7 @@ type Link struct {
 	rSlotSize int
 	hdrs      *rdma.MR // header (and small payload) sources, one per remote slot
 	inline    int      // conn.MaxInline(): a data send this long is posted FlagInline
+	directMin int      // the smallest direct point-to-point message or broadcast (directMinFor)
 
 	// The mailboxes (mailbox.go): mbConn is conn's, if it has them; mb is
 	// set when the peer's hello says it has them too. Engine only.
@@ -232,7 +235,7 @@ func newLink(conn rdma.Conn, dev *Device, p LinkParams, waker *Engine) (l *Link,
 		return nil, fmt.Errorf("collectives: provider %s inlines only %d bytes, need %d", dev.Dev.Name(), conn.MaxInline(), ctrlSize)
 	}
 	p.SlotBytes = (max(p.SlotBytes, hdrSize+64) + 63) &^ 63
-	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, inline: conn.MaxInline(),
+	l = &Link{Peer: -1, conn: conn, dev: dev, slots: max(p.Slots, 1), slotSize: p.SlotBytes, inline: conn.MaxInline(), directMin: directMinFor(dev.Dev.Name()),
 		byeSent: make(chan struct{}), sendOut: make(chan struct{}), ready: make(chan struct{}), joined: make(chan struct{}), recvEnd: make(chan struct{}), waker: waker}
 	defer l.disposeIf(&err)
 	if l.stage, err = dev.Dev.Alloc(l.slots*l.slotSize, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {

@@ -21,13 +21,19 @@ import (
 // process, closed at the end of t.
 func shmEngines(t *testing.T, p LinkParams) [2]*Engine {
 	t.Helper()
+	return pairEngines(t, "shm", p)
+}
+
+// pairEngines is shmEngines over provider.
+func pairEngines(t *testing.T, provider string, p LinkParams) [2]*Engine {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var devs [2]*Device
 	for i := range devs {
-		raw, err := rdma.OpenConfig("shm", rdma.Config{RNRRetry: -1})
+		raw, err := rdma.OpenConfig(provider, rdma.Config{RNRRetry: -1})
 		if err != nil {
-			t.Skipf("shm: %v", err)
+			t.Skipf("%s: %v", provider, err)
 		}
 		if devs[i], err = NewDevice(raw, 16); err != nil {
 			t.Fatal(err)

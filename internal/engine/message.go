@@ -38,7 +38,7 @@ func (e *Engine) post(l *Link, o *collectives.Op, call *Call, ps *peerState, es 
 	}
 	rs := uint64(l.rSlots)
 	stride := l.hdrStride()
-	direct := o.ToCopy && nbytes >= DirectMin
+	direct := o.ToCopy && nbytes >= l.directMinOf(call)
 	if direct {
 		if ps.refused {
 			return false, false, 0, nil // the peer decides (refuseDirect)
@@ -166,8 +166,8 @@ func (c *Call) sig(o *collectives.Op) *Call {
 	return c
 }
 
-func isDirectRecv(o *collectives.Op, es int) bool {
-	return o.Kind == collectives.Recv && o.Len*es >= DirectMin
+func isDirectRecv(l *Link, call *Call, o *collectives.Op, es int) bool {
+	return o.Kind == collectives.Recv && o.Len*es >= l.directMinOf(call)
 }
 
 // directWant is what a direct message of n bytes of call c is, as its
@@ -203,7 +203,7 @@ func (e *Engine) refuseDirect(l *Link, hb []byte, raddr uint64, sig *Call, nbyte
 func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call *Call, es int) (moved bool, err error) {
 	for ps.ctsCur = max(ps.ctsCur, ps.recvCur); ps.ctsCur < len(pp.recvs); ps.ctsCur++ {
 		o := &p.S.Ops[pp.recvs[ps.ctsCur]]
-		if !isDirectRecv(o, es) {
+		if !isDirectRecv(l, call, o, es) {
 			continue
 		}
 		if !e.st.ready(o) || l.ctsSent-l.directDone >= ctsDepth {
@@ -229,7 +229,7 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 	nbytes := o.Len * es
 	payload := l.slotSize - hdrSize
 	np := pieces(nbytes, payload)
-	direct := isDirectRecv(o, es)
+	direct := isDirectRecv(l, call, o, es)
 	if direct {
 		np = 1 // its clear-to-send went out from clearAhead
 	}

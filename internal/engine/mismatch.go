@@ -293,9 +293,9 @@ type directTold struct {
 
 // checkDirect is the look for a disagreement that no message shows, on
 // both sides of a direct message: where the sender's message is direct
-// (DirectMin bytes or more) and the receiver's receive is staged (shorter),
-// the sender waits for a clear-to-send and the receiver for a staged
-// message, and neither sends the other anything. Run calls it where it
+// (Link.directMinOf bytes or more) and the receiver's receive is staged
+// (shorter), the sender waits for a clear-to-send and the receiver for a
+// staged message, and neither sends the other anything. Run calls it where it
 // has waited strayAfter, as stray. It tells each peer whose clear-to-send
 // a send of this Run waits for what it would send, once a message
 // (w.toldDirect: progress comes between two words to a peer, so a stopped
@@ -315,7 +315,7 @@ func (e *Engine) checkDirect(w *waiter) error {
 		if ps.sendCur < len(pp.sends) && ps.sendPiece == 0 && !ps.refused {
 			o := &p.S.Ops[pp.sends[ps.sendCur]]
 			told := directTold{pp.peer, l.number()}
-			if n := o.Len * es; o.ToCopy && n >= DirectMin && e.st.ready(o) && l.ctsArrived.Load() <= l.ctsUsed && !slices.Contains(w.toldDirect, told) {
+			if n := o.Len * es; o.ToCopy && n >= l.directMinOf(call) && e.st.ready(o) && l.ctsArrived.Load() <= l.ctsUsed && !slices.Contains(w.toldDirect, told) {
 				w.toldDirect = append(w.toldDirect, told)
 				if !l.closed.Load() && !l.broken.Load() {
 					l.sendCtrl3(ctrlDirectWait, 0, directWant(n, call.sig(o)), told.number) // best effort
@@ -335,7 +335,7 @@ func (e *Engine) checkDirect(w *waiter) error {
 		o := &p.S.Ops[pp.recvs[ps.recvCur]]
 		sig := call.sig(o)
 		want := o.Len * es
-		if isDirectRecv(o, es) && d.want == directWant(want, sig) {
+		if isDirectRecv(l, call, o, es) && d.want == directWant(want, sig) {
 			continue // the receive will clear it (clearAhead)
 		}
 		l.peerDirect.Store(nil)
