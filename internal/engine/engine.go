@@ -182,7 +182,7 @@ const DirectMin = 64 << 10
 //     64 KiB 142-203 against 210-360, 256 KiB 273-441 against 452-615,
 //     1 MiB 903-2,011 against 1,577-2,235; in 256 KiB pieces (4 MiB and
 //     more) staging was the slower (4 MiB 3,907-5,247 against
-//     3,610-4,322, 4 of 6 rounds), hence 128 KiB;
+//     3,610-6,453, slower in 4 of 6 rounds), hence 128 KiB;
 //   - but 4 ranks, allreduce: with its 64 and 128 KiB pieces staged, 256
 //     KiB took 479-620 against 456-482 and 512 KiB 867-1,233 against
 //     753-836. A ring's later pieces are cleared while earlier steps run,
@@ -190,7 +190,7 @@ const DirectMin = 64 << 10
 //     for it. So the other collectives keep DirectMin.
 //
 // Both ends of a link run one provider and one call, so they still agree
-// on the length alone.
+// without negotiation.
 const tcpDirectMin = 128 << 10
 
 // directMinFor is the smallest direct point-to-point message or broadcast
