@@ -65,7 +65,7 @@ func TestResumedRankExpelled(t *testing.T) {
 				}
 				d, ok := rk.waitEvent(ctx, "done")
 				if !ok || !strings.HasPrefix(d.Err, "size 3 ") {
-					t.Fatalf("rank %d: done %+v, want a world of 3\n%s", rk.id, d, rk.log())
+					t.Fatalf("rank %d: done %+v, want a world of 3\n%s", rk.id, d, j.logs())
 				}
 				if d.T < x.T {
 					t.Errorf("rank %d finished (%v) before the victim learned it was expelled", rk.id, time.Unix(0, d.T).Sub(resumed))
