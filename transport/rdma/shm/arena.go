@@ -105,15 +105,27 @@ func (a *arena) alloc(n, node int) ([]byte, uint64, error) {
 
 // release unmaps a region from alloc, frees its pages and its range.
 func (a *arena) release(mem []byte, off uint64) error {
+	size, err := a.unmap(mem, off)
+	a.put(off, size)
+	return err
+}
+
+// unmap unmaps a region from alloc and frees its pages, but keeps its range
+// out of the free list (quarantine.go); it returns the range's size.
+func (a *arena) unmap(mem []byte, off uint64) (uint64, error) {
 	mem = mem[:cap(mem)]
 	size := uint64(len(mem))
 	err := unix.Munmap(mem)
-	_ = unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(size))
-	a.put(off, size)
+	a.punch(off, size)
 	if err != nil {
-		return os.NewSyscallError("munmap", err)
+		return size, os.NewSyscallError("munmap", err)
 	}
-	return nil
+	return size, nil
+}
+
+// punch frees the pages of a range (a peer's later write faults fresh ones in).
+func (a *arena) punch(off, n uint64) {
+	_ = unix.Fallocate(a.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, int64(off), int64(n))
 }
 
 func (a *arena) put(off, n uint64) {

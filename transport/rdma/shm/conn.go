@@ -452,7 +452,7 @@ func (c *conn) postRecv(r *rwr) error {
 // close), stops the goroutines and unmaps the shared memory.
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
-		c.dev.removeConn(c)
+		c.dev.retire(c)
 		c.state.Store(stateClosed)
 		if q := c.recvShared.Load(); q != nil {
 			q.unbind(c) // no Poll looks at our segments after this
@@ -560,5 +560,16 @@ func (c *conn) fenceRecvs() {
 		return
 	}
 	c.local.u32(offRecvFenced).Store(1)
-	c.waitZero(c.local.u32(offDirectUsers))
+	if c.waitZero(c.local.u32(offDirectUsers)) {
+		return
+	}
+	// The peer is frozen in a copy into one of the posted receives (a
+	// single buffer of Alloc'd memory, directTarget): keep their memory
+	// out of reuse. rqMu is held.
+	for i, j := 0, c.rqHead; i < c.rqLen; i, j = i+1, (j+1)%len(c.rq) {
+		if r := &c.rq[j]; r.sgl == nil && r.one[0].MR != nil {
+			info, _ := r.one[0].MR.Handle.(*mrInfo)
+			c.dev.taint(info, c)
+		}
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	"github.com/gorun-hpc/gorun/transport/rdma/internal/soft"
-	"golang.org/x/sys/unix"
 )
 
 const provider = "shm"
@@ -39,6 +38,9 @@ type Device struct {
 	slots     [maxKeys]slotVal // published remote regions; rkey 0 = free
 	conns     map[*conn]struct{}
 	listeners map[*listener]struct{}
+
+	qmu        sync.Mutex    // a leaf lock: mrInfo.frozen and quarantine
+	quarantine []quarantined // arena ranges frozen peers may still write (quarantine.go)
 }
 
 // mrInfo is the provider's handle of a region.
@@ -46,6 +48,10 @@ type mrInfo struct {
 	slot int    // key-table slot, -1 if the region is not remotely accessible
 	mem  []byte // the arena mapping (Alloc), nil for Register
 	off  uint64 // arena offset
+	// frozen holds a pidfd (-1: unknown) of each peer found frozen in a
+	// copy into mem, which it may finish when it resumes (quarantine.go).
+	// Guarded by Device.qmu.
+	frozen []int
 }
 
 func open(cfg rdma.Config) (rdma.Device, error) {
@@ -87,6 +93,7 @@ func (d *Device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if closed {
 		return nil, rdma.NewOpError(provider, "alloc", rdma.ErrClosed)
 	}
+	d.reap()
 	mem, off, err := d.arena.alloc(n, d.cfg.AllocNode())
 	if err != nil {
 		return nil, rdma.NewOpError(provider, "alloc", err)
@@ -120,7 +127,7 @@ func (d *Device) add(buf []byte, access rdma.Access, info *mrInfo) (*rdma.MR, er
 	}
 	mr := d.pd.Add(buf, access, info, d.release)
 	if remote {
-		v := slotVal{rkey: mr.RKey(), access: uint32(access), addr: mr.Addr(), length: uint64(len(buf)), off: info.off}
+		v := slotVal{rkey: mr.RKey(), access: uint32(access), addr: mr.Addr(), length: uint64(len(buf)), off: info.off, info: info}
 		d.slots[info.slot] = v
 		for c := range d.conns {
 			c.local.publish(info.slot, v)
@@ -139,24 +146,17 @@ func (d *Device) release(mr *rdma.MR) error {
 		for c := range d.conns {
 			c.local.revoke(info.slot)
 		}
-		frozen := false
 		for c := range d.conns {
 			if !c.waitZero(c.local.slotUsers(info.slot)) {
-				frozen = true
+				d.taint(info, c) // it may resume in the middle of a copy
 			}
 			c.local.clearSlot(info.slot)
 		}
 		d.slots[info.slot] = slotVal{}
 		d.mu.Unlock()
-		if frozen && info.mem != nil {
-			// A frozen peer may resume in the middle of a copy into this
-			// arena memory: keep it out of the allocator (a leak, rare).
-			unix.Munmap(info.mem[:cap(info.mem)])
-			return nil
-		}
 	}
 	if info.mem != nil {
-		return rdma.NewOpError(provider, "deregister", d.arena.release(info.mem, info.off))
+		return rdma.NewOpError(provider, "deregister", d.releaseArena(info))
 	}
 	return nil
 }
@@ -181,6 +181,32 @@ func (d *Device) removeConn(c *conn) {
 	d.mu.Lock()
 	delete(d.conns, c)
 	d.mu.Unlock()
+}
+
+// retire takes c out of the device for Close. Like Deregister, it revokes
+// every region in c's key table and waits for the peer's copies in flight
+// (tainting a region a frozen peer is copying into): a closed connection's
+// table is otherwise left valid in the peer's mapping, and a peer that
+// resumes after a freeze (or merely runs late) would go on writing through
+// its queued posts at the old offsets, into arena ranges that may by then
+// hold other regions, such as a new link's buffers.
+func (d *Device) retire(c *conn) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.conns, c)
+	for i := range d.slots {
+		if d.slots[i].rkey != 0 {
+			c.local.revoke(i)
+		}
+	}
+	for i := range d.slots {
+		if d.slots[i].rkey != 0 {
+			if !c.waitZero(c.local.slotUsers(i)) {
+				d.taint(d.slots[i].info, c)
+			}
+			c.local.clearSlot(i)
+		}
+	}
 }
 
 func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
@@ -225,6 +251,7 @@ func (d *Device) Close() error {
 			first = err
 		}
 	}
+	d.dropQuarantine()
 	d.arena.close()
 	return first
 }

@@ -107,7 +107,15 @@
 // gone). Guarantee: once Deregister returns, no peer copy touches the
 // region, and a later request naming it completes with
 // StatusRemoteAccessError; a request racing with Deregister either
-// finished before Deregister returned or fails. These checks keep correct
+// finished before Deregister returned or fails. Closing a connection
+// revokes its whole key table the same way (and fences its receives), so
+// that a peer that runs late, or resumes after a freeze with writes still
+// queued, cannot reach the ranges its old keys named once they hold other
+// regions. A peer stopped (SIGSTOP, a debugger) in the middle of a copy
+// into Alloc'd memory will finish that copy when it resumes: the waits
+// give up on it after a second, and the region's range, when freed, stays
+// out of the allocator until that peer's process has exited
+// (quarantine.go). These checks keep correct
 // peers correct; they are not a sandbox: an authenticated peer process has
 // the arena mapped (and, with CMA, ptrace-level access), so the trust
 // boundary is the uid and Config.Token.

@@ -240,6 +240,7 @@ type slotVal struct {
 	addr   uint64
 	length uint64
 	off    uint64
+	info   *mrInfo // the owner's own record, not published
 }
 
 func (s *segment) slot(i int) int { return s.keysOff + i*slotSize }
