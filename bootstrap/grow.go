@@ -18,6 +18,12 @@ package bootstrap
 // So a formed member sends its epoch in every push/pull (localState), and
 // a joiner, which always makes or receives one to enter the group, learns
 // from it that it must wait for the others' Grow.
+//
+// A node still forming agrees on no world after the first that has no
+// member of a world in it (withMember, agree.go): restarted ranks that saw
+// only each other would otherwise grow into a world of their own, of a
+// later epoch than the members', which the members' next Grow takes for
+// the side of a partition that went on.
 
 import (
 	"cmp"

@@ -214,13 +214,17 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 // Two cases: the hinted rank alone (it would coordinate a world of
 // itself), and the second of two restarted ranks that see each other
 // only (it would propose their world to the first, which would commit
-// it).
+// it). A third: the two, with the hinting member dropped from their views
+// by gossip just after its hint ("departed", as a moment after a partition
+// healed), which heardOutside passes over: the two must still not agree on
+// a world of restarted ranks alone.
 func TestRestartedRankHintedBeforeItSeesTheJob(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		size    int
-		victims []int // restarted, each seeing only the others; the last is hinted
-	}{{"alone", 3, []int{2}}, {"two", 4, []int{2, 3}}} {
+		name     string
+		size     int
+		victims  []int // restarted, each seeing only the others; the last is hinted
+		departed bool  // the restarted ranks' gossip dropped the hinting member
+	}{{"alone", 3, []int{2}, false}, {"two", 4, []int{2, 3}, false}, {"two, hinter departed", 4, []int{2, 3}, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := "grow-hinted-" + tc.name
 			nw := NewMemNetwork()
@@ -260,6 +264,13 @@ func TestRestartedRankHintedBeforeItSeesTheJob(t *testing.T) {
 			}
 			epoch := shrunk[0].Epoch + 1
 			hinted := backs[len(backs)-1]
+			if tc.departed {
+				for _, back := range backs {
+					back.viewMu.Lock()
+					back.departed[survivors[0].Name()] = true
+					back.viewMu.Unlock()
+				}
+			}
 			survivors[0].send(hinted.Name(), hinted.Addr(), message{kind: msgEpoch, epoch: epoch, from: survivors[0].Name()})
 			for i := range backs {
 				select {
