@@ -199,9 +199,11 @@ func (d *Device) retire(c *conn) {
 			c.local.revoke(i)
 		}
 	}
+	frozen := false // found frozen: the other copies it holds are not waited for again
 	for i := range d.slots {
 		if d.slots[i].rkey != 0 {
-			if !c.waitZero(c.local.slotUsers(i)) {
+			if users := c.local.slotUsers(i); users.Load() != 0 && (frozen || !c.waitZero(users)) {
+				frozen = true
 				d.taint(d.slots[i].info, c)
 			}
 			c.local.clearSlot(i)
