@@ -235,9 +235,7 @@ func (c *conn) peerDead() bool {
 		return true
 	}
 	if c.pidfd >= 0 {
-		fds := []unix.PollFd{{Fd: int32(c.pidfd), Events: unix.POLLIN}}
-		n, err := unix.Poll(fds, 0)
-		return err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
+		return exited(c.pidfd)
 	}
 	return unix.Kill(c.peerPid, 0) == unix.ESRCH
 }

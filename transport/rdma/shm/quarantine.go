@@ -94,15 +94,19 @@ func (d *Device) dropQuarantine() {
 // allExited reports whether every pidfd's process has exited.
 func allExited(pidfds []int) bool {
 	for _, fd := range pidfds {
-		if fd < 0 {
-			return false
-		}
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if n, err := unix.Poll(fds, 0); err != nil || n != 1 || fds[0].Revents&unix.POLLIN == 0 {
+		if fd < 0 || !exited(fd) {
 			return false
 		}
 	}
 	return true
+}
+
+// exited reports whether the process of pidfd has exited (it polls
+// readable).
+func exited(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 1 && fds[0].Revents&unix.POLLIN != 0
 }
 
 func closeAll(fds []int) {
