@@ -65,27 +65,11 @@ func (d *device) isClosed() bool {
 }
 
 func (d *device) Register(buf []byte, access rdma.Access) (*rdma.MR, error) {
-	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
-		return nil, opErr("register", rdma.ErrInvalid)
-	}
-	if d.isClosed() {
-		return nil, opErr("register", rdma.ErrClosed)
-	}
-	return d.pd.Add(buf, access, nil, nil), nil
+	return d.pd.Register(buf, access, d.isClosed())
 }
 
 func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
-	if n <= 0 {
-		return nil, opErr("alloc", rdma.ErrInvalid)
-	}
-	if d.isClosed() {
-		return nil, opErr("alloc", rdma.ErrClosed)
-	}
-	buf, err := soft.MmapNode(n, d.cfg.AllocNode())
-	if err != nil {
-		return nil, opErr("alloc", err)
-	}
-	return d.pd.Add(buf, access, nil, func(*rdma.MR) error { return soft.Munmap(buf) }), nil
+	return d.pd.Alloc(n, access, d.cfg.AllocNode(), d.isClosed())
 }
 
 // Listen binds a name in the process-wide namespace. Any address is

@@ -63,6 +63,34 @@ func (pd *PD) Add(buf []byte, access rdma.Access, handle any, release func(*rdma
 	return mr
 }
 
+// Register is a soft device's rdma.Device.Register: buf as it is, under
+// a fresh key. closed says whether the device is closed (rdma.ErrClosed).
+func (pd *PD) Register(buf []byte, access rdma.Access, closed bool) (*rdma.MR, error) {
+	if len(buf) == 0 { // as ibv_reg_mr: a zero-byte transfer needs no region
+		return nil, rdma.NewOpError(pd.Provider, "register", rdma.ErrInvalid)
+	}
+	if closed {
+		return nil, rdma.NewOpError(pd.Provider, "register", rdma.ErrClosed)
+	}
+	return pd.Add(buf, access, nil, nil), nil
+}
+
+// Alloc is a soft device's rdma.Device.Alloc: n bytes mapped on NUMA node
+// (MmapNode), unmapped on Deregister.
+func (pd *PD) Alloc(n int, access rdma.Access, node int, closed bool) (*rdma.MR, error) {
+	if n <= 0 {
+		return nil, rdma.NewOpError(pd.Provider, "alloc", rdma.ErrInvalid)
+	}
+	if closed {
+		return nil, rdma.NewOpError(pd.Provider, "alloc", rdma.ErrClosed)
+	}
+	buf, err := MmapNode(n, node)
+	if err != nil {
+		return nil, rdma.NewOpError(pd.Provider, "alloc", err)
+	}
+	return pd.Add(buf, access, nil, func(*rdma.MR) error { return Munmap(buf) }), nil
+}
+
 // Lookup returns the region with rkey, or nil.
 func (pd *PD) Lookup(rkey uint32) *rdma.MR {
 	pd.mu.RLock()
