@@ -100,7 +100,7 @@ func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucket
 	for i := len(params) - 1; i >= 0; i-- {
 		p := params[i]
 		if err := p.check(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("ddp: %w", err)
 		}
 		n := len(p.Value) * elem
 		if curBytes > 0 && curBytes+n > limit {

@@ -245,6 +245,39 @@ func TestCheckShapesNamesRankAndTensor(t *testing.T) {
 	}
 }
 
+// TestCheckShapesBadParamFailsEveryRank: a parameter whose values do not
+// fit its shape on one rank fails CheckShapes at once on every rank,
+// naming that rank. Before, that rank returned its own error before the
+// allgather and the others waited there until their context ended.
+func TestCheckShapesBadParamFailsEveryRank(t *testing.T) {
+	for _, grad := range []bool{false, true} {
+		t0 := time.Now()
+		errs := ranks(t, 3, func(ctx context.Context, c *comm.Comm) error {
+			ps := params(4, 6, 8)
+			if c.Rank() == 1 {
+				if grad {
+					ps[1].Grad = make([]float32, 5)
+				} else {
+					ps[1].Value = make([]float32, 5)
+				}
+			}
+			return CheckShapes(ctx, c, ps)
+		})
+		for r, err := range errs {
+			if err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, comm.ErrTimeout) ||
+				!strings.Contains(err.Error(), "rank 1") {
+				t.Errorf("grad %v: rank %d: err = %v, want one naming rank 1 at once", grad, r, err)
+			}
+		}
+		if !strings.Contains(errs[1].Error(), `"p1"`) || !strings.Contains(errs[0].Error(), "#1") {
+			t.Errorf("grad %v: errors %q, %q: want rank 1's to name p1, the others' tensor #1", grad, errs[1], errs[0])
+		}
+		if d := time.Since(t0); d > 30*time.Second {
+			t.Errorf("grad %v: took %v", grad, d)
+		}
+	}
+}
+
 func TestBroadcastParameters(t *testing.T) {
 	errs := ranks(t, 3, func(ctx context.Context, c *comm.Comm) error {
 		ps := params(5, 9)
