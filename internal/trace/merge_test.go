@@ -182,3 +182,41 @@ func TestSVGBuckets(t *testing.T) {
 		t.Errorf("bucket bar %+v should sit below backward %+v, starting inside it and ending after", bk, bw)
 	}
 }
+
+// The report's bytes and time per rank are means over the ranks that
+// made the call: a rank that left no events (killed, or its file lost)
+// and a send that only one rank makes do not divide them. Before, a
+// 3-rank job whose rank 2 left nothing reported a third less of each.
+func TestSummarizeMeansOverCallers(t *testing.T) {
+	ms := int64(time.Millisecond)
+	mk := func(rank int, p2p string) *RankFile {
+		rf := &RankFile{Header: Header{Rank: rank, Size: 3, Host: "h"}, Lanes: []string{"comm"}, Closed: true}
+		if p2p == "" {
+			return rf
+		}
+		for i := range int64(2) {
+			rf.Events = append(rf.Events, Event{Kind: KindOp, Name: "allreduce", Algo: "ring", Seq: uint32(i), Bytes: 1 << 20,
+				Start: i * 10 * ms, End: i*10*ms + ms})
+		}
+		rf.Events = append(rf.Events, Event{Kind: KindOp, Name: p2p, Seq: 2, Bytes: 100, Start: 30 * ms, End: 32 * ms})
+		return rf
+	}
+	s := Summarize([]*RankFile{mk(0, "send"), mk(1, "recv"), mk(2, "")})
+	want := map[string]CollStat{
+		"allreduce": {Name: "allreduce", Calls: 2, Bytes: 2 << 20, Total: 2 * time.Millisecond},
+		"send":      {Name: "send", Calls: 1, Bytes: 100, Total: 2 * time.Millisecond},
+		"recv":      {Name: "recv", Calls: 1, Bytes: 100, Total: 2 * time.Millisecond},
+	}
+	if len(s.Colls) != len(want) {
+		t.Fatalf("collectives %+v", s.Colls)
+	}
+	for _, c := range s.Colls {
+		w := want[c.Name]
+		if c.Calls != w.Calls || c.Bytes != w.Bytes || c.Total != w.Total {
+			t.Errorf("%s: calls %d, bytes %d, total %v; want %d, %d, %v", c.Name, c.Calls, c.Bytes, c.Total, w.Calls, w.Bytes, w.Total)
+		}
+	}
+	if len(s.Silent) != 1 || s.Silent[0] != 2 {
+		t.Errorf("silent %v, want [2]", s.Silent)
+	}
+}

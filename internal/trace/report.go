@@ -29,8 +29,8 @@ type Summary struct {
 type CollStat struct {
 	Name  string
 	Calls int           // per rank (the most any rank made)
-	Bytes int64         // per rank, mean
-	Total time.Duration // per rank, mean
+	Bytes int64         // per rank, mean over the ranks that made the call
+	Total time.Duration // per rank, mean over the ranks that made the call
 	BusBW float64       // bytes/s: nccl-tests' bus bandwidth at the mean time
 }
 
@@ -117,14 +117,18 @@ func Summarize(files []*RankFile) *Summary {
 	}
 	for name, a := range per {
 		c := CollStat{Name: name}
-		var bytes, total int64
+		var bytes, total, callers int64
 		for _, x := range a {
+			if x.calls == 0 {
+				continue // a rank that left no events, or never made this call
+			}
 			c.Calls = max(c.Calls, x.calls)
 			bytes += x.bytes
 			total += x.total
+			callers++
 		}
-		c.Bytes = bytes / int64(len(a))
-		c.Total = time.Duration(total / int64(len(a)))
+		c.Bytes = bytes / callers
+		c.Total = time.Duration(total / callers)
 		if c.Total > 0 {
 			c.BusBW = float64(c.Bytes) / c.Total.Seconds() * busFactor(name, n)
 		}
