@@ -48,6 +48,9 @@ type stats struct {
 // before train returns, c stays the caller's to close.
 func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*mlp, stats, error) {
 	var st stats
+	if cfg.batch <= 0 || cfg.steps <= 0 || cfg.epochs < 0 {
+		return nil, st, fmt.Errorf("batch %d, steps %d, epochs %d: want batch and steps above 0", cfg.batch, cfg.steps, cfg.epochs)
+	}
 	data := newDataset(cfg.samples, cfg.dims[0], cfg.dims[len(cfg.dims)-1], cfg.seed)
 	model := newMLP(cfg.dims, cfg.seed+int64(c.Rank())) // different on purpose: the broadcast must fix it
 	el := &elasticState{c: c, origRank: c.Rank()}
@@ -104,6 +107,10 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		c := el.c
 		if cfg.elastic {
 			saved = snapshot(model, saved)
+		}
+		if c.Size()*cfg.batch > cfg.samples {
+			// Every rank sees the same size, so all stop here together.
+			return nil, st, fmt.Errorf("rank %d step %d: batch %d × %d ranks is more than the %d samples", c.Rank(), step, cfg.batch, c.Size(), cfg.samples)
 		}
 		t0 := time.Now()
 		x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)

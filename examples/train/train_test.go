@@ -231,3 +231,37 @@ func TestWaitNPGivesUp(t *testing.T) {
 		}
 	}
 }
+
+// A global batch larger than the data set, or a batch of 0, is an error
+// on every rank. Before, -batch 4096 on 4 ranks (8192 samples) panicked
+// with an integer divide by zero in dataset.batch.
+func TestBadBatchIsAnError(t *testing.T) {
+	for _, batch := range []int{4096, 0} {
+		cfg := small()
+		cfg.batch = batch
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cs, err := comm.NewLocal(ctx, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, len(cs))
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, errs[i] = train(ctx, c, cfg, nil)
+			}()
+		}
+		wg.Wait()
+		for _, c := range cs {
+			c.Close()
+		}
+		cancel()
+		for i, err := range errs {
+			if err == nil || !strings.Contains(err.Error(), "batch") {
+				t.Errorf("batch %d: rank %d: err = %v, want one about the batch", batch, i, err)
+			}
+		}
+	}
+}
