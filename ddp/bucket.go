@@ -75,7 +75,8 @@ type bucket[T Float] struct {
 
 // NewBucketer assigns params to buckets in reverse order (the backward pass
 // produces the last layers' gradients first) and turns every Grad into a
-// view of its bucket.
+// view of its bucket. Its allreduces run on c; another Bucketer needs a
+// communicator of its own (see the package comment).
 func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucketer[T], error) {
 	cfg = cfg.withDefaults()
 	b := &Bucketer[T]{c: c, cfg: cfg, params: params, of: make([]int, len(params)), ready: make([]bool, len(params)), wireOp: cfg.Op, div: 1}

@@ -20,7 +20,12 @@
 //     optimizer step.
 //
 // Gradients of one Bucketer share an element type (float32 or float64); a
-// model with both uses two. Optional fp16 or bf16 compression halves the
+// model with both uses two, each on its own communicator (Comm.Dup). Ranks
+// pair allreduces in the order they start on a communicator and a
+// Bucketer orders only its own buckets, so two Bucketers on one
+// communicator pair one's bucket with the other's when ranks leave
+// different parameters unused: a mismatch error, or with buckets of one
+// element type and length, silently mixed sums. Optional fp16 or bf16 compression halves the
 // bytes on the wire: each rank rounds its gradients to the wire type, and
 // the partial sums travel in it too (each hop adds in float32 and rounds
 // again), so every partial sum must fit the wire type (fp16: |x| ≤ 65504).
