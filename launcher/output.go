@@ -11,6 +11,9 @@ import (
 // this size (each tagged), so one rank cannot make gorun buffer without bound.
 const maxLine = 64 << 10
 
+// maxMarker bounds a wrapper's marker line (marker.go), for cut.
+const maxMarker = 512
+
 // console serializes everything gorun and its ranks print. Each write is a
 // whole line, so lines from different ranks and streams never interleave.
 // On a terminal it also keeps one status line at the bottom of stderr,
@@ -69,8 +72,14 @@ type rankWriter struct {
 	out    []byte // reused for the tagged lines of one Write
 	// tap, if set, sees every line (untagged, without its newline) before
 	// the console does, on the goroutine that writes; it returns true to
-	// keep the line off the console (gorun's own markers, marker.go).
+	// keep the line off the console (gorun's own markers, marker.go). A
+	// marker that follows a last line without a newline on the same
+	// stream ("text\x1egorun:exit 3") is split off that line first.
 	tap func(line []byte) bool
+	// file, if set, gets every line that reaches the console, untagged
+	// and as the rank wrote it: a newline only where it wrote one
+	// (--output-filename).
+	file io.Writer
 }
 
 func newRankWriter(con *console, w io.Writer, rank int, tag bool) *rankWriter {
@@ -95,12 +104,12 @@ func (rw *rankWriter) Write(p []byte) (int, error) {
 			}
 			rw.buf = append(rw.buf, p[:room]...)
 			p = p[room:]
-			rw.emit()
+			rw.cut()
 			continue
 		}
 		rw.buf = append(rw.buf, p[:i]...)
 		p = p[i+1:]
-		rw.emit()
+		rw.emit(true)
 	}
 	if len(rw.out) > 0 {
 		rw.con.writeLines(rw.w, rw.out)
@@ -108,16 +117,43 @@ func (rw *rankWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// emit moves the buffered line to out.
-func (rw *rankWriter) emit() {
-	if rw.tap != nil && rw.tap(rw.buf) {
-		rw.buf = rw.buf[:0]
-		return
+// cut emits a full buffer as a line of its own. With a tap, a marker
+// that may have begun in it stays in the buffer, so that it is not cut in
+// two.
+func (rw *rankWriter) cut() {
+	var rest []byte
+	if rw.tap != nil {
+		if j := bytes.LastIndexByte(rw.buf, marker[0]); j > 0 && len(rw.buf)-j < maxMarker {
+			rest = append(rest, rw.buf[j:]...)
+			rw.buf = rw.buf[:j]
+		}
+	}
+	rw.emit(false)
+	rw.buf = append(rw.buf, rest...)
+}
+
+// emit moves the buffered line to out (and to file); nl says the rank
+// ended it with a newline.
+func (rw *rankWriter) emit(nl bool) {
+	line := rw.buf
+	rw.buf = rw.buf[:0]
+	if rw.tap != nil {
+		if i := bytes.Index(line, []byte(marker)); i > 0 && rw.tap(line[i:]) {
+			line, nl = line[:i], false
+		}
+		if rw.tap(line) {
+			return
+		}
 	}
 	rw.out = append(rw.out, rw.prefix...)
-	rw.out = append(rw.out, rw.buf...)
+	rw.out = append(rw.out, line...)
 	rw.out = append(rw.out, '\n')
-	rw.buf = rw.buf[:0]
+	if rw.file != nil {
+		if nl {
+			line = append(line, '\n') // line is rw.buf's array, which is free now
+		}
+		rw.file.Write(line)
+	}
 }
 
 // Flush writes a last line that did not end in a newline.
@@ -126,7 +162,7 @@ func (rw *rankWriter) Flush() {
 		return
 	}
 	rw.out = rw.out[:0]
-	rw.emit()
+	rw.emit(false)
 	if len(rw.out) > 0 {
 		rw.con.writeLines(rw.w, rw.out)
 	}

@@ -170,8 +170,9 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		if logs, err = rankLogs(r.cfg.OutputDir, p.rank); err != nil {
 			return err
 		}
-		p.cmd.Stdout = io.MultiWriter(p.stdout, logs[0])
-		p.cmd.Stderr = io.MultiWriter(p.stderr, logs[1])
+		// Through the rank's writers, which keep a remote rank's
+		// markers out of its files as out of the console.
+		p.stdout.file, p.stderr.file = logs[0], logs[1]
 	}
 	p.ended = make(chan struct{})
 	ended := p.ended
