@@ -63,8 +63,21 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 			return nil, fmt.Errorf("gorun: GORUN_TIMELINE=%s: %w", cfg.timeline, err)
 		}
 		o.rec = rec
+		rec.SetClockSource(o.clockOffset) // for a rank killed before close writes it
 	}
 	return o, nil
+}
+
+// clockOffset is the clock's latest measurement, once Init has set it.
+func (o *observer) clockOffset() (offset, rtt int64, ok bool) {
+	o.mu.Lock()
+	clock := o.clock
+	o.mu.Unlock()
+	if clock == nil {
+		return 0, 0, false
+	}
+	off, d, ok := clock()
+	return int64(off), int64(d), ok
 }
 
 // close writes the clock offset, closes the file and stops the metrics.
@@ -75,13 +88,8 @@ func (o *observer) close() {
 	if o.rec == nil {
 		return
 	}
-	o.mu.Lock()
-	clock := o.clock
-	o.mu.Unlock()
-	if clock != nil {
-		if off, rtt, ok := clock(); ok {
-			o.rec.SetClock(int64(off), int64(rtt))
-		}
+	if off, rtt, ok := o.clockOffset(); ok {
+		o.rec.SetClock(off, rtt)
 	}
 	if err := o.rec.Close(); err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)

@@ -13,7 +13,9 @@
 //
 // Times are nanoseconds of CLOCK_MONOTONIC (Now), the clock the launcher
 // also uses; each file ends with this rank's measured offset to the
-// launcher's clock (jobctl's clock sync), which Merge applies.
+// launcher's clock (jobctl's clock sync), which Merge applies, and a flush
+// that finds a new measurement writes it too, for a rank killed before
+// its last line.
 //
 // Files: ReadFile parses a rank's file (a last line cut by a kill is left
 // out; a file without a header is ErrEmpty); ReadRanks reads a job's,

@@ -19,7 +19,11 @@ import (
 //	{"k":"span","lane":2,"name":"backward","arg":0,"ts":…,"end":…}
 //	{"k":"instant","lane":1,"name":"grad ready","arg":3,"ts":…}
 //	{"k":"dropped","n":12}          (events lost here: the writer fell behind)
+//	{"k":"sync","offset":…,"rtt":…}  (a new clock measurement, at a flush)
 //	{"k":"clock","offset":…,"rtt":…} (last line; rtt 0: offset not measured)
+//
+// The offset applied is the last line's, or the last sync's when the file
+// has no last line (the rank was killed) or its rtt is 0.
 
 const fileVersion = 1
 
@@ -48,6 +52,13 @@ func appendDropped(b []byte, n uint64) []byte {
 
 func appendClock(b []byte, offset, rtt int64) []byte {
 	b = append(b, `{"k":"clock"`...)
+	b = appendInt(b, "offset", offset)
+	b = appendInt(b, "rtt", rtt)
+	return append(b, "}\n"...)
+}
+
+func appendSync(b []byte, offset, rtt int64) []byte {
+	b = append(b, `{"k":"sync"`...)
 	b = appendInt(b, "offset", offset)
 	b = appendInt(b, "rtt", rtt)
 	return append(b, "}\n"...)
@@ -135,7 +146,7 @@ type RankFile struct {
 	Events  []Event  // in the order written
 	Dropped uint64   // events lost to a full ring
 	Drops   []Drop   // where
-	Offset  int64    // launcher clock − this rank's clock, ns
+	Offset  int64    // launcher clock − this rank's clock, ns (the clock line's, else the last sync's)
 	RTT     int64    // 0: the offset was not measured
 	Closed  bool     // the file ends with its clock line (the rank closed its Comm)
 	// Truncated: the last line was cut short (the rank was killed while
@@ -226,8 +237,13 @@ func Read(r io.Reader) (*RankFile, error) {
 		case "dropped":
 			rf.Dropped += l.N
 			rf.Drops = append(rf.Drops, Drop{N: l.N, Before: len(rf.Events)})
+		case "sync":
+			rf.Offset, rf.RTT = l.Offset, l.RTT
 		case "clock":
-			rf.Offset, rf.RTT, rf.Closed = l.Offset, l.RTT, true
+			if l.RTT != 0 || rf.RTT == 0 {
+				rf.Offset, rf.RTT = l.Offset, l.RTT
+			}
+			rf.Closed = true
 		case "op", "span", "instant":
 			e := Event{Lane: uint16(l.Lane), Name: l.Name, Algo: l.Algo, Seq: l.Seq, Bytes: l.Bytes, Arg: l.Arg,
 				Start: l.TS, End: l.End, Wait: l.Wait, Reduce: l.Reduce, Err: l.Err}

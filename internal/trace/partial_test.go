@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		r.SetClockSource(func() (int64, int64, bool) { return killedOffset, killedRTT, true })
 		for i := range 10 {
 			r.Add(&Event{Kind: KindOp, Name: "allreduce", Seq: uint32(i), Start: int64(i), End: int64(i) + 1})
 		}
@@ -29,9 +30,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// The killed rank's clock: 100 s behind the launcher's, measured with a
+// round trip of 1234 ns.
+const killedOffset, killedRTT = 100e9, 1234
+
 // A rank killed without closing its Recorder leaves its events: the
 // flusher writes them within FlushEvery though the ring is far from half
-// full, and the file reads back (not Closed).
+// full, and the file reads back (not Closed), with the clock offset its
+// clock source gave (before, only Close wrote it and a killed rank's
+// events stayed on its own clock: 100 s off here, and called late).
 func TestKilledRankLeavesEvents(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tl.0")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -59,6 +66,8 @@ func TestKilledRankLeavesEvents(t *testing.T) {
 	cmd.Wait()
 	if rf, err := ReadFile(path); err != nil || len(rf.Events) != 10 || rf.Closed {
 		t.Fatalf("after the kill: %+v, %v; want 10 events, not closed", rf, err)
+	} else if rf.Offset != killedOffset || rf.RTT != killedRTT {
+		t.Fatalf("after the kill: clock offset %d (rtt %d), want %d (rtt %d)", rf.Offset, rf.RTT, int64(killedOffset), int64(killedRTT))
 	}
 }
 
@@ -83,6 +92,27 @@ func TestReadTruncated(t *testing.T) {
 	}
 	if _, err := Read(strings.NewReader(header + op[:40] + "\n" + op)); err == nil || errors.Is(err, ErrEmpty) {
 		t.Errorf("a bad line before the last: %v, want a parse error", err)
+	}
+}
+
+// A sync line sets the offset; the last line's replaces it unless that
+// one was not measured (rtt 0).
+func TestReadSync(t *testing.T) {
+	header := `{"k":"header","version":1,"rank":0,"size":2,"host":"h","pid":1,"clock":"monotonic"}` + "\n"
+	sync := `{"k":"sync","offset":-7,"rtt":3}` + "\n"
+	for _, tc := range []struct {
+		last        string
+		offset, rtt int64
+		closed      bool
+	}{
+		{"", -7, 3, false},
+		{`{"k":"clock","offset":0,"rtt":0}` + "\n", -7, 3, true},
+		{`{"k":"clock","offset":-9,"rtt":2}` + "\n", -9, 2, true},
+	} {
+		rf, err := Read(strings.NewReader(header + sync + tc.last))
+		if err != nil || rf.Offset != tc.offset || rf.RTT != tc.rtt || rf.Closed != tc.closed {
+			t.Errorf("last line %q: %+v, %v; want offset %d, rtt %d, closed %v", tc.last, rf, err, tc.offset, tc.rtt, tc.closed)
+		}
 	}
 }
 

@@ -42,6 +42,9 @@ type Recorder struct {
 	offset  int64 // launcher clock − this clock, ns
 	rtt     int64 // of the sample offset came from; 0: not measured
 	closed  bool
+	// clock, if set, is asked at each flush for the latest measurement,
+	// which is written when it changed (SetClockSource).
+	clock func() (offset, rtt int64, ok bool)
 
 	kick chan struct{}
 	stop chan struct{}
@@ -135,6 +138,23 @@ func (r *Recorder) SetClock(offset, rtt int64) {
 	r.mu.Unlock()
 }
 
+// SetClockSource gives the flusher a way to read this rank's latest clock
+// offset to the launcher (as SetClock takes it; ok false: none measured
+// yet). Each flush that finds a new measurement writes it, so that a rank
+// killed before Close, which writes the final one, still has its events
+// put on the launcher's clock: without it, its offset is taken as 0, and
+// on another host (or in a time namespace) its events land far from the
+// others' and the report calls it late. f is called on the flusher's
+// goroutine, not under the Recorder's lock.
+func (r *Recorder) SetClockSource(f func() (offset, rtt int64, ok bool)) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.clock = f
+	r.mu.Unlock()
+}
+
 // Close writes what is left and the clock offset, and closes the file. It
 // reports a write error the flusher met.
 func (r *Recorder) Close() error {
@@ -174,8 +194,20 @@ func (r *Recorder) flusher(h Header) {
 	tick := time.NewTicker(FlushEvery)
 	defer tick.Stop()
 	batch := make([]Event, flushBatch)
-	nlanes := 1 // lane 0 is implied
+	nlanes := 1         // lane 0 is implied
+	var synced [2]int64 // the last measurement written (rtt 0: none)
 	flush := func() (wrote bool) {
+		r.mu.Lock()
+		clock := r.clock
+		r.mu.Unlock()
+		if clock != nil {
+			if off, rtt, ok := clock(); ok && rtt > 0 && [2]int64{off, rtt} != synced {
+				synced = [2]int64{off, rtt}
+				line = appendSync(line[:0], off, rtt)
+				bw.Write(line)
+				wrote = true
+			}
+		}
 		for {
 			r.mu.Lock()
 			dropped := r.dropped
