@@ -220,3 +220,33 @@ func TestSummarizeMeansOverCallers(t *testing.T) {
 		t.Errorf("silent %v, want [2]", s.Silent)
 	}
 }
+
+// A rank whose file has a header but no events (killed before its first
+// flush, as rank 2 of an elastic job killed in its first second) is named
+// silent and left out of the arrivals; the others' operations still
+// match. Before, no operation was complete without it: the report had no
+// arrivals and named no straggler.
+func TestSummarizeSilentRankLeavesArrivals(t *testing.T) {
+	ms := int64(time.Millisecond)
+	mk := func(rank int, late int64) *RankFile {
+		rf := &RankFile{Header: Header{Rank: rank, Size: 3, Host: "h"}, Lanes: []string{"comm"}}
+		if late < 0 {
+			return rf
+		}
+		for i := range int64(5) {
+			rf.Events = append(rf.Events, Event{Kind: KindOp, Name: "allreduce", Algo: "ring", Seq: uint32(i + 1), Bytes: 8,
+				Start: i*10*ms + late, End: i*10*ms + 5*ms})
+		}
+		return rf
+	}
+	s := Summarize([]*RankFile{mk(0, 0), mk(1, 3*ms), mk(2, -1)})
+	if s.Matched != 5 || s.Straggler != 1 || len(s.Late) != 2 || s.Late[1].Rank != 1 || s.Late[1].Last != 5 {
+		t.Errorf("summary %+v, want 5 matched, rank 1 the straggler, arrivals of ranks 0 and 1", s)
+	}
+	if len(s.Silent) != 1 || s.Silent[0] != 2 {
+		t.Errorf("silent %v, want [2]", s.Silent)
+	}
+	if r := s.String(); !strings.Contains(r, "straggler: rank 1 (last in 5 of 5") || !strings.Contains(r, "no events from rank 2") {
+		t.Errorf("report:\n%s", r)
+	}
+}

@@ -2,6 +2,7 @@ package trace
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,8 +17,9 @@ type Summary struct {
 	// written before the rank ended (killed, or exited without closing).
 	Silent []int
 	Colls  []CollStat // by total time, largest first
-	// Late is per rank: how often it was the last to enter an operation
-	// of the world communicator, and how long after the first.
+	// Late is per rank with events (Silent ones are left out): how often
+	// it was the last to enter an operation of the world communicator, and
+	// how long after the first.
 	Late []LateStat
 	// Matched is how many world operations every rank recorded.
 	Matched int
@@ -88,8 +90,15 @@ func Summarize(files []*RankFile) *Summary {
 		total int64
 	}
 	per := map[string][]acc{}      // name -> per file
-	starts := map[uint32][]int64{} // world op seq -> corrected entry per file
+	starts := map[uint32][]int64{} // world op seq -> corrected entry per file with events
+	var active []*RankFile         // the files with events, which lateness compares
+	for _, f := range files {
+		if len(f.Events) > 0 {
+			active = append(active, f)
+		}
+	}
 	for i, f := range files {
+		ai := slices.Index(active, f)
 		for _, e := range f.Events {
 			if e.Kind != KindOp {
 				continue
@@ -105,13 +114,13 @@ func Summarize(files []*RankFile) *Summary {
 			if e.Lane == 0 && e.Name != "send" && e.Name != "recv" {
 				st := starts[e.Seq]
 				if st == nil {
-					st = make([]int64, len(files))
+					st = make([]int64, len(active))
 					for j := range st {
 						st[j] = -1 << 62
 					}
 					starts[e.Seq] = st
 				}
-				st[i] = f.Shift(e.Start)
+				st[ai] = f.Shift(e.Start)
 			}
 		}
 	}
@@ -140,11 +149,11 @@ func Summarize(files []*RankFile) *Summary {
 		}
 		return s.Colls[i].Name < s.Colls[j].Name
 	})
-	s.Late = make([]LateStat, len(files))
-	for i, f := range files {
+	s.Late = make([]LateStat, len(active))
+	for i, f := range active {
 		s.Late[i].Rank = f.Header.Rank
 	}
-	sum := make([]int64, len(files))
+	sum := make([]int64, len(active))
 	for _, st := range starts {
 		first, last, lastAt := int64(1<<62), 0, int64(-1<<62)
 		complete := true
@@ -158,7 +167,7 @@ func Summarize(files []*RankFile) *Summary {
 				last, lastAt = i, t
 			}
 		}
-		if !complete || len(files) < 2 {
+		if !complete || len(active) < 2 {
 			continue
 		}
 		s.Matched++
@@ -183,7 +192,7 @@ func Summarize(files []*RankFile) *Summary {
 	}
 	if best >= 0 && s.Matched >= 3 {
 		share := float64(s.Late[best].Last) / float64(s.Matched)
-		if share >= 0.5 && share >= 1.5/float64(len(files)) {
+		if share >= 0.5 && share >= 1.5/float64(len(active)) {
 			s.Straggler = s.Late[best].Rank
 		}
 	}
