@@ -167,7 +167,7 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 	var logs []*os.File
 	if r.cfg.OutputDir != "" && p.rank >= 0 {
 		var err error
-		if logs, err = rankLogs(r.cfg.OutputDir, p.rank); err != nil {
+		if logs, err = rankLogs(r.cfg.OutputDir, p.rank, p.restarts > 0); err != nil {
 			return err
 		}
 		// Through the rank's writers, which keep a remote rank's
@@ -352,15 +352,21 @@ func (r *runner) ranks() int {
 }
 
 // rankLogs creates dir/rank.N/stdout and stderr (--output-filename, laid
-// out as Open MPI's minus its job-number level).
-func rankLogs(dir string, rank int) ([]*os.File, error) {
+// out as Open MPI's minus its job-number level); a restarted rank
+// (--max-restarts) appends to them, after the output of the start that
+// failed.
+func rankLogs(dir string, rank int, restarted bool) ([]*os.File, error) {
 	d := filepath.Join(dir, fmt.Sprintf("rank.%d", rank))
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: --output-filename: %v", ErrLaunch, err)
 	}
 	var fs []*os.File
 	for _, name := range []string{"stdout", "stderr"} {
-		f, err := os.Create(filepath.Join(d, name))
+		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if restarted {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		f, err := os.OpenFile(filepath.Join(d, name), flags, 0o666)
 		if err != nil {
 			for _, g := range fs {
 				g.Close()

@@ -121,7 +121,7 @@ func srunProc(cfg Config, prog string, j *jobEnv, con *console) (*proc, error) {
 	st := &srunTasks{dir: cfg.WorkDir}
 	if cfg.OutputDir != "" {
 		for r := 0; r < cfg.NP; r++ {
-			fs, err := rankLogs(cfg.OutputDir, r)
+			fs, err := rankLogs(cfg.OutputDir, r, false)
 			if err != nil {
 				st.close()
 				return nil, err

@@ -53,3 +53,22 @@ func TestOutputFilename(t *testing.T) {
 		}
 	}
 }
+
+// A rank restarted by --max-restarts adds to its --output-filename files:
+// the output of the start that failed, its reason above all, stays.
+func TestOutputFilenameRestartedRank(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	script := `echo "start ${GORUN_RESTART:-0}"; ` +
+		`if [ "$GORUN_RANK" = 1 ] && [ -z "$GORUN_RESTART" ]; then echo "why it failed" >&2; exit 5; fi`
+	_, stderr, err := runJob(t, "", Config{NP: 2, OutputDir: dir, Elastic: true, MaxRestarts: 1,
+		Program: "/bin/sh", Args: []string{"-c", script}})
+	if err != nil || !strings.Contains(stderr, "restarted it") {
+		t.Fatalf("Run = %v, want rank 1 restarted and success\n%s", err, stderr)
+	}
+	for name, want := range map[string]string{"stdout": "start 0\nstart 1\n", "stderr": "why it failed\n"} {
+		b, err := os.ReadFile(filepath.Join(dir, "rank.1", name))
+		if err != nil || string(b) != want {
+			t.Errorf("rank.1/%s = %q (%v), want %q", name, b, err, want)
+		}
+	}
+}
