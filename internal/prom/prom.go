@@ -79,14 +79,34 @@ func escapeValue(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`).Replace(s)
 }
 
-// Parse reads the text format strictly: every sample belongs to a family
-// declared by a TYPE line before it, names and labels are valid, values
-// are numbers, no series repeats. It is what the tests and the launcher's
-// aggregation read.
+// Parse reads the text format strictly: a family's lines form one group
+// (at most one HELP and one TYPE, before its samples), every sample
+// belongs to a family declared by a TYPE line before it, metric and label
+// names are valid, a sample names each label once, label values use only
+// the escapes \\, \" and \n, values are numbers, timestamps integers,
+// and no series repeats (whatever the order of its labels). It is what
+// the tests and the launcher's aggregation read.
 func Parse(r io.Reader) ([]Family, error) {
 	var fams []Family
 	idx := map[string]int{}
 	seen := map[string]bool{}
+	ended := map[string]bool{} // families whose group another family's line closed
+	typed := map[string]bool{}
+	helped := map[string]bool{}
+	cur := "" // the family of the last line
+	enter := func(name string) error {
+		if name == cur {
+			return nil
+		}
+		if ended[name] {
+			return fmt.Errorf("lines of %s are not in one group", name)
+		}
+		if cur != "" {
+			ended[cur] = true
+		}
+		cur = name
+		return nil
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -103,6 +123,9 @@ func Parse(r io.Reader) ([]Family, error) {
 			if !validName(name) {
 				return nil, fmt.Errorf("line %d: bad metric name %q", n, name)
 			}
+			if err := enter(name); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
 			i, ok := idx[name]
 			if !ok {
 				i = len(fams)
@@ -110,8 +133,16 @@ func Parse(r io.Reader) ([]Family, error) {
 				fams = append(fams, Family{Name: name, Type: "untyped"})
 			}
 			if kw == "HELP" {
+				if helped[name] {
+					return nil, fmt.Errorf("line %d: second HELP for %s", n, name)
+				}
+				helped[name] = true
 				fams[i].Help = text
 			} else {
+				if typed[name] || len(fams[i].Samples) > 0 {
+					return nil, fmt.Errorf("line %d: TYPE for %s after its samples or another TYPE", n, name)
+				}
+				typed[name] = true
 				switch text {
 				case "counter", "gauge", "untyped", "summary", "histogram":
 					fams[i].Type = text
@@ -126,10 +157,13 @@ func Parse(r io.Reader) ([]Family, error) {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
 		i, ok := idx[name]
-		if !ok {
+		if !ok || !typed[name] {
 			return nil, fmt.Errorf("line %d: sample of %s before its TYPE", n, name)
 		}
-		key := line[:strings.LastIndexByte(line, ' ')]
+		if err := enter(name); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		key := seriesKey(name, labels)
 		if seen[key] {
 			return nil, fmt.Errorf("line %d: series %s repeated", n, key)
 		}
@@ -140,6 +174,16 @@ func Parse(r io.Reader) ([]Family, error) {
 		fams[i].Samples = append(fams[i].Samples, Sample{Labels: labels, Value: value})
 	}
 	return fams, sc.Err()
+}
+
+// seriesKey names a series whatever the order of its labels.
+func seriesKey(name string, labels []Label) string {
+	ls := make([]string, len(labels))
+	for i, l := range labels {
+		ls[i] = l.Name + "=" + strconv.Quote(l.Value)
+	}
+	sort.Strings(ls)
+	return name + "{" + strings.Join(ls, ",") + "}"
 }
 
 func parseSample(line string) (string, []Label, float64, error) {
@@ -161,10 +205,15 @@ func parseSample(line string) (string, []Label, float64, error) {
 				break
 			}
 			eq := strings.IndexByte(rest, '=')
-			if eq < 0 || !validName(rest[:eq]) || len(rest) < eq+2 || rest[eq+1] != '"' {
+			if eq < 0 || !validLabelName(rest[:eq]) || len(rest) < eq+2 || rest[eq+1] != '"' {
 				return "", nil, 0, fmt.Errorf("bad label in %q", line)
 			}
 			lname := rest[:eq]
+			for _, l := range labels {
+				if l.Name == lname {
+					return "", nil, 0, fmt.Errorf("label %s twice in %q", lname, line)
+				}
+			}
 			rest = rest[eq+2:]
 			var v strings.Builder
 			closed := false
@@ -175,8 +224,10 @@ func parseSample(line string) (string, []Label, float64, error) {
 					switch rest[j] {
 					case 'n':
 						v.WriteByte('\n')
-					default:
+					case '\\', '"':
 						v.WriteByte(rest[j])
+					default:
+						return "", nil, 0, fmt.Errorf("bad escape \\%c in %q", rest[j], line)
 					}
 					continue
 				}
@@ -190,7 +241,11 @@ func parseSample(line string) (string, []Label, float64, error) {
 				return "", nil, 0, fmt.Errorf("unterminated label value in %q", line)
 			}
 			labels = append(labels, Label{lname, v.String()})
-			rest = strings.TrimPrefix(rest, ",")
+			if r, ok := strings.CutPrefix(rest, ","); ok {
+				rest = r
+			} else if !strings.HasPrefix(rest, "}") {
+				return "", nil, 0, fmt.Errorf("want , or } after a label in %q", line)
+			}
 		}
 	}
 	fields := strings.Fields(rest)
@@ -201,8 +256,16 @@ func parseSample(line string) (string, []Label, float64, error) {
 	if err != nil {
 		return "", nil, 0, fmt.Errorf("bad value in %q", line)
 	}
+	if len(fields) == 2 {
+		if _, err := strconv.ParseInt(fields[1], 10, 64); err != nil {
+			return "", nil, 0, fmt.Errorf("bad timestamp in %q", line)
+		}
+	}
 	return name, labels, v, nil
 }
+
+// validLabelName: a metric name without colons.
+func validLabelName(s string) bool { return validName(s) && !strings.Contains(s, ":") }
 
 func validName(s string) bool {
 	if s == "" {
