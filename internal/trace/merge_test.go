@@ -250,3 +250,43 @@ func TestSummarizeSilentRankLeavesArrivals(t *testing.T) {
 		t.Errorf("report:\n%s", r)
 	}
 }
+
+// -from alone draws from there to the end, -to alone from the start, as
+// gorun trace's flags say (-to 0: the end); a window that ends before it
+// starts is an error. Before, -from without -to drew the whole trace.
+func TestSVGWindow(t *testing.T) {
+	ct := &ChromeTrace{}
+	for i := range 3 {
+		ct.TraceEvents = append(ct.TraceEvents, ChromeEvent{Name: "allreduce", Cat: "collective", Ph: "X",
+			TS: float64(100 * i), Dur: 10, Args: map[string]any{"seq": float64(i)}})
+	}
+	drawn := func(from, to float64) string {
+		var b bytes.Buffer
+		if err := SVG(&b, ct, from, to); err != nil {
+			t.Fatalf("SVG(%v, %v): %v", from, to, err)
+		}
+		var seqs []string
+		for _, s := range []string{"#0 ", "#1 ", "#2 "} {
+			if strings.Contains(b.String(), "<title>allreduce "+s) {
+				seqs = append(seqs, s[:2])
+			}
+		}
+		return strings.Join(seqs, " ")
+	}
+	for _, tc := range []struct {
+		from, to float64
+		want     string
+	}{
+		{0, 0, "#0 #1 #2"},
+		{150, 0, "#2"},
+		{0, 50, "#0"},
+		{50, 150, "#1"},
+	} {
+		if got := drawn(tc.from, tc.to); got != tc.want {
+			t.Errorf("window [%v, %v] draws %q, want %q", tc.from, tc.to, got, tc.want)
+		}
+	}
+	if err := SVG(io.Discard, ct, 150, 100); err == nil {
+		t.Error("a window that ends before it starts drew")
+	}
+}

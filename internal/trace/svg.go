@@ -59,8 +59,12 @@ const (
 // SVG draws t as a Gantt chart: a band per rank, a row per thread (the
 // communicators' collectives, coloured by kind, with their wait for the
 // first peer message hatched; ddp buckets; user spans such as compute),
-// and a time axis. from and to (µs; to ≤ from: all) select a window.
+// and a time axis. from and to (µs from the start) select a window: from
+// ≤ 0 is the start, to ≤ 0 the end, as gorun trace's -from and -to.
 func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
+	if to > 0 && to <= from {
+		return fmt.Errorf("the window ends (%v µs) before it starts (%v µs)", to, from)
+	}
 	procs := map[int]string{}
 	threads := map[[2]int]string{}
 	var spans []ChromeEvent
@@ -80,7 +84,7 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 				threads[[2]int{e.PID, e.TID}] = name
 			}
 		case "X":
-			if to > from && (e.TS+e.Dur < from || e.TS > to) {
+			if e.TS+e.Dur < from || to > 0 && e.TS > to {
 				continue
 			}
 			spans = append(spans, e)
@@ -100,8 +104,11 @@ func SVG(w io.Writer, t *ChromeTrace, from, to float64) error {
 	for i, n := range userNames {
 		userColor[n] = spanColors[i%len(spanColors)]
 	}
-	if to > from {
-		lo, hi = from, to
+	if from > 0 {
+		lo = from
+	}
+	if to > 0 {
+		hi = to
 	}
 	if hi <= lo {
 		hi = lo + 1
