@@ -19,14 +19,18 @@
 //     ranks' allreduces still pair the same buckets. Wait before the
 //     optimizer step.
 //
-// Gradients of one Bucketer share an element type (float32 or float64); a
-// model with both uses two, each on its own communicator (Comm.Dup). Ranks
-// pair allreduces in the order they start on a communicator and a
-// Bucketer orders only its own buckets, so two Bucketers on one
-// communicator pair one's bucket with the other's when ranks leave
-// different parameters unused: a mismatch error, or with buckets of one
-// element type and length, silently mixed sums. Optional fp16 or bf16 compression halves the
-// bytes on the wire: each rank rounds its gradients to the wire type, and
+// Ranks pair collectives in the order they start on a communicator, and a
+// Bucketer orders only its own buckets: when ranks leave different
+// parameters unused, a rank starts some buckets only in Wait, so another
+// collective started on the same communicator between the step's first
+// MarkReady and Wait (a second Bucketer's bucket, a loss's allreduce)
+// pairs with a bucket on some ranks: a mismatch error, or with the same
+// type and length, silently mixed sums. Run such collectives after Wait
+// or on a communicator of their own (Comm.Dup). Gradients of one Bucketer
+// share an element type (float32 or float64); a model with both uses two,
+// each on its own communicator.
+//
+// Optional fp16 or bf16 compression halves the bytes on the wire: each rank rounds its gradients to the wire type, and
 // the partial sums travel in it too (each hop adds in float32 and rounds
 // again), so every partial sum must fit the wire type (fp16: |x| ≤ 65504).
 // With Avg each rank first divides by the world size, then the ranks sum
