@@ -11,4 +11,7 @@
 // Concurrency: Run may be called concurrently for independent jobs; one
 // goroutine per job supervises its processes, and output is written to
 // Config.Stdout and Config.Stderr one whole line per Write, under one lock.
+// Config.Signals is read by one goroutine at a time: a watcher until the
+// ranks start (a stopping signal cancels the build or the --nnodes
+// check-in, startsignal.go), the supervisor after.
 package launcher

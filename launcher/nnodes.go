@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -121,6 +122,9 @@ func serveCheckIn(ctx context.Context, me checkIn, port int, token string, timeo
 	}
 	for len(conns) < me.NNodes-1 {
 		c, err := ln.Accept()
+		if err != nil && errors.Is(context.Cause(ctx), ErrInterrupted) {
+			return fail(context.Cause(ctx).Error()) // the others say "node 0: " first
+		}
 		if err != nil {
 			missing := []int{}
 			for r := 1; r < me.NNodes; r++ {

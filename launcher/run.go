@@ -35,6 +35,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	con := &console{stdout: cfg.Stdout, stderr: cfg.Stderr, tty: cfg.Terminal}
+	ctx, w := watchStart(ctx, cfg.Signals)
+	defer w.cancel(nil)
+	return w.interrupted(launch(ctx, cfg, con, w), con)
+}
+
+// launch is Run after the defaults: it prepares the job, and once w hands
+// the signals over, starts the ranks and waits for them.
+func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error {
+	var err error
 	var seedHost string
 	var seedPort int
 	if cfg.NNodes > 0 {
@@ -167,6 +176,9 @@ func Run(ctx context.Context, cfg Config) error {
 			p.cpus = sets[s.Rank]
 			procs = append(procs, p)
 		}
+	}
+	if je := w.handOff(); je != nil {
+		return je
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs, ctl: srv,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
