@@ -52,6 +52,11 @@ type LateStat struct {
 	MaxLate  time.Duration
 }
 
+// pointToPoint reports whether name is a send, a receive or a group of
+// them: their sequence numbers count a pair's messages, not the
+// communicator's collectives, so arrivals leave them out.
+func pointToPoint(name string) bool { return name == "send" || name == "recv" || name == "sendrecv" }
+
 // busFactor is nccl-tests' busbw/algbw for name on n ranks.
 func busFactor(name string, n int) float64 {
 	f := float64(n-1) / float64(n)
@@ -111,7 +116,7 @@ func Summarize(files []*RankFile) *Summary {
 			a[i].calls++
 			a[i].bytes += e.Bytes
 			a[i].total += e.End - e.Start
-			if e.Lane == 0 && e.Name != "send" && e.Name != "recv" {
+			if e.Lane == 0 && !pointToPoint(e.Name) {
 				st := starts[e.Seq]
 				if st == nil {
 					st = make([]int64, len(active))
