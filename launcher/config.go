@@ -123,6 +123,10 @@ type Config struct {
 	// MapBy is the placement policy (--map-by): "slot" (default) fills a
 	// host before the next, "node" deals ranks round-robin over hosts.
 	MapBy string
+	// Oversubscribe lets NP exceed the slots of Hosts (--oversubscribe, as
+	// mpirun's): the ranks beyond them are dealt over the hosts in turn,
+	// one more slot for each per round. NPerNode still caps every host.
+	Oversubscribe bool
 	// ReportBindings prints the CPUs each local rank is bound to.
 	ReportBindings bool
 

@@ -201,7 +201,7 @@ func Place(hosts []Host, np int) ([]Slot, error) {
 		}
 	}
 	if len(slots) < np {
-		return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots", ErrUsage, np, len(slots))
+		return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots (--oversubscribe allows more)", ErrUsage, np, len(slots))
 	}
 	return slots, nil
 }

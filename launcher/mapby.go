@@ -33,7 +33,7 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 			for _, h := range hosts {
 				total += h.Slots
 			}
-			return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots", ErrUsage, np, total)
+			return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots (--oversubscribe allows more)", ErrUsage, np, total)
 		}
 	}
 	for i := range slots {
@@ -45,6 +45,27 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 		}
 	}
 	return slots, nil
+}
+
+// oversubscribe gives hosts at least np slots (--oversubscribe): the
+// ranks beyond their slots are dealt over the hosts in turn, one more
+// slot for each per round, so that by-slot mapping keeps each host's
+// ranks together. Without hosts (this machine alone) gorun takes any
+// number of ranks already.
+func oversubscribe(hosts []Host, np int) []Host {
+	if len(hosts) == 0 {
+		return hosts
+	}
+	hosts = mergeLocal(hosts) // a copy
+	total := 0
+	for _, h := range hosts {
+		total += h.Slots
+	}
+	for i := 0; total < np; i = (i + 1) % len(hosts) {
+		hosts[i].Slots++
+		total++
+	}
+	return hosts
 }
 
 // CapSlots limits every host to n slots (--npernode); n ≤ 0 changes nothing.

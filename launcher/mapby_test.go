@@ -27,3 +27,27 @@ func TestPlaceByNode(t *testing.T) {
 		t.Errorf("CapSlots(1) = %+v (input %+v)", capped, hosts)
 	}
 }
+
+// --oversubscribe, as mpirun's: more ranks than slots, the extra ones
+// dealt over the hosts in turn; names of this machine are one host.
+func TestOversubscribe(t *testing.T) {
+	hosts := []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}
+	for _, tc := range []struct {
+		hosts []Host
+		np    int
+		want  []Host
+	}{
+		{hosts, 3, hosts},
+		{hosts, 6, []Host{{Name: "a", Slots: 3}, {Name: "b", Slots: 3}}},
+		{hosts, 7, []Host{{Name: "a", Slots: 4}, {Name: "b", Slots: 3}}},
+		{[]Host{{Name: "localhost", Slots: 1}, {Name: "127.0.0.1", Slots: 1}}, 5, []Host{{Name: "localhost", Slots: 5}}},
+		{nil, 8, nil},
+	} {
+		if got := oversubscribe(tc.hosts, tc.np); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("oversubscribe(%+v, %d) = %+v, want %+v", tc.hosts, tc.np, got, tc.want)
+		}
+	}
+	if hosts[0].Slots != 2 {
+		t.Errorf("oversubscribe changed its input: %+v", hosts)
+	}
+}

@@ -1,7 +1,9 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +51,27 @@ func TestReportBindingsJob(t *testing.T) {
 		if want := fmt.Sprintf("gorun: rank %d bound to CPUs [", r); !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+}
+
+// -H localhost:1 -np 3 is a usage error, as mpirun's, and runs three ranks
+// on this machine with --oversubscribe.
+func TestOversubscribeRun(t *testing.T) {
+	cfg := Config{NP: 3, Hosts: []Host{{Name: "localhost", Slots: 1}}}
+	if _, _, err := runJob(t, "env", cfg); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "--oversubscribe") {
+		t.Errorf("3 ranks on 1 slot: %v, want a usage error that names --oversubscribe", err)
+	}
+	cfg.Oversubscribe = true
+	out, stderr, err := runJob(t, "env", cfg)
+	if err != nil {
+		t.Fatalf("--oversubscribe: %v\n%s", err, stderr)
+	}
+	for r, lines := range rankLines(t, out) {
+		if !slices.Contains(lines, EnvLocalSize+"=3") || !slices.Contains(lines, fmt.Sprintf("%s=%d", EnvLocalRank, r)) {
+			t.Errorf("rank %d is not local rank %d of 3:\n%s", r, r, strings.Join(lines, "\n"))
+		}
+	}
+	if n := len(rankLines(t, out)); n != 3 {
+		t.Errorf("%d ranks ran, want 3", n)
 	}
 }

@@ -143,6 +143,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	fs.StringVar(&slurm, "srun", "auto", "place ranks with srun: auto (inside a Slurm allocation)|yes|no")
 	fs.BoolVar(&showVersion, "version", false, "print gorun's version and exit")
 	fs.StringVar(&cfg.MapBy, "map-by", "", "place ranks: slot (default: fill each host first) or node (round-robin over hosts)")
+	fs.BoolVar(&cfg.Oversubscribe, "oversubscribe", false, "allow more ranks than the slots of -H or --hostfile (the extra ranks are dealt over the hosts in turn)")
 	fs.IntVar(&npernode, "npernode", 0, "at most N ranks per host (caps every host's slots)")
 	fs.IntVar(&npernode, "N", 0, "same as --npernode")
 	fs.BoolVar(&cfg.ReportBindings, "report-bindings", false, "print the CPUs each local rank is bound to")

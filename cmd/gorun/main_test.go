@@ -130,6 +130,11 @@ func TestParseArgs(t *testing.T) {
 			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}, {Name: "b", Slots: 1}}
 			c.NPerNode = 1
 		}},
+		// mpirun's --oversubscribe: more ranks than slots.
+		{args: []string{"-H", "a:1", "-np", "3", "--oversubscribe", "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args, c.Oversubscribe = 3, "prog", []string{}, true
+			c.Hosts = []launcher.Host{{Name: "a", Slots: 1}}
+		}},
 		// Without hosts, -N is the launcher's (srun's --ntasks-per-node
 		// inside an allocation): no host list that would turn srun off.
 		{args: []string{"-N", "2", "prog"}, want: func(c *launcher.Config) {
