@@ -114,13 +114,14 @@ func (o *observer) attach() *commObs {
 	if n > 0 {
 		name = fmt.Sprintf("comm %d", n)
 	}
-	return &commObs{o: o, lane: o.rec.Lane(name)}
+	return &commObs{o: o, lane: o.rec.Lane(name), name: name}
 }
 
 // commObs is one communicator's part; used under the communicator's turn.
 type commObs struct {
 	o     *observer
 	lane  uint16
+	name  string // the lane's
 	stats engine.OpStats
 	ev    trace.Event
 }
@@ -156,6 +157,18 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *engine.Plan, algo collec
 // Tracing reports whether c records a timeline (GORUN_TIMELINE or
 // WithTimeline), so a caller can skip preparing what it would record.
 func (c *Comm) Tracing() bool { return c.obs != nil && c.obs.o.rec != nil }
+
+// TraceLane is the name of the communicator's row on the timeline:
+// "comm" for the first, "comm 1", "comm 2", ... for those made from it (in
+// the order they were made), "" when the timeline is off. A library that
+// records spans of its own per communicator (ddp's buckets) names its rows
+// after it, so that two communicators' spans do not share a row.
+func (c *Comm) TraceLane() string {
+	if !c.Tracing() {
+		return ""
+	}
+	return c.obs.name
+}
 
 // Span is a stretch of work on the timeline, begun by StartSpan.
 type Span struct {

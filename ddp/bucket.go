@@ -61,6 +61,10 @@ type Bucketer[T Float] struct {
 	noSync  bool
 	ready   []bool
 	traced  sync.WaitGroup // bucket spans not yet ended (timeline only)
+	// The timeline's rows: "ddp" and "ddp bucket N" on the world
+	// communicator, with " (comm K)" after them on another, so that two
+	// Bucketers' spans do not share rows.
+	readyLane, bucketLane string
 }
 
 type bucket[T Float] struct {
@@ -79,7 +83,13 @@ type bucket[T Float] struct {
 // communicator of its own (see the package comment).
 func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucketer[T], error) {
 	cfg = cfg.withDefaults()
-	b := &Bucketer[T]{c: c, cfg: cfg, params: params, of: make([]int, len(params)), ready: make([]bool, len(params)), wireOp: cfg.Op, div: 1}
+	b := &Bucketer[T]{c: c, cfg: cfg, params: params, of: make([]int, len(params)), ready: make([]bool, len(params)), wireOp: cfg.Op, div: 1,
+		readyLane: "ddp", bucketLane: "ddp bucket %d"}
+	if c != nil {
+		if l := c.TraceLane(); l != "" && l != "comm" {
+			b.readyLane, b.bucketLane = "ddp ("+l+")", "ddp bucket %d ("+l+")"
+		}
+	}
 	if cfg.Compression != NoCompression && cfg.Op == comm.Avg {
 		// Average as torch's fp16_compress_hook does: divide, round, sum.
 		// Partial sums travel in the wire type, and a sum of the ranks'
@@ -165,7 +175,7 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 		return fmt.Errorf("ddp: parameter %q marked ready twice in one step", b.params[i].Name)
 	}
 	b.ready[i] = true
-	b.c.TraceInstant("ddp", "grad ready", int64(i))
+	b.c.TraceInstant(b.readyLane, "grad ready", int64(i))
 	bk := b.buckets[b.of[i]]
 	bk.pending--
 	if bk.pending == 0 && bk.idx == b.next && !b.noSync {
@@ -179,7 +189,7 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 
 func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 	if b.c.Tracing() {
-		sp := b.c.StartSpan(fmt.Sprintf("ddp bucket %d", bk.idx), "bucket allreduce", int64(bk.idx))
+		sp := b.c.StartSpan(fmt.Sprintf(b.bucketLane, bk.idx), "bucket allreduce", int64(bk.idx))
 		b.traced.Add(1)
 		defer func() { go b.endWhenDone(ctx, bk.req, sp) }()
 	}

@@ -2,6 +2,7 @@ package ddp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -93,4 +94,112 @@ func TestTimelineBuckets(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Two Bucketers, each on its own communicator as the package comment
+// asks, draw their buckets on rows of their own: "ddp bucket N" for the
+// world communicator's, "ddp bucket N (comm 1)" for the other's, and the
+// spans on each row do not overlap. Before, both used "ddp bucket N",
+// whose spans then overlapped without nesting (a malformed row in
+// Perfetto) whenever the two allreduces were in flight together.
+func TestTimelineTwoBucketers(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "tl")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 3
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				c2, err := c.Dup(ctx)
+				if err != nil {
+					return err
+				}
+				defer c2.Close()
+				if c.TraceLane() != "comm" || c2.TraceLane() != "comm 1" {
+					return fmt.Errorf("trace lanes %q and %q, want comm and comm 1", c.TraceLane(), c2.TraceLane())
+				}
+				p1, p2 := params(16, 16), params(16, 16)
+				b1, err := NewBucketer(c, p1, Config{FirstBucketBytes: 64, BucketBytes: 64})
+				if err != nil {
+					return err
+				}
+				b2, err := NewBucketer(c2, p2, Config{FirstBucketBytes: 64, BucketBytes: 64})
+				if err != nil {
+					return err
+				}
+				for range steps {
+					for i := 1; i >= 0; i-- {
+						if err := b1.MarkReady(ctx, i); err != nil {
+							return err
+						}
+						if err := b2.MarkReady(ctx, i); err != nil {
+							return err
+						}
+					}
+					if err := errors.Join(b1.Wait(ctx), b2.Wait(ctx)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for _, c := range cs {
+		c.Close()
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range 2 {
+		rf, err := trace.ReadFile(fmt.Sprintf("%s.%d", base, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string][]trace.Event{}
+		ready := map[string]int{}
+		for _, e := range rf.Events {
+			switch {
+			case e.Kind == trace.KindSpan && e.Name == "bucket allreduce":
+				rows[rf.Lanes[e.Lane]] = append(rows[rf.Lanes[e.Lane]], e)
+			case e.Kind == trace.KindInstant && e.Name == "grad ready":
+				ready[rf.Lanes[e.Lane]]++
+			}
+		}
+		for _, row := range []string{"ddp bucket 0", "ddp bucket 1", "ddp bucket 0 (comm 1)", "ddp bucket 1 (comm 1)"} {
+			if len(rows[row]) != steps {
+				t.Errorf("rank %d: %d spans on row %q, want %d (rows %v)", r, len(rows[row]), row, steps, keys(rows))
+			}
+		}
+		if ready["ddp"] != 2*steps || ready["ddp (comm 1)"] != 2*steps {
+			t.Errorf("rank %d: grad ready instants by row %v, want %d on ddp and on ddp (comm 1)", r, ready, 2*steps)
+		}
+		for row, spans := range rows {
+			for i := range spans {
+				for _, b := range spans[i+1:] {
+					if a := spans[i]; b.Start < a.End && a.Start < b.End {
+						t.Errorf("rank %d: row %q: spans [%d, %d] and [%d, %d] overlap", r, row, a.Start, a.End, b.Start, b.End)
+					}
+				}
+			}
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
 }
