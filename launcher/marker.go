@@ -116,8 +116,28 @@ func (rr *remoteRank) setPID(pgid int) {
 	}
 }
 
-func (rr *remoteRank) tap(line []byte) bool {
-	w := parseMarker(line)
+// tap reads the markers of the rank's stderr (rankWriter.tap).
+func (rr *remoteRank) tap(line []byte) int {
+	return splitMarker(line, rr.mark)
+}
+
+// splitMarker is how much of line a tap shows: -1 for a marker line that
+// mark takes, the text before a marker that mark takes after a last line
+// without a newline, else all of it.
+func splitMarker(line []byte, mark func(m []byte) bool) int {
+	i := bytes.Index(line, []byte(marker))
+	switch {
+	case i < 0 || !mark(line[i:]):
+		return len(line)
+	case i == 0:
+		return -1
+	}
+	return i
+}
+
+// mark records what the marker m says; false if it is none of the rank's.
+func (rr *remoteRank) mark(m []byte) bool {
+	w := parseMarker(m)
 	switch {
 	case len(w) == 2 && w[0] == "pid":
 		if n, err := strconv.Atoi(w[1]); err == nil && n > 1 {
@@ -173,26 +193,37 @@ type srunTasks struct {
 	logs   [][]*os.File // [rank][stdout, stderr], --output-filename
 }
 
-func (st *srunTasks) tap(stream int) func([]byte) bool {
-	return func(line []byte) bool {
+func (st *srunTasks) tap(stream int) func([]byte) int {
+	return func(line []byte) int {
 		rank, text := cutLabel(line)
-		w := parseMarker(text)
-		if len(w) == 2 && w[0] == "step" {
-			st.mu.Lock()
-			st.step = w[1]
-			st.mu.Unlock()
-			return true
-		}
-		if len(w) >= 2 && (w[0] == "exit" || w[0] == "signal" || w[0] == "wdir") {
-			st.report(w)
-			return true
+		label := len(line) - len(text)
+		n := splitMarker(text, st.mark)
+		if n < 0 {
+			return -1
 		}
 		if rank >= 0 && rank < len(st.logs) {
 			f := st.logs[rank][stream]
-			f.Write(append(text, '\n'))
+			f.Write(append(text[:n], '\n')) // text[n] is the marker's, or free
 		}
-		return false
+		return label + n
 	}
+}
+
+// mark records what the marker m says; false if it is none of srun's
+// tasks'.
+func (st *srunTasks) mark(m []byte) bool {
+	w := parseMarker(m)
+	if len(w) == 2 && w[0] == "step" {
+		st.mu.Lock()
+		st.step = w[1]
+		st.mu.Unlock()
+		return true
+	}
+	if len(w) >= 2 && (w[0] == "exit" || w[0] == "signal" || w[0] == "wdir") {
+		st.report(w)
+		return true
+	}
+	return false
 }
 
 // report records an exit, signal or wdir marker: exit STATUS RANK HOST,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,11 +105,17 @@ func TestMarkerAfterLineWithoutNewline(t *testing.T) {
 				!strings.Contains(stderr.String(), "partial 1\n") {
 				t.Errorf("stderr does not say %q and \"partial 1\", or shows a marker:\n%q", want, stderr.String())
 			}
+			// Nor what is left of a line once its marker is taken off: the
+			// label of srun's "0: \x1egorun:step 4242.0".
+			if empty := regexp.MustCompile(`(?m)^(\[\d+\] |\d+: )?$`); empty.MatchString(strings.TrimSuffix(stderr.String(), "\n")) {
+				t.Errorf("stderr has an empty line:\n%q", stderr.String())
+			}
+			nl := "" // the files have what the ranks wrote
 			if where == "srun" {
-				return // the fake srun labels no stderr, so no task's file gets it
+				nl = "\n" // what srun's labelled lines say (marker.go)
 			}
 			for r := range 2 {
-				for name, want := range map[string]string{"stdout": fmt.Sprintf("out %d", r), "stderr": fmt.Sprintf("partial %d", r)} {
+				for name, want := range map[string]string{"stdout": fmt.Sprintf("out %d", r) + nl, "stderr": fmt.Sprintf("partial %d", r) + nl} {
 					b, err := os.ReadFile(filepath.Join(logs, fmt.Sprintf("rank.%d", r), name))
 					if err != nil || string(b) != want {
 						t.Errorf("rank.%d/%s = %q (%v), want %q, as the rank wrote it", r, name, b, err, want)

@@ -71,11 +71,11 @@ type rankWriter struct {
 	buf    []byte // an incomplete line
 	out    []byte // reused for the tagged lines of one Write
 	// tap, if set, sees every line (untagged, without its newline) before
-	// the console does, on the goroutine that writes; it returns true to
-	// keep the line off the console (gorun's own markers, marker.go). A
-	// marker that follows a last line without a newline on the same
-	// stream ("text\x1egorun:exit 3") is split off that line first.
-	tap func(line []byte) bool
+	// the console does, on the goroutine that writes, and returns how
+	// much of it the console gets: all of it, -1 for none (gorun's own
+	// markers, marker.go), or the text before a marker that followed a
+	// last line without a newline on the same stream ("text\x1egorun:exit 3").
+	tap func(line []byte) int
 	// file, if set, gets every line that reaches the console, untagged
 	// and as the rank wrote it: a newline only where it wrote one
 	// (--output-filename).
@@ -138,11 +138,12 @@ func (rw *rankWriter) emit(nl bool) {
 	line := rw.buf
 	rw.buf = rw.buf[:0]
 	if rw.tap != nil {
-		if i := bytes.Index(line, []byte(marker)); i > 0 && rw.tap(line[i:]) {
-			line, nl = line[:i], false
-		}
-		if rw.tap(line) {
+		n := rw.tap(line)
+		if n < 0 {
 			return
+		}
+		if n < len(line) {
+			line, nl = line[:n], false
 		}
 	}
 	rw.out = append(rw.out, rw.prefix...)

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -45,15 +46,33 @@ func fakeSrun(args []string) int {
 	for i := 0; i < n; i++ {
 		cmd := exec.Command(prog[0], prog[1:]...)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_PROCID=%d", i), fmt.Sprintf("SLURM_NTASKS=%d", n))
-		cmd.Stderr = os.Stderr // unlabelled
 		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 1
+		}
+		errOut, err := cmd.StderrPipe()
 		if err != nil || cmd.Start() != nil {
 			return 1
 		}
+		// Stderr as it comes, labelled too, as srun --label does.
+		errDone := make(chan struct{})
+		go func() {
+			defer close(errDone)
+			sc := bufio.NewScanner(errOut)
+			for sc.Scan() {
+				mu.Lock()
+				if label {
+					fmt.Fprintf(os.Stderr, "%d: ", i)
+				}
+				fmt.Fprintln(os.Stderr, sc.Text())
+				mu.Unlock()
+			}
+		}()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			b, _ := readAll(out)
+			<-errDone
 			err := cmd.Wait()
 			mu.Lock()
 			defer mu.Unlock()
