@@ -9,7 +9,7 @@ import (
 
 // Config describes one job. The zero value of a field means its default.
 type Config struct {
-	NP      int      // number of ranks (-np)
+	NP      int      // number of ranks (-np); 0 without Hosts: the Slurm allocation's tasks
 	Hosts   []Host   // -H / --hostfile; nil runs every rank on this machine
 	Program string   // binary, or Go package directory to build first
 	Args    []string // the program's arguments
@@ -151,7 +151,9 @@ const (
 
 // withDefaults checks c and fills in defaults.
 func (c Config) withDefaults() (Config, error) {
-	if c.NP < 1 && !(c.NP == 0 && c.NPerNode > 0 && len(c.Hosts) == 0) {
+	// NP 0 without hosts is decided later: --npernode, or the Slurm
+	// allocation (defaultNP).
+	if c.NP < 0 || c.NP == 0 && (len(c.Hosts) > 0 || c.NNodes > 0 || len(c.Apps) > 0) {
 		return c, fmt.Errorf("%w: -np must be at least 1", ErrUsage)
 	}
 	if c.Program == "" {

@@ -59,6 +59,9 @@ func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error 
 	if cfg, err = perNode(cfg, srun); err != nil {
 		return err
 	}
+	if cfg, err = defaultNP(cfg, srun); err != nil {
+		return err
+	}
 	if cfg.Oversubscribe && cfg.NPerNode <= 0 {
 		cfg.Hosts = oversubscribe(cfg.Hosts, cfg.NP)
 	}

@@ -49,15 +49,45 @@ func useSrun(cfg Config) (bool, error) {
 // so that a job larger than its allocation fails with a clear error
 // before srun is asked for a step it cannot have.
 func fitsAllocation(np int) error {
-	for _, name := range []string{"SLURM_NTASKS", "SLURM_NPROCS"} {
-		if v := os.Getenv(name); v != "" {
-			if n, err := strconv.Atoi(v); err == nil && np > n {
-				return fmt.Errorf("%w: -np %d but the Slurm allocation has %d tasks (%s); ask for more (sbatch -n) or run fewer ranks", ErrUsage, np, n, name)
-			}
-			return nil
-		}
+	if n, name := allocationCount("SLURM_NTASKS", "SLURM_NPROCS"); n > 0 && np > n {
+		return fmt.Errorf("%w: -np %d but the Slurm allocation has %d tasks (%s); ask for more (sbatch -n) or run fewer ranks", ErrUsage, np, n, name)
 	}
 	return nil
+}
+
+// allocationCount is the first of the Slurm variables names that holds a
+// count, and its name; 0 when none does.
+func allocationCount(names ...string) (int, string) {
+	for _, name := range names {
+		if v := os.Getenv(name); v != "" {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return n, name
+			}
+		}
+	}
+	return 0, ""
+}
+
+// defaultNP is -np for a job that gives none (nor hosts, nor --npernode):
+// inside a Slurm allocation, as srun and mpirun do there, one rank per
+// task of it (SLURM_NTASKS), or per node when it names no task count, as
+// srun does; elsewhere -np is needed.
+func defaultNP(cfg Config, srun bool) (Config, error) {
+	if cfg.NP > 0 {
+		return cfg, nil
+	}
+	if !srun {
+		return cfg, fmt.Errorf("%w: -np is required without -H, --hostfile or a Slurm allocation", ErrUsage)
+	}
+	n, _ := allocationCount("SLURM_NTASKS", "SLURM_NPROCS")
+	if n == 0 {
+		n, _ = allocationCount("SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+	}
+	if n == 0 {
+		return cfg, fmt.Errorf("%w: -np is required: the Slurm allocation's task count (SLURM_NTASKS) is not set", ErrUsage)
+	}
+	cfg.NP = n
+	return cfg, nil
 }
 
 // srunTaskScript runs each task as sh -c SCRIPT sh DIR PROGRAM ARGS...: task
@@ -224,13 +254,7 @@ func perNode(cfg Config, srun bool) (Config, error) {
 		return cfg, nil
 	}
 	if cfg.NP == 0 {
-		nodes := 0
-		for _, name := range []string{"SLURM_JOB_NUM_NODES", "SLURM_NNODES"} {
-			if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
-				nodes = n
-				break
-			}
-		}
+		nodes, _ := allocationCount("SLURM_JOB_NUM_NODES", "SLURM_NNODES")
 		if nodes == 0 {
 			return cfg, fmt.Errorf("%w: -np is required: the Slurm allocation's node count (SLURM_JOB_NUM_NODES) is not set", ErrUsage)
 		}

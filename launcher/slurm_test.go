@@ -259,3 +259,28 @@ func TestSrunYesNeedsAllocation(t *testing.T) {
 		t.Errorf("--srun yes in an allocation with srun: %v, %v", ok, err)
 	}
 }
+
+// Without -np, a job inside a Slurm allocation runs one rank per task of
+// it, as srun and mpirun do there (one per node when the allocation
+// names no task count, as srun); elsewhere -np is a usage error.
+func TestSrunDefaultNP(t *testing.T) {
+	fakeSlurm(t)
+	t.Setenv("SLURM_NTASKS", "3")
+	out, stderr, err := srunJob(t, "env", Config{})
+	if err != nil {
+		t.Fatalf("Run without -np in a 3-task allocation: %v\n%s", err, stderr)
+	}
+	for r := range 4 {
+		if has := strings.Contains(out, fmt.Sprintf("%d: SLURM_PROCID=%d\n", r, r)); has != (r < 3) {
+			t.Errorf("rank %d ran: %v, want %v\n%s", r, has, r < 3, out)
+		}
+	}
+	t.Setenv("SLURM_NTASKS", "")
+	t.Setenv("SLURM_JOB_NUM_NODES", "2")
+	if cfg, err := defaultNP(Config{}, true); err != nil || cfg.NP != 2 {
+		t.Errorf("no task count, 2 nodes: NP %d, %v; want 2", cfg.NP, err)
+	}
+	if _, _, err := runJob(t, "env", Config{}); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "-np is required") {
+		t.Errorf("Run without -np outside Slurm: %v, want a usage error", err)
+	}
+}

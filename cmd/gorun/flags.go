@@ -71,6 +71,9 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 	if len(segs) == 1 {
 		return cfg, checkTunables(cfg)
 	}
+	if cfg.NP < 1 {
+		return cfg, fmt.Errorf("%w: an MPMD job needs -np N before each program", launcher.ErrUsage)
+	}
 	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
 	for _, seg := range segs[1:] {
 		fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
@@ -191,13 +194,16 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	if len(cfg.Hosts) > 0 {
 		cfg.Hosts = launcher.CapSlots(cfg.Hosts, npernode)
 	}
-	if cfg.NP == 0 && !(npernode > 0 && len(cfg.Hosts) == 0) {
-		// As mpirun: without -np, one rank per slot.
-		for _, h := range cfg.Hosts {
+	npGiven := false
+	fs.Visit(func(f *flag.Flag) { npGiven = npGiven || f.Name == "np" || f.Name == "n" })
+	if npGiven && cfg.NP < 1 {
+		return cfg, fmt.Errorf("%w: -np %d: want at least 1", launcher.ErrUsage, cfg.NP)
+	}
+	// As mpirun: without -np, one rank per slot. Without hosts, the
+	// launcher decides: --npernode, or a Slurm allocation's tasks.
+	for _, h := range cfg.Hosts {
+		if !npGiven {
 			cfg.NP += h.Slots
-		}
-		if cfg.NP == 0 {
-			return cfg, fmt.Errorf("%w: -np is required without -H or --hostfile", launcher.ErrUsage)
 		}
 	}
 	return cfg, nil
@@ -222,6 +228,8 @@ func checkTunables(cfg launcher.Config) error {
 	if spec == "" {
 		return nil
 	}
+	// Without -np the Slurm allocation sets the ranks, later: only the
+	// syntax is checked here.
 	ranks, err := faulty.Ranks(spec)
 	if err != nil {
 		return fmt.Errorf("%w: %s=%q: %s", launcher.ErrUsage, jobenv.Fault, spec, strings.TrimPrefix(err.Error(), "faulty: "))
@@ -231,7 +239,7 @@ func checkTunables(cfg launcher.Config) error {
 		size = max(size, cfg.MaxNP)
 	}
 	for _, r := range ranks {
-		if r >= size && cfg.NNodes == 0 {
+		if r >= size && cfg.NNodes == 0 && cfg.NP > 0 {
 			return fmt.Errorf("%w: %s=%q: rank %d is not a rank of this job (0 to %d)", launcher.ErrUsage, jobenv.Fault, spec, r, size-1)
 		}
 	}

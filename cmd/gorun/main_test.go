@@ -183,7 +183,12 @@ func TestParseArgs(t *testing.T) {
 			c.NP, c.Program, c.Args, c.Elastic, c.MaxNP, c.Fault = 2, "prog", []string{}, true, 4, "rank=3:kill"
 		}},
 		{args: []string{"-np", "2"}, bad: true},
-		{args: []string{"prog"}, bad: true},
+		// Without -np or hosts the launcher decides: a Slurm allocation's
+		// tasks, as srun and mpirun do there.
+		{args: []string{"prog"}, want: func(c *launcher.Config) { c.Program, c.Args = "prog", []string{} }},
+		{args: []string{"-np", "0", "prog"}, bad: true},
+		{args: []string{"-n", "0", "-H", "a:2", "prog"}, bad: true},
+		{args: []string{"./a", ":", "-np", "2", "./b"}, bad: true},
 		{args: []string{"-np", "x", "prog"}, bad: true},
 		{args: []string{"--timeout", "soon", "-np", "1", "prog"}, bad: true},
 		{args: []string{"-H", "a", "--hostfile", hostfile, "prog"}, bad: true},
@@ -422,6 +427,7 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"-np", "1", "--hostfile", hostfile},
 		{"-np", "1", "--timeline", filepath.Join(dir, "missing", "tl.json")},
 		{"-np", "1", "--srun", "yes"},
+		{}, // no -np, hosts or Slurm allocation
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			cmd := gorunProgram(t, "/bin/sh", args...)
