@@ -215,7 +215,7 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 // bucket, and leaves the reduced gradients in each Param's Grad. In no-sync
 // mode it only resets the ready marks.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
-	defer b.traced.Wait()
+	defer b.waitTraced(ctx)
 	defer b.reset()
 	if b.noSync {
 		return nil
@@ -243,6 +243,25 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitTraced waits until the bucket spans have ended, so that they are
+// in the timeline when Wait returns, or until ctx ends: a span ends when
+// its allreduce does, which may outlast Wait's context (bounded by
+// MarkReady's), and Wait must not.
+func (b *Bucketer[T]) waitTraced(ctx context.Context) {
+	if !b.c.Tracing() {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		b.traced.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // endWhenDone ends the timeline span of a bucket's allreduce (row "ddp

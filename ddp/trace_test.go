@@ -203,3 +203,65 @@ func keys[V any](m map[string]V) []string {
 	}
 	return ks
 }
+
+// With the timeline on, Wait returns when its context ends, as without
+// it, though a bucket's allreduce (and its span, which ends with it) goes
+// on under MarkReady's longer context. Before, Wait waited for the spans
+// and so for the allreduce: here until MarkReady's context ended.
+func TestWaitHonoursContextWithTimeline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(filepath.Join(t.TempDir(), "tl")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	late := make(chan struct{}) // rank 1 takes part once rank 0's Wait has returned
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				ps := params(16)
+				b, err := NewBucketer(c, ps, Config{})
+				if err != nil {
+					return err
+				}
+				if r == 1 {
+					<-late
+					if err := b.MarkReady(ctx, 0); err != nil {
+						return err
+					}
+					return b.Wait(ctx)
+				}
+				mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
+				defer mcancel()
+				if err := b.MarkReady(mctx, 0); err != nil {
+					return err
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer wcancel()
+				t0 := time.Now()
+				err = b.Wait(wctx)
+				d := time.Since(t0)
+				close(late)
+				if !errors.Is(err, context.DeadlineExceeded) || d > 10*time.Second {
+					return fmt.Errorf("Wait with a 100ms context returned %v after %v, want its deadline at once", err, d)
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
