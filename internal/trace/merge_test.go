@@ -313,3 +313,17 @@ func TestSummarizeLeavesOutSendRecvGroups(t *testing.T) {
 		t.Errorf("summary %+v: want 5 allreduces matched, rank 1 last in all, 3ms late", s)
 	}
 }
+
+// busbw's factor: nccl-tests' for the collectives it has, and the
+// fixed-count kin's for the v-collectives (before, 1: an allgatherv on 4
+// ranks showed 4/3 of an allgather's busbw for the same bytes and time).
+func TestBusFactor(t *testing.T) {
+	for name, want := range map[string]float64{
+		"allreduce": 1.5, "allgather": 0.75, "allgatherv": 0.75, "reducescatter": 0.75, "alltoall": 0.75, "alltoallv": 0.75,
+		"gather": 0.75, "gatherv": 0.75, "scatter": 0.75, "scatterv": 0.75, "broadcast": 1, "reduce": 1, "send": 1,
+	} {
+		if got := busFactor(name, 4); got != want {
+			t.Errorf("busFactor(%s, 4) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -57,13 +57,15 @@ type LateStat struct {
 // communicator's collectives, so arrivals leave them out.
 func pointToPoint(name string) bool { return name == "send" || name == "recv" || name == "sendrecv" }
 
-// busFactor is nccl-tests' busbw/algbw for name on n ranks.
+// busFactor is nccl-tests' busbw/algbw for name on n ranks; the
+// v-collectives (variable counts) take their fixed-count kin's.
 func busFactor(name string, n int) float64 {
 	f := float64(n-1) / float64(n)
 	switch name {
 	case "allreduce":
 		return 2 * f
-	case "allgather", "reducescatter", "alltoall", "gather", "scatter":
+	case "allgather", "reducescatter", "alltoall", "gather", "scatter",
+		"allgatherv", "alltoallv", "gatherv", "scatterv":
 		return f
 	}
 	return 1
