@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -130,7 +131,8 @@ type Config struct {
 	// ReportBindings prints the CPUs each local rank is bound to.
 	ReportBindings bool
 
-	// WorkDir is every rank's working directory (-wdir); "" is gorun's.
+	// WorkDir is every rank's working directory (-wdir); "" is gorun's,
+	// and a relative one is under gorun's.
 	WorkDir string
 	// OutputDir, if set, also writes each rank's output to
 	// OutputDir/rank.N/stdout and stderr, untagged (--output-filename).
@@ -178,6 +180,15 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NNodes < 0 || c.NNodes == 0 && (c.Seed != "" || c.NodeRank != 0) {
 		return c, fmt.Errorf("%w: --seed and --node-rank need --nnodes", ErrUsage)
+	}
+	if c.WorkDir != "" && !filepath.IsAbs(c.WorkDir) {
+		// As mpirun: under gorun's directory, for every rank; a remote
+		// rank's command starts in the home directory there.
+		abs, err := filepath.Abs(c.WorkDir)
+		if err != nil {
+			return c, fmt.Errorf("%w: -wdir %s: %v", ErrLaunch, c.WorkDir, err)
+		}
+		c.WorkDir = abs
 	}
 	if c.LaunchAgent != nil && len(c.LaunchAgent) == 0 {
 		return c, fmt.Errorf("%w: empty --launch-agent", ErrUsage)

@@ -47,6 +47,7 @@ func fakeSSH(args []string) int {
 	}
 	cmd := exec.Command("/bin/sh", "-c", args[1])
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	cmd.Dir = os.Getenv("HOME") // where sshd starts the command
 	// "Remote" processes are out of reach of signals to ssh's group, as
 	// they are on a real remote host.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

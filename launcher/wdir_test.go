@@ -72,3 +72,33 @@ func TestOutputFilenameRestartedRank(t *testing.T) {
 		}
 	}
 }
+
+// A relative -wdir is a directory under gorun's for every rank: a remote
+// rank's command starts in the home directory there (sshd), where
+// "cd sub" failed, or found another directory.
+func TestWorkDirRelative(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	want, _ := filepath.EvalSymlinks(filepath.Join(dir, "sub"))
+	for _, where := range []string{"local", "remote"} {
+		cfg := Config{NP: 1, WorkDir: "sub", NoTag: true}
+		if where == "remote" {
+			cfg.Hosts, cfg.LaunchAgent = []Host{{Name: "node1", Slots: 1}}, fakeSSHAgent(t)
+		}
+		out, stderr, err := runJob(t, "args", cfg)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", where, err, stderr)
+			continue
+		}
+		var r struct{ Cwd string }
+		if err := json.Unmarshal([]byte(strings.TrimSpace(out)), &r); err != nil {
+			t.Fatalf("%s: %q: %v", where, out, err)
+		}
+		if got, _ := filepath.EvalSymlinks(r.Cwd); got != want {
+			t.Errorf("%s: the rank ran in %s, want %s", where, r.Cwd, want)
+		}
+	}
+}
