@@ -204,6 +204,20 @@ func fakeRank(mode string, args []string) int {
 	case "sleep":
 		time.Sleep(20 * time.Second)
 		return 0
+	case "stop-signal":
+		// Says "ready" on stderr once it handles SIGINT, SIGTERM and
+		// SIGHUP, then "got" the first that comes, and exits 0.
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		fmt.Fprintln(os.Stderr, "ready")
+		select {
+		case s := <-sigs:
+			fmt.Fprintln(os.Stderr, "got", s)
+			return 0
+		case <-time.After(20 * time.Second):
+			fmt.Fprintln(os.Stderr, "no signal")
+			return 3
+		}
 	case "usr":
 		// Says "ready" once it handles SIGUSR1 and SIGUSR2, then "got" each
 		// of them as it comes, and exits 0 when it has had both; one that

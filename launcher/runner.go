@@ -140,8 +140,9 @@ func (r *runner) run(ctx context.Context) error {
 			if r.first == nil {
 				r.first = je
 			}
-			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, s, r.ranks()))
-			r.stop(s)
+			fwd := forwarded(s)
+			r.con.message(fmt.Sprintf("gorun: %v; forwarding %v to %d ranks", je, fwd, r.ranks()))
+			r.stop(fwd)
 		case <-r.graceAt:
 			r.settle(true)
 		case <-r.killAt:
@@ -333,6 +334,16 @@ func (r *runner) kill(sig syscall.Signal) {
 // SIGUSR2 are only passed on to the ranks, as mpirun does.
 func stops(sig syscall.Signal) bool {
 	return sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2
+}
+
+// forwarded is the signal the ranks get when sig stops gorun: SIGINT and
+// SIGTERM themselves, SIGHUP (gorun's terminal went away, not theirs)
+// SIGTERM, as mpirun does, so that a rank's SIGTERM handler runs.
+func forwarded(sig syscall.Signal) syscall.Signal {
+	if sig == syscall.SIGHUP {
+		return syscall.SIGTERM
+	}
+	return sig
 }
 
 // ranks is the number of ranks still running: srun stands for all of its

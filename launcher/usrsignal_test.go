@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,5 +173,53 @@ func TestUserSignalBeforeRemotePID(t *testing.T) {
 	<-done
 	if err != nil {
 		t.Errorf("Run = %v, want success\n%s", err, stderr)
+	}
+}
+
+// SIGHUP (gorun's terminal went away) stops the job as SIGTERM does, as
+// mpirun's does: the ranks, local and remote, get SIGTERM, so that their
+// handler for it runs, and gorun exits 129. gorun died of it at once: no
+// rank's handler ran (the local ones got Pdeathsig's SIGKILL), and a
+// program gorun had built was left in TMPDIR, or in the working directory
+// for a remote job.
+func TestHangupStopsJob(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hosts []Host
+	}{
+		{"local", nil},
+		{"remote", []Host{{Name: "node1", Slots: 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{NP: 2, Hosts: tc.hosts}
+			if tc.hosts != nil {
+				cfg.LaunchAgent = fakeSSHAgent(t)
+			}
+			sigs := make(chan os.Signal, 1)
+			stderr := &waitWriter{}
+			cfg.Signals, cfg.Stderr = sigs, stderr
+			done := make(chan struct{})
+			var err error
+			go func() {
+				defer close(done)
+				_, _, err = runJob(t, "stop-signal", cfg)
+			}()
+			if !stderr.waitFor("] ready\n", 2, time.Minute, done) {
+				t.Fatalf("the ranks did not start:\n%s", stderr)
+			}
+			sigs <- syscall.SIGHUP
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the job did not end after SIGHUP:\n%s", stderr)
+			}
+			if !errors.Is(err, ErrInterrupted) || ExitStatus(err) != 129 {
+				t.Errorf("Run = %v (status %d), want interrupted, 129", err, ExitStatus(err))
+			}
+			if n := strings.Count(stderr.String(), "] got terminated\n"); n != 2 ||
+				!strings.Contains(stderr.String(), "gorun: job interrupted by hangup; forwarding terminated to 2 ranks") {
+				t.Errorf("%d ranks got SIGTERM, want 2, or gorun did not say so:\n%s", n, stderr)
+			}
+		})
 	}
 }

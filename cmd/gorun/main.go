@@ -34,6 +34,11 @@ func run(args []string) int {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2)
+	// SIGHUP (the terminal went away) stops the job as SIGTERM does, as
+	// mpirun's; under nohup it stays ignored (Notify would undo that).
+	if !signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 	// Rank 0 reads gorun's stdin through a pipe gorun fills, so a rank in

@@ -281,3 +281,53 @@ func TestUserSignalsForwarded(t *testing.T) {
 		t.Fatalf("gorun did not exit after its ranks did\nstderr:\n%s", stderr)
 	}
 }
+
+// SIGHUP stops gorun as SIGTERM does (the ranks get SIGTERM; status 129),
+// and cleans up: the program it built is gone. Under nohup gorun leaves
+// it ignored, and the job goes on until the SIGINT that follows.
+func TestHangup(t *testing.T) {
+	nohup, err := exec.LookPath("nohup")
+	for _, underNohup := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nohup=%v", underNohup), func(t *testing.T) {
+			if underNohup && err != nil {
+				t.Skip("no nohup")
+			}
+			tmp := t.TempDir() // gorun's TMPDIR, where it builds the program
+			cmd := gorunProgram(t, "./testdata/sigloop", "-np", "2", "--transport", "shm", "--kill-grace", "5s")
+			if underNohup {
+				cmd.Path, cmd.Args = nohup, append([]string{"nohup"}, cmd.Args...)
+			}
+			cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+			stdout, stderr := &lineLog{}, &lineLog{}
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			ready := regexp.MustCompile(`(?m)^\[\d\] sigloop: pid (\d+) helper (\d+)$`)
+			if !stdout.waitFor(func(s string) bool { return len(ready.FindAllString(s, -1)) == 2 }, 5*time.Minute, exited) {
+				t.Fatalf("the ranks did not start\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+			cmd.Process.Signal(syscall.SIGHUP)
+			want := 129
+			if underNohup {
+				cmd.Process.Signal(syscall.SIGINT) // after SIGHUP: the first that gorun acts on names the status
+				want = 130
+			}
+			select {
+			case err := <-exited:
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != want {
+					t.Errorf("gorun: %v, want exit status %d\nstderr:\n%s", err, want, stderr)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("gorun did not exit\nstderr:\n%s", stderr)
+			}
+			if left, _ := os.ReadDir(tmp); len(left) > 0 {
+				t.Errorf("gorun left %v in its TMPDIR", left)
+			}
+		})
+	}
+}
