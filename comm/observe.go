@@ -117,6 +117,13 @@ func (o *observer) attach() *commObs {
 	return &commObs{o: o, lane: o.rec.Lane(name), name: name}
 }
 
+// flush has the timeline's flusher write the events recorded so far.
+func (co *commObs) flush() {
+	if co != nil {
+		co.o.rec.Flush()
+	}
+}
+
 // commObs is one communicator's part; used under the communicator's turn.
 type commObs struct {
 	o     *observer

@@ -149,3 +149,30 @@ func TestReadRanksEmptyFiles(t *testing.T) {
 		t.Errorf("no rank wrote anything: missing %v, %v; want an error and [0 1 2]", missing, err)
 	}
 }
+
+// Flush has the flusher write what the ring holds at once, not at its next
+// tick: comm's Close flushes first, so that a rank stopped while its
+// goodbyes wait for a frozen peer keeps its last second of events.
+func TestFlush(t *testing.T) {
+	flushEvery = time.Hour // only Flush writes the events
+	t.Cleanup(func() { flushEvery = FlushEvery })
+	path := filepath.Join(t.TempDir(), "tl.0")
+	r, err := Create(path, Header{Rank: 0, Size: 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range 3 {
+		r.Add(&Event{Kind: KindOp, Name: "allreduce", Seq: uint32(i), Start: int64(i), End: int64(i) + 1})
+	}
+	r.Flush()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rf, err := ReadFile(path)
+		if err == nil && len(rf.Events) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after Flush the file holds %v (err %v), want 3 events", rf, err)
+		}
+	}
+}

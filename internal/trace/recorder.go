@@ -21,6 +21,9 @@ const DefaultEvents = 16384
 // A quiet rank (nothing new) costs one timer wake-up a second.
 const FlushEvery = time.Second
 
+// flushEvery is FlushEvery, which a test may stretch.
+var flushEvery = FlushEvery
+
 // Header describes the rank a file belongs to.
 type Header struct {
 	Rank, Size int
@@ -120,10 +123,20 @@ func (r *Recorder) Add(e *Event) {
 	full := r.head-r.tail >= n/2
 	r.mu.Unlock()
 	if full || e.Err {
-		select {
-		case r.kick <- struct{}{}:
-		default:
-		}
+		r.Flush()
+	}
+}
+
+// Flush asks the flusher to write what has been recorded, without waiting
+// for it: a rank about to close, which its launcher may stop before the
+// close ends (a peer frozen in its goodbyes), keeps its last events.
+func (r *Recorder) Flush() {
+	if r == nil {
+		return
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -191,7 +204,7 @@ func (r *Recorder) flusher(h Header) {
 	if err := bw.Flush(); err != nil { // the file is a timeline from the start
 		r.setErr(err)
 	}
-	tick := time.NewTicker(FlushEvery)
+	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
 	batch := make([]Event, flushBatch)
 	nlanes := 1         // lane 0 is implied
