@@ -337,10 +337,11 @@ func stops(sig syscall.Signal) bool {
 }
 
 // forwarded is the signal the ranks get when sig stops gorun: SIGINT and
-// SIGTERM themselves, SIGHUP (gorun's terminal went away, not theirs)
-// SIGTERM, as mpirun does, so that a rank's SIGTERM handler runs.
+// SIGTERM themselves; SIGHUP (gorun's terminal went away, not theirs) and
+// SIGPIPE (its output's reader did) SIGTERM, as mpirun does for SIGHUP,
+// so that a rank's SIGTERM handler runs.
 func forwarded(sig syscall.Signal) syscall.Signal {
-	if sig == syscall.SIGHUP {
+	if sig == syscall.SIGHUP || sig == syscall.SIGPIPE {
 		return syscall.SIGTERM
 	}
 	return sig

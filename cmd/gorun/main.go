@@ -39,6 +39,25 @@ func run(args []string) int {
 	if !signal.Ignored(syscall.SIGHUP) {
 		signal.Notify(sigs, syscall.SIGHUP)
 	}
+	// When whatever reads gorun's output goes away (gorun ... | head),
+	// gorun stops the job, as a pipeline's writer would, but cleans up
+	// first, instead of dying of SIGPIPE. Notified, SIGPIPE comes for a
+	// write to any descriptor (a rank's stdin pipe, say), so only a broken
+	// stdout or stderr stops the job.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
+	go func() {
+		for range pipes {
+			if stdioBroken() {
+				select {
+				case sigs <- syscall.SIGPIPE:
+				default:
+				}
+				return
+			}
+		}
+	}()
 	defer signal.Stop(sigs)
 	cfg.Signals = sigs
 	// Rank 0 reads gorun's stdin through a pipe gorun fills, so a rank in

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -330,4 +332,86 @@ func TestHangup(t *testing.T) {
 			}
 		})
 	}
+}
+
+// When what reads gorun's output goes away (gorun ... | head), gorun
+// stops the job (SIGTERM to the ranks), removes the program it built and
+// exits 141, as a pipeline's writer killed by SIGPIPE would. It died of
+// SIGPIPE at its next write: the ranks got Pdeathsig's SIGKILL and the
+// build stayed in TMPDIR (in the working directory for remote jobs).
+func TestStdoutReaderGone(t *testing.T) {
+	tmp := t.TempDir()
+	cmd := gorunProgram(t, "./testdata/sigloop", "-np", "2", "--transport", "shm", "-x", "SIGLOOP_CHATTY=1")
+	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lineLog{}
+	cmd.Stdout, cmd.Stderr = w, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	defer cmd.Process.Kill()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ready := regexp.MustCompile(`^\[\d\] sigloop: pid (\d+) helper \d+$`)
+	var groups []int
+	sc := bufio.NewScanner(r)
+	for len(groups) < 2 && sc.Scan() {
+		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			groups = append(groups, pid)
+		}
+	}
+	if len(groups) < 2 {
+		r.Close()
+		t.Fatalf("the ranks did not start\nstderr:\n%s", stderr)
+	}
+	t.Cleanup(func() {
+		for _, g := range groups {
+			syscall.Kill(-g, syscall.SIGKILL)
+		}
+	})
+	r.Close() // as head does once it has its lines
+	select {
+	case err = <-exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("gorun did not exit after its stdout's reader went away\nstderr:\n%s", stderr)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGPIPE) {
+		t.Errorf("gorun: %v, want exit status 141 (not death by SIGPIPE)\nstderr:\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "gorun: job interrupted by broken pipe; forwarding terminated to 2 ranks") {
+		t.Errorf("stderr does not say why gorun stopped:\n%s", stderr)
+	}
+	if left := walk(tmp); len(left) > 0 {
+		t.Errorf("left in gorun's TMPDIR: %v", left)
+	}
+}
+
+// A rank 0 that closes its stdin while gorun still has input for it
+// breaks that pipe, not gorun's output: the job goes on.
+func TestStdinReaderGoneGoesOn(t *testing.T) {
+	cmd := gorunProgram(t, "/bin/sh", "-np", "2")
+	cmd.Args = append(cmd.Args, "-c", "exec 0<&-; sleep 1; echo done")
+	cmd.Stdin = endless{}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil || strings.Count(string(out), "] done\n") != 2 {
+		t.Errorf("gorun: %v, output %q, want both ranks done and status 0\nstderr:\n%s", err, out, stderr.String())
+	}
+}
+
+// endless is an input that never ends.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
 }

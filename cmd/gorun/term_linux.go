@@ -22,3 +22,19 @@ func forwardStdin(f *os.File) bool {
 	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
 	return err == nil && pgrp == unix.Getpgrp()
 }
+
+// stdioBroken reports whether gorun's stdout or stderr is a pipe or
+// socket whose reader has gone (gorun ... | head), as a SIGPIPE says for
+// a write to any descriptor.
+func stdioBroken() bool {
+	fds := []unix.PollFd{{Fd: 1}, {Fd: 2}}
+	if n, err := unix.Poll(fds, 0); err != nil || n == 0 {
+		return false
+	}
+	for _, f := range fds {
+		if f.Revents&unix.POLLERR != 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -3,7 +3,8 @@
 // ignores SIGINT and SIGTERM (as a rank's data loader or a wrapped tool
 // may), prints its and the helper's pid, and allreduces until it is
 // stopped. With SIGLOOP_IGNORE=1 the rank ignores SIGINT and SIGTERM too,
-// so that only SIGKILL ends it.
+// so that only SIGKILL ends it; with SIGLOOP_CHATTY=1 it prints a line
+// every 10 ms.
 package main
 
 import (
@@ -62,9 +63,14 @@ func run() error {
 		return fmt.Errorf("allreduce: %w", err)
 	}
 	fmt.Printf("sigloop: pid %d helper %d\n", os.Getpid(), helper.Process.Pid)
-	for {
+	chatty, last := os.Getenv("SIGLOOP_CHATTY") != "", time.Now()
+	for n := 0; ; n++ {
 		if err := comm.AllReduce(ctx, c, buf, buf, comm.Sum); err != nil {
 			return fmt.Errorf("allreduce: %w", err)
+		}
+		if chatty && time.Since(last) > 10*time.Millisecond {
+			fmt.Printf("sigloop: allreduce %d\n", n)
+			last = time.Now()
 		}
 	}
 }
