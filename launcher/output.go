@@ -80,6 +80,7 @@ type rankWriter struct {
 	// and as the rank wrote it: a newline only where it wrote one
 	// (--output-filename).
 	file io.Writer
+	fout []byte // reused for file's bytes of one Write: one write per Write, as the rank's
 }
 
 func newRankWriter(con *console, w io.Writer, rank int, tag bool) *rankWriter {
@@ -111,10 +112,19 @@ func (rw *rankWriter) Write(p []byte) (int, error) {
 		p = p[i+1:]
 		rw.emit(true)
 	}
+	rw.output()
+	return n, nil
+}
+
+// output writes what emit collected.
+func (rw *rankWriter) output() {
 	if len(rw.out) > 0 {
 		rw.con.writeLines(rw.w, rw.out)
 	}
-	return n, nil
+	if len(rw.fout) > 0 {
+		rw.file.Write(rw.fout)
+		rw.fout = rw.fout[:0]
+	}
 }
 
 // cut emits a full buffer as a line of its own. With a tap, a marker
@@ -150,10 +160,10 @@ func (rw *rankWriter) emit(nl bool) {
 	rw.out = append(rw.out, line...)
 	rw.out = append(rw.out, '\n')
 	if rw.file != nil {
+		rw.fout = append(rw.fout, line...)
 		if nl {
-			line = append(line, '\n') // line is rw.buf's array, which is free now
+			rw.fout = append(rw.fout, '\n')
 		}
-		rw.file.Write(line)
 	}
 }
 
@@ -164,7 +174,5 @@ func (rw *rankWriter) Flush() {
 	}
 	rw.out = rw.out[:0]
 	rw.emit(false)
-	if len(rw.out) > 0 {
-		rw.con.writeLines(rw.w, rw.out)
-	}
+	rw.output()
 }

@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,5 +101,28 @@ func TestWorkDirRelative(t *testing.T) {
 		if got, _ := filepath.EvalSymlinks(r.Cwd); got != want {
 			t.Errorf("%s: the rank ran in %s, want %s", where, r.Cwd, want)
 		}
+	}
+}
+
+// writeCounter keeps what is written and counts the writes.
+type writeCounter struct {
+	n int
+	b strings.Builder
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) { w.n++; return w.b.Write(p) }
+
+// A rank's --output-filename file gets one write per read of its output,
+// not one per line: a rank that prints many short lines would otherwise
+// cost gorun a system call for each.
+func TestOutputFileWritesPerRead(t *testing.T) {
+	var file writeCounter
+	w := newRankWriter(&console{stdout: io.Discard, stderr: io.Discard}, io.Discard, 0, true)
+	w.file = &file
+	chunk := strings.Repeat("a line\n", 1000) + "and a part"
+	w.Write([]byte(chunk))
+	w.Flush()
+	if file.n != 2 || file.b.String() != chunk {
+		t.Errorf("%d writes of %d bytes, want 2 (the lines, then the last part) of the %d written", file.n, file.b.Len(), len(chunk))
 	}
 }
