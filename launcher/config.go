@@ -191,6 +191,14 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.WorkDir = abs
 	}
+	if c.MaxRestarts < 0 || c.MinNP < 0 || c.MaxNP < 0 {
+		return c, fmt.Errorf("%w: --max-restarts, --min-np and --max-np take a count", ErrUsage)
+	}
+	if !c.Elastic && (c.MaxRestarts > 0 || c.MinNP > 0 || c.MaxNP > 0) {
+		// Without it a failed rank stops the job: nothing would restart,
+		// shrink or grow, and the flag would do nothing unsaid.
+		return c, fmt.Errorf("%w: --max-restarts, --min-np and --max-np need --elastic", ErrUsage)
+	}
 	if c.LaunchAgent != nil && len(c.LaunchAgent) == 0 {
 		return c, fmt.Errorf("%w: empty --launch-agent", ErrUsage)
 	}

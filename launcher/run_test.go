@@ -405,3 +405,16 @@ func TestFreePortAndNext(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// --max-restarts, --min-np and --max-np mean something only with
+// --elastic (without it a failed rank stops the job): given alone they
+// are a usage error, not a flag that silently does nothing (a torchrun
+// user's --max-restarts 3 restarted nothing).
+func TestElasticFlagsNeedElastic(t *testing.T) {
+	for _, cfg := range []Config{{MaxRestarts: 1}, {MinNP: 1}, {MaxNP: 4}, {Elastic: true, MaxRestarts: -1}} {
+		cfg.NP = 2
+		if _, _, err := runJob(t, "env", cfg); !errors.Is(err, ErrUsage) {
+			t.Errorf("%+v: %v, want a usage error", cfg, err)
+		}
+	}
+}

@@ -427,7 +427,8 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"-np", "1", "--hostfile", hostfile},
 		{"-np", "1", "--timeline", filepath.Join(dir, "missing", "tl.json")},
 		{"-np", "1", "--srun", "yes"},
-		{}, // no -np, hosts or Slurm allocation
+		{},                                  // no -np, hosts or Slurm allocation
+		{"-np", "2", "--max-restarts", "1"}, // without --elastic
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			cmd := gorunProgram(t, "/bin/sh", args...)
