@@ -221,6 +221,9 @@ func TestWaitHonoursContextWithTimeline(t *testing.T) {
 		}
 	}()
 	late := make(chan struct{}) // rank 1 takes part once rank 0's Wait has returned
+	// Rank 0 returns, cancelling MarkReady's context, under which the
+	// allreduce runs, once rank 1 is done with it.
+	done := make(chan struct{})
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r, c := range cs {
@@ -234,6 +237,7 @@ func TestWaitHonoursContextWithTimeline(t *testing.T) {
 					return err
 				}
 				if r == 1 {
+					defer close(done)
 					<-late
 					if err := b.MarkReady(ctx, 0); err != nil {
 						return err
@@ -251,6 +255,7 @@ func TestWaitHonoursContextWithTimeline(t *testing.T) {
 				err = b.Wait(wctx)
 				d := time.Since(t0)
 				close(late)
+				<-done
 				if !errors.Is(err, context.DeadlineExceeded) || d > 10*time.Second {
 					return fmt.Errorf("Wait with a 100ms context returned %v after %v, want its deadline at once", err, d)
 				}
