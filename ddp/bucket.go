@@ -32,6 +32,12 @@ type Config struct {
 	// Op, so the zero Config means Avg).
 	OpSet       bool
 	Compression Compression
+	// UnevenInputs lets ranks run out of batches at different steps: a
+	// rank that has no more calls Bucketer.Join. Each step then makes one
+	// more allreduce, of one int64 (the number of ranks still training),
+	// started with the step's first bucket; without it a step makes only
+	// its buckets' allreduces. Op must be Avg or Sum.
+	UnevenInputs bool
 }
 
 func (c Config) withDefaults() Config {
@@ -60,7 +66,13 @@ type Bucketer[T Float] struct {
 	div     T // with compression and Avg: the world size, divided by before rounding
 	noSync  bool
 	ready   []bool
-	traced  sync.WaitGroup // bucket spans not yet ended (timeline only)
+	// With UnevenInputs: the step's count of ranks still training, its
+	// allreduce (nil before the step's first bucket starts), and the steps
+	// reduced since NewBucketer or the last Join.
+	count    []int64
+	countReq *comm.Request
+	steps    int
+	traced   sync.WaitGroup // bucket spans not yet ended (timeline only)
 	// The timeline's rows: "ddp" and "ddp bucket N" on the world
 	// communicator, with " (comm K)" after them on another, so that two
 	// Bucketers' spans do not share rows.
@@ -95,6 +107,14 @@ func NewBucketer[T Float](c *comm.Comm, params []*Param[T], cfg Config) (*Bucket
 		// Partial sums travel in the wire type, and a sum of the ranks'
 		// gradients may not fit where their average does.
 		b.div, b.wireOp = T(c.Size()), comm.Sum
+	}
+	if cfg.UnevenInputs {
+		if cfg.Op != comm.Avg && cfg.Op != comm.Sum {
+			return nil, fmt.Errorf("ddp: UnevenInputs needs Op Avg or Sum (ranks that have joined add zeros)")
+		}
+		// Avg divides by the ranks still training, known when the step
+		// ends (unpack): the wire sums.
+		b.count, b.wireOp = make([]int64, 1), comm.Sum
 	}
 	elem := int(sizeOf[T]())
 	limit := cfg.FirstBucketBytes
@@ -179,12 +199,44 @@ func (b *Bucketer[T]) MarkReady(ctx context.Context, i int) error {
 	bk := b.buckets[b.of[i]]
 	bk.pending--
 	if bk.pending == 0 && bk.idx == b.next && !b.noSync {
-		for b.next < len(b.buckets) && b.buckets[b.next].pending == 0 {
-			b.launch(ctx, b.buckets[b.next])
-			b.next++
-		}
+		b.start(ctx, false)
 	}
 	return nil
+}
+
+// start starts, in index order from b.next, the buckets that are full
+// (with all, every bucket left), after the step's count with UnevenInputs.
+func (b *Bucketer[T]) start(ctx context.Context, all bool) {
+	for b.next < len(b.buckets) && (all || b.buckets[b.next].pending == 0) {
+		b.startCount(ctx)
+		b.launch(ctx, b.buckets[b.next])
+		b.next++
+	}
+}
+
+// startCount starts the allreduce of the step's count of ranks still
+// training (this one adds 1; one in Join, 0), if UnevenInputs is on and it
+// has not started yet.
+func (b *Bucketer[T]) startCount(ctx context.Context) {
+	if b.count == nil || b.countReq != nil {
+		return
+	}
+	b.count[0] = 1
+	b.countReq = comm.IAllReduce(ctx, b.c, b.count, b.count, comm.Sum)
+}
+
+// active waits for the step's count: the ranks still training, or the
+// world size without UnevenInputs.
+func (b *Bucketer[T]) active(ctx context.Context) (int, error) {
+	if b.countReq == nil {
+		return b.c.Size(), nil
+	}
+	err := b.countReq.Wait(ctx)
+	b.countReq = nil
+	if err != nil {
+		return 0, fmt.Errorf("ddp: count of ranks training: %w", err)
+	}
+	return int(b.count[0]), nil
 }
 
 func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
@@ -205,14 +257,15 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 		}
 		bk.req = comm.IAllReduce(ctx, b.c, bk.wireB16, bk.wireB16, b.wireOp)
 	default:
-		bk.req = comm.IAllReduce(ctx, b.c, bk.data, bk.data, b.cfg.Op)
+		bk.req = comm.IAllReduce(ctx, b.c, bk.data, bk.data, b.wireOp)
 	}
 }
 
 // Wait completes the step's communication: it starts, in index order, the
 // buckets not yet started (those with a parameter never marked ready, which
 // contributes what its Grad holds: zeros after ZeroGrad), waits for every
-// bucket, and leaves the reduced gradients in each Param's Grad. In no-sync
+// bucket, and leaves the reduced gradients in each Param's Grad. With
+// UnevenInputs, Avg is over the ranks that have not called Join. In no-sync
 // mode it only resets the ready marks.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
 	defer b.waitTraced(ctx)
@@ -220,10 +273,20 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 	if b.noSync {
 		return nil
 	}
-	var errs []error
-	for ; b.next < len(b.buckets); b.next++ {
-		b.launch(ctx, b.buckets[b.next])
+	b.start(ctx, true)
+	b.startCount(ctx) // a Bucketer of no parameters
+	active, err := b.active(ctx)
+	if err == nil && b.count != nil {
+		b.steps++
 	}
+	return errors.Join(err, b.finish(ctx, active))
+}
+
+// finish waits for every bucket's allreduce and, unless active is 0, leaves
+// the reduced gradients in the buckets' data (active: the ranks the
+// average is over).
+func (b *Bucketer[T]) finish(ctx context.Context, active int) error {
+	var errs []error
 	for i, bk := range b.buckets {
 		err := bk.req.Wait(ctx)
 		bk.req = nil
@@ -231,18 +294,37 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("ddp: bucket %d: %w", i, err))
 			continue
 		}
-		switch {
-		case bk.wire16 != nil:
-			for j, v := range bk.wire16 {
-				bk.data[j] = T(v.Float32())
-			}
-		case bk.wireB16 != nil:
-			for j, v := range bk.wireB16 {
-				bk.data[j] = T(v.Float32())
-			}
+		if active > 0 {
+			b.unpack(bk, active)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// unpack converts bucket bk's reduced gradients from the wire type and,
+// with UnevenInputs and Avg, divides the sum by the active ranks.
+func (b *Bucketer[T]) unpack(bk *bucket[T], active int) {
+	mul := T(1)
+	if b.count != nil && b.cfg.Op == comm.Avg {
+		if bk.wire16 == nil && bk.wireB16 == nil {
+			div := T(active)
+			for j := range bk.data {
+				bk.data[j] /= div // as comm's Avg rounds
+			}
+			return
+		}
+		mul = b.div / T(active) // the wire holds the sum over the world size; 1 with every rank active
+	}
+	switch {
+	case bk.wire16 != nil:
+		for j, v := range bk.wire16 {
+			bk.data[j] = T(v.Float32()) * mul
+		}
+	case bk.wireB16 != nil:
+		for j, v := range bk.wireB16 {
+			bk.data[j] = T(v.Float32()) * mul
+		}
+	}
 }
 
 // waitTraced waits until the bucket spans have ended, so that they are
@@ -275,6 +357,7 @@ func (b *Bucketer[T]) endWhenDone(ctx context.Context, req *comm.Request, sp com
 func (b *Bucketer[T]) reset() {
 	clear(b.ready)
 	b.next = 0
+	b.countReq = nil
 	for _, bk := range b.buckets {
 		bk.pending = bk.size
 		bk.req = nil

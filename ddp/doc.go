@@ -30,16 +30,30 @@
 // share an element type (float32 or float64); a model with both uses two,
 // each on its own communicator.
 //
-// Optional fp16 or bf16 compression halves the bytes on the wire: each rank rounds its gradients to the wire type, and
-// the partial sums travel in it too (each hop adds in float32 and rounds
-// again), so every partial sum must fit the wire type (fp16: |x| ≤ 65504).
-// With Avg each rank first divides by the world size, then the ranks sum
-// (torch's fp16_compress_hook does the same), so an average that fits
-// arrives even when the sum would not; the price is that gradients below
-// the wire type's smallest value times the world size round to zero.
-// With Sum the values are rounded as they are and the sum must fit.
+// Optional fp16 or bf16 compression halves the bytes on the wire: each
+// rank rounds its gradients to the wire type, and the partial sums travel
+// in it too (each hop adds in float32 and rounds again), so every partial
+// sum must fit the wire type (fp16: |x| ≤ 65504). With Avg each rank first
+// divides by the world size, then the ranks sum (torch's
+// fp16_compress_hook does the same), so an average that fits arrives even
+// when the sum would not; the price is that gradients below the wire
+// type's smallest value times the world size round to zero. With Sum the
+// values are rounded as they are and the sum must fit.
 //
-// Concurrency: a Bucketer belongs to one training loop (one goroutine);
-// MarkReady may be called from the goroutine running the backward pass
-// while earlier buckets are in flight.
+// Uneven inputs, as PyTorch DDP's join(): with Config.UnevenInputs, ranks
+// may run out of batches at different steps. A rank that has run out calls
+// Bucketer.Join, and takes part in the others' steps with zero gradients
+// until every rank has joined; Join returns the rank that joined last,
+// from which the others then copy the parameters (BroadcastParameters).
+// Every step the ranks count those still training, in one allreduce of one
+// int64 started before the step's first bucket, and Avg divides by that
+// count (the buckets travel as sums; with compression each rank still
+// divides by the world size first, and Wait multiplies by world size over
+// count). Without UnevenInputs a step makes only its buckets' allreduces,
+// and a rank that stops early leaves the others waiting in their next
+// step until their timeout.
+//
+// Concurrency: a Bucketer belongs to one training loop (one goroutine),
+// which calls Wait and Join; MarkReady may be called from the goroutine
+// running the backward pass while earlier buckets are in flight.
 package ddp

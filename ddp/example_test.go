@@ -135,3 +135,62 @@ func ExampleNewBucketer_twoElementTypes() {
 	// rank 0: [0.5 0.5] [15]
 	// rank 1: [0.5 0.5] [15]
 }
+
+// Uneven inputs: ranks 0, 1 and 2 have 1, 2 and 3 batches. A rank that
+// runs out calls Join and takes part in the others' steps with zero
+// gradients, so each step's average is over the ranks still training:
+// (1+2+3)/3, then (2+3)/2, then 3. Join returns the rank that joined
+// last, and the others copy its parameters.
+func ExampleBucketer_Join() {
+	ctx := context.Background()
+	cs, err := comm.NewLocal(ctx, 3)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var wg sync.WaitGroup
+	out := make([]string, len(cs))
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			out[r] = func() string {
+				params := []*ddp.Param[float32]{{Name: "w", Shape: []int{1}, Value: make([]float32, 1)}}
+				b, err := ddp.NewBucketer(c, params, ddp.Config{UnevenInputs: true})
+				if err != nil {
+					return err.Error()
+				}
+				var grads []float32
+				for range c.Rank() + 1 { // this rank's batches
+					b.ZeroGrad()
+					params[0].Grad[0] = float32(c.Rank() + 1) // the backward pass
+					if err := b.MarkReady(ctx, 0); err != nil {
+						return err.Error()
+					}
+					if err := b.Wait(ctx); err != nil {
+						return err.Error()
+					}
+					grads = append(grads, params[0].Grad[0])
+					params[0].Value[0] -= 0.5 * params[0].Grad[0] // the optimizer step
+				}
+				last, err := b.Join(ctx)
+				if err != nil {
+					return err.Error()
+				}
+				if err := ddp.BroadcastParameters(ctx, c, params, last); err != nil {
+					return err.Error()
+				}
+				return fmt.Sprintf("rank %d: gradients %v, last to join %d, w %v", c.Rank(), grads, last, params[0].Value)
+			}()
+		}()
+	}
+	wg.Wait()
+	for _, s := range out {
+		fmt.Println(s)
+	}
+	// Output:
+	// rank 0: gradients [2], last to join 2, w [-3.75]
+	// rank 1: gradients [2 2.5], last to join 2, w [-3.75]
+	// rank 2: gradients [2 2.5 3], last to join 2, w [-3.75]
+}

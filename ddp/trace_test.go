@@ -270,3 +270,71 @@ func TestWaitHonoursContextWithTimeline(t *testing.T) {
 		}
 	}
 }
+
+// Join is a span on the "ddp" row of the rank that joined, and the
+// allreduces of zeros it makes in the others' steps are bucket spans
+// inside it, as a training rank's are.
+func TestTimelineJoin(t *testing.T) {
+	base := filepath.Join(t.TempDir(), "tl")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const steps = 2
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = func() error {
+				ps := params(16, 16)
+				b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 64, UnevenInputs: true})
+				if err != nil {
+					return err
+				}
+				if r == 0 {
+					for range steps {
+						if err := step(ctx, b, ps); err != nil {
+							return err
+						}
+					}
+				}
+				_, err = b.Join(ctx)
+				return err
+			}()
+		}()
+	}
+	wg.Wait()
+	for _, c := range cs {
+		c.Close()
+	}
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	rf, err := trace.ReadFile(base + ".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joins, buckets []trace.Event
+	for _, e := range rf.Events {
+		switch {
+		case e.Kind == trace.KindSpan && e.Name == "join" && rf.Lanes[e.Lane] == "ddp":
+			joins = append(joins, e)
+		case e.Kind == trace.KindSpan && e.Name == "bucket allreduce":
+			buckets = append(buckets, e)
+		}
+	}
+	if len(joins) != 1 || len(buckets) != 2*steps {
+		t.Fatalf("%d join spans and %d bucket spans, want 1 and %d", len(joins), len(buckets), 2*steps)
+	}
+	for _, bk := range buckets {
+		if bk.Start < joins[0].Start || bk.End > joins[0].End {
+			t.Errorf("bucket span [%d, %d] outside the join span [%d, %d]", bk.Start, bk.End, joins[0].Start, joins[0].End)
+		}
+	}
+}
