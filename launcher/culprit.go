@@ -40,7 +40,7 @@ func (r *runner) settle(expired bool) {
 	r.graceAt = nil
 	held := r.held
 	r.held = nil
-	r.fail(culprit(held, blame))
+	r.fail(culprit(held, blame, r.runningRank))
 }
 
 // blames are the ranks' reports of whose failure ended their operations
@@ -87,8 +87,9 @@ func rootCause(blame map[int]int, rank int) int {
 // culprit picks the failure to name among held (in exit order): the rank
 // the first failure's blame leads to, if it failed; else the first that
 // blames no other rank; else the first. The error says which of the
-// others failed because of it.
-func culprit(held []*RankError, blame map[int]int) error {
+// others failed because of it, and when the ranks blame one that still
+// runs (frozen, or hung in its teardown after the grace), which.
+func culprit(held []*RankError, blame map[int]int, running func(rank int) bool) error {
 	pick := held[0]
 	root := rootCause(blame, held[0].Rank)
 	found := false
@@ -106,11 +107,18 @@ func culprit(held []*RankError, blame map[int]int) error {
 			}
 		}
 	}
-	var because, also []int
+	blamed := rootCause(blame, pick.Rank)
+	if blamed == pick.Rank || !running(blamed) {
+		blamed = -1
+	}
+	var because, also, blamers []int
 	for _, re := range held {
+		root := rootCause(blame, re.Rank)
 		switch {
+		case blamed >= 0 && root == blamed:
+			blamers = append(blamers, re.Rank)
 		case re == pick:
-		case rootCause(blame, re.Rank) == pick.Rank:
+		case root == pick.Rank:
 			because = append(because, re.Rank)
 		default:
 			also = append(also, re.Rank)
@@ -118,10 +126,11 @@ func culprit(held []*RankError, blame map[int]int) error {
 	}
 	slices.Sort(because)
 	slices.Sort(also)
-	if len(because) == 0 && len(also) == 0 {
+	slices.Sort(blamers)
+	if len(because) == 0 && len(also) == 0 && len(blamers) == 0 {
 		return pick
 	}
-	return &culpritError{RankError: pick, because: because, also: also}
+	return &culpritError{RankError: pick, because: because, also: also, blamers: blamers, blamed: blamed}
 }
 
 // culpritError is the failed rank's *RankError (errors.As finds it) and
@@ -130,10 +139,15 @@ type culpritError struct {
 	*RankError
 	because []int // failed because of it (their reports say so)
 	also    []int // failed too, for reasons of their own
+	blamers []int // failed because of rank blamed (it among them)
+	blamed  int   // a rank that still runs, blamed by blamers
 }
 
 func (e *culpritError) Error() string {
 	s := e.RankError.Error()
+	if len(e.blamers) > 0 {
+		s += fmt.Sprintf("; %s failed because of rank %d, which has not exited", rankWord(e.blamers), e.blamed)
+	}
 	if len(e.because) > 0 {
 		s += fmt.Sprintf("; %s failed because of it", rankWord(e.because))
 	}

@@ -22,12 +22,16 @@ func TestCulprit(t *testing.T) {
 		{"the blamed rank did not fail", []int{0, 2}, map[int]int{0: 1}, 2, "rank 2 exited with status 1; rank 0 failed too"},
 		{"a cycle: the first", []int{0, 1}, map[int]int{0: 1, 1: 0}, 0, "rank 0 exited with status 1; rank 1 failed too"},
 		{"alone", []int{3}, map[int]int{}, 3, "rank 3 exited with status 1"},
+		// Rank 1 (running: frozen, say) is blamed and did not exit.
+		{"the blamed rank still runs", []int{2, 0}, map[int]int{2: 1, 0: 1}, 2,
+			"rank 2 exited with status 1; ranks 0,2 failed because of rank 1, which has not exited"},
+		{"one blames a rank that runs", []int{2, 0}, map[int]int{0: 1}, 2, "rank 2 exited with status 1; rank 0 failed too"},
 	} {
 		var held []*RankError
 		for _, r := range tc.held {
 			held = append(held, fail(r))
 		}
-		err := culprit(held, tc.blame)
+		err := culprit(held, tc.blame, func(rank int) bool { return rank == 1 })
 		var re *RankError
 		if !errors.As(err, &re) || re.Rank != tc.rank || err.Error() != tc.text {
 			t.Errorf("%s: %q (rank %v), want rank %d: %q", tc.name, err, re, tc.rank, tc.text)
