@@ -5,6 +5,7 @@
 //
 //	gorun -np 4 ./examples/train          # one process per rank
 //	go run ./examples/train -np 4         # four ranks in one process
+//	gorun -np 4 ./examples/train -uneven 2  # rank r runs out 2r batches early each epoch and joins (ddp's Join)
 //
 // Elastic: under gorun --elastic (or with -elastic), a step that fails
 // because a rank died is redone on the survivors after Shrink: they roll
@@ -53,6 +54,8 @@ func main() {
 	flag.IntVar(&cfg.waitNP, "wait-np", 0,
 		"with regrow: when fewer than N ranks are left, wait at the next step for restarted ranks to rejoin instead of going on (Horovod Elastic's --min-np)")
 	flag.DurationVar(&cfg.waitFor, "wait-timeout", cfg.waitFor, "with -wait-np: fail if no rank rejoins within this long")
+	flag.IntVar(&cfg.uneven, "uneven", 0,
+		"uneven inputs: rank r runs out r×N batches before each epoch's end and waits in the others' steps (ddp's Join)")
 	flag.Parse()
 	cfg.fresh = os.Getenv("GORUN_RESTART") != ""
 

@@ -25,6 +25,7 @@ type trainConfig struct {
 	fresh   bool          // this process is a restarted rank: it joins the running job (GORUN_RESTART)
 	waitNP  int           // with regrow: below this many ranks, wait at a step boundary for a rank to join
 	waitFor time.Duration // and give up after this long
+	uneven  int           // rank r runs out r×uneven batches before each epoch's end and joins (Bucketer.Join)
 }
 
 func defaultTrainConfig() trainConfig {
@@ -50,6 +51,15 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	var st stats
 	if cfg.batch <= 0 || cfg.steps <= 0 || cfg.epochs < 0 {
 		return nil, st, fmt.Errorf("batch %d, steps %d, epochs %d: want batch and steps above 0", cfg.batch, cfg.steps, cfg.epochs)
+	}
+	if cfg.uneven < 0 || cfg.uneven > 0 && (cfg.elastic || cfg.fresh) {
+		return nil, st, fmt.Errorf("uneven %d: want 0 or more, and not with elastic training", cfg.uneven)
+	}
+	// With uneven inputs, this rank's batches per epoch.
+	mySteps := cfg.steps
+	if cfg.uneven > 0 {
+		cfg.ddp.UnevenInputs = true
+		mySteps = max(0, cfg.steps-c.Rank()*cfg.uneven)
 	}
 	data := newDataset(cfg.samples, cfg.dims[0], cfg.dims[len(cfg.dims)-1], cfg.seed)
 	model := newMLP(cfg.dims, cfg.seed+int64(c.Rank())) // different on purpose: the broadcast must fix it
@@ -89,6 +99,31 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	lastGood := time.Now()
 	pending := -1              // index of the last recovery, until a step completes after it
 	checkJoiners := !cfg.fresh // a restarted rank joined at this step's check
+	// endEpoch records the loss of the epoch that ends at step. A rank that
+	// took another's parameters after a failure may skip a step (and an
+	// epoch end): the loss is over the steps this rank ran, the epoch is
+	// the step's.
+	endEpoch := func(step int) {
+		e := step/cfg.steps - 1
+		st.loss = append(st.loss, lossSum/float64(lossN))
+		lossSum, lossN = 0, 0
+		if log != nil && el.c.Rank() == 0 {
+			fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[len(st.loss)-1],
+				perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
+		}
+	}
+	// join waits, with uneven inputs, in the others' steps until every
+	// rank has run out, then takes the parameters of the rank that ran
+	// longest.
+	join := func() error {
+		t := time.Now()
+		defer func() { st.comm += time.Since(t) }()
+		last, err := b.Join(ctx)
+		if err != nil {
+			return err
+		}
+		return ddp.BroadcastParameters(ctx, el.c, model.params, last)
+	}
 	for step := start; step < total; {
 		if cfg.elastic && cfg.regrow && checkJoiners {
 			nb, grew, err := el.maybeGrow(ctx, cfg, model, step)
@@ -111,6 +146,14 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		if c.Size()*cfg.batch > cfg.samples {
 			// Every rank sees the same size, so all stop here together.
 			return nil, st, fmt.Errorf("rank %d step %d: batch %d × %d ranks is more than the %d samples", c.Rank(), step, cfg.batch, c.Size(), cfg.samples)
+		}
+		if cfg.uneven > 0 && step%cfg.steps >= mySteps { // out of batches for this epoch
+			if err := join(); err != nil {
+				return nil, st, fmt.Errorf("rank %d step %d: %w", el.c.Rank(), step, err)
+			}
+			step = (step/cfg.steps + 1) * cfg.steps
+			endEpoch(step)
+			continue
 		}
 		t0 := time.Now()
 		x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)
@@ -175,16 +218,12 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		step++
 		lossN++
 		if step%cfg.steps == 0 {
-			// A rank that took another's parameters after a failure may
-			// skip a step (and an epoch end): the loss is over the steps
-			// this rank ran, the epoch is the step's.
-			e := step/cfg.steps - 1
-			st.loss = append(st.loss, lossSum/float64(lossN))
-			lossSum, lossN = 0, 0
-			if log != nil && el.c.Rank() == 0 {
-				fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[len(st.loss)-1],
-					perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
+			if cfg.uneven > 0 { // ran every batch: the others have joined or will
+				if err := join(); err != nil {
+					return nil, st, fmt.Errorf("rank %d step %d: %w", el.c.Rank(), step, err)
+				}
 			}
+			endEpoch(step)
 		}
 	}
 	st.rank, st.size, st.last = el.c.Rank(), el.c.Size(), total

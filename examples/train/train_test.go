@@ -116,6 +116,56 @@ func TestLossDecreases(t *testing.T) {
 	}
 }
 
+// With -uneven, rank r runs out r×uneven batches before each epoch's end
+// and joins (ddp's Bucketer.Join); each step's gradient is then the
+// average over the ranks still training. Four such ranks must end, every
+// one of them, where one process ends that trains at each step on the
+// combined batch of the ranks still training (relative 1e-4, as
+// TestDataParallelMatchesCombinedBatch).
+func TestUnevenInputsMatchCombinedBatch(t *testing.T) {
+	cfg := small()
+	cfg.uneven = 3 // 8, 5, 2 and 0 batches per epoch
+	const n = 4
+	four := runWorld(t, n, cfg)
+
+	data := newDataset(cfg.samples, cfg.dims[0], cfg.dims[len(cfg.dims)-1], cfg.seed)
+	ref := newMLP(cfg.dims, cfg.seed) // rank 0's, which BroadcastParameters gives every rank
+	noop := func(int) error { return nil }
+	for e := range cfg.epochs {
+		for s := range cfg.steps {
+			var x []float32
+			var y []int
+			for r := range n {
+				if s < cfg.steps-r*cfg.uneven {
+					xr, yr := data.batch(e*cfg.steps+s, r, n, cfg.batch)
+					x, y = append(x, xr...), append(y, yr...)
+				}
+			}
+			for _, p := range ref.params {
+				clear(p.Grad)
+			}
+			_, dz := lossAndGrad(ref.forward(x, len(y)), y, cfg.dims[len(cfg.dims)-1])
+			if err := ref.backward(dz, len(y), noop); err != nil {
+				t.Fatal(err)
+			}
+			ref.sgd(cfg.lr)
+		}
+	}
+	for r, m := range four {
+		for i, p := range m.params {
+			q := ref.params[i]
+			for j := range p.Value {
+				if r > 0 && p.Value[j] != four[0].params[i].Value[j] {
+					t.Fatalf("rank %d %s[%d] = %v differs from rank 0's %v: replicas diverged", r, p.Name, j, p.Value[j], four[0].params[i].Value[j])
+				}
+				if d := math.Abs(float64(p.Value[j] - q.Value[j])); d > 1e-4*(1+math.Abs(float64(q.Value[j]))) {
+					t.Fatalf("rank %d %s[%d]: 4 uneven ranks %v, 1 rank %v (|Δ| %.3g)", r, p.Name, j, p.Value[j], q.Value[j], d)
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkStep compares reducing buckets during the backward pass with
 // reducing them all after it, on a model big enough to have many buckets.
 func BenchmarkStep(b *testing.B) {
