@@ -86,6 +86,15 @@ type Config struct {
 	// and gossip takes it back when it refutes the suspicion.
 	Running func(Member) bool
 
+	// Ended, if set, says whether a member's process is known to have
+	// ended: on this host, the process that published it is gone or a
+	// zombie. A probe of a suspect member (evidence.go) that finds its
+	// gossip port open then believes this instead: a new process may
+	// have taken the port, as a restarted seed rank takes the job's seed
+	// address. Such a member is reported as a witness's (errStopped), and
+	// the others believe it.
+	Ended func(Member) bool
+
 	// Started, if set, is called by Join with the node once it is up,
 	// before Form waits for the world, on Join's goroutine: comm hands it
 	// the launcher's word of ranks that ended before they joined

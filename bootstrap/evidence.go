@@ -174,18 +174,44 @@ func (n *Node) probe(name, addr string, tries int) {
 				}
 			}
 			gone := n.probeRefused(addr)
+			ended := !gone && n.endedHere(name)
 			n.mu.Lock()
 			st.last = time.Now()
-			if gone {
+			if gone || ended {
 				st.tries = 0
+			}
+			if gone {
 				n.refused[name] = true
 			}
 			n.mu.Unlock()
-			if gone {
+			switch {
+			case gone:
 				n.markGone(name)
+			case ended:
+				n.witnessed(name)
 			}
 		}
 	}()
+}
+
+// endedHere reports whether name, a member of the current world, is known
+// to have ended on this host (Config.Ended): its gossip port, open to a
+// probe, may be a new process's. The restarted seed rank takes the seed
+// address at once; a member that probed it after that found it open and
+// waited for memberlist's verdict (about 1 s more) in a recovery whose
+// other members had found it gone.
+func (n *Node) endedHere(name string) bool {
+	if n.cfg.Ended == nil {
+		return false
+	}
+	n.mu.Lock()
+	r, in := n.inWorld[name]
+	var m Member
+	if in && r < len(n.world.Members) {
+		m = n.world.Members[r]
+	}
+	n.mu.Unlock()
+	return m.Name == name && n.cfg.Ended(m)
 }
 
 // refused reports whether a TCP connection to addr is refused.

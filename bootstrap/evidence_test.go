@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 )
@@ -104,6 +105,62 @@ func TestShrinkProbesSilentMember(t *testing.T) {
 	for i, w := range worlds {
 		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
 			t.Errorf("survivor %d: world %+v", i, w)
+		}
+	}
+}
+
+// A member whose process ended while another process took its gossip port
+// (a restarted seed rank binds the job's seed address at once) accepts the
+// probe's connection. A node that knows the process ended (Config.Ended:
+// comm reads /proc on the member's host) believes that instead, reports
+// it as a witness does, and the others believe it too: the survivors
+// shrink without it. Before, such a probe found the port open and only
+// memberlist's verdict (about 1 s later in the chaos soak; never here,
+// slowGossip) removed it.
+func TestSuspectEndedMemberWithItsPortTaken(t *testing.T) {
+	nodes := startWorld(t, "evidence-port-taken", 4, func(i int, c *Config) {
+		slowGossip(i, c)
+		if i == 0 {
+			c.Ended = func(m Member) bool { return m.Rank == 2 }
+		}
+	})
+	addr := nodes[2].Addr()
+	nodes[2].shutdown(false)
+	var ln net.Listener
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("taking rank 2's gossip port %s: %v", addr, err)
+		}
+	}
+	defer ln.Close()
+	go func() { // accept as a live process does
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	nodes[0].Suspect(2)
+	survivors := []*Node{nodes[0], nodes[1], nodes[3]}
+	worlds := shrinkAll(t, survivors, 10*time.Second)
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
+			t.Errorf("survivor %d: world %+v", i, w)
+		}
+	}
+	for _, n := range survivors {
+		select {
+		case f := <-n.Failures():
+			if f.Rank != 2 || !errors.Is(f.Err, errStopped) {
+				t.Errorf("%s: failure %+v (%v), want rank 2 seen ended on its host", n.Name(), f, f.Err)
+			}
+		default:
+			t.Errorf("%s: no failure report for rank 2", n.Name())
 		}
 	}
 }

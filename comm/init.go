@@ -367,6 +367,7 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	}
 	relaxProbes(&bc, job)
 	bc.Running = runningHere // a starved rank on this host is not dead (witness.go)
+	bc.Ended = endedHere     // and one whose process ended is, whoever holds its port
 	bc.Timeout = defaultFormTimeout
 	if getenv(jobenv.Timeout) != "" || cfg.timeout != defaultOpTimeout {
 		bc.Timeout = cfg.timeout

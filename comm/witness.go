@@ -172,17 +172,33 @@ func witness(node *bootstrap.Node, stop <-chan struct{}, done chan<- struct{}) {
 // kernel shows running (not stopped, a zombie or gone): the bootstrap's
 // Config.Running, so that gossip does not declare a starved process dead.
 func runningHere(m bootstrap.Member) bool {
+	state, ended, ok := stateHere(m)
+	return ok && !ended && state != 'T' && state != 't'
+}
+
+// endedHere says whether m is another process on this host that has
+// ended (gone, or a zombie): the bootstrap's Config.Ended, for a probe
+// that finds m's gossip port taken by a new process (a restarted seed
+// rank's).
+func endedHere(m bootstrap.Member) bool {
+	_, ended, ok := stateHere(m)
+	return ok && ended
+}
+
+// stateHere reads the state of m's process if m is another process on
+// this host (ok): its /proc state, and whether it has ended (gone, its
+// pid reused, or a zombie). ok is false where it cannot tell.
+func stateHere(m bootstrap.Member) (state byte, ended, ok bool) {
 	ep, err := unmarshalEndpoint(m.Blob)
 	if err != nil || ep.host != hostIdentity() || ep.pid == uint32(os.Getpid()) || ep.start == 0 {
-		return false
+		return 0, false, false
 	}
 	state, start, err := procStat(ep.pid)
-	if err != nil || start != ep.start {
-		return false
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && start != ep.start:
+		return 0, true, true // exited (and reaped; its pid may be reused already)
+	case err != nil:
+		return 0, false, false
 	}
-	switch state {
-	case 'T', 't', 'Z', 'X':
-		return false
-	}
-	return true
+	return state, state == 'Z' || state == 'X', true
 }

@@ -140,7 +140,9 @@ func TestWatchSet(t *testing.T) {
 
 // runningHere, the bootstrap's veto of a gossip death: another process on
 // this host that sleeps or runs is running; stopped, a zombie, gone, this
-// process, another host, or no start time are not.
+// process, another host, or no start time are not. endedHere, the
+// bootstrap's word for a probe that finds a member's port open: only a
+// zombie, or a process gone (its pid reused), on this host has ended.
 func TestRunningHere(t *testing.T) {
 	cmd, pid, start := sleeper(t)
 	member := func(ep endpoint) bootstrap.Member {
@@ -150,35 +152,30 @@ func TestRunningHere(t *testing.T) {
 		}
 		return bootstrap.Member{Rank: 1, Blob: b}
 	}
-	here := endpoint{host: hostIdentity(), pid: pid, start: start, addrs: map[string]string{}}
-	if !runningHere(member(here)) {
-		t.Fatal("a sleeping process on this host is not running")
-	}
-	for name, ep := range map[string]endpoint{
-		"this process":  {host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), addrs: map[string]string{}},
-		"another host":  {host: [8]byte{'o', 't', 'h', 'e', 'r'}, pid: pid, start: start, addrs: map[string]string{}},
-		"no start time": {host: hostIdentity(), pid: pid, addrs: map[string]string{}},
-		"pid reused":    {host: hostIdentity(), pid: pid, start: start + 1, addrs: map[string]string{}},
-	} {
-		if runningHere(member(ep)) {
-			t.Errorf("%s: running", name)
+	check := func(what string, ep endpoint, running, ended bool) {
+		t.Helper()
+		if got := runningHere(member(ep)); got != running {
+			t.Errorf("%s: runningHere %v, want %v", what, got, running)
+		}
+		if got := endedHere(member(ep)); got != ended {
+			t.Errorf("%s: endedHere %v, want %v", what, got, ended)
 		}
 	}
-	if runningHere(bootstrap.Member{Blob: []byte("junk")}) {
-		t.Error("an unparsable endpoint: running")
+	here := endpoint{host: hostIdentity(), pid: pid, start: start, addrs: map[string]string{}}
+	check("a sleeping process on this host", here, true, false)
+	check("this process", endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), addrs: map[string]string{}}, false, false)
+	check("another host", endpoint{host: [8]byte{'o', 't', 'h', 'e', 'r'}, pid: pid, start: start, addrs: map[string]string{}}, false, false)
+	check("no start time", endpoint{host: hostIdentity(), pid: pid, addrs: map[string]string{}}, false, false)
+	check("pid reused", endpoint{host: hostIdentity(), pid: pid, start: start + 1, addrs: map[string]string{}}, false, true)
+	if runningHere(bootstrap.Member{Blob: []byte("junk")}) || endedHere(bootstrap.Member{Blob: []byte("junk")}) {
+		t.Error("an unparsable endpoint: running or ended")
 	}
 	cmd.Process.Signal(syscall.SIGSTOP)
 	waitState(t, pid, 'T')
-	if runningHere(member(here)) {
-		t.Error("a stopped process: running")
-	}
+	check("a stopped process", here, false, false)
 	cmd.Process.Kill()
 	waitState(t, pid, 'Z') // not reaped yet
-	if runningHere(member(here)) {
-		t.Error("a zombie: running")
-	}
+	check("a zombie", here, false, true)
 	cmd.Wait()
-	if runningHere(member(here)) {
-		t.Error("a reaped process: running")
-	}
+	check("a reaped process", here, false, true)
 }
