@@ -80,6 +80,9 @@ type remoteRank struct {
 	mu   sync.Mutex
 	held []syscall.Signal
 	send func(pgid int, sig syscall.Signal)
+	// connected, if set (before the rank starts), is called once, at the
+	// pid marker: the rank's session runs (sshstart.go).
+	connected func()
 }
 
 // pidOrHold returns the rank's process group there, or 0; with 0, a
@@ -105,10 +108,14 @@ func (rr *remoteRank) setPID(pgid int) {
 	rr.mu.Lock()
 	held := rr.held
 	rr.held = nil
-	if rr.pid.Load() == 0 {
+	first := rr.pid.Load() == 0
+	if first {
 		rr.pid.Store(int64(pgid))
 	}
 	rr.mu.Unlock()
+	if first && rr.connected != nil {
+		rr.connected()
+	}
 	for _, sig := range held {
 		if rr.send != nil {
 			rr.send(pgid, sig)

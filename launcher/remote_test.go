@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,5 +93,34 @@ func TestWorkDirMissing(t *testing.T) {
 	var re *RankError
 	if !errors.As(err, &re) || re.Host != "node1" || !errors.Is(err, ErrLaunch) || !strings.Contains(err.Error(), "-wdir "+missing) {
 		t.Errorf("remote: Run = %v, want ErrLaunch on node1 naming -wdir %s\n%s", err, missing, stderr)
+	}
+}
+
+// Twenty ranks on one host over ssh start, against an sshd that drops
+// connections beyond 8 still being set up, as a stock sshd does beyond
+// its MaxStartups of 10: gorun starts a host's ranks a few at a time,
+// the next as one's session runs. All at once, 32 ranks on one host
+// failed on every try against a stock sshd.
+func TestManyRanksPerHostOverSSH(t *testing.T) {
+	setup := t.TempDir() // a file per connection being set up
+	inner := fakeSSHAgent(t)[0]
+	ssh := filepath.Join(t.TempDir(), "ssh")
+	// The connection is set up until its session prints its first line
+	// on stderr, the pid marker; the handshake takes 50 ms.
+	script := "#!/bin/sh\n" +
+		"touch " + setup + "/$$\n" +
+		"if [ $(ls " + setup + " | wc -l) -gt " + strconv.Itoa(sshStartsPerHost) + " ]; then rm " + setup + "/$$; " +
+		"echo 'kex_exchange_identification: Connection closed by remote host' >&2; exit 255; fi\n" +
+		"sleep 0.05\n" +
+		"{ " + shellQuote(inner) + ` "$@" 2>&1 >&3 3>&- | { IFS= read -r l; rm ` + setup + `/$$; printf '%s\n' "$l"; exec cat; } >&2 3>&-; } 3>&1` + "\n"
+	if err := os.WriteFile(ssh, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runJob(t, "env", Config{NP: 20, Hosts: []Host{{Name: "node1", Slots: 20}}, LaunchAgent: []string{ssh}})
+	if err != nil {
+		t.Fatalf("Run = %v\n%s", err, stderr)
+	}
+	if n := len(rankLines(t, out)); n != 20 {
+		t.Errorf("%d ranks ran, want 20\n%s", n, stderr)
 	}
 }

@@ -33,6 +33,9 @@ type proc struct {
 
 	tasks  *srunTasks  // srun's tasks (marker.go); nil for a rank
 	remote *remoteRank // a rank started through the launch agent, else nil
+	// connecting: its ssh connection is being set up, and counts against
+	// its host's sshStartsPerHost (sshstart.go).
+	connecting bool
 }
 
 type exit struct {
@@ -76,6 +79,8 @@ type runner struct {
 	// process; newRank is nil when the job cannot add ranks.
 	adds    chan addRequest
 	newRank func(rank int) *proc
+
+	ssh *sshStarts // ranks started over ssh a few at a time; nil: all at once
 }
 
 // addRequest is one --add-ranks request (addranks.go), answered on reply.
@@ -95,11 +100,15 @@ const tick = 250 * time.Millisecond
 func (r *runner) run(ctx context.Context) error {
 	exits := make(chan exit, len(r.procs))
 	r.exits = exits
+	if isShellAgent(agentOf(r.cfg)) {
+		r.ssh = newSSHStarts(len(r.procs))
+	}
 	for _, p := range r.procs {
+		if r.later(p) {
+			continue
+		}
 		if err := r.start(p, exits); err != nil {
-			r.first = &RankError{Rank: p.rank, Host: p.host, ExitCode: -1, Err: fmt.Errorf("%w: %v", ErrLaunch, err)}
-			r.con.message("gorun: " + r.first.Error())
-			r.stop(syscall.SIGTERM)
+			r.startFailed(p, err)
 			break
 		}
 	}
@@ -154,6 +163,8 @@ func (r *runner) run(ctx context.Context) error {
 		case req := <-r.adds:
 			ranks, err := r.addRanks(req.n)
 			req.reply <- addReply{ranks, err}
+		case p := <-r.ssh.connectedChan():
+			r.connectedOrGone(p)
 		}
 	}
 	r.mon.finish()
@@ -185,6 +196,10 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 		*p.remote = remoteRank{dir: p.remote.dir, send: func(pgid int, sig syscall.Signal) {
 			go signalRemote(agent, host, pgid, p.cmd.Process, ended, sig, grace)
 		}}
+		if p.connecting {
+			c := r.ssh.connected
+			p.remote.connected = func() { c <- p } // once, into room for every proc
+		}
 	}
 	p.cmd.SysProcAttr = sysProcAttr()
 	p.cmd.WaitDelay = waitDelay
@@ -238,6 +253,7 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 func (r *runner) exited(e exit) {
 	r.running--
 	e.p.done = true
+	r.connectedOrGone(e.p)
 	re := rankFailure(e.p, e.err)
 	if r.ctl != nil && e.p.rank >= 0 && !r.stopping {
 		how := "exit status 0"
@@ -295,6 +311,7 @@ func (r *runner) stop(sig syscall.Signal) {
 	if !r.stopping {
 		r.stopping, r.stopSig = true, sig
 		r.killAt = time.After(r.cfg.KillGrace)
+		r.dropWaiting()
 	}
 	r.kill(sig)
 }
@@ -353,7 +370,7 @@ func (r *runner) ranks() int {
 	n := 0
 	for _, p := range r.procs {
 		switch {
-		case p.done:
+		case p.done, p.cmd.Process == nil: // ended, or not started yet
 		case p.tasks != nil:
 			n += r.cfg.NP
 		default:
