@@ -191,6 +191,10 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		c.WorkDir = abs
 	}
+	if c.Timeout < 0 || c.KillGrace < 0 || c.SeedTimeout < 0 {
+		// A typo, not "none" or the default, which 0 is.
+		return c, fmt.Errorf("%w: --timeout, --kill-grace and --seed-timeout take a duration of 0 or more", ErrUsage)
+	}
 	if c.MaxRestarts < 0 || c.MinNP < 0 || c.MaxNP < 0 {
 		return c, fmt.Errorf("%w: --max-restarts, --min-np and --max-np take a count", ErrUsage)
 	}

@@ -429,6 +429,7 @@ func TestUsageErrorExitsTwo(t *testing.T) {
 		{"-np", "1", "--srun", "yes"},
 		{},                                  // no -np, hosts or Slurm allocation
 		{"-np", "2", "--max-restarts", "1"}, // without --elastic
+		{"-np", "1", "--timeout", "-5"},     // not "no timeout"
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			cmd := gorunProgram(t, "/bin/sh", args...)
