@@ -171,6 +171,26 @@ func fakeRank(mode string, args []string) int {
 		}
 		time.Sleep(20 * time.Second)
 		return 0
+	case "freeze", "quiet":
+		// Every rank reports that it joined; rank 1 then freezes itself
+		// ("freeze": SIGSTOP, as a hung host) or keeps running and
+		// reporting for 10 s ("quiet"); the others end at once.
+		c := jobctl.FromEnv()
+		r := mustAtoi(rank)
+		c.Phase(r, "bootstrap")
+		c.Joined(r)
+		c.Phase(r, "ready")
+		c.Enter("allreduce", 1)
+		time.Sleep(1500 * time.Millisecond) // a report sent (about one a second)
+		if r == 1 && mode == "freeze" {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		}
+		if r == 1 {
+			time.Sleep(10 * time.Second)
+		}
+		c.Leave()
+		c.Close()
+		return 0
 	case "slow-join":
 		c := jobctl.FromEnv()
 		defer c.Close()

@@ -25,6 +25,9 @@ type proc struct {
 	cpus   []int // --bind-to CPU set of a local rank, or nil
 	done   bool
 	ended  chan struct{} // closed when this start's process has been waited for
+	// started is when this start's process was started: job control
+	// reports older than it are a previous start's (silent.go).
+	started time.Time
 
 	restarts int // times restarted (--max-restarts, restart.go)
 	// remake is the rank's command for a start that joins the running
@@ -160,6 +163,7 @@ func (r *runner) run(ctx context.Context) error {
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
 			r.mon.tick(now)
+			r.stopSilent(r.mon.srv.Snapshot(), now)
 		case req := <-r.adds:
 			ranks, err := r.addRanks(req.n)
 			req.reply <- addReply{ranks, err}
@@ -231,6 +235,7 @@ func (r *runner) start(p *proc, exits chan<- exit) error {
 	if err != nil {
 		return err
 	}
+	p.started = time.Now()
 	r.running++
 	go func() {
 		endGroup(p.cmd.Process)
