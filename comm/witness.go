@@ -29,7 +29,15 @@ import (
 const (
 	witnessEvery   = 250 * time.Millisecond // how often a witness reads its ranks' state
 	witnessStopped = 500 * time.Millisecond // how long a rank must stay stopped to be declared frozen
-	witnessFanIn   = 2                      // witnesses per rank
+	// witnessEnded is how long a rank's process must have ended before it
+	// is declared gone: one that closed its communicator first sent its
+	// leave, which gossip brings by then, so it is reported as left, not
+	// dead. Declared at once, the ranks still in their last collective
+	// when it exited failed naming it (32 ranks on 2 hosts, gorun's exit
+	// 1 in 1 run of 3). A killed rank is found sooner through its peers'
+	// broken links (Suspect, the bootstrap's evidence).
+	witnessEnded = 250 * time.Millisecond
+	witnessFanIn = 2 // witnesses per rank
 )
 
 // procStat reads the state letter and start time (clock ticks after boot)
@@ -72,6 +80,7 @@ type watchedRank struct {
 	pid          uint32
 	start        uint64
 	stoppedSince time.Time // when it was first seen stopped; zero when running
+	endedSince   time.Time // when it was first seen ended; zero before
 }
 
 // watchSet picks the ranks this rank witnesses in world w: the witnessFanIn
@@ -117,16 +126,19 @@ func watchSet(w bootstrap.World) []*watchedRank {
 }
 
 // frozenOrGone reports whether p, read at now, is to be declared failed:
-// stopped for witnessStopped, a zombie, or gone. It updates p.
+// stopped for witnessStopped, or ended (a zombie, or gone) for
+// witnessEnded. It updates p.
 func (p *watchedRank) frozenOrGone(now time.Time) bool {
 	state, start, err := procStat(p.pid)
 	switch {
-	case errors.Is(err, fs.ErrNotExist) || (err == nil && start != p.start):
-		return true // exited (and reaped; its pid may be reused already)
+	case errors.Is(err, fs.ErrNotExist) || (err == nil && start != p.start) || err == nil && (state == 'Z' || state == 'X'):
+		// Exited (and maybe reaped; its pid may be reused already).
+		if p.endedSince.IsZero() {
+			p.endedSince = now
+		}
+		return now.Sub(p.endedSince) >= witnessEnded
 	case err != nil:
 		return false // cannot tell
-	case state == 'Z' || state == 'X':
-		return true
 	case state == 'T' || state == 't':
 		if p.stoppedSince.IsZero() {
 			p.stoppedSince = now

@@ -43,7 +43,8 @@ func sleeper(t *testing.T) (*exec.Cmd, uint32, uint64) {
 
 // The witness's reading of a process: running is alive; stopped is frozen
 // only once it has lasted witnessStopped (by the clock passed in), and
-// running again resets that; a zombie and a reaped process are gone.
+// running again resets that; a zombie and a reaped process are gone once
+// seen ended for witnessEnded.
 func TestWitnessReadsProcessState(t *testing.T) {
 	cmd, pid, start := sleeper(t)
 	p := &watchedRank{rank: 1, pid: pid, start: start}
@@ -71,18 +72,22 @@ func TestWitnessReadsProcessState(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	waitState(t, pid, 'Z')
-	if !p.frozenOrGone(t0) {
-		t.Fatal("a zombie not declared gone")
+	t1 := t0.Add(3 * time.Minute)
+	if p.frozenOrGone(t1) || p.frozenOrGone(t1.Add(witnessEnded-time.Millisecond)) {
+		t.Fatal("a zombie declared gone before witnessEnded")
+	}
+	if !p.frozenOrGone(t1.Add(witnessEnded)) {
+		t.Fatal("a zombie not declared gone after witnessEnded")
 	}
 	cmd.Wait()
-	if !p.frozenOrGone(t0) {
+	if !p.frozenOrGone(t1.Add(witnessEnded)) {
 		t.Fatal("a reaped process not declared gone")
 	}
 	// Another process behind the same pid (another start time) is not the one watched.
 	self, _, _ := procStat(uint32(os.Getpid()))
 	q := &watchedRank{rank: 1, pid: uint32(os.Getpid()), start: selfStart() + 1}
-	if self == 0 || !q.frozenOrGone(t0) {
-		t.Fatal("a pid whose start time differs not declared gone")
+	if self == 0 || q.frozenOrGone(t0) || !q.frozenOrGone(t0.Add(witnessEnded)) {
+		t.Fatal("a pid whose start time differs not declared gone after witnessEnded")
 	}
 }
 

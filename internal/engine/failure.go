@@ -120,8 +120,19 @@ func (e *Engine) Expel(culprit int, err error) {
 	e.fail(&PeerError{Rank: culprit, Err: err}, 0)
 }
 
-// PeerFailed reports from outside (the bootstrap) that rank died.
+// PeerFailed reports from outside (the bootstrap) that rank died. A peer
+// whose link said bye had closed its communicator after every call it
+// made, and all it sent before the bye has arrived: the report is of its
+// process's end after that (seen on its host before its leave reached
+// the gossip), and fails nothing, as linkFailed does not for such a link;
+// an operation that still needs it fails (Run).
 func (e *Engine) PeerFailed(rank int, err error) {
+	if rank >= 0 && rank < len(e.links) {
+		if l := e.links[rank].Load(); l != nil && l.closed.Load() {
+			e.poke()
+			return
+		}
+	}
 	if err == nil {
 		err = ErrPeerFailed
 	} else if !errors.Is(err, ErrPeerFailed) {
