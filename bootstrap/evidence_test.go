@@ -52,21 +52,28 @@ func TestSuspectFindsGoneMember(t *testing.T) {
 	nodes := startWorld(t, "evidence", 4, slowGossip)
 	nodes[2].shutdown(false) // its ports close, as a killed process's do
 	nodes[0].Suspect(2)
-	survivors := []*Node{nodes[0], nodes[1], nodes[3]}
+	shrinkWithout(t, []*Node{nodes[0], nodes[1], nodes[3]}, 2, ErrPeerDead)
+}
+
+// shrinkWithout shrinks survivors, checks that they agree on a world of
+// themselves, and that each reported rank gone of epoch 1 with an error
+// that is want.
+func shrinkWithout(t *testing.T, survivors []*Node, gone int, want error) {
+	t.Helper()
 	worlds := shrinkAll(t, survivors, 10*time.Second)
 	for i, w := range worlds {
-		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
+		if w.Size != len(survivors) || w.Rank != i || w.Digest != worlds[0].Digest {
 			t.Errorf("survivor %d: world %+v", i, w)
 		}
 	}
 	for _, n := range survivors {
 		select {
 		case f := <-n.Failures():
-			if f.Rank != 2 || f.Epoch != 1 || !errors.Is(f.Err, ErrPeerDead) {
-				t.Errorf("failure %+v, want rank 2 of epoch 1 dead", f)
+			if f.Rank != gone || f.Epoch != 1 || !errors.Is(f.Err, want) {
+				t.Errorf("%s: failure %+v (%v), want rank %d of epoch 1: %v", n.Name(), f, f.Err, gone, want)
 			}
 		default:
-			t.Errorf("%s: no failure report for rank 2", n.Name())
+			t.Errorf("%s: no failure report for rank %d", n.Name(), gone)
 		}
 	}
 }
@@ -146,21 +153,5 @@ func TestSuspectEndedMemberWithItsPortTaken(t *testing.T) {
 		}
 	}()
 	nodes[0].Suspect(2)
-	survivors := []*Node{nodes[0], nodes[1], nodes[3]}
-	worlds := shrinkAll(t, survivors, 10*time.Second)
-	for i, w := range worlds {
-		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest {
-			t.Errorf("survivor %d: world %+v", i, w)
-		}
-	}
-	for _, n := range survivors {
-		select {
-		case f := <-n.Failures():
-			if f.Rank != 2 || !errors.Is(f.Err, errStopped) {
-				t.Errorf("%s: failure %+v (%v), want rank 2 seen ended on its host", n.Name(), f, f.Err)
-			}
-		default:
-			t.Errorf("%s: no failure report for rank 2", n.Name())
-		}
-	}
+	shrinkWithout(t, []*Node{nodes[0], nodes[1], nodes[3]}, 2, errStopped)
 }
