@@ -15,8 +15,8 @@ import (
 var silentFor = 30 * time.Second
 
 // stopSilent ends a job of which only silent ranks are left, under
-// --elastic: every rank still running joined the job and then stopped
-// reporting (its job control connection closed, or silent for silentFor)
+// --elastic: every rank still running joined the job and then sent no
+// report for silentFor (its job control connection silent, or closed)
 // without its Close, and at least one other rank has ended. Such a rank
 // is frozen (SIGSTOP, a hung host) or cut off, and the others shrank past
 // it and finished; nothing else would end it, so gorun would wait for it
@@ -43,7 +43,7 @@ func (r *runner) stopSilent(snap jobctl.Snapshot, now time.Time) {
 			return // srun stands for its tasks
 		}
 		s, ok := states[p.rank]
-		if !ok || s.Done || s.LastSeen.Before(p.started) || s.Connected && now.Sub(s.LastSeen) < silentFor {
+		if !ok || s.Done || s.LastSeen.Before(p.started) || now.Sub(s.LastSeen) < silentFor {
 			return
 		}
 		silent = append(silent, p)
