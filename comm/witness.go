@@ -10,9 +10,9 @@ package comm
 // runnable, a frozen one is in the stopped state. Each rank watches the
 // two ranks before it among the ranks of its host (so every rank has two
 // witnesses), reading /proc/PID/stat every witnessEvery; a rank stopped
-// for witnessStopped, a zombie, or a process that is gone is handed to the
-// bootstrap (Node.Witnessed), which reports it here and on every other
-// rank at once. Ranks on other hosts, and hosts with one rank, are left to
+// for witnessStopped, or a zombie or a process that is gone for
+// witnessEnded, is handed to the bootstrap (Node.Witnessed), which
+// reports it here and on every other rank at once. Ranks on other hosts, and hosts with one rank, are left to
 // gossip. Nothing here runs on the operation path.
 
 import (
@@ -33,8 +33,8 @@ const (
 	// is declared gone: one that closed its communicator first sent its
 	// leave, which gossip brings by then, so it is reported as left, not
 	// dead. Declared at once, the ranks still in their last collective
-	// when it exited failed naming it (32 ranks on 2 hosts, gorun's exit
-	// 1 in 1 run of 3). A killed rank is found sooner through its peers'
+	// when it exited failed naming it (32 ranks on 2 hosts: gorun exited
+	// 1 in 2 runs of 7). A killed rank is found sooner through its peers'
 	// broken links (Suspect, the bootstrap's evidence).
 	witnessEnded = 250 * time.Millisecond
 	witnessFanIn = 2 // witnesses per rank
