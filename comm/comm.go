@@ -201,7 +201,7 @@ func (c *Comm) Close() error {
 // says bye to the peers (until ctx ends), then frees the transport and
 // leaves the gossip group.
 func (c *Comm) teardown(ctx context.Context) error {
-	c.obs.flush() // the goodbyes may wait for a frozen peer, and gorun stop this rank
+	c.obs.flush() // the goodbyes may wait for a frozen peer, and gorun may stop this rank meanwhile
 	c.conn.stop()
 	err := c.eng.CloseContext(ctx)
 	c.flushP2P() // started messages never waited for fail now (p2p.go)
