@@ -2,6 +2,7 @@ package faulty
 
 import (
 	"log"
+	"sync"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
@@ -20,9 +21,20 @@ func wrapSpec(dev rdma.Device, spec string, rank int) (rdma.Device, error) {
 		return nil, err
 	}
 	if len(plan.Rules) > 0 {
-		// Printed once per device so that the log of an injected failure
-		// is never mistaken for a real one.
-		log.Printf("gorun rank %d: GORUN_FAULT active: %v", rank, plan.Rules)
+		// Printed so that the log of an injected failure is never mistaken
+		// for a real one: once per rank and spec in a process, not once
+		// per device (a rank opens one per provider, and more in a Shrink).
+		if _, told := announced.LoadOrStore(announcement{rank, spec}, true); !told {
+			log.Printf("gorun rank %d: GORUN_FAULT active: %v", rank, plan.Rules)
+		}
 	}
 	return Wrap(dev, plan), nil
+}
+
+// announced holds the rank and spec pairs wrapSpec has logged.
+var announced sync.Map
+
+type announcement struct {
+	rank int
+	spec string
 }
