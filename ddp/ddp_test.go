@@ -13,12 +13,13 @@ import (
 	"github.com/gorun-hpc/gorun/comm"
 )
 
-// ranks runs f on every rank of an in-process world and returns the errors.
-func ranks(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error) []error {
+// ranks runs f on every rank of an in-process world made with opts and
+// returns the errors, once every rank has closed.
+func ranks(t *testing.T, n int, f func(ctx context.Context, c *comm.Comm) error, opts ...comm.Option) []error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := comm.NewLocal(ctx, n)
+	cs, err := comm.NewLocal(ctx, n, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

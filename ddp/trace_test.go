@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,43 +17,25 @@ import (
 // the allreduce it started.
 func TestTimelineBuckets(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "tl")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const steps = 3
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				ps := params(16, 16, 16)
-				b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 128})
-				if err != nil {
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		ps := params(16, 16, 16)
+		b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 128})
+		if err != nil {
+			return err
+		}
+		for range steps {
+			for i := len(ps) - 1; i >= 0; i-- {
+				if err := b.MarkReady(ctx, i); err != nil {
 					return err
 				}
-				for range steps {
-					for i := len(ps) - 1; i >= 0; i-- {
-						if err := b.MarkReady(ctx, i); err != nil {
-							return err
-						}
-					}
-					if err := b.Wait(ctx); err != nil {
-						return err
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
-	for _, c := range cs {
-		c.Close() // waits for nothing of ddp's: the spans ended when their requests did
-	}
+			}
+			if err := b.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, comm.WithTimeline(base))
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -104,58 +85,40 @@ func TestTimelineBuckets(t *testing.T) {
 // Perfetto) whenever the two allreduces were in flight together.
 func TestTimelineTwoBucketers(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "tl")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const steps = 3
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				c2, err := c.Dup(ctx)
-				if err != nil {
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		c2, err := c.Dup(ctx)
+		if err != nil {
+			return err
+		}
+		defer c2.Close()
+		if c.TraceLane() != "comm" || c2.TraceLane() != "comm 1" {
+			return fmt.Errorf("trace lanes %q and %q, want comm and comm 1", c.TraceLane(), c2.TraceLane())
+		}
+		p1, p2 := params(16, 16), params(16, 16)
+		b1, err := NewBucketer(c, p1, Config{FirstBucketBytes: 64, BucketBytes: 64})
+		if err != nil {
+			return err
+		}
+		b2, err := NewBucketer(c2, p2, Config{FirstBucketBytes: 64, BucketBytes: 64})
+		if err != nil {
+			return err
+		}
+		for range steps {
+			for i := 1; i >= 0; i-- {
+				if err := b1.MarkReady(ctx, i); err != nil {
 					return err
 				}
-				defer c2.Close()
-				if c.TraceLane() != "comm" || c2.TraceLane() != "comm 1" {
-					return fmt.Errorf("trace lanes %q and %q, want comm and comm 1", c.TraceLane(), c2.TraceLane())
-				}
-				p1, p2 := params(16, 16), params(16, 16)
-				b1, err := NewBucketer(c, p1, Config{FirstBucketBytes: 64, BucketBytes: 64})
-				if err != nil {
+				if err := b2.MarkReady(ctx, i); err != nil {
 					return err
 				}
-				b2, err := NewBucketer(c2, p2, Config{FirstBucketBytes: 64, BucketBytes: 64})
-				if err != nil {
-					return err
-				}
-				for range steps {
-					for i := 1; i >= 0; i-- {
-						if err := b1.MarkReady(ctx, i); err != nil {
-							return err
-						}
-						if err := b2.MarkReady(ctx, i); err != nil {
-							return err
-						}
-					}
-					if err := errors.Join(b1.Wait(ctx), b2.Wait(ctx)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
-	for _, c := range cs {
-		c.Close()
-	}
+			}
+			if err := errors.Join(b1.Wait(ctx), b2.Wait(ctx)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, comm.WithTimeline(base))
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
@@ -209,61 +172,42 @@ func keys[V any](m map[string]V) []string {
 // on under MarkReady's longer context. Before, Wait waited for the spans
 // and so for the allreduce: here until MarkReady's context ended.
 func TestWaitHonoursContextWithTimeline(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(filepath.Join(t.TempDir(), "tl")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range cs {
-			c.Close()
-		}
-	}()
 	late := make(chan struct{}) // rank 1 takes part once rank 0's Wait has returned
 	// Rank 0 returns, cancelling MarkReady's context, under which the
 	// allreduce runs, once rank 1 is done with it.
 	done := make(chan struct{})
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				ps := params(16)
-				b, err := NewBucketer(c, ps, Config{})
-				if err != nil {
-					return err
-				}
-				if r == 1 {
-					defer close(done)
-					<-late
-					if err := b.MarkReady(ctx, 0); err != nil {
-						return err
-					}
-					return b.Wait(ctx)
-				}
-				mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
-				defer mcancel()
-				if err := b.MarkReady(mctx, 0); err != nil {
-					return err
-				}
-				wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				defer wcancel()
-				t0 := time.Now()
-				err = b.Wait(wctx)
-				d := time.Since(t0)
-				close(late)
-				<-done
-				if !errors.Is(err, context.DeadlineExceeded) || d > 10*time.Second {
-					return fmt.Errorf("Wait with a 100ms context returned %v after %v, want its deadline at once", err, d)
-				}
-				return nil
-			}()
-		}()
-	}
-	wg.Wait()
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		r := c.Rank()
+		ps := params(16)
+		b, err := NewBucketer(c, ps, Config{})
+		if err != nil {
+			return err
+		}
+		if r == 1 {
+			defer close(done)
+			<-late
+			if err := b.MarkReady(ctx, 0); err != nil {
+				return err
+			}
+			return b.Wait(ctx)
+		}
+		mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
+		defer mcancel()
+		if err := b.MarkReady(mctx, 0); err != nil {
+			return err
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer wcancel()
+		t0 := time.Now()
+		err = b.Wait(wctx)
+		d := time.Since(t0)
+		close(late)
+		<-done
+		if !errors.Is(err, context.DeadlineExceeded) || d > 10*time.Second {
+			return fmt.Errorf("Wait with a 100ms context returned %v after %v, want its deadline at once", err, d)
+		}
+		return nil
+	}, comm.WithTimeline(filepath.Join(t.TempDir(), "tl")))
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
@@ -276,41 +220,24 @@ func TestWaitHonoursContextWithTimeline(t *testing.T) {
 // inside it, as a training rank's are.
 func TestTimelineJoin(t *testing.T) {
 	base := filepath.Join(t.TempDir(), "tl")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cs, err := comm.NewLocal(ctx, 2, comm.WithTimeline(base))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const steps = 2
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[r] = func() error {
-				ps := params(16, 16)
-				b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 64, UnevenInputs: true})
-				if err != nil {
+	errs := ranks(t, 2, func(ctx context.Context, c *comm.Comm) error {
+		r := c.Rank()
+		ps := params(16, 16)
+		b, err := NewBucketer(c, ps, Config{FirstBucketBytes: 64, BucketBytes: 64, UnevenInputs: true})
+		if err != nil {
+			return err
+		}
+		if r == 0 {
+			for range steps {
+				if err := step(ctx, b, ps); err != nil {
 					return err
 				}
-				if r == 0 {
-					for range steps {
-						if err := step(ctx, b, ps); err != nil {
-							return err
-						}
-					}
-				}
-				_, err = b.Join(ctx)
-				return err
-			}()
-		}()
-	}
-	wg.Wait()
-	for _, c := range cs {
-		c.Close()
-	}
+			}
+		}
+		_, err = b.Join(ctx)
+		return err
+	}, comm.WithTimeline(base))
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
