@@ -39,7 +39,9 @@ func newMonitor(con *console, srv statusSource, size int, statusDelay, stall tim
 	return &monitor{con: con, srv: srv, size: size, start: time.Now(), statusDelay: statusDelay, stall: stall}
 }
 
-func (m *monitor) tick(now time.Time) {
+// tick updates the live view from the server's state now, and returns
+// that state for the runner's own checks (silent.go).
+func (m *monitor) tick(now time.Time) jobctl.Snapshot {
 	snap := m.srv.Snapshot()
 	if !m.formed {
 		m.startup(snap, now)
@@ -50,6 +52,7 @@ func (m *monitor) tick(now time.Time) {
 			m.con.message("gorun: " + snap.StallReport(now, m.size))
 		}
 	}
+	return snap
 }
 
 // startup shows how many ranks joined, once the job is slow to form and at

@@ -162,8 +162,7 @@ func (r *runner) run(ctx context.Context) error {
 			r.con.message(fmt.Sprintf("gorun: %d ranks still running %v after %s: killing them", r.ranks(), r.cfg.KillGrace, unix.SignalName(r.stopSig)))
 			r.kill(syscall.SIGKILL)
 		case now := <-ticker.C:
-			r.mon.tick(now)
-			r.stopSilent(r.mon.srv.Snapshot(), now)
+			r.stopSilent(r.mon.tick(now), now)
 		case req := <-r.adds:
 			ranks, err := r.addRanks(req.n)
 			req.reply <- addReply{ranks, err}
