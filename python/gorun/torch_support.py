@@ -111,7 +111,10 @@ class DistributedOptimizer:
     backward_passes_per_step = k, gradients accumulate locally over k
     backward passes first; one pass more before step() raises RuntimeError
     (its gradients would arrive after the bucket was sent).
-    compression="fp16" or "bf16" halves the bytes on the wire.
+    compression="fp16" or "bf16" halves the bytes on the wire; with op
+    "avg" each rank divides by the size before it rounds, as torch's
+    fp16_compress_hook, so an average that fits fp16 arrives even where
+    the ranks' sum would not.
     group=g (a Group from create_group, Horovod's process_set) reduces
     over g's ranks only, "avg" dividing by g.size(): g's members train
     data-parallel on their own; the other ranks do not take part."""
@@ -197,12 +200,22 @@ class DistributedOptimizer:
         grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype)
                  for p in b.params]
         buf = torch.cat(grads)
+        op = "sum" if self._uneven else self._op
         if self._wire is not None:
+            if self._op == "avg":
+                # Average as torch's fp16_compress_hook (and Go's ddp) do:
+                # divide, round, sum. Partial sums travel in the wire type,
+                # and the ranks' sum may not fit it where their average does.
+                buf, op = buf / self._size(), "sum"
             buf = buf.to(self._wire)
         b.buf = buf
         # With uneven inputs the average is over the ranks still training,
         # known only at the end of the step: sum now, divide then.
-        b.handle = _on(self._group, iallreduce_, buf, "sum" if self._uneven else self._op)
+        b.handle = _on(self._group, iallreduce_, buf, op)
+
+    def _size(self):
+        """The number of ranks this optimizer reduces over."""
+        return self._group.size() if self._group is not None else size()
 
     def _active(self, me):
         """The number of ranks still training this step (me: 1 or 0)."""
@@ -239,7 +252,9 @@ class DistributedOptimizer:
             b.handle.wait()
             buf = b.buf.to(b.dtype) if self._wire is not None else b.buf
             if self._uneven and self._op == "avg":
-                buf = buf / active
+                # The wire holds the sum, or with compression the sum over
+                # the size: make it the average over the active ranks.
+                buf = buf * (self._size() / active) if self._wire is not None else buf / active
             off = 0
             with torch.no_grad():
                 for p in b.params:

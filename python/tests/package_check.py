@@ -146,6 +146,30 @@ def synchronize_then_step(r, n):
                "step %d (style %d): weight %s, want %s" % (k, style, m.weight.tolist(), -total * (k + 1)))
 
 
+def compressed_avg(r, n):
+    """compression="fp16" with op "avg" divides before it rounds, as
+    torch's fp16_compress_hook: rank r's gradient is 20000 + 10000 r, whose
+    sum over 3 ranks (90000) does not fit fp16 (65504) where the average
+    does; with uneven inputs too, where rank 0 joins after one step and the
+    second step averages ranks 1 and 2 only."""
+    for uneven in (False, True):
+        m = torch.nn.Linear(4, 1, bias=False)
+        with torch.no_grad():
+            m.weight.zero_()
+        opt = gorun.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.0), compression="fp16",
+                                         named_parameters=m.named_parameters(), uneven_inputs=uneven)
+        for step in range(1 if uneven and r == 0 else 2):
+            opt.zero_grad()
+            m(torch.full((1, 4), 20000.0 + 10000 * r)).sum().backward()
+            opt.synchronize()
+            active = range(1 if uneven and step == 1 else 0, n)
+            want = sum(20000.0 + 10000 * k for k in active) / len(active)
+            expect(torch.allclose(m.weight.grad, torch.full((1, 4), want), rtol=2e-3),
+                   "fp16 avg (uneven %s) step %d: grad %s, want %s" % (uneven, step, m.weight.grad.tolist(), want))
+        if uneven:
+            gorun.join(opt)
+
+
 def allgather_shapes(r, n):
     """allgather concatenates along the first dimension, which may differ
     between ranks (Horovod's allgather); inputs that do not fit together
@@ -363,6 +387,7 @@ def main():
     uneven(r, n)
     uneven(r, n, op="sum", mixed=True)
     synchronize_then_step(r, n)
+    compressed_avg(r, n)
     unused_parameter(r, n)
     extra_backward(r, n)
     gorun.barrier()
