@@ -12,15 +12,21 @@ import (
 type Host struct {
 	Name  string
 	Slots int
+	// MaxSlots is the most ranks the host may take (a hostfile's
+	// max_slots): up to it without --oversubscribe, and never beyond it,
+	// as Open MPI does. 0: no bound, and no rank beyond Slots without
+	// --oversubscribe.
+	MaxSlots int
 }
 
 // maxSlots bounds one host's slot count, so a typo cannot ask for 2^60 ranks.
 const maxSlots = 1 << 20
 
-// ParseHostfile reads an Open MPI hostfile: one host per line, optionally
-// followed by "slots=N" (default 1) and "max_slots=N" (accepted, ignored);
-// "#" starts a comment. A host listed twice gets the sum of its slots, and
-// so do names of this machine (mergeLocal).
+// ParseHostfile reads a hostfile: one host per line, as Open MPI's
+// ("host slots=N max_slots=M", both optional; slots default to 1) or as
+// MPICH's ("host:N"; an IPv6 address with a count is "[addr]:N", as for
+// -H); "#" starts a comment. A host listed twice gets the sum of its
+// slots, and so do names of this machine (mergeLocal).
 func ParseHostfile(r io.Reader) ([]Host, error) {
 	var hosts []Host
 	sc := bufio.NewScanner(r)
@@ -34,8 +40,8 @@ func ParseHostfile(r io.Reader) ([]Host, error) {
 		if len(fields) == 0 {
 			continue
 		}
-		h := Host{Name: fields[0], Slots: 1}
-		if err := checkHostName(h.Name); err != nil {
+		h, counted, err := hostfileName(fields[0])
+		if err != nil {
 			return nil, fmt.Errorf("%w: line %d: %v", ErrHostfile, n, err)
 		}
 		for _, f := range fields[1:] {
@@ -49,12 +55,19 @@ func ParseHostfile(r io.Reader) ([]Host, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%w: line %d: %s: %v", ErrHostfile, n, k, err)
 				}
-				if k == "slots" {
+				if k != "slots" {
+					h.MaxSlots = s
+				} else if counted {
+					return nil, fmt.Errorf("%w: line %d: %s gives its slots twice (host:N and slots=)", ErrHostfile, n, fields[0])
+				} else {
 					h.Slots = s
 				}
 			default:
 				return nil, fmt.Errorf("%w: line %d: unknown key %q", ErrHostfile, n, k)
 			}
+		}
+		if h.MaxSlots > 0 && h.MaxSlots < h.Slots {
+			return nil, fmt.Errorf("%w: line %d: %s: max_slots=%d is less than its %d slots", ErrHostfile, n, h.Name, h.MaxSlots, h.Slots)
 		}
 		hosts = addHost(hosts, h)
 	}
@@ -62,6 +75,20 @@ func ParseHostfile(r io.Reader) ([]Host, error) {
 		return nil, fmt.Errorf("%w: %v", ErrHostfile, err)
 	}
 	return mergeLocal(hosts), nil
+}
+
+// hostfileName parses a hostfile line's first word: a host, MPICH's
+// "host:N" or "[addr]:N" (counted), or an IPv6 address alone, which has
+// more than one colon.
+func hostfileName(word string) (h Host, counted bool, err error) {
+	h = Host{Name: word, Slots: 1}
+	if strings.HasPrefix(word, "[") || strings.Count(word, ":") == 1 {
+		if h, err = parseHostItem(word); err != nil {
+			return h, false, err
+		}
+		return h, strings.Contains(word, "]:") || !strings.HasPrefix(word, "["), nil
+	}
+	return h, false, checkHostName(h.Name)
 }
 
 // ParseHostList parses mpirun's -H value: "host1:2,host2:2,host3" (a host
@@ -74,36 +101,42 @@ func ParseHostList(s string) ([]Host, error) {
 		if item == "" {
 			return nil, fmt.Errorf("%w: empty host in -H %q", ErrUsage, s)
 		}
-		h := Host{Name: item, Slots: 1}
-		if strings.HasPrefix(item, "[") {
-			end := strings.IndexByte(item, ']')
-			if end < 0 {
-				return nil, fmt.Errorf("%w: unclosed bracket in %q", ErrUsage, item)
-			}
-			h.Name = item[1:end]
-			if rest := item[end+1:]; rest != "" {
-				n, ok := strings.CutPrefix(rest, ":")
-				if !ok {
-					return nil, fmt.Errorf("%w: bad host %q", ErrUsage, item)
-				}
-				var err error
-				if h.Slots, err = parseSlots(n); err != nil {
-					return nil, fmt.Errorf("%w: host %q: %v", ErrUsage, item, err)
-				}
-			}
-		} else if name, n, ok := strings.Cut(item, ":"); ok {
-			h.Name = name
-			var err error
-			if h.Slots, err = parseSlots(n); err != nil {
-				return nil, fmt.Errorf("%w: host %q: %v", ErrUsage, item, err)
-			}
-		}
-		if err := checkHostName(h.Name); err != nil {
+		h, err := parseHostItem(item)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 		}
 		hosts = addHost(hosts, h)
 	}
 	return mergeLocal(hosts), nil
+}
+
+// parseHostItem parses "host", "host:N", "[addr]" or "[addr]:N".
+func parseHostItem(item string) (Host, error) {
+	h := Host{Name: item, Slots: 1}
+	if strings.HasPrefix(item, "[") {
+		end := strings.IndexByte(item, ']')
+		if end < 0 {
+			return h, fmt.Errorf("unclosed bracket in %q", item)
+		}
+		h.Name = item[1:end]
+		if rest := item[end+1:]; rest != "" {
+			n, ok := strings.CutPrefix(rest, ":")
+			if !ok {
+				return h, fmt.Errorf("bad host %q", item)
+			}
+			var err error
+			if h.Slots, err = parseSlots(n); err != nil {
+				return h, fmt.Errorf("host %q: %v", item, err)
+			}
+		}
+	} else if name, n, ok := strings.Cut(item, ":"); ok {
+		h.Name = name
+		var err error
+		if h.Slots, err = parseSlots(n); err != nil {
+			return h, fmt.Errorf("host %q: %v", item, err)
+		}
+	}
+	return h, checkHostName(h.Name)
 }
 
 func parseSlots(v string) (int, error) {
@@ -133,7 +166,7 @@ func mergeLocal(hosts []Host) []Host {
 			out = append(out, h)
 			continue
 		}
-		out[local].Slots = min(out[local].Slots+h.Slots, maxSlots)
+		out[local] = sumHosts(out[local], h)
 	}
 	return out
 }
@@ -141,11 +174,23 @@ func mergeLocal(hosts []Host) []Host {
 func addHost(hosts []Host, h Host) []Host {
 	for i := range hosts {
 		if hosts[i].Name == h.Name {
-			hosts[i].Slots = min(hosts[i].Slots+h.Slots, maxSlots)
+			hosts[i] = sumHosts(hosts[i], h)
 			return hosts
 		}
 	}
 	return append(hosts, h)
+}
+
+// sumHosts is a host listed twice, under a's name: the slots add up, and
+// so do the max_slots when both lines bound it (else it has no bound).
+func sumHosts(a, b Host) Host {
+	a.Slots = min(a.Slots+b.Slots, maxSlots)
+	if a.MaxSlots > 0 && b.MaxSlots > 0 {
+		a.MaxSlots = min(a.MaxSlots+b.MaxSlots, maxSlots)
+	} else {
+		a.MaxSlots = 0
+	}
+	return a
 }
 
 // checkHostName accepts host names, IPv4 and IPv6 addresses and agent

@@ -20,13 +20,13 @@ func TestNamesOfThisMachineAreOneHost(t *testing.T) {
 	}
 	for _, in := range []string{"localhost:1,node1:2,127.0.0.2:1,[::1]:1," + name + ":1"} {
 		got, err := ParseHostList(in)
-		if want := []Host{{"localhost", 4}, {"node1", 2}}; err != nil || !reflect.DeepEqual(got, want) {
+		if want := []Host{{Name: "localhost", Slots: 4}, {Name: "node1", Slots: 2}}; err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseHostList(%q) = %v, %v; want %v", in, got, err, want)
 		}
 		file := strings.ReplaceAll(strings.NewReplacer("[", "", "]", "").Replace(in), ",", "\n")
 		file = strings.NewReplacer(":1\n", " slots=1\n", ":2\n", " slots=2\n").Replace(file + "\n")
 		got, err = ParseHostfile(strings.NewReader(file))
-		if want := []Host{{"localhost", 4}, {"node1", 2}}; err != nil || !reflect.DeepEqual(got, want) {
+		if want := []Host{{Name: "localhost", Slots: 4}, {Name: "node1", Slots: 2}}; err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("ParseHostfile(%q) = %v, %v; want %v", file, got, err, want)
 		}
 	}
@@ -35,7 +35,7 @@ func TestNamesOfThisMachineAreOneHost(t *testing.T) {
 		for _, a := range addrs {
 			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
 				got, err := ParseHostList("localhost:1," + n.IP.String() + ":1")
-				if want := []Host{{"localhost", 2}}; err != nil || !reflect.DeepEqual(got, want) {
+				if want := []Host{{Name: "localhost", Slots: 2}}; err != nil || !reflect.DeepEqual(got, want) {
 					t.Errorf("ParseHostList(localhost and %s) = %v, %v; want %v", n.IP, got, err, want)
 				}
 				break
@@ -43,12 +43,12 @@ func TestNamesOfThisMachineAreOneHost(t *testing.T) {
 		}
 	}
 	// Hosts given as a Config's, unparsed, by slot and by node.
-	slots, err := Place([]Host{{"localhost", 2}, {"127.0.0.1", 2}}, 4)
+	slots, err := Place([]Host{{Name: "localhost", Slots: 2}, {Name: "127.0.0.1", Slots: 2}}, 4)
 	want := []Slot{{0, "localhost", 0, 4}, {1, "localhost", 1, 4}, {2, "localhost", 2, 4}, {3, "localhost", 3, 4}}
 	if err != nil || !reflect.DeepEqual(slots, want) {
 		t.Errorf("Place(localhost:2, 127.0.0.1:2) = %v, %v; want %v", slots, err, want)
 	}
-	slots, err = PlaceBy([]Host{{"localhost", 2}, {"node1", 2}, {"127.0.0.1", 2}}, 6, "node")
+	slots, err = PlaceBy([]Host{{Name: "localhost", Slots: 2}, {Name: "node1", Slots: 2}, {Name: "127.0.0.1", Slots: 2}}, 6, "node")
 	want = []Slot{{0, "localhost", 0, 4}, {1, "node1", 0, 2}, {2, "localhost", 1, 4}, {3, "node1", 1, 2},
 		{4, "localhost", 2, 4}, {5, "localhost", 3, 4}}
 	if err != nil || !reflect.DeepEqual(slots, want) {
@@ -60,7 +60,7 @@ func TestNamesOfThisMachineAreOneHost(t *testing.T) {
 // (GORUN_LOCAL_RANK 0-3 of 4, not 0,1,0,1 of 2), and --bind-to core
 // gives two ranks on two names of this machine different CPUs.
 func TestLocalNamesRunAsOneHost(t *testing.T) {
-	out, stderr, err := runJob(t, "env", Config{NP: 4, Hosts: []Host{{"localhost", 2}, {"127.0.0.1", 2}}})
+	out, stderr, err := runJob(t, "env", Config{NP: 4, Hosts: []Host{{Name: "localhost", Slots: 2}, {Name: "127.0.0.1", Slots: 2}}})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, stderr)
 	}
@@ -79,7 +79,7 @@ func TestLocalNamesRunAsOneHost(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("one CPU: two ranks cannot be bound apart")
 	}
-	out, stderr, err = runJob(t, "affinity", Config{NP: 2, Bind: "core", Hosts: []Host{{"localhost", 1}, {"127.0.0.1", 1}}})
+	out, stderr, err = runJob(t, "affinity", Config{NP: 2, Bind: "core", Hosts: []Host{{Name: "localhost", Slots: 1}, {Name: "127.0.0.1", Slots: 1}}})
 	if err != nil {
 		t.Fatalf("Run: %v\n%s", err, stderr)
 	}

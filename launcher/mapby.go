@@ -1,6 +1,10 @@
 package launcher
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // PlaceBy is Place with a mapping policy, as mpirun's --map-by: "slot"
 // (or "") fills each host before the next; "node" deals ranks round-robin
@@ -47,28 +51,56 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 	return slots, nil
 }
 
-// oversubscribe gives hosts at least np slots (--oversubscribe): the
-// ranks beyond their slots are dealt over the hosts in turn, one more
-// slot for each per round, so that by-slot mapping keeps each host's
-// ranks together. Without hosts (this machine alone) gorun takes any
-// number of ranks already.
-func oversubscribe(hosts []Host, np int) []Host {
+// fitSlots gives hosts slots for np ranks where they may take more than
+// their slots, as Open MPI does: a host with max_slots up to it, and with
+// --oversubscribe (oversub) a host without max_slots without bound. The ranks
+// beyond the slots are dealt over those hosts in turn, one more slot for
+// each per round, so that by-slot mapping keeps each host's ranks
+// together. When the hosts cannot take np ranks, the error names those
+// that reached their max_slots. Without hosts (this machine alone) gorun
+// takes any number of ranks already.
+func fitSlots(hosts []Host, np int, oversub bool) ([]Host, error) {
 	if len(hosts) == 0 {
-		return hosts
+		return hosts, nil
 	}
 	hosts = mergeLocal(hosts) // a copy
 	total := 0
 	for _, h := range hosts {
 		total += h.Slots
 	}
-	for i := 0; total < np; i = (i + 1) % len(hosts) {
-		hosts[i].Slots++
-		total++
+	more := func(h Host) bool { return h.MaxSlots > h.Slots || h.MaxSlots == 0 && oversub }
+	for total < np && slices.ContainsFunc(hosts, more) {
+		for i := range hosts {
+			if total < np && more(hosts[i]) {
+				hosts[i].Slots++
+				total++
+			}
+		}
 	}
-	return hosts
+	if total >= np {
+		return hosts, nil
+	}
+	var full []string
+	unbounded := false
+	for _, h := range hosts {
+		if h.MaxSlots > 0 {
+			full = append(full, fmt.Sprintf("%s max_slots=%d", h.Name, h.MaxSlots))
+		} else {
+			unbounded = true
+		}
+	}
+	if len(full) == 0 {
+		return nil, fmt.Errorf("%w: -np %d but the hosts have %d slots (--oversubscribe allows more)", ErrUsage, np, total)
+	}
+	hint := ""
+	if unbounded && !oversub {
+		hint = "; --oversubscribe allows more on the hosts without max_slots"
+	}
+	return nil, fmt.Errorf("%w: -np %d but the hosts take at most %d ranks (%s)%s", ErrUsage, np, total, strings.Join(full, ", "), hint)
 }
 
-// CapSlots limits every host to n slots (--npernode); n ≤ 0 changes nothing.
+// CapSlots limits every host to n slots (--npernode), max_slots too; n ≤ 0
+// changes nothing.
 func CapSlots(hosts []Host, n int) []Host {
 	if n <= 0 {
 		return hosts
@@ -76,6 +108,9 @@ func CapSlots(hosts []Host, n int) []Host {
 	out := make([]Host, len(hosts))
 	for i, h := range hosts {
 		h.Slots = min(h.Slots, n)
+		if h.MaxSlots > 0 {
+			h.MaxSlots = min(h.MaxSlots, n)
+		}
 		out[i] = h
 	}
 	return out

@@ -1,7 +1,9 @@
 package launcher
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -43,11 +45,49 @@ func TestOversubscribe(t *testing.T) {
 		{[]Host{{Name: "localhost", Slots: 1}, {Name: "127.0.0.1", Slots: 1}}, 5, []Host{{Name: "localhost", Slots: 5}}},
 		{nil, 8, nil},
 	} {
-		if got := oversubscribe(tc.hosts, tc.np); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("oversubscribe(%+v, %d) = %+v, want %+v", tc.hosts, tc.np, got, tc.want)
+		if got, err := fitSlots(tc.hosts, tc.np, true); err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("fitSlots(%+v, %d, oversubscribe) = %+v, %v; want %+v", tc.hosts, tc.np, got, err, tc.want)
 		}
 	}
 	if hosts[0].Slots != 2 {
-		t.Errorf("oversubscribe changed its input: %+v", hosts)
+		t.Errorf("fitSlots changed its input: %+v", hosts)
+	}
+}
+
+// A hostfile's max_slots, as Open MPI's: a host takes ranks beyond its
+// slots up to max_slots without --oversubscribe, and none beyond it even
+// with; more is a usage error that names the hosts at their bound. gorun
+// read max_slots and ignored it: -np 6 on two hosts of slots=2
+// max_slots=4 failed without --oversubscribe, and with it put 5 on one.
+func TestMaxSlots(t *testing.T) {
+	capped := []Host{{Name: "a", Slots: 2, MaxSlots: 4}, {Name: "b", Slots: 2, MaxSlots: 4}}
+	mixed := []Host{{Name: "a", Slots: 2, MaxSlots: 3}, {Name: "b", Slots: 2}}
+	for _, tc := range []struct {
+		hosts   []Host
+		np      int
+		oversub bool
+		want    []Host
+		err     string // in the error, when one is wanted
+	}{
+		{capped, 6, false, []Host{{Name: "a", Slots: 3, MaxSlots: 4}, {Name: "b", Slots: 3, MaxSlots: 4}}, ""},
+		{capped, 8, false, []Host{{Name: "a", Slots: 4, MaxSlots: 4}, {Name: "b", Slots: 4, MaxSlots: 4}}, ""},
+		{capped, 9, false, nil, "-np 9 but the hosts take at most 8 ranks (a max_slots=4, b max_slots=4)"},
+		{capped, 9, true, nil, "at most 8 ranks"},
+		{mixed, 5, false, []Host{{Name: "a", Slots: 3, MaxSlots: 3}, {Name: "b", Slots: 2}}, ""},
+		{mixed, 6, false, nil, "at most 5 ranks (a max_slots=3); --oversubscribe allows more on the hosts without max_slots"},
+		{mixed, 7, true, []Host{{Name: "a", Slots: 3, MaxSlots: 3}, {Name: "b", Slots: 4}}, ""},
+		{[]Host{{Name: "a", Slots: 2}}, 3, false, nil, "-np 3 but the hosts have 2 slots (--oversubscribe allows more)"},
+	} {
+		got, err := fitSlots(tc.hosts, tc.np, tc.oversub)
+		switch {
+		case tc.err != "" && (!errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("fitSlots(%+v, %d, %v) = %+v, %v; want an error with %q", tc.hosts, tc.np, tc.oversub, got, err, tc.err)
+		case tc.err == "" && (err != nil || !reflect.DeepEqual(got, tc.want)):
+			t.Errorf("fitSlots(%+v, %d, %v) = %+v, %v; want %+v", tc.hosts, tc.np, tc.oversub, got, err, tc.want)
+		}
+	}
+	// --npernode caps max_slots too.
+	if got := CapSlots(capped, 3); got[0].Slots != 2 || got[0].MaxSlots != 3 {
+		t.Errorf("CapSlots(%+v, 3) = %+v, want slots 2, max_slots 3", capped, got)
 	}
 }

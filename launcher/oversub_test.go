@@ -75,3 +75,24 @@ func TestOversubscribeRun(t *testing.T) {
 		t.Errorf("%d ranks ran, want 3", n)
 	}
 }
+
+// A hostfile's max_slots lets a job take more ranks than slots without
+// --oversubscribe, and no more than max_slots: two ranks run on
+// "localhost slots=1 max_slots=2", three are a usage error naming it.
+func TestMaxSlotsRun(t *testing.T) {
+	hosts, err := ParseHostfile(strings.NewReader("localhost slots=1 max_slots=2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runJob(t, "env", Config{NP: 2, Hosts: hosts})
+	if err != nil {
+		t.Fatalf("2 ranks on slots=1 max_slots=2: %v\n%s", err, stderr)
+	}
+	if n := len(rankLines(t, out)); n != 2 {
+		t.Errorf("%d ranks ran, want 2", n)
+	}
+	_, _, err = runJob(t, "env", Config{NP: 3, Hosts: hosts, Oversubscribe: true})
+	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "localhost max_slots=2") {
+		t.Errorf("3 ranks on max_slots=2 with --oversubscribe: %v, want a usage error naming localhost max_slots=2", err)
+	}
+}

@@ -62,8 +62,10 @@ func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error 
 	if cfg, err = defaultNP(cfg, srun); err != nil {
 		return err
 	}
-	if cfg.Oversubscribe && cfg.NPerNode <= 0 {
-		cfg.Hosts = oversubscribe(cfg.Hosts, cfg.NP)
+	// Ranks beyond the slots: up to max_slots, or with --oversubscribe
+	// (which --npernode overrides: it caps every host).
+	if cfg.Hosts, err = fitSlots(cfg.Hosts, cfg.NP, cfg.Oversubscribe && cfg.NPerNode <= 0); err != nil {
+		return err
 	}
 	if srun {
 		if err := fitsAllocation(cfg.NP); err != nil {

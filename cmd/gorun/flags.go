@@ -118,7 +118,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	fs.IntVar(&cfg.NP, "n", 0, "same as -np")
 	fs.StringVar(&hosts, "H", "", "hosts and slots: host1:2,host2:2")
 	fs.StringVar(&hosts, "host", "", "same as -H")
-	fs.StringVar(&hostfile, "hostfile", "", "Open MPI hostfile (\"host slots=N\" lines)")
+	fs.StringVar(&hostfile, "hostfile", "", "hostfile: Open MPI's \"host slots=N max_slots=M\" or MPICH's \"host:N\" lines")
 	fs.StringVar(&hostfile, "machinefile", "", "same as --hostfile")
 	fs.StringVar(&agent, "launch-agent", "", "command that runs argv on a host, host appended (default ssh)")
 	fs.Var(&export, "x", "pass VAR (gorun's value) or VAR=value to the ranks; repeatable")

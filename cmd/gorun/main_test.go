@@ -88,6 +88,8 @@ func TestParseArgs(t *testing.T) {
 	dir := t.TempDir()
 	hostfile := filepath.Join(dir, "hosts")
 	os.WriteFile(hostfile, []byte("n1 slots=2\nn2 slots=2 # second\n"), 0o644)
+	mpich := filepath.Join(dir, "mpich-hosts")
+	os.WriteFile(mpich, []byte("n1:2\nn2:1 max_slots=4\n"), 0o644)
 	for _, tc := range []struct {
 		args []string
 		want func(*launcher.Config)
@@ -114,6 +116,11 @@ func TestParseArgs(t *testing.T) {
 				c.Transport, c.Algo, c.Debug, c.UseSrun = "tcp", "allreduce:ring", "info", "no"
 				c.Fault = "rank=2:kill:write:40"
 			}},
+		// MPICH's hostfile lines, host:N; Open MPI's max_slots.
+		{args: []string{"--hostfile", mpich, "prog"}, want: func(c *launcher.Config) {
+			c.NP, c.Program, c.Args = 3, "prog", []string{}
+			c.Hosts = []launcher.Host{{Name: "n1", Slots: 2}, {Name: "n2", Slots: 1, MaxSlots: 4}}
+		}},
 		{args: []string{"--timeout", "1.5", "-np", "1", "p"}, want: func(c *launcher.Config) {
 			c.NP, c.Program, c.Args, c.Timeout = 1, "p", []string{}, 1500*time.Millisecond
 		}},
