@@ -105,10 +105,10 @@ type Config struct {
 	// ranks; 0 means 5s.
 	KillGrace time.Duration
 
-	// Signals delivers signals to forward to every rank. SIGINT and SIGTERM
-	// stop the job (a second one kills the ranks at once), and so does
-	// SIGHUP, as SIGTERM to the ranks; SIGUSR1 and SIGUSR2 are passed on
-	// and the job goes on.
+	// Signals delivers signals to forward to every rank. SIGINT, SIGTERM
+	// and SIGQUIT stop the job (a second one kills the ranks at once), and
+	// so does SIGHUP, as SIGTERM to the ranks; SIGUSR1 and SIGUSR2 are
+	// passed on and the job goes on.
 	Signals <-chan os.Signal
 
 	// Apps, when set, makes the job MPMD (gorun -np 1 ./a : -np 3 ./b):

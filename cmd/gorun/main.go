@@ -33,7 +33,11 @@ func run(args []string) int {
 		return launcher.StatusUsage
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2)
+	// SIGQUIT (Ctrl-\ on a terminal) too: forwarded as itself, so that a Go rank
+	// prints every goroutine's stack before it exits (a hung job's best
+	// clue), as MPICH's mpiexec (Hydra) forwards it; gorun cleans up and exits 131
+	// instead of dying at once with its build left behind.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	// SIGHUP (the terminal went away) stops the job as SIGTERM does, as
 	// mpirun's; under nohup it stays ignored (Notify would undo that).
 	if !signal.Ignored(syscall.SIGHUP) {

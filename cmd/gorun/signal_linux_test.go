@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// gorun stopped by SIGINT or SIGTERM in the middle of a job leaves
+// gorun stopped by SIGINT, SIGTERM or SIGQUIT in the middle of a job leaves
 // nothing behind: no process of any rank's process group (each rank has a
 // helper that ignores both signals), nothing in its TMPDIR (where it
 // builds the program, and where shm sockets once were), nothing new in
@@ -42,6 +42,10 @@ func TestSignalLeavesNothingBehind(t *testing.T) {
 			[]string{"gorun: job interrupted by interrupt; forwarding interrupt to 3 ranks\n"}},
 		{"SIGTERM", []syscall.Signal{syscall.SIGTERM}, false, time.Minute,
 			[]string{"gorun: job interrupted by terminated; forwarding terminated to 3 ranks\n"}},
+		// SIGQUIT is forwarded as itself (a Go rank prints its stacks and
+		// exits 2); gorun died of it at once, leaving its build behind.
+		{"SIGQUIT", []syscall.Signal{syscall.SIGQUIT}, false, time.Minute,
+			[]string{"gorun: job interrupted by quit; forwarding quit to 3 ranks\n"}},
 		{"SIGINT/ranks-ignore-it", []syscall.Signal{syscall.SIGINT}, true, time.Second,
 			[]string{"gorun: 3 ranks still running 1s after SIGINT: killing them\n"}},
 		{"SIGTERM/ranks-ignore-it", []syscall.Signal{syscall.SIGTERM}, true, time.Second,
