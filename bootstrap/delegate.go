@@ -81,10 +81,14 @@ func (d *delegate) update(node *memberlist.Node) {
 	if old, had := n.peers[node.Name]; n.departed[node.Name] || old.meta.Leaving != m.Leaving || (!had && m.Leaving) {
 		n.outGen++ // back in the view, or its Leaving flag changed: a shrink's table changes
 	}
+	_, had := n.peers[node.Name]
 	n.peers[node.Name] = p
 	delete(n.departed, node.Name)
 	n.viewGen++
 	n.viewMu.Unlock()
+	if !had {
+		n.checkTakenAddr(p)
+	}
 	n.signal()
 }
 

@@ -39,6 +39,10 @@ const (
 // connection: its process is gone.
 var errRefused = fmt.Errorf("%w: its gossip port refused a connection", ErrPeerDead)
 
+// errTaken is the error of a member whose gossip address another node of
+// the job took: its process ended, and its rank was restarted.
+var errTaken = fmt.Errorf("%w: its gossip address is a new process's (restarted)", ErrPeerDead)
+
 // suspectTries is how many times Suspect probes a member that still
 // accepts: a process being killed closes its sockets only once the kernel
 // has torn down its memory, which takes a while for a large one.
@@ -175,17 +179,21 @@ func (n *Node) probe(name, addr string, tries int) {
 			}
 			gone := n.probeRefused(addr)
 			ended := !gone && n.endedHere(name)
+			taken := !gone && !ended && n.addrTaken(name, addr)
 			n.mu.Lock()
 			st.last = time.Now()
-			if gone || ended {
+			if gone || ended || taken {
 				st.tries = 0
 			}
 			if gone {
 				n.refused[name] = true
 			}
+			if taken {
+				n.taken[name] = true
+			}
 			n.mu.Unlock()
 			switch {
-			case gone:
+			case gone || taken:
 				n.markGone(name)
 			case ended:
 				n.witnessed(name)
@@ -212,6 +220,53 @@ func (n *Node) endedHere(name string) bool {
 	}
 	n.mu.Unlock()
 	return m.Name == name && n.cfg.Ended(m)
+}
+
+// addrTaken reports whether the gossip address addr of name, a member of
+// the current world, is another node's of this job now: one that is not
+// a member of the world, a restarted rank that bound it. Two processes
+// cannot bind one port, so name's process has ended, on any host. The
+// restarted seed rank binds the job's seed address at once; a member on
+// another host than the seed's, with no process table to read
+// (endedHere), found the port open and waited for memberlist's verdict.
+func (n *Node) addrTaken(name, addr string) bool {
+	var others []string // the view's other nodes at addr
+	n.viewMu.Lock()
+	for _, q := range n.peers {
+		if q.name != name && q.addr == addr {
+			others = append(others, q.name)
+		}
+	}
+	n.viewMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, member := n.inWorld[name]; !member {
+		return false // a joiner: a node at its address may be a stale entry
+	}
+	return slices.ContainsFunc(others, func(o string) bool {
+		_, in := n.inWorld[o]
+		return !in
+	})
+}
+
+// checkTakenAddr probes the member of the current world whose gossip
+// address q, a node new to the view, has: q may be its restarted process
+// (addrTaken). Called from the delegate, with no lock held.
+func (n *Node) checkTakenAddr(q peer) {
+	n.mu.Lock()
+	var m Member
+	if _, in := n.inWorld[q.name]; !in {
+		for _, wm := range n.world.Members {
+			if wm.Addr == q.addr && wm.Name != q.name && wm.Name != n.name {
+				m = wm
+				break
+			}
+		}
+	}
+	n.mu.Unlock()
+	if m.Name != "" {
+		n.probe(m.Name, m.Addr, 1)
+	}
 }
 
 // refused reports whether a TCP connection to addr is refused.

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -154,4 +155,53 @@ func TestSuspectEndedMemberWithItsPortTaken(t *testing.T) {
 	}()
 	nodes[0].Suspect(2)
 	shrinkWithout(t, []*Node{nodes[0], nodes[1], nodes[3]}, 2, errStopped)
+}
+
+// A restarted rank binds its old gossip address (the seed rank, the job's
+// seed address, at once). A member with no process table to read (another
+// host: no Config.Ended) finds that port open; the new node of the job at
+// the address is its evidence that the old process ended. Without it the
+// survivors waited for memberlist's suspicion (here, with probes a minute
+// apart, for ever). suspect: a broken link's Suspect probes it; noticed:
+// no call, the restarted node's arrival in a view has it probed.
+func TestMemberWhoseAddressIsTaken(t *testing.T) {
+	for _, suspect := range []bool{true, false} {
+		t.Run(map[bool]string{true: "suspect", false: "noticed"}[suspect], func(t *testing.T) {
+			job := fmt.Sprintf("evidence-addr-taken-%t", suspect)
+			nodes := startWorld(t, job, 4, slowGossip)
+			addr := nodes[0].Addr()
+			nodes[0].shutdown(false)
+			cfg := testConfig(job, 0, 4)
+			slowGossip(0, &cfg)
+			_, port, _ := splitAddr(addr)
+			cfg.BindPort, cfg.Seeds, cfg.Restarted = int(port), []string{nodes[1].Addr()}, true
+			var back *Node
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				var err error
+				if back, err = Start(cfg, []byte("blob again")); err == nil {
+					break
+				} else if time.Now().After(deadline) {
+					t.Fatalf("restarting rank 0 at %s: %v", addr, err)
+				}
+			}
+			t.Cleanup(func() { back.Close() })
+			survivors := nodes[1:]
+			if suspect {
+				waitSeen(t, survivors, back.Name())
+				survivors[0].Suspect(0)
+				shrinkWithout(t, survivors, 0, errTaken)
+				return
+			}
+			for _, n := range survivors {
+				select {
+				case f := <-n.Failures():
+					if f.Rank != 0 || !errors.Is(f.Err, errTaken) {
+						t.Errorf("%s: failure %+v (%v), want rank 0: %v", n.Name(), f, f.Err, errTaken)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%s: rank 0 not reported", n.Name())
+				}
+			}
+		})
+	}
 }

@@ -79,6 +79,8 @@ func (n *Node) deathCauseLocked(name string) error {
 		return errStopped
 	case n.refused[name]:
 		return errRefused
+	case n.taken[name]:
+		return errTaken
 	case n.lost[name]:
 		return errLost
 	}

@@ -88,6 +88,7 @@ type Node struct {
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
+	taken    map[string]bool // members whose gossip address a new node of the job has (evidence.go)
 	lost     map[string]bool // members a node locked on a world gave up on (lost.go)
 	calling  map[string]bool // members gossip dropped that a last call checks (lastcall.go)
 	running  uint32          // the latest epoch a formed member told this node of in a push/pull (grow.go)
@@ -177,6 +178,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		leaving:  make(map[string]bool),
 		stopped:  make(map[string]bool),
 		refused:  make(map[string]bool),
+		taken:    make(map[string]bool),
 		lost:     make(map[string]bool),
 		calling:  make(map[string]bool),
 		failures: make(chan Failure, cfg.Size),
