@@ -117,6 +117,40 @@ func Go(f func()) {
 	}()
 }
 
+// Task is an operation Start runs on a goroutine of its own.
+type Task interface{ Run() }
+
+// startQ carries the tasks of Start to the goroutines it starts for them:
+// each such goroutine runs one task from it, whichever it finds first.
+// Its capacity bounds only the tasks not yet picked up; past it Start
+// falls back on a closure.
+var startQ = make(chan Task, 256)
+
+// Start runs t on a goroutine of its own, as Go does, but without
+// allocating (Go's f is a closure the caller allocated, and Go's go
+// statement another): the goroutine runs a function that captures
+// nothing and takes t from startQ. For the non-blocking collectives,
+// whose Task is their Request.
+func Start(t Task) {
+	unstarted.Add(1)
+	select {
+	case startQ <- t:
+		go runStarted()
+	default:
+		go func() {
+			unstarted.Add(-1)
+			t.Run()
+		}()
+	}
+}
+
+// runStarted runs a task of startQ; Start sent one before it started this.
+func runStarted() {
+	t := <-startQ
+	unstarted.Add(-1)
+	t.Run()
+}
+
 // waiter is one Run's waiting state.
 type waiter struct {
 	e        *Engine
