@@ -82,13 +82,13 @@ func reduceLoc[T Number](ctx context.Context, c *Comm, t uint64, send, recv []Va
 // IAllReduceLoc starts AllReduceLoc.
 func IAllReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op) *Request {
 	t := c.ticket()
-	return start(func() error { return allReduceLoc(ctx, c, t, send, recv, op) })
+	return start(c, "allreduce", func() error { return allReduceLoc(ctx, c, t, send, recv, op) })
 }
 
 // IReduceLoc starts ReduceLoc.
 func IReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op, root int) *Request {
 	t := c.ticket()
-	return start(func() error { return reduceLoc(ctx, c, t, send, recv, op, root) })
+	return start(c, "reduce", func() error { return reduceLoc(ctx, c, t, send, recv, op, root) })
 }
 
 func pairBytes[T Number](s []ValueIndex[T]) []byte {
