@@ -10,18 +10,18 @@ import (
 	"strings"
 )
 
-// isGoPackage reports whether prog names a Go package directory rather
-// than a binary: a directory holding .go files, or a "./" path that is a
-// directory.
-func isGoPackage(prog string) bool {
-	fi, err := os.Stat(prog)
+// isGoPackage reports whether prog, found at path, names a Go package
+// directory rather than a binary: a directory holding .go files, or a
+// "./" path that is a directory.
+func isGoPackage(prog, path string) bool {
+	fi, err := os.Stat(path)
 	if err != nil || !fi.IsDir() {
 		return false
 	}
 	if strings.HasPrefix(prog, "./") || strings.HasPrefix(prog, "../") {
 		return true
 	}
-	m, _ := filepath.Glob(filepath.Join(prog, "*.go"))
+	m, _ := filepath.Glob(filepath.Join(path, "*.go"))
 	return len(m) > 0
 }
 

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,7 +115,7 @@ func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error 
 	progs := make([]string, len(apps))
 	for i, app := range apps {
 		var cleanup func()
-		if progs[i], cleanup, err = resolveProgram(ctx, app.Program, srun || remoteHost != ""); err != nil {
+		if progs[i], cleanup, err = resolveProgram(ctx, app.Program, cfg.WorkDir, srun || remoteHost != ""); err != nil {
 			return err
 		}
 		defer cleanup()
@@ -515,11 +516,22 @@ func rankFailure(p *proc, err error) *RankError {
 }
 
 // resolveProgram returns the binary to run for prog: prog itself, or a
-// Go package directory built once. Remote and srun ranks need the binary
-// on a path they can see: the working directory (usually shared on
-// clusters), else /tmp. cleanup removes the build.
-func resolveProgram(ctx context.Context, prog string, shared bool) (string, func(), error) {
-	if !isGoPackage(prog) {
+// Go package directory built once. With -wdir (wdir), a relative prog is
+// the package under it, as the ranks, which start there, find a relative
+// binary: mpirun resolves a relative program after changing to -wdir.
+// Remote and srun ranks need the binary on a path they can see: the
+// working directory (usually shared on clusters), else /tmp. cleanup
+// removes the build.
+func resolveProgram(ctx context.Context, prog, wdir string, shared bool) (string, func(), error) {
+	dir := prog
+	if wdir != "" && !filepath.IsAbs(prog) {
+		dir = filepath.Join(wdir, prog)
+	}
+	if !isGoPackage(prog, dir) {
+		if dir != prog && isGoPackage(prog, prog) {
+			// gorun built it from its own directory before 2026-12-01.
+			return "", nil, fmt.Errorf("%w: %s is not under -wdir %s (a relative PROGRAM is resolved against -wdir), but a Go package here; give its absolute path", ErrLaunch, prog, wdir)
+		}
 		return prog, func() {}, nil
 	}
 	base := ""
@@ -531,7 +543,7 @@ func resolveProgram(ctx context.Context, prog string, shared bool) (string, func
 		return "", nil, fmt.Errorf("%w: %v", ErrLaunch, err)
 	}
 	cleanup := func() { os.RemoveAll(tmp) }
-	bin, err := buildPackage(ctx, prog, tmp)
+	bin, err := buildPackage(ctx, dir, tmp)
 	if err != nil {
 		cleanup()
 		return "", nil, err

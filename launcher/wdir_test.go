@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,6 +101,44 @@ func TestWorkDirRelative(t *testing.T) {
 		}
 		if got, _ := filepath.EvalSymlinks(r.Cwd); got != want {
 			t.Errorf("%s: the rank ran in %s, want %s", where, r.Cwd, want)
+		}
+	}
+}
+
+// With -wdir, a relative Go package PROGRAM is the package under it, as
+// a relative binary is (mpirun resolves a relative program after changing
+// to -wdir); gorun built the package of its own directory, or, with none
+// there, ran the directory. A package in gorun's directory but not under
+// -wdir is an error that says so.
+func TestWorkDirGoPackage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	wdir, here := t.TempDir(), t.TempDir()
+	writePackage(t, filepath.Join(wdir, "pkg"), "under -wdir")
+	t.Chdir(here)
+	out, stderr, err := runJob(t, "", Config{NP: 1, WorkDir: wdir, Program: "./pkg", NoTag: true})
+	if err != nil || out != "under -wdir\n" {
+		t.Fatalf("./pkg with -wdir: %v, output %q, want the package under -wdir to run\n%s", err, out, stderr)
+	}
+	os.RemoveAll(filepath.Join(wdir, "pkg"))
+	writePackage(t, filepath.Join(here, "pkg"), "in gorun's directory")
+	out, _, err = runJob(t, "", Config{NP: 1, WorkDir: wdir, Program: "./pkg", NoTag: true})
+	if !errors.Is(err, ErrLaunch) || !strings.Contains(err.Error(), "not under -wdir") {
+		t.Errorf("./pkg only in gorun's directory, with -wdir: %v, output %q; want an error that it is not under -wdir", err, out)
+	}
+}
+
+// writePackage writes a main package, its own module, that prints msg.
+func writePackage(t *testing.T, dir, msg string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := fmt.Sprintf("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(%q) }\n", msg)
+	for name, body := range map[string]string{"go.mod": "module example.com/pkg\n\ngo 1.21\n", "main.go": src} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
