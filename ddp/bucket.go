@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gorun-hpc/gorun/comm"
@@ -170,8 +171,18 @@ func (b *Bucketer[T]) Buckets() int { return len(b.buckets) }
 
 // SetNoSync(true) accumulates gradients over several steps without
 // communicating (DDP's no_sync): MarkReady and Wait do not reduce. The step
-// after SetNoSync(false) reduces the accumulated gradients.
-func (b *Bucketer[T]) SetNoSync(on bool) { b.noSync = on }
+// after SetNoSync(false) reduces the accumulated gradients. Like entering
+// or leaving torch's no_sync context, it is called between steps (before
+// the step's first MarkReady, or after Wait): during a step, whose buckets
+// may be in flight, it returns an error and changes nothing, and Wait
+// completes the step in the mode it began in.
+func (b *Bucketer[T]) SetNoSync(on bool) error {
+	if on != b.noSync && (b.next > 0 || slices.Contains(b.ready, true)) {
+		return fmt.Errorf("ddp: SetNoSync(%v) during a step (after MarkReady, before Wait): set it between steps", on)
+	}
+	b.noSync = on
+	return nil
+}
 
 // ZeroGrad sets every gradient to zero.
 func (b *Bucketer[T]) ZeroGrad() {

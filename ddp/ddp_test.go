@@ -154,7 +154,9 @@ func TestNoSyncAccumulates(t *testing.T) {
 			return err
 		}
 		b.ZeroGrad()
-		b.SetNoSync(true)
+		if err := b.SetNoSync(true); err != nil {
+			return err
+		}
 		for micro := 0; micro < 2; micro++ {
 			for j := range ps[0].Grad {
 				ps[0].Grad[j] += float32(c.Rank() + 1)
@@ -169,7 +171,9 @@ func TestNoSyncAccumulates(t *testing.T) {
 				return fmt.Errorf("no-sync step communicated: grad %v", ps[0].Grad[0])
 			}
 		}
-		b.SetNoSync(false)
+		if err := b.SetNoSync(false); err != nil {
+			return err
+		}
 		if err := b.MarkReady(ctx, 0); err != nil {
 			return err
 		}
