@@ -50,6 +50,9 @@ type LateStat struct {
 	Last     int           // operations it entered last
 	MeanLate time.Duration // mean over matched operations of its entry − the first rank's
 	MaxLate  time.Duration
+	// MeanTime is the mean time of the matched operations (over the
+	// ranks), which the straggler rule weighs MeanLate against.
+	MeanTime time.Duration
 }
 
 // pointToPoint reports whether name is a send, a receive or a group of
@@ -70,6 +73,22 @@ func busFactor(name string, n int) float64 {
 	}
 	return 1
 }
+
+// A straggler must be late by enough to matter, on average over the
+// collectives compared: at least minStragglerLate after the first rank,
+// and at least stragglerLateShare of those collectives' mean time.
+const (
+	// minStragglerLate: below a millisecond, who enters last is noise on
+	// a shared host (a scheduler time slice, a GC pause, the clock sync's
+	// error of tens of µs across hosts), not a rank to go and fix; a run
+	// once named a rank 25 µs late. Horovod's and NCCL's users look for
+	// stalls of milliseconds and more.
+	minStragglerLate = time.Millisecond
+	// stragglerLateShare: a rank whose lateness is under a tenth of the
+	// collectives' time costs the others little (a 1 GiB allreduce of
+	// 100 ms does not wait on a rank 2 ms late).
+	stragglerLateShare = 0.1
+)
 
 // Summarize computes the report of files (one per rank, clocks corrected
 // by their offsets).
@@ -98,6 +117,7 @@ func Summarize(files []*RankFile) *Summary {
 	}
 	per := map[string][]acc{}      // name -> per file
 	starts := map[uint32][]int64{} // world op seq -> corrected entry per file with events
+	times := map[uint32]int64{}    // world op seq -> the ranks' time in it, summed
 	var active []*RankFile         // the files with events, which lateness compares
 	for _, f := range files {
 		if len(f.Events) > 0 {
@@ -128,6 +148,7 @@ func Summarize(files []*RankFile) *Summary {
 					starts[e.Seq] = st
 				}
 				st[ai] = f.Shift(e.Start)
+				times[e.Seq] += e.End - e.Start
 			}
 		}
 	}
@@ -161,7 +182,8 @@ func Summarize(files []*RankFile) *Summary {
 		s.Late[i].Rank = f.Header.Rank
 	}
 	sum := make([]int64, len(active))
-	for _, st := range starts {
+	var opTime int64
+	for seq, st := range starts {
 		first, last, lastAt := int64(1<<62), 0, int64(-1<<62)
 		complete := true
 		for i, t := range st {
@@ -179,6 +201,7 @@ func Summarize(files []*RankFile) *Summary {
 		}
 		s.Matched++
 		s.Late[last].Last++
+		opTime += times[seq] / int64(len(st))
 		for i, t := range st {
 			sum[i] += t - first
 			s.Late[i].MaxLate = max(s.Late[i].MaxLate, time.Duration(t-first))
@@ -187,10 +210,12 @@ func Summarize(files []*RankFile) *Summary {
 	if s.Matched > 0 {
 		for i := range s.Late {
 			s.Late[i].MeanLate = time.Duration(sum[i] / int64(s.Matched))
+			s.Late[i].MeanTime = time.Duration(opTime / int64(s.Matched))
 		}
 	}
 	// A straggler is last clearly more often than chance: in at least half
-	// the operations and 1.5× its fair share, over at least 3.
+	// the operations and 1.5× its fair share, over at least 3; and late
+	// enough to matter (minStragglerLate, stragglerLateShare).
 	best := -1
 	for i, l := range s.Late {
 		if best < 0 || l.Last > s.Late[best].Last {
@@ -199,7 +224,9 @@ func Summarize(files []*RankFile) *Summary {
 	}
 	if best >= 0 && s.Matched >= 3 {
 		share := float64(s.Late[best].Last) / float64(s.Matched)
-		if share >= 0.5 && share >= 1.5/float64(len(active)) {
+		l := s.Late[best]
+		if share >= 0.5 && share >= 1.5/float64(len(active)) &&
+			l.MeanLate >= minStragglerLate && float64(l.MeanLate) >= stragglerLateShare*float64(l.MeanTime) {
 			s.Straggler = s.Late[best].Rank
 		}
 	}
@@ -250,7 +277,8 @@ func (s *Summary) String() string {
 		}
 		fmt.Fprintf(&b, "  straggler: rank %d (last in %d of %d collectives, %s late on average)\n", l.Rank, l.Last, s.Matched, round(l.MeanLate))
 	} else if s.Matched > 0 {
-		b.WriteString("  straggler: none (no rank was last in most collectives)\n")
+		fmt.Fprintf(&b, "  straggler: none (no rank was last in most collectives by at least %s and %.0f%% of their time on average)\n",
+			minStragglerLate, 100*stragglerLateShare)
 	}
 	return b.String()
 }
