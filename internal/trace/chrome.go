@@ -14,33 +14,98 @@ import (
 )
 
 // ReadRanks reads base.0, base.1, ... for a job of size ranks (size ≤ 0:
-// as many as the files' headers say). A rank without events to read (no
-// file: it never started its timeline; an empty one: it was killed or
-// exited before its first flush) is skipped and reported in missing; so
-// the timeline of a job where some ranks died still merges. It fails
-// only when no rank left a timeline, or a file is not one.
+// as many as the files' headers say), each with its restarted
+// incarnations' files (base.R.restartN, RankFile.Restarts). A rank
+// without events to read (no file: it never started its timeline; an
+// empty one: it was killed or exited before its first flush) is skipped
+// and reported in missing; so the timeline of a job where some ranks died
+// still merges. It fails only when no rank left a timeline, or a file is
+// not one.
 func ReadRanks(base string, size int) (files []*RankFile, missing []int, err error) {
 	if size <= 0 {
 		size = guessSize(base)
 	}
+	restarts := restartsOf(base)
 	for r := range size {
-		rf, err := ReadFile(base + "." + strconv.Itoa(r))
-		if os.IsNotExist(err) || errors.Is(err, ErrEmpty) {
+		var first *RankFile
+		var empty []string
+		for _, n := range append([]int{0}, restarts[r]...) {
+			path := RestartPath(base, r, n)
+			rf, err := ReadFile(path)
+			if os.IsNotExist(err) {
+				continue
+			}
+			if errors.Is(err, ErrEmpty) {
+				empty = append(empty, path)
+				continue
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+			if rf.Header.Rank != r {
+				return nil, nil, fmt.Errorf("%s holds rank %d", rf.Path, rf.Header.Rank)
+			}
+			rf.Header.Restart = n
+			if first == nil {
+				first = rf
+			} else {
+				first.Restarts = append(first.Restarts, rf)
+			}
+		}
+		if first == nil {
 			missing = append(missing, r)
 			continue
 		}
-		if err != nil {
-			return nil, nil, err
+		// An incarnation that ended before writing an event (a header
+		// only) is passed over when another one of the rank has events.
+		incs := first.Incarnations()
+		var written []*RankFile
+		for _, inc := range incs {
+			if len(inc.Events) > 0 {
+				written = append(written, inc)
+			}
 		}
-		if rf.Header.Rank != r {
-			return nil, nil, fmt.Errorf("%s holds rank %d", rf.Path, rf.Header.Rank)
+		if len(written) > 0 && len(written) < len(incs) {
+			for _, inc := range incs {
+				if len(inc.Events) == 0 {
+					empty = append(empty, inc.Path)
+				}
+			}
+			incs = written
 		}
-		files = append(files, rf)
+		first = incs[0]
+		first.Restarts = incs[1:]
+		first.empty = empty
+		files = append(files, first)
 	}
 	if len(files) == 0 {
 		return nil, missing, fmt.Errorf("no timeline in %s.N (%d ranks)", base, size)
 	}
 	return files, missing, nil
+}
+
+// restartsOf lists, per rank, the restart numbers of the files
+// base.R.restartN, in order.
+func restartsOf(base string) map[int][]int {
+	ents, _ := os.ReadDir(filepath.Dir(base))
+	prefix := filepath.Base(base) + "."
+	out := map[int][]int{}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		rs, ns, ok2 := strings.Cut(rest, restartSuffix)
+		if !ok || !ok2 {
+			continue
+		}
+		r, err1 := strconv.Atoi(rs)
+		n, err2 := strconv.Atoi(ns)
+		if err1 == nil && err2 == nil && r >= 0 && n > 0 && RestartPath(base, r, n) == filepath.Join(filepath.Dir(base), e.Name()) {
+			out[r] = append(out[r], n)
+		}
+	}
+	for _, ns := range out {
+		sort.Ints(ns)
+	}
+	return out
 }
 
 // guessSize is the job size the first readable file of base.N states, or
@@ -67,11 +132,17 @@ func guessSize(base string) int {
 	return ranks[len(ranks)-1] + 1
 }
 
-// Remove deletes the per-rank files of files.
+// Remove deletes the per-rank files of files, their restarted
+// incarnations' and the empty ones ReadRanks passed over beside them.
 func Remove(files []*RankFile) {
 	for _, f := range files {
-		if f.Path != "" {
-			os.Remove(f.Path)
+		for _, inc := range f.Incarnations() {
+			if inc.Path != "" {
+				os.Remove(inc.Path)
+			}
+		}
+		for _, p := range f.empty {
+			os.Remove(p)
 		}
 	}
 }
@@ -97,10 +168,12 @@ func (rf *RankFile) Shift(t int64) int64 { return t + rf.Offset }
 func Origin(files []*RankFile) int64 {
 	first := int64(0)
 	seen := false
-	for _, f := range files {
-		for i := range f.Events {
-			if t := f.Shift(f.Events[i].Start); !seen || t < first {
-				first, seen = t, true
+	for _, rf := range files {
+		for _, f := range rf.Incarnations() {
+			for i := range f.Events {
+				if t := f.Shift(f.Events[i].Start); !seen || t < first {
+					first, seen = t, true
+				}
 			}
 		}
 	}
@@ -109,7 +182,9 @@ func Origin(files []*RankFile) int64 {
 
 // Merge writes files as one Chrome Trace Event Format JSON object: one
 // process per rank ("rank R"), one thread per lane, times in µs from the
-// earliest event, each rank's clock corrected by its offset. Operations
+// earliest event, each rank's clock corrected by its offset. A restarted
+// rank's later incarnations are threads of the same process, after the
+// first's, named "LANE (restart N)", with an instant where each begins. Operations
 // are complete events with their breakdown as args and two children:
 // "wait" (until the first peer message) and "transfer" (the rest, with
 // reductions).
@@ -118,59 +193,17 @@ func Merge(w io.Writer, files []*RankFile) error {
 	us := func(f *RankFile, t int64) float64 { return float64(f.Shift(t)-origin) / 1e3 }
 	dur := func(d int64) *float64 { v := float64(d) / 1e3; return &v }
 	var out []chromeEvent
-	for _, f := range files {
-		pid := f.Header.Rank
+	for _, rf := range files {
+		pid := rf.Header.Rank
 		name := "rank " + strconv.Itoa(pid)
-		if f.Header.Host != "" {
-			name += " (" + f.Header.Host + ")"
+		if rf.Header.Host != "" {
+			name += " (" + rf.Header.Host + ")"
 		}
 		out = append(out,
 			chromeEvent{Name: "process_name", Ph: "M", PID: pid, Args: map[string]any{"name": name}},
 			chromeEvent{Name: "process_sort_index", Ph: "M", PID: pid, Args: map[string]any{"sort_index": pid}})
-		for lane, ln := range f.Lanes {
-			out = append(out, chromeEvent{Name: "thread_name", Ph: "M", PID: pid, TID: lane, Args: map[string]any{"name": ln}},
-				chromeEvent{Name: "thread_sort_index", Ph: "M", PID: pid, TID: lane, Args: map[string]any{"sort_index": lane}})
-		}
-		if f.RTT == 0 && len(files) > 1 {
-			out = append(out, chromeEvent{Name: "clock offset not measured", Ph: "i", S: "p", PID: pid, TS: 0})
-		}
-		d := 0
-		for i := range f.Events {
-			e := &f.Events[i]
-			for ; d < len(f.Drops) && f.Drops[d].Before <= i; d++ {
-				out = append(out, chromeEvent{Name: fmt.Sprintf("%d events dropped (the writer fell behind)", f.Drops[d].N),
-					Ph: "i", S: "p", PID: pid, TID: int(e.Lane), TS: us(f, e.Start)})
-			}
-			ce := chromeEvent{Name: e.Name, PID: pid, TID: int(e.Lane), TS: us(f, e.Start)}
-			switch e.Kind {
-			case KindOp:
-				ce.Cat, ce.Ph, ce.Dur = "collective", "X", dur(e.End-e.Start)
-				total := e.End - e.Start
-				wait := max(e.Wait, 0)
-				ce.Args = map[string]any{"seq": e.Seq, "algo": e.Algo, "bytes": e.Bytes,
-					"wait_us": float64(wait) / 1e3, "reduce_us": float64(e.Reduce) / 1e3,
-					"transfer_us": float64(total-wait-e.Reduce) / 1e3}
-				if e.Name == "send" || e.Name == "recv" {
-					ce.Args["peer"] = e.Arg
-				}
-				if e.Err {
-					ce.Args["error"] = true
-				}
-				out = append(out, ce)
-				if e.Wait > 0 && e.Wait <= total {
-					out = append(out, chromeEvent{Name: "wait", Cat: "collective", Ph: "X", PID: pid, TID: int(e.Lane),
-						TS: us(f, e.Start), Dur: dur(e.Wait)},
-						chromeEvent{Name: "transfer", Cat: "collective", Ph: "X", PID: pid, TID: int(e.Lane),
-							TS: us(f, e.Start+e.Wait), Dur: dur(total - e.Wait), Args: map[string]any{"reduce_us": float64(e.Reduce) / 1e3}})
-				}
-				continue
-			case KindSpan:
-				ce.Cat, ce.Ph, ce.Dur = "span", "X", dur(e.End-e.Start)
-			default:
-				ce.Cat, ce.Ph, ce.S = "instant", "i", "t"
-			}
-			ce.Args = map[string]any{"arg": e.Arg}
-			out = append(out, ce)
+		for _, f := range rf.Incarnations() {
+			out = mergeIncarnation(out, f, pid, len(files) > 1, us, dur)
 		}
 	}
 	// Stable order: by process, thread, then time (metadata first).
@@ -198,6 +231,72 @@ func Merge(w io.Writer, files []*RankFile) error {
 	}
 	bw.WriteString("\n]}\n")
 	return bw.Flush()
+}
+
+// mergeIncarnation appends f's events to out as process pid's: restart
+// N's lanes are threads N<<16 + lane.
+func mergeIncarnation(out []chromeEvent, f *RankFile, pid int, several bool,
+	us func(*RankFile, int64) float64, dur func(int64) *float64) []chromeEvent {
+	restart := f.Header.Restart
+	base := restart << 16
+	for lane, ln := range f.Lanes {
+		if restart > 0 {
+			ln += fmt.Sprintf(" (restart %d)", restart)
+		}
+		out = append(out, chromeEvent{Name: "thread_name", Ph: "M", PID: pid, TID: base + lane, Args: map[string]any{"name": ln}},
+			chromeEvent{Name: "thread_sort_index", Ph: "M", PID: pid, TID: base + lane, Args: map[string]any{"sort_index": base + lane}})
+	}
+	if f.RTT == 0 && several {
+		name := "clock offset not measured"
+		if restart > 0 {
+			name += fmt.Sprintf(" (restart %d)", restart)
+		}
+		out = append(out, chromeEvent{Name: name, Ph: "i", S: "p", PID: pid, TS: 0})
+	}
+	if restart > 0 && len(f.Events) > 0 {
+		out = append(out, chromeEvent{Name: fmt.Sprintf("restarted (%d)", restart), Ph: "i", S: "p", PID: pid, TID: base,
+			TS: us(f, f.Events[0].Start)})
+	}
+	d := 0
+	for i := range f.Events {
+		e := &f.Events[i]
+		tid := base + int(e.Lane)
+		for ; d < len(f.Drops) && f.Drops[d].Before <= i; d++ {
+			out = append(out, chromeEvent{Name: fmt.Sprintf("%d events dropped (the writer fell behind)", f.Drops[d].N),
+				Ph: "i", S: "p", PID: pid, TID: tid, TS: us(f, e.Start)})
+		}
+		ce := chromeEvent{Name: e.Name, PID: pid, TID: tid, TS: us(f, e.Start)}
+		switch e.Kind {
+		case KindOp:
+			ce.Cat, ce.Ph, ce.Dur = "collective", "X", dur(e.End-e.Start)
+			total := e.End - e.Start
+			wait := max(e.Wait, 0)
+			ce.Args = map[string]any{"seq": e.Seq, "algo": e.Algo, "bytes": e.Bytes,
+				"wait_us": float64(wait) / 1e3, "reduce_us": float64(e.Reduce) / 1e3,
+				"transfer_us": float64(total-wait-e.Reduce) / 1e3}
+			if e.Name == "send" || e.Name == "recv" {
+				ce.Args["peer"] = e.Arg
+			}
+			if e.Err {
+				ce.Args["error"] = true
+			}
+			out = append(out, ce)
+			if e.Wait > 0 && e.Wait <= total {
+				out = append(out, chromeEvent{Name: "wait", Cat: "collective", Ph: "X", PID: pid, TID: tid,
+					TS: us(f, e.Start), Dur: dur(e.Wait)},
+					chromeEvent{Name: "transfer", Cat: "collective", Ph: "X", PID: pid, TID: tid,
+						TS: us(f, e.Start+e.Wait), Dur: dur(total - e.Wait), Args: map[string]any{"reduce_us": float64(e.Reduce) / 1e3}})
+			}
+			continue
+		case KindSpan:
+			ce.Cat, ce.Ph, ce.Dur = "span", "X", dur(e.End-e.Start)
+		default:
+			ce.Cat, ce.Ph, ce.S = "instant", "i", "t"
+		}
+		ce.Args = map[string]any{"arg": e.Arg}
+		out = append(out, ce)
+	}
+	return out
 }
 
 // MergeFile reads base.N for size ranks and writes the merged trace to

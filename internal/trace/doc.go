@@ -17,11 +17,19 @@
 // that finds a new measurement writes it too, for a rank killed before
 // its last line.
 //
+// A communicator's lane says, at its first operation, which communicator
+// it is (SetComm: the rank's rank in it, its size, an ID its members
+// share), so that the report compares each collective's arrivals among
+// its own members. A rank restarted by gorun --max-restarts writes
+// FILE.RANK.restartN (RestartPath), leaving its first incarnation's file.
+//
 // Files: ReadFile parses a rank's file (a last line cut by a kill is left
 // out; a file without a header is ErrEmpty); ReadRanks reads a job's,
-// skipping the ranks that left nothing; Merge writes several as one Chrome
+// skipping the ranks that left nothing, each rank with its restarted
+// incarnations (RankFile.Restarts); Merge writes several as one Chrome
 // Trace Event Format JSON (Perfetto, chrome://tracing), one process per
-// rank; Summarize computes the job report; SVG draws a Gantt chart.
+// rank, a restarted rank's incarnations in one process; Summarize
+// computes the job report; SVG draws a Gantt chart.
 //
 // Concurrency: Recorder methods are safe for concurrent use; a nil
 // *Recorder records nothing. The flusher goroutine owns the file; Close

@@ -13,8 +13,9 @@ import (
 
 // The file of one rank is JSON lines, each with a "k" (kind) field:
 //
-//	{"k":"header","version":1,"rank":0,"size":4,"host":"h","pid":7,"clock":"monotonic"}
+//	{"k":"header","version":2,"rank":0,"size":4,"host":"h","pid":7,"restart":0,"clock":"monotonic"}
 //	{"k":"lane","lane":1,"name":"ddp bucket 0"}
+//	{"k":"comm","lane":0,"rank":0,"size":4,"id":"9f0c…"} (the communicator a lane records, at its first operation)
 //	{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":5,"bytes":8,"ts":…,"end":…,"wait":…,"reduce":…}
 //	{"k":"span","lane":2,"name":"backward","arg":0,"ts":…,"end":…}
 //	{"k":"instant","lane":1,"name":"grad ready","arg":3,"ts":…}
@@ -24,8 +25,28 @@ import (
 //
 // The offset applied is the last line's, or the last sync's when the file
 // has no last line (the rank was killed) or its rtt is 0.
+//
+// A rank restarted by gorun --max-restarts (GORUN_RESTART=n) writes a file
+// of its own, FILE.RANK.restartN (RestartPath), whose header says n: the
+// first incarnation's file is kept, not overwritten.
 
-const fileVersion = 1
+// fileVersion 2 added the header's restart and the comm record; Read
+// takes version 1 files too (no comm records: lane 0 is taken for the
+// world communicator).
+const fileVersion = 2
+
+// RestartPath is the file of rank's incarnation restart (0: the first
+// process) of a timeline recorded to base: base.RANK, then
+// base.RANK.restartN.
+func RestartPath(base string, rank, restart int) string {
+	p := base + "." + strconv.Itoa(rank)
+	if restart > 0 {
+		p += restartSuffix + strconv.Itoa(restart)
+	}
+	return p
+}
+
+const restartSuffix = ".restart"
 
 func appendHeader(b []byte, h Header) []byte {
 	b = append(b, `{"k":"header","version":`...)
@@ -34,7 +55,17 @@ func appendHeader(b []byte, h Header) []byte {
 	b = appendInt(b, "size", int64(h.Size))
 	b = appendStr(b, "host", h.Host)
 	b = appendInt(b, "pid", int64(h.PID))
+	b = appendInt(b, "restart", int64(h.Restart))
 	return append(b, `,"clock":"monotonic"}`+"\n"...)
+}
+
+func appendComm(b []byte, lane int, c CommInfo) []byte {
+	b = append(b, `{"k":"comm"`...)
+	b = appendInt(b, "lane", int64(lane))
+	b = appendInt(b, "rank", int64(c.Rank))
+	b = appendInt(b, "size", int64(c.Size))
+	b = appendStr(b, "id", strconv.FormatUint(c.ID, 16))
+	return append(b, "}\n"...)
 }
 
 func appendLane(b []byte, lane int, name string) []byte {
@@ -138,20 +169,42 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// CommInfo says which communicator a lane records: this rank's rank in
+// it, its size, and an ID its members share (a hash of the members'
+// processes in rank order). Two communicators of the same processes in
+// the same order (Dup, a Shrink that lost no one) share an ID; they are
+// told apart by the order this process made them in.
+type CommInfo struct {
+	Rank, Size int
+	ID         uint64
+}
+
 // RankFile is one rank's file as read back.
 type RankFile struct {
 	Path    string
 	Header  Header
-	Lanes   []string // by lane number
-	Events  []Event  // in the order written
-	Dropped uint64   // events lost to a full ring
-	Drops   []Drop   // where
-	Offset  int64    // launcher clock − this rank's clock, ns (the clock line's, else the last sync's)
-	RTT     int64    // 0: the offset was not measured
-	Closed  bool     // the file ends with its clock line (the rank closed its Comm)
+	Lanes   []string   // by lane number
+	Comms   []CommInfo // by lane number; Size 0: not a communicator's, or no operation recorded
+	Events  []Event    // in the order written
+	Dropped uint64     // events lost to a full ring
+	Drops   []Drop     // where
+	Offset  int64      // launcher clock − this rank's clock, ns (the clock line's, else the last sync's)
+	RTT     int64      // 0: the offset was not measured
+	Closed  bool       // the file ends with its clock line (the rank closed its Comm)
 	// Truncated: the last line was cut short (the rank was killed while
 	// writing it) and is left out.
 	Truncated bool
+	// Restarts are this rank's later incarnations (gorun --max-restarts),
+	// in restart order, as ReadRanks found them; each is a RankFile of its
+	// own, without Restarts.
+	Restarts []*RankFile
+	// empty are files of this rank that held no events (for Remove).
+	empty []string
+}
+
+// Incarnations is f followed by its Restarts.
+func (f *RankFile) Incarnations() []*RankFile {
+	return append([]*RankFile{f}, f.Restarts...)
 }
 
 // ErrEmpty is Read's error for a file without a complete header: its rank
@@ -171,6 +224,8 @@ type line struct {
 	Size    int    `json:"size"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
+	Restart int    `json:"restart"`
+	ID      string `json:"id"`
 	Lane    int    `json:"lane"`
 	Name    string `json:"name"`
 	Algo    string `json:"algo"`
@@ -222,10 +277,10 @@ func Read(r io.Reader) (*RankFile, error) {
 			if l.K != "header" {
 				return nil, fmt.Errorf("line 1: not a gorun timeline (no header)")
 			}
-			if l.Version != fileVersion {
-				return nil, fmt.Errorf("timeline version %d, this gorun reads %d", l.Version, fileVersion)
+			if l.Version < 1 || l.Version > fileVersion {
+				return nil, fmt.Errorf("timeline version %d, this gorun reads 1 to %d", l.Version, fileVersion)
 			}
-			rf.Header = Header{Rank: l.Rank, Size: l.Size, Host: l.Host, PID: l.PID}
+			rf.Header = Header{Rank: l.Rank, Size: l.Size, Host: l.Host, PID: l.PID, Restart: l.Restart}
 			continue
 		}
 		switch l.K {
@@ -234,6 +289,16 @@ func Read(r io.Reader) (*RankFile, error) {
 				rf.Lanes = append(rf.Lanes, "")
 			}
 			rf.Lanes[l.Lane] = l.Name
+		case "comm":
+			id, err := strconv.ParseUint(l.ID, 16, 64)
+			if err != nil || l.Lane < 0 || l.Lane >= 1<<16 || l.Size <= 0 || l.Rank < 0 || l.Rank >= l.Size {
+				bad = fmt.Errorf("line %d: bad comm record", n)
+				continue
+			}
+			for len(rf.Comms) <= l.Lane {
+				rf.Comms = append(rf.Comms, CommInfo{})
+			}
+			rf.Comms[l.Lane] = CommInfo{Rank: l.Rank, Size: l.Size, ID: id}
 		case "dropped":
 			rf.Dropped += l.N
 			rf.Drops = append(rf.Drops, Drop{N: l.N, Before: len(rf.Events)})

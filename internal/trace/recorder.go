@@ -29,6 +29,7 @@ type Header struct {
 	Rank, Size int
 	Host       string
 	PID        int
+	Restart    int // the process is the rank's Restart-th restart (GORUN_RESTART); 0: its first
 }
 
 // Recorder is one rank's timeline. See the package comment.
@@ -42,8 +43,9 @@ type Recorder struct {
 	tail    uint64 // next event to flush
 	dropped uint64 // dropped since the last flush
 	lanes   []string
-	offset  int64 // launcher clock − this clock, ns
-	rtt     int64 // of the sample offset came from; 0: not measured
+	comms   []laneComm // communicators of lanes, not yet written
+	offset  int64      // launcher clock − this clock, ns
+	rtt     int64      // of the sample offset came from; 0: not measured
 	closed  bool
 	// clock, if set, is asked at each flush for the latest measurement,
 	// which is written when it changed (SetClockSource).
@@ -99,6 +101,23 @@ func (r *Recorder) Lane(name string) uint16 {
 	}
 	r.lanes = append(r.lanes, name)
 	return uint16(len(r.lanes) - 1)
+}
+
+type laneComm struct {
+	lane uint16
+	info CommInfo
+}
+
+// SetComm says that lane records the communicator info describes; the
+// report compares a collective's arrivals among the lanes of one
+// communicator. Called once per lane, not per event.
+func (r *Recorder) SetComm(lane uint16, info CommInfo) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.comms = append(r.comms, laneComm{lane, info})
+	r.mu.Unlock()
 }
 
 // Add records e. It never blocks on I/O: when the ring is full the oldest
@@ -229,6 +248,8 @@ func (r *Recorder) flusher(h Header) {
 			if len(r.lanes) > nlanes {
 				newLanes = append(newLanes, r.lanes[nlanes:]...)
 			}
+			comms := r.comms
+			r.comms = nil
 			k := min(r.head-r.tail, uint64(len(batch)))
 			n := uint64(len(r.ring))
 			for i := uint64(0); i < k; i++ {
@@ -241,6 +262,10 @@ func (r *Recorder) flusher(h Header) {
 				bw.Write(line)
 				nlanes++
 			}
+			for _, c := range comms {
+				line = appendComm(line[:0], int(c.lane), c.info)
+				bw.Write(line)
+			}
 			if dropped > 0 {
 				line = appendDropped(line[:0], dropped)
 				bw.Write(line)
@@ -250,7 +275,7 @@ func (r *Recorder) flusher(h Header) {
 				bw.Write(line)
 			}
 			if k == 0 {
-				return wrote || dropped > 0 || len(newLanes) > 0
+				return wrote || dropped > 0 || len(newLanes) > 0 || len(comms) > 0
 			}
 			wrote = true
 		}

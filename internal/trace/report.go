@@ -16,14 +16,20 @@ type Summary struct {
 	// Silent are the job's ranks without events: no file, or nothing
 	// written before the rank ended (killed, or exited without closing).
 	Silent []int
-	Colls  []CollStat // by total time, largest first
+	// Restarted are the ranks with more than one incarnation (gorun
+	// --max-restarts); each incarnation is compared on its own
+	// communicators.
+	Restarted []int
+	Colls     []CollStat // by total time, largest first
 	// Late is per rank with events (Silent ones are left out): how often
-	// it was the last to enter an operation of the world communicator, and
-	// how long after the first.
+	// it was the last member to enter a collective of a communicator, and
+	// how long after the first member.
 	Late []LateStat
-	// Matched is how many world operations every rank recorded.
-	Matched int
-	// Straggler is the rank last to arrive clearly most often, or -1.
+	// Matched is how many collectives every member of their communicator
+	// recorded, over all communicators (Comms of them).
+	Matched, Comms int
+	// Straggler is the rank last to arrive clearly most often and by
+	// enough to matter (see the rule in Summarize), or -1.
 	Straggler int
 }
 
@@ -44,15 +50,18 @@ func (c CollStat) Mean() time.Duration {
 	return c.Total / time.Duration(c.Calls)
 }
 
-// LateStat is one rank's arrival record.
+// LateStat is one rank's arrival record, over all its communicators (and
+// incarnations).
 type LateStat struct {
 	Rank     int
-	Last     int           // operations it entered last
-	MeanLate time.Duration // mean over matched operations of its entry − the first rank's
+	Ops      int           // matched collectives it took part in
+	Last     int           // of those, the ones it entered last
+	MeanLate time.Duration // mean over Ops of its entry − the first member's
 	MaxLate  time.Duration
-	// MeanTime is the mean time of the matched operations (over the
-	// ranks), which the straggler rule weighs MeanLate against.
+	// MeanTime is the mean time of those collectives (over their
+	// members), which the straggler rule weighs MeanLate against.
 	MeanTime time.Duration
+	chance   float64 // Σ 1/members over Ops: Last by chance alone
 }
 
 // pointToPoint reports whether name is a send, a receive or a group of
@@ -63,6 +72,9 @@ func pointToPoint(name string) bool { return name == "send" || name == "recv" ||
 // busFactor is nccl-tests' busbw/algbw for name on n ranks; the
 // v-collectives (variable counts) take their fixed-count kin's.
 func busFactor(name string, n int) float64 {
+	if n < 1 {
+		return 1
+	}
 	f := float64(n-1) / float64(n)
 	switch name {
 	case "allreduce":
@@ -74,10 +86,14 @@ func busFactor(name string, n int) float64 {
 	return 1
 }
 
-// A straggler must be late by enough to matter, on average over the
-// collectives compared: at least minStragglerLate after the first rank,
-// and at least stragglerLateShare of those collectives' mean time.
+// The straggler rule. A rank is the straggler when, over at least
+// minStragglerOps collectives it took part in, it entered last in at
+// least half of them and in 1.5× as many as chance would make it (1 in
+// members, per communicator), and it was late enough to matter: on
+// average at least minStragglerLate after the first member, and at least
+// stragglerLateShare of those collectives' mean time.
 const (
+	minStragglerOps = 3
 	// minStragglerLate: below a millisecond, who enters last is noise on
 	// a shared host (a scheduler time slice, a GC pause, the clock sync's
 	// error of tens of µs across hosts), not a rank to go and fix; a run
@@ -90,8 +106,44 @@ const (
 	stragglerLateShare = 0.1
 )
 
+// commKey names a communicator across ranks: its members' shared ID and
+// which of the communicators with that ID it is, in the order each
+// process made them. legacy is lane 0 of a file without comm records
+// (version 1), taken for the world.
+type commKey struct {
+	id     uint64
+	nth    int
+	legacy bool
+}
+
+// arrival is one member's entries into a communicator's collectives.
+type arrival struct {
+	late   int              // index in Summary.Late
+	starts map[uint32]int64 // seq -> corrected entry
+	times  map[uint32]int64 // seq -> duration
+}
+
+// commKeys names the communicator of each of f's lanes that records one.
+func (f *RankFile) commKeys() map[uint16]commKey {
+	keys := map[uint16]commKey{}
+	if len(f.Comms) == 0 {
+		keys[0] = commKey{legacy: true}
+		return keys
+	}
+	nth := map[uint64]int{}
+	for lane, c := range f.Comms {
+		if c.Size == 0 {
+			continue
+		}
+		keys[uint16(lane)] = commKey{id: c.ID, nth: nth[c.ID]}
+		nth[c.ID]++
+	}
+	return keys
+}
+
 // Summarize computes the report of files (one per rank, clocks corrected
-// by their offsets).
+// by their offsets, with their restarted incarnations). Arrivals are
+// compared per communicator, among the members that recorded it.
 func Summarize(files []*RankFile) *Summary {
 	s := &Summary{Ranks: len(files), Straggler: -1}
 	if len(files) == 0 {
@@ -100,9 +152,20 @@ func Summarize(files []*RankFile) *Summary {
 	n := files[0].Header.Size
 	s.Size = n
 	has := make([]bool, n)
+	var active []*RankFile // the ranks with events, which lateness compares
 	for _, f := range files {
-		if f.Header.Rank >= 0 && f.Header.Rank < n && len(f.Events) > 0 {
-			has[f.Header.Rank] = true
+		events := false
+		for _, inc := range f.Incarnations() {
+			events = events || len(inc.Events) > 0
+		}
+		if events {
+			active = append(active, f)
+			if f.Header.Rank >= 0 && f.Header.Rank < n {
+				has[f.Header.Rank] = true
+			}
+		}
+		if len(f.Restarts) > 0 {
+			s.Restarted = append(s.Restarted, f.Header.Rank)
 		}
 	}
 	for r, ok := range has {
@@ -110,64 +173,69 @@ func Summarize(files []*RankFile) *Summary {
 			s.Silent = append(s.Silent, r)
 		}
 	}
+	s.Late = make([]LateStat, len(active))
+	for i, f := range active {
+		s.Late[i].Rank = f.Header.Rank
+	}
 	type acc struct {
 		calls int
 		bytes int64
+		bus   float64 // bytes × the bus factor of each call's communicator
 		total int64
 	}
-	per := map[string][]acc{}      // name -> per file
-	starts := map[uint32][]int64{} // world op seq -> corrected entry per file with events
-	times := map[uint32]int64{}    // world op seq -> the ranks' time in it, summed
-	var active []*RankFile         // the files with events, which lateness compares
-	for _, f := range files {
-		if len(f.Events) > 0 {
-			active = append(active, f)
-		}
-	}
+	per := map[string][]acc{} // name -> per file
+	comms := map[commKey][]*arrival{}
 	for i, f := range files {
-		ai := slices.Index(active, f)
-		for _, e := range f.Events {
-			if e.Kind != KindOp {
-				continue
-			}
-			a := per[e.Name]
-			if a == nil {
-				a = make([]acc, len(files))
-				per[e.Name] = a
-			}
-			a[i].calls++
-			a[i].bytes += e.Bytes
-			a[i].total += e.End - e.Start
-			if e.Lane == 0 && !pointToPoint(e.Name) {
-				st := starts[e.Seq]
-				if st == nil {
-					st = make([]int64, len(active))
-					for j := range st {
-						st[j] = -1 << 62
-					}
-					starts[e.Seq] = st
+		li := slices.Index(active, f)
+		for _, inc := range f.Incarnations() {
+			keys := inc.commKeys()
+			mine := map[uint16]*arrival{} // made at a lane's first collective: a member without any is not compared
+			for _, e := range inc.Events {
+				if e.Kind != KindOp {
+					continue
 				}
-				st[ai] = f.Shift(e.Start)
-				times[e.Seq] += e.End - e.Start
+				a := per[e.Name]
+				if a == nil {
+					a = make([]acc, len(files))
+					per[e.Name] = a
+				}
+				a[i].calls++
+				a[i].bytes += e.Bytes
+				a[i].bus += float64(e.Bytes) * busFactor(e.Name, n)
+				a[i].total += e.End - e.Start
+				k, ok := keys[e.Lane]
+				if !ok || pointToPoint(e.Name) {
+					continue
+				}
+				m := mine[e.Lane]
+				if m == nil {
+					m = &arrival{late: li, starts: map[uint32]int64{}, times: map[uint32]int64{}}
+					mine[e.Lane] = m
+					comms[k] = append(comms[k], m)
+				}
+				m.starts[e.Seq] = inc.Shift(e.Start)
+				m.times[e.Seq] = e.End - e.Start
 			}
 		}
 	}
 	for name, a := range per {
 		c := CollStat{Name: name}
 		var bytes, total, callers int64
+		var bus float64
 		for _, x := range a {
 			if x.calls == 0 {
 				continue // a rank that left no events, or never made this call
 			}
 			c.Calls = max(c.Calls, x.calls)
 			bytes += x.bytes
+			bus += x.bus
 			total += x.total
 			callers++
 		}
 		c.Bytes = bytes / callers
 		c.Total = time.Duration(total / callers)
 		if c.Total > 0 {
-			c.BusBW = float64(c.Bytes) / c.Total.Seconds() * busFactor(name, n)
+			c.BusBW = bus / float64(callers) / c.Total.Seconds()
 		}
 		s.Colls = append(s.Colls, c)
 	}
@@ -177,58 +245,69 @@ func Summarize(files []*RankFile) *Summary {
 		}
 		return s.Colls[i].Name < s.Colls[j].Name
 	})
-	s.Late = make([]LateStat, len(active))
-	for i, f := range active {
-		s.Late[i].Rank = f.Header.Rank
-	}
 	sum := make([]int64, len(active))
-	var opTime int64
-	for seq, st := range starts {
-		first, last, lastAt := int64(1<<62), 0, int64(-1<<62)
-		complete := true
-		for i, t := range st {
-			if t == -1<<62 {
-				complete = false
-				break
-			}
-			first = min(first, t)
-			if t > lastAt {
-				last, lastAt = i, t
-			}
-		}
-		if !complete || len(active) < 2 {
+	times := make([]int64, len(active))
+	for _, members := range comms {
+		if len(members) < 2 {
 			continue
 		}
-		s.Matched++
-		s.Late[last].Last++
-		opTime += times[seq] / int64(len(st))
-		for i, t := range st {
-			sum[i] += t - first
-			s.Late[i].MaxLate = max(s.Late[i].MaxLate, time.Duration(t-first))
+		matched := 0
+		for seq, first := range members[0].starts {
+			last, lastAt, total := 0, first, int64(0)
+			complete := true
+			for i, m := range members {
+				t, ok := m.starts[seq]
+				if !ok {
+					complete = false
+					break
+				}
+				first = min(first, t)
+				if t > lastAt || i == 0 {
+					last, lastAt = i, t
+				}
+				total += m.times[seq]
+			}
+			if !complete {
+				continue
+			}
+			matched++
+			if lastAt > first { // all at once: none was last
+				s.Late[members[last].late].Last++
+			}
+			for _, m := range members {
+				l := &s.Late[m.late]
+				t := m.starts[seq]
+				l.Ops++
+				l.chance += 1 / float64(len(members))
+				l.MaxLate = max(l.MaxLate, time.Duration(t-first))
+				sum[m.late] += t - first
+				times[m.late] += total / int64(len(members))
+			}
+		}
+		if matched > 0 {
+			s.Matched += matched
+			s.Comms++
 		}
 	}
-	if s.Matched > 0 {
-		for i := range s.Late {
-			s.Late[i].MeanLate = time.Duration(sum[i] / int64(s.Matched))
-			s.Late[i].MeanTime = time.Duration(opTime / int64(s.Matched))
+	for i := range s.Late {
+		if l := &s.Late[i]; l.Ops > 0 {
+			l.MeanLate = time.Duration(sum[i] / int64(l.Ops))
+			l.MeanTime = time.Duration(times[i] / int64(l.Ops))
 		}
 	}
-	// A straggler is last clearly more often than chance: in at least half
-	// the operations and 1.5× its fair share, over at least 3; and late
-	// enough to matter (minStragglerLate, stragglerLateShare).
 	best := -1
 	for i, l := range s.Late {
-		if best < 0 || l.Last > s.Late[best].Last {
+		if l.Ops < minStragglerOps || 2*l.Last < l.Ops || float64(l.Last) < 1.5*l.chance ||
+			l.MeanLate < minStragglerLate || float64(l.MeanLate) < stragglerLateShare*float64(l.MeanTime) {
+			continue
+		}
+		if b := s.Late[max(best, 0)]; best < 0 || l.Last*b.Ops > b.Last*l.Ops ||
+			l.Last*b.Ops == b.Last*l.Ops && l.MeanLate > b.MeanLate {
 			best = i
 		}
 	}
-	if best >= 0 && s.Matched >= 3 {
-		share := float64(s.Late[best].Last) / float64(s.Matched)
-		l := s.Late[best]
-		if share >= 0.5 && share >= 1.5/float64(len(active)) &&
-			l.MeanLate >= minStragglerLate && float64(l.MeanLate) >= stragglerLateShare*float64(l.MeanTime) {
-			s.Straggler = s.Late[best].Rank
-		}
+	if best >= 0 {
+		s.Straggler = s.Late[best].Rank
 	}
 	return s
 }
@@ -261,11 +340,22 @@ func (s *Summary) String() string {
 		}
 		fmt.Fprintf(&b, "  %-14s %8d %12s %12s %12s %12s\n", c.Name, c.Calls, byteSize(c.Bytes), round(c.Total), round(c.Mean()), bw)
 	}
+	if len(s.Restarted) > 0 {
+		fmt.Fprintf(&b, "  restarted: %s (each incarnation's collectives are compared on its own communicators)\n", rankList(s.Restarted))
+	}
 	if s.Matched > 0 {
-		fmt.Fprintf(&b, "  arrivals over %d collectives of the world communicator (lateness: entry after the first rank's):\n", s.Matched)
+		comms := "1 communicator"
+		if s.Comms != 1 {
+			comms = fmt.Sprintf("%d communicators", s.Comms)
+		}
+		fmt.Fprintf(&b, "  arrivals over %d collectives of %s (lateness: entry after the communicator's first member):\n", s.Matched, comms)
 		fmt.Fprintf(&b, "  %-6s %12s %14s %14s\n", "rank", "last", "mean lateness", "max lateness")
 		for _, l := range s.Late {
-			fmt.Fprintf(&b, "  %-6d %5d (%3.0f%%) %14s %14s\n", l.Rank, l.Last, 100*float64(l.Last)/float64(s.Matched), round(l.MeanLate), round(l.MaxLate))
+			pct := 0.0
+			if l.Ops > 0 {
+				pct = 100 * float64(l.Last) / float64(l.Ops)
+			}
+			fmt.Fprintf(&b, "  %-6d %5d (%3.0f%%) %14s %14s\n", l.Rank, l.Last, pct, round(l.MeanLate), round(l.MaxLate))
 		}
 	}
 	if s.Straggler >= 0 {
@@ -275,12 +365,24 @@ func (s *Summary) String() string {
 				l = x
 			}
 		}
-		fmt.Fprintf(&b, "  straggler: rank %d (last in %d of %d collectives, %s late on average)\n", l.Rank, l.Last, s.Matched, round(l.MeanLate))
+		fmt.Fprintf(&b, "  straggler: rank %d (last in %d of %d collectives, %s late on average)\n", l.Rank, l.Last, l.Ops, round(l.MeanLate))
 	} else if s.Matched > 0 {
-		fmt.Fprintf(&b, "  straggler: none (no rank was last in most collectives by at least %s and %.0f%% of their time on average)\n",
+		fmt.Fprintf(&b, "  straggler: none (no rank was last in most of its collectives by at least %s and %.0f%% of their time on average)\n",
 			minStragglerLate, 100*stragglerLateShare)
 	}
 	return b.String()
+}
+
+// rankList is "rank 3" or "ranks 0, 2".
+func rankList(ranks []int) string {
+	s := make([]string, len(ranks))
+	for i, r := range ranks {
+		s[i] = strconv.Itoa(r)
+	}
+	if len(ranks) == 1 {
+		return "rank " + s[0]
+	}
+	return "ranks " + strings.Join(s, ", ")
 }
 
 func round(d time.Duration) string {
