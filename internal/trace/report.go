@@ -39,7 +39,9 @@ type CollStat struct {
 	Calls int           // per rank (the most any rank made)
 	Bytes int64         // per rank, mean over the ranks that made the call
 	Total time.Duration // per rank, mean over the ranks that made the call
-	BusBW float64       // bytes/s: nccl-tests' bus bandwidth at the mean time
+	// BusBW is nccl-tests' bus bandwidth at the mean time, in bytes/s:
+	// each call's bytes weighted by the factor of its communicator's size.
+	BusBW float64
 }
 
 // Mean is the mean time of one call.
@@ -123,6 +125,15 @@ type arrival struct {
 	times  map[uint32]int64 // seq -> duration
 }
 
+// commSize is the size of the communicator lane records (the job's when
+// the file does not say).
+func (f *RankFile) commSize(lane uint16) int {
+	if int(lane) < len(f.Comms) && f.Comms[lane].Size > 0 {
+		return f.Comms[lane].Size
+	}
+	return f.Header.Size
+}
+
 // commKeys names the communicator of each of f's lanes that records one.
 func (f *RankFile) commKeys() map[uint16]commKey {
 	keys := map[uint16]commKey{}
@@ -201,7 +212,7 @@ func Summarize(files []*RankFile) *Summary {
 				}
 				a[i].calls++
 				a[i].bytes += e.Bytes
-				a[i].bus += float64(e.Bytes) * busFactor(e.Name, n)
+				a[i].bus += float64(e.Bytes) * busFactor(e.Name, inc.commSize(e.Lane))
 				a[i].total += e.End - e.Start
 				k, ok := keys[e.Lane]
 				if !ok || pointToPoint(e.Name) {

@@ -35,3 +35,22 @@ func TestStragglerFloor(t *testing.T) {
 		}
 	}
 }
+
+// busbw takes the size of each call's communicator, not the job's: an
+// allreduce of 1 MiB in 1 ms on a communicator of 2 of the job's 4 ranks
+// has busbw = algbw × 2(2−1)/2 = 1 MiB/ms. Before, 2(4−1)/4: 1.5×.
+func TestBusBWCommunicatorSize(t *testing.T) {
+	ms := int64(time.Millisecond)
+	var files []*RankFile
+	for r := range 4 {
+		files = append(files, commFile(r, 4, []lane{
+			{name: "comm", info: CommInfo{Rank: r, Size: 4, ID: 1}},
+			{name: "comm 1", info: CommInfo{Rank: r / 2, Size: 2, ID: uint64(2 + r%2)}, n: 4, step: 10 * ms, dur: ms},
+		}))
+	}
+	s := Summarize(files)
+	want := float64(1<<20) / 1e-3
+	if len(s.Colls) != 1 || s.Colls[0].BusBW < want*0.999 || s.Colls[0].BusBW > want*1.001 {
+		t.Errorf("collectives %+v: want allreduce busbw %.4g B/s", s.Colls, want)
+	}
+}
