@@ -26,6 +26,10 @@ type trainConfig struct {
 	waitNP  int           // with regrow: below this many ranks, wait at a step boundary for a rank to join
 	waitFor time.Duration // and give up after this long
 	uneven  int           // rank r runs out r×uneven batches before each epoch's end and joins (Bucketer.Join)
+	// beforeSteps, if set, is called once the model is set up (shapes
+	// checked, parameters broadcast, Bucketer made), before the first
+	// step: BenchmarkStep times the steps from there.
+	beforeSteps func(m *mlp)
 }
 
 func defaultTrainConfig() trainConfig {
@@ -91,6 +95,9 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		if b, err = ddp.NewBucketer(c, model.params, cfg.ddp); err != nil {
 			return nil, st, err
 		}
+	}
+	if cfg.beforeSteps != nil {
+		cfg.beforeSteps(model)
 	}
 	var saved [][]float32
 	classes := cfg.dims[len(cfg.dims)-1]

@@ -168,6 +168,8 @@ func TestUnevenInputsMatchCombinedBatch(t *testing.T) {
 
 // BenchmarkStep compares reducing buckets during the backward pass with
 // reducing them all after it, on a model big enough to have many buckets.
+// It times the b.N steps only: not the world's setup (NewLocal, the
+// shapes' check, the parameters' broadcast, the Bucketer) nor its Close.
 func BenchmarkStep(b *testing.B) {
 	for _, overlap := range []bool{true, false} {
 		name := "overlap=false"
@@ -180,9 +182,99 @@ func BenchmarkStep(b *testing.B) {
 			cfg.batch, cfg.epochs, cfg.steps = 16, 1, b.N
 			cfg.overlap = overlap
 			cfg.ddp.FirstBucketBytes, cfg.ddp.BucketBytes = 256<<10, 1<<20
-			b.ResetTimer()
-			runWorld(b, 2, cfg)
+			b.StopTimer()
+			stepWorld(b, 2, cfg)
 		})
+	}
+}
+
+// stepWorld trains cfg on n in-process ranks with b's timer running from
+// the moment every rank is set up to the end of the last step.
+func stepWorld(b *testing.B, n int, cfg trainConfig) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	arrived, steps, done := make(chan struct{}, n), make(chan struct{}), make(chan struct{})
+	cfg.beforeSteps = func(*mlp) {
+		arrived <- struct{}{}
+		<-steps
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, errs[i] = train(ctx, c, cfg, nil)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	for range n {
+		select {
+		case <-arrived:
+		case <-done: // a rank failed in its setup
+		}
+	}
+	b.StartTimer()
+	close(steps)
+	<-done
+	b.StopTimer()
+	for r, err := range errs {
+		if err != nil {
+			b.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// beforeSteps is called on every rank once its model is set up, before
+// the first step: the ranks' parameters are then the same (broadcast from
+// rank 0) and they have not moved yet (training moves them after).
+func TestBeforeStepsIsBetweenSetupAndSteps(t *testing.T) {
+	const n = 2
+	cfg := small()
+	var mu sync.Mutex
+	at := make([][][]float32, n)
+	cfg.beforeSteps = func(m *mlp) {
+		var vals [][]float32
+		for _, p := range m.params {
+			vals = append(vals, append([]float32(nil), p.Value...))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for r := range at {
+			if at[r] == nil {
+				at[r] = vals
+				return
+			}
+		}
+		t.Errorf("beforeSteps called more than %d times", n)
+	}
+	models := runWorld(t, n, cfg)
+	if at[0] == nil || at[1] == nil {
+		t.Fatalf("beforeSteps called %d times, want %d", len(at), n)
+	}
+	moved := false
+	for i, p := range models[0].params {
+		for j, v := range p.Value {
+			if at[0][i][j] != at[1][i][j] {
+				t.Fatalf("%s[%d] at beforeSteps: %v on one rank, %v on the other: not broadcast yet", p.Name, j, at[0][i][j], at[1][i][j])
+			}
+			moved = moved || v != at[0][i][j]
+		}
+	}
+	if !moved {
+		t.Fatal("no parameter moved after beforeSteps: it was called after the steps")
 	}
 }
 
