@@ -34,13 +34,22 @@ func (e *RankError) Error() string {
 	if e.Host != "" {
 		where += " (" + e.Host + ")"
 	}
+	if e.Signal != 0 || e.ExitCode >= 0 && errors.Is(e.Err, ErrRankFailed) {
+		return where + " " + e.how()
+	}
+	return fmt.Sprintf("%s: %v", where, e.Err)
+}
+
+// how is what the rank's process did: "exited with status 3", "was
+// killed by signal 9 (killed)", or "failed: " and the error.
+func (e *RankError) how() string {
 	switch {
 	case e.Signal != 0:
-		return fmt.Sprintf("%s was killed by signal %d (%v)", where, int(e.Signal), e.Signal)
+		return fmt.Sprintf("was killed by signal %d (%v)", int(e.Signal), e.Signal)
 	case e.ExitCode >= 0 && errors.Is(e.Err, ErrRankFailed):
-		return fmt.Sprintf("%s exited with status %d", where, e.ExitCode)
+		return fmt.Sprintf("exited with status %d", e.ExitCode)
 	default:
-		return fmt.Sprintf("%s: %v", where, e.Err)
+		return fmt.Sprintf("failed: %v", e.Err)
 	}
 }
 

@@ -169,6 +169,13 @@ func fakeRank(mode string, args []string) int {
 		} else {
 			c.Enter("allreduce", 812)
 		}
+		if rank == os.Getenv("GORUN_TEST_FAIL") {
+			// Fails: closes its client, as comm's Close after a failed
+			// operation does, and exits 1.
+			time.Sleep(1500 * time.Millisecond) // a report sent (about one a second)
+			c.Close()
+			return 1
+		}
 		time.Sleep(20 * time.Second)
 		return 0
 	case "freeze", "quiet":

@@ -23,6 +23,9 @@ type monitor struct {
 	start       time.Time
 	statusDelay time.Duration
 	stall       time.Duration // <= 0: no stall reports
+	// ended tells how each rank whose process ended did (stall.go);
+	// nil: no rank's end is known.
+	ended func() map[int]string
 
 	formed     bool   // every rank joined
 	shown      bool   // a status was printed
@@ -46,10 +49,15 @@ func (m *monitor) tick(now time.Time) jobctl.Snapshot {
 	if !m.formed {
 		m.startup(snap, now)
 	}
-	if m.stall > 0 && snap.Stalled(now, m.stall) {
-		if !snap.LastProgress.Equal(m.stallFor) || now.Sub(m.stallAt) >= m.stall {
+	if m.stall > 0 {
+		var ended map[int]string
+		if m.ended != nil {
+			ended = m.ended()
+		}
+		stalled := liveRanks(snap, ended).Stalled(now, m.stall)
+		if stalled && (!snap.LastProgress.Equal(m.stallFor) || now.Sub(m.stallAt) >= m.stall) {
 			m.stallFor, m.stallAt = snap.LastProgress, now
-			m.con.message("gorun: " + snap.StallReport(now, m.size))
+			m.con.message("gorun: " + stallReport(snap, now, m.size, ended))
 		}
 	}
 	return snap

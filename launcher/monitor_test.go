@@ -3,6 +3,7 @@ package launcher
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun-hpc/gorun/internal/jobctl"
 )
 
 // Fake ranks that use jobctl hang in mismatched collectives; gorun names
@@ -40,6 +43,89 @@ func TestStallReportNamesStuckRanks(t *testing.T) {
 		if !strings.Contains(report, want) {
 			t.Errorf("stall report %q lacks %q", report, want)
 		}
+	}
+}
+
+// Under --elastic the job goes on when a rank fails; the stall report
+// says what the failed rank's process did. It said "finished" of a rank
+// that closed its client (comm's Close after a failed operation) and
+// exited 1.
+func TestStallReportNamesFailedRank(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	// In a report, after another rank's place; "gorun: rank 3 exited ..."
+	// says the job goes on.
+	watch := &watchWriter{want: "; rank 3 exited with status 1", seen: func() { sigs <- syscall.SIGTERM }}
+	_, _, err := runJob(t, "stall", Config{NP: 4, StallTimeout: time.Second, Timeout: 30 * time.Second, Elastic: true,
+		Signals: sigs, Stderr: watch, Export: []string{"GORUN_TEST_FAIL=3"}})
+	stderr := watch.String()
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 3 {
+		t.Errorf("Run = %v, want rank 3's failure (--elastic)", err)
+	}
+	var report string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "gorun: stall: ") && strings.Contains(l, "rank 3 ") {
+			report = l
+		}
+	}
+	for _, want := range []string{"ranks 0,1 in allreduce #812 for ", "rank 2 in broadcast #811 for ", "rank 3 exited with status 1"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("stall report %q lacks %q\n%s", report, want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "finished") {
+		t.Errorf("a report says a rank finished:\n%s", stderr)
+	}
+}
+
+// fakeStatus is a statusSource with a fixed snapshot.
+type fakeStatus jobctl.Snapshot
+
+func (f fakeStatus) Snapshot() jobctl.Snapshot { return jobctl.Snapshot(f) }
+
+// The report says what each rank's process did, from the runner, where
+// jobctl's view has only what the rank last reported: "finished" for a
+// rank that closed its client, whether its process then failed or still
+// runs; and a rank killed in a collective stays in it, which alone made
+// the job look stalled.
+func TestStallReportRankStates(t *testing.T) {
+	now := time.Now()
+	in := func(rank int) jobctl.RankState {
+		return jobctl.RankState{Rank: rank, Joined: true, Op: "allreduce", Seq: 5, InOp: true, Since: now.Add(-40 * time.Second), Connected: true}
+	}
+	closed := func(rank int, blamed bool) jobctl.RankState {
+		r := in(rank)
+		r.Done, r.Blamed, r.Cause = true, blamed, 0
+		return r
+	}
+	killed := in(5)
+	killed.Connected = false
+	for _, tc := range []struct {
+		name  string
+		ranks []jobctl.RankState
+		ended map[int]string
+		want  string // "": no report
+	}{
+		{"failed and closed", []jobctl.RankState{in(0), in(1), closed(2, false), closed(3, false), closed(4, true)},
+			map[int]string{2: "exited with status 1", 6: "was killed by signal 9 (killed)"},
+			"gorun: stall: ranks 0,1 in allreduce #5 for 40s; rank 2 exited with status 1; " +
+				"rank 3 closed its communicator and has not exited; rank 4 closed its communicator, failed because of rank 0, and has not exited; " +
+				"rank 6 was killed by signal 9 (killed); ranks 5,7 silent\n"},
+		{"killed in a collective", []jobctl.RankState{
+			{Rank: 0, Joined: true, Op: "allreduce", Seq: 5, Since: now.Add(-40 * time.Second), Connected: true},
+			killed}, map[int]string{5: "was killed by signal 9 (killed)"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errb strings.Builder
+			m := newMonitor(&console{stdout: io.Discard, stderr: &errb}, fakeStatus{Ranks: tc.ranks, LastProgress: now.Add(-40 * time.Second)},
+				8, time.Hour, 30*time.Second)
+			m.formed = true
+			m.ended = func() map[int]string { return tc.ended }
+			m.tick(now)
+			if errb.String() != tc.want {
+				t.Errorf("report\n %q\nwant\n %q", errb.String(), tc.want)
+			}
+		})
 	}
 }
 

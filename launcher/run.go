@@ -191,6 +191,7 @@ func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error 
 	}
 	r := &runner{cfg: cfg, con: con, procs: procs, ctl: srv,
 		mon: newMonitor(con, srv, cfg.NP, cfg.StatusDelay, cfg.StallTimeout)}
+	r.mon.ended = r.endedRanks
 	if canAddRanks(cfg, srun, slots) {
 		stop := r.offerAddRanks(ctx, j, func(rank int) *proc {
 			prog, args := appOf(apps, progs, cfg.NP-1)

@@ -24,6 +24,7 @@ type proc struct {
 	stderr *rankWriter
 	cpus   []int // --bind-to CPU set of a local rank, or nil
 	done   bool
+	how    string        // how the process ended, once done: "exited with status 1"
 	ended  chan struct{} // closed when this start's process has been waited for
 	// started is when this start's process was started: job control
 	// reports older than it are a previous start's (silent.go).
@@ -259,6 +260,10 @@ func (r *runner) exited(e exit) {
 	e.p.done = true
 	r.connectedOrGone(e.p)
 	re := rankFailure(e.p, e.err)
+	e.p.how = "exited with status 0"
+	if re != nil {
+		e.p.how = re.how()
+	}
 	if r.ctl != nil && e.p.rank >= 0 && !r.stopping {
 		how := "exit status 0"
 		if e.err != nil {
@@ -366,6 +371,18 @@ func forwarded(sig syscall.Signal) syscall.Signal {
 		return syscall.SIGTERM
 	}
 	return sig
+}
+
+// endedRanks tells how each rank whose process ended (and was not
+// restarted) did, for the stall report.
+func (r *runner) endedRanks() map[int]string {
+	m := map[int]string{}
+	for _, p := range r.procs {
+		if p.done && p.rank >= 0 {
+			m[p.rank] = p.how
+		}
+	}
+	return m
 }
 
 // ranks is the number of ranks still running: srun stands for all of its
