@@ -7,14 +7,20 @@ package comm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/engine"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/internal/trace"
 )
 
@@ -54,8 +60,11 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 	}
 	if cfg.timeline != "" {
 		host, _ := os.Hostname()
-		path := fmt.Sprintf("%s.%d", cfg.timeline, rank)
-		rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid()}, 0)
+		// A rank restarted by gorun --max-restarts writes FILE.RANK.restartN:
+		// its first incarnation's file stays for the merge.
+		restart := restartNumber()
+		path := trace.RestartPath(cfg.timeline, rank, restart)
+		rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid(), Restart: restart}, 0)
 		if err != nil {
 			if o.met != nil {
 				o.met.close()
@@ -66,6 +75,16 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 		rec.SetClockSource(o.clockOffset) // for a rank killed before close writes it
 	}
 	return o, nil
+}
+
+// restartNumber is GORUN_RESTART's n (this process is its rank's n-th
+// restart), 0 when unset or not a positive number.
+func restartNumber() int {
+	n, err := strconv.Atoi(strings.TrimSpace(osGetenv(jobenv.Restart)))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // clockOffset is the clock's latest measurement, once Init has set it.
@@ -131,6 +150,51 @@ type commObs struct {
 	name  string // the lane's
 	stats engine.OpStats
 	ev    trace.Event
+	// described: the lane's communicator is on the timeline (describe).
+	described bool
+}
+
+// describe records which communicator co's lane is, at its first
+// operation, when its ranks' endpoints are known: this rank, the size and
+// an ID every member computes alike, so that the report compares a
+// collective's arrivals among the communicator's own members.
+func (co *commObs) describe(c *Comm) {
+	co.described = true
+	co.o.rec.SetComm(co.lane, trace.CommInfo{Rank: c.rank, Size: c.size, ID: commID(c)})
+}
+
+// commID hashes what every member of c holds alike: the world it was
+// made in and, in rank order, each rank's process (host, pid, start
+// time) and addresses.
+func commID(c *Comm) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(c.size))
+	h.Write(b[:])
+	if c.conn == nil {
+		return h.Sum64()
+	}
+	binary.LittleEndian.PutUint64(b[:], uint64(c.conn.world))
+	h.Write(b[:])
+	for _, ep := range c.conn.eps {
+		h.Write(ep.host[:])
+		binary.LittleEndian.PutUint64(b[:], uint64(ep.pid))
+		h.Write(b[:])
+		binary.LittleEndian.PutUint64(b[:], ep.start)
+		h.Write(b[:])
+		names := make([]string, 0, len(ep.addrs))
+		for name := range ep.addrs {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			h.Write([]byte(name))
+			h.Write([]byte{0})
+			h.Write([]byte(ep.addrs[name]))
+			h.Write([]byte{0})
+		}
+	}
+	return h.Sum64()
 }
 
 // run runs c's current call as exec would, recording it.
@@ -153,6 +217,9 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *engine.Plan, algo collec
 	}
 	if co.o.rec == nil {
 		return err
+	}
+	if !co.described {
+		co.describe(c)
 	}
 	co.ev = trace.Event{Kind: trace.KindOp, Lane: co.lane, Seq: c.call.Seq, Name: name, Algo: algo.String(),
 		Bytes: int64(max(len(s.work), len(s.input))), Arg: int64(s.peer), Start: start, End: end,
@@ -217,7 +284,8 @@ func (c *Comm) TraceInstant(lane, name string, arg int64) {
 }
 
 // WithTimeline records every operation of the communicator (and of those
-// made from it) to path.RANK, as GORUN_TIMELINE does; "" turns it off.
+// made from it) to path.RANK, as GORUN_TIMELINE does (path.RANK.restartN
+// in a process gorun restarted, GORUN_RESTART=N); "" turns it off.
 func WithTimeline(path string) Option {
 	return func(c *config) error { c.timeline = path; return nil }
 }

@@ -121,3 +121,83 @@ func needObservable(t testing.TB) {
 		t.Skip("built with -tags gorun_noobs")
 	}
 }
+
+// A rank restarted by gorun --max-restarts (GORUN_RESTART=1) records to
+// FILE.RANK.restart1, and its first incarnation's FILE.RANK stays as it
+// was. Before, the restarted process truncated FILE.RANK: the events of
+// the first incarnation were lost.
+func TestTimelineRestartedRankFile(t *testing.T) {
+	needObservable(t)
+	base := filepath.Join(t.TempDir(), "tl")
+	first := []byte(`{"k":"header","version":2,"rank":0,"size":2,"host":"h","pid":1,"restart":0,"clock":"monotonic"}` + "\n")
+	if err := os.WriteFile(base+".0", first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := osGetenv
+	defer func() { osGetenv = old }()
+	osGetenv = mapEnv(map[string]string{"GORUN_RESTART": "1"})
+	cs := newLocal(t, 2, WithTimeline(base))
+	osGetenv = old
+	ctx := testCtx(t)
+	mustAll(t, "allreduce", onAll(cs, func(c *Comm) error {
+		v := make([]int32, 8)
+		return AllReduce(ctx, c, v, v, Sum)
+	}))
+	for _, c := range cs {
+		c.Close()
+	}
+	if b, err := os.ReadFile(base + ".0"); err != nil || string(b) != string(first) {
+		t.Errorf("the first incarnation's file was changed: %q, %v", b, err)
+	}
+	for r := range 2 {
+		rf, err := trace.ReadFile(trace.RestartPath(base, r, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rf.Header.Rank != r || rf.Header.Restart != 1 || len(rf.Events) != 1 {
+			t.Errorf("%s: header %+v, %d events; want rank %d, restart 1, 1 event", rf.Path, rf.Header, len(rf.Events), r)
+		}
+	}
+}
+
+// Each communicator's lane says which communicator it is: this rank, the
+// size and an ID its members share and other communicators do not, also
+// in one process (NewLocal), where every rank has the same pid. The
+// report compares arrivals per communicator by it.
+func TestTimelineNamesCommunicators(t *testing.T) {
+	needObservable(t)
+	base := filepath.Join(t.TempDir(), "tl")
+	cs := newLocal(t, 4, WithTimeline(base))
+	ctx := testCtx(t)
+	mustAll(t, "split", onAll(cs, func(c *Comm) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		return sub.Barrier(ctx)
+	}))
+	for _, c := range cs {
+		c.Close()
+	}
+	var world, sub [4]trace.CommInfo
+	for r := range 4 {
+		rf, err := trace.ReadFile(trace.RestartPath(base, r, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rf.Comms) != 2 || rf.Lanes[1] != "comm 1" {
+			t.Fatalf("rank %d: lanes %q, communicators %+v; want comm and comm 1 described", r, rf.Lanes, rf.Comms)
+		}
+		world[r], sub[r] = rf.Comms[0], rf.Comms[1]
+		if world[r].Rank != r || world[r].Size != 4 || sub[r].Rank != r/2 || sub[r].Size != 2 {
+			t.Errorf("rank %d: world %+v, split %+v", r, world[r], sub[r])
+		}
+	}
+	if world[0].ID != world[1].ID || world[0].ID != world[2].ID || world[0].ID != world[3].ID {
+		t.Errorf("the world's members disagree on its ID: %+v", world)
+	}
+	if sub[0].ID != sub[2].ID || sub[1].ID != sub[3].ID || sub[0].ID == sub[1].ID || sub[0].ID == world[0].ID {
+		t.Errorf("split IDs %+v: want {0,2} and {1,3} alike, the two different, and not the world's", sub)
+	}
+}
