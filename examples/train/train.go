@@ -30,6 +30,9 @@ type trainConfig struct {
 	// checked, parameters broadcast, Bucketer made), before the first
 	// step: BenchmarkStep times the steps from there.
 	beforeSteps func(m *mlp)
+	// clock times the steps' compute and comm (nil: time.Now); tests
+	// give it a clock of their own.
+	clock func() time.Time
 }
 
 func defaultTrainConfig() trainConfig {
@@ -103,6 +106,13 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 	classes := cfg.dims[len(cfg.dims)-1]
 	total := cfg.epochs * cfg.steps
 	lossSum, lossN := 0.0, 0
+	now := cfg.clock
+	if now == nil {
+		now = time.Now
+	}
+	// The totals when the epoch began: each epoch's line gives its own
+	// time per step, not the average since the first step.
+	var epochStart stats
 	lastGood := time.Now()
 	pending := -1              // index of the last recovery, until a step completes after it
 	checkJoiners := !cfg.fresh // a restarted rank joined at this step's check
@@ -115,16 +125,18 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		st.loss = append(st.loss, lossSum/float64(lossN))
 		lossSum, lossN = 0, 0
 		if log != nil && el.c.Rank() == 0 {
+			compute, cm, steps := st.compute-epochStart.compute, st.comm-epochStart.comm, st.steps-epochStart.steps
 			fmt.Fprintf(log, "epoch %d  loss %.4f  step %s (compute %s, comm %s)\n", e, st.loss[len(st.loss)-1],
-				perStep(st.compute+st.comm, st.steps), perStep(st.compute, st.steps), perStep(st.comm, st.steps))
+				perStep(compute+cm, steps), perStep(compute, steps), perStep(cm, steps))
 		}
+		epochStart.compute, epochStart.comm, epochStart.steps = st.compute, st.comm, st.steps
 	}
 	// join waits, with uneven inputs, in the others' steps until every
 	// rank has run out, then takes the parameters of the rank that ran
 	// longest.
 	join := func() error {
-		t := time.Now()
-		defer func() { st.comm += time.Since(t) }()
+		t := now()
+		defer func() { st.comm += now().Sub(t) }()
 		last, err := b.Join(ctx)
 		if err != nil {
 			return err
@@ -162,7 +174,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			endEpoch(step)
 			continue
 		}
-		t0 := time.Now()
+		t0 := now()
 		x, y := data.batch(step, c.Rank(), c.Size(), cfg.batch)
 		b.ZeroGrad()
 		sp := c.StartSpan("compute", "forward", int64(step)) // the timeline (gorun --timeline); free when off
@@ -174,9 +186,9 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			if !cfg.overlap {
 				return nil
 			}
-			t := time.Now()
+			t := now()
 			err := b.MarkReady(ctx, i)
-			commTime += time.Since(t)
+			commTime += now().Sub(t)
 			return err
 		}
 		sp = c.StartSpan("compute", "backward", int64(step))
@@ -184,7 +196,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			return nil, st, err
 		}
 		sp.End()
-		t1 := time.Now()
+		t1 := now()
 		sp = c.StartSpan("compute", "wait for gradients", int64(step))
 		err := b.Wait(ctx)
 		sp.End()
@@ -204,7 +216,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 			}
 			continue
 		}
-		commTime += time.Since(t1)
+		commTime += now().Sub(t1)
 		sp = c.StartSpan("compute", "optimizer", int64(step))
 		model.sgd(cfg.lr)
 		sp.End()
@@ -220,7 +232,7 @@ func train(ctx context.Context, c *comm.Comm, cfg trainConfig, log io.Writer) (*
 		}
 		lossSum += loss
 		st.comm += commTime
-		st.compute += time.Since(t0) - commTime
+		st.compute += now().Sub(t0) - commTime
 		st.steps++
 		step++
 		lossN++

@@ -407,3 +407,68 @@ func TestBadBatchIsAnError(t *testing.T) {
 		}
 	}
 }
+
+// epochLog is train's log for TestEpochStepTimesArePerEpoch: it keeps the
+// lines, and every epoch line makes the clock's tick 10 times longer.
+type epochLog struct {
+	lines []string
+	tick  time.Duration
+}
+
+func (l *epochLog) Write(p []byte) (int, error) {
+	l.lines = append(l.lines, string(p))
+	if strings.HasPrefix(string(p), "epoch ") {
+		l.tick *= 10
+	}
+	return len(p), nil
+}
+
+// Each epoch's line gives that epoch's time per step, not the average
+// since the first: with a clock whose every reading is a tick later, and
+// a tick 10 times longer each epoch, every epoch's figures are 10 times
+// the last's (a running average gives 5.5 and 37 times the first's).
+func TestEpochStepTimesArePerEpoch(t *testing.T) {
+	cfg := small()
+	log := &epochLog{tick: time.Microsecond}
+	var at time.Time
+	cfg.clock = func() time.Time {
+		at = at.Add(log.tick)
+		return at
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, err := comm.NewLocal(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs[0].Close()
+	if _, _, err := train(ctx, cs[0], cfg, log); err != nil {
+		t.Fatal(err)
+	}
+	var per [][3]time.Duration
+	for _, l := range log.lines {
+		var e int
+		var loss float64
+		var step, compute, cm string
+		if _, err := fmt.Sscanf(l, "epoch %d  loss %f  step %s (compute %s comm %s", &e, &loss, &step, &compute, &cm); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		var d [3]time.Duration
+		for i, s := range []string{step, strings.TrimSuffix(compute, ","), strings.TrimSuffix(cm, ")")} {
+			if d[i], err = time.ParseDuration(s); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+		}
+		per = append(per, d)
+	}
+	if len(per) != cfg.epochs {
+		t.Fatalf("%d epoch lines, want %d:\n%s", len(per), cfg.epochs, strings.Join(log.lines, ""))
+	}
+	for e := 1; e < len(per); e++ {
+		for i, what := range []string{"all", "compute", "comm"} {
+			if per[0][i] == 0 || per[e][i] != 10*per[e-1][i] {
+				t.Errorf("epoch %d: %s %v per step, want 10 × epoch %d's %v:\n%s", e, what, per[e][i], e-1, per[e-1][i], strings.Join(log.lines, ""))
+			}
+		}
+	}
+}
