@@ -77,12 +77,16 @@ func parseArgs(args []string, stdout, stderr io.Writer) (launcher.Config, error)
 	cfg.Apps = []launcher.App{{NP: cfg.NP, Program: cfg.Program, Args: cfg.Args}}
 	for _, seg := range segs[1:] {
 		fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
-		fs.SetOutput(stderr)
+		fs.SetOutput(io.Discard)
+		fs.Usage = func() {}
 		var np int
 		fs.IntVar(&np, "np", 0, "number of ranks of this program")
 		fs.IntVar(&np, "n", 0, "same as -np")
 		if err := fs.Parse(seg); err != nil {
-			return cfg, err
+			if errors.Is(err, flag.ErrHelp) {
+				return cfg, fmt.Errorf("%w: after ':', want -np N PROGRAM [ARGS...]", launcher.ErrUsage)
+			}
+			return cfg, badFlag(err, seg)
 		}
 		if np < 1 || fs.NArg() == 0 {
 			return cfg, fmt.Errorf("%w: after ':', want -np N PROGRAM [ARGS...], got %q", launcher.ErrUsage, seg)
@@ -107,13 +111,11 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 		showVersion bool
 		npernode    int
 	)
+	// The flag package prints nothing: gorun -h prints the usage, and an
+	// error is one line and a hint (habits.go).
 	fs := flag.NewFlagSet("gorun", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: gorun -np N [flags] PROGRAM [ARGS...]\n\n"+
-			"PROGRAM is a binary or a Go package directory (built once with the go tool).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.IntVar(&cfg.NP, "np", 0, "number of ranks")
 	fs.IntVar(&cfg.NP, "n", 0, "same as -np")
 	fs.StringVar(&hosts, "H", "", "hosts and slots: host1:2,host2:2")
@@ -148,12 +150,16 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	fs.StringVar(&cfg.MapBy, "map-by", "", "place ranks: slot (default: fill each host first) or node (round-robin over hosts)")
 	fs.BoolVar(&cfg.Oversubscribe, "oversubscribe", false, "allow more ranks than the slots of -H or --hostfile (the extra ranks are dealt over the hosts in turn)")
 	fs.IntVar(&npernode, "npernode", 0, "at most N ranks per host (caps every host's slots)")
-	fs.IntVar(&npernode, "N", 0, "same as --npernode")
+	fs.IntVar(&npernode, "N", 0, "same as --npernode, as Open MPI's -N (not srun's -N, a node count)")
 	fs.BoolVar(&cfg.ReportBindings, "report-bindings", false, "print the CPUs each local rank is bound to")
 	fs.StringVar(&cfg.WorkDir, "wdir", "", "every rank's working directory (default: gorun's)")
 	fs.StringVar(&cfg.OutputDir, "output-filename", "", "also write each rank's output to DIR/rank.N/stdout and stderr")
 	if err := fs.Parse(boolValues(fs, args)); err != nil {
-		return cfg, err
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(fs, stderr)
+			return cfg, err
+		}
+		return cfg, badFlag(err, args)
 	}
 	if showVersion {
 		fmt.Fprintln(stdout, version())
@@ -161,8 +167,7 @@ func parseFirst(args []string, stdout, stderr io.Writer) (launcher.Config, error
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
-		fs.Usage()
-		return cfg, fmt.Errorf("%w: no program given", launcher.ErrUsage)
+		return cfg, &flagError{msg: "no program given: gorun -np N [flags] PROGRAM [ARGS...]"}
 	}
 	cfg.Program, cfg.Args = rest[0], rest[1:]
 	cfg.Export = export
