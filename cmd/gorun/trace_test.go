@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun-hpc/gorun/internal/trace"
 )
@@ -82,5 +86,67 @@ func TestObservabilityFlags(t *testing.T) {
 					tc.env, tc.args, cfg.Timeline, cfg.Report, cfg.Metrics, tc.timeline, tc.report, tc.metric)
 			}
 		})
+	}
+}
+
+// gorun --elastic --max-restarts 1 --timeline --report, examples/train on
+// 3 ranks, rank 1 killed at its 40th write (after a 1.5 s delay at its
+// 30th, so that its first incarnation flushes events first) and
+// restarted (the survivors wait for it to rejoin, -wait-np): the merged
+// timeline has both of rank 1's incarnations in its process, and the
+// report does not name it the straggler. Before, the restarted process
+// overwrote tl.json.1, and the report compared its first communicator
+// (the one the survivors grew to admit it) with the survivors' first
+// world: "straggler: rank 1", seconds late to all.
+func TestTimelineOfRestartedRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds examples/train")
+	}
+	dir := t.TempDir()
+	train := filepath.Join(dir, "train")
+	if out, err := exec.Command("go", "build", "-o", train, "../../examples/train").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tl := filepath.Join(dir, "tl.json")
+	cmd := exec.CommandContext(ctx, testBinary(t), "--srun=no", "--elastic", "--max-restarts", "1", "-np", "3",
+		"--fault", "rank=1:delay:write:30:before:1500ms;rank=1:kill:write:40", "--timeline", tl, "--report",
+		train, "-epochs", "2", "-steps", "12", "-wait-np", "3") // the survivors wait for rank 1 to rejoin
+	cmd.Env = append(os.Environ(), "GORUN_TEST_ROLE=gorun")
+	out, _ := cmd.CombinedOutput() // 137: a killed rank fails the job, restarted or not (launcher/README.md)
+	if !strings.Contains(string(out), "restarted it (1 of 1") {
+		t.Fatalf("rank 1 was not restarted:\n%s", out)
+	}
+	if !strings.Contains(string(out), "restarted: rank 1") || strings.Contains(string(out), "straggler: rank 1") {
+		t.Errorf("report:\n%s", out)
+	}
+	b, err := os.ReadFile(tl)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			PID  int            `json:"pid"`
+			TID  int            `json:"tid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[int]int{} // rank 1's collectives per incarnation
+	for _, e := range doc.TraceEvents {
+		if e.PID == 1 && e.Ph == "X" && e.Args["seq"] != nil {
+			ops[e.TID>>16]++
+		}
+	}
+	if ops[0] == 0 || ops[1] == 0 {
+		t.Errorf("rank 1's collectives per incarnation: %v; want some in both\n%s", ops, out)
+	}
+	if left, _ := filepath.Glob(tl + ".*"); len(left) != 0 {
+		t.Errorf("per-rank files left: %v", left)
 	}
 }
