@@ -15,7 +15,7 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 		return Place(hosts, np)
 	case "node":
 	default:
-		return nil, fmt.Errorf("%w: --map-by %q: want slot or node", ErrUsage, mapBy)
+		return nil, fmt.Errorf("%w: --map-by %q: want slot or node%s", ErrUsage, mapBy, mapByHint(mapBy))
 	}
 	if np < 1 || len(hosts) == 0 {
 		return Place(hosts, np)
@@ -49,6 +49,23 @@ func PlaceBy(hosts []Host, np int, mapBy string) ([]Slot, error) {
 		}
 	}
 	return slots, nil
+}
+
+// mapByHint is gorun's way of doing what Open MPI's --map-by value does,
+// for the values gorun does not take, or "".
+func mapByHint(v string) string {
+	base, mods, _ := strings.Cut(strings.ToLower(v), ":")
+	switch {
+	case strings.Contains(mods, "oversubscribe"):
+		return fmt.Sprintf(" (Open MPI's :OVERSUBSCRIBE is --oversubscribe here: --map-by %s --oversubscribe)", base)
+	case base == "ppr":
+		return " (Open MPI's ppr:N:node is --npernode N here)"
+	case strings.Contains(mods, "pe="):
+		return " (gorun has no CPUs-per-rank mapping: --bind-to core|numa binds each rank, and it gets its share of the CPUs as GOMAXPROCS)"
+	case base == "socket" || base == "package" || base == "numa" || base == "l3cache" || base == "hwthread":
+		return " (gorun places ranks on hosts only; --bind-to core|numa binds them within a host)"
+	}
+	return ""
 }
 
 // fitSlots gives hosts slots for np ranks where they may take more than

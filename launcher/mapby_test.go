@@ -21,6 +21,17 @@ func TestPlaceByNode(t *testing.T) {
 	if _, err := PlaceBy(hosts, 2, "socket"); err == nil {
 		t.Error("unknown --map-by accepted")
 	}
+	// Open MPI's values gorun does not take say what gorun does instead.
+	for v, want := range map[string]string{
+		"ppr:4:node":         "--npernode N",
+		"node:OVERSUBSCRIBE": "--map-by node --oversubscribe",
+		"slot:PE=2":          "--bind-to",
+		"numa":               "--bind-to core|numa",
+	} {
+		if _, err := PlaceBy(hosts, 2, v); !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--map-by %s: %v, want a usage error that says %q", v, err, want)
+		}
+	}
 	slot, _ := PlaceBy(hosts, 3, "slot")
 	if slot[1].Host != "a" || slot[2].Host != "b" {
 		t.Errorf("--map-by slot fills a first: %+v", slot)
