@@ -109,8 +109,11 @@ func TestStallReportRankStates(t *testing.T) {
 		{"failed and closed", []jobctl.RankState{in(0), in(1), closed(2, false), closed(3, false), closed(4, true)},
 			map[int]string{2: "exited with status 1", 6: "was killed by signal 9 (killed)"},
 			"gorun: stall: ranks 0,1 in allreduce #5 for 40s; rank 2 exited with status 1; " +
-				"rank 3 closed its communicator and has not exited; rank 4 closed its communicator, failed because of rank 0, and has not exited; " +
+				"rank 3 closed its communicator, and has not exited; rank 4 closed its communicator, failed because of rank 0, and has not exited; " +
 				"rank 6 was killed by signal 9 (killed); ranks 5,7 silent\n"},
+		// Under srun gorun does not know the tasks' ends.
+		{"srun", []jobctl.RankState{in(0), closed(1, false)}, nil,
+			"gorun: stall: rank 0 in allreduce #5 for 40s; rank 1 closed its communicator; ranks 2-7 silent\n"},
 		{"killed in a collective", []jobctl.RankState{
 			{Rank: 0, Joined: true, Op: "allreduce", Seq: 5, Since: now.Add(-40 * time.Second), Connected: true},
 			killed}, map[int]string{5: "was killed by signal 9 (killed)"}, ""},

@@ -374,11 +374,15 @@ func forwarded(sig syscall.Signal) syscall.Signal {
 }
 
 // endedRanks tells how each rank whose process ended (and was not
-// restarted) did, for the stall report.
+// restarted) did, for the stall report; nil under srun, whose tasks' ends
+// gorun does not see one by one.
 func (r *runner) endedRanks() map[int]string {
 	m := map[int]string{}
 	for _, p := range r.procs {
-		if p.done && p.rank >= 0 {
+		switch {
+		case p.tasks != nil:
+			return nil
+		case p.done && p.rank >= 0:
 			m[p.rank] = p.how
 		}
 	}

@@ -37,11 +37,16 @@ func liveRanks(snap jobctl.Snapshot, ended map[int]string) jobctl.Snapshot {
 // and that have not closed their client, followed by the others: what
 // their process did ("rank 2 exited with status 1"), or that they closed
 // their communicator and still run; then the ranks that never reported.
+// ended nil: no rank's end is known (srun).
 func stallReport(snap jobctl.Snapshot, now time.Time, size int, ended map[int]string) string {
 	live := snap
 	live.Ranks = nil
 	groups := map[string][]int{}
 	add := func(what string, rank int) { groups[what] = append(groups[what], rank) }
+	running := ", and has not exited"
+	if ended == nil {
+		running = "" // not known (srun's tasks)
+	}
 	seen := map[int]bool{}
 	for _, r := range snap.Ranks {
 		seen[r.Rank] = true
@@ -50,9 +55,9 @@ func stallReport(snap jobctl.Snapshot, now time.Time, size int, ended map[int]st
 		case gone:
 			add(how, r.Rank)
 		case r.Done && r.Blamed:
-			add(fmt.Sprintf("closed its communicator, failed because of rank %d, and has not exited", r.Cause), r.Rank)
+			add(fmt.Sprintf("closed its communicator, failed because of rank %d%s", r.Cause, running), r.Rank)
 		case r.Done:
-			add("closed its communicator and has not exited", r.Rank)
+			add("closed its communicator"+running, r.Rank)
 		default:
 			live.Ranks = append(live.Ranks, r)
 		}
