@@ -245,7 +245,7 @@ func parseSpin(s string) (time.Duration, int, error) {
 
 // Observability (observe.go): off unless set.
 //
-//	GORUN_TIMELINE      FILE: each rank records its operations to FILE.RANK
+//	GORUN_TIMELINE      FILE: each rank records its operations to FILE.RANK (FILE.RANK.restartN in its N-th restart)
 //	                    (gorun --timeline merges them); an unwritable path fails Init
 //	GORUN_METRICS_ADDR  host:port: each rank serves Prometheus text at /metrics
 //	                    (port + local rank when several ranks share a host)

@@ -13,8 +13,6 @@ import (
 	"hash/fnv"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,10 +78,7 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 // restartNumber is GORUN_RESTART's n (this process is its rank's n-th
 // restart), 0 when unset or not a positive number.
 func restartNumber() int {
-	n, err := strconv.Atoi(strings.TrimSpace(osGetenv(jobenv.Restart)))
-	if err != nil || n < 0 {
-		return 0
-	}
+	n, _ := jobenv.Int(osGetenv, jobenv.Restart, 0) // 0 on an error
 	return n
 }
 
