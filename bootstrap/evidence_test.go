@@ -18,14 +18,14 @@ func slowGossip(_ int, c *Config) {
 }
 
 // shrinkAll runs Shrink on every node concurrently.
-func shrinkAll(t *testing.T, nodes []*Node, within time.Duration) []World {
+func shrinkAll(t testing.TB, nodes []*Node, within time.Duration) []World {
 	t.Helper()
 	return agreeAll(t, nodes, within, (*Node).Shrink)
 }
 
 // agreeAll runs agree (Shrink or Grow) on every node concurrently, within
 // a deadline, and fails t if any of them fails.
-func agreeAll(t *testing.T, nodes []*Node, within time.Duration, agree func(*Node, context.Context) (World, error)) []World {
+func agreeAll(t testing.TB, nodes []*Node, within time.Duration, agree func(*Node, context.Context) (World, error)) []World {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()

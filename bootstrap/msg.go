@@ -10,7 +10,8 @@ import (
 
 // Agreement messages travel as memberlist user messages (UDP, encrypted
 // like all gossip). Encoding: kind byte | epoch uvarint | digest (16
-// bytes) | len(sender) sender.
+// bytes) | len(sender) sender | [len(about) about] | [cause varint] |
+// seq uvarint.
 const (
 	msgPropose = 1  // member → coordinator: my table for epoch has digest D
 	msgPrepare = 2  // coordinator → member: every member proposed D; lock on it?
@@ -37,6 +38,14 @@ type message struct {
 	from   string // sender's node name
 	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address; msgRunning: its world's size; msgAbandon: why
 	cause  int    // msgAbandon: the rank the sender blames
+	// seq is the sender's count of messages sent (send sets it; 0 in a
+	// message not received). memberlist hands a node's user messages to
+	// NotifyMsg newest first when several wait (its queue is a stack), so
+	// a member's proposal of its first table arrived after that of its
+	// table without the dead member, replaced it in the coordinator's
+	// book, and the shrink waited for the resend (200 ms): NotifyMsg keeps
+	// the newest of a sender's proposals, acks and prepares of an epoch.
+	seq uint64
 }
 
 // hasAbout says whether messages of kind carry the about field.
@@ -56,7 +65,7 @@ func (m *message) encode() []byte {
 	if m.kind == msgAbandon {
 		b = binary.AppendVarint(b, int64(m.cause))
 	}
-	return b
+	return binary.AppendUvarint(b, m.seq)
 }
 
 func decodeMessage(buf []byte) (message, bool) {
@@ -79,6 +88,7 @@ func decodeMessage(buf []byte) (message, bool) {
 		}
 		m.cause = int(c)
 	}
+	m.seq = d.uvarint(1<<64 - 1)
 	return m, d.err == nil && len(d.buf) == 0
 }
 
@@ -90,6 +100,7 @@ func (n *Node) send(name, addr string, m message) {
 		return
 	}
 	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+	m.seq = n.sent.Add(1)
 	_ = n.ml.SendBestEffort(to, m.encode())
 }
 
@@ -111,6 +122,7 @@ func (n *Node) resend(name, addr string, m message) {
 	if !ok {
 		return
 	}
+	m.seq = n.sent.Add(1)
 	n.goUnlessClosed(func() {
 		select {
 		case n.streams <- struct{}{}:
@@ -176,6 +188,10 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	n := d.n
 	reply := byte(0)
 	n.mu.Lock()
+	if n.staleLocked(m) {
+		n.mu.Unlock()
+		return // a newer one of its kind from its sender was handled
+	}
 	switch m.kind {
 	case msgPropose, msgAck:
 		book := n.proposals
@@ -241,4 +257,26 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		}
 	}
 	n.signal()
+}
+
+// seqKey names the messages of which NotifyMsg keeps the newest.
+type seqKey struct {
+	from  string
+	kind  byte
+	epoch uint32
+}
+
+// staleLocked says whether m, a proposal, ack or prepare, was sent before
+// one of the same kind and epoch from the same sender that NotifyMsg has
+// already handled (message.seq), and records m's seq if not. n.mu is held.
+func (n *Node) staleLocked(m message) bool {
+	if m.kind != msgPropose && m.kind != msgAck && m.kind != msgPrepare {
+		return false
+	}
+	k := seqKey{m.from, m.kind, m.epoch}
+	if m.seq < n.seqs[k] {
+		return true
+	}
+	n.seqs[k] = m.seq
+	return false
 }

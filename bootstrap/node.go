@@ -56,6 +56,7 @@ type Node struct {
 	done     chan struct{} // closed by Close
 	streams  chan struct{} // resends in flight (msg.go), at most resendStreams
 	resent   atomic.Uint64 // streams resend opened
+	sent     atomic.Uint64 // agreement messages sent: the last message.seq
 	wg       sync.WaitGroup
 
 	metaMu  sync.Mutex // guards meta, metaBuf; never held across memberlist calls
@@ -120,6 +121,7 @@ type Node struct {
 	commits   map[uint32]message                    // as member: the commit received
 	hints     map[uint32]map[string]bool            // epochs coordinators said they run (msgEpoch), by coordinator
 	tables    map[uint32]*tablePrepare              // as member: the last table prepare received (table.go)
+	seqs      map[seqKey]uint64                     // the newest proposal, ack and prepare handled, by sender and epoch (msg.go)
 }
 
 // peer is a live job member as the event delegate last saw it.
@@ -194,6 +196,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		commits:   make(map[uint32]message),
 		hints:     make(map[uint32]map[string]bool),
 		tables:    make(map[uint32]*tablePrepare),
+		seqs:      make(map[seqKey]uint64),
 	}
 	n.meta = meta{Rank: cfg.Rank, Size: cfg.Size, JobID: cfg.JobID, Host: cfg.Host,
 		Joining: cfg.Restarted, Blob: append([]byte(nil), blob...)}
