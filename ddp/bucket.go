@@ -238,11 +238,11 @@ func (b *Bucketer[T]) startCount(ctx context.Context) {
 
 // active waits for the step's count: the ranks still training, or the
 // world size without UnevenInputs.
-func (b *Bucketer[T]) active(ctx context.Context) (int, error) {
+func (b *Bucketer[T]) active(w *stepWait) (int, error) {
 	if b.countReq == nil {
 		return b.c.Size(), nil
 	}
-	err := b.countReq.Wait(ctx)
+	err := w.wait(b.countReq)
 	b.countReq = nil
 	if err != nil {
 		return 0, fmt.Errorf("ddp: count of ranks training: %w", err)
@@ -278,6 +278,12 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 // bucket, and leaves the reduced gradients in each Param's Grad. With
 // UnevenInputs, Avg is over the ranks that have not called Join. In no-sync
 // mode it only resets the ready marks.
+//
+// If ctx ends before the step's allreduces do, Wait aborts the
+// communicator (Comm.Abort: the step fails on every rank), waits for the
+// allreduces to end, which the abort makes prompt, and returns a
+// *comm.RankError naming this rank that wraps ctx's error. Either way,
+// nothing writes the gradients once Wait has returned.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
 	defer b.waitTraced(ctx)
 	defer b.reset()
@@ -286,23 +292,26 @@ func (b *Bucketer[T]) Wait(ctx context.Context) error {
 	}
 	b.start(ctx, true)
 	b.startCount(ctx) // a Bucketer of no parameters
-	active, err := b.active(ctx)
+	w := &stepWait{ctx: ctx, c: b.c}
+	active, err := b.active(w)
 	if err == nil && b.count != nil {
 		b.steps++
 	}
-	return errors.Join(err, b.finish(ctx, active))
+	return errors.Join(err, b.finish(w, active))
 }
 
 // finish waits for every bucket's allreduce and, unless active is 0, leaves
 // the reduced gradients in the buckets' data (active: the ranks the
 // average is over).
-func (b *Bucketer[T]) finish(ctx context.Context, active int) error {
+func (b *Bucketer[T]) finish(w *stepWait, active int) error {
 	var errs []error
 	for i, bk := range b.buckets {
-		err := bk.req.Wait(ctx)
+		err := w.wait(bk.req)
 		bk.req = nil
 		if err != nil {
-			errs = append(errs, fmt.Errorf("ddp: bucket %d: %w", i, err))
+			if !w.consequence(err) {
+				errs = append(errs, fmt.Errorf("ddp: bucket %d: %w", i, err))
+			}
 			continue
 		}
 		if active > 0 {
@@ -310,6 +319,45 @@ func (b *Bucketer[T]) finish(ctx context.Context, active int) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stepWait waits for a step's allreduces within ctx (Wait's or Join's).
+// They write into the gradients (and the count), which belong to the
+// caller again when Wait returns, so if ctx ends before one of them does,
+// stepWait aborts the communicator, which ends every operation on it on
+// every rank, and waits for them to end rather than leave them running.
+type stepWait struct {
+	ctx context.Context
+	c   *comm.Comm
+	// After the abort: its reason, and the error of the allreduce that
+	// ctx ended before.
+	reason, err error
+}
+
+// wait waits for req (a step's allreduce) and returns its error, or, if
+// ctx ends first, w.err once req has ended.
+func (w *stepWait) wait(req *comm.Request) error {
+	if w.reason != nil {
+		return req.Wait(context.Background()) // ends with the abort
+	}
+	err := req.Wait(w.ctx)
+	if err == nil {
+		return nil
+	}
+	if done, opErr := req.Test(); done {
+		return opErr
+	}
+	w.reason = fmt.Errorf("ddp: Wait's context ended before the step's allreduces: %w", w.ctx.Err())
+	w.err = &comm.RankError{Rank: w.c.Rank(), Op: "allreduce", Err: fmt.Errorf("Wait's context ended first, the communicator is aborted: %w", w.ctx.Err())}
+	w.c.Abort(w.reason)
+	req.Wait(context.Background()) // ends with the abort
+	return w.err
+}
+
+// consequence says whether err is an allreduce's error from w's abort,
+// which w.err already reports.
+func (w *stepWait) consequence(err error) bool {
+	return w.reason != nil && err != w.err && errors.Is(err, w.reason)
 }
 
 // unpack converts bucket bk's reduced gradients from the wire type and,

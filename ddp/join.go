@@ -51,7 +51,7 @@ func (b *Bucketer[T]) Join(ctx context.Context) (last int, err error) {
 		for _, bk := range b.buckets {
 			b.launch(ctx, bk)
 		}
-		if err := b.finish(ctx, 0); err != nil {
+		if err := b.finish(&stepWait{ctx: ctx, c: b.c}, 0); err != nil {
 			return -1, fmt.Errorf("ddp: Join: %w", err)
 		}
 	}
