@@ -166,6 +166,9 @@ func TestStallReport(t *testing.T) {
 			{Rank: 3, Connected: true, InOp: true, Op: "allreduce", Seq: 812, Since: ago(31)},
 			{Rank: 4, Connected: true, Op: "allreduce", Seq: 811, Since: ago(35)},
 			{Rank: 5, Connected: false, Op: "allreduce", Seq: 811, LastSeen: ago(20)},
+			// Closed its client: whether it failed, or still runs, is not
+			// known here, so not "finished".
+			{Rank: 6, Done: true, Op: "allreduce", Seq: 811, Since: ago(50)},
 		},
 	}
 	if !snap.Stalled(now, 30*time.Second) {
@@ -176,7 +179,7 @@ func TestStallReport(t *testing.T) {
 	}
 	got := snap.StallReport(now, 8)
 	want := "stall: ranks 0,1,3 in allreduce #812 for 31s; rank 2 in broadcast #811 for 40s; " +
-		"rank 4 idle after allreduce #811 for 35s; rank 5 disconnected; ranks 6,7 silent"
+		"rank 4 idle after allreduce #811 for 35s; rank 6 closed its job-control connection; rank 5 disconnected; rank 7 silent"
 	if got != want {
 		t.Fatalf("StallReport =\n %s\nwant\n %s", got, want)
 	}

@@ -27,7 +27,11 @@ func (s Snapshot) Stalled(now time.Time, threshold time.Duration) bool {
 //
 //	stall: ranks 0,1,3 in allreduce #812 for 31s; rank 2 in broadcast #811 for 31s
 //
-// Ranks that never reported are listed as silent.
+// Ranks that never reported are listed as silent. Of a rank that closed
+// its client the report says only that ("closed its job-control
+// connection"): this view cannot tell whether its work succeeded, nor
+// whether its process has ended (the launcher knows; see its stall
+// report).
 func (s Snapshot) StallReport(now time.Time, size int) string {
 	type group struct {
 		what  string
@@ -52,7 +56,7 @@ func (s Snapshot) StallReport(now time.Time, size int) string {
 		seen[r.Rank] = true
 		switch {
 		case r.Done:
-			add("done", "finished", 3, r.Rank, r.Since)
+			add("done", "closed its job-control connection", 3, r.Rank, r.Since)
 		case !r.Connected:
 			add("gone", "disconnected", 4, r.Rank, r.LastSeen)
 		case r.InOp:
