@@ -88,26 +88,42 @@ func (o *obsRun) finish(con *console) {
 	}
 	// Notes: the ranks without events (no file, an empty one, or only a
 	// header: they ended before their first flush), then the others' gaps.
+	// Of a rank that gorun restarted (--max-restarts), whether it closed
+	// its communicator, and whether its file ends in a cut line, are its
+	// last incarnation's: the earlier ones ended by failing; its dropped
+	// events are all of them.
 	silent := append([]int(nil), missing...)
-	var open, cut []int
+	var open, cut, restarted []int
 	var notes []string
 	for _, f := range files {
+		incs := f.Incarnations()
+		last := incs[len(incs)-1]
 		switch {
 		case len(f.Events) == 0:
 			silent = append(silent, f.Header.Rank)
-		case !f.Closed:
+		case !last.Closed:
 			open = append(open, f.Header.Rank)
 		}
-		if f.Truncated {
+		if len(incs) > 1 {
+			restarted = append(restarted, f.Header.Rank)
+		}
+		if last.Truncated {
 			cut = append(cut, f.Header.Rank)
 		}
-		if f.Dropped > 0 {
-			notes = append(notes, fmt.Sprintf("rank %d dropped %d events", f.Header.Rank, f.Dropped))
+		var dropped uint64
+		for _, inc := range incs {
+			dropped += inc.Dropped
+		}
+		if dropped > 0 {
+			notes = append(notes, fmt.Sprintf("rank %d dropped %d events", f.Header.Rank, dropped))
 		}
 	}
 	slices.Sort(silent)
 	if len(silent) > 0 {
 		notes = append(notes, fmt.Sprintf("no events from %s (ended before writing any)", rankWord(silent)))
+	}
+	if len(restarted) > 0 {
+		notes = append(notes, fmt.Sprintf("%s restarted (each rank's incarnations are one process)", rankWord(restarted)))
 	}
 	if len(open) > 0 {
 		notes = append(notes, fmt.Sprintf("%s did not close the communicator (the last second of events may be missing)", rankWord(open)))

@@ -372,6 +372,45 @@ func TestTimelineEmptyRankFiles(t *testing.T) {
 	}
 }
 
+// A restarted rank's notes are its last incarnation's (FILE.RANK.restartN):
+// rank 1, killed in its first incarnation and closed properly in its
+// restart, did not fail to close; rank 2, which closed in its first and
+// not in its restart, did. Both are noted as restarted, and the dropped
+// events are every incarnation's. Before, the notes read the first
+// incarnation only.
+func TestTimelineNotesLastIncarnation(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tl.json")
+	const op = `{"k":"op","lane":0,"name":"allreduce","algo":"ring","seq":12,"bytes":8,"arg":0,"ts":1000,"end":2000,"wait":-1,"reduce":0}` + "\n"
+	const clock = `{"k":"clock","offset":0,"rtt":1000}` + "\n"
+	header := func(r int) string {
+		return fmt.Sprintf(`{"k":"header","version":1,"rank":%d,"size":3,"host":"h","pid":1,"clock":"monotonic"}`+"\n", r)
+	}
+	for path, text := range map[string]string{
+		out + ".0":          header(0) + op + clock,
+		out + ".1":          header(1) + `{"k":"dropped","n":5}` + "\n" + op, // killed
+		out + ".1.restart1": header(1) + `{"k":"dropped","n":2}` + "\n" + op + clock,
+		out + ".2":          header(2) + op + clock,
+		out + ".2.restart1": header(2) + op, // killed
+	} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stderr bytes.Buffer
+	o := &obsRun{size: 3, timeline: out, base: out}
+	o.finish(&console{stdout: &stderr, stderr: &stderr})
+	msg := stderr.String()
+	for _, want := range []string{"(3 ranks", "rank 1 dropped 7 events", "ranks 1,2 restarted", "; rank 2 did not close the communicator"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("gorun's message does not say %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "rank 1 did not close") || strings.Contains(msg, "ranks 1,2 did not close") {
+		t.Errorf("gorun's message says rank 1, closed in its restart, did not close:\n%s", msg)
+	}
+}
+
 // checkReferenceParser parses text with the Prometheus project's own
 // parser (prometheus_client, Python; CI installs python3-prometheus-client)
 // and checks it finds the families and samples prom.Parse found. Skipped,
