@@ -23,15 +23,18 @@
 // Failures: an operation that fails (timeout, cancelled context, a dead or
 // disagreeing peer, Abort anywhere) aborts the communicator on every rank;
 // every pending and later operation returns a *RankError naming the rank at
-// fault. A rank's failure of its own (a bad argument, a cancelled context,
-// a disagreement it found) fails its peers from the first collective it
-// did not complete: a peer still in an earlier one completes it, as this
-// rank did. A context that has already ended when an operation starts
-// fails it so, even where it would have completed without waiting. A
-// collective of no elements exchanges empty messages as a barrier does,
-// so that a rank whose count, root or collective differs is found at
-// that call. Configuration comes from options and the GORUN_* variables
-// documented in env.go.
+// fault. A Request.Wait whose own context ends first returns a *RankError
+// naming this rank and the operation, wrapping the context's error; the
+// operation goes on, bounded by the context it was started with and the
+// communicator's timeout. A rank's failure of its own (a bad argument, a
+// cancelled context, a disagreement it found) fails its peers from the
+// first collective it did not complete: a peer still in an earlier one
+// completes it, as this rank did. A context that has already ended when an
+// operation starts fails it so, even where it would have completed without
+// waiting. A collective of no elements exchanges empty messages as a
+// barrier does, so that a rank whose count, root or collective differs is
+// found at that call. Configuration comes from options and the GORUN_*
+// variables documented in env.go.
 //
 // Observability (observe.go, metrics.go): with GORUN_TIMELINE or
 // GORUN_METRICS_ADDR the first communicator of a process opens an observer
