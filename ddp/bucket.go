@@ -280,8 +280,8 @@ func (b *Bucketer[T]) launch(ctx context.Context, bk *bucket[T]) {
 // mode it only resets the ready marks.
 //
 // If ctx ends before the step's allreduces do, Wait aborts the
-// communicator (Comm.Abort: the step fails on every rank), waits for the
-// allreduces to end, which the abort makes prompt, and returns a
+// communicator (Comm.Abort, which fails the peers' operations too), waits
+// for the allreduces to end, which the abort makes prompt, and returns a
 // *comm.RankError naming this rank that wraps ctx's error. Either way,
 // nothing writes the gradients once Wait has returned.
 func (b *Bucketer[T]) Wait(ctx context.Context) error {
@@ -324,8 +324,9 @@ func (b *Bucketer[T]) finish(w *stepWait, active int) error {
 // stepWait waits for a step's allreduces within ctx (Wait's or Join's).
 // They write into the gradients (and the count), which belong to the
 // caller again when Wait returns, so if ctx ends before one of them does,
-// stepWait aborts the communicator, which ends every operation on it on
-// every rank, and waits for them to end rather than leave them running.
+// stepWait aborts the communicator, which ends every operation on it here
+// and fails the peers', and waits for them to end rather than leave them
+// running.
 type stepWait struct {
 	ctx context.Context
 	c   *comm.Comm

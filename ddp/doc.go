@@ -53,15 +53,17 @@
 // and a rank that stops early leaves the others waiting in their next
 // step until their timeout.
 //
-// A step that does not complete in time fails on every rank: when
+// A step that does not complete in time fails the communicator: when
 // Wait's context ends before the step's allreduces do (a rank that never
 // reaches the step), Wait aborts the communicator (Comm.Abort), waits
 // for the allreduces to end, which the abort makes prompt, and returns a
 // *comm.RankError naming this rank and wrapping the context's error. So,
 // as with torch's DDP, whose watchdog aborts the communicator on a
 // timeout, nothing writes the gradients after Wait returns, and the
-// caller may zero them at once; the communicator has failed, as after any
-// other failure (Comm.Shrink makes a new one of the live ranks).
+// caller may zero them at once. The peers' operations fail naming this
+// rank (a peer that already had this rank's part of the step may still
+// complete it, and fails at its next one), as after any other failure
+// (Comm.Shrink makes a new communicator of the live ranks).
 //
 // Concurrency: a Bucketer belongs to one training loop (one goroutine),
 // which calls Wait and Join; MarkReady may be called from the goroutine

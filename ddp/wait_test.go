@@ -13,11 +13,11 @@ import (
 
 // A Wait whose context ends before the step's allreduces do (rank 1 has
 // not begun the step) aborts the communicator and returns only when they
-// have ended: when rank 1 then runs the step, its allreduces fail naming
-// rank 0, and nothing writes rank 0's gradients (or its count) after its
-// Wait returned. Before, Wait returned with the allreduces still running,
-// and rank 1's step completed them, writing the sums into gradients that
-// rank 0 had taken back.
+// have ended: when rank 1 then runs the step, nothing writes rank 0's
+// gradients (or its count) after its Wait returned, and rank 1's
+// collectives fail naming rank 0. Before, Wait returned with the
+// allreduces still running, and rank 1's step completed them, writing the
+// sums into gradients that rank 0 had taken back.
 func TestWaitContextEndsMidStep(t *testing.T) {
 	for _, uneven := range []bool{false, true} {
 		t.Run(fmt.Sprintf("uneven=%v", uneven), func(t *testing.T) {
@@ -56,12 +56,7 @@ func TestWaitContextEndsMidStep(t *testing.T) {
 					defer close(stepped)
 					sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 					defer cancel()
-					err := step(sctx)
-					var re *comm.RankError
-					if err == nil || !errors.As(err, &re) || re.Rank != 0 {
-						return fmt.Errorf("the step after rank 0 gave up: %v, want an error naming rank 0", err)
-					}
-					return nil
+					return failsNaming0(sctx, c, step(sctx))
 				}
 				wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 				defer cancel()
@@ -102,4 +97,19 @@ func TestWaitContextEndsMidStep(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failsNaming0 checks rank 1's step after rank 0 aborted the
+// communicator: stepErr names rank 0, or is nil (the abort notice came
+// after rank 0's part of the step, which rank 1 could complete), and the
+// next collective fails naming rank 0.
+func failsNaming0(ctx context.Context, c *comm.Comm, stepErr error) error {
+	var re *comm.RankError
+	if stepErr != nil && (!errors.As(stepErr, &re) || re.Rank != 0) {
+		return fmt.Errorf("the step after rank 0 gave up: %v, want an error naming rank 0", stepErr)
+	}
+	if err := c.Barrier(ctx); !errors.As(err, &re) || re.Rank != 0 {
+		return fmt.Errorf("a barrier after rank 0 gave up: %v, want an error naming rank 0", err)
+	}
+	return nil
 }
