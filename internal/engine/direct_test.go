@@ -5,11 +5,13 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/kernels"
+	"github.com/gorun-hpc/gorun/transport/rdma"
 	_ "github.com/gorun-hpc/gorun/transport/rdma/tcp"
 )
 
@@ -71,6 +73,68 @@ func TestDirectThresholdByProvider(t *testing.T) {
 			}
 			if string(c[1].Work) != string(c[0].Work) {
 				t.Fatal("the ranks' buffers differ after the call")
+			}
+		})
+	}
+}
+
+// A receiver whose Run fails after its clear-to-send went out revokes the
+// buffer it advertised before Run returns: the sender, which has not
+// entered the call (or has not seen the abort yet), writes by that
+// address and rkey, and the write must fail on its link, not land in
+// memory the caller has back (before, it landed: ddp's Wait gave a step's
+// gradients back while a late peer still wrote them).
+func TestFailedRunRevokesClearedBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		provider string
+		bytes    int
+	}{{"shm", DirectMin}, {"tcp", tcpDirectMin}} {
+		t.Run(tc.provider, func(t *testing.T) {
+			e := pairEngines(t, tc.provider, LinkParams{Slots: 4, SlotBytes: 1 << 20})
+			n := tc.bytes / 4
+			recv := make([]byte, 4*n)
+			p := Compile(collectives.ChainBroadcast(1, 2, 0, n, n))
+			call := &Call{Coll: collectives.Broadcast, DType: kernels.Float32, Count: n, Work: recv, Input: recv}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			err := e[1].Run(ctx, p, call, 0) // rank 0, the root, never starts it
+			cancel()
+			if err == nil {
+				t.Fatal("the receive completed with no sender")
+			}
+			if link(e[1]).ctsSent == 0 {
+				t.Fatal("no clear-to-send went out: the case is not direct")
+			}
+			l := link(e[0])
+			deadline := time.Now().Add(10 * time.Second)
+			for l.ctsArrived.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the clear-to-send never arrived")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cts := &l.cts[0]
+			src := make([]byte, len(recv))
+			for i := range src {
+				src[i] = 0xa5
+			}
+			mr, err := l.dev.Cache.Get(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.conn.PostWrite(wrid(l.id, kindCtrl, 0), src, mr, rdma.FlagSignaled, cts.addr.Load(), cts.rkey.Load()); err != nil {
+				return // refused at once
+			}
+			for !l.broken.Load() { // the write's error completion breaks the link
+				if slices.Contains(recv, 0xa5) {
+					t.Fatal("the sender's write landed in the buffer after the receiver's Run returned")
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the write neither failed nor landed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if slices.Contains(recv, 0xa5) {
+				t.Fatal("the sender's write landed in the buffer after the receiver's Run returned")
 			}
 		})
 	}

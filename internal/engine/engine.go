@@ -332,6 +332,7 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 		// rank spends a poll on messages that may not be there yet.
 		progress, n, err := e.step(p, call)
 		if err != nil {
+			e.revokeDirect(call)
 			return err
 		}
 		remaining -= n
@@ -347,9 +348,45 @@ func (e *Engine) Run(ctx context.Context, p *Plan, call *Call, timeout time.Dura
 			continue
 		}
 		if err := w.idle(); err != nil {
+			e.revokeDirect(call)
 			return err
 		}
 	}
+}
+
+// revokeWait bounds revokeDirect's wait for the writes into a buffer
+// already under way: a peer stopped in the middle of one (SIGSTOP) holds
+// it as long as it is stopped.
+const revokeWait = time.Second
+
+// revokeDirect deregisters call's work buffer, for a Run that failed, on
+// each device where a clear-to-send for it is outstanding: the peer may
+// not have seen this rank's abort yet, and would write the buffer's
+// address and rkey after Run returned, into memory the caller has back.
+// Deregistration refuses such a write (a remote access error on the
+// peer's link) and waits for one under way. A write held past revokeWait
+// by a stopped peer may still land; the buffer then stays registered.
+func (e *Engine) revokeDirect(call *Call) {
+	for _, d := range e.devs {
+		if d.cur[collectives.Work] == nil || !e.clearedOn(d) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), revokeWait)
+		_ = d.Cache.Revoke(ctx, call.Work) // the call failed already; a failure here is the case above
+		cancel()
+		d.cur[collectives.Work] = nil
+	}
+}
+
+// clearedOn reports whether a link of d has clear-to-sends outstanding:
+// sent, and the direct message each asked for not received.
+func (e *Engine) clearedOn(d *Device) bool {
+	for i := range e.links {
+		if l := e.links[i].Load(); l != nil && l.dev == d && l.ctsSent > l.directDone {
+			return true
+		}
+	}
+	return false
 }
 
 // completed notes that Run completed call (Withdraw's notice).

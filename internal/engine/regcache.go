@@ -2,6 +2,8 @@ package engine
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"sync"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -96,6 +98,34 @@ func (c *RegCache) get(k regKey, buf []byte) (*rdma.MR, error) {
 		delete(c.m, ent.key)
 	}
 	return mr, nil
+}
+
+// Revoke deregisters buf's cached registration, if any, and drops it: a
+// remote write by its rkey fails from then on, and one under way has
+// ended when Revoke returns (rdma.MR.DeregisterWait). If ctx ends first,
+// the registration stays cached and valid, and Revoke returns the error.
+func (c *RegCache) Revoke(ctx context.Context, buf []byte) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	k := regKey{rdma.AddrOf(buf), len(buf)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[k]
+	if !ok {
+		return nil
+	}
+	if err := e.Value.(*regEntry).mr.DeregisterWait(ctx); err != nil && !errors.Is(err, rdma.ErrClosed) {
+		return err
+	}
+	c.lru.Remove(e)
+	delete(c.m, k)
+	for i := range c.recent {
+		if c.recent[i].key == k {
+			c.recent[i] = regEntry{}
+		}
+	}
+	return nil
 }
 
 // Len is the number of cached registrations.
