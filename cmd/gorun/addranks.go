@@ -54,6 +54,7 @@ func addRanksMain(args []string, stdout, stderr io.Writer) int {
 		var fe *flagError
 		if errors.As(err, &fe) {
 			fe.hint = "" // the hints are for a launch's flags (-np N for --ntasks): none fits here
+			fe.help = "gorun --add-ranks"
 		}
 		fmt.Fprintln(stderr, "gorun:", err)
 		return launcher.StatusUsage

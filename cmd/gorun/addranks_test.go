@@ -30,8 +30,8 @@ func TestAddRanksBadFlag(t *testing.T) {
 		}
 		out := stderr.String()
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-		if len(lines) > 3 || !strings.HasPrefix(out, tc.want) || !strings.Contains(lines[len(lines)-1], "-h'") {
-			t.Errorf("gorun %q printed:\n%s\nwant at most 3 lines, starting %q, the last pointing to -h", tc.args, out, tc.want)
+		if len(lines) > 3 || !strings.HasPrefix(out, tc.want) || !strings.HasSuffix(lines[len(lines)-1], "run 'gorun --add-ranks -h' for its flags") {
+			t.Errorf("gorun %q printed:\n%s\nwant at most 3 lines, starting %q, the last pointing to gorun --add-ranks -h", tc.args, out, tc.want)
 		}
 	}
 	for _, args := range [][]string{{"--add-ranks", "-h"}, {"--add-ranks=1", "--help"}} {

@@ -97,12 +97,16 @@ var habits = map[string]string{
 type flagError struct {
 	msg  string
 	hint string
+	help string // the command whose -h lists the flags; "gorun" if empty
 }
 
 func (e *flagError) Error() string {
 	s := e.msg
 	if e.hint != "" {
 		s += "\ngorun: " + e.hint
+	}
+	if e.help != "" {
+		return s + "\ngorun: run '" + e.help + " -h' for its flags"
 	}
 	return s + "\ngorun: run 'gorun -h' for gorun's flags"
 }
