@@ -1,10 +1,10 @@
 package launcher
 
 // The stall report says where each rank is. jobctl knows what the ranks
-// reported: to it a rank that closed its client has "finished", though it
-// may have closed it after its operation failed, or while its process
-// hangs in its teardown, and a rank killed inside a collective stays in
-// it. The runner knows how each rank's process ended, so the monitor
+// reported: to it a rank that closed its client "closed its job-control
+// connection", which it may have done after its operation failed, or
+// while its process hangs in its teardown, and a rank killed inside a
+// collective stays in it. The runner knows how each rank's process ended, so the monitor
 // takes the ranks whose process ended, and those that closed their
 // client, out of jobctl's view, and says what they did.
 
