@@ -205,8 +205,8 @@ func (c *Comm) checkV(op, which string, counts, displs []int, n int) ([]int, err
 		if k < 0 {
 			return nil, c.invalid(op, "%scounts[%d] = %d is negative", which, i, k)
 		}
-		if d := displs[i]; d < 0 || d+k > n {
-			return nil, c.invalid(op, "%sblock %d [%d,%d) lies outside the buffer of %d elements", which, i, d, d+k, n)
+		if d := displs[i]; d < 0 || d > n-k { // not d+k > n: that wraps for a huge d
+			return nil, c.invalid(op, "%sblock %d (displacement %d, count %d) lies outside the buffer of %d elements", which, i, d, k, n)
 		}
 	}
 	return displs, nil

@@ -1,0 +1,55 @@
+package comm
+
+import (
+	"errors"
+	"math"
+	"testing"
+)
+
+// TestVDisplOverflow passes a displacement so large that displacement +
+// count wraps around: every rank must fail with ErrInvalid, as for any
+// block outside the buffer, where the check let it through and the
+// engine sliced out of range (a panic).
+func TestVDisplOverflow(t *testing.T) {
+	ctx := testCtx(t)
+	counts := []int{1, 1, 1}
+	huge := []int{0, 1, math.MaxInt}
+	cases := []struct {
+		name string
+		f    func(c *Comm) error
+	}{
+		{"allgatherv", func(c *Comm) error {
+			return AllGatherV(ctx, c, make([]int32, 1), make([]int32, 3), counts, huge)
+		}},
+		{"gatherv", func(c *Comm) error {
+			return GatherV(ctx, c, make([]int32, 1), make([]int32, 3), counts, huge, 0)
+		}},
+		{"scatterv", func(c *Comm) error {
+			return ScatterV(ctx, c, make([]int32, 3), counts, huge, make([]int32, 1), 0)
+		}},
+		{"alltoallv send", func(c *Comm) error {
+			return AllToAllV(ctx, c, make([]int32, 3), counts, huge, make([]int32, 3), counts, nil)
+		}},
+		{"alltoallv recv", func(c *Comm) error {
+			return AllToAllV(ctx, c, make([]int32, 3), counts, nil, make([]int32, 3), counts, huge)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, 3)
+			errs := onAll(cs, func(c *Comm) error {
+				err := tc.f(c)
+				if err == nil {
+					err = c.Barrier(ctx) // a rank whose part completed fails at its next operation
+				}
+				return err
+			})
+			for r, err := range errs {
+				if !errors.Is(err, ErrInvalid) {
+					t.Errorf("rank %d: %v, want ErrInvalid", r, err)
+				}
+			}
+			t.Logf("rank 1: %v", errs[1])
+		})
+	}
+}
