@@ -6,6 +6,9 @@ import (
 	"sync"
 )
 
+// errNilComm is Close's error on a nil *Comm.
+var errNilComm = &RankError{Rank: -1, Op: "close", Err: fmt.Errorf("%w: nil communicator", ErrInvalid)}
+
 // closing is the outcome of a communicator's Close: the first call starts
 // the teardown on a goroutine of its own, every call waits for it or for
 // the end of its own context.
@@ -25,6 +28,9 @@ type closing struct {
 // release finishes in the background. A later Close or CloseContext
 // waits for the same teardown and returns its result.
 func (c *Comm) CloseContext(ctx context.Context) error {
+	if c == nil {
+		return errNilComm
+	}
 	c.closing.once.Do(func() {
 		done := make(chan struct{})
 		c.closing.done = done

@@ -190,8 +190,13 @@ func (c *Comm) adopt(child *Comm, members []int) {
 // Close releases the communicator. It is not collective; peers' later
 // operations that need this rank fail with ErrPeerClosed. It is
 // CloseContext bounded by the communicator's timeout (WithTimeout,
-// GORUN_TIMEOUT).
+// GORUN_TIMEOUT). On a nil *Comm (Split's result for a negative color) it
+// returns an error wrapping ErrInvalid, as os.File's Close does, rather
+// than panic, so that a deferred Close after Split is safe.
 func (c *Comm) Close() error {
+	if c == nil {
+		return errNilComm
+	}
 	ctx, cancel := c.cfg.bound(context.Background())
 	defer cancel()
 	return c.CloseContext(ctx)

@@ -53,3 +53,34 @@ func TestVDisplOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseNilComm closes the nil communicator Split gives a negative
+// color, as a deferred Close after Split does: ErrInvalid, not a panic.
+func TestCloseNilComm(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2)
+	errs := onAll(cs, func(c *Comm) error {
+		color := 0
+		if c.Rank() == 1 {
+			color = -1
+		}
+		sub, err := c.Split(ctx, color, 0)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			return sub.Close()
+		}
+		if sub != nil {
+			t.Errorf("Split with color -1 gave %v, want nil", sub)
+		}
+		if err := sub.CloseContext(ctx); !errors.Is(err, ErrInvalid) {
+			t.Errorf("CloseContext on nil: %v, want ErrInvalid", err)
+		}
+		if err := sub.Close(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Close on nil: %v, want ErrInvalid", err)
+		}
+		return nil
+	})
+	mustAll(t, "split and close", errs)
+}

@@ -9,7 +9,8 @@ import (
 
 // Split partitions the communicator: the ranks that pass the same color
 // form a new communicator, ranked by key (ties by rank here). It is
-// collective over c. A negative color takes part but gets nil.
+// collective over c. A negative color takes part but gets nil (MPI's
+// MPI_UNDEFINED and MPI_COMM_NULL); Close on it returns ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*c.size)
