@@ -9,7 +9,8 @@ import (
 	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
-// Option configures Init, NewLocal and Split.
+// Option configures Init and NewLocal. A communicator made from another
+// (Split, Dup, CreateGroup, Shrink, Grow) keeps its parent's configuration.
 type Option func(*config) error
 
 // config is the resolved configuration of a communicator.
@@ -148,6 +149,7 @@ func WithTransport(name string) Option {
 }
 
 // WithTimeout bounds every operation (0: no bound besides the context).
+// The default is GORUN_TIMEOUT, or else 5 minutes.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
