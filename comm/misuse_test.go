@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -83,4 +84,31 @@ func TestCloseNilComm(t *testing.T) {
 		return nil
 	})
 	mustAll(t, "split and close", errs)
+}
+
+// TestNilRequest waits for a slice of requests with gaps, as MPI_Waitall
+// does for MPI_REQUEST_NULL: the nil ones are complete.
+func TestNilRequest(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2)
+	errs := onAll(cs, func(c *Comm) error {
+		buf := make([]int32, 4)
+		reqs := make([]*Request, 3)
+		if c.Rank() == 0 {
+			reqs[1] = ISend(ctx, c, buf, 1, 7)
+		} else {
+			reqs[2] = IRecv(ctx, c, buf, 0, 7)
+		}
+		if err := WaitAll(ctx, reqs...); err != nil {
+			return err
+		}
+		if err := reqs[0].Wait(ctx); err != nil {
+			return err
+		}
+		if done, err := reqs[0].Test(); !done || err != nil {
+			return fmt.Errorf("Test on a nil request: %v, %v; want true, nil", done, err)
+		}
+		return nil
+	})
+	mustAll(t, "WaitAll with nil requests", errs)
 }

@@ -13,6 +13,9 @@ import (
 // Request is a pending non-blocking operation. Its place in the
 // communicator's operation order is fixed when it is started. A Request
 // may be waited for and tested any number of times, from any goroutine.
+// A nil *Request is complete, as MPI_REQUEST_NULL: Wait and Test return
+// at once without error, and WaitAll skips it, so a slice of requests
+// may have gaps.
 type Request struct {
 	// done is closed when the operation completes. A point-to-point
 	// request's is made when it starts (p2p.go); a collective's (lazy) by
@@ -37,6 +40,9 @@ type Request struct {
 // ctx's error (errors.Is(err, context.DeadlineExceeded) or
 // context.Canceled).
 func (r *Request) Wait(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
 	r.flush()
 	ch := r.sleepOn()
 	if ch == nil {
@@ -57,6 +63,9 @@ func (r *Request) Wait(ctx context.Context) error {
 
 // Test reports whether the operation has completed, and its error.
 func (r *Request) Test() (done bool, err error) {
+	if r == nil {
+		return true, nil
+	}
 	r.flush()
 	if r.lazy {
 		if r.fin.Load() {
@@ -340,7 +349,8 @@ func IRecv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) *Reque
 	return r
 }
 
-// WaitAll waits for every request and returns the first error.
+// WaitAll waits for every request (nil ones are complete) and returns the
+// first error.
 func WaitAll(ctx context.Context, reqs ...*Request) error {
 	var first error
 	for _, r := range reqs {
