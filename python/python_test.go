@@ -244,7 +244,9 @@ func TestPackageRefusalFailsEveryRank(t *testing.T) {
 // TestTorchWaitTimeout: Work.wait(timeout) on backend "gorun" raises at
 // its timeout while the operation cannot finish (the peer joins it only
 // afterwards), and aborts that group's communicator, so the peer's side
-// and later calls fail instead of hanging; the job's group goes on.
+// and later calls fail instead of hanging; the job's group goes on. A
+// group's own timeout (new_group's timeout=) bounds a blocking call alike
+// (it used to wait for GORUN_TIMEOUT).
 func TestTorchWaitTimeout(t *testing.T) {
 	needBackend(t)
 	out := gorun(t, 3, python, "python/tests/torch_wait_check.py")
@@ -252,8 +254,8 @@ func TestTorchWaitTimeout(t *testing.T) {
 }
 
 // TestTorchRefusalFailsEveryRank: where the torch backend refuses one
-// rank's argument (a tensor not contiguous, a bitwise op on floats, a
-// complex send, an output of another dtype, split sizes that do not
+// rank's argument (a send's tensor not contiguous, a recv from any
+// source, a bitwise op on floats, a complex send, an output of another dtype, split sizes that do not
 // fit, a scatter list one short), that rank raises RuntimeError saying
 // what it refused and every other rank RuntimeError naming it within a
 // minute, with GORUN_TIMEOUT=10m; each case on a new group of 3 of the 4

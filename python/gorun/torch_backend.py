@@ -29,11 +29,18 @@ does): that operation and every later one on the group fail, on this rank
 and on the group's other members, with an error that says so, rather than
 waiting behind it. A subgroup's timeout leaves the default group usable;
 the default group's is the job's communicator, which the gorun package's
-own calls share. Waits
-with no timeout (every blocking call) are bounded by GORUN_TIMEOUT.
+own calls share. Every operation is bounded by its group's timeout
+(init_process_group's or new_group's timeout=, torch's 30 minutes unless
+given), counted from its start (a send's or recv's from when it may run),
+as Gloo's are: a watchdog thread aborts the group's communicator as above
+once it passes. GORUN_TIMEOUT bounds each wait in gorun as well.
 
-An argument the backend refuses (a tensor not on the CPU or not
-contiguous, a dtype or reduce op gorun lacks, a bitwise op on floats, an
+A strided (not contiguous) tensor goes through a contiguous copy in the
+collectives, as with Gloo; a send or recv refuses it, as Gloo's do. A
+bool tensor's SUM is OR and its PRODUCT AND, as in torch's NCCL backend.
+An argument the backend refuses (a tensor not on the CPU, a send's or
+recv's not contiguous, a recv from any source, a dtype or reduce op gorun
+lacks (PREMUL_SUM; AVG of bools), a bitwise op on floats, an
 output, list or split sizes that do not fit the input) raises RuntimeError
 on that rank and fails the call at once on the group's other members,
 whose RuntimeError names that rank and what it refused (gorun_refuse);
@@ -149,7 +156,10 @@ def _create(opts, pg_options=None):
     ranks = list(opts.global_ranks_in_group)
     if ranks == list(range(_job_size())):
         ranks = []  # the whole job, in its own order: the job's communicator
-    return ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id))
+    # torch's timeout for the group (init_process_group's or new_group's
+    # timeout=, 30 minutes unless given) bounds each operation, as Gloo's.
+    timeout_ms = int(opts.timeout.total_seconds() * 1000) if opts.timeout else 0
+    return ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id), timeout_ms)
 
 
 def _group_tag(name):

@@ -57,6 +57,14 @@ def ops():
     flags = torch.tensor([R == 0, True])
     dist.all_reduce(flags, op=dist.ReduceOp.BAND)
     expect(flags.tolist() == [N == 1, True], "bool BAND %s" % flags.tolist())
+    # A bool SUM is OR and PRODUCT AND, as in NCCL: it used to add the
+    # bytes, leaving bools of value N that ~ took for true.
+    for name, want in [("SUM", [True, True, False]), ("PRODUCT", [N == 1, True, False])]:
+        flags = torch.tensor([R == 0, True, False])
+        dist.all_reduce(flags, op=getattr(dist.ReduceOp, name))
+        expect(flags.view(torch.uint8).tolist() == [int(w) for w in want] and (~flags).tolist() == [not w for w in want],
+               "bool %s: bytes %s, ~ %s" % (name, flags.view(torch.uint8).tolist(), (~flags).tolist()))
+    noncontiguous()
     # What the backend refuses (a bitwise op on floats, an output of another
     # dtype, split sizes that do not fit...) aborts the group:
     # torch_refuse_check.py checks each.
@@ -140,6 +148,40 @@ def ops():
     lst = [R * 7] if R == 1 else [None]
     dist.broadcast_object_list(lst, src=1 % N)
     expect(lst == [7 if N > 1 else 0], "broadcast_object_list %s" % lst)
+
+
+def noncontiguous():
+    """Strided tensors (a transpose, a column), as Gloo takes them: the
+    collectives used to refuse them, failing the call on every rank."""
+    base = (torch.arange(12.0).reshape(3, 4) + R).t()  # (4, 3), not contiguous
+    t = base.clone().t().t()
+    expect(not t.is_contiguous(), "the test's tensor is contiguous")
+    dist.all_reduce(t)
+    same(t, (torch.arange(12.0).reshape(3, 4) * N + N * (N - 1) / 2).t(), "all_reduce of a transpose")
+    col = torch.zeros(4, 3)
+    col[:, 1] = R + 1.0
+    dist.broadcast(col[:, 1], src=N - 1)
+    same(col, torch.tensor([[0.0, N, 0.0]] * 4), "broadcast into a column")
+    col[:, 1] = R + 1.0
+    dist.reduce(col[:, 1], dst=0, op=dist.ReduceOp.SUM)
+    if R == 0:
+        same(col[:, 1], torch.full((4,), N * (N + 1) / 2), "reduce into a column")
+    out = torch.zeros(N, 2).t()  # (2, N)
+    dist.all_gather_into_tensor(out, torch.full((2,), float(R)))
+    same(out.reshape(-1), torch.arange(N).float().repeat_interleave(2), "all_gather_into_tensor into a transpose")
+    ag = [torch.zeros(2, 2).t() for _ in range(N)]
+    dist.all_gather(ag, (torch.arange(4.0).reshape(2, 2) + R).t())
+    for a in range(N):
+        same(ag[a], (torch.arange(4.0).reshape(2, 2) + a).t(), "all_gather of a transpose from %d" % a)
+    rs = torch.zeros(2, 3)
+    dist.reduce_scatter(rs[:, 0], [torch.full((2,), float(R + b)) for b in range(N)])
+    same(rs[:, 0], torch.full((2,), float(N * (N - 1) / 2 + N * R)), "reduce_scatter into a column")
+    got = torch.zeros(2, 2)
+    dist.scatter(got.t(), scatter_list=[torch.full((2, 2), float(b)) for b in range(N)] if R == 0 else None, src=0)
+    same(got, torch.full((2, 2), float(R)), "scatter into a transpose")
+    a2a = torch.zeros(2, N).t()  # (N, 2)
+    dist.all_to_all_single(a2a, (torch.arange(2 * N).float().reshape(2, N) + 100 * R).t())
+    same(a2a, torch.tensor([[100.0 * a + R, 100.0 * a + N + R] for a in range(N)]), "all_to_all_single of transposes")
 
 
 def exchange():

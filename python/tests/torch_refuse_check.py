@@ -1,7 +1,7 @@
 """Run under `gorun -np 4 /usr/bin/python3 python/tests/torch_refuse_check.py`,
 with GORUN_TIMEOUT far beyond LIMIT: in each case one rank passes a
 torch.distributed call on backend "gorun" an argument the backend refuses
-(a tensor not contiguous, a bitwise op on floats, a dtype gorun lacks, an
+(a send's tensor not contiguous, a recv from any source, a bitwise op on floats, a dtype gorun lacks, an
 output of another dtype than its input, split sizes that do not fit, a
 scatter list of the wrong length) while the others pass good ones. The
 refusing rank raises RuntimeError saying what it refused; every other
@@ -99,8 +99,28 @@ def main():
     expect(n == 4, "needs 4 ranks, has %d" % n)
     m = len(MEMBERS)
 
-    case("all_reduce, rank 0's tensor not contiguous", 0, ["contiguous"],
-         lambda g: dist.all_reduce(mine(torch.ones(4, 4), 0, torch.ones(4, 4).t()), group=g))
+    def send_strided(g):
+        # A collective takes a strided tensor (torch_ops_check.py), a send
+        # or recv does not, as with Gloo.
+        if R == 0:
+            dist.send(torch.ones(4, 4).t(), 1, group=g)
+        elif R == 1:
+            dist.recv(torch.zeros(4, 4), 0, group=g)
+        else:
+            dist.all_reduce(torch.ones(4), group=g)
+    case("send of rank 0's tensor not contiguous", 0, ["contiguous"], send_strided)
+
+    def recv_any(g):
+        # dist.recv with no src used to fail rank 1 alone ("does not support
+        # recvAnysource"), and rank 0's message stayed queued.
+        if R == 0:
+            dist.send(torch.ones(4), 1, group=g)  # may be done (buffered) before rank 1 refuses
+            dist.all_reduce(torch.ones(4), group=g)
+        elif R == 1:
+            dist.recv(torch.zeros(4), group=g)
+        else:
+            dist.all_reduce(torch.ones(4), group=g)
+    case("recv on rank 1 from any source", 1, ["any source"], recv_any)
     case("all_reduce, rank 1's BAND on floats", 1, ["integer"],
          lambda g: dist.all_reduce(torch.ones(4), op=mine(dist.ReduceOp.MAX, 1, dist.ReduceOp.BAND), group=g))
 

@@ -5,10 +5,13 @@ and, since gorun cannot cancel an operation in flight, aborts the group's
 communicator: the peer's side of that operation and every later call on
 the group fail rather than hang, while the other groups go on. Rank 1
 joins the operations only after rank 0's wait has timed out (told
-through torch's store), so the timeout does not depend on timing. Prints
+through torch's store), so the timeout does not depend on timing. Then
+a group's own timeout (new_group's timeout=, as init_process_group's)
+bounds rank 0's blocking all_reduce alike. Prints
 "torch_wait_check: rank R ok"."""
 import os
 import sys
+import time
 from datetime import timedelta
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -66,6 +69,37 @@ def main():
             expect(False, "an all_reduce on the aborted group succeeded")
         except RuntimeError as e:
             expect("abort" in str(e), "later call's message: %s" % e)
+
+    # A group's timeout (new_group's, as init_process_group's timeout=)
+    # bounds a blocking call, as with Gloo: it used to wait for
+    # GORUN_TIMEOUT (120 s in the test), ignoring it.
+    timed = dist.new_group([0, 1], timeout=timedelta(seconds=2))
+    if r == 0:
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(4), group=timed)
+            expect(False, "a blocking all_reduce that rank 1 never joined returned")
+        except RuntimeError as e:
+            took = time.monotonic() - t0
+            expect("timed out after 2000 ms" in str(e) and "abort" in str(e), "group timeout's message: %s" % e)
+            expect(took < 30, "the group's 2 s timeout took %.1f s" % took)
+        store.set("group_timed_out", "1")
+    elif r == 1:
+        store.get("group_timed_out")
+        try:
+            dist.all_reduce(torch.ones(4), group=timed)
+            expect(False, "rank 1's all_reduce on the timed-out group succeeded")
+        except RuntimeError as e:
+            expect("abort" in str(e) and "rank 0" in str(e), "peer's message after the group timeout: %s" % e)
+    # A group whose operations finish in time keeps working past its
+    # timeout: the watchdog times each operation, not the group.
+    dist.barrier()  # new_group's store barrier waits as long as its timeout
+    short = dist.new_group(list(range(n)), timeout=timedelta(seconds=5))
+    for _ in range(3):
+        t = torch.ones(4)
+        dist.all_reduce(t, group=short)
+        expect(torch.all(t == n).item(), "all_reduce on a group of 5 s timeout: %s" % t)
+        time.sleep(2)
 
     t = torch.ones(4)
     dist.all_reduce(t)  # the job's group is untouched

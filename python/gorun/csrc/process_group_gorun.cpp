@@ -19,7 +19,9 @@
 // naming this rank instead of waiting for it until GORUN_TIMEOUT.
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -99,27 +101,58 @@ gorun_op toOp(const Args& a, const c10d::ReduceOp& op) {
     case c10d::ReduceOp::BAND: return GORUN_BAND;
     case c10d::ReduceOp::BOR: return GORUN_BOR;
     case c10d::ReduceOp::BXOR: return GORUN_BXOR;
+    case c10d::ReduceOp::PREMUL_SUM:
+      a.refuse("reduce op PREMUL_SUM is not supported (torch 1.13 makes it for NCCL only): scale the tensor, then SUM");
     default:
       a.refuse("unsupported reduce op ", int(op.op_),
                " (SUM, PRODUCT, MIN, MAX, AVG, BAND, BOR and BXOR are supported)");
   }
 }
 
-// opFor is toOp, refusing a bitwise op on a floating-point tensor.
+// opFor is toOp, refusing a bitwise op on a floating-point tensor. A bool
+// tensor travels as bytes 0 and 1: its SUM and PRODUCT are OR and AND, as
+// in torch's NCCL backend (a byte sum of 2 would be a bool that is neither
+// true nor false to torch's kernels: ~t gave true, and 256 ranks' sum 0).
 gorun_op opFor(const Args& a, const c10d::ReduceOp& op, const at::Tensor& t) {
   gorun_op o = toOp(a, op);
   a.check(!(o >= GORUN_BAND && o <= GORUN_BXOR && at::isFloatingType(t.scalar_type())),
           "bitwise reduce ops are defined for integer and bool tensors only, not ", t.scalar_type());
+  if (t.scalar_type() == at::kBool) {
+    a.check(o != GORUN_AVG, "reduce op AVG is not defined for bool tensors");
+    if (o == GORUN_SUM) return GORUN_BOR;
+    if (o == GORUN_PROD) return GORUN_BAND;
+  }
   return o;
 }
 
+// single is a call's one tensor, which may be strided: a collective works
+// on a contiguous copy of it (Staged), as torch's Gloo backend does; a send
+// or recv refuses it (contiguous), as Gloo's does.
 const at::Tensor& single(const Args& a, const std::vector<at::Tensor>& ts) {
   a.check(ts.size() == 1, a.op(), " takes exactly one tensor per process");
   const at::Tensor& t = ts[0];
   a.check(t.device().is_cpu(), "tensors must be on the CPU");
-  a.check(t.is_contiguous(), "tensors must be contiguous");
   return t;
 }
+
+const at::Tensor& contiguous(const Args& a, const at::Tensor& t) {
+  a.check(t.is_contiguous(), a.op(), "'s tensor must be contiguous");
+  return t;
+}
+
+// Staged is the buffer gorun reads and writes for tensor t: t itself, or
+// a contiguous copy of a strided t, which back() copies into t once the
+// operation is done.
+struct Staged {
+  at::Tensor t, buf;
+  explicit Staged(const at::Tensor& t) : t(t), buf(t.is_contiguous() ? t : t.contiguous()) {}
+  void* ptr() const { return buf.data_ptr(); }
+  // back is the work's `after`, or none when t was contiguous.
+  std::function<void()> back() const {
+    if (buf.is_same(t)) return nullptr;
+    return [t = t, buf = buf]() mutable { t.copy_(buf); };
+  }
+};
 
 // sameAs checks an output tensor against the input it receives elements
 // of: gorun is given one dtype and one count for both buffers, so an
@@ -127,7 +160,6 @@ const at::Tensor& single(const Args& a, const std::vector<at::Tensor>& ts) {
 // its end or read as the wrong type.
 void sameAs(const Args& a, const at::Tensor& out, const at::Tensor& in) {
   a.check(out.device().is_cpu() && in.device().is_cpu(), "tensors must be on the CPU");
-  a.check(out.is_contiguous() && in.is_contiguous(), "tensors must be contiguous");
   a.check(out.scalar_type() == in.scalar_type(), a.op(), " output dtype ", out.scalar_type(),
           " differs from the input's ", in.scalar_type());
 }
@@ -180,9 +212,13 @@ std::atomic<bool> g_tracing{false};
 // recv of the group, or starts another operation. The queue of works
 // shares the gate's lock; works hold the gate, as they may outlive the
 // group.
+//
+// The gate's lock also guards the watchdog's list (ProcessGroupGorun::watch),
+// which wcv wakes when sends and recvs are released: their time starts then.
 struct P2PGate {
   std::mutex mu;
   std::condition_variable cv;
+  std::condition_variable wcv;  // the watchdog's
   uint64_t started = 0;   // works enqueued; a work's seq is the count at its enqueue
   uint64_t released = 0;  // sends and recvs with seq <= released may be waited for
   bool stop = false;
@@ -190,11 +226,15 @@ struct P2PGate {
   void releaseAll() {
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (released == started) return;
       released = started;
     }
     cv.notify_all();
+    wcv.notify_all();
   }
 };
+
+using Clock = std::chrono::steady_clock;
 
 class WorkGorun : public Work {
  public:
@@ -256,7 +296,10 @@ class WorkGorun : public Work {
     } else {
       err = std::make_exception_ptr(std::runtime_error(gorunError(rc)));
     }
+    // The watchdog's abort failed it: say why, rather than "aborted".
+    if (err && timedOut_.load()) err = std::make_exception_ptr(std::runtime_error(timeoutWhy_));
     finish(err);
+    finished_.store(true);
     if (traceStart && comm) {
       int64_t bytes = 0;
       for (auto& t : outputs_) bytes += t.numel() * t.element_size();
@@ -268,6 +311,23 @@ class WorkGorun : public Work {
       future_->markCompleted(c10::IValue(outputs_));
     }
   }
+
+  // expire is the watchdog's: the work outlived its process group's
+  // timeout (init_process_group's or new_group's timeout=). As a wait
+  // that times out, it aborts the group's communicator, which fails this
+  // operation and every later one on the group, on every member.
+  void expire(std::chrono::milliseconds timeout) {
+    if (finished_.load()) return;
+    timeoutWhy_ = "gorun backend: " + opTypeToString(retrieveOpType()) + " timed out after " +
+                  std::to_string(timeout.count()) +
+                  " ms, the process group's timeout (init_process_group or new_group timeout=); gorun cannot "
+                  "cancel an operation in flight, so it aborted the group's communicator: this operation and "
+                  "every later one on the group fail";
+    timedOut_.store(true);
+    if (comm) gorun_abort(comm, timeoutWhy_.c_str());
+  }
+
+  bool finished() const { return finished_.load(); }
 
   // claim makes the caller the one that waits for req and completes the
   // work: exactly one of wait() and the completer thread does.
@@ -285,12 +345,19 @@ class WorkGorun : public Work {
   bool p2p = false;             // a send or recv: held at the gate
   uint64_t seq = 0;             // set by enqueue
   std::shared_ptr<P2PGate> gate;
+  // When the watchdog expires this work: set at enqueue, or for a send or
+  // recv once released (until then gorun has not started it). Guarded by
+  // the gate's lock.
+  Clock::time_point deadline = Clock::time_point::max();
   int64_t traceStart = g_tracing.load(std::memory_order_relaxed) ? gorun_trace_now() : 0;
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> claimed_{false};
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> timedOut_{false};
+  std::string timeoutWhy_;  // written before timedOut_ is set
 };
 
 class ProcessGroupGorun : public ProcessGroup {
@@ -306,8 +373,10 @@ class ProcessGroupGorun : public ProcessGroup {
   // one list on every member, and are compared before the group's
   // communicator exists; the rank and size gorun reports, once every
   // member has made it, so no member is left waiting for this one.
-  ProcessGroupGorun(int64_t comm, int rank, int size, const std::vector<int>& ranks, int tag)
-      : ProcessGroup(rank, size), comm_(comm) {
+  // timeoutMs bounds each operation (torch's process-group timeout; 0:
+  // none but GORUN_TIMEOUT, which bounds every wait in gorun anyway).
+  ProcessGroupGorun(int64_t comm, int rank, int size, const std::vector<int>& ranks, int tag, int64_t timeoutMs)
+      : ProcessGroup(rank, size), comm_(comm), timeout_(timeoutMs) {
     if (!ranks.empty()) {
       TORCH_CHECK(int(ranks.size()) == size, "gorun backend: a group of ", size, " ranks given ", ranks.size(),
                   " global ranks");
@@ -324,6 +393,7 @@ class ProcessGroupGorun : public ProcessGroup {
                 owned_ ? "group" : "job", " says rank ", r, " of ", s);
     if (gorun_tracing(comm_)) g_tracing.store(true);
     completer_ = std::thread([this] { run(); });
+    if (timeout_.count() > 0) watchdog_ = std::thread([this] { watch(); });
   }
 
   ~ProcessGroupGorun() override {
@@ -332,7 +402,9 @@ class ProcessGroupGorun : public ProcessGroup {
       gate_->stop = true;
     }
     gate_->cv.notify_all();
+    gate_->wcv.notify_all();
     completer_.join();
+    if (watchdog_.joinable()) watchdog_.join();
     if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
@@ -341,9 +413,10 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
     const Args a(comm_, "all_reduce");
     const at::Tensor& t = single(a, ts);
+    Staged s(t);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLREDUCE, ts);
-    check(gorun_iallreduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t),
-                           &w->req));
+    check(gorun_iallreduce(comm_, s.ptr(), s.ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t), &w->req));
+    w->after = s.back();
     return enqueue(w);
   }
 
@@ -373,15 +446,17 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const BroadcastOptions& opts) override {
     const Args a(comm_, "broadcast");
     const at::Tensor& t = single(a, ts);
+    Staged s(t);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BROADCAST, ts);
-    check(gorun_ibroadcast(comm_, t.data_ptr(), t.numel(), toDType(a, t), int(opts.rootRank), &w->req));
+    check(gorun_ibroadcast(comm_, s.ptr(), t.numel(), toDType(a, t), int(opts.rootRank), &w->req));
+    w->after = s.back();
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const AllgatherOptions&) override {
     const Args a(comm_, "all_gather");
-    const at::Tensor& in = single(a, ins);
+    const at::Tensor in = single(a, ins).contiguous();
     a.check(outs.size() == 1 && int(outs[0].size()) == getSize(), "all_gather needs one list of ", getSize(),
             " output tensors");
     onCPU(a, outs[0]);
@@ -394,7 +469,7 @@ class ProcessGroupGorun : public ProcessGroup {
     check(gorun_iallgather(comm_, in.data_ptr(), flat.data_ptr(), in.numel(), toDType(a, in), &w->req));
     std::vector<at::Tensor> targets = outs[0];
     int64_t n = in.numel();
-    w->after = [flat, targets, n]() mutable {
+    w->after = [in, flat, targets, n]() mutable {
       for (size_t r = 0; r < targets.size(); r++) targets[r].copy_(flat.narrow(0, r * n, n).view_as(targets[r]));
     };
     return enqueue(w);
@@ -405,7 +480,12 @@ class ProcessGroupGorun : public ProcessGroup {
     sameAs(a, out, in);
     a.check(out.numel() == in.numel() * getSize(), "output must be size × input");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{out});
-    check(gorun_iallgather(comm_, in.data_ptr(), out.data_ptr(), in.numel(), toDType(a, in), &w->req));
+    at::Tensor from = in.contiguous();
+    Staged to(out);
+    check(gorun_iallgather(comm_, from.data_ptr(), to.ptr(), in.numel(), toDType(a, in), &w->req));
+    w->after = [from, back = to.back()]() {
+      if (back) back();
+    };
     return enqueue(w);
   }
 
@@ -415,24 +495,31 @@ class ProcessGroupGorun : public ProcessGroup {
     sameAs(a, out, in);
     a.check(in.numel() == out.numel() * getSize(), "input must be size × output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{out});
-    check(gorun_ireduce_scatter(comm_, in.data_ptr(), out.data_ptr(), out.numel(), toDType(a, in),
+    at::Tensor from = in.contiguous();
+    Staged to(out);
+    check(gorun_ireduce_scatter(comm_, from.data_ptr(), to.ptr(), out.numel(), toDType(a, in),
                                 opFor(a, opts.reduceOp, in), &w->req));
+    w->after = [from, back = to.back()]() {
+      if (back) back();
+    };
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const ReduceOptions& opts) override {
     const Args a(comm_, "reduce");
     const at::Tensor& t = single(a, ts);
+    Staged s(t);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE, ts);
-    check(gorun_ireduce(comm_, t.data_ptr(), t.data_ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t),
+    check(gorun_ireduce(comm_, s.ptr(), s.ptr(), t.numel(), toDType(a, t), opFor(a, opts.reduceOp, t),
                         int(opts.rootRank), &w->req));
+    w->after = s.back();
     return enqueue(w);
   }
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const GatherOptions& opts) override {
     const Args a(comm_, "gather");
-    const at::Tensor& in = single(a, ins);
+    const at::Tensor in = single(a, ins).contiguous();
     int root = int(opts.rootRank);
     at::Tensor flat;
     std::vector<at::Tensor> targets;
@@ -452,7 +539,10 @@ class ProcessGroupGorun : public ProcessGroup {
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::GATHER, targets);
     check(gorun_igather(comm_, in.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr, in.numel(), toDType(a, in),
                         root, &w->req));
-    if (flat.defined()) w->after = unflatten(flat, targets);
+    auto unpack = flat.defined() ? unflatten(flat, targets) : nullptr;
+    w->after = [in, unpack]() {
+      if (unpack) unpack();
+    };
     return enqueue(w);
   }
 
@@ -470,9 +560,12 @@ class ProcessGroupGorun : public ProcessGroup {
       a.check(ins.empty() || ins[0].empty(), "scatter input tensors are for the root only");
     }
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SCATTER, outs);
-    check(gorun_iscatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, out.data_ptr(), out.numel(),
-                         toDType(a, out), root, &w->req));
-    w->after = [flat]() {};  // keeps flat alive until the scatter is done
+    Staged to(out);
+    check(gorun_iscatter(comm_, flat.defined() ? flat.data_ptr() : nullptr, to.ptr(), out.numel(), toDType(a, out),
+                         root, &w->req));
+    w->after = [flat, back = to.back()]() {  // keeps flat alive until the scatter is done
+      if (back) back();
+    };
     return enqueue(w);
   }
 
@@ -484,9 +577,12 @@ class ProcessGroupGorun : public ProcessGroup {
             " input tensors");
     at::Tensor flat = flatten(a, ins[0], out);
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::REDUCE_SCATTER, outs);
-    check(gorun_ireduce_scatter(comm_, flat.data_ptr(), out.data_ptr(), out.numel(), toDType(a, out),
+    Staged to(out);
+    check(gorun_ireduce_scatter(comm_, flat.data_ptr(), to.ptr(), out.numel(), toDType(a, out),
                                 opFor(a, opts.reduceOp, out), &w->req));
-    w->after = [flat]() {};
+    w->after = [flat, back = to.back()]() {
+      if (back) back();
+    };
     return enqueue(w);
   }
 
@@ -498,10 +594,15 @@ class ProcessGroupGorun : public ProcessGroup {
     checkSplits(a, inSplits, in, size, "input");
     checkSplits(a, outSplits, out, size, "output");
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::ALLTOALL_BASE, std::vector<at::Tensor>{out});
+    at::Tensor from = in.contiguous();
+    Staged to(out);
     if (outSplits.empty() && inSplits.empty()) {
       a.check(in.numel() == out.numel() && in.numel() % size == 0,
               "all_to_all_single without splits needs equal tensors divisible by the world size");
-      check(gorun_ialltoall(comm_, in.data_ptr(), out.data_ptr(), in.numel() / size, toDType(a, in), &w->req));
+      check(gorun_ialltoall(comm_, from.data_ptr(), to.ptr(), in.numel() / size, toDType(a, in), &w->req));
+      w->after = [from, back = to.back()]() {
+        if (back) back();
+      };
       return enqueue(w);
     }
     // Splits count rows (the first dimension); gorun counts elements.
@@ -514,9 +615,11 @@ class ProcessGroupGorun : public ProcessGroup {
     };
     auto sc = std::make_shared<std::vector<size_t>>(counts(in, inSplits));
     auto rc = std::make_shared<std::vector<size_t>>(counts(out, outSplits));
-    check(gorun_ialltoallv(comm_, in.data_ptr(), sc->data(), nullptr, out.data_ptr(), rc->data(), nullptr,
+    check(gorun_ialltoallv(comm_, from.data_ptr(), sc->data(), nullptr, to.ptr(), rc->data(), nullptr,
                            toDType(a, in), &w->req));
-    w->after = [sc, rc]() {};
+    w->after = [from, sc, rc, back = to.back()]() {
+      if (back) back();
+    };
     return enqueue(w);
   }
 
@@ -551,7 +654,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     const Args a(comm_, "send");
-    const at::Tensor& t = single(a, ts);
+    const at::Tensor& t = contiguous(a, single(a, ts));
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SEND, ts);
     w->p2p = true;
     check(gorun_isend(comm_, t.data_ptr(), t.numel(), toDType(a, t), dst, tag, &w->req));
@@ -560,11 +663,19 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     const Args a(comm_, "recv");
-    const at::Tensor& t = single(a, ts);
+    const at::Tensor& t = contiguous(a, single(a, ts));
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::RECV, ts);
     w->p2p = true;
     check(gorun_irecv(comm_, t.data_ptr(), t.numel(), toDType(a, t), src, tag, &w->req));
     return enqueue(w);
+  }
+
+  // A recv from any source (dist.recv(t) with no src) cannot be matched:
+  // gorun matches each pair's messages in order. Refused on every rank,
+  // so the sender fails too instead of leaving its message queued.
+  c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    Args(comm_, "recv").refuse("recv from any source (no src) is not supported: gorun matches messages per pair of "
+                               "ranks; give src");
   }
 
   c10::intrusive_ptr<Work> barrier(const BarrierOptions&) override {
@@ -605,16 +716,74 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
     w->comm = comm_;
     w->gate = gate_;
+    bool wake = false;  // the watchdog has a deadline to heed
     {
       std::lock_guard<std::mutex> lock(gate_->mu);
       w->seq = ++gate_->started;
-      // Another operation has run gorun's group of the sends and recvs
-      // started before it: they may be waited for now.
-      if (!w->p2p) gate_->released = w->seq;
+      if (!w->p2p) {
+        // Another operation has run gorun's group of the sends and recvs
+        // started before it: they may be waited for now.
+        wake = gate_->released + 1 < w->seq;
+        gate_->released = w->seq;
+      }
       queue_.push_back(w);
+      if (timeout_.count() > 0) {
+        while (!watch_.empty()) {
+          auto front = watch_.front().lock();
+          if (front && !front->finished()) break;
+          watch_.pop_front();
+        }
+        if (!w->p2p) {
+          w->deadline = Clock::now() + timeout_;
+          wake = wake || watchNext_ == Clock::time_point::max();
+        }
+        watch_.emplace_back(w);
+      }
     }
     gate_->cv.notify_all();
+    if (wake && timeout_.count() > 0) gate_->wcv.notify_all();
     return w;
+  }
+
+  // watch is the watchdog thread: it expires each work that outlives the
+  // group's timeout (WorkGorun::expire), counted from its start (a send's
+  // or recv's from its release), as torch's NCCL watchdog does. A Work
+  // dropped once done leaves the list; a blocking call's bound is this.
+  void watch() {
+    std::unique_lock<std::mutex> lock(gate_->mu);
+    std::vector<c10::intrusive_ptr<WorkGorun>> late;
+    while (!gate_->stop) {
+      auto now = Clock::now();
+      auto next = Clock::time_point::max();
+      for (auto it = watch_.begin(); it != watch_.end();) {
+        auto w = it->lock();
+        if (!w || w->finished()) {
+          it = watch_.erase(it);
+          continue;
+        }
+        if (w->deadline == Clock::time_point::max() && w->seq <= gate_->released) w->deadline = now + timeout_;
+        if (w->deadline <= now) {
+          late.push_back(w);
+          it = watch_.erase(it);
+          continue;
+        }
+        next = std::min(next, w->deadline);
+        ++it;
+      }
+      if (!late.empty()) {
+        lock.unlock();
+        for (auto& w : late) w->expire(timeout_);
+        late.clear();
+        lock.lock();
+        continue;
+      }
+      watchNext_ = next;
+      if (next == Clock::time_point::max()) {
+        gate_->wcv.wait(lock);
+      } else {
+        gate_->wcv.wait_until(lock, next);
+      }
+    }
   }
 
   // ready: the completer may wait for the front work.
@@ -643,6 +812,10 @@ class ProcessGroupGorun : public ProcessGroup {
   std::shared_ptr<P2PGate> gate_ = std::make_shared<P2PGate>();
   std::deque<c10::intrusive_ptr<WorkGorun>> queue_;  // guarded by gate_->mu
   std::thread completer_;
+  std::chrono::milliseconds timeout_;
+  std::deque<c10::weak_intrusive_ptr<WorkGorun>> watch_;  // works not yet done, oldest first; gate_->mu
+  Clock::time_point watchNext_ = Clock::time_point::max();  // when the watchdog wakes; gate_->mu
+  std::thread watchdog_;
 };
 
 }  // namespace c10d
@@ -650,5 +823,6 @@ class ProcessGroupGorun : public ProcessGroup {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<c10d::ProcessGroupGorun, c10d::ProcessGroup, c10::intrusive_ptr<c10d::ProcessGroupGorun>>(
       m, "ProcessGroupGorun")
-      .def(py::init<int64_t, int, int, const std::vector<int>&, int>(), py::call_guard<py::gil_scoped_release>());
+      .def(py::init<int64_t, int, int, const std::vector<int>&, int, int64_t>(),
+           py::call_guard<py::gil_scoped_release>());
 }
