@@ -112,3 +112,29 @@ func TestNilRequest(t *testing.T) {
 	})
 	mustAll(t, "WaitAll with nil requests", errs)
 }
+
+// TestISendUnrunClosed pins ISend's doc: a started message that nothing
+// ran before Close is not sent; its request fails with ErrClosed and the
+// receiver's Recv with ErrPeerClosed.
+func TestISendUnrunClosed(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2)
+	errs := onAll(cs, func(c *Comm) error {
+		buf := make([]int32, 4)
+		if c.Rank() == 1 {
+			if err := Recv(ctx, c, buf, 0, 7); !errors.Is(err, ErrPeerClosed) {
+				return fmt.Errorf("Recv: %v, want ErrPeerClosed", err)
+			}
+			return nil
+		}
+		r := ISend(ctx, c, buf, 1, 7)
+		if err := c.Close(); err != nil {
+			return err
+		}
+		if err := r.Wait(ctx); !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("Wait after Close: %v, want ErrClosed", err)
+		}
+		return nil
+	})
+	mustAll(t, "ISend never run", errs)
+}

@@ -335,7 +335,9 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 // same rules; one with no counterpart in its group could never complete and
 // fails with ErrInvalid. tag is in the int32 range, as for Send; one outside
 // it fails the request with ErrInvalid when it runs. The buffer must not be
-// touched until the request completes.
+// touched until the request completes. Unlike MPI, a started message does
+// not progress on its own: one that nothing has run when c is closed was
+// never sent, and its request fails with ErrClosed.
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
 	r := c.deferP2P(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	r.comm, r.name = c, "send" // for Wait's error; the group that runs r reads neither
