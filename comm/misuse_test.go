@@ -138,3 +138,20 @@ func TestISendUnrunClosed(t *testing.T) {
 	})
 	mustAll(t, "ISend never run", errs)
 }
+
+// TestDupErrorNamesDup: Dup's error names the operation the caller
+// called, not the Split it is made of.
+func TestDupErrorNamesDup(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 2)
+	errs := onAll(cs, func(c *Comm) error {
+		c.Close()
+		d, err := c.Dup(ctx)
+		var re *RankError
+		if d != nil || !errors.As(err, &re) || re.Op != "dup" || !errors.Is(err, ErrClosed) {
+			return fmt.Errorf("Dup after Close: %v, %v; want a *RankError of op dup wrapping ErrClosed", d, err)
+		}
+		return nil
+	})
+	mustAll(t, "Dup after Close", errs)
+}

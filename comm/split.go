@@ -12,10 +12,18 @@ import (
 // collective over c. A negative color takes part but gets nil (MPI's
 // MPI_UNDEFINED and MPI_COMM_NULL); Close on it returns ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	return c.split(ctx, color, key, "split")
+}
+
+// Dup returns a new communicator with the same ranks; it is collective.
+func (c *Comm) Dup(ctx context.Context) (*Comm, error) { return c.split(ctx, 0, c.rank, "dup") }
+
+// split is Split, its errors of operation name.
+func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, error) {
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*c.size)
 	if err := AllGather(ctx, c, mine, all); err != nil {
-		return nil, rankErr("split", err)
+		return nil, rankErr(name, err)
 	}
 	var members []int
 	for r := range c.size {
@@ -27,7 +35,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	rv := &splitRendezvous{parent: c, members: members}
 	if color < 0 {
 		_, err := rv.exchange(ctx, nil)
-		return nil, err
+		return nil, rankErr(name, err)
 	}
 	for i, m := range members {
 		if m == c.rank {
@@ -37,14 +45,11 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	cfg := *c.cfg
 	child, err := newComm(ctx, &cfg, rv)
 	if err != nil {
-		return nil, rankErr("split", err)
+		return nil, rankErr(name, err)
 	}
 	c.adopt(child, members)
 	return child, nil
 }
-
-// Dup returns a new communicator with the same ranks; it is collective.
-func (c *Comm) Dup(ctx context.Context) (*Comm, error) { return c.Split(ctx, 0, c.rank) }
 
 // splitRendezvous exchanges endpoints through the parent communicator.
 type splitRendezvous struct {
