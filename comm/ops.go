@@ -355,7 +355,10 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // Recv receives into buf the next message from rank src, which must carry
 // tag and len(buf) elements. tag is in the int32 range, as for Send. src
 // may be this rank when an ISend to it was started before; without one, a
-// Recv from this rank could never complete and is ErrInvalid.
+// Recv from this rank could never complete and is ErrInvalid. There are no
+// wildcards (MPI_ANY_SOURCE, MPI_ANY_TAG) and no shorter messages than buf
+// (MPI_Get_count): src is one rank, a negative src is ErrInvalid, and
+// every tag, negative ones included, matches only itself.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil {
