@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestVDisplOverflow passes a displacement so large that displacement +
@@ -154,4 +155,32 @@ func TestDupErrorNamesDup(t *testing.T) {
 		return nil
 	})
 	mustAll(t, "Dup after Close", errs)
+}
+
+// TestRecvAgainstCollective: a Recv on one rank and a collective that
+// waits for it on the other never hang; both fail by the operation
+// timeout at the latest (Recv's doc), with an error naming a rank.
+func TestRecvAgainstCollective(t *testing.T) {
+	ctx := testCtx(t)
+	const timeout = 300 * time.Millisecond
+	cs := newLocal(t, 2, WithTimeout(timeout))
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error {
+		b := make([]int32, 4)
+		if c.Rank() == 1 {
+			return Recv(ctx, c, b, 0, 0)
+		}
+		return Gather(ctx, c, b, make([]int32, 8), 0)
+	})
+	took := time.Since(start)
+	for r, err := range errs {
+		var re *RankError
+		if !errors.As(err, &re) || re.Rank < 0 || re.Rank > 1 {
+			t.Errorf("rank %d: %v, want a *RankError naming rank 0 or 1", r, err)
+		}
+	}
+	if took > timeout+10*time.Second {
+		t.Errorf("took %v with a timeout of %v", took, timeout)
+	}
+	t.Logf("after %v: rank 0: %v; rank 1: %v", took.Round(time.Millisecond), errs[0], errs[1])
 }

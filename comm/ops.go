@@ -358,7 +358,10 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // Recv from this rank could never complete and is ErrInvalid. There are no
 // wildcards (MPI_ANY_SOURCE, MPI_ANY_TAG) and no shorter messages than buf
 // (MPI_Get_count): src is one rank, a negative src is ErrInvalid, and
-// every tag, negative ones included, matches only itself.
+// every tag, negative ones included, matches only itself. A Recv and a
+// collective that wait for each other (src is in a Gather to this rank, or
+// a Barrier) exchange no message: unlike collectives that disagree, they
+// are found only at the operation timeout (WithTimeout), which fails both.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil {
