@@ -15,7 +15,11 @@
 // Ownership and concurrency: a Comm may be used from several goroutines;
 // its operations run one at a time, in the order they were called (for the
 // I* functions, the order in which they were started). Every rank must call
-// the collectives in the same order. Buffers belong to the caller but must
+// the collectives in the same order: two goroutines that call collectives
+// on one Comm at once make that order a race, which can differ between
+// ranks: ErrMismatch, or, for two calls alike in operation, count and
+// type, each one's data silently reduced with the other's. Give each
+// goroutine its own communicator (Dup), as with NCCL and MPI. Buffers belong to the caller but must
 // not be touched while an operation on them runs; slices passed to
 // collectives are registered with the transport and stay registered (and
 // pinned) in a bounded per-communicator cache until evicted or Close.
