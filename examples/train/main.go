@@ -14,6 +14,11 @@
 // the requested number of steps (elastic.go).
 //
 //	gorun --elastic -np 4 --fault 'rank=2:kill:write:200' ./examples/train -out /tmp/params
+//
+// Under gorun --max-restarts a restarted rank rejoins, and under gorun
+// --max-np a rank that gorun --add-ranks starts joins: the running ranks
+// admit them with Comm.Grow at the next step boundary (-regrow, on by
+// default under either flag).
 package main
 
 import (
@@ -49,8 +54,8 @@ func main() {
 	flag.BoolVar(&cfg.elastic, "elastic", os.Getenv("GORUN_ELASTIC") == "1",
 		"when a rank dies, shrink to the survivors and go on (default on under gorun --elastic)")
 	out := flag.String("out", "", "write each rank's final parameters to DIR/rank-R.json (R: the rank gorun started)")
-	flag.BoolVar(&cfg.regrow, "regrow", os.Getenv("GORUN_MAX_RESTARTS") != "",
-		"admit restarted ranks with Comm.Grow at step boundaries (default on under gorun --max-restarts)")
+	flag.BoolVar(&cfg.regrow, "regrow", regrowByDefault(os.Getenv),
+		"admit restarted and added ranks with Comm.Grow at step boundaries (default on under gorun --max-restarts or --max-np)")
 	flag.IntVar(&cfg.waitNP, "wait-np", 0,
 		"with regrow: when fewer than N ranks are left, wait at the next step for restarted ranks to rejoin instead of going on (Horovod Elastic's --min-np)")
 	flag.DurationVar(&cfg.waitFor, "wait-timeout", cfg.waitFor, "with -wait-np: fail if no rank rejoins within this long")
@@ -183,4 +188,12 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "train:", err)
 	os.Exit(1)
+}
+
+// regrowByDefault says whether -regrow is on without the flag: under gorun
+// --max-restarts (a failed rank comes back) or --max-np (gorun --add-ranks
+// starts more), ranks wait in Init to be admitted with Grow, and a job
+// that never calls Grow leaves them there until its end.
+func regrowByDefault(getenv func(string) string) bool {
+	return getenv("GORUN_MAX_RESTARTS") != "" || getenv("GORUN_MAX_NP") != ""
 }

@@ -472,3 +472,23 @@ func TestEpochStepTimesArePerEpoch(t *testing.T) {
 		}
 	}
 }
+
+// Ranks that gorun --add-ranks starts (--max-np) wait in Init for a Grow,
+// as restarted ranks do: -regrow must be on by default for both. With it
+// off under --max-np, the added ranks waited until the job ended and then
+// failed Init, and gorun exited 1 (2026-12-01, by hand).
+func TestRegrowByDefault(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want bool
+	}{
+		{nil, false},
+		{map[string]string{"GORUN_ELASTIC": "1"}, false},
+		{map[string]string{"GORUN_ELASTIC": "1", "GORUN_MAX_RESTARTS": "1"}, true},
+		{map[string]string{"GORUN_ELASTIC": "1", "GORUN_MAX_NP": "8"}, true},
+	} {
+		if got := regrowByDefault(func(k string) string { return c.env[k] }); got != c.want {
+			t.Errorf("regrowByDefault(%v) = %v, want %v", c.env, got, c.want)
+		}
+	}
+}
