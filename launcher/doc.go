@@ -7,8 +7,10 @@
 // job control server (internal/jobctl) behind the live start-up view and
 // the stall report. See README.md in this directory for the user's side.
 //
-// Ownership: the launcher's owner (with cmd/gorun and internal/jobctl).
-// Concurrency: Run may be called concurrently for independent jobs; one
+// Ownership at run time: each Run owns what it makes for its job (the
+// program it built, removed on return; the job-control server; the
+// timeline's files; the rank processes, stopped and reaped before it
+// returns). Concurrency: Run may be called concurrently for independent jobs; one
 // goroutine per job supervises its processes, and output is written to
 // Config.Stdout and Config.Stderr one whole line per Write, under one lock.
 // Config.Signals is read by one goroutine at a time: a watcher until the

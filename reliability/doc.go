@@ -11,8 +11,7 @@
 // faulty.Proxy on the wire and from network namespaces with tc netem.
 // RELIABILITY.md at the repository root records what they measured.
 //
-// Ownership: the reliability maintainer, with examples/soak,
-// RELIABILITY.md, comm/fault.go and comm/shrink.go. Concurrency: tests
+// Related: examples/soak, comm/fault.go and comm/shrink.go. Concurrency: tests
 // that start jobs bound how many run at once (see trialSlots); every child
 // process is killed and reaped before its test returns.
 package reliability
