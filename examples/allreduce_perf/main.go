@@ -13,8 +13,9 @@
 // sets GOMAXPROCS to the CPUs per local rank (see setProcs; -procs).
 //
 // Standalone it runs -np ranks in this process (comm.NewLocal over -t,
-// default mem). Started by a launcher (GORUN_SIZE, OMPI_COMM_WORLD_SIZE,
-// SLURM_NTASKS or WORLD_SIZE set) it joins the job with comm.Init and rank 0
+// default mem). Started by a launcher (comm.Launched: GORUN_SIZE,
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS or WORLD_SIZE set) it joins
+// the job with comm.Init and rank 0
 // prints the table. It exits 1 if any result is wrong.
 //
 //	allreduce_perf -b 8 -e 128M -f 2 -n 20 -w 5 -c 1 -d float -o sum -np 4
