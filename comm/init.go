@@ -51,9 +51,37 @@ import (
 // whatever reason, tells the others, whose Init then fails at once naming
 // it and its reason (initagree.go), as Init fails everywhere when a rank
 // dies.
+//
+// Once. In a launched job a process joins once at a time: an Init while
+// the communicator of an earlier one is open fails at once with ErrInvalid
+// (as MPI_Init twice does; the ports it would take are the first one's).
+// Make more communicators with Dup, Split or CreateGroup; after Close, Init
+// may join again.
 func Init(ctx context.Context, opts ...Option) (*Comm, error) {
-	return initFromEnv(ctx, osGetenv, opts...)
+	if !jobenv.Launched(osGetenv) {
+		return initFromEnv(ctx, osGetenv, opts...)
+	}
+	if initOpen.Add(1) > 1 {
+		initOpen.Add(-1)
+		rank := -1
+		if j, err := jobenv.Read(osGetenv); err == nil {
+			rank = j.Rank
+		}
+		return nil, &RankError{Rank: rank, Op: "init", Err: fmt.Errorf("%w: Init called while the communicator of an earlier Init is open: Close it first, or make another with Dup, Split or CreateGroup", ErrInvalid)}
+	}
+	c, err := initFromEnv(ctx, osGetenv, opts...)
+	if err != nil {
+		initOpen.Add(-1)
+		return nil, err
+	}
+	// Shrink and Grow hand onClose on to the communicator they make.
+	c.onClose = append(c.onClose, func() { initOpen.Add(-1) })
+	return c, nil
 }
+
+// initOpen counts this process's communicators of a launched job's Init
+// not yet closed (0 or 1).
+var initOpen atomic.Int32
 
 // ErrJobGone: this rank was restarted (gorun --max-restarts) and none of
 // the job's other ranks is left to admit it: they finished or died before

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -183,4 +184,40 @@ func TestRecvAgainstCollective(t *testing.T) {
 		t.Errorf("took %v with a timeout of %v", took, timeout)
 	}
 	t.Logf("after %v: rank 0: %v; rank 1: %v", took.Round(time.Millisecond), errs[0], errs[1])
+}
+
+// TestInitTwice: in a launched job (here of one rank), an Init while the
+// first one's communicator is open fails at once with ErrInvalid naming
+// this rank, where it took the first one's gossip port (an "address
+// already in use" on the seed rank) and left the others waiting for the
+// world until the timeout; after Close, Init joins again.
+func TestInitTwice(t *testing.T) {
+	seed := "127.0.0.1:" + strconv.Itoa(initFreePort(t))
+	old := osGetenv
+	osGetenv = initVars(initRankVars(0, 1, seed, "twice-"+initRandomID(), initRandomID()))
+	defer func() { osGetenv = old }()
+	ctx := initTestCtx(t)
+	c, err := Init(ctx, WithTransport("tcp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c2, err := Init(ctx, WithTransport("tcp"))
+	var re *RankError
+	if c2 != nil || !errors.Is(err, ErrInvalid) || !errors.As(err, &re) || re.Rank != 0 {
+		if c2 != nil {
+			c2.Close()
+		}
+		c.Close()
+		t.Fatalf("second Init: %v, %v; want ErrInvalid naming rank 0", c2, err)
+	}
+	t.Logf("second Init after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c3, err := Init(ctx, WithTransport("tcp"))
+	if err != nil {
+		t.Fatalf("Init after Close: %v", err)
+	}
+	c3.Close()
 }
