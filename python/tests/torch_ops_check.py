@@ -5,6 +5,7 @@ gradient_as_bucket_view and static_graph, a model-parallel send/recv
 pipeline -- against torch's Gloo backend (a second process group in the
 same job) or a single-process reference. Prints "torch_ops_check: rank R ok".
 """
+import faulthandler
 import os
 import sys
 import time
@@ -14,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook  # noqa: E402
 from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
@@ -65,6 +67,7 @@ def ops():
         expect(flags.view(torch.uint8).tolist() == [int(w) for w in want] and (~flags).tolist() == [not w for w in want],
                "bool %s: bytes %s, ~ %s" % (name, flags.view(torch.uint8).tolist(), (~flags).tolist()))
     noncontiguous()
+    nested_future()
     # What the backend refuses (a bitwise op on floats, an output of another
     # dtype, split sizes that do not fit...) aborts the group:
     # torch_refuse_check.py checks each.
@@ -184,6 +187,23 @@ def noncontiguous():
     same(a2a, torch.tensor([[100.0 * a + R, 100.0 * a + N + R] for a in range(N)]), "all_to_all_single of transposes")
 
 
+def nested_future():
+    """A future's callback that waits for another operation's future, as
+    PowerSGD's hook does: callbacks ran on the thread that completes the
+    group's operations, which then waited for itself, forever (Gloo runs
+    it). faulthandler ends a hang here within a minute."""
+    def then(fut):
+        return dist.all_reduce(fut.value()[0] * 10, async_op=True).get_future().wait()[0]
+    faulthandler.dump_traceback_later(60, exit=True)
+    got = dist.all_reduce(torch.ones(2), async_op=True).get_future().then(then).wait()
+    faulthandler.cancel_dump_traceback_later()
+    same(got, torch.full((2,), 10.0 * N * N), "a callback waiting for another all_reduce")
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    fut = w.get_future()
+    w.wait()
+    expect(fut.done() and fut.value()[0].tolist() == [float(N)] * 2, "the future after Work.wait")
+
+
 def exchange():
     """The torch idiom for an exchange: isend to both neighbours, irecv
     from both, then wait (or batch_isend_irecv, or poll is_completed, or
@@ -271,10 +291,14 @@ def batches(steps):
     return [(torch.randn(6 * N, 8, generator=g), torch.randn(6 * N, 4, generator=g)) for _ in range(steps)]
 
 
-def train(pg, zero, **ddp_kw):
-    """DDP on process group pg (optionally with ZeroRedundancyOptimizer);
-    returns the final parameters."""
+def train(pg, zero, powersgd=False, **ddp_kw):
+    """DDP on process group pg (optionally with ZeroRedundancyOptimizer,
+    or PowerSGD's comm hook from its third step); returns the final
+    parameters."""
     net = DDP(model(42), process_group=pg, **ddp_kw)
+    if powersgd:
+        state = powerSGD_hook.PowerSGDState(process_group=pg, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     if zero:
         opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=torch.optim.Adam, process_group=pg, lr=0.01)
     else:
@@ -294,7 +318,10 @@ def train(pg, zero, **ddp_kw):
 def compare_with_gloo(gloo):
     for name, zero, kw in [("ZeroRedundancyOptimizer", True, {}),
                            ("DDP gradient_as_bucket_view+static_graph", False,
-                            {"gradient_as_bucket_view": True, "static_graph": True})]:
+                            {"gradient_as_bucket_view": True, "static_graph": True}),
+                           # Its hook waits inside a future's callback for
+                           # another all_reduce: it used to hang.
+                           ("DDP PowerSGD hook", False, {"powersgd": True})]:
         mine = train(None, zero, **kw)
         ref = train(gloo, zero, **kw)
         for i, (a, b) in enumerate(zip(mine, ref)):

@@ -6,7 +6,9 @@
 //
 // Collectives start non-blocking in gorun (gorun_i*) from the caller's
 // thread; one completer thread per process group waits for them in order
-// and completes each Work and its Future, so DDP's bucketed allreduces
+// and completes each Work and its Future (a Future a caller asked for on
+// another thread, as its callbacks may wait for a later op: Callbacks),
+// so DDP's bucketed allreduces
 // overlap the backward pass exactly as they do with Gloo. A caller that
 // waits first with no timeout (blocking calls) claims its Work and
 // completes it itself; a wait with a timeout that passes aborts the
@@ -27,6 +29,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -236,6 +239,66 @@ struct P2PGate {
 
 using Clock = std::chrono::steady_clock;
 
+// Callbacks completes the futures a caller asked for, off the completer
+// thread: completing one runs its callbacks, and a callback may wait for
+// another operation of the group (PowerSGD's hook waits inside a then()
+// for its next all_reduce), which the completer must be free to finish.
+// A task finding no thread idle starts another, so callbacks that wait
+// never hold up the future they wait for (Gloo's worker threads do the
+// same work). Threads stay until the group is destroyed.
+struct Callbacks {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> tasks;  // guarded by mu
+  std::vector<std::thread> threads;         // guarded by mu
+  int idle = 0;                             // threads waiting for a task; mu
+  bool stop = false;                        // mu
+
+  void post(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu);
+    tasks.push_back(std::move(fn));
+    if (idle > 0) {
+      cv.notify_one();
+    } else {
+      threads.emplace_back([this] { loop(); });
+    }
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      idle++;
+      cv.wait(lock, [&] { return stop || !tasks.empty(); });
+      idle--;
+      if (tasks.empty()) return;  // stopped, every task done
+      auto fn = std::move(tasks.front());
+      tasks.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  // join runs the tasks left and ends the threads.
+  void join() {
+    std::vector<std::thread> ts;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (threads.empty()) return;
+        ts.swap(threads);
+      }
+      for (auto& t : ts) t.join();
+      ts.clear();
+    }
+  }
+};
+
 class WorkGorun : public Work {
  public:
   WorkGorun(int rank, OpType type, std::vector<at::Tensor> outputs)
@@ -249,6 +312,7 @@ class WorkGorun : public Work {
   // for it allows: ask after starting every message of the exchange.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     release();
+    futureAsked_.store(true);
     return future_;
   }
 
@@ -281,6 +345,10 @@ class WorkGorun : public Work {
       TORCH_CHECK(false, why);
     }
     if (exception_) std::rethrow_exception(exception_);
+    lock.unlock();
+    // The future completes on another thread (Callbacks): once wait()
+    // returns, get_future().value() is there, as with Gloo.
+    if (futureAsked_.load()) future_->wait();
     return true;
   }
 
@@ -305,10 +373,19 @@ class WorkGorun : public Work {
       for (auto& t : outputs_) bytes += t.numel() * t.element_size();
       gorun_trace_span(comm, "torch", opTypeToString(retrieveOpType()).c_str(), bytes, traceStart);
     }
-    if (err) {
-      future_->setError(err);
+    auto fut = future_;
+    auto done = [fut, err, outs = outputs_]() {
+      if (err) {
+        fut->setError(err);
+      } else {
+        fut->markCompleted(c10::IValue(outs));
+      }
+    };
+    // A future no one asked for has no callbacks yet: complete it here.
+    if (futureAsked_.load() && callbacks) {
+      callbacks->post(done);
     } else {
-      future_->markCompleted(c10::IValue(outputs_));
+      done();
     }
   }
 
@@ -345,6 +422,7 @@ class WorkGorun : public Work {
   bool p2p = false;             // a send or recv: held at the gate
   uint64_t seq = 0;             // set by enqueue
   std::shared_ptr<P2PGate> gate;
+  std::shared_ptr<Callbacks> callbacks;  // set by enqueue
   // When the watchdog expires this work: set at enqueue, or for a send or
   // recv once released (until then gorun has not started it). Guarded by
   // the gate's lock.
@@ -356,6 +434,7 @@ class WorkGorun : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> claimed_{false};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> futureAsked_{false};
   std::atomic<bool> timedOut_{false};
   std::string timeoutWhy_;  // written before timedOut_ is set
 };
@@ -405,6 +484,7 @@ class ProcessGroupGorun : public ProcessGroup {
     gate_->wcv.notify_all();
     completer_.join();
     if (watchdog_.joinable()) watchdog_.join();
+    callbacks_->join();
     if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
@@ -716,6 +796,7 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
     w->comm = comm_;
     w->gate = gate_;
+    w->callbacks = callbacks_;
     bool wake = false;  // the watchdog has a deadline to heed
     {
       std::lock_guard<std::mutex> lock(gate_->mu);
@@ -810,6 +891,7 @@ class ProcessGroupGorun : public ProcessGroup {
   int64_t comm_;
   bool owned_ = false;  // comm_ was made for this group
   std::shared_ptr<P2PGate> gate_ = std::make_shared<P2PGate>();
+  std::shared_ptr<Callbacks> callbacks_ = std::make_shared<Callbacks>();
   std::deque<c10::intrusive_ptr<WorkGorun>> queue_;  // guarded by gate_->mu
   std::thread completer_;
   std::chrono::milliseconds timeout_;
