@@ -349,7 +349,7 @@ func (w *stepWait) wait(req *comm.Request) error {
 		return opErr
 	}
 	w.reason = fmt.Errorf("ddp: Wait's context ended before the step's allreduces: %w", w.ctx.Err())
-	w.err = &comm.RankError{Rank: w.c.Rank(), Op: "allreduce", Err: fmt.Errorf("Wait's context ended first, the communicator is aborted: %w", w.ctx.Err())}
+	w.err = &comm.RankError{Rank: w.c.Rank(), Op: "allreduce", Err: fmt.Errorf("the context of ddp's Wait ended first, the communicator is aborted: %w", w.ctx.Err())}
 	w.c.Abort(w.reason)
 	req.Wait(context.Background()) // ends with the abort
 	return w.err
