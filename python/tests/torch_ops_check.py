@@ -68,6 +68,7 @@ def ops():
                "bool %s: bytes %s, ~ %s" % (name, flags.view(torch.uint8).tolist(), (~flags).tolist()))
     noncontiguous()
     nested_future()
+    async_barrier()
     # What the backend refuses (a bitwise op on floats, an output of another
     # dtype, split sizes that do not fit...) aborts the group:
     # torch_refuse_check.py checks each.
@@ -202,6 +203,26 @@ def nested_future():
     fut = w.get_future()
     w.wait()
     expect(fut.done() and fut.value()[0].tolist() == [float(N)] * 2, "the future after Work.wait")
+
+
+def async_barrier():
+    """dist.barrier(async_op=True), then another collective before its
+    wait, as Gloo allows: the barrier ran later, from the thread that
+    completes operations, and met the other ranks' all_reduce ("ranks
+    disagree"). It must also complete after the operations before it."""
+    for i in range(20):
+        t = torch.ones(4096)
+        first = dist.all_reduce(t, async_op=True)
+        b = dist.barrier(async_op=True)
+        if R == 0:
+            time.sleep(0.002)
+        t2 = torch.full((3,), float(R))
+        dist.all_reduce(t2)
+        b.wait()
+        expect(first.is_completed(), "a barrier completed before the all_reduce started before it")
+        first.wait()
+        same(t, torch.full((4096,), float(N)), "all_reduce before an async barrier")
+        same(t2, torch.full((3,), N * (N - 1) / 2), "all_reduce after an async barrier")
 
 
 def exchange():

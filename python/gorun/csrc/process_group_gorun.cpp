@@ -331,7 +331,7 @@ class WorkGorun : public Work {
     // A caller that waits with no bound (every blocking collective)
     // finishes the request itself: one thread hop less than through the
     // completer.
-    if (timeout == kNoTimeout && req && claim()) complete(gorun_wait(req));
+    if (timeout == kNoTimeout && req && !inOrder && claim()) complete(gorun_wait(req));
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
@@ -420,6 +420,7 @@ class WorkGorun : public Work {
   std::function<void()> after;  // e.g. unpack a gathered buffer
   gorun_comm comm = 0;          // set by enqueue, for the span
   bool p2p = false;             // a send or recv: held at the gate
+  bool inOrder = false;         // completes after the works before it: the completer's alone
   uint64_t seq = 0;             // set by enqueue
   std::shared_ptr<P2PGate> gate;
   std::shared_ptr<Callbacks> callbacks;  // set by enqueue
@@ -758,11 +759,17 @@ class ProcessGroupGorun : public ProcessGroup {
                                "ranks; give src");
   }
 
+  // The barrier starts here, in the caller's order of operations: run by
+  // the completer (gorun_barrier, once the operations before it were
+  // done) it met another rank's next operation where an async barrier
+  // was followed by one ("ranks disagree"). It completes after every
+  // operation this rank started before it, as Gloo's does: the completer
+  // completes works in order, and a wait() leaves it to the completer.
   c10::intrusive_ptr<Work> barrier(const BarrierOptions&) override {
-    // A barrier must also order after every collective this rank started.
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BARRIER, std::vector<at::Tensor>{});
-    w->after = [this]() { check(gorun_barrier(comm_)); };
-    return enqueue(w);  // req 0: the completer runs `after` in order
+    w->inOrder = true;
+    check(gorun_ibarrier(comm_, &w->req));
+    return enqueue(w);
   }
 
  private:
