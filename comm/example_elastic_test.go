@@ -41,12 +41,16 @@ func ExampleComm_Grow() {
 		}
 		return comm.Broadcast(ctx, c, params, int(root[0]))
 	}
-	if err := share(os.Getenv("GORUN_RESTART") != ""); err != nil {
+	fresh := os.Getenv("GORUN_RESTART") != ""
+	if err := share(fresh); err != nil {
 		log.Fatal(err)
 	}
+	// A restarted rank joined at the others' control point: its first
+	// step starts after it (they are past it, in the step's allreduce).
+	check := !fresh
 	for step[0] < 1000 {
 		err := error(nil)
-		if step[0]%16 == 0 {
+		if check && step[0]%16 == 0 {
 			// A control point every rank reaches: admit the waiting ranks.
 			k := []int64{int64(c.Joiners())}
 			if err = comm.AllReduce(ctx, c, k, k, comm.Max); err == nil && k[0] > 0 {
@@ -57,6 +61,7 @@ func ExampleComm_Grow() {
 				}
 			}
 		}
+		check = true // a redo after a failure passes the control point again, as the others do
 		if err == nil {
 			err = comm.AllReduce(ctx, c, params, params, comm.Avg) // the step
 		}
