@@ -221,3 +221,50 @@ func TestInitTwice(t *testing.T) {
 	}
 	c3.Close()
 }
+
+// TestVRecvBlocksOverlap: receive blocks that share elements are
+// ErrInvalid on every rank (MPI: erroneous), where the result depended on
+// which rank's data arrived last. Overlapping send blocks stay allowed.
+func TestVRecvBlocksOverlap(t *testing.T) {
+	ctx := testCtx(t)
+	counts, displs := []int{2, 2, 2}, []int{0, 1, 3} // blocks 0 and 1 share element 1
+	cases := []struct {
+		name string
+		f    func(c *Comm) error
+		want error
+	}{
+		{"allgatherv", func(c *Comm) error {
+			return AllGatherV(ctx, c, make([]int32, 2), make([]int32, 5), counts, displs)
+		}, ErrInvalid},
+		{"gatherv", func(c *Comm) error {
+			return GatherV(ctx, c, make([]int32, 2), make([]int32, 5), counts, displs, 0)
+		}, ErrInvalid},
+		{"alltoallv recv", func(c *Comm) error {
+			return AllToAllV(ctx, c, make([]int32, 6), counts, nil, make([]int32, 5), counts, displs)
+		}, ErrInvalid},
+		{"scatterv send", func(c *Comm) error {
+			return ScatterV(ctx, c, make([]int32, 5), counts, displs, make([]int32, 2), 0)
+		}, nil},
+		{"alltoallv send", func(c *Comm) error {
+			return AllToAllV(ctx, c, make([]int32, 5), counts, displs, make([]int32, 6), counts, nil)
+		}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, 3)
+			errs := onAll(cs, func(c *Comm) error {
+				err := tc.f(c)
+				if err == nil && tc.want != nil {
+					err = c.Barrier(ctx) // a rank whose part completed fails at its next operation
+				}
+				return err
+			})
+			for r, err := range errs {
+				if !errors.Is(err, tc.want) {
+					t.Errorf("rank %d: %v, want %v", r, err, tc.want)
+				}
+			}
+			t.Logf("rank 1: %v", errs[1])
+		})
+	}
+}

@@ -1,9 +1,11 @@
 package comm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -22,8 +24,9 @@ import (
 
 // AllGatherV gathers counts[r] elements from every rank r into
 // recv[displs[r]:] on every rank (len(send) = counts[Rank]). counts must be
-// the same on every rank; send may be recv's own block (in place) or
-// overlap recv elsewhere.
+// the same on every rank, and the blocks of recv must not overlap (as in
+// MPI; ErrInvalid); send may be recv's own block (in place) or overlap
+// recv elsewhere.
 func AllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
 	return allGatherV(ctx, c, c.ticket(), send, recv, counts, displs)
 }
@@ -34,7 +37,7 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 		return err
 	}
 	defer c.release()
-	displs, err := c.checkV(name, "", counts, displs, len(recv))
+	displs, err := c.checkV(name, "", counts, displs, len(recv), true)
 	if err != nil {
 		return err
 	}
@@ -65,7 +68,8 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 
 // GatherV gathers every rank's send into root's recv, rank r's at
 // recv[displs[r]:displs[r]+counts[r]]. counts, displs and recv matter at
-// root only; there len(send) = counts[root], and send may overlap recv.
+// root only; there len(send) = counts[root], the blocks of recv must not
+// overlap (ErrInvalid), and send may overlap recv.
 func GatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
 	return gatherV(ctx, c, c.ticket(), send, recv, counts, displs, root)
 }
@@ -82,7 +86,7 @@ func gatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, c
 	var work []byte
 	if c.rank == root {
 		var err error
-		if displs, err = c.checkV(name, "", counts, displs, len(recv)); err != nil {
+		if displs, err = c.checkV(name, "", counts, displs, len(recv), true); err != nil {
 			return err
 		}
 		copy(recv[displs[root]:displs[root]+counts[root]], send)
@@ -118,7 +122,7 @@ func scatterV[T Number](ctx context.Context, c *Comm, t uint64, send []T, counts
 	var input []byte
 	if c.rank == root {
 		var err error
-		if displs, err = c.checkV(name, "", counts, displs, len(send)); err != nil {
+		if displs, err = c.checkV(name, "", counts, displs, len(send), false); err != nil {
 			return err
 		}
 		input = bytesOf(send)
@@ -145,7 +149,7 @@ func scatterV[T Number](ctx context.Context, c *Comm, t uint64, send []T, counts
 // AllToAllV sends send[sendDispls[b]:+sendCounts[b]] to rank b, where it
 // lands at recv[recvDispls[Rank]:+recvCounts[Rank]]. Rank a's
 // sendCounts[b] must equal rank b's recvCounts[a]. send and recv must not
-// overlap.
+// overlap, nor the blocks of recv (ErrInvalid); those of send may.
 func AllToAllV[T Number](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
 	return allToAllV(ctx, c, c.ticket(), send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
 }
@@ -156,11 +160,11 @@ func allToAllV[T Number](ctx context.Context, c *Comm, t uint64, send []T, sendC
 		return err
 	}
 	defer c.release()
-	sendDispls, err := c.checkV(name, "send", sendCounts, sendDispls, len(send))
+	sendDispls, err := c.checkV(name, "send", sendCounts, sendDispls, len(send), false)
 	if err != nil {
 		return err
 	}
-	if recvDispls, err = c.checkV(name, "recv", recvCounts, recvDispls, len(recv)); err != nil {
+	if recvDispls, err = c.checkV(name, "recv", recvCounts, recvDispls, len(recv), true); err != nil {
 		return err
 	}
 	if overlap(bytesOf(send), bytesOf(recv)) {
@@ -184,14 +188,18 @@ func allToAllV[T Number](ctx context.Context, c *Comm, t uint64, send []T, sendC
 
 // checkV validates counts and displacements against a buffer of n
 // elements and returns the displacements (packed ones if displs is nil).
-func (c *Comm) checkV(op, which string, counts, displs []int, n int) ([]int, error) {
+// Blocks that are written (writes) must not overlap, as in MPI, where
+// such a call is erroneous: which rank's data would land there depends on
+// arrival order.
+func (c *Comm) checkV(op, which string, counts, displs []int, n int, writes bool) ([]int, error) {
 	if which != "" {
 		which += " "
 	}
 	if len(counts) != c.size {
 		return nil, c.invalid(op, "%scounts has %d entries, want Size = %d", which, len(counts), c.size)
 	}
-	if displs == nil {
+	given := displs != nil // packed displacements cannot overlap
+	if !given {
 		displs = make([]int, c.size)
 		off := 0
 		for i, k := range counts {
@@ -209,7 +217,31 @@ func (c *Comm) checkV(op, which string, counts, displs []int, n int) ([]int, err
 			return nil, c.invalid(op, "%sblock %d (displacement %d, count %d) lies outside the buffer of %d elements", which, i, d, k, n)
 		}
 	}
+	if writes && given {
+		if a, b, ok := overlapping(counts, displs); ok {
+			return nil, c.invalid(op, "%sblocks %d [%d,%d) and %d [%d,%d) overlap: each element may be written once", which,
+				a, displs[a], displs[a]+counts[a], b, displs[b], displs[b]+counts[b])
+		}
+	}
 	return displs, nil
+}
+
+// overlapping returns two non-empty blocks that share an element, if
+// any: of the blocks sorted by displacement, two neighbours do if any do.
+func overlapping(counts, displs []int) (a, b int, ok bool) {
+	idx := make([]int, 0, len(counts))
+	for i, k := range counts {
+		if k > 0 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortFunc(idx, func(x, y int) int { return cmp.Compare(displs[x], displs[y]) })
+	for i := 1; i < len(idx); i++ {
+		if a, b := idx[i-1], idx[i]; displs[b] < displs[a]+counts[a] {
+			return a, b, true
+		}
+	}
+	return 0, 0, false
 }
 
 // countsHash identifies a counts vector in message signatures.
