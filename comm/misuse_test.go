@@ -268,3 +268,83 @@ func TestVRecvBlocksOverlap(t *testing.T) {
 		})
 	}
 }
+
+// TestInPlaceForms pins the MPI_IN_PLACE forms the docs promise beyond
+// AllReduce's: Reduce and ExScan with send == recv, ReduceScatter with recv
+// send's own block, Gather with send the root's own block of recv, Scatter
+// with recv the root's own block of send.
+func TestInPlaceForms(t *testing.T) {
+	ctx := testCtx(t)
+	const n, size, root = 3, 3, 1
+	cs := newLocal(t, size)
+	errs := onAll(cs, func(c *Comm) error {
+		r := c.Rank()
+		fill := func(b []int64, v int) []int64 {
+			for i := range b {
+				b[i] = int64(v)
+			}
+			return b
+		}
+		check := func(what string, got []int64, want func(i int) int64) error {
+			for i, v := range got {
+				if v != want(i) {
+					return fmt.Errorf("%s: [%d] = %d, want %d", what, i, v, want(i))
+				}
+			}
+			return nil
+		}
+		b := fill(make([]int64, n), r+1)
+		if err := Reduce(ctx, c, b, b, Sum, root); err != nil {
+			return err
+		}
+		if r == root {
+			if err := check("reduce", b, func(int) int64 { return 6 }); err != nil {
+				return err
+			}
+		}
+		b = fill(make([]int64, n), r+1)
+		if err := ExScan(ctx, c, b, b, Sum); err != nil {
+			return err
+		}
+		if err := check("exscan", b, func(int) int64 { return int64(max(1, r*(r+1)/2)) }); err != nil {
+			return err
+		}
+		all := make([]int64, size*n)
+		for i := range all {
+			all[i] = int64(i)
+		}
+		mine := all[r*n : (r+1)*n]
+		if err := ReduceScatter(ctx, c, all, mine, Sum); err != nil {
+			return err
+		}
+		if err := check("reducescatter", mine, func(i int) int64 { return int64(size * (r*n + i)) }); err != nil {
+			return err
+		}
+		g := fill(make([]int64, size*n), -1)
+		send := fill(make([]int64, n), r)
+		if r == root {
+			send = fill(g[root*n:(root+1)*n], r)
+		}
+		if err := Gather(ctx, c, send, g, root); err != nil {
+			return err
+		}
+		if r == root {
+			if err := check("gather", g, func(i int) int64 { return int64(i / n) }); err != nil {
+				return err
+			}
+		}
+		s := make([]int64, size*n)
+		for i := range s {
+			s[i] = int64(i / n)
+		}
+		recv := make([]int64, n)
+		if r == root {
+			recv = s[root*n : (root+1)*n]
+		}
+		if err := Scatter(ctx, c, s, recv, root); err != nil {
+			return err
+		}
+		return check("scatter", recv, func(int) int64 { return int64(r) })
+	})
+	mustAll(t, "in-place forms", errs)
+}

@@ -66,7 +66,8 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 }
 
 // Reduce reduces send across all ranks into recv on root (len(recv) =
-// len(send) there; recv is ignored elsewhere).
+// len(send) there; recv is ignored elsewhere). At the root send and recv
+// may be the same slice (in place) or overlap.
 func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
 	return reduce(ctx, c, c.ticket(), send, recv, op, root)
 }
@@ -159,7 +160,8 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T)
 }
 
 // ReduceScatter reduces send across all ranks and leaves block Rank of the
-// result in recv (len(send) = Size·len(recv)).
+// result in recv (len(send) = Size·len(recv)). recv may be send's own
+// block (in place) or overlap send.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 	return reduceScatter(ctx, c, c.ticket(), send, recv, op)
 }
@@ -205,7 +207,8 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 }
 
 // Gather concatenates every rank's send, in rank order, into root's recv
-// (len(recv) = Size·len(send) there; ignored elsewhere).
+// (len(recv) = Size·len(send) there; ignored elsewhere). At the root send
+// may be recv's own block (in place).
 func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
 	return gather(ctx, c, c.ticket(), send, recv, root)
 }
@@ -233,7 +236,8 @@ func gather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, ro
 }
 
 // Scatter sends block r of root's send (len(send) = Size·len(recv) there;
-// ignored elsewhere) to rank r's recv.
+// ignored elsewhere) to rank r's recv. At the root recv may be send's own
+// block (in place) or overlap send.
 func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
 	return scatter(ctx, c, c.ticket(), send, recv, root)
 }

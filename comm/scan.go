@@ -16,6 +16,7 @@ func Scan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 
 // ExScan leaves in recv on rank r the reduction with op of send over ranks
 // 0 … r−1 (MPI_Exscan); rank 0's recv is left as it is. Avg divides by r.
+// send and recv have the same length and may be the same slice.
 func ExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 	return scan(ctx, c, c.ticket(), collectives.ExScan, send, recv, op)
 }
