@@ -366,6 +366,24 @@ func needBackend(t *testing.T) {
 	}
 }
 
+// TestTorchSpawnRefused: ranks started by torch.multiprocessing.spawn,
+// which no launcher describes to gorun, raise an error saying to use one
+// (they used to join a job of one rank each: "torch says rank 0 of 2").
+func TestTorchSpawnRefused(t *testing.T) {
+	needBackend(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "python/tests/torch_spawn_check.py")
+	cmd.Dir = ".."
+	killGroup(cmd)
+	cmd.Env = append(os.Environ(), "GORUN_TIMEOUT=60s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	ranksOK(t, string(out), "torch_spawn_check", 2)
+}
+
 // TestTorchrun: torch's own launcher (torch.distributed.run, as `torchrun`)
 // starts 2 ranks of torch_ops_check on backend "gorun": every op,
 // ZeroRedundancyOptimizer, DDP with gradient_as_bucket_view and

@@ -12,6 +12,10 @@ rendezvous variables are derived from gorun's (RANK, WORLD_SIZE,
 LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
 likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
+Ranks no launcher started (torch.multiprocessing.spawn, with
+init_process_group(rank=, world_size=)) are refused with an error that
+says so: the Go runtime reads the job from the environment the process
+started with.
 
 dist.new_group(ranks) works over any ranks. A group of every rank (in
 any order: torch sorts them) runs on the job's communicator, as the
@@ -151,6 +155,16 @@ def _create(opts, pg_options=None):
     on the ranks it lists. opts carries group_rank, group_size, the group's
     name (group_id) and its members' global ranks in group-rank order
     (global_ranks_in_group; empty for the default group)."""
+    if opts.group_size > 1 and not any(rank in os.environ for rank, _, _ in _LAUNCHERS + [("RANK", "", "")]):
+        # torch.multiprocessing.spawn, or ranks started by hand with
+        # init_process_group(rank=, world_size=): gorun's Go runtime reads
+        # the job from the environment the process started with, which
+        # says nothing, and would join a job of one rank.
+        raise RuntimeError(
+            "gorun backend: no launcher started this process (no RANK, GORUN_RANK, OMPI_COMM_WORLD_RANK, "
+            "PMI_RANK or SLURM_PROCID in its environment), so gorun cannot join a job of %d ranks: start the "
+            "ranks with gorun -np N, torchrun, mpirun or srun (torch.multiprocessing.spawn with "
+            "init_process_group(rank=, world_size=) is not supported)" % opts.group_size)
     ext = load_extension()
     comm = _gorun_init()
     ranks = list(opts.global_ranks_in_group)
