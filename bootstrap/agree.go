@@ -660,15 +660,20 @@ var aloneFor = 10 * time.Second // a variable for tests
 // restarted rank not yet admitted (meta.Joining): two restarted after the
 // job's last ranks finished saw each other and waited for the timeout
 // (the reviewer's initkill with --max-restarts 1), unless they are
-// enough, Size ranks, to form a first world of their own (every rank
-// restarted after a failed Init: formloss.go).
+// enough, Size ranks below Size, to form a first world of their own
+// (every rank restarted after a failed Init: formloss.go). Ranks added to
+// grow the job (Size ≤ rank < MaxSize) never are: two added to a job of
+// two after it finished counted as its two ranks.
 func (n *Node) jobGone() bool {
 	if !n.cfg.Restarted || n.isFormed() {
 		return false
 	}
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
-	joining := map[int]bool{n.cfg.Rank: true}
+	joining := map[int]bool{} // the ranks below Size restarted
+	if n.cfg.Rank < n.cfg.Size {
+		joining[n.cfg.Rank] = true
+	}
 	for name, q := range n.peers {
 		if name == n.name || !n.ofJob(q) || (n.cfg.Rank >= 0 && q.meta.Rank == n.cfg.Rank) {
 			continue
@@ -676,7 +681,9 @@ func (n *Node) jobGone() bool {
 		if !q.meta.Joining || q.meta.Rank < 0 {
 			return false
 		}
-		joining[q.meta.Rank] = true
+		if q.meta.Rank < n.cfg.Size {
+			joining[q.meta.Rank] = true
+		}
 	}
 	return n.cfg.Rank < 0 || len(joining) < n.cfg.Size
 }

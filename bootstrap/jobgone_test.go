@@ -10,7 +10,8 @@ import (
 // startRestarted starts restarted nodes (Config.Restarted) of ranks of a
 // job of size, the first its own seed, and runs Form on each with a
 // context of within; it returns the outcomes in the order of ranks.
-func startRestarted(t *testing.T, job string, size int, ranks []int, within time.Duration) []formResult {
+// maxSize, if not 0, is their Config.MaxSize.
+func startRestarted(t *testing.T, job string, size, maxSize int, ranks []int, within time.Duration) []formResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -22,7 +23,7 @@ func startRestarted(t *testing.T, job string, size int, ranks []int, within time
 	var seed string
 	for i, r := range ranks {
 		cfg := testConfig(job, r, size)
-		cfg.Restarted = true
+		cfg.Restarted, cfg.MaxSize = true, maxSize
 		if seed != "" {
 			cfg.Seeds = []string{seed}
 		}
@@ -64,11 +65,33 @@ func TestRestartedRanksOfEndedJobFail(t *testing.T) {
 	for _, n := range startWorld(t, job, 4, nil) {
 		n.Close() // the job ends
 	}
-	for i, res := range startRestarted(t, job, 4, []int{0, 2}, 20*time.Second) {
+	for i, res := range startRestarted(t, job, 4, 0, []int{0, 2}, 20*time.Second) {
 		if !errors.Is(res.err, ErrJobGone) || !errors.Is(res.err, ErrNotFormed) {
 			t.Errorf("restarted node %d after %v: %v, want ErrJobGone", i, res.at.Round(time.Millisecond), res.err)
 		} else {
 			t.Logf("restarted node %d after %v: %v", i, res.at.Round(time.Millisecond), res.err)
+		}
+	}
+}
+
+// Two ranks launched to grow a job (gorun --add-ranks 2 under --max-np:
+// ranks at or above Size) after the job's ranks finished see each other
+// and nobody else. They cannot form a first world, which is of the ranks
+// below Size; as many as Size, each counted the other as one of the Size
+// restarted ranks that can, and both waited for their deadline (gorun's
+// minute, "rank 2 ≥ size"; helper-46 with examples/train -np 2 --max-np
+// 4): now both get ErrJobGone aloneFor after the job's end.
+func TestAddedRanksOfEndedJobFail(t *testing.T) {
+	saved := aloneFor
+	aloneFor = time.Second
+	t.Cleanup(func() { aloneFor = saved })
+	const job = "gone-added"
+	for _, n := range startWorld(t, job, 2, func(_ int, c *Config) { c.MaxSize = 4 }) {
+		n.Close() // the job ends
+	}
+	for i, res := range startRestarted(t, job, 2, 4, []int{2, 3}, 20*time.Second) {
+		if !errors.Is(res.err, ErrJobGone) {
+			t.Errorf("added node %d after %v: %v, want ErrJobGone", i, res.at.Round(time.Millisecond), res.err)
 		}
 	}
 }
@@ -80,7 +103,7 @@ func TestAllRanksRestartedForm(t *testing.T) {
 	saved := aloneFor
 	aloneFor = time.Second
 	t.Cleanup(func() { aloneFor = saved })
-	res := startRestarted(t, "all-restarted", 3, []int{0, 1, 2}, 20*time.Second)
+	res := startRestarted(t, "all-restarted", 3, 0, []int{0, 1, 2}, 20*time.Second)
 	for i, r := range res {
 		if r.err != nil || r.w.Size != 3 || r.w.Rank != i || r.w.Digest != res[0].w.Digest {
 			t.Errorf("restarted rank %d: %v (rank %d of %d)", i, r.err, r.w.Rank, r.w.Size)
