@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -318,6 +319,27 @@ func (p costPoint) cpus() int { return modelCPUs(p.provider, costCPUs) }
 // as in the README's table.
 func (p costPoint) trains() bool {
 	return p.set == "fit" || p.ranks == 2 && p.c == AllReduce && p.a == RecDoubling || p.ranks&(p.ranks-1) != 0
+}
+
+// fitSets checks that each provider of pts has the points fitCost starts
+// from: 2-rank broadcasts and allreduces of the set "fit" (a points file
+// of check points alone gave an index out of range).
+func fitSets(pts []costPoint) error {
+	has := map[string][2]bool{}
+	for _, p := range pts {
+		h := has[p.provider]
+		if p.set == "fit" {
+			h[0] = h[0] || p.c == Broadcast
+			h[1] = h[1] || p.c == AllReduce
+		}
+		has[p.provider] = h
+	}
+	for _, prov := range slices.Sorted(maps.Keys(has)) {
+		if h := has[prov]; !h[0] || !h[1] {
+			return fmt.Errorf("%s's points have no fit set (2-rank broadcasts and allreduces of set \"fit\", which comm's TestCostFit and costpoints.sh measure first)", prov)
+		}
+	}
+	return nil
 }
 
 // fitCost fits one provider's constants from its points. It starts from
@@ -652,6 +674,9 @@ func TestCostPoints(t *testing.T) {
 	}
 	if pts = placedBy(pts, pl); len(pts) == 0 {
 		t.Fatalf("%s: no points in the %s placement (GORUN_COST_PLACEMENT: near, far or any, or per provider as in mem=far,any)", path, pl)
+	}
+	if err := fitSets(pts); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 	w, of := repeats(pts)
 	t.Logf("%s: %d points in the %s placement; the fastest of the even passes and of the odd ones are within 30%% of each other at %d of %d check points", path, len(pts), pl, w, of)
