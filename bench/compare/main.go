@@ -36,7 +36,7 @@ import (
 
 func main() {
 	rounds := flag.Int("rounds", 3, "interleaved rounds; medians are reported")
-	list := flag.String("scenarios", "", "comma-separated scenarios or groups (shm2,shm4,tcp2,tcp4,bcast4,barrier,sweep; default all)")
+	list := flag.String("scenarios", "", "comma-separated scenarios or groups (shm2,shm4,tcp2,tcp4,bcast4,barrier,sweep,cluster; default all)")
 	one := flag.String("scenario", "", "the same as -scenarios (kept for old command lines)")
 	out := flag.String("o", "bench/compare/RESULTS.md", "the report; plots go next to it (-quick: none kept unless set)")
 	iters := flag.Int("iters", 20, "timed iterations per size")
