@@ -456,7 +456,10 @@ class ProcessGroupGorun : public ProcessGroup {
   // timeoutMs bounds each operation (torch's process-group timeout; 0:
   // none but GORUN_TIMEOUT, which bounds every wait in gorun anyway).
   ProcessGroupGorun(int64_t comm, int rank, int size, const std::vector<int>& ranks, int tag, int64_t timeoutMs)
-      : ProcessGroup(rank, size), comm_(comm), timeout_(timeoutMs) {
+      : ProcessGroup(rank, size),
+        comm_(comm),
+        // at most a century, so that now + timeout_ fits the clock
+        timeout_(std::min<int64_t>(timeoutMs, int64_t(100) * 365 * 24 * 3600 * 1000)) {
     if (!ranks.empty()) {
       TORCH_CHECK(int(ranks.size()) == size, "gorun backend: a group of ", size, " ranks given ", ranks.size(),
                   " global ranks");
@@ -804,7 +807,7 @@ class ProcessGroupGorun : public ProcessGroup {
     w->comm = comm_;
     w->gate = gate_;
     w->callbacks = callbacks_;
-    bool wake = false;  // the watchdog has a deadline to heed
+    bool wake = false;  // sends and recvs were released: the watchdog starts their time
     {
       std::lock_guard<std::mutex> lock(gate_->mu);
       w->seq = ++gate_->started;
@@ -821,10 +824,9 @@ class ProcessGroupGorun : public ProcessGroup {
           if (front && !front->finished()) break;
           watch_.pop_front();
         }
-        if (!w->p2p) {
-          w->deadline = Clock::now() + timeout_;
-          wake = wake || watchNext_ == Clock::time_point::max();
-        }
+        // No wake: the watchdog wakes within a timeout of its last look,
+        // before this deadline.
+        if (!w->p2p) w->deadline = Clock::now() + timeout_;
         watch_.emplace_back(w);
       }
     }
@@ -837,6 +839,10 @@ class ProcessGroupGorun : public ProcessGroup {
   // group's timeout (WorkGorun::expire), counted from its start (a send's
   // or recv's from its release), as torch's NCCL watchdog does. A Work
   // dropped once done leaves the list; a blocking call's bound is this.
+  // It looks again at the earliest deadline, and at most a timeout after
+  // its last look, when every later operation's deadline still lies ahead
+  // (an operation started does not wake it: one thread hop less each);
+  // and when sends and recvs are released.
   void watch() {
     std::unique_lock<std::mutex> lock(gate_->mu);
     std::vector<c10::intrusive_ptr<WorkGorun>> late;
@@ -865,12 +871,7 @@ class ProcessGroupGorun : public ProcessGroup {
         lock.lock();
         continue;
       }
-      watchNext_ = next;
-      if (next == Clock::time_point::max()) {
-        gate_->wcv.wait(lock);
-      } else {
-        gate_->wcv.wait_until(lock, next);
-      }
+      gate_->wcv.wait_until(lock, std::min(next, now + timeout_));
     }
   }
 
@@ -903,7 +904,6 @@ class ProcessGroupGorun : public ProcessGroup {
   std::thread completer_;
   std::chrono::milliseconds timeout_;
   std::deque<c10::weak_intrusive_ptr<WorkGorun>> watch_;  // works not yet done, oldest first; gate_->mu
-  Clock::time_point watchNext_ = Clock::time_point::max();  // when the watchdog wakes; gate_->mu
   std::thread watchdog_;
 };
 
