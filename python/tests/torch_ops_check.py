@@ -197,12 +197,20 @@ def nested_future():
         return dist.all_reduce(fut.value()[0] * 10, async_op=True).get_future().wait()[0]
     faulthandler.dump_traceback_later(60, exit=True)
     got = dist.all_reduce(torch.ones(2), async_op=True).get_future().then(then).wait()
-    faulthandler.cancel_dump_traceback_later()
     same(got, torch.full((2,), 10.0 * N * N), "a callback waiting for another all_reduce")
+    # Two futures completed back to back, the first's callback waiting for
+    # the second: the second needs a thread of its own.
+    for i in range(20):
+        first = dist.all_reduce(torch.ones(1), async_op=True)
+        second = dist.all_reduce(torch.ones(2), async_op=True)
+        fut2 = second.get_future()
+        got = first.get_future().then(lambda f: fut2.wait()[0] + f.value()[0]).wait()
+        same(got, torch.full((2,), 2.0 * N), "a callback waiting for a future completed right after its own")
     w = dist.all_reduce(torch.ones(2), async_op=True)
     fut = w.get_future()
     w.wait()
     expect(fut.done() and fut.value()[0].tolist() == [float(N)] * 2, "the future after Work.wait")
+    faulthandler.cancel_dump_traceback_later()
 
 
 def async_barrier():

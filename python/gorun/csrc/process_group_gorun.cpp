@@ -251,13 +251,18 @@ struct Callbacks {
   std::condition_variable cv;
   std::deque<std::function<void()>> tasks;  // guarded by mu
   std::vector<std::thread> threads;         // guarded by mu
-  int idle = 0;                             // threads waiting for a task; mu
-  bool stop = false;                        // mu
+  // Threads not spoken for: each task posted takes one or starts a
+  // thread, each task done gives one back, so the tasks not yet started
+  // never outnumber the threads free to run them (a post before a
+  // notified thread woke would otherwise count it twice). mu
+  int idle = 0;
+  bool stop = false;  // mu
 
   void post(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu);
     tasks.push_back(std::move(fn));
     if (idle > 0) {
+      idle--;
       cv.notify_one();
     } else {
       threads.emplace_back([this] { loop(); });
@@ -267,15 +272,19 @@ struct Callbacks {
   void loop() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      idle++;
       cv.wait(lock, [&] { return stop || !tasks.empty(); });
-      idle--;
       if (tasks.empty()) return;  // stopped, every task done
       auto fn = std::move(tasks.front());
       tasks.pop_front();
       lock.unlock();
-      fn();
+      try {
+        fn();
+      } catch (...) {
+        // c10's Future keeps a callback's error in the future then()
+        // made; nothing else is thrown here, and a thread must not end so.
+      }
       lock.lock();
+      idle++;
     }
   }
 
