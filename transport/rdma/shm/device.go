@@ -194,6 +194,9 @@ func (d *Device) retire(c *conn) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.conns, c)
+	// Before the revokes: a peer that finds a key revoked reads it, and
+	// takes the refusal for this close (execWrite), not an access error.
+	c.local.u32(offClosing).Store(1)
 	for i := range d.slots {
 		if d.slots[i].rkey != 0 {
 			c.local.revoke(i)

@@ -341,7 +341,7 @@ func (c *conn) execWrite(w *wr, block bool) bool {
 			return false
 		}
 		if st != rdma.StatusSuccess {
-			c.fail(w, st, c.remoteWhat(w, st))
+			c.refused(w, st)
 			return true
 		}
 	}
@@ -364,12 +364,28 @@ func (c *conn) execRemote(w *wr, block bool) bool {
 			return false
 		}
 		if st != rdma.StatusSuccess {
-			c.fail(w, st, c.remoteWhat(w, st))
+			c.refused(w, st)
 			return true
 		}
 	}
 	c.complete(w, rdma.StatusSuccess)
 	return true
+}
+
+// refused completes w, a write or read the peer's key table refused. A
+// peer that is closing the connection revoked its keys first (retire):
+// the refusal is its close, and w is flushed, as the rest of the queue is
+// once its socket ends, which delivers what it sent before (its
+// goodbye). Else the access was bad, and the connection fails (fail).
+// Before, a rank still writing while its peer closed had the connection
+// fail with a remote access error, and took the peer's goodbye for a
+// failure.
+func (c *conn) refused(w *wr, st rdma.Status) {
+	if st == rdma.StatusRemoteAccessError && c.peer.u32(offClosing).Load() != 0 {
+		c.complete(w, rdma.StatusFlushed)
+		return
+	}
+	c.fail(w, st, c.remoteWhat(w, st))
 }
 
 func (c *conn) remoteWhat(w *wr, st rdma.Status) string {

@@ -116,3 +116,44 @@ func TestFrozenCopyQuarantine(t *testing.T) {
 		})
 	}
 }
+
+// A write that finds its key revoked because the peer is closing the
+// connection (retire, the first step of its Close, before its socket
+// ends) completes flushed, as the queue does once the socket ends, and
+// the connection does not fail: the receive side, which then delivers the
+// peer's goodbye, judges it. Before, it failed with a remote access error,
+// and a rank that was still writing when its peer closed (comm's
+// TestCloseFrozenPeer/shm, 4 runs in 10) blamed the peer for a failure.
+func TestWriteWhileThePeerCloses(t *testing.T) {
+	a, b, da, db := pair(t, rdma.Config{})
+	const n = 4 << 10
+	region, err := db.Alloc(n, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _ := da.Alloc(n, rdma.AccessLocalWrite)
+	db.(*Device).retire(b.(*conn)) // b closes; its socket is still open
+	if err := a.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, region.Addr(), region.RKey()); err != nil {
+		t.Fatal(err)
+	}
+	mustWC(t, a.GetSendComp, rdma.WC{WRID: 1, Status: rdma.StatusFlushed, Opcode: rdma.OpWrite})
+	if err := a.(*conn).Err(); err != nil {
+		t.Errorf("the connection failed: %v", err)
+	}
+	// A region deregistered while the connection stays open is still an
+	// access error.
+	a2, _, da2, db2 := pair(t, rdma.Config{})
+	r2, err := db2.Alloc(n, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src2, _ := da2.Alloc(n, rdma.AccessLocalWrite)
+	addr, key := r2.Addr(), r2.RKey()
+	if err := r2.Deregister(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.PostWrite(2, src2.Bytes(), src2, rdma.FlagSignaled, addr, key); err != nil {
+		t.Fatal(err)
+	}
+	mustWC(t, a2.GetSendComp, rdma.WC{WRID: 2, Status: rdma.StatusRemoteAccessError, Opcode: rdma.OpWrite})
+}

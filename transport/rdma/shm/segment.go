@@ -25,7 +25,8 @@ import (
 //	128   ring tail (peer) and the space doorbell's flag (owner sleeps on it)
 //	192   receives posted (owner), the receive doorbell's flag (peer sleeps
 //	      on it) and a lower bound of the posted receives' capacity
-//	256   direct-send users (peer) and the receive fence (owner)
+//	256   direct-send users (peer), the receive fence and the closing
+//	      flag (owner)
 //	4096  receives: capacity and arena offset of each posted receive, by
 //	      sequence mod depth
 //	...   keys: maxKeys slots of the owner device's key table
@@ -53,6 +54,7 @@ const (
 	offRecvMinCap  = 208 // u64: no receive posted and not yet consumed is smaller
 	offDirectUsers = 256 // u32: peer sends copying into our receive buffers
 	offRecvFenced  = 260 // u32: 1 once our receive buffers may be released
+	offClosing     = 264 // u32: 1 once the owner closes the connection (retire); 0 from a peer of an earlier build
 	offRecvLens    = 4096
 
 	// maxKeys bounds the remotely accessible regions of one device.
