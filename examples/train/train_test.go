@@ -57,6 +57,26 @@ func small() trainConfig {
 // averaged gradient of equal shards is the combined batch's gradient. Only
 // float32 reassociation separates them; the tolerance is relative 1e-4 of
 // the parameter scale after 24 steps.
+// matchesReference fails t unless every rank of ranks holds rank 0's
+// parameters exactly, and ref's within relative 1e-4 (what: the ranks,
+// for the message).
+func matchesReference(t *testing.T, ranks []*mlp, ref *mlp, what string) {
+	t.Helper()
+	for r, m := range ranks {
+		for i, p := range m.params {
+			q := ref.params[i]
+			for j := range p.Value {
+				if r > 0 && p.Value[j] != ranks[0].params[i].Value[j] {
+					t.Fatalf("rank %d %s[%d] = %v differs from rank 0's %v: replicas diverged", r, p.Name, j, p.Value[j], ranks[0].params[i].Value[j])
+				}
+				if d := math.Abs(float64(p.Value[j] - q.Value[j])); d > 1e-4*(1+math.Abs(float64(q.Value[j]))) {
+					t.Fatalf("rank %d %s[%d]: %s %v, 1 rank %v (|Δ| %.3g)", r, p.Name, j, what, p.Value[j], q.Value[j], d)
+				}
+			}
+		}
+	}
+}
+
 func TestDataParallelMatchesCombinedBatch(t *testing.T) {
 	cfg := small()
 	four := runWorld(t, 4, cfg)
@@ -64,19 +84,7 @@ func TestDataParallelMatchesCombinedBatch(t *testing.T) {
 	one.batch = 4 * cfg.batch
 	ref := runWorld(t, 1, one)[0]
 
-	for r, m := range four {
-		for i, p := range m.params {
-			q := ref.params[i]
-			for j := range p.Value {
-				if r > 0 && p.Value[j] != four[0].params[i].Value[j] {
-					t.Fatalf("rank %d %s[%d] = %v differs from rank 0's %v: replicas diverged", r, p.Name, j, p.Value[j], four[0].params[i].Value[j])
-				}
-				if d := math.Abs(float64(p.Value[j] - q.Value[j])); d > 1e-4*(1+math.Abs(float64(q.Value[j]))) {
-					t.Fatalf("%s[%d]: 4 ranks %v, 1 rank %v (|Δ| %.3g)", p.Name, j, p.Value[j], q.Value[j], d)
-				}
-			}
-		}
-	}
+	matchesReference(t, four, ref, "4 ranks")
 	if ref.params[0].Value[0] == newMLP(cfg.dims, cfg.seed).params[0].Value[0] {
 		t.Fatal("training did not change the parameters")
 	}
@@ -151,19 +159,7 @@ func TestUnevenInputsMatchCombinedBatch(t *testing.T) {
 			ref.sgd(cfg.lr)
 		}
 	}
-	for r, m := range four {
-		for i, p := range m.params {
-			q := ref.params[i]
-			for j := range p.Value {
-				if r > 0 && p.Value[j] != four[0].params[i].Value[j] {
-					t.Fatalf("rank %d %s[%d] = %v differs from rank 0's %v: replicas diverged", r, p.Name, j, p.Value[j], four[0].params[i].Value[j])
-				}
-				if d := math.Abs(float64(p.Value[j] - q.Value[j])); d > 1e-4*(1+math.Abs(float64(q.Value[j]))) {
-					t.Fatalf("rank %d %s[%d]: 4 uneven ranks %v, 1 rank %v (|Δ| %.3g)", r, p.Name, j, p.Value[j], q.Value[j], d)
-				}
-			}
-		}
-	}
+	matchesReference(t, four, ref, "4 uneven ranks")
 }
 
 // BenchmarkStep compares reducing buckets during the backward pass with
