@@ -521,8 +521,8 @@ func rankFailure(p *proc, err error) *RankError {
 // the package under it, as the ranks, which start there, find a relative
 // binary: mpirun resolves a relative program after changing to -wdir.
 // Remote and srun ranks need the binary on a path they can see: the
-// working directory (usually shared on clusters), else /tmp. cleanup
-// removes the build.
+// ranks' working directory (-wdir, else gorun's; usually shared on
+// clusters); local ranks get it under /tmp. cleanup removes the build.
 func resolveProgram(ctx context.Context, prog, wdir string, shared bool) (string, func(), error) {
 	dir := prog
 	if wdir != "" && !filepath.IsAbs(prog) {
@@ -537,7 +537,14 @@ func resolveProgram(ctx context.Context, prog, wdir string, shared bool) (string
 	}
 	base := ""
 	if shared {
+		// Where the ranks start: -wdir, else gorun's directory. Before
+		// 2026-12-01 it was gorun's directory even with -wdir, which
+		// the hosts may not share. A -wdir missing here (an absolute
+		// package, ranks on other hosts only) falls back to gorun's.
 		base = "."
+		if fi, err := os.Stat(wdir); wdir != "" && err == nil && fi.IsDir() {
+			base = wdir
+		}
 	}
 	tmp, err := os.MkdirTemp(base, ".gorun-build-")
 	if err != nil {

@@ -165,3 +165,33 @@ func TestOutputFileWritesPerRead(t *testing.T) {
 		t.Errorf("%d writes of %d bytes, want 2 (the lines, then the last part) of the %d written", file.n, file.b.Len(), len(chunk))
 	}
 }
+
+// A Go package PROGRAM of a job with ranks on other hosts is built under
+// -wdir, which the hosts share, not under gorun's own directory, which
+// they may not see (before 2026-12-01 it was always gorun's directory).
+func TestWorkDirGoPackageRemoteBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	wdir, here := t.TempDir(), t.TempDir()
+	dir := filepath.Join(wdir, "pkg")
+	writePackage(t, dir, "")
+	src := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() { p, _ := os.Executable(); fmt.Println(p) }\n"
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(here)
+	out, stderr, err := runJob(t, "", Config{NP: 1, WorkDir: wdir, Program: "./pkg", NoTag: true,
+		Hosts: []Host{{Name: "node1", Slots: 1}}, LaunchAgent: fakeSSHAgent(t)})
+	if err != nil {
+		t.Fatalf("./pkg with -wdir on a remote host: %v\n%s", err, stderr)
+	}
+	bin := strings.TrimSpace(out) // removed with its directory by now
+	got, _ := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(bin)))
+	if want, _ := filepath.EvalSymlinks(wdir); got != want {
+		t.Errorf("the remote rank ran %s, want a build under -wdir %s", bin, wdir)
+	}
+	if m, _ := filepath.Glob(filepath.Join(wdir, ".gorun-build-*")); len(m) > 0 {
+		t.Errorf("the build is left behind: %v", m)
+	}
+}
