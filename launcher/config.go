@@ -116,7 +116,8 @@ type Config struct {
 	// and Args are then ignored.
 	Apps []App
 
-	// NPerNode caps the ranks per host (--npernode, -N); without Hosts it
+	// NPerNode caps the ranks per host (--npernode, -N), Hosts' Slots and
+	// MaxSlots alike, whatever Oversubscribe says; without Hosts it
 	// gives this machine NPerNode slots, or under srun becomes
 	// --ntasks-per-node. With NP 0 it sets NP: NPerNode times the hosts
 	// (the allocation's nodes under srun).
@@ -161,6 +162,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Program == "" {
 		return c, fmt.Errorf("%w: no program to run", ErrUsage)
+	}
+	if err := checkHosts(c.Hosts); err != nil {
+		return c, err
 	}
 	switch c.Bind {
 	case "":

@@ -15,7 +15,7 @@ type Host struct {
 	// MaxSlots is the most ranks the host may take (a hostfile's
 	// max_slots): up to it without --oversubscribe, and never beyond it,
 	// as Open MPI does. 0: no bound, and no rank beyond Slots without
-	// --oversubscribe.
+	// --oversubscribe. Run refuses MaxSlots below Slots and Slots below 1.
 	MaxSlots int
 }
 
@@ -191,6 +191,24 @@ func sumHosts(a, b Host) Host {
 		a.MaxSlots = 0
 	}
 	return a
+}
+
+// checkHosts holds hosts given through Config to the bounds that -H and
+// --hostfile's parsers enforce: Slots in [1, maxSlots], MaxSlots 0 (no
+// bound) or in [Slots, maxSlots]. Before 2026-12-01 a host of Slots 3 and
+// MaxSlots 2 took three ranks.
+func checkHosts(hosts []Host) error {
+	for _, h := range hosts {
+		switch {
+		case h.Slots < 1 || h.Slots > maxSlots:
+			return fmt.Errorf("%w: host %q: Slots %d is not in [1, %d]", ErrUsage, h.Name, h.Slots, maxSlots)
+		case h.MaxSlots < 0 || h.MaxSlots > maxSlots:
+			return fmt.Errorf("%w: host %q: MaxSlots %d is not in [0, %d] (0: no bound)", ErrUsage, h.Name, h.MaxSlots, maxSlots)
+		case h.MaxSlots > 0 && h.MaxSlots < h.Slots:
+			return fmt.Errorf("%w: host %q: MaxSlots %d is less than its %d Slots (as a hostfile's max_slots below slots)", ErrUsage, h.Name, h.MaxSlots, h.Slots)
+		}
+	}
+	return nil
 }
 
 // checkHostName accepts host names, IPv4 and IPv6 addresses and agent

@@ -74,13 +74,15 @@ func mapByHint(v string) string {
 // beyond the slots are dealt over those hosts in turn, one more slot for
 // each per round, so that by-slot mapping keeps each host's ranks
 // together. When the hosts cannot take np ranks, the error names those
-// that reached their max_slots. Without hosts (this machine alone) gorun
-// takes any number of ranks already.
-func fitSlots(hosts []Host, np int, oversub bool) ([]Host, error) {
+// that reached their max_slots. --npernode (perNode > 0) caps every host
+// first (CapSlots) and overrides --oversubscribe. Without hosts (this
+// machine alone) gorun takes any number of ranks already.
+func fitSlots(hosts []Host, np int, oversub bool, perNode int) ([]Host, error) {
 	if len(hosts) == 0 {
 		return hosts, nil
 	}
-	hosts = mergeLocal(hosts) // a copy
+	hosts = CapSlots(mergeLocal(hosts), perNode) // a copy
+	oversub = oversub && perNode <= 0
 	total := 0
 	for _, h := range hosts {
 		total += h.Slots
@@ -96,6 +98,9 @@ func fitSlots(hosts []Host, np int, oversub bool) ([]Host, error) {
 	}
 	if total >= np {
 		return hosts, nil
+	}
+	if perNode > 0 {
+		return nil, fmt.Errorf("%w: -np %d but the hosts take at most %d ranks with --npernode %d", ErrUsage, np, total, perNode)
 	}
 	var full []string
 	unbounded := false

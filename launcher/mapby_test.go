@@ -56,7 +56,7 @@ func TestOversubscribe(t *testing.T) {
 		{[]Host{{Name: "localhost", Slots: 1}, {Name: "127.0.0.1", Slots: 1}}, 5, []Host{{Name: "localhost", Slots: 5}}},
 		{nil, 8, nil},
 	} {
-		if got, err := fitSlots(tc.hosts, tc.np, true); err != nil || !reflect.DeepEqual(got, tc.want) {
+		if got, err := fitSlots(tc.hosts, tc.np, true, 0); err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("fitSlots(%+v, %d, oversubscribe) = %+v, %v; want %+v", tc.hosts, tc.np, got, err, tc.want)
 		}
 	}
@@ -89,7 +89,7 @@ func TestMaxSlots(t *testing.T) {
 		{mixed, 7, true, []Host{{Name: "a", Slots: 3, MaxSlots: 3}, {Name: "b", Slots: 4}}, ""},
 		{[]Host{{Name: "a", Slots: 2}}, 3, false, nil, "-np 3 but the hosts have 2 slots (--oversubscribe allows more)"},
 	} {
-		got, err := fitSlots(tc.hosts, tc.np, tc.oversub)
+		got, err := fitSlots(tc.hosts, tc.np, tc.oversub, 0)
 		switch {
 		case tc.err != "" && (!errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("fitSlots(%+v, %d, %v) = %+v, %v; want an error with %q", tc.hosts, tc.np, tc.oversub, got, err, tc.err)

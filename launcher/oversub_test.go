@@ -96,3 +96,35 @@ func TestMaxSlotsRun(t *testing.T) {
 		t.Errorf("3 ranks on max_slots=2 with --oversubscribe: %v, want a usage error naming localhost max_slots=2", err)
 	}
 }
+
+// Hosts given through Config, not parsed from -H or --hostfile, are held
+// to the same bounds: MaxSlots below Slots is a usage error, as the
+// hostfile's max_slots below slots is, and NPerNode caps every host, as
+// --npernode does with -H. Both ran three ranks on the host before.
+func TestHostsConfigBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		err  string // in the usage error
+	}{
+		{"MaxSlots below Slots", Config{NP: 3, Hosts: []Host{{Name: "localhost", Slots: 3, MaxSlots: 2}}}, "MaxSlots 2 is less than its 3 Slots"},
+		{"NPerNode", Config{NP: 3, Hosts: []Host{{Name: "localhost", Slots: 4}}, NPerNode: 2}, "at most 2 ranks with --npernode 2"},
+		{"NPerNode, oversubscribed", Config{NP: 3, Hosts: []Host{{Name: "localhost", Slots: 4}}, NPerNode: 2, Oversubscribe: true}, "at most 2 ranks with --npernode 2"},
+		{"NPerNode below MaxSlots", Config{NP: 3, Hosts: []Host{{Name: "localhost", Slots: 1, MaxSlots: 4}}, NPerNode: 2}, "at most 2 ranks with --npernode 2"},
+		{"no Slots", Config{NP: 1, Hosts: []Host{{Name: "localhost"}}}, "Slots 0 is not in [1,"},
+		{"negative MaxSlots", Config{NP: 1, Hosts: []Host{{Name: "localhost", Slots: 1, MaxSlots: -1}}}, "MaxSlots -1 is not in [0,"},
+	} {
+		_, stderr, err := runJob(t, "env", tc.cfg)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: %v, want a usage error with %q\n%s", tc.name, err, tc.err, stderr)
+		}
+	}
+	// Within the bounds, the job runs.
+	out, stderr, err := runJob(t, "env", Config{NP: 2, Hosts: []Host{{Name: "localhost", Slots: 1, MaxSlots: 4}}, NPerNode: 2})
+	if err != nil {
+		t.Fatalf("2 ranks, max_slots 4, --npernode 2: %v\n%s", err, stderr)
+	}
+	if n := len(rankLines(t, out)); n != 2 {
+		t.Errorf("%d ranks ran, want 2", n)
+	}
+}

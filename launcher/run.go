@@ -65,7 +65,7 @@ func launch(ctx context.Context, cfg Config, con *console, w *startWatch) error 
 	}
 	// Ranks beyond the slots: up to max_slots, or with --oversubscribe
 	// (which --npernode overrides: it caps every host).
-	if cfg.Hosts, err = fitSlots(cfg.Hosts, cfg.NP, cfg.Oversubscribe && cfg.NPerNode <= 0); err != nil {
+	if cfg.Hosts, err = fitSlots(cfg.Hosts, cfg.NP, cfg.Oversubscribe, cfg.NPerNode); err != nil {
 		return err
 	}
 	if srun {
