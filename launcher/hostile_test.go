@@ -121,6 +121,25 @@ func TestHostileHostNames(t *testing.T) {
 	}
 }
 
+// Config.Hosts given through the Go API are refused alike, before any
+// agent runs: they went to ssh's command line as they were.
+func TestHostileHostNamesConfig(t *testing.T) {
+	ran := filepath.Join(t.TempDir(), "ran")
+	agent := filepath.Join(t.TempDir(), "ssh")
+	if err := os.WriteFile(agent, []byte("#!/bin/sh\ntouch "+ran+"\nexit 255\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"-oProxyCommand=touch PWNED", "a;b", "$(x)", "a b", "h/x"} {
+		_, _, err := runJob(t, "env", Config{NP: 1, Hosts: []Host{{Name: h, Slots: 1}}, LaunchAgent: []string{agent}})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "host name") {
+			t.Errorf("host %q: %v, want a usage error about the host name", h, err)
+		}
+	}
+	if fileExists(ran) {
+		t.Errorf("the agent ran for a hostile host name")
+	}
+}
+
 // Stopping an ssh rank sends it SIGTERM through a second agent command
 // (signalRemote); gorun waits for it, so its output while it stops
 // arrives. (TestRemoteRanksKilledAfterGrace: the SIGKILL after it.)

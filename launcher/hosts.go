@@ -193,12 +193,18 @@ func sumHosts(a, b Host) Host {
 	return a
 }
 
-// checkHosts holds hosts given through Config to the bounds that -H and
-// --hostfile's parsers enforce: Slots in [1, maxSlots], MaxSlots 0 (no
-// bound) or in [Slots, maxSlots]. Before 2026-12-01 a host of Slots 3 and
-// MaxSlots 2 took three ranks.
+// checkHosts holds hosts given through Config to what -H and --hostfile's
+// parsers enforce: a name checkHostName accepts ("" is this machine),
+// Slots in [1, maxSlots], MaxSlots 0 (no bound) or in [Slots, maxSlots].
+// Before 2026-12-01 a host of Slots 3 and MaxSlots 2 took three ranks,
+// and a name such as "-oProxyCommand=..." went to ssh as it was.
 func checkHosts(hosts []Host) error {
 	for _, h := range hosts {
+		if h.Name != "" {
+			if err := checkHostName(h.Name); err != nil {
+				return fmt.Errorf("%w: %v", ErrUsage, err)
+			}
+		}
 		switch {
 		case h.Slots < 1 || h.Slots > maxSlots:
 			return fmt.Errorf("%w: host %q: Slots %d is not in [1, %d]", ErrUsage, h.Name, h.Slots, maxSlots)
