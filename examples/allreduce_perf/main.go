@@ -6,7 +6,8 @@
 // algbw, as in nccl-tests; both columns are in place), and with -coll
 // allgather or reducescatter AllGather or ReduceScatter (as nccl-tests'
 // all_gather_perf and reduce_scatter_perf: the size is the gathered output,
-// or the reduced input, of n blocks; busbw = algbw·(n-1)/n). Each call is
+// or the reduced input, of n blocks; busbw = algbw·(n-1)/n); the redop
+// column of those without a reduction says "none", as nccl-tests'. Each call is
 // timed after a barrier, as bench/compare's MPI and Gloo programs do;
 // -batch times the calls back to back, as nccl-tests does. -sizes a,b,c
 // lists the sizes explicitly; -cpuprofile FILE profiles the run. A launched rank
@@ -213,6 +214,16 @@ func run(ctx context.Context, o options, out io.Writer) (int64, error) {
 }
 
 var ops = map[string]comm.Op{"sum": comm.Sum, "prod": comm.Prod, "min": comm.Min, "max": comm.Max, "avg": comm.Avg}
+
+// redop is the table's redop: -o for the collectives that reduce, "none"
+// for those that do not (broadcast, allgather, barrier), as nccl-tests
+// prints it.
+func (o options) redop() string {
+	if o.coll == "allreduce" || o.coll == "reducescatter" {
+		return o.op
+	}
+	return "none"
+}
 
 type benchFunc func(ctx context.Context, c *comm.Comm, o options, op comm.Op, w io.Writer) (int64, error)
 

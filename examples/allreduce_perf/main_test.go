@@ -106,3 +106,32 @@ func TestBarrier(t *testing.T) {
 		t.Fatalf("rows %q:\n%s", rows, out.String())
 	}
 }
+
+// TestRedopColumn: the redop column, and the header's op, name the
+// reduction of the collectives that have one (-o) and say "none" for
+// those that have none, as nccl-tests prints (it said "sum" for an
+// allgather or a broadcast).
+func TestRedopColumn(t *testing.T) {
+	for coll, want := range map[string]string{"allreduce": "max", "reducescatter": "max", "broadcast": "none", "allgather": "none", "barrier": "none"} {
+		var out bytes.Buffer
+		o := options{sizes: []int64{4096}, iters: 1, warmup: 0, check: true, dtype: "float", op: "max", np: 2, transport: "mem", coll: coll}
+		if wrong, err := run(context.Background(), o, &out); err != nil || wrong != 0 {
+			t.Fatalf("%s: %d wrong, %v:\n%s", coll, wrong, err, out.String())
+		}
+		rows := 0
+		for _, line := range strings.Split(out.String(), "\n") {
+			if f := strings.Fields(line); len(f) == 12 && !strings.HasPrefix(line, "#") {
+				rows++
+				if f[3] != want {
+					t.Errorf("%s: redop %q, want %q: %s", coll, f[3], want, line)
+				}
+			}
+			if strings.HasPrefix(line, "# gorun allreduce_perf:") && strings.Contains(line, " op ") && !strings.Contains(line, " op "+want+",") {
+				t.Errorf("%s: header %q, want op %s", coll, line, want)
+			}
+		}
+		if rows != 1 {
+			t.Errorf("%s: %d rows, want 1:\n%s", coll, rows, out.String())
+		}
+	}
+}

@@ -16,7 +16,7 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 	var z T
 	es := int64(unsafe.Sizeof(z))
 	n := c.Size()
-	fmt.Fprintf(w, "# gorun allreduce_perf: %s, %d ranks, type %s, op %s, algorithm %s, GOMAXPROCS %d\n", o.coll, n, o.dtype, o.op, orDefault(o.algo, "auto"), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "# gorun allreduce_perf: %s, %d ranks, type %s, op %s, algorithm %s, GOMAXPROCS %d\n", o.coll, n, o.dtype, o.redop(), orDefault(o.algo, "auto"), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "#\n#%52s %31s %31s\n", "", "out-of-place", "in-place")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 	fmt.Fprintf(w, "#%12s %12s %8s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
@@ -127,7 +127,7 @@ func perf[T comm.Number](ctx context.Context, c *comm.Comm, o options, op comm.O
 			factor = float64(n-1) / float64(n)
 		}
 		fmt.Fprintf(w, " %12d %12d %8s %6s %9.2f %7.2f %7.2f %6d %9.2f %7.2f %7.2f %6d\n",
-			int64(count)*es, count, o.dtype, o.op,
+			int64(count)*es, count, o.dtype, o.redop(),
 			res[0].us, algbw(res[0].us), algbw(res[0].us)*factor, res[0].wrong,
 			res[1].us, algbw(res[1].us), algbw(res[1].us)*factor, res[1].wrong)
 		sumBus += algbw(res[1].us) * factor
