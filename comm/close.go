@@ -6,8 +6,23 @@ import (
 	"sync"
 )
 
-// errNilComm is Close's error on a nil *Comm.
-var errNilComm = &RankError{Rank: -1, Op: "close", Err: fmt.Errorf("%w: nil communicator", ErrInvalid)}
+// errNil is the cause of an operation's error on a nil *Comm.
+var errNil = fmt.Errorf("%w: nil communicator", ErrInvalid)
+
+// nilComm is the error of operation op called on a nil *Comm (Split's
+// result for a negative color, say): it wraps ErrInvalid and names no
+// rank. Every entry point that takes a *Comm returns it, or a Request
+// that completed with it, rather than panic, as os.File's methods do on
+// a nil *File.
+func nilComm(op string) error { return &RankError{Rank: -1, Op: op, Err: errNil} }
+
+// nilRequest is the Request of operation op started on a nil *Comm: it
+// has completed with nilComm's error.
+func nilRequest(op string) *Request {
+	r := &Request{lazy: true, name: op, err: nilComm(op)}
+	r.fin.Store(true)
+	return r
+}
 
 // closing is the outcome of a communicator's Close: the first call starts
 // the teardown on a goroutine of its own, every call waits for it or for
@@ -29,7 +44,7 @@ type closing struct {
 // waits for the same teardown and returns its result.
 func (c *Comm) CloseContext(ctx context.Context) error {
 	if c == nil {
-		return errNilComm
+		return nilComm("close")
 	}
 	c.closing.once.Do(func() {
 		done := make(chan struct{})

@@ -116,6 +116,9 @@ func (c *Comm) LocalSize() int { return c.localSize }
 // Err reports why the communicator can no longer be used (an abort, a
 // failed peer, a mismatch, Close), or nil.
 func (c *Comm) Err() error {
+	if c == nil {
+		return nilComm("comm")
+	}
 	if err := c.eng.Err(); err != nil {
 		return rankErr("comm", err)
 	}
@@ -127,6 +130,9 @@ func (c *Comm) Err() error {
 // A peer's error wraps ErrAborted and gives err's text (its first 232
 // bytes), not err itself.
 func (c *Comm) Abort(err error) {
+	if c == nil {
+		return // no operation to fail
+	}
 	if err == nil {
 		err = ErrAborted
 	} else if !errors.Is(err, ErrAborted) {
@@ -144,6 +150,9 @@ func (c *Comm) Abort(err error) {
 // from its first collective not completed: a peer still in an earlier
 // one finishes it; this rank's communicator is aborted.
 func (c *Comm) Refuse(op string, err error) error {
+	if c == nil {
+		return nilComm(op)
+	}
 	if err == nil {
 		err = ErrInvalid
 	} else if !errors.Is(err, ErrInvalid) {
@@ -195,7 +204,7 @@ func (c *Comm) adopt(child *Comm, members []int) {
 // than panic, so that a deferred Close after Split is safe.
 func (c *Comm) Close() error {
 	if c == nil {
-		return errNilComm
+		return nilComm("close")
 	}
 	ctx, cancel := c.cfg.bound(context.Background())
 	defer cancel()

@@ -26,6 +26,9 @@ import (
 // that does not list it. Any of these errors aborts c, as other errors do.
 func (c *Comm) CreateGroup(ctx context.Context, ranks []int, tag int) (*Comm, error) {
 	const name = "creategroup"
+	if c == nil {
+		return nil, nilComm(name)
+	}
 	me := -1
 	for i, r := range ranks {
 		switch {

@@ -19,6 +19,9 @@ type ValueIndex[T Number] = kernels.Pair[T]
 // among the ranks' send[i], and of equal values the smallest index. send
 // and recv have the same length and may be the same slice.
 func AllReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op) error {
+	if c == nil {
+		return nilComm("allreduce")
+	}
 	return allReduceLoc(ctx, c, c.ticket(), send, recv, op)
 }
 
@@ -46,6 +49,9 @@ func allReduceLoc[T Number](ctx context.Context, c *Comm, t uint64, send, recv [
 // ReduceLoc is AllReduceLoc with the result on root only (recv is ignored
 // elsewhere).
 func ReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op, root int) error {
+	if c == nil {
+		return nilComm("reduce")
+	}
 	return reduceLoc(ctx, c, c.ticket(), send, recv, op, root)
 }
 
@@ -81,12 +87,18 @@ func reduceLoc[T Number](ctx context.Context, c *Comm, t uint64, send, recv []Va
 
 // IAllReduceLoc starts AllReduceLoc.
 func IAllReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op) *Request {
+	if c == nil {
+		return nilRequest("allreduce")
+	}
 	t := c.ticket()
 	return start(c, "allreduce", func() error { return allReduceLoc(ctx, c, t, send, recv, op) })
 }
 
 // IReduceLoc starts ReduceLoc.
 func IReduceLoc[T Number](ctx context.Context, c *Comm, send, recv []ValueIndex[T], op Op, root int) *Request {
+	if c == nil {
+		return nilRequest("reduce")
+	}
 	t := c.ticket()
 	return start(c, "reduce", func() error { return reduceLoc(ctx, c, t, send, recv, op, root) })
 }

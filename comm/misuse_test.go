@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,6 +87,100 @@ func TestCloseNilComm(t *testing.T) {
 		return nil
 	})
 	mustAll(t, "split and close", errs)
+}
+
+// TestNilCommOperations calls every operation on a nil *Comm, as code
+// that goes on with Split's result for a negative color does: each
+// returns a *RankError of Rank -1 wrapping ErrInvalid, and each
+// non-blocking one a Request that completed with it, where they panicked
+// (a nil dereference) before.
+func TestNilCommOperations(t *testing.T) {
+	ctx := testCtx(t)
+	var c *Comm
+	b := make([]int32, 2)
+	vi := make([]ValueIndex[int32], 2)
+	one := []int{2}
+	blocking := map[string]func() error{
+		"allreduce":     func() error { return AllReduce(ctx, c, b, b, Sum) },
+		"reduce":        func() error { return Reduce(ctx, c, b, b, Sum, 0) },
+		"broadcast":     func() error { return Broadcast(ctx, c, b, 0) },
+		"allgather":     func() error { return AllGather(ctx, c, b, b) },
+		"reducescatter": func() error { return ReduceScatter(ctx, c, b, b, Sum) },
+		"gather":        func() error { return Gather(ctx, c, b, b, 0) },
+		"scatter":       func() error { return Scatter(ctx, c, b, b, 0) },
+		"alltoall":      func() error { return AllToAll(ctx, c, b, b) },
+		"allgatherv":    func() error { return AllGatherV(ctx, c, b, b, one, nil) },
+		"gatherv":       func() error { return GatherV(ctx, c, b, b, one, nil, 0) },
+		"scatterv":      func() error { return ScatterV(ctx, c, b, one, nil, b, 0) },
+		"alltoallv":     func() error { return AllToAllV(ctx, c, b, one, nil, b, one, nil) },
+		"scan":          func() error { return Scan(ctx, c, b, b, Sum) },
+		"exscan":        func() error { return ExScan(ctx, c, b, b, Sum) },
+		"send":          func() error { return Send(ctx, c, b, 0, 0) },
+		"recv":          func() error { return Recv(ctx, c, b, 0, 0) },
+		"barrier":       func() error { return c.Barrier(ctx) },
+		"allreduceloc":  func() error { return AllReduceLoc(ctx, c, vi, vi, MinLoc) },
+		"reduceloc":     func() error { return ReduceLoc(ctx, c, vi, vi, MinLoc, 0) },
+		"split":         func() error { _, err := c.Split(ctx, 0, 0); return err },
+		"dup":           func() error { _, err := c.Dup(ctx); return err },
+		"creategroup":   func() error { _, err := c.CreateGroup(ctx, []int{0}, 0); return err },
+		"shrink":        func() error { _, err := c.Shrink(ctx); return err },
+		"grow":          func() error { _, err := c.Grow(ctx); return err },
+		"refuse":        func() error { return c.Refuse("refuse", nil) },
+		"err":           func() error { return c.Err() },
+		"close":         func() error { return c.Close() },
+	}
+	started := map[string]func() *Request{
+		"iallreduce":     func() *Request { return IAllReduce(ctx, c, b, b, Sum) },
+		"ibroadcast":     func() *Request { return IBroadcast(ctx, c, b, 0) },
+		"iallgather":     func() *Request { return IAllGather(ctx, c, b, b) },
+		"ireducescatter": func() *Request { return IReduceScatter(ctx, c, b, b, Sum) },
+		"ireduce":        func() *Request { return IReduce(ctx, c, b, b, Sum, 0) },
+		"igather":        func() *Request { return IGather(ctx, c, b, b, 0) },
+		"iscatter":       func() *Request { return IScatter(ctx, c, b, b, 0) },
+		"ialltoall":      func() *Request { return IAllToAll(ctx, c, b, b) },
+		"ibarrier":       func() *Request { return c.IBarrier(ctx) },
+		"iallgatherv":    func() *Request { return IAllGatherV(ctx, c, b, b, one, nil) },
+		"igatherv":       func() *Request { return IGatherV(ctx, c, b, b, one, nil, 0) },
+		"iscatterv":      func() *Request { return IScatterV(ctx, c, b, one, nil, b, 0) },
+		"ialltoallv":     func() *Request { return IAllToAllV(ctx, c, b, one, nil, b, one, nil) },
+		"iscan":          func() *Request { return IScan(ctx, c, b, b, Sum) },
+		"iexscan":        func() *Request { return IExScan(ctx, c, b, b, Sum) },
+		"isend":          func() *Request { return ISend(ctx, c, b, 0, 0) },
+		"irecv":          func() *Request { return IRecv(ctx, c, b, 0, 0) },
+		"iallreduceloc":  func() *Request { return IAllReduceLoc(ctx, c, vi, vi, MinLoc) },
+		"ireduceloc":     func() *Request { return IReduceLoc(ctx, c, vi, vi, MinLoc, 0) },
+	}
+	check := func(name string, err error) {
+		t.Helper()
+		var re *RankError
+		if !errors.As(err, &re) || !errors.Is(err, ErrInvalid) || re.Rank != -1 || !strings.Contains(err.Error(), "nil communicator") {
+			t.Errorf("%s on a nil *Comm: %v, want a *RankError of rank -1 wrapping ErrInvalid", name, err)
+		}
+	}
+	noPanic := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("%s on a nil *Comm panicked: %v", name, p)
+			}
+		}()
+		f()
+	}
+	for name, f := range blocking {
+		noPanic(name, func() { check(name, f()) })
+	}
+	for name, f := range started {
+		noPanic(name, func() {
+			r := f()
+			check(name+" Wait", r.Wait(ctx))
+			done, err := r.Test()
+			if !done {
+				t.Errorf("%s on a nil *Comm: Test says not done", name)
+			}
+			check(name+" Test", err)
+		})
+	}
+	noPanic("abort", func() { c.Abort(nil) })
 }
 
 // TestNilRequest waits for a slice of requests with gaps, as MPI_Waitall

@@ -16,12 +16,18 @@ import (
 // on every rank that exchanges data with the offender; a rank whose part
 // completed without it (such as the sender of a mismatched Send) fails at
 // its next operation. After any error the communicator is aborted (Err
-// reports why): create a new one to continue.
+// reports why): create a new one to continue. On a nil *Comm (Split's
+// result for a negative color) every operation, and Split, Barrier and
+// Close, returns a *RankError of Rank -1 wrapping ErrInvalid rather than
+// panic; a non-blocking one returns a Request that completed with it.
 
 // AllReduce reduces send across all ranks with op and leaves the result in
 // recv on every rank. send and recv have the same length; they may be the
 // same slice (in place).
 func AllReduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return nilComm("allreduce")
+	}
 	return allReduce(ctx, c, c.ticket(), send, recv, op)
 }
 
@@ -69,6 +75,9 @@ func allReduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 // len(send) there; recv is ignored elsewhere). At the root send and recv
 // may be the same slice (in place) or overlap.
 func Reduce[T Number](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	if c == nil {
+		return nilComm("reduce")
+	}
 	return reduce(ctx, c, c.ticket(), send, recv, op, root)
 }
 
@@ -114,6 +123,9 @@ func reduce[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, op
 
 // Broadcast copies root's buf to every rank's buf (same length everywhere).
 func Broadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) error {
+	if c == nil {
+		return nilComm("broadcast")
+	}
 	return broadcast(ctx, c, c.ticket(), buf, root)
 }
 
@@ -136,6 +148,9 @@ func broadcast[T Number](ctx context.Context, c *Comm, t uint64, buf []T, root i
 // AllGather concatenates every rank's send, in rank order, into recv
 // (len(recv) = Size·len(send)). send may be recv's own block (in place).
 func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	if c == nil {
+		return nilComm("allgather")
+	}
 	return allGather(ctx, c, c.ticket(), send, recv)
 }
 
@@ -163,6 +178,9 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T)
 // result in recv (len(send) = Size·len(recv)). recv may be send's own
 // block (in place) or overlap send.
 func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return nilComm("reducescatter")
+	}
 	return reduceScatter(ctx, c, c.ticket(), send, recv, op)
 }
 
@@ -210,6 +228,9 @@ func reduceScatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv 
 // (len(recv) = Size·len(send) there; ignored elsewhere). At the root send
 // may be recv's own block (in place).
 func Gather[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return nilComm("gather")
+	}
 	return gather(ctx, c, c.ticket(), send, recv, root)
 }
 
@@ -239,6 +260,9 @@ func gather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, ro
 // ignored elsewhere) to rank r's recv. At the root recv may be send's own
 // block (in place) or overlap send.
 func Scatter[T Number](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	if c == nil {
+		return nilComm("scatter")
+	}
 	return scatter(ctx, c, c.ticket(), send, recv, root)
 }
 
@@ -274,6 +298,9 @@ func scatter[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, r
 // block Rank of recv. len(send) = len(recv) = Size·block; they may be the
 // same slice or overlap.
 func AllToAll[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+	if c == nil {
+		return nilComm("alltoall")
+	}
 	return allToAll(ctx, c, c.ticket(), send, recv)
 }
 
@@ -304,7 +331,12 @@ func allToAll[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) 
 }
 
 // Barrier returns once every rank has entered it.
-func (c *Comm) Barrier(ctx context.Context) error { return c.barrier(ctx, c.ticket()) }
+func (c *Comm) Barrier(ctx context.Context) error {
+	if c == nil {
+		return nilComm("barrier")
+	}
+	return c.barrier(ctx, c.ticket())
+}
 
 func (c *Comm) barrier(ctx context.Context, t uint64) error {
 	if err := c.enter(ctx, t, "barrier"); err != nil {
@@ -329,6 +361,9 @@ func (c *Comm) barrier(ctx context.Context, t uint64) error {
 // (Send joins it; see ISend); without one, a Send to this rank could never
 // complete and is ErrInvalid. Send returns once buf may be reused.
 func Send[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
+	if c == nil {
+		return nilComm("send")
+	}
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil { // joined the started ISends and IRecvs (p2p.go)
 		<-r.done
@@ -367,6 +402,9 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // a Barrier) exchange no message: unlike collectives that disagree, they
 // are found only at the operation timeout (WithTimeout), which fails both.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
+	if c == nil {
+		return nilComm("recv")
+	}
 	t, r := c.p2pTurn(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	if r != nil {
 		<-r.done

@@ -184,6 +184,9 @@ type iop[T Number] struct {
 
 // startOp starts o, whose arguments are set, on c at a ticket taken now.
 func startOp[T Number](c *Comm, o *iop[T]) *Request {
+	if c == nil {
+		return nilRequest(opNames[o.kind])
+	}
 	o.lazy, o.comm, o.name = true, c, opNames[o.kind]
 	o.t = c.ticket()
 	engine.Start(o)
@@ -339,6 +342,9 @@ func IExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) *Req
 // not progress on its own: one that nothing has run when c is closed was
 // never sent, and its request fails with ErrClosed.
 func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Request {
+	if c == nil {
+		return nilRequest("send")
+	}
 	r := c.deferP2P(p2pMsg{ctx: ctx, send: true, peer: dst, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	r.comm, r.name = c, "send" // for Wait's error; the group that runs r reads neither
 	return r
@@ -346,6 +352,9 @@ func ISend[T Number](ctx context.Context, c *Comm, buf []T, dst, tag int) *Reque
 
 // IRecv starts Recv; see ISend for when it runs and for its tag.
 func IRecv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) *Request {
+	if c == nil {
+		return nilRequest("recv")
+	}
 	r := c.deferP2P(p2pMsg{ctx: ctx, peer: src, tag: tag, dt: DTypeOf[T](), count: len(buf), buf: bytesOf(buf)})
 	r.comm, r.name = c, "recv"
 	return r

@@ -11,6 +11,9 @@ import (
 // 0 … r (MPI_Scan). send and recv have the same length and may be the same
 // slice. Avg divides by r+1. ceil(log2 Size) steps.
 func Scan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return nilComm("scan")
+	}
 	return scan(ctx, c, c.ticket(), collectives.Scan, send, recv, op)
 }
 
@@ -18,6 +21,9 @@ func Scan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
 // 0 … r−1 (MPI_Exscan); rank 0's recv is left as it is. Avg divides by r.
 // send and recv have the same length and may be the same slice.
 func ExScan[T Number](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	if c == nil {
+		return nilComm("exscan")
+	}
 	return scan(ctx, c, c.ticket(), collectives.ExScan, send, recv, op)
 }
 

@@ -74,6 +74,9 @@ func (c *Comm) Joiners() int {
 // remake replaces c by a communicator of the world agree forms (Shrink,
 // Grow), over c's devices and listeners.
 func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node, context.Context) (bootstrap.World, error)) (_ *Comm, err error) {
+	if c == nil {
+		return nil, nilComm(op)
+	}
 	node := c.shrink.node
 	if node == nil {
 		return nil, &RankError{Rank: c.rank, Op: op, Err: fmt.Errorf("%w: only a communicator made by Init can %s", ErrInvalid, op)}

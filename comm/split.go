@@ -10,16 +10,25 @@ import (
 // Split partitions the communicator: the ranks that pass the same color
 // form a new communicator, ranked by key (ties by rank here). It is
 // collective over c. A negative color takes part but gets nil (MPI's
-// MPI_UNDEFINED and MPI_COMM_NULL); Close on it returns ErrInvalid.
+// MPI_UNDEFINED and MPI_COMM_NULL); Close and the operations on it
+// return ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	return c.split(ctx, color, key, "split")
 }
 
 // Dup returns a new communicator with the same ranks; it is collective.
-func (c *Comm) Dup(ctx context.Context) (*Comm, error) { return c.split(ctx, 0, c.rank, "dup") }
+func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
+	if c == nil {
+		return nil, nilComm("dup")
+	}
+	return c.split(ctx, 0, c.rank, "dup")
+}
 
 // split is Split, its errors of operation name.
 func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, error) {
+	if c == nil {
+		return nil, nilComm(name)
+	}
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*c.size)
 	if err := AllGather(ctx, c, mine, all); err != nil {

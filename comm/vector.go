@@ -28,6 +28,9 @@ import (
 // MPI; ErrInvalid); send may be recv's own block (in place) or overlap
 // recv elsewhere.
 func AllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
+	if c == nil {
+		return nilComm("allgatherv")
+	}
 	return allGatherV(ctx, c, c.ticket(), send, recv, counts, displs)
 }
 
@@ -71,6 +74,9 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 // root only; there len(send) = counts[root], the blocks of recv must not
 // overlap (ErrInvalid), and send may overlap recv.
 func GatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int, root int) error {
+	if c == nil {
+		return nilComm("gatherv")
+	}
 	return gatherV(ctx, c, c.ticket(), send, recv, counts, displs, root)
 }
 
@@ -107,6 +113,9 @@ func gatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, c
 // recv (len(recv) = counts[r]). send, counts and displs matter at root
 // only; there recv may overlap send.
 func ScatterV[T Number](ctx context.Context, c *Comm, send []T, counts, displs []int, recv []T, root int) error {
+	if c == nil {
+		return nilComm("scatterv")
+	}
 	return scatterV(ctx, c, c.ticket(), send, counts, displs, recv, root)
 }
 
@@ -151,6 +160,9 @@ func scatterV[T Number](ctx context.Context, c *Comm, t uint64, send []T, counts
 // sendCounts[b] must equal rank b's recvCounts[a]. send and recv must not
 // overlap, nor the blocks of recv (ErrInvalid); those of send may.
 func AllToAllV[T Number](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
+	if c == nil {
+		return nilComm("alltoallv")
+	}
 	return allToAllV(ctx, c, c.ticket(), send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
 }
 
