@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gorun-hpc/gorun/internal/engine"
+	"github.com/gorun-hpc/gorun/internal/kernels"
 )
 
 // Sentinel errors; a *RankError wraps one of them (or a transport error).
@@ -86,10 +87,27 @@ func (c *Comm) blame(err error) {
 // does not have.
 func (c *Comm) badOp(name string, op Op, dt DType) error {
 	switch {
+	case !opKnown(op):
+		return c.invalid(name, "invalid op %d", uint8(op))
 	case op.IntegerOnly():
 		return c.invalid(name, "op %s is defined for integer types only, not %s", op, dt)
 	case op == MinLoc || op == MaxLoc:
 		return c.invalid(name, "op %s needs value-index pairs (AllReduceLoc, ReduceLoc), not %s", op, dt)
 	}
 	return c.invalid(name, "op %s is not defined for %s", op, dt)
+}
+
+// badPairOp fails the operation on every rank for an op other than MinLoc
+// and MaxLoc on value-index pairs.
+func (c *Comm) badPairOp(name string, op Op) error {
+	if !opKnown(op) {
+		return c.invalid(name, "invalid op %d on value-index pairs: want MinLoc or MaxLoc", uint8(op))
+	}
+	return c.invalid(name, "op %s on value-index pairs: want MinLoc or MaxLoc", op)
+}
+
+// opKnown says whether op is one of the reduction operators: one that some
+// element type has (an Op converted from another number may be none).
+func opKnown(op Op) bool {
+	return op.Valid(kernels.Int64) || op.Valid(kernels.PairOf(kernels.Int64))
 }

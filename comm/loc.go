@@ -36,7 +36,7 @@ func allReduceLoc[T Number](ctx context.Context, c *Comm, t uint64, send, recv [
 		return c.invalid(name, "len(send) = %d, len(recv) = %d", len(send), len(recv))
 	}
 	if !op.Valid(dt) {
-		return c.invalid(name, "op %s on value-index pairs: want MinLoc or MaxLoc", op)
+		return c.badPairOp(name, op)
 	}
 	w, in := pairBytes(recv), pairBytes(send)
 	if len(w) > 0 && &w[0] != &in[0] {
@@ -69,7 +69,7 @@ func reduceLoc[T Number](ctx context.Context, c *Comm, t uint64, send, recv []Va
 		return c.invalid(name, "len(send) = %d, len(recv) = %d at the root", len(send), len(recv))
 	}
 	if !op.Valid(dt) {
-		return c.invalid(name, "op %s on value-index pairs: want MinLoc or MaxLoc", op)
+		return c.badPairOp(name, op)
 	}
 	in := pairBytes(send)
 	var work []byte

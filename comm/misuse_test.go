@@ -183,6 +183,37 @@ func TestNilCommOperations(t *testing.T) {
 	noPanic("abort", func() { c.Abort(nil) })
 }
 
+// TestInvalidOpMessage passes an Op that is none of the operators: every
+// rank fails with ErrInvalid saying "invalid op 200", where the message
+// read "op op(200) is not defined for int32".
+func TestInvalidOpMessage(t *testing.T) {
+	ctx := testCtx(t)
+	bad := Op(200)
+	cases := map[string]func(c *Comm) error{
+		"allreduce": func(c *Comm) error { b := []int32{1, 2}; return AllReduce(ctx, c, b, b, bad) },
+		"reduce":    func(c *Comm) error { b := []float64{1, 2}; return Reduce(ctx, c, b, b, bad, 0) },
+		"reducescatter": func(c *Comm) error {
+			return ReduceScatter(ctx, c, make([]int64, 4), make([]int64, 2), bad)
+		},
+		"scan": func(c *Comm) error { b := []uint8{1}; return Scan(ctx, c, b, b, bad) },
+		"allreduceloc": func(c *Comm) error {
+			b := []ValueIndex[float32]{{Value: 1}}
+			return AllReduceLoc(ctx, c, b, b, bad)
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			errs := onAll(newLocal(t, 2), f)
+			for r, err := range errs {
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "invalid op 200") || strings.Contains(err.Error(), "op(") {
+					t.Errorf("rank %d: %v, want ErrInvalid saying invalid op 200", r, err)
+				}
+			}
+			t.Logf("rank 0: %v", errs[0])
+		})
+	}
+}
+
 // TestNilRequest waits for a slice of requests with gaps, as MPI_Waitall
 // does for MPI_REQUEST_NULL: the nil ones are complete.
 func TestNilRequest(t *testing.T) {
