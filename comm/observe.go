@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 		// its first incarnation's file stays for the merge.
 		restart := restartNumber()
 		path := trace.RestartPath(cfg.timeline, rank, restart)
-		rec, err := trace.Create(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid(), Restart: restart}, 0)
+		rec, err := createSession(path, trace.Header{Rank: rank, Size: size, Host: host, PID: os.Getpid(), Restart: restart})
 		if err != nil {
 			if o.met != nil {
 				o.met.close()
@@ -73,6 +74,37 @@ func newObserver(cfg *config, rank, size int) (*observer, error) {
 		rec.SetClockSource(o.clockOffset) // for a rank killed before close writes it
 	}
 	return o, nil
+}
+
+// sessions counts the recorders this process opened for each rank's file
+// (RestartPath, absolute): a later first communicator of the rank in this
+// process (Init after Close, NewLocal again, open together or not) writes
+// the N-th to FILE.RANK.initN (trace.SessionPath), which the merge folds
+// into the rank's. Before 2026-12-01 it truncated FILE.RANK and the first
+// one's events were lost.
+var sessions struct {
+	sync.Mutex
+	n map[string]int
+}
+
+// createSession opens the recorder of this process's next session of
+// path.
+func createSession(path string, h trace.Header) (*trace.Recorder, error) {
+	key, err := filepath.Abs(path)
+	if err != nil {
+		key = path
+	}
+	sessions.Lock()
+	defer sessions.Unlock()
+	h.Init = sessions.n[key]
+	rec, err := trace.Create(trace.SessionPath(path, h.Init), h, 0)
+	if err == nil {
+		if sessions.n == nil {
+			sessions.n = map[string]int{}
+		}
+		sessions.n[key]++
+	}
+	return rec, err
 }
 
 // restartNumber is GORUN_RESTART's n (this process is its rank's n-th
@@ -280,7 +312,9 @@ func (c *Comm) TraceInstant(lane, name string, arg int64) {
 
 // WithTimeline records every operation of the communicator (and of those
 // made from it) to path.RANK, as GORUN_TIMELINE does (path.RANK.restartN
-// in a process gorun restarted, GORUN_RESTART=N); "" turns it off.
+// in a process gorun restarted, GORUN_RESTART=N; path.RANK.initN for the
+// N-th first communicator of the rank that this process makes after the
+// first, which leaves the earlier ones' files); "" turns it off.
 func WithTimeline(path string) Option {
 	return func(c *config) error { c.timeline = path; return nil }
 }

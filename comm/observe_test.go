@@ -201,3 +201,71 @@ func TestTimelineNamesCommunicators(t *testing.T) {
 		t.Errorf("split IDs %+v: want {0,2} and {1,3} alike, the two different, and not the world's", sub)
 	}
 }
+
+// A later first communicator of a rank in the same process (NewLocal
+// again, a second Init after Close), while the first is open or after it
+// closed, records to FILE.RANK.initN, and the first one's FILE.RANK stays:
+// it truncated it, losing every event the first had written. ReadRanks
+// reads the sessions as one rank, their lanes named "LANE (init N)".
+func TestTimelineSecondFirstCommunicator(t *testing.T) {
+	needObservable(t)
+	base := filepath.Join(t.TempDir(), "tl")
+	ctx := testCtx(t)
+	allreduce := func(cs []*Comm, n int) {
+		mustAll(t, "allreduce", onAll(cs, func(c *Comm) error {
+			v := make([]int32, 8)
+			for range n {
+				if err := AllReduce(ctx, c, v, v, Sum); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	first := newLocal(t, 2, WithTimeline(base))
+	allreduce(first, 1)
+	second := newLocal(t, 2, WithTimeline(base)) // while the first is open
+	allreduce(second, 2)
+	for _, c := range append(first, second...) {
+		c.Close()
+	}
+	third := newLocal(t, 2, WithTimeline(base)) // after both closed
+	allreduce(third, 3)
+	for _, c := range third {
+		c.Close()
+	}
+	for r := range 2 {
+		for n, want := range []int{1, 2, 3} {
+			path := trace.SessionPath(trace.RestartPath(base, r, 0), n)
+			rf, err := trace.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rf.Events) != want || rf.Header.Init != n || !rf.Closed {
+				t.Errorf("%s: %d events, header %+v, closed %v; want %d, init %d, closed", path, len(rf.Events), rf.Header, rf.Closed, want, n)
+			}
+		}
+	}
+	files, missing, err := trace.ReadRanks(base, 2)
+	if err != nil || len(missing) > 0 || len(files) != 2 {
+		t.Fatalf("ReadRanks: %d files, missing %v, %v", len(files), missing, err)
+	}
+	for _, rf := range files {
+		var got []string
+		for _, e := range rf.Events {
+			got = append(got, rf.Lanes[e.Lane]+"/"+e.Name)
+		}
+		want := "[comm/allreduce comm (init 1)/allreduce comm (init 1)/allreduce comm (init 2)/allreduce comm (init 2)/allreduce comm (init 2)/allreduce]"
+		if fmt.Sprint(got) != want || !rf.Closed || len(rf.Restarts) != 0 {
+			t.Errorf("rank %d: events %v, closed %v, %d restarts; want %s, closed, none", rf.Header.Rank, got, rf.Closed, len(rf.Restarts), want)
+		}
+	}
+	// Three communicators, each of its own session, all matched.
+	if s := trace.Summarize(files); s.Comms != 3 || s.Matched != 6 || len(s.Restarted) > 0 {
+		t.Errorf("report: %d communicators, %d collectives matched, restarted %v; want 3, 6, none\n%s", s.Comms, s.Matched, s.Restarted, s)
+	}
+	trace.Remove(files)
+	if m, _ := filepath.Glob(base + ".*"); len(m) > 0 {
+		t.Errorf("Remove left %v", m)
+	}
+}

@@ -21,7 +21,7 @@ func traceMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gorun trace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "output: the SVG (or with -merge the merged JSON)")
-	merge := fs.String("merge", "", "merge the per-rank files BASE.0, BASE.1, ... and restarted ranks' BASE.R.restartN (GORUN_TIMELINE=BASE)")
+	merge := fs.String("merge", "", "merge the per-rank files BASE.0, BASE.1, ..., restarted ranks' BASE.R.restartN and a process's later communicators' BASE.R.initN (GORUN_TIMELINE=BASE)")
 	report := fs.Bool("report", false, "with -merge: print the job report")
 	from := fs.Float64("from", 0, "draw from this time, µs from the start")
 	to := fs.Float64("to", 0, "draw up to this time, µs from the start (0: the end)")

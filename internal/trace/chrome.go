@@ -31,7 +31,8 @@ func ReadRanks(base string, size int) (files []*RankFile, missing []int, err err
 		var empty []string
 		for _, n := range append([]int{0}, restarts[r]...) {
 			path := RestartPath(base, r, n)
-			rf, err := ReadFile(path)
+			rf, none, err := readSessions(path)
+			empty = append(empty, none...)
 			if os.IsNotExist(err) {
 				continue
 			}
@@ -139,6 +140,11 @@ func Remove(files []*RankFile) {
 		for _, inc := range f.Incarnations() {
 			if inc.Path != "" {
 				os.Remove(inc.Path)
+			}
+		}
+		for _, inc := range f.Incarnations() {
+			for _, p := range inc.sessions {
+				os.Remove(p)
 			}
 		}
 		for _, p := range f.empty {

@@ -21,15 +21,19 @@
 // it is (SetComm: the rank's rank in it, its size, an ID its members
 // share), so that the report compares each collective's arrivals among
 // its own members. A rank restarted by gorun --max-restarts writes
-// FILE.RANK.restartN (RestartPath), leaving its first incarnation's file.
+// FILE.RANK.restartN (RestartPath), leaving its first incarnation's file;
+// a process that makes the rank's first communicator again (comm.Init
+// after Close) writes FILE.RANK.initN (SessionPath), leaving the first's.
 //
 // Files: ReadFile parses a rank's file (a last line cut by a kill is left
 // out; a file without a header is ErrEmpty); ReadRanks reads a job's,
 // skipping the ranks that left nothing, each rank with its restarted
-// incarnations (RankFile.Restarts); Merge writes several as one Chrome
-// Trace Event Format JSON (Perfetto, chrome://tracing), one process per
-// rank, a restarted rank's incarnations in one process; Summarize
-// computes the job report; SVG draws a Gantt chart.
+// incarnations (RankFile.Restarts) and, folded into each as more lanes,
+// its process's later sessions (FILE.RANK.initN of the same pid); Merge
+// writes several as one Chrome Trace Event Format JSON (Perfetto,
+// chrome://tracing), one process per rank, a restarted rank's
+// incarnations in one process; Summarize computes the job report; SVG
+// draws a Gantt chart.
 //
 // Concurrency: Recorder methods are safe for concurrent use; a nil
 // *Recorder records nothing. The flusher goroutine owns the file; Close

@@ -28,7 +28,11 @@ import (
 //
 // A rank restarted by gorun --max-restarts (GORUN_RESTART=n) writes a file
 // of its own, FILE.RANK.restartN (RestartPath), whose header says n: the
-// first incarnation's file is kept, not overwritten.
+// first incarnation's file is kept, not overwritten. A process that opens
+// a second recorder for the same file (a second comm.Init after Close,
+// NewLocal again, both open or one after the other) writes the N-th later
+// one to FILE.RANK.initN (FILE.RANK.restartM.initN; SessionPath), whose
+// header says "init":N; ReadRanks folds those into the rank's file.
 
 // fileVersion 2 added the header's restart and the comm record; Read
 // takes version 1 files too (no comm records: lane 0 is taken for the
@@ -48,6 +52,20 @@ func RestartPath(base string, rank, restart int) string {
 
 const restartSuffix = ".restart"
 
+// SessionPath is the file of the n-th recorder that one process opened
+// after the first for path (a rank's RestartPath): path itself for n 0,
+// else path.initN. A process that makes a rank's first communicator again
+// (comm.Init after Close, NewLocal again) records there, so that it does
+// not truncate the file of the one before.
+func SessionPath(path string, n int) string {
+	if n > 0 {
+		path += sessionSuffix + strconv.Itoa(n)
+	}
+	return path
+}
+
+const sessionSuffix = ".init"
+
 func appendHeader(b []byte, h Header) []byte {
 	b = append(b, `{"k":"header","version":`...)
 	b = strconv.AppendInt(b, fileVersion, 10)
@@ -56,6 +74,9 @@ func appendHeader(b []byte, h Header) []byte {
 	b = appendStr(b, "host", h.Host)
 	b = appendInt(b, "pid", int64(h.PID))
 	b = appendInt(b, "restart", int64(h.Restart))
+	if h.Init > 0 {
+		b = appendInt(b, "init", int64(h.Init))
+	}
 	return append(b, `,"clock":"monotonic"}`+"\n"...)
 }
 
@@ -200,6 +221,9 @@ type RankFile struct {
 	Restarts []*RankFile
 	// empty are files of this rank that held no events (for Remove).
 	empty []string
+	// sessions are the files of the process's later recorders folded in
+	// (SessionPath; for Remove).
+	sessions []string
 }
 
 // Incarnations is f followed by its Restarts.
@@ -225,6 +249,7 @@ type line struct {
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
 	Restart int    `json:"restart"`
+	Init    int    `json:"init"`
 	ID      string `json:"id"`
 	Lane    int    `json:"lane"`
 	Name    string `json:"name"`
@@ -280,7 +305,7 @@ func Read(r io.Reader) (*RankFile, error) {
 			if l.Version < 1 || l.Version > fileVersion {
 				return nil, fmt.Errorf("timeline version %d, this gorun reads 1 to %d", l.Version, fileVersion)
 			}
-			rf.Header = Header{Rank: l.Rank, Size: l.Size, Host: l.Host, PID: l.PID, Restart: l.Restart}
+			rf.Header = Header{Rank: l.Rank, Size: l.Size, Host: l.Host, PID: l.PID, Restart: l.Restart, Init: l.Init}
 			continue
 		}
 		switch l.K {

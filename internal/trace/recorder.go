@@ -30,6 +30,7 @@ type Header struct {
 	Host       string
 	PID        int
 	Restart    int // the process is the rank's Restart-th restart (GORUN_RESTART); 0: its first
+	Init       int // the process's Init-th recorder of the rank after its first (SessionPath); 0: its first
 }
 
 // Recorder is one rank's timeline. See the package comment.
