@@ -181,17 +181,34 @@ func TestWorkDirGoPackageRemoteBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(here)
-	out, stderr, err := runJob(t, "", Config{NP: 1, WorkDir: wdir, Program: "./pkg", NoTag: true,
-		Hosts: []Host{{Name: "node1", Slots: 1}}, LaunchAgent: fakeSSHAgent(t)})
-	if err != nil {
-		t.Fatalf("./pkg with -wdir on a remote host: %v\n%s", err, stderr)
-	}
-	bin := strings.TrimSpace(out) // removed with its directory by now
-	got, _ := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(bin)))
-	if want, _ := filepath.EvalSymlinks(wdir); got != want {
-		t.Errorf("the remote rank ran %s, want a build under -wdir %s", bin, wdir)
-	}
-	if m, _ := filepath.Glob(filepath.Join(wdir, ".gorun-build-*")); len(m) > 0 {
-		t.Errorf("the build is left behind: %v", m)
+	for _, how := range []string{"ssh", "srun"} {
+		cfg := Config{NP: 1, WorkDir: wdir, Program: "./pkg", NoTag: true}
+		var out, stderr string
+		var err error
+		if how == "ssh" {
+			cfg.Hosts, cfg.LaunchAgent = []Host{{Name: "node1", Slots: 1}}, fakeSSHAgent(t)
+			out, stderr, err = runJob(t, "", cfg)
+		} else {
+			fakeSlurm(t)
+			var o, e strings.Builder
+			cfg.UseSrun, cfg.Stdout, cfg.Stderr = "yes", &o, &e
+			err = Run(t.Context(), cfg)
+			out, stderr = o.String(), e.String()
+		}
+		if err != nil {
+			t.Fatalf("%s: ./pkg with -wdir: %v\n%s", how, err, stderr)
+		}
+		f := strings.Fields(out)
+		if len(f) == 0 {
+			t.Fatalf("%s: no output\n%s", how, stderr)
+		}
+		bin := f[len(f)-1] // removed with its directory by now
+		got, _ := filepath.EvalSymlinks(filepath.Dir(filepath.Dir(bin)))
+		if want, _ := filepath.EvalSymlinks(wdir); got != want {
+			t.Errorf("%s: the rank ran %s, want a build under -wdir %s", how, bin, wdir)
+		}
+		if m, _ := filepath.Glob(filepath.Join(wdir, ".gorun-build-*")); len(m) > 0 {
+			t.Errorf("%s: the build is left behind: %v", how, m)
+		}
 	}
 }
