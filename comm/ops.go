@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"math"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -151,10 +152,14 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 	if c == nil {
 		return nilComm("allgather")
 	}
-	return allGather(ctx, c, c.ticket(), send, recv)
+	return allGather(ctx, c, c.ticket(), send, recv, 0)
 }
 
-func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T) error {
+// allGather is AllGather with mark in its signature's root field, which
+// an AllGather leaves 0: Split's exchanges pass splitRoot, so that they
+// and a peer's AllGather of the same count and type disagree (ErrMismatch)
+// rather than match. A marked call runs flat.
+func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, mark int) error {
 	const name = "allgather"
 	if err := c.enter(ctx, t, name); err != nil {
 		return err
@@ -164,14 +169,18 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T)
 	if len(recv) != c.size*n {
 		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
 	}
-	if c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
+	if mark == 0 && c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
 		return rankErr(name, c.hierErr(ctx, hierAllGather(ctx, c, send, recv)))
 	}
 	if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
 		copy(mine, send)
 	}
-	s := spec{coll: collectives.AllGather, dt: DTypeOf[T](), count: n, work: bytesOf(recv)}
-	return rankErr(name, c.exec(ctx, &s))
+	s := spec{coll: collectives.AllGather, dt: DTypeOf[T](), root: mark, count: n, work: bytesOf(recv)}
+	err := rankErr(name, c.exec(ctx, &s))
+	if mark == 0 && err != nil && errors.Is(err, ErrMismatch) && metSplit(err) {
+		err = noteSplit(err)
+	}
+	return err
 }
 
 // ReduceScatter reduces send across all ranks and leaves block Rank of the

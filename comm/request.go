@@ -203,7 +203,7 @@ func (o *iop[T]) Run() {
 	case kBroadcast:
 		err = broadcast(ctx, c, t, o.recv, o.root)
 	case kAllGather:
-		err = allGather(ctx, c, t, o.send, o.recv)
+		err = allGather(ctx, c, t, o.send, o.recv, 0)
 	case kReduceScatter:
 		err = reduceScatter(ctx, c, t, o.send, o.recv, o.op)
 	case kReduce:

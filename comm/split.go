@@ -3,13 +3,17 @@ package comm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // Split partitions the communicator: the ranks that pass the same color
 // form a new communicator, ranked by key (ties by rank here). It is
-// collective over c. A negative color takes part but gets nil (MPI's
+// collective over c: where a rank calls another operation instead, an
+// AllGather of any shape included, both fail with ErrMismatch. A negative
+// color takes part but gets nil (MPI's
 // MPI_UNDEFINED and MPI_COMM_NULL); Close and the operations on it
 // return ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
@@ -31,8 +35,8 @@ func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, e
 	}
 	mine := []int64{int64(color), int64(key)}
 	all := make([]int64, 2*c.size)
-	if err := AllGather(ctx, c, mine, all); err != nil {
-		return nil, rankErr(name, err)
+	if err := allGather(ctx, c, c.ticket(), mine, all, splitRoot); err != nil {
+		return nil, rankErr(name, noteSplit(err))
 	}
 	var members []int
 	for r := range c.size {
@@ -60,6 +64,34 @@ func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, e
 	return child, nil
 }
 
+// splitRoot marks Split's and Dup's two exchanges (colors and keys, then
+// endpoints), allgathers both, in their signature's root field, which
+// AllGather leaves 0 (allGather): a rank in Split and a rank in an
+// AllGather of the same count and type disagree there, and fail with
+// ErrMismatch, where they matched and went on with each other's data.
+const splitRoot = -1
+
+// splitNote says what the root in a mismatch of a Split exchange means.
+const splitNote = "Split and Dup exchange colors, keys and endpoints by allgathers of root -1: every rank must call them at the same point"
+
+// metSplit says whether mismatch error err is between an AllGather and a
+// Split exchange: they differ in the root alone (checkHeader's words, in
+// internal/engine).
+func metSplit(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, fmt.Sprintf("root %d, this rank 0", splitRoot)) ||
+		strings.Contains(msg, fmt.Sprintf("root 0, this rank %d", splitRoot))
+}
+
+// noteSplit adds splitNote to err if it is a *RankError for a mismatch.
+func noteSplit(err error) error {
+	var re *RankError
+	if !errors.As(err, &re) || !errors.Is(err, ErrMismatch) {
+		return err
+	}
+	return &RankError{Rank: re.Rank, Op: re.Op, Err: fmt.Errorf("%w (%s)", re.Err, splitNote)}
+}
+
 // splitRendezvous exchanges endpoints through the parent communicator.
 type splitRendezvous struct {
 	parent  *Comm
@@ -79,8 +111,8 @@ func (s *splitRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, 
 	binary.LittleEndian.PutUint16(send, uint16(len(mine)))
 	copy(send[2:], mine)
 	all := make([]uint8, slot*s.parent.size)
-	if err := AllGather(ctx, s.parent, send, all); err != nil {
-		return nil, err
+	if err := allGather(ctx, s.parent, s.parent.ticket(), send, all, splitRoot); err != nil {
+		return nil, noteSplit(err)
 	}
 	out := make([][]byte, len(s.members))
 	for i, m := range s.members {

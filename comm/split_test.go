@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,6 +62,53 @@ func TestSplitHonoursContext(t *testing.T) {
 			var re *RankError
 			if !errors.As(err, &re) || re.Op != "barrier" || !errors.Is(err, ErrTimeout) {
 				t.Fatalf("rank 2's Barrier after the others gave up on Split: %v, want the abort's ErrTimeout", err)
+			}
+		})
+	}
+}
+
+// TestSplitMeetsAllGather: rank 0 calls Split (or Dup) where rank 1 calls
+// an AllGather of the shape of Split's first exchange (two int64s). Both
+// fail at once with ErrMismatch, where the AllGather took rank 0's color
+// and key for data and returned nil, and rank 0 waited in Split's second
+// exchange until the timeout.
+func TestSplitMeetsAllGather(t *testing.T) {
+	for _, op := range []string{"split", "dup"} {
+		t.Run(op, func(t *testing.T) {
+			cs := newLocal(t, 2, WithTimeout(30*time.Second))
+			ctx := testCtx(t)
+			start := time.Now()
+			errs := onAll(cs, func(c *Comm) error {
+				if c.Rank() == 1 {
+					return AllGather(ctx, c, []int64{0, 1}, make([]int64, 4))
+				}
+				var sub *Comm
+				var err error
+				if op == "split" {
+					sub, err = c.Split(ctx, 0, 0)
+				} else {
+					sub, err = c.Dup(ctx)
+				}
+				if sub != nil {
+					sub.Close()
+				}
+				return err
+			})
+			took := time.Since(start)
+			for r, err := range errs {
+				want := []string{op, "allgather"}[r]
+				var re *RankError
+				if !errors.As(err, &re) || re.Op != want || !errors.Is(err, ErrMismatch) {
+					t.Errorf("rank %d: %v, want a *RankError of op %s wrapping ErrMismatch", r, err, want)
+				} else if r == 0 && !strings.Contains(err.Error(), splitNote) {
+					// Rank 1's says so where its text names the roots,
+					// which the engine's may not.
+					t.Errorf("rank %d: %v, want it to say %q", r, err, splitNote)
+				}
+				t.Logf("rank %d: %v", r, err)
+			}
+			if took > 10*time.Second { // the mismatch vote takes under a second
+				t.Errorf("the ranks failed after %v, not at once", took)
 			}
 		})
 	}
