@@ -11,11 +11,10 @@ import (
 
 // Split partitions the communicator: the ranks that pass the same color
 // form a new communicator, ranked by key (ties by rank here). It is
-// collective over c: where a rank calls another operation instead, an
+// collective over c: where a rank calls another collective instead, an
 // AllGather of any shape included, both fail with ErrMismatch. A negative
-// color takes part but gets nil (MPI's
-// MPI_UNDEFINED and MPI_COMM_NULL); Close and the operations on it
-// return ErrInvalid.
+// color takes part but gets nil (MPI's MPI_UNDEFINED and MPI_COMM_NULL);
+// Close and the operations on it return ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	return c.split(ctx, color, key, "split")
 }
