@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -26,7 +29,9 @@ import (
 // recv[displs[r]:] on every rank (len(send) = counts[Rank]). counts must be
 // the same on every rank, and the blocks of recv must not overlap (as in
 // MPI; ErrInvalid); send may be recv's own block (in place) or overlap
-// recv elsewhere.
+// recv elsewhere. Counts that differ fail with ErrMismatch saying what the
+// counts add up to on the two ranks that found it, and each rank's own:
+// a peer's counts travel only as a signature.
 func AllGatherV[T Number](ctx context.Context, c *Comm, send, recv []T, counts, displs []int) error {
 	if c == nil {
 		return nilComm("allgatherv")
@@ -57,14 +62,13 @@ func allGatherV[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T
 		}
 	}
 	rank, size := c.rank, c.size
-	s := spec{coll: collectives.AllGatherV, dt: DTypeOf[T](), count: countsHash(counts), work: bytesOf(recv), input: input,
+	s := spec{coll: collectives.AllGatherV, dt: DTypeOf[T](), count: countsSig(counts), work: bytesOf(recv), input: input,
 		build: func(chunk int) *collectives.Schedule {
 			return collectives.DirectAllGatherV(rank, size, counts, displs, chunk)
 		}}
 	err = rankErr(name, c.exec(ctx, &s))
 	if re, ok := err.(*RankError); ok && errors.Is(err, ErrMismatch) {
-		// The counts travel as a hash: say what the number means.
-		re.Err = fmt.Errorf("%w (allgatherv's counts must be the same on every rank)", re.Err)
+		re.Err = countsMismatch(re.Err, c.rank, counts)
 	}
 	return err
 }
@@ -256,14 +260,77 @@ func overlapping(counts, displs []int) (a, b int, ok bool) {
 	return 0, 0, false
 }
 
-// countsHash identifies a counts vector in message signatures.
-func countsHash(counts []int) int {
+// countsSig identifies a counts vector in allgatherv's message signature
+// (its count field), which a peer compares with its own: the number of
+// elements the counts add up to in the top bits, so that a disagreement
+// can say it (countsMismatch), and a hash of the vector below. The peer's
+// counts themselves never travel: checking them would cost a message
+// before the data, as gatherv's check does.
+func countsSig(counts []int) int {
 	h := uint64(14695981039346656037)
-	for _, k := range counts {
+	total := 0
+	for _, k := range counts { // each k ≥ 0 and within recv (checkV)
 		h = (h ^ uint64(k)) * 1099511628211
+		total += k
 	}
-	return int(h >> 2)
+	return min(total, sigTotalMax)<<sigHashBits | int((h^h>>32)&(1<<sigHashBits-1))
 }
+
+// countsSig's fields: a hash of 29 bits, a total of 33 (a larger total
+// counts as sigTotalMax), so that the signature is a non-negative int.
+const (
+	sigHashBits = 29
+	sigTotalMax = 1<<33 - 1
+)
+
+// sigMismatch is the engine's account of two signatures whose count
+// differs (checkHeader's words, in internal/engine): the peer's, then the
+// detecting rank's.
+var sigMismatch = regexp.MustCompile(`rank (\d+) disagrees with rank (\d+): count (\d+), this rank (\d+)`)
+
+// countsMismatch rewords err, a disagreement in allgatherv (on rank, which
+// passed counts), in terms of counts: the engine's names the two
+// signatures (countsSig), which say what the counts add up to.
+func countsMismatch(err error, rank int, counts []int) error {
+	msg := err.Error()
+	if m := sigMismatch.FindStringSubmatchIndex(msg); m != nil {
+		num := func(i int) int { n, _ := strconv.Atoi(msg[m[2*i]:m[2*i+1]]); return n }
+		peer, det, theirs, ours := num(1), num(2), num(3)>>sigHashBits, num(4)>>sigHashBits
+		diff := fmt.Sprintf("rank %d disagrees with rank %d: rank %d's counts add up to %s elements, rank %d's to %s",
+			peer, det, peer, sigTotal(theirs), det, sigTotal(ours))
+		if theirs == ours {
+			diff = fmt.Sprintf("rank %d disagrees with rank %d: their counts differ, though both add up to %s elements",
+				peer, det, sigTotal(ours))
+		}
+		msg = msg[:m[0]] + diff + msg[m[1]:]
+	}
+	return &reworded{msg: fmt.Sprintf("%s (allgatherv's counts must be the same on every rank; rank %d's are %s)", msg, rank, fmtCounts(counts)), err: err}
+}
+
+func sigTotal(n int) string {
+	if n == sigTotalMax {
+		return fmt.Sprintf("%d or more", n)
+	}
+	return strconv.Itoa(n)
+}
+
+// fmtCounts prints counts, or their first 16 and how many more.
+func fmtCounts(counts []int) string {
+	const most = 16
+	if len(counts) <= most {
+		return fmt.Sprint(counts)
+	}
+	return strings.TrimSuffix(fmt.Sprint(counts[:most]), "]") + fmt.Sprintf(" and %d more]", len(counts)-most)
+}
+
+// reworded is err with another text.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (e *reworded) Error() string { return e.msg }
+func (e *reworded) Unwrap() error { return e.err }
 
 // mismatch fails the operation on every rank for a disagreement this rank
 // found between its arguments and a peer's.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -396,6 +398,53 @@ func TestVectorErrors(t *testing.T) {
 				}
 			}
 			t.Logf("rank 0: %v", errs[0])
+		})
+	}
+}
+
+// TestAllGatherVCountsMessage: ranks whose allgatherv counts differ fail
+// with ErrMismatch in terms of counts (what they add up to on the two
+// ranks the engine compared, and each rank's own), where the message gave
+// two 62-bit hashes of them.
+func TestAllGatherVCountsMessage(t *testing.T) {
+	ctx := testCtx(t)
+	hash := regexp.MustCompile(`\d{10,}`)
+	for _, tc := range []struct {
+		name   string
+		counts [2][]int
+		want   string // in the detecting rank's message
+	}{
+		{"totals differ", [2][]int{{1, 1}, {1, 2}}, "counts add up to "},
+		{"same total", [2][]int{{2, 1}, {1, 2}}, "their counts differ, though both add up to 3 elements"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := newLocal(t, 2)
+			errs := onAll(cs, func(c *Comm) error {
+				counts := tc.counts[c.Rank()]
+				err := AllGatherV(ctx, c, make([]int32, counts[c.Rank()]), make([]int32, 3), counts, nil)
+				if err == nil {
+					err = c.Barrier(ctx)
+				}
+				return err
+			})
+			said := false
+			for r, err := range errs {
+				t.Logf("rank %d: %v", r, err)
+				if !errors.Is(err, ErrMismatch) {
+					t.Fatalf("rank %d: %v, want ErrMismatch", r, err)
+				}
+				msg := err.Error()
+				if h := hash.FindString(msg); h != "" {
+					t.Errorf("rank %d: the message gives %s, a hash", r, h)
+				}
+				if own := fmt.Sprintf("rank %d's are %v", r, tc.counts[r]); !strings.Contains(msg, own) {
+					t.Errorf("rank %d: the message does not say %q", r, own)
+				}
+				said = said || strings.Contains(msg, tc.want)
+			}
+			if !said {
+				t.Errorf("no rank's message says %q", tc.want)
+			}
 		})
 	}
 }
