@@ -162,6 +162,14 @@ func gorun_init(out *C.gorun_comm) (rc C.int) {
 	return statusOK
 }
 
+//export gorun_launched
+func gorun_launched() C.int {
+	if comm.Launched() {
+		return 1
+	}
+	return 0
+}
+
 // initStatus is gorun_init's status for err: GORUN_ERR_JOB_GONE where a
 // rank gorun restarted found none of the job's other ranks left to admit
 // it (comm.ErrJobGone: the job ended without it, which the application

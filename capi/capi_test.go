@@ -85,3 +85,46 @@ int main(void) {
 		t.Fatalf("no error message: %s", out)
 	}
 }
+
+// gorun_launched says whether a launcher's variables were in the
+// environment the process started with, the one gorun_init reads: set
+// there it is 1; a variable the program sets itself (as a script started
+// by torch.multiprocessing.spawn sets RANK and WORLD_SIZE) leaves it 0,
+// and gorun_init then joins a job of one rank.
+func TestLaunchedReadsStartEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	buildABI(t, dir)
+	src := filepath.Join(dir, "launched.c")
+	os.WriteFile(src, []byte(`#define _POSIX_C_SOURCE 200112L
+#include <stdio.h>
+#include <stdlib.h>
+#include "gorun.h"
+int main(void) {
+	int before = gorun_launched();
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("GORUN_SIZE", "2", 1);
+	printf("launched=%d after_setenv=%d\n", before, gorun_launched());
+	return 0;
+}
+`), 0o644)
+	bin := filepath.Join(dir, "launched")
+	if out, err := exec.Command("gcc", "-std=c11", "-Wall", "-Werror", "-I../include", "-o", bin, src, "-L"+dir, "-lgorun", "-Wl,-rpath,"+dir).CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "launched=0 after_setenv=0"},
+		{[]string{"GORUN_SIZE=2", "GORUN_RANK=1"}, "launched=1 after_setenv=1"},
+		{[]string{"RANK=1", "WORLD_SIZE=2"}, "launched=1 after_setenv=1"}, // torchrun's
+	} {
+		cmd := exec.Command(bin)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, c.env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.want {
+			t.Errorf("environment %q: %v: %q, want %q", c.env, err, out, c.want)
+		}
+	}
+}

@@ -111,6 +111,11 @@ typedef enum {
 
 /* Join the job described by the environment; *comm receives the handle. */
 int gorun_init(gorun_comm *comm);
+/* 1 when a launcher (gorun, srun, mpirun, torchrun) started this process,
+ * else 0, in which case gorun_init joins a job of this rank alone. Both read
+ * the environment the process started with: a variable the program sets
+ * itself (setenv, Python's os.environ) is not seen. */
+int gorun_launched(void);
 /* Leave the job and free the handle. */
 int gorun_finalize(gorun_comm comm);
 /* Make every rank's pending and later operations fail with reason. */
