@@ -367,8 +367,10 @@ func needBackend(t *testing.T) {
 }
 
 // TestTorchSpawnRefused: ranks started by torch.multiprocessing.spawn,
-// which no launcher describes to gorun, raise an error saying to use one
-// (they used to join a job of one rank each: "torch says rank 0 of 2").
+// which no launcher describes to gorun, raise an error saying to use one,
+// with init_process_group(rank=, world_size=) and with RANK and
+// WORLD_SIZE set in os.environ by the rank itself (they used to join a
+// job of one rank each: "torch says rank 0 of 2").
 func TestTorchSpawnRefused(t *testing.T) {
 	needBackend(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

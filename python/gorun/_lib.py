@@ -80,6 +80,7 @@ def load():
     p_i64, p_int = ctypes.POINTER(i64), ctypes.POINTER(c_int)
     sig = {
         "gorun_init": [p_i64],
+        "gorun_launched": [],
         "gorun_finalize": [i64],
         "gorun_abort": [i64, ctypes.c_char_p],
         "gorun_rank": [i64, p_int],

@@ -13,9 +13,9 @@ LOCAL_RANK from GORUN_*; MASTER_ADDR from the first gossip seed and
 MASTER_PORT = its port + 1), so scripts written for torchrun run unchanged;
 likewise under mpirun (MPICH or Open MPI) and srun, given GORUN_SEEDS.
 Ranks no launcher started (torch.multiprocessing.spawn, with
-init_process_group(rank=, world_size=)) are refused with an error that
-says so: the Go runtime reads the job from the environment the process
-started with.
+init_process_group(rank=, world_size=) or RANK and WORLD_SIZE set by the
+script) are refused with an error that says so: the Go runtime reads the
+job from the environment the process started with (gorun_launched).
 
 dist.new_group(ranks) works over any ranks. A group of every rank (in
 any order: torch sorts them) runs on the job's communicator, as the
@@ -62,7 +62,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from . import _lib, init as _gorun_init, size as _job_size
+from . import _L, _lib, init as _gorun_init, size as _job_size
 
 _ext = None
 
@@ -103,7 +103,6 @@ def load_extension(verbose=False):
     """Build (once, cached) and load the C++ extension."""
     global _ext
     if _ext is None:
-        from . import _L
         _L()  # load libgorun.so (RTLD_GLOBAL) first: the extension's symbols resolve to it
         from torch.utils.cpp_extension import load
         libdir = os.path.dirname(_lib.library_path())
@@ -155,16 +154,19 @@ def _create(opts, pg_options=None):
     on the ranks it lists. opts carries group_rank, group_size, the group's
     name (group_id) and its members' global ranks in group-rank order
     (global_ranks_in_group; empty for the default group)."""
-    if opts.group_size > 1 and not any(rank in os.environ for rank, _, _ in _LAUNCHERS + [("RANK", "", "")]):
+    if opts.group_size > 1 and not _L().gorun_launched():
         # torch.multiprocessing.spawn, or ranks started by hand with
-        # init_process_group(rank=, world_size=): gorun's Go runtime reads
-        # the job from the environment the process started with, which
-        # says nothing, and would join a job of one rank.
+        # init_process_group(rank=, world_size=) or with RANK and
+        # WORLD_SIZE set by the script: gorun's Go runtime reads the job
+        # from the environment the process started with (gorun_launched
+        # asks it), which names no launcher, and would join a job of one.
         raise RuntimeError(
-            "gorun backend: no launcher started this process (no RANK, GORUN_RANK, OMPI_COMM_WORLD_RANK, "
-            "PMI_RANK or SLURM_PROCID in its environment), so gorun cannot join a job of %d ranks: start the "
-            "ranks with gorun -np N, torchrun, mpirun or srun (torch.multiprocessing.spawn with "
-            "init_process_group(rank=, world_size=) is not supported)" % opts.group_size)
+            "gorun backend: no launcher started this process (the environment it started with has no "
+            "GORUN_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS or torchrun's RANK and WORLD_SIZE; "
+            "gorun reads no variable the script sets itself), so gorun cannot join a job of %d ranks: start "
+            "the ranks with gorun -np N, torchrun, mpirun or srun (torch.multiprocessing.spawn is not "
+            "supported, with init_process_group(rank=, world_size=) or with RANK and WORLD_SIZE set in "
+            "os.environ)" % opts.group_size)
     ext = load_extension()
     comm = _gorun_init()
     ranks = list(opts.global_ranks_in_group)
