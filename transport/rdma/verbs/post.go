@@ -13,6 +13,14 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
+// maxMsg is the longest message a request may carry: 2^31 bytes, the
+// InfiniBand limit. Longer lists overflow the 32-bit lengths of ibv_sge
+// and of the work request, and the device moves fewer bytes (2^32: none)
+// and completes with success. A port's max_msg_sz may be smaller (mlx5:
+// 1 GiB), and such a device fails a longer request in its completion;
+// rxe reports 8 MiB but carries up to this.
+const maxMsg = 1 << 31
+
 // checkLocal is soft.CheckLocal for NIC-issued keys: each non-empty buffer
 // must lie inside a valid MR of this device with access need, unless the
 // request is inline and fits MaxInline. The NIC would catch the same faults
@@ -63,7 +71,11 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 		wcOp = rdma.OpWrite
 	}
 	inline := flags&rdma.FlagInline != 0
-	if _, err := c.checkLocal(sgl, need, inline); err != nil {
+	total, err := c.checkLocal(sgl, need, inline)
+	if err == nil && op != opRecv && total > maxMsg {
+		err = rdma.ErrInvalid
+	}
+	if err != nil {
 		return c.opErr(postNames[op], err)
 	}
 
