@@ -256,7 +256,8 @@ func (d *device) connect(ctx context.Context, host, port string, priv []byte, in
 // established finishes a connection on either side.
 func (d *device) established(c *conn, op string) (rdma.Conn, error) {
 	c.local, c.remote = addrString(c.id, false), addrString(c.id, true)
-	// Best effort: rxe and most NICs accept min_rnr_timer in RTS.
+	// Best effort: rxe and most NICs accept min_rnr_timer in RTS. The
+	// accepting side set it already (accept).
 	C.gorun_set_min_rnr_timer(C.gorun_id_qp(c.id), C.int(d.rnrCode))
 	if !d.track(c, nil) {
 		c.destroy()
@@ -453,7 +454,9 @@ func (l *listener) accept(ctx context.Context, ev cmEvent, priv []byte, init rdm
 	if len(priv) > 0 {
 		p = unsafe.Pointer(&priv[0])
 	}
-	if r, err := C.gorun_accept(id, C.int(respRes), C.int(initDepth), C.int(l.d.rnr), p, C.int(len(priv))); r != 0 {
+	// gorun_accept sets min_rnr_timer too, before the client can send.
+	if r, err := C.gorun_accept(id, C.int(respRes), C.int(initDepth), C.int(l.d.rnr), C.int(l.d.rnrCode),
+		p, C.int(len(priv))); r != 0 {
 		c.destroy()
 		return fail(errnoErr(err))
 	}

@@ -77,7 +77,9 @@
 //   - Config.RNRRetry and RNRTimer become rnr_retry_count and min_rnr_timer,
 //     keeping retries × timer: up to 6 retries as given, more folded into 6
 //     longer waits (at most 6 × 491 ms), beyond that or for -1 "forever"
-//     (rnr_retry_count 7). min_rnr_timer is set on the connected QP (RTS).
+//     (rnr_retry_count 7). min_rnr_timer is set on the connected QP (RTS):
+//     right after rdma_accept on the accepting side, whose QP is in RTS
+//     before the client can send, and at ESTABLISHED on the dialing side.
 //   - Error completions map onto rdma.Status; a receive with
 //     IBV_WC_LOC_QP_OP_ERR is reported as StatusLocalLengthError (that is how
 //     rxe reports a receive too small). The first error is kept in Conn.Err

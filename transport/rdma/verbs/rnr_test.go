@@ -2,7 +2,12 @@
 
 package verbs
 
-import "testing"
+import (
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
 
 func TestRNRParams(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,5 +28,56 @@ func TestRNRParams(t *testing.T) {
 		if count != tc.count || code != tc.code {
 			t.Errorf("rnrParams(%d, %v) = %d, %d; want %d, %d", tc.retry, tc.ms, count, code, tc.count, tc.code)
 		}
+	}
+}
+
+// TestFirstSendRNRTimer: a send that reaches a freshly accepted connection
+// before its first receive is posted waits Config.RNRTimer between
+// retries, not 655 ms. rdma_accept moves the QP to RTS with the
+// connection manager's min_rnr_timer, code 0 (655.36 ms), before the
+// reply goes out; the provider set Config.RNRTimer only once
+// RDMA_CM_EVENT_ESTABLISHED had come, after the client could send, so a
+// client that sent at once waited 655 ms for its first retry.
+func TestFirstSendRNRTimer(t *testing.T) {
+	d := openDev(t, rdma.Config{}) // RNRTimer 10ms: retries 15.36 ms apart
+	ctx := ctxT(t)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	sb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	for round := range 6 {
+		ln, err := d.Listen(ctx, vmIP(t)+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := make(chan rdma.Conn, 1)
+		go func() {
+			c, err := ln.Accept(ctx)
+			if err == nil {
+				err = c.PostRecv(1, rb.Bytes(), rb)
+			}
+			if err != nil {
+				t.Error("accept:", err)
+			}
+			accepted <- c
+		}()
+		c, err := d.Dial(ctx, ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := c.PostSend(2, sb.Bytes(), sb, rdma.FlagSignaled); err != nil {
+			t.Fatal(err)
+		}
+		wc, err := c.GetSendComp(ctx)
+		took := time.Since(start)
+		mustWC(t, wc, err, 2, rdma.OpSend)
+		if s := <-accepted; s != nil {
+			s.Close()
+		}
+		c.Close()
+		ln.Close()
+		if took > 400*time.Millisecond {
+			t.Fatalf("round %d: the first send completed after %v (a 655 ms RNR wait), want the receive found within Config.RNRTimer retries", round, took)
+		}
+		t.Logf("round %d: first send completed after %v", round, took)
 	}
 }

@@ -258,8 +258,12 @@ static inline int gorun_connect(struct rdma_cm_id *id, int rd_atom, int rnr_retr
 	return rdma_connect(id, &p);
 }
 
+// rdma_accept moves the QP to RTS with the connection manager's
+// min_rnr_timer, code 0 (655 ms), before its reply goes out, and the
+// client may send as soon as the reply arrives: the timer is set at once,
+// in the same call (best effort, as for the dialing side).
 static inline int gorun_accept(struct rdma_cm_id *id, int resp_res, int init_depth, int rnr_retry,
-			       const void *priv, int priv_len) {
+			       int rnr_timer, const void *priv, int priv_len) {
 	struct rdma_conn_param p;
 	memset(&p, 0, sizeof p);
 	p.private_data = priv;
@@ -268,7 +272,10 @@ static inline int gorun_accept(struct rdma_cm_id *id, int resp_res, int init_dep
 	p.initiator_depth = init_depth;
 	p.retry_count = 7;
 	p.rnr_retry_count = rnr_retry;
-	return rdma_accept(id, &p);
+	int r = rdma_accept(id, &p);
+	if (r == 0 && id->qp)
+		gorun_set_min_rnr_timer(id->qp, rnr_timer);
+	return r;
 }
 
 static inline struct ibv_context *gorun_id_verbs(struct rdma_cm_id *id) { return id->verbs; }
