@@ -24,6 +24,7 @@ var sizes = []struct {
 // cases is the table. Rules of transport/rdma/doc.go and the case(s) that
 // check each:
 //   - not connected / closed: closed-posts, peer-closed, dial-refused;
+//     a peer that dies with requests in flight: peer-died-mid-transfer;
 //   - local buffers inside an MR with the access needed, inline excepted:
 //     local-checks, inline;
 //   - remote key, bounds, access; error state; flushed: remote-access/*,
@@ -89,6 +90,7 @@ func buildCases() []testCase {
 		testCase{name: "closed-posts", cfg: rnrForever, run: caseClosedPosts},
 		testCase{name: "peer-closed", run: casePeerClosed},
 		testCase{name: "dial-refused", run: caseDialRefused},
+		testCase{name: "peer-died-mid-transfer", run: casePeerDiedMidTransfer},
 		testCase{name: "cq/empty-poll", run: caseCQEmptyPoll},
 		testCase{name: "cq/order", run: caseCQOrder},
 		testCase{name: "cq/lost-wakeup", run: caseCQLostWakeup},
