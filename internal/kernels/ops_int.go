@@ -52,6 +52,10 @@ func reduceIntOps[T Number](op Op, dst, a, b []T) {
 		intRefTo(op, d, any(a).([]uint32), any(b).([]uint32))
 	case []uint64:
 		intRefTo(op, d, any(a).([]uint64), any(b).([]uint64))
+	case []int:
+		reduceInts(op, d, any(a).([]int), any(b).([]int))
+	case []uint:
+		reduceUints(op, d, any(a).([]uint), any(b).([]uint))
 	}
 }
 

@@ -96,6 +96,10 @@ func compare[T Number](x, y T) (c int, ordered bool) {
 		return cmpOrdered(xv, any(y).(int64))
 	case uint64:
 		return cmpOrdered(xv, any(y).(uint64))
+	case int:
+		return cmpOrdered(xv, any(y).(int))
+	case uint:
+		return cmpOrdered(xv, any(y).(uint))
 	}
 	// Every other type converts to float64 exactly.
 	return cmpOrdered(ToFloat64(x), ToFloat64(y))

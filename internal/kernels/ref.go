@@ -4,7 +4,7 @@ package kernels
 // except for the payload of a NaN result.
 
 type ordered interface {
-	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~float32 | ~float64
+	~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int | ~uint | ~float32 | ~float64
 }
 
 // refTo sets dst[i] = a[i] op b[i] for the native types. Min and Max keep a
@@ -99,5 +99,9 @@ func reduceGeneric[T Number](op Op, dst, a, b []T) {
 		f16RefTo(op, d, any(a).([]Float16), any(b).([]Float16))
 	case []BFloat16:
 		bf16RefTo(op, d, any(a).([]BFloat16), any(b).([]BFloat16))
+	case []int:
+		reduceInts(op, d, any(a).([]int), any(b).([]int))
+	case []uint:
+		reduceUints(op, d, any(a).([]uint), any(b).([]uint))
 	}
 }

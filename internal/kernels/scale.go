@@ -42,10 +42,14 @@ func scaleRef[T Number](dst []T, n int) {
 		divInts(d, n)
 	case []uint64:
 		divInts(d, n)
+	case []int:
+		divInts(d, n)
+	case []uint:
+		divInts(d, n)
 	}
 }
 
-func divInts[T ~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64](d []T, n int) {
+func divInts[T ~int8 | ~int16 | ~int32 | ~int64 | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int | ~uint](d []T, n int) {
 	for i := range d {
 		d[i] /= T(n)
 	}

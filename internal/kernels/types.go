@@ -12,10 +12,12 @@ type Float16 uint16
 type BFloat16 uint16
 
 // Number is every element type the collectives accept. The terms are exact
-// types, so Float16 and uint16 stay distinct.
+// types, so Float16 and uint16 stay distinct. int and uint are the
+// fixed-size integers of their size (word.go).
 type Number interface {
 	int8 | int16 | int32 | int64 |
 		uint8 | uint16 | uint32 | uint64 |
+		int | uint |
 		float32 | float64 | Float16 | BFloat16
 }
 
@@ -127,6 +129,16 @@ func DTypeOf[T Number]() DType {
 		return F16
 	case BFloat16:
 		return BF16
+	case int:
+		if word64 {
+			return Int64
+		}
+		return Int32
+	case uint:
+		if word64 {
+			return Uint64
+		}
+		return Uint32
 	}
 	panic("kernels: unreachable: Number type without a DType") // the constraint lists exactly these
 }
@@ -232,6 +244,10 @@ func ToFloat64[T Number](v T) float64 {
 	case uint32:
 		return float64(x)
 	case uint64:
+		return float64(x)
+	case int:
+		return float64(x)
+	case uint:
 		return float64(x)
 	}
 	panic("kernels: unreachable: Number type without a conversion") // the constraint lists exactly these
