@@ -11,7 +11,8 @@ import (
 // float sums within n·eps·Σ|x|), in place and out of place:
 //
 //   - TestCollectivesFull: world sizes 1, 2, 3, 4, 5, 7, 8; every algorithm,
-//     all 12 element types, all 5 ops; counts 0, 1, n-1, n+1, 1000.
+//     all 14 element types (int and uint too), all 5 ops; counts 0, 1,
+//     n-1, n+1, 1000.
 //   - TestCollectivesSampled: 16 ranks, every algorithm, sampled types
 //     (float32, int64, bfloat16) and ops (Sum, Max, Avg), counts 0, 1, 15,
 //     17, 1000; 64 ranks, every algorithm with float32 Sum on allreduce,
@@ -47,6 +48,7 @@ var allTypes = []typeCase{
 	tc[int8]("int8"), tc[int16]("int16"), tc[int32]("int32"), tc[int64]("int64"),
 	tc[uint8]("uint8"), tc[uint16]("uint16"), tc[uint32]("uint32"), tc[uint64]("uint64"),
 	tc[float32]("float32"), tc[float64]("float64"), tc[Float16]("float16"), tc[BFloat16]("bfloat16"),
+	tc[int]("int"), tc[uint]("uint"),
 }
 
 var sampledTypes = []typeCase{tc[float32]("float32"), tc[int64]("int64"), tc[BFloat16]("bfloat16")}

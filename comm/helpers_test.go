@@ -111,6 +111,10 @@ func fromInt[T Number](v int) T {
 		return any(uint32(v)).(T)
 	case uint64:
 		return any(uint64(v)).(T)
+	case int:
+		return any(v).(T)
+	case uint:
+		return any(uint(v)).(T)
 	}
 	panic("unreachable")
 }

@@ -8,7 +8,11 @@ type Float16 = kernels.Float16
 // BFloat16 is a bfloat16 number stored as its bits.
 type BFloat16 = kernels.BFloat16
 
-// Number is the set of element types the collectives accept.
+// Number is the set of element types the collectives accept. int and uint
+// travel and reduce as int64 and uint64 (int32 and uint32 on 32-bit
+// platforms; DTypeOf says which), so a rank's []int meets another's
+// []int64, and a job of 32- and 64-bit processes disagrees on them
+// (ErrMismatch).
 type Number = kernels.Number
 
 // Op is a reduction operator.

@@ -64,6 +64,7 @@ var allVTypes = []vtypeCase{
 	vtc[int8]("int8"), vtc[int16]("int16"), vtc[int32]("int32"), vtc[int64]("int64"),
 	vtc[uint8]("uint8"), vtc[uint16]("uint16"), vtc[uint32]("uint32"), vtc[uint64]("uint64"),
 	vtc[float32]("float32"), vtc[float64]("float64"), vtc[Float16]("float16"), vtc[BFloat16]("bfloat16"),
+	vtc[int]("int"), vtc[uint]("uint"),
 }
 
 // vectorRound is one rank's part of a round; odd rounds use the
