@@ -496,15 +496,15 @@ func hierBroadcast[T Number](ctx context.Context, c *Comm, buf []T, root int) er
 }
 
 // hierAllGather gathers every rank's send into recv (rank order); hosts
-// have equal rank counts.
-func hierAllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
+// have equal rank counts. Its two phases carry mark (allGather's).
+func hierAllGather[T Number](ctx context.Context, c *Comm, send, recv []T, mark int) error {
 	h, t := c.hier, c.topo
 	n, H, L := len(send), h.hosts, h.shards
 	byHost, byLocal := hierScratch[T](h, H*n, L*H*n)
-	if err := AllGather(ctx, h.cross, send, byHost); err != nil {
+	if err := allGather(ctx, h.cross, h.cross.ticket(), send, byHost, mark); err != nil {
 		return c.subErr(err, false)
 	}
-	if err := AllGather(ctx, h.local, byHost, byLocal); err != nil {
+	if err := allGather(ctx, h.local, h.local.ticket(), byHost, byLocal, mark); err != nil {
 		return c.subErr(err, true)
 	}
 	for j := range L {

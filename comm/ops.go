@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"math"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -158,7 +157,7 @@ func AllGather[T Number](ctx context.Context, c *Comm, send, recv []T) error {
 // allGather is AllGather with mark in its signature's root field, which
 // an AllGather leaves 0: Split's exchanges pass splitRoot, so that they
 // and a peer's AllGather of the same count and type disagree (ErrMismatch)
-// rather than match. A marked call runs flat.
+// rather than match. The phases of a hierarchical one carry it too.
 func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T, mark int) error {
 	const name = "allgather"
 	if err := c.enter(ctx, t, name); err != nil {
@@ -169,16 +168,18 @@ func allGather[T Number](ctx context.Context, c *Comm, t uint64, send, recv []T,
 	if len(recv) != c.size*n {
 		return c.invalid(name, "len(recv) = %d, want Size·len(send) = %d", len(recv), c.size*n)
 	}
-	if mark == 0 && c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
-		return rankErr(name, c.hierErr(ctx, hierAllGather(ctx, c, send, recv)))
+	var err error
+	if c.hierFor(collectives.AllGather, len(bytesOf(recv))) {
+		err = c.hierErr(ctx, hierAllGather(ctx, c, send, recv, mark))
+	} else {
+		if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
+			copy(mine, send)
+		}
+		s := spec{coll: collectives.AllGather, dt: DTypeOf[T](), root: mark, count: n, work: bytesOf(recv)}
+		err = c.exec(ctx, &s)
 	}
-	if mine := recv[c.rank*n : (c.rank+1)*n]; !sameSlice(send, mine) {
-		copy(mine, send)
-	}
-	s := spec{coll: collectives.AllGather, dt: DTypeOf[T](), root: mark, count: n, work: bytesOf(recv)}
-	err := rankErr(name, c.exec(ctx, &s))
-	if mark == 0 && err != nil && errors.Is(err, ErrMismatch) && metSplit(err) {
-		err = noteSplit(err)
+	if err = rankErr(name, err); mark == 0 && metSplit(err) {
+		err = noteSplit(err) // the peer was in Split: say so here too
 	}
 	return err
 }

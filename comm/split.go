@@ -73,19 +73,23 @@ const splitRoot = -1
 // splitNote says what the root in a mismatch of a Split exchange means.
 const splitNote = "Split and Dup exchange colors, keys and endpoints by allgathers of root -1: every rank must call them at the same point"
 
-// metSplit says whether mismatch error err is between an AllGather and a
-// Split exchange: they differ in the root alone (checkHeader's words, in
-// internal/engine).
+// metSplit says whether err is a mismatch between an AllGather and a
+// Split exchange that says so: they differ in the root alone
+// (checkHeader's words, in internal/engine).
 func metSplit(err error) bool {
+	if err == nil || !errors.Is(err, ErrMismatch) {
+		return false
+	}
 	msg := err.Error()
 	return strings.Contains(msg, fmt.Sprintf("root %d, this rank 0", splitRoot)) ||
 		strings.Contains(msg, fmt.Sprintf("root 0, this rank %d", splitRoot))
 }
 
-// noteSplit adds splitNote to err if it is a *RankError for a mismatch.
+// noteSplit adds splitNote to err if it is a *RankError for a mismatch
+// (once: a hierarchical allgather's phase may have added it).
 func noteSplit(err error) error {
 	var re *RankError
-	if !errors.As(err, &re) || !errors.Is(err, ErrMismatch) {
+	if !errors.As(err, &re) || !errors.Is(err, ErrMismatch) || strings.Contains(re.Err.Error(), splitNote) {
 		return err
 	}
 	return &RankError{Rank: re.Rank, Op: re.Op, Err: fmt.Errorf("%w (%s)", re.Err, splitNote)}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
 )
 
 // TestSplitHonoursContext: a rank that calls Split while another rank never
@@ -111,5 +113,41 @@ func TestSplitMeetsAllGather(t *testing.T) {
 				t.Errorf("the ranks failed after %v, not at once", took)
 			}
 		})
+	}
+}
+
+// TestSplitMarkHierarchical: Split's mark reaches both phases of a
+// hierarchical allgather (an exchange of 64 KiB or more across hosts,
+// as the endpoints' of a Split of some 200 ranks): a rank in it and ranks
+// in an AllGather of the same shape fail with ErrMismatch.
+func TestSplitMarkHierarchical(t *testing.T) {
+	ctx := testCtx(t)
+	cs := newLocal(t, 4, withHosts(0, 0, 1, 1), WithTimeout(30*time.Second))
+	const n = 4096 // int32s a rank: 64 KiB gathered
+	if !cs[0].hierFor(collectives.AllGather, 4*4*n) {
+		t.Fatal("the allgather does not run hierarchically")
+	}
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error {
+		send, recv := make([]int32, n), make([]int32, 4*n)
+		var err error
+		if c.Rank() == 0 {
+			err = allGather(ctx, c, c.ticket(), send, recv, splitRoot)
+		} else {
+			err = AllGather(ctx, c, send, recv)
+		}
+		if err == nil {
+			err = c.Barrier(ctx) // a rank whose part completed fails at its next operation
+		}
+		return err
+	})
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if !errors.Is(err, ErrMismatch) {
+			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the ranks failed after %v, not at once", took)
 	}
 }
