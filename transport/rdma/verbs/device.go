@@ -71,7 +71,9 @@ type device struct {
 func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
 
 // errnoErr maps an errno from librdmacm or libibverbs onto the package's
-// sentinels where one fits, keeping the errno in the chain.
+// sentinels where one fits, keeping the errno in the chain. ENOMEM is
+// ErrQueueFull only for a post (postErrnoErr): elsewhere (ibv_reg_mr over
+// RLIMIT_MEMLOCK, a QP or CQ the device cannot make) no queue is full.
 func errnoErr(err error) error {
 	var en syscall.Errno
 	if !errors.As(err, &en) {
@@ -82,13 +84,21 @@ func errnoErr(err error) error {
 	}
 	switch en {
 	case syscall.EINVAL:
-		return fmt.Errorf("%w (%v)", rdma.ErrInvalid, en)
-	case syscall.ENOMEM, syscall.EAGAIN:
-		return fmt.Errorf("%w (%v)", rdma.ErrQueueFull, en)
+		return fmt.Errorf("%w (%w)", rdma.ErrInvalid, en)
 	case syscall.ENOSYS, syscall.EOPNOTSUPP, syscall.ENODEV:
-		return fmt.Errorf("%w (%v)", rdma.ErrNotSupported, en)
+		return fmt.Errorf("%w (%w)", rdma.ErrNotSupported, en)
 	}
 	return en
+}
+
+// postErrnoErr is errnoErr for ibv_post_send and ibv_post_recv, whose
+// ENOMEM says the work queue is full.
+func postErrnoErr(err error) error {
+	var en syscall.Errno
+	if errors.As(err, &en) && (en == syscall.ENOMEM || en == syscall.EAGAIN) {
+		return fmt.Errorf("%w (%w)", rdma.ErrQueueFull, en)
+	}
+	return errnoErr(err)
 }
 
 // Open opens the RDMA device named by $GORUN_VERBS_DEVICE, or the first one
@@ -267,7 +277,11 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 	mr, err := C.ibv_reg_mr(d.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), ibvAccess(access))
 	if mr == nil {
 		pin.Unpin()
-		return nil, opErr(op, errnoErr(err))
+		err = errnoErr(err)
+		if errors.Is(err, syscall.ENOMEM) {
+			err = fmt.Errorf("%w (more pinned memory than RLIMIT_MEMLOCK, ulimit -l, allows?)", err)
+		}
+		return nil, opErr(op, err)
 	}
 	m := rdma.NewMR(buf, access, uint32(mr.lkey), uint32(mr.rkey), d, func(m *rdma.MR) error {
 		r := C.ibv_dereg_mr(mr) // returns an errno value

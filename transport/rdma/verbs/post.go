@@ -161,7 +161,7 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 			return nil
 		} else if !c.failed() {
 			releaseSlot(s)
-			return c.opErr(postNames[op], errnoErr(err))
+			return c.opErr(postNames[op], postErrnoErr(err))
 		}
 	}
 	q.tail++
