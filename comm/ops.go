@@ -407,10 +407,17 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // Recv from this rank could never complete and is ErrInvalid. There are no
 // wildcards (MPI_ANY_SOURCE, MPI_ANY_TAG) and no shorter messages than buf
 // (MPI_Get_count): src is one rank, a negative src is ErrInvalid, and
-// every tag, negative ones included, matches only itself. A Recv and a
-// collective that wait for each other (src is in a Gather to this rank, or
-// a Barrier) exchange no message: unlike collectives that disagree, they
-// are found only at the operation timeout (WithTimeout), which fails both.
+// every tag, negative ones included, matches only itself. A Recv (or a
+// Send) and a call of src's that wait for each other, such as a Recv from
+// src while src is in a Gather to this rank or a Broadcast from it, or in
+// a Recv from this rank, fail both ranks with ErrMismatch within a few
+// hundred milliseconds, as collectives that disagree do. A communicator's
+// operations run one at a time in the order they were started, so an
+// IRecv started before a collective takes its message only after the
+// collective, not during it as MPI's may. A wait that goes through a third
+// rank (src waits in the collective for another rank, which waits for this
+// one) is found only at the operation timeout (WithTimeout), which fails
+// every rank.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if c == nil {
 		return nilComm("recv")

@@ -137,6 +137,11 @@ type Engine struct {
 	waitsMu sync.Mutex
 	waits   map[int][2]uint32
 	waited  atomic.Bool
+	// p2pWaits are the peers' words that a point-to-point Run of theirs
+	// waits for this rank (ctrlP2PWaiting), the last per peer, under
+	// waitsMu; p2pWaited: there are some (checkBlockedPeers).
+	p2pWaits  map[int]p2pWaitWord
+	p2pWaited atomic.Bool
 	// waitWords counts the words taken (waitedOn), for tests.
 	waitWords atomic.Int64
 	// runs is twice the Runs ended, plus one while a Run is in progress:

@@ -106,6 +106,7 @@ const (
 	ctrlWaiting           // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
 	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number c: its length b >> 32, its call's hash b (mismatch.go)
 	ctrlAbortText         // the words of the abort notice that follows, naming rank a: b bytes of text after the 24-byte header (failure.go)
+	ctrlP2PWaiting        // a point-to-point Run of rank a waits for this rank, having taken b&0xffffffff of its data messages and used b>>32&(1<<30-1) of its clear-to-sends, and waits for a message (bit 62) or a clear-to-send (bit 63); c: its own data messages to this rank (low half) and its call's hash (mismatch.go: p2pWaitWord)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -563,6 +564,9 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 		case ctrlWaiting:
 			op := binary.LittleEndian.Uint64(m[16:])
 			l.withEngine(func(e *Engine) { e.waitedOn(int(int32(a)), uint32(b), uint32(op)) })
+		case ctrlP2PWaiting:
+			c := binary.LittleEndian.Uint64(m[16:])
+			l.withEngine(func(e *Engine) { e.p2pWaitedOn(int(int32(a)), b, c) })
 		case ctrlBye:
 			l.closed.Store(true)
 		case ctrlWake:

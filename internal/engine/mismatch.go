@@ -45,6 +45,7 @@ type mismatchState struct {
 	seqs    map[uint32]bool     // the detecting ranks' calls' operations
 	seen    map[[2]int]bool
 	first   int    // culprit named by the first evidence
+	firstBy int    // the rank that found it
 	named   bool   // first is set
 	why     string // this rank's own observation, if any
 	started bool
@@ -91,7 +92,7 @@ func (e *Engine) evidence(det int, dh uint32, cul int, ch uint32, seq uint32, wh
 			m.seqs[seq] = true
 		}
 		if !m.named {
-			m.named, m.first = true, cul
+			m.named, m.first, m.firstBy = true, cul, det
 		}
 	}
 	if why != "" && m.why == "" {
@@ -268,12 +269,161 @@ func (e *Engine) decideMismatch() {
 			culprit = m.first
 		}
 	}
-	why := m.why
+	why, named, by, first := m.why, m.named, m.firstBy, m.first
 	m.mu.Unlock()
-	if why == "" {
-		why = "another rank received a message of a different call"
+	switch {
+	case why != "":
+	case named:
+		// What the finder saw stays with it (a header of another call,
+		// a peer that waits in another): its notice reads so, where it
+		// decides first.
+		why = fmt.Sprintf("rank %d found that rank %d's call differs from its own", by, first)
+	default:
+		why = "the ranks' calls differ"
 	}
 	e.Abort(culprit, fmt.Errorf("%w: %s", ErrMismatch, why))
+}
+
+// Two ranks that wait for each other where neither has anything on its
+// way to the other: a rank in a point-to-point call that waits for a peer
+// in a collective that waits for it (a Recv from a rank in a Broadcast
+// from this one), or two in point-to-point calls (each in a Recv from the
+// other). A point-to-point Run that has waited strayAfter tells each peer
+// it waits for so (tellBlocked), with what of the peer's it has had; the
+// peer, in a Run that waits for it in turn, finds that it has sent it
+// nothing since (checkBlockedPeers). Neither can move then: the
+// point-to-point call needs the peer's next message or clear-to-send,
+// which the peer sends only in a later call (a communicator's calls run
+// one at a time); the peer's Run needs this rank's, which it sends only
+// after its point-to-point call. Point-to-point Runs alone speak, so a
+// collective pays nothing but a look at a flag where it has waited.
+
+// p2pWaitWord is a peer's word that a point-to-point Run of its waits for
+// this rank (ctrlP2PWaiting), to 32 bits each.
+type p2pWaitWord struct {
+	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (30 bits)
+	recv, send  bool   // it waits for a message of this rank's; for a clear-to-send
+	sent        uint32 // its data messages to this rank
+	hash        uint32 // its call's (callHash)
+}
+
+// blockedTold is a word tellBlocked sent: the peer, and what of the
+// peer's the Run had had and waited for.
+type blockedTold struct {
+	peer        int
+	taken, used uint64
+	recv, send  bool
+}
+
+// blockedOn says what p, run for call, waits for that only peer i of p
+// can send next: a message for a receive (recv: its next has not
+// arrived), a clear-to-send for a direct send (send: none has come that
+// is not used).
+func (e *Engine) blockedOn(p *Plan, call *Call, i int) (recv, send bool) {
+	pp, ps := &p.peers[i], &e.st.pp[i]
+	l := e.links[pp.peer].Load()
+	recv = ps.recvCur < len(pp.recvs) && l.peek() == nil
+	if ps.sendCur < len(pp.sends) && ps.sendPiece == 0 && l.ctsArrived.Load() <= l.ctsUsed {
+		o := &p.S.Ops[pp.sends[ps.sendCur]]
+		send = o.ToCopy && o.Len*call.DType.Size() >= l.directMinOf(call)
+	}
+	return recv, send
+}
+
+// tellBlocked tells each peer that this point-to-point Run waits for
+// (blockedOn) so, once for each count of the peer's messages and
+// clear-to-sends it has had: a Run that moved and waits again says it
+// again, one that waits on says nothing more (a stopped peer's control
+// receives must not fill). Best effort.
+func (e *Engine) tellBlocked(w *waiter) {
+	for i := range w.p.peers {
+		recv, send := e.blockedOn(w.p, w.call, i)
+		if !recv && !send {
+			continue
+		}
+		peer := w.p.peers[i].peer
+		l := e.links[peer].Load()
+		told := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send}
+		if slices.Contains(w.toldBlocked, told) || l.closed.Load() || l.broken.Load() {
+			continue
+		}
+		w.toldBlocked = append(w.toldBlocked, told)
+		b := uint64(uint32(told.taken)) | uint64(uint32(told.used)&(1<<30-1))<<32
+		if recv {
+			b |= 1 << 62
+		}
+		if send {
+			b |= 1 << 63
+		}
+		l.sendCtrl3(ctrlP2PWaiting, uint32(int32(e.Rank)), b, uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
+	}
+}
+
+// p2pWaitedOn keeps a peer's word that a point-to-point Run of its waits
+// for this rank (tellBlocked; b and c as ctrlP2PWaiting carries them), the
+// last per peer, for checkBlockedPeers. One that no longer holds (this
+// rank has sent the peer something since) is told by its counts.
+func (e *Engine) p2pWaitedOn(peer int, b, c uint64) {
+	e.waitsMu.Lock()
+	if e.p2pWaits == nil {
+		e.p2pWaits = map[int]p2pWaitWord{}
+	}
+	e.p2pWaits[peer] = p2pWaitWord{taken: uint32(b), used: uint32(b>>32) & (1<<30 - 1), recv: b>>62&1 == 1, send: b>>63 == 1, sent: uint32(c), hash: uint32(c >> 32)}
+	e.p2pWaited.Store(true)
+	e.waitsMu.Unlock()
+}
+
+// checkBlockedPeers is the look, in a Run that has waited strayAfter, for
+// a peer whose point-to-point Run waits for this rank (its word, still
+// true: this rank has sent it no message since, where it waits for one,
+// or no clear-to-send, where it waits for one) while this Run waits for
+// that peer, with every message the peer had sent taken (blockedOn).
+// Against a collective, the peer's word is evidence for the vote, as a
+// header of another call is (the others' calls at this operation tell
+// which rank called differently); between two point-to-point calls that
+// each wait for the other's message, or each for the other's
+// clear-to-send, the engine fails naming the higher of the two ranks, as
+// both of them find it.
+func (e *Engine) checkBlockedPeers(w *waiter) {
+	p, call := w.p, w.call
+	type found struct {
+		peer int
+		pw   p2pWaitWord
+	}
+	var fs []found
+	e.waitsMu.Lock()
+	for i := range p.peers {
+		peer := p.peers[i].peer
+		pw, ok := e.p2pWaits[peer]
+		if !ok {
+			continue
+		}
+		l := e.links[peer].Load()
+		waitsRecv := pw.recv && uint32(l.number()) == pw.taken
+		waitsSend := pw.send && uint32(l.ctsSent)&(1<<30-1) == pw.used
+		if !waitsRecv && !waitsSend || int32(uint32(l.nextFull())-pw.sent) < 0 {
+			continue // the peer may move, or this Run may
+		}
+		recv, send := e.blockedOn(p, call, i)
+		if call.Coll == collectives.SendRecv {
+			// Between point-to-point calls, one that waits for a
+			// message while the other waits for a clear-to-send is
+			// a direct message against a staged receive, which the
+			// receiver names with the lengths (checkDirect).
+			recv, send = recv && waitsRecv, send && waitsSend
+		}
+		if recv || send {
+			fs = append(fs, found{peer, pw})
+		}
+	}
+	e.waitsMu.Unlock()
+	for _, f := range fs {
+		if call.Coll == collectives.SendRecv {
+			e.Abort(max(e.Rank, f.peer), fmt.Errorf("%w: ranks %d and %d each wait for the other in point-to-point calls, with nothing on its way to either", ErrMismatch, min(e.Rank, f.peer), max(e.Rank, f.peer)))
+			return
+		}
+		e.evidence(e.Rank, callHash(call), f.peer, f.pw.hash, opOf(call), fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in a point-to-point call, while this rank waits for it in %s (operation %d)", f.peer, e.Rank, call.Coll, opOf(call)))
+	}
 }
 
 // directWait is a peer's word that its Run waits for this rank's

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun-hpc/gorun/collectives"
 )
 
 // WaitPolicy says how Run waits for its peers.
@@ -172,6 +174,9 @@ type waiter struct {
 	// toldDirect: the messages it has told their receivers it waits to
 	// send (checkDirect), once each.
 	toldDirect []directTold
+	// toldBlocked: the words this point-to-point Run has sent its peers
+	// that it waits for them (tellBlocked), each once.
+	toldBlocked []blockedTold
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
@@ -343,6 +348,12 @@ func (w *waiter) idle() error {
 		if peer := e.waitingFor(w.p); !slices.Contains(w.told, peer) {
 			w.told = append(w.told, peer)
 			e.tellWaiting(peer, w.call)
+		}
+		if e.p2pWaited.Load() {
+			e.checkBlockedPeers(w) // a peer's point-to-point call that waits for this Run's
+		}
+		if w.call.Coll == collectives.SendRecv {
+			e.tellBlocked(w)
 		}
 	}
 	if !w.armed {
