@@ -245,7 +245,8 @@ func parseSpin(s string) (time.Duration, int, error) {
 
 // Observability (observe.go): off unless set.
 //
-//	GORUN_TIMELINE      FILE: each rank records its operations to FILE.RANK (FILE.RANK.restartN in its N-th restart)
+//	GORUN_TIMELINE      FILE: each rank records its operations to FILE.RANK (FILE.RANK.restartN in its N-th restart;
+//	                    .initN after it for the N-th later first communicator of a process, an Init after Close)
 //	                    (gorun --timeline merges them); an unwritable path fails Init
 //	GORUN_METRICS_ADDR  host:port: each rank serves Prometheus text at /metrics
 //	                    (port + local rank when several ranks share a host)
