@@ -13,13 +13,15 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// maxMsg is the longest message a request may carry: 2^31 bytes, the
-// InfiniBand limit. Longer lists overflow the 32-bit lengths of ibv_sge
-// and of the work request, and the device moves fewer bytes (2^32: none)
-// and completes with success. A port's max_msg_sz may be smaller (mlx5:
-// 1 GiB), and such a device fails a longer request in its completion;
-// rxe reports 8 MiB but carries up to this.
-const maxMsg = 1 << 31
+// maxMsg is the longest message a request may carry: 2^31 - 1 bytes,
+// within the InfiniBand limit (2^31) and what rxe takes (a receive of
+// 2^31 bytes fails there with a length error). Longer lists overflow the
+// 32-bit lengths of ibv_sge and of the work request, and the device moves
+// fewer bytes (2^32: none) and completes with success; a longer receive
+// is cut to maxMsg. A port's max_msg_sz may be smaller (mlx5: 1 GiB), and
+// such a device fails a longer request in its completion; rxe reports
+// 8 MiB but carries up to this.
+const maxMsg = 1<<31 - 1
 
 // checkLocal is soft.CheckLocal for NIC-issued keys: each non-empty buffer
 // must lie inside a valid MR of this device with access need, unless the
@@ -119,10 +121,16 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 			n = 1
 		}
 	} else {
+		// A receive longer than any message is given as one of maxMsg
+		// bytes (its rest is never written); its lengths would wrap.
+		// Requests of the send queue are no longer than that.
+		left := maxMsg
 		for _, e := range sgl {
-			if len(e.Buf) == 0 {
+			ln := min(len(e.Buf), left)
+			if ln == 0 {
 				continue
 			}
+			left -= ln
 			if !e.MR.Acquire() {
 				releaseSlot(s)
 				return c.opErr(postNames[op], rdma.ErrNotRegistered)
@@ -133,7 +141,7 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 				s.mrMore = append(s.mrMore, e.MR)
 			}
 			w.sge[n].addr = C.uint64_t(rdma.AddrOf(e.Buf))
-			w.sge[n].length = C.uint32_t(len(e.Buf))
+			w.sge[n].length = C.uint32_t(ln)
 			w.sge[n].lkey = C.uint32_t(e.MR.LKey())
 			n++
 		}

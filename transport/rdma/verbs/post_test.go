@@ -9,11 +9,11 @@ import (
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// TestLongRequestRefused: a request longer than a message can be (2^31
-// bytes) fails at post time with ErrInvalid. ibv_sge and the work request
-// hold 32-bit lengths: 32 entries of 128 MiB (one region, gathered 32
-// times) add up to 2^32, which the device took for 0 bytes and completed
-// with success, having moved nothing.
+// TestLongRequestRefused: a request longer than a message can be (maxMsg)
+// fails at post time with ErrInvalid. ibv_sge and the work request hold
+// 32-bit lengths: 32 entries of 128 MiB (one region, gathered 32 times)
+// add up to 2^32, which the device took for 0 bytes and completed with
+// success, having moved nothing.
 func TestLongRequestRefused(t *testing.T) {
 	d := openDev(t, rdma.Config{})
 	cli, _ := pair(t, d)
@@ -42,8 +42,7 @@ func TestLongRequestRefused(t *testing.T) {
 			t.Fatalf("%s of 32 x 128 MiB: post returned %v, want ErrInvalid (then completion %+v %v)", p.name, err, wc, werr)
 		}
 	}
-	// Up to 2^31 bytes is a message: 16 entries of 128 MiB may be posted
-	// (not here: under TCG it would take a minute), and the conn is usable.
+	// The conn is usable.
 	if err := cli.Err(); err != nil {
 		t.Fatalf("refused posts moved the conn to the error state: %v", err)
 	}
@@ -52,4 +51,39 @@ func TestLongRequestRefused(t *testing.T) {
 	}
 	wc, err := cli.GetSendComp(ctxT(t))
 	mustWC(t, wc, err, 4, rdma.OpWrite)
+}
+
+// TestLongReceive: a receive longer than any message (maxMsg) takes
+// messages as one of maxMsg bytes would. Its 32-bit lengths wrapped: 32
+// entries of 128 MiB (2^32 bytes) became a receive of 0 bytes, and a
+// 64-byte send failed it with a local length error (the conn in error).
+// (rxe fails a receive of 16 such entries, 2^31 bytes, the same way.)
+func TestLongReceive(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	ctx := ctxT(t)
+	rb, err := d.Alloc(128<<20, rdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sgl := make([]rdma.SGE, 32)
+	for i := range sgl {
+		sgl[i] = rdma.SGE{Buf: rb.Bytes(), MR: rb}
+	}
+	if err := srv.PostRecvv(1, sgl); err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("sixty-four bytes, or near enough, into a receive of four GiB....")
+	if err := cli.PostSend(2, msg, nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := srv.GetRecvComp(ctx)
+	if err != nil || wc.Status != rdma.StatusSuccess || wc.ByteLen != len(msg) {
+		t.Fatalf("receive of 32 x 128 MiB: %+v %v (Conn.Err %v); want success, ByteLen %d", wc, err, srv.Err(), len(msg))
+	}
+	if string(rb.Bytes()[:len(msg)]) != string(msg) {
+		t.Fatalf("received %q", rb.Bytes()[:len(msg)])
+	}
+	wc, err = cli.GetSendComp(ctx)
+	mustWC(t, wc, err, 2, rdma.OpSend)
 }
