@@ -5,9 +5,10 @@
 // one its members make with gorun_comm_create_group.
 //
 // Collectives start non-blocking in gorun (gorun_i*) from the caller's
-// thread; one completer thread per process group waits for them in order
-// and completes each Work and its Future (a Future a caller asked for on
-// another thread, as its callbacks may wait for a later op: Callbacks),
+// thread; a completer thread per process group waits for them in order
+// and completes each Work and its Future (one at a time: a completer that
+// completes a Future a caller asked for, whose callbacks may wait for a
+// later op, first hands its place to another thread; ProcessGroupGorun::run),
 // so DDP's bucketed allreduces
 // overlap the backward pass exactly as they do with Gloo. A caller that
 // waits first with no timeout (blocking calls) claims its Work and
@@ -239,74 +240,16 @@ struct P2PGate {
 
 using Clock = std::chrono::steady_clock;
 
-// Callbacks completes the futures a caller asked for, off the completer
-// thread: completing one runs its callbacks, and a callback may wait for
-// another operation of the group (PowerSGD's hook waits inside a then()
-// for its next all_reduce), which the completer must be free to finish.
-// A task finding no thread idle starts another, so callbacks that wait
-// never hold up the future they wait for (Gloo's worker threads do the
-// same work). Threads stay until the group is destroyed.
-struct Callbacks {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> tasks;  // guarded by mu
-  std::vector<std::thread> threads;         // guarded by mu
-  // Threads not spoken for: each task posted takes one or starts a
-  // thread, each task done gives one back, so the tasks not yet started
-  // never outnumber the threads free to run them (a post before a
-  // notified thread woke would otherwise count it twice). mu
-  int idle = 0;
-  bool stop = false;  // mu
-
-  void post(std::function<void()> fn) {
-    std::lock_guard<std::mutex> lock(mu);
-    tasks.push_back(std::move(fn));
-    if (idle > 0) {
-      idle--;
-      cv.notify_one();
-    } else {
-      threads.emplace_back([this] { loop(); });
-    }
+// completeFuture runs a future's completion that WorkGorun::complete
+// returned. c10's Future keeps a then() callback's error in the future
+// then() made; nothing else is thrown here, and neither a completer
+// thread nor the wait() that runs it must end so.
+inline void completeFuture(const std::function<void()>& fut) {
+  try {
+    fut();
+  } catch (...) {
   }
-
-  void loop() {
-    std::unique_lock<std::mutex> lock(mu);
-    for (;;) {
-      cv.wait(lock, [&] { return stop || !tasks.empty(); });
-      if (tasks.empty()) return;  // stopped, every task done
-      auto fn = std::move(tasks.front());
-      tasks.pop_front();
-      lock.unlock();
-      try {
-        fn();
-      } catch (...) {
-        // c10's Future keeps a callback's error in the future then()
-        // made; nothing else is thrown here, and a thread must not end so.
-      }
-      lock.lock();
-      idle++;
-    }
-  }
-
-  // join runs the tasks left and ends the threads.
-  void join() {
-    std::vector<std::thread> ts;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stop = true;
-      cv.notify_all();
-    }
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (threads.empty()) return;
-        ts.swap(threads);
-      }
-      for (auto& t : ts) t.join();
-      ts.clear();
-    }
-  }
-};
+}
 
 class WorkGorun : public Work {
  public:
@@ -321,7 +264,12 @@ class WorkGorun : public Work {
   // for it allows: ask after starting every message of the exchange.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     release();
-    futureAsked_.store(true);
+    int state = kNotAsked;
+    if (!futureState_.compare_exchange_strong(state, kAsked) && state == kCompletedUnasked) {
+      // complete() is completing it with no callbacks, where it stands: a
+      // then() added before it is done would run there.
+      future_->wait();
+    }
     return future_;
   }
 
@@ -340,7 +288,11 @@ class WorkGorun : public Work {
     // A caller that waits with no bound (every blocking collective)
     // finishes the request itself: one thread hop less than through the
     // completer.
-    if (timeout == kNoTimeout && req && !inOrder && claim()) complete(gorun_wait(req));
+    if (timeout == kNoTimeout && req && !inOrder && claim()) {
+      // The future's callbacks, if asked for, run here: this thread waits
+      // anyway, and the completer is free for the operations they wait for.
+      if (auto fut = complete(gorun_wait(req))) completeFuture(fut);
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
@@ -355,14 +307,19 @@ class WorkGorun : public Work {
     }
     if (exception_) std::rethrow_exception(exception_);
     lock.unlock();
-    // The future completes on another thread (Callbacks): once wait()
-    // returns, get_future().value() is there, as with Gloo.
-    if (futureAsked_.load()) future_->wait();
+    // An asked-for future completes after the work (complete): once
+    // wait() returns, get_future().value() is there, as with Gloo.
+    if (futureState_.load() == kAsked) future_->wait();
     return true;
   }
 
-  // complete runs on the completer thread once gorun finished the request.
-  void complete(int rc) {
+  // complete runs on the completer thread once gorun finished the
+  // request, or on the caller's that claimed it. It completes the future
+  // too unless a caller asked for it, whose callbacks may wait for a later
+  // operation of the group: then it returns the future's completion, for
+  // its caller to run once the completer's place is free for another
+  // thread (ProcessGroupGorun::run).
+  std::function<void()> complete(int rc) {
     std::exception_ptr err;
     if (rc == GORUN_OK) {
       try {
@@ -390,12 +347,14 @@ class WorkGorun : public Work {
         fut->markCompleted(c10::IValue(outs));
       }
     };
-    // A future no one asked for has no callbacks yet: complete it here.
-    if (futureAsked_.load() && callbacks) {
-      callbacks->post(done);
-    } else {
+    // A future no one asked for has no callbacks yet: complete it here
+    // (getFuture meanwhile waits for it).
+    int state = kNotAsked;
+    if (futureState_.compare_exchange_strong(state, kCompletedUnasked)) {
       done();
+      return nullptr;
     }
+    return done;
   }
 
   // expire is the watchdog's: the work outlived its process group's
@@ -432,7 +391,6 @@ class WorkGorun : public Work {
   bool inOrder = false;         // completes after the works before it: the completer's alone
   uint64_t seq = 0;             // set by enqueue
   std::shared_ptr<P2PGate> gate;
-  std::shared_ptr<Callbacks> callbacks;  // set by enqueue
   // When the watchdog expires this work: set at enqueue, or for a send or
   // recv once released (until then gorun has not started it). Guarded by
   // the gate's lock.
@@ -444,7 +402,10 @@ class WorkGorun : public Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<bool> claimed_{false};
   std::atomic<bool> finished_{false};
-  std::atomic<bool> futureAsked_{false};
+  // kNotAsked until getFuture (kAsked) or until complete() found no one
+  // had asked (kCompletedUnasked).
+  static constexpr int kNotAsked = 0, kAsked = 1, kCompletedUnasked = 2;
+  std::atomic<int> futureState_{kNotAsked};
   std::atomic<bool> timedOut_{false};
   std::string timeoutWhy_;  // written before timedOut_ is set
 };
@@ -484,7 +445,10 @@ class ProcessGroupGorun : public ProcessGroup {
     TORCH_CHECK(r == rank && s == size, "gorun backend: torch says rank ", rank, " of ", size, " but gorun's ",
                 owned_ ? "group" : "job", " says rank ", r, " of ", s);
     if (gorun_tracing(comm_)) g_tracing.store(true);
-    completer_ = std::thread([this] { run(); });
+    {
+      std::lock_guard<std::mutex> lock(gate_->mu);
+      completers_.emplace_back([this] { run(); });
+    }
     if (timeout_.count() > 0) watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -495,9 +459,17 @@ class ProcessGroupGorun : public ProcessGroup {
     }
     gate_->cv.notify_all();
     gate_->wcv.notify_all();
-    completer_.join();
+    // Completers finish the works left, and may start others meanwhile.
+    for (;;) {
+      std::vector<std::thread> ts;
+      {
+        std::lock_guard<std::mutex> lock(gate_->mu);
+        if (completers_.empty()) break;
+        ts.swap(completers_);
+      }
+      for (auto& t : ts) t.join();
+    }
     if (watchdog_.joinable()) watchdog_.join();
-    callbacks_->join();
     if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
@@ -815,7 +787,6 @@ class ProcessGroupGorun : public ProcessGroup {
   c10::intrusive_ptr<Work> enqueue(c10::intrusive_ptr<WorkGorun> w) {
     w->comm = comm_;
     w->gate = gate_;
-    w->callbacks = callbacks_;
     bool wake = false;  // sends and recvs were released: the watchdog starts their time
     {
       std::lock_guard<std::mutex> lock(gate_->mu);
@@ -839,7 +810,7 @@ class ProcessGroupGorun : public ProcessGroup {
         watch_.emplace_back(w);
       }
     }
-    gate_->cv.notify_all();
+    gate_->cv.notify_one();  // one idle completer: the one holding the place, if busy, comes back to it
     if (wake && timeout_.count() > 0) gate_->wcv.notify_all();
     return w;
   }
@@ -890,27 +861,54 @@ class ProcessGroupGorun : public ProcessGroup {
     return !w.p2p || w.seq <= gate_->released || gate_->stop;
   }
 
+  // run is a completer thread. One at a time holds the completer's place
+  // (busy_): it takes the front work, waits for it in gorun and completes
+  // it, so works complete in order. Completing a future a caller asked for
+  // runs its callbacks, and one may wait for a later operation of the
+  // group (DDP's PowerSGD hook waits inside a then() for its next
+  // all_reduce), which needs the completer: so the thread first gives the
+  // place up, to an idle thread (starting one if none is idle), then
+  // completes the future where it stands, as Gloo's worker threads do,
+  // and comes back idle. Handing the place on another thread first cost
+  // a thread hop per future. Threads stay until the group is destroyed.
   void run() {
+    std::unique_lock<std::mutex> lock(gate_->mu);
     for (;;) {
-      c10::intrusive_ptr<WorkGorun> w;
-      {
-        std::unique_lock<std::mutex> lock(gate_->mu);
-        gate_->cv.wait(lock, [&] { return queue_.empty() ? gate_->stop : ready(); });
-        if (queue_.empty()) return;
-        w = queue_.front();
-        queue_.pop_front();
+      idle_++;
+      gate_->cv.wait(lock, [&] { return queue_.empty() ? gate_->stop : !busy_ && ready(); });
+      idle_--;
+      if (queue_.empty()) {  // stopped, every work done
+        gate_->cv.notify_all();  // to the others, waiting while this one was busy
+        return;
       }
-      if (w->claim()) w->complete(w->req ? gorun_wait(w->req) : GORUN_OK);
+      busy_ = true;
+      auto w = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::function<void()> fut;
+      if (w->claim()) fut = w->complete(w->req ? gorun_wait(w->req) : GORUN_OK);
       // else the caller's wait() took it
+      lock.lock();
+      busy_ = false;
+      if (!fut) continue;
+      if (idle_ == 0) {
+        completers_.emplace_back([this] { run(); });
+      } else if (!queue_.empty() && ready()) {
+        gate_->cv.notify_one();
+      }
+      lock.unlock();
+      completeFuture(fut);
+      lock.lock();
     }
   }
 
   int64_t comm_;
   bool owned_ = false;  // comm_ was made for this group
   std::shared_ptr<P2PGate> gate_ = std::make_shared<P2PGate>();
-  std::shared_ptr<Callbacks> callbacks_ = std::make_shared<Callbacks>();
   std::deque<c10::intrusive_ptr<WorkGorun>> queue_;  // guarded by gate_->mu
-  std::thread completer_;
+  std::vector<std::thread> completers_;             // gate_->mu
+  int idle_ = 0;                                     // completers waiting for a work; gate_->mu
+  bool busy_ = false;                                // one holds the completer's place; gate_->mu
   std::chrono::milliseconds timeout_;
   std::deque<c10::weak_intrusive_ptr<WorkGorun>> watch_;  // works not yet done, oldest first; gate_->mu
   std::thread watchdog_;
