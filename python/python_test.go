@@ -366,6 +366,19 @@ func needBackend(t *testing.T) {
 	}
 }
 
+// TestTorchReinit: destroy_process_group then init_process_group again,
+// on 4 ranks: after the group was aborted (rank 0's wait timed out), with
+// rank 0 destroying its group a second after the others, the new group
+// works (it ran on the aborted communicator, and the others met rank 0's
+// old TCPStore: "Broken pipe"); again with the group healthy; and with
+// store=, a prefix used again fails on every rank saying so (torch's
+// barrier would wait out its timeout), a new one works.
+func TestTorchReinit(t *testing.T) {
+	needBackend(t)
+	out := gorun(t, 4, python, "python/tests/torch_reinit_check.py")
+	ranksOK(t, out, "torch_reinit_check", 4)
+}
+
 // TestTorchSpawnRefused: ranks started by torch.multiprocessing.spawn,
 // which no launcher describes to gorun, raise an error saying to use one,
 // with init_process_group(rank=, world_size=) and with RANK and

@@ -39,6 +39,17 @@ given), counted from its start (a send's or recv's from when it may run),
 as Gloo's are: a watchdog thread aborts the group's communicator as above
 once it passes. GORUN_TIMEOUT bounds each wait in gorun as well.
 
+destroy_process_group() then init_process_group() again in the same
+processes works, as with Gloo, also after the group was aborted (a failed
+operation, a timeout, a refusal): the new default group runs on a new
+job communicator (finalize and init on every rank), and a rank's destroy
+of the default group returns once rank 0's has let go of torch's store
+(_torch_store: torch's env:// and tcp:// make rank 0's TCPStore again on
+the same port, with the same keys). Where the store still holds an
+earlier init's keys (torchrun's agent store; store= used again without a
+new prefix), init_process_group raises saying so, rather than wait out
+torch's store-based barrier.
+
 A strided (not contiguous) tensor goes through a contiguous copy in the
 collectives, as with Gloo; a send or recv refuses it, as Gloo's do. A
 bool tensor's SUM is OR and its PRODUCT AND, as in torch's NCCL backend.
@@ -62,7 +73,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from . import _L, _lib, init as _gorun_init, size as _job_size
+from . import GorunError, _L, _lib, _torch_store, finalize as _gorun_finalize, init as _gorun_init, size as _job_size
 
 _ext = None
 
@@ -167,15 +178,42 @@ def _create(opts, pg_options=None):
             "the ranks with gorun -np N, torchrun, mpirun or srun (torch.multiprocessing.spawn is not "
             "supported, with init_process_group(rank=, world_size=) or with RANK and WORLD_SIZE set in "
             "os.environ)" % opts.group_size)
+    _torch_store.stale(opts)  # before gorun's own rendezvous, which the other ranks may not reach
     ext = load_extension()
-    comm = _gorun_init()
+    default = not dist.is_initialized()  # the default group: torch sets it once this returns
+    comm = _job_comm() if default else _gorun_init()
     ranks = list(opts.global_ranks_in_group)
     if ranks == list(range(_job_size())):
         ranks = []  # the whole job, in its own order: the job's communicator
     # torch's timeout for the group (init_process_group's or new_group's
     # timeout=, 30 minutes unless given) bounds each operation, as Gloo's.
     timeout_ms = int(opts.timeout.total_seconds() * 1000) if opts.timeout else 0
-    return ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id), timeout_ms)
+    pg = ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id), timeout_ms)
+    if default:
+        _torch_store.ordered_destroy(opts, opts.group_rank)
+    return pg
+
+
+_default_comm = None  # the job's communicator the last default group ran on
+
+
+def _job_comm():
+    """The job's communicator for a new default group. One an earlier
+    default group ran on is made anew (finalize, then init: a rendezvous
+    of every rank, which every rank's init_process_group makes alike): it
+    may have been aborted (a failed operation, a timeout, a refusal, on
+    any rank), and a rank cannot tell alone whether a peer's abort has
+    reached it yet. gorun.Group objects made on the old one are freed."""
+    global _default_comm
+    comm = _gorun_init()
+    if comm == _default_comm:  # handles are never used twice
+        try:
+            _gorun_finalize()
+        except GorunError:
+            pass  # it failed before, and said so where it failed
+        comm = _gorun_init()
+    _default_comm = comm
+    return comm
 
 
 def _group_tag(name):
