@@ -10,7 +10,8 @@ again before rank 0 has destroyed its group connects to the old server:
 its keys are the first init's, torch's barrier never counts the world
 size, rank 0's new server waits for workers that went elsewhere, and the
 old server's end breaks the others' calls ("Broken pipe"). Gloo hides it
-by luck (its destroy takes some 40 ms on every rank); gorun's takes one.
+by luck (its destroy takes some 40 ms on every rank, rank 0's server
+going first); gorun's takes about 1 ms.
 
 ordered_destroy closes that gap: the other ranks' destroy_process_group
 returns once rank 0's old server is gone (or once rank 0 has destroyed
