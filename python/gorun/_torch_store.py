@@ -14,14 +14,14 @@ by luck (its destroy takes some 40 ms on every rank, rank 0's server
 going first); gorun's takes about 1 ms.
 
 ordered_destroy closes that gap: the other ranks' destroy_process_group
-returns once rank 0's old server is gone (or once rank 0 has destroyed
-its group and said its server stays). stale() turns the cases no order
+returns once rank 0 has destroyed its group and let its store go. stale() turns the cases no order
 helps into an error that says why (torchrun's agent store, which keeps
 every key for the job; a store= reused without a new prefix), where
 torch's barrier would wait out its whole timeout.
 """
 import datetime
 import os
+import socket
 import weakref
 
 import torch.distributed as dist
@@ -49,9 +49,17 @@ def stale(opts):
 
 def ordered_destroy(opts, rank):
     """For the default group about to be made from opts: make its
-    destroy_process_group, on every rank but 0, return only once rank 0's
-    store server is gone or stays for good, so that a later
-    init_process_group meets rank 0's next store and not this one.
+    destroy_process_group, on every rank but 0, return only once rank 0
+    has let its store go (its server closed, unless a group of another
+    backend still holds it), so that a later init_process_group meets
+    rank 0's next store and not this one.
+
+    The other ranks cannot learn it from the store itself: a closing
+    TCPStore server closes its clients' connections before its listening
+    socket, and a connection made in between is reset once accepted,
+    failing the next init's client ("Connection reset by peer"). So rank
+    0 listens on a socket of its own, which the others connect to, and
+    closes it once the store is let go; they wait for that.
 
     It applies where the group's store is a PrefixStore over a TCPStore
     (torch's own env:// and tcp:// rendezvous wrap theirs so, and store=
@@ -73,26 +81,24 @@ def ordered_destroy(opts, rank):
     key = "gorun_torch/destroyed/%d" % _generation
     timeout = opts.timeout or datetime.timedelta(minutes=30)
     if rank == 0:
-        # A client of its own: once rank 0 lets its TCPStore go, a set
-        # through it fails if that closed the server (the others' calls
-        # fail alike, which is their signal) and tells them otherwise.
-        probe = dist.TCPStore(tcp.host, tcp.port, None, False, timeout)
-        fin = weakref.finalize(watched, _rank0_destroyed, [tcp], probe, key)
+        family = socket.getaddrinfo(tcp.host, tcp.port, type=socket.SOCK_STREAM)[0][0]
+        sig = socket.create_server(("", 0), family=family, backlog=opts.group_size)
+        tcp.set(key, str(sig.getsockname()[1]))
+        fin = weakref.finalize(watched, _rank0_destroyed, [tcp], sig)
     else:
-        fin = weakref.finalize(watched, _await_rank0, tcp, key, timeout)
+        sig = socket.create_connection((tcp.host, int(tcp.get(key))), timeout=timeout.total_seconds())
+        fin = weakref.finalize(watched, _await_rank0, sig)
     fin.atexit = False  # a process that ends without destroy waits for no one
 
 
-def _rank0_destroyed(held, probe, key):
-    held.clear()  # the TCPStore: if this was its last holder, its server closes now
-    try:
-        probe.set(key, "stays")  # another process group of rank 0 still holds the store
-    except RuntimeError:
-        pass  # the server closed
+def _rank0_destroyed(held, sig):
+    held.clear()  # the TCPStore: if this was its last holder, its server is closed when this returns
+    sig.close()  # resets the others' connections, never accepted: their destroy returns
 
 
-def _await_rank0(tcp, key, timeout):
+def _await_rank0(sig):
     try:
-        tcp.wait([key], timeout)
-    except RuntimeError:
-        pass  # the server closed (rank 0 destroyed its group, or ended), or the timeout passed
+        sig.recv(1)  # until rank 0 closes its socket (or ends), or the group's timeout passes
+    except OSError:
+        pass
+    sig.close()
