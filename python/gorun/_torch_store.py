@@ -14,10 +14,11 @@ by luck (its destroy takes some 40 ms on every rank, rank 0's server
 going first); gorun's takes about 1 ms.
 
 ordered_destroy closes that gap: the other ranks' destroy_process_group
-returns once rank 0 has destroyed its group and let its store go. stale() turns the cases no order
-helps into an error that says why (torchrun's agent store, which keeps
-every key for the job; a store= reused without a new prefix), where
-torch's barrier would wait out its whole timeout.
+returns once rank 0 has destroyed its group and let its store go.
+stale() turns the cases no order helps into an error that says why
+(torchrun's agent store, which keeps every key for the job; a store=
+used again without a new prefix), where torch's barrier would wait out
+its whole timeout.
 """
 import datetime
 import os
