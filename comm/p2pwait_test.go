@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestPointToPointWaitsForCollective: a point-to-point call and a
+// TestPointToPointWaitsForEachOther: a point-to-point call and a
 // collective that wait for each other fail promptly on every rank, with
 // ErrMismatch naming one rank on all of them, not at the operation
 // timeout (a minute here): the point-to-point rank tells the other that

@@ -106,7 +106,7 @@ const (
 	ctrlWaiting           // rank a has waited in its operation c for this rank: its call's hash b (mismatch.go)
 	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number c: its length b >> 32, its call's hash b (mismatch.go)
 	ctrlAbortText         // the words of the abort notice that follows, naming rank a: b bytes of text after the 24-byte header (failure.go)
-	ctrlP2PWaiting        // a point-to-point Run of rank a waits for this rank, having taken b&0xffffffff of its data messages and used b>>32&(1<<30-1) of its clear-to-sends, and waits for a message (bit 62) or a clear-to-send (bit 63); c: its own data messages to this rank (low half) and its call's hash (mismatch.go: p2pWaitWord)
+	ctrlP2PWaiting        // a point-to-point Run of rank a waits for this rank, having taken b&0xffffffff of its data messages and used b>>32&(1<<29-1) of its clear-to-sends, and waits for a message (bit 62) or a clear-to-send (bit 63), with a send to this rank left (bit 61); c: its own data messages to this rank (low half) and its call's hash (mismatch.go: p2pWaitWord)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the

@@ -301,11 +301,16 @@ func (e *Engine) decideMismatch() {
 // p2pWaitWord is a peer's word that a point-to-point Run of its waits for
 // this rank (ctrlP2PWaiting), to 32 bits each.
 type p2pWaitWord struct {
-	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (30 bits)
+	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (29 bits)
 	recv, send  bool   // it waits for a message of this rank's; for a clear-to-send
+	sendsLeft   bool   // it has a send to this rank not yet posted
 	sent        uint32 // its data messages to this rank
 	hash        uint32 // its call's (callHash)
 }
+
+// usedMask keeps the clear-to-send count of a word (ctrlP2PWaiting's b,
+// bits 32-60 under the flags).
+const usedMask = 1<<29 - 1
 
 // blockedTold is a word tellBlocked sent: the peer, and what of the
 // peer's the Run had had and waited for.
@@ -313,6 +318,7 @@ type blockedTold struct {
 	peer        int
 	taken, used uint64
 	recv, send  bool
+	sendsLeft   bool
 }
 
 // blockedOn says what p, run for call, waits for that only peer i of p
@@ -343,17 +349,21 @@ func (e *Engine) tellBlocked(w *waiter) {
 		}
 		peer := w.p.peers[i].peer
 		l := e.links[peer].Load()
-		told := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send}
+		sendsLeft := e.st.pp[i].sendCur < len(w.p.peers[i].sends)
+		told := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, sendsLeft}
 		if slices.Contains(w.toldBlocked, told) || l.closed.Load() || l.broken.Load() {
 			continue
 		}
 		w.toldBlocked = append(w.toldBlocked, told)
-		b := uint64(uint32(told.taken)) | uint64(uint32(told.used)&(1<<30-1))<<32
+		b := uint64(uint32(told.taken)) | uint64(uint32(told.used)&usedMask)<<32
 		if recv {
 			b |= 1 << 62
 		}
 		if send {
 			b |= 1 << 63
+		}
+		if sendsLeft {
+			b |= 1 << 61
 		}
 		l.sendCtrl3(ctrlP2PWaiting, uint32(int32(e.Rank)), b, uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
 	}
@@ -368,7 +378,7 @@ func (e *Engine) p2pWaitedOn(peer int, b, c uint64) {
 	if e.p2pWaits == nil {
 		e.p2pWaits = map[int]p2pWaitWord{}
 	}
-	e.p2pWaits[peer] = p2pWaitWord{taken: uint32(b), used: uint32(b>>32) & (1<<30 - 1), recv: b>>62&1 == 1, send: b>>63 == 1, sent: uint32(c), hash: uint32(c >> 32)}
+	e.p2pWaits[peer] = p2pWaitWord{taken: uint32(b), used: uint32(b>>32) & usedMask, recv: b>>62&1 == 1, send: b>>63 == 1, sendsLeft: b>>61&1 == 1, sent: uint32(c), hash: uint32(c >> 32)}
 	e.p2pWaited.Store(true)
 	e.waitsMu.Unlock()
 }
@@ -380,10 +390,11 @@ func (e *Engine) p2pWaitedOn(peer int, b, c uint64) {
 // that peer, with every message the peer had sent taken (blockedOn).
 // Against a collective, the peer's word is evidence for the vote, as a
 // header of another call is (the others' calls at this operation tell
-// which rank called differently); between two point-to-point calls that
-// each wait for the other's message, or each for the other's
-// clear-to-send, the engine fails naming the higher of the two ranks, as
-// both of them find it.
+// which rank called differently; the peer's sends left do not matter, as
+// a message of its call would fail this one's receive); between two
+// point-to-point calls that each wait for the other's message with no send
+// to it left, or each for the other's clear-to-send, the engine fails
+// naming the higher of the two ranks, as both of them find it.
 func (e *Engine) checkBlockedPeers(w *waiter) {
 	p, call := w.p, w.call
 	type found struct {
@@ -400,17 +411,24 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 		}
 		l := e.links[peer].Load()
 		waitsRecv := pw.recv && uint32(l.number()) == pw.taken
-		waitsSend := pw.send && uint32(l.ctsSent)&(1<<30-1) == pw.used
+		waitsSend := pw.send && uint32(l.ctsSent)&usedMask == pw.used
 		if !waitsRecv && !waitsSend || int32(uint32(l.nextFull())-pw.sent) < 0 {
 			continue // the peer may move, or this Run may
 		}
 		recv, send := e.blockedOn(p, call, i)
 		if call.Coll == collectives.SendRecv {
-			// Between point-to-point calls, one that waits for a
-			// message while the other waits for a clear-to-send is
-			// a direct message against a staged receive, which the
-			// receiver names with the lengths (checkDirect).
-			recv, send = recv && waitsRecv, send && waitsSend
+			// Between point-to-point calls: two that wait for each
+			// other's message, neither with a send to the other left
+			// (one that waits for credits or a clear-to-send this
+			// rank has given goes once its rank runs: a peer off its
+			// CPU has not seen them), or two that wait for each
+			// other's clear-to-send. One that waits for a message
+			// while the other waits for a clear-to-send is a direct
+			// message against a staged receive, which the receiver
+			// names with the lengths (checkDirect).
+			sendsLeft := e.st.pp[i].sendCur < len(p.peers[i].sends)
+			recv = recv && waitsRecv && !pw.sendsLeft && !sendsLeft
+			send = send && waitsSend
 		}
 		if recv || send {
 			fs = append(fs, found{peer, pw})
