@@ -119,8 +119,10 @@ type Config struct {
 	// NPerNode caps the ranks per host (--npernode, -N), Hosts' Slots and
 	// MaxSlots alike, whatever Oversubscribe says; without Hosts it
 	// gives this machine NPerNode slots, or under srun becomes
-	// --ntasks-per-node. With NP 0 it sets NP: NPerNode times the hosts
-	// (the allocation's nodes under srun).
+	// --ntasks-per-node. With NP 0 and no Hosts it sets NP: NPerNode on
+	// this machine, NPerNode times the allocation's nodes under srun.
+	// With Hosts, NP must be given (gorun without -np gives it one rank
+	// per slot, as mpirun does).
 	NPerNode int
 
 	// MapBy is the placement policy (--map-by): "slot" (default) fills a
