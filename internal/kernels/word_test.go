@@ -21,38 +21,8 @@ func TestWords(t *testing.T) {
 	b := []int{5, -7, 1, 9, -12, 6}
 	ua := []uint{3, 7, math.MaxUint, 0, 12, 1}
 	ub := []uint{5, 7, 1, 9, 12, 6}
-	for _, op := range []Op{Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor, LAnd, LOr} {
-		got, want := make([]int, len(a)), make([]int64, len(a))
-		ReduceTo(op, got, a, b)
-		ReduceTo(op, want, view[int64](a), view[int64](b))
-		if strconv.IntSize == 32 {
-			w := make([]int32, len(a))
-			ReduceTo(op, w, view[int32](a), view[int32](b))
-			for i := range w {
-				want[i] = int64(w[i])
-			}
-		}
-		for i := range got {
-			if int64(got[i]) != want[i] {
-				t.Errorf("int %v: element %d = %d, want %d", op, i, got[i], want[i])
-			}
-		}
-		ugot, uwant := make([]uint, len(ua)), make([]uint64, len(ua))
-		ReduceTo(op, ugot, ua, ub)
-		ReduceTo(op, uwant, view[uint64](ua), view[uint64](ub))
-		if strconv.IntSize == 32 {
-			w := make([]uint32, len(ua))
-			ReduceTo(op, w, view[uint32](ua), view[uint32](ub))
-			for i := range w {
-				uwant[i] = uint64(w[i])
-			}
-		}
-		for i := range ugot {
-			if uint64(ugot[i]) != uwant[i] {
-				t.Errorf("uint %v: element %d = %d, want %d", op, i, ugot[i], uwant[i])
-			}
-		}
-	}
+	reduceAsWords[int, int64, int32](t, a, b)
+	reduceAsWords[uint, uint64, uint32](t, ua, ub)
 	// Spot checks that do not lean on the fixed-size kernels.
 	s := []int{3, -7}
 	Reduce(Sum, s, []int{4, 2})
@@ -76,5 +46,29 @@ func TestWords(t *testing.T) {
 	ReducePairs(MaxLoc, q, q, []Pair[uint]{{Value: math.MaxUint, Index: 1}})
 	if p[0].Index != 4 || q[0].Index != 1 {
 		t.Fatalf("MaxLoc beyond 2^53: indexes %d, %d; want 4, 1", p[0].Index, q[0].Index)
+	}
+}
+
+// reduceAsWords checks ReduceTo of W, a word-sized integer, against the
+// fixed-size type of its size (W64 or W32) with every op.
+func reduceAsWords[W int | uint, W64 int64 | uint64, W32 int32 | uint32](t *testing.T, a, b []W) {
+	t.Helper()
+	for _, op := range []Op{Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor, LAnd, LOr} {
+		got, want := make([]W, len(a)), make([]W64, len(a))
+		ReduceTo(op, got, a, b)
+		if strconv.IntSize == 32 {
+			w := make([]W32, len(a))
+			ReduceTo(op, w, view[W32](a), view[W32](b))
+			for i := range w {
+				want[i] = W64(w[i])
+			}
+		} else {
+			ReduceTo(op, want, view[W64](a), view[W64](b))
+		}
+		for i := range got {
+			if W64(got[i]) != want[i] {
+				t.Errorf("%T %v: element %d = %d, want %d", got[i], op, i, got[i], want[i])
+			}
+		}
 	}
 }
