@@ -379,6 +379,20 @@ func TestTorchReinit(t *testing.T) {
 	ranksOK(t, out, "torch_reinit_check", 4)
 }
 
+// TestTorchDestroyPendingCallback: a process group on backend "gorun"
+// destroyed while a future of its operation has a Python then() callback
+// still to run (started and asleep; the operation still in flight; the
+// callback holding the group's last reference; the default group). The
+// destructor waited for the completer thread running the callback while
+// holding the GIL, which the callback needed: every case but the third
+// hung (the check exits at its minute with every thread's stack); the
+// third aborted the process (a completer joining itself).
+func TestTorchDestroyPendingCallback(t *testing.T) {
+	needBackend(t)
+	out := gorun(t, 2, python, "python/tests/torch_destroy_check.py")
+	ranksOK(t, out, "torch_destroy_check", 2)
+}
+
 // TestTorchSpawnRefused: ranks started by torch.multiprocessing.spawn,
 // which no launcher describes to gorun, raise an error saying to use one,
 // with init_process_group(rank=, world_size=) and with RANK and

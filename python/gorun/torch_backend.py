@@ -48,7 +48,9 @@ of the default group returns once rank 0's has let go of torch's store
 the same port, with the same keys). Where the store still holds an
 earlier init's keys (torchrun's agent store; store= used again without a
 new prefix), init_process_group raises saying so, rather than wait out
-torch's store-based barrier.
+torch's store-based barrier. A group destroyed (or its last reference
+dropped, also by a then() callback holding it) while its operations'
+futures still have then() callbacks to run returns once they have run.
 
 A strided (not contiguous) tensor goes through a contiguous copy in the
 collectives, as with Gloo; a send or recv refuses it, as Gloo's do. A

@@ -204,6 +204,12 @@ namespace c10d {
 // the call to its completion, beside the collectives it runs.
 std::atomic<bool> g_tracing{false};
 
+// Set on a completer thread whose own group's destructor ran on it: a
+// future's callback there dropped the group's last reference (a closure
+// holding it). A thread cannot join itself, so the destructor detaches
+// it, and the completer returns without touching the freed group.
+thread_local bool t_groupGone = false;
+
 // P2PGate holds the completer back from a send or recv until the caller
 // needs it. gorun runs started isends and irecvs together, as one group,
 // when something needs one of them (gorun.h): a completer that waited for
@@ -452,25 +458,20 @@ class ProcessGroupGorun : public ProcessGroup {
     if (timeout_.count() > 0) watchdog_ = std::thread([this] { watch(); });
   }
 
+  // The destructor waits for the completers to finish the works left,
+  // and a completer may be running a future's then() callback, which
+  // takes the GIL. Python drops its last reference to the group with the
+  // GIL held (destroy_process_group, del): waiting so, it waited forever.
+  // So it lets the GIL go while it waits, as torch's holder of Gloo's and
+  // NCCL's groups does (IntrusivePtrNoGilDestructor); here, so that any
+  // last reference (a DDP reducer's too) is covered.
   ~ProcessGroupGorun() override {
-    {
-      std::lock_guard<std::mutex> lock(gate_->mu);
-      gate_->stop = true;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      shutdown();
+    } else {
+      shutdown();
     }
-    gate_->cv.notify_all();
-    gate_->wcv.notify_all();
-    // Completers finish the works left, and may start others meanwhile.
-    for (;;) {
-      std::vector<std::thread> ts;
-      {
-        std::lock_guard<std::mutex> lock(gate_->mu);
-        if (completers_.empty()) break;
-        ts.swap(completers_);
-      }
-      for (auto& t : ts) t.join();
-    }
-    if (watchdog_.joinable()) watchdog_.join();
-    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
   const std::string getBackendName() const override { return "gorun"; }
@@ -757,6 +758,36 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
  private:
+  // shutdown stops the group's threads once its works are done, and
+  // finalizes a communicator it owns.
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(gate_->mu);
+      gate_->stop = true;
+    }
+    gate_->cv.notify_all();
+    gate_->wcv.notify_all();
+    // Completers finish the works left, and may start others meanwhile.
+    for (;;) {
+      std::vector<std::thread> ts;
+      {
+        std::lock_guard<std::mutex> lock(gate_->mu);
+        if (completers_.empty()) break;
+        ts.swap(completers_);
+      }
+      for (auto& t : ts) {
+        if (t.get_id() == std::this_thread::get_id()) {
+          t.detach();  // run() returns once the callback that dropped the group has
+          t_groupGone = true;
+        } else {
+          t.join();
+        }
+      }
+    }
+    if (watchdog_.joinable()) watchdog_.join();
+    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
+  }
+
   // check raises gorun's error. An argument gorun refused itself has
   // already failed the call on every rank, as Args does.
   static void check(int rc) { TORCH_CHECK(rc == GORUN_OK, gorunError(rc)); }
@@ -898,6 +929,10 @@ class ProcessGroupGorun : public ProcessGroup {
       }
       lock.unlock();
       completeFuture(fut);
+      if (t_groupGone) {  // its callbacks dropped the group, whose destructor detached this thread
+        t_groupGone = false;
+        return;
+      }
       lock.lock();
     }
   }
