@@ -80,9 +80,13 @@ from . import GorunError, _L, _lib, _torch_store, finalize as _gorun_finalize, i
 _ext = None
 
 
-# Where a launcher other than gorun and torchrun puts a rank's place, as
+# Where a launcher other than torchrun puts a rank's place, as
 # internal/jobenv reads it for gorun's own rendezvous: (rank, size, local
-# rank) variables of MPICH's Hydra and Open MPI's mpirun, and Slurm's srun.
+# rank) variables of gorun, Open MPI's mpirun, MPICH's Hydra and Slurm's
+# srun, in jobenv's order. A copy: torch's rendezvous comes before
+# gorun_init, and the C ABI tells nothing of the job until then.
+# TestTorchLaunchersMatchJobenv (python/torch_launchers_test.go) holds it
+# to jobenv's list.
 _LAUNCHERS = [
     ("GORUN_RANK", "GORUN_SIZE", "GORUN_LOCAL_RANK"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
