@@ -59,6 +59,16 @@ func gorun(t *testing.T, n int, args ...string) string {
 // GORUN_TIMEOUT=120s (so it may set another).
 func gorunEnv(t *testing.T, env []string, n int, args ...string) string {
 	t.Helper()
+	out, err := gorunRun(t, env, n, args...)
+	if err != nil {
+		t.Fatalf("gorun -np %d %s: %v\n%s", n, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// gorunRun is gorunEnv that returns the job's error rather than failing t.
+func gorunRun(t *testing.T, env []string, n int, args ...string) (string, error) {
+	t.Helper()
 	buildOnce.Do(func() {
 		gorunBin = filepath.Join(workDir, "gorun")
 		out, err := exec.Command("go", "build", "-o", gorunBin, "../cmd/gorun").CombinedOutput()
@@ -77,10 +87,7 @@ func gorunEnv(t *testing.T, env []string, n int, args ...string) string {
 	killGroup(cmd)
 	cmd.Env = append(append(os.Environ(), "GORUN_TIMEOUT=120s", "GORUN_BUILD_DIR="+filepath.Join(workDir, "build")), env...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("gorun -np %d %s: %v\n%s", n, strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // killGroup makes cmd's timeout kill its whole process group, and stop

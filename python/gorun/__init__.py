@@ -13,7 +13,8 @@ Start one process per rank with the launcher:
 Operations work in place on C-contiguous CPU tensors and arrays. The shared
 library (libgorun.so, the C ABI in include/gorun.h) is found beside this
 checkout and built with the go tool when it is missing or stale; set
-GORUN_LIB to use another.
+GORUN_LIB to use another, built from the same gorun: one that lacks a
+function of gorun.h (built before it was added) is refused, naming them.
 
 Errors. An argument a rank can check alone (a root out of range, an op the
 element type lacks, an unknown op, a tensor not on the CPU or not

@@ -2,6 +2,7 @@
 import ctypes
 import fcntl
 import os
+import re
 import subprocess
 import sys
 
@@ -72,10 +73,42 @@ def _build(out):
             os.remove(extra)
 
 
+def _abi_functions(sig):
+    """The functions a libgorun.so must have for this package: every one
+    include/gorun.h declares (the torch extension calls some the package
+    does not), or, without the header beside the package, those in sig."""
+    try:
+        with open(os.path.join(_REPO, "include", "gorun.h")) as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", text, flags=re.S)
+    declared = re.findall(r"^[A-Za-z][\w \t*]*?\b(gorun_\w+)\s*\(", text, flags=re.M)
+    return declared or list(sig) + ["gorun_strerror", "gorun_last_error"]
+
+
+def _unusable(path, why):
+    """ImportError for a libgorun.so this package cannot use: which, why,
+    and how to get one it can."""
+    if not os.environ.get("GORUN_LIB"):
+        return ImportError("gorun: cannot use %s: %s; delete it, and the package builds it again from %s"
+                           % (path, why, _REPO))
+    if os.path.exists(os.path.join(_REPO, "capi")):
+        fix = ("build it from this checkout (cd %s && go build -buildmode=c-shared -o %s ./capi), "
+               "or unset GORUN_LIB to have the package build its own" % (_REPO, path))
+    else:
+        fix = "build it from the gorun source this package came from (go build -buildmode=c-shared -o %s ./capi)" % path
+    return ImportError("gorun: cannot use GORUN_LIB=%s: %s; %s" % (path, why, fix))
+
+
 def load():
+    path = library_path()
     # RTLD_GLOBAL: the torch backend's extension binds its gorun_* symbols
     # to this very copy (one Go runtime, one table of handles per process).
-    lib = ctypes.CDLL(library_path(), mode=ctypes.RTLD_GLOBAL)
+    try:
+        lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise _unusable(path, str(e)) from None
     i64, c_int, vp, sz = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     p_i64, p_int = ctypes.POINTER(i64), ctypes.POINTER(c_int)
     sig = {
@@ -117,6 +150,14 @@ def load():
         "gorun_comm_create_group": [i64, vp, c_int, c_int, p_i64],
         "gorun_refuse": [i64, ctypes.c_char_p, ctypes.c_char_p],
     }
+    # A library built before a function was added to the C ABI loads, and
+    # then fails at the first call of it (or the torch extension's load),
+    # naming one symbol and not why: name every one missing, and the fix.
+    missing = [name for name in _abi_functions(sig) if not hasattr(lib, name)]
+    if missing:
+        shown = ", ".join(missing[:8]) + (" and %d more" % (len(missing) - 8) if len(missing) > 8 else "")
+        raise _unusable(path, "it lacks %s (declared in include/gorun.h), so it was built from an older gorun "
+                              "than this package" % shown)
     for name, args in sig.items():
         f = getattr(lib, name)
         f.argtypes = args
