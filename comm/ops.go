@@ -414,10 +414,12 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // hundred milliseconds, as collectives that disagree do. A communicator's
 // operations run one at a time in the order they were started, so an
 // IRecv started before a collective takes its message only after the
-// collective, not during it as MPI's may. A wait that goes through a third
-// rank (src waits in the collective for another rank, which waits for this
-// one) is found only at the operation timeout (WithTimeout), which fails
-// every rank.
+// collective, not during it as MPI's may. Point-to-point calls that wait
+// for each other around a cycle of three ranks or more (each rank in a
+// Recv from the next) fail likewise, naming the highest rank in the
+// cycle. A cycle that goes through a collective (src waits in the
+// collective for another rank, which waits for this one) is found only at
+// the operation timeout (WithTimeout), which fails every rank.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if c == nil {
 		return nilComm("recv")

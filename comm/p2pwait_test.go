@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -111,5 +112,144 @@ func TestPointToPointBeforeCollectiveOK(t *testing.T) {
 			return Broadcast(ctx, c, b[:4], 0)
 		})
 		mustAll(t, "send, then broadcast", errs)
+	}
+}
+
+// TestPointToPointCycle: point-to-point calls that wait for each other
+// around a cycle of three ranks or more, with nothing on its way to any,
+// fail promptly on every rank with ErrMismatch naming the highest rank in
+// the cycle, not at the operation timeout (a minute here): each rank's
+// Run, told that the rank before it waits for it, passes on the highest
+// rank it has heard of (the engine's passLabels), and that rank hears its
+// own back. Receives (staged), large sends (each waiting for a
+// clear-to-send) and the two mixed; a rank outside the cycle that waits
+// for one in it (a higher rank, which must not hide the cycle) fails
+// too. Over mem, shm and tcp.
+func TestPointToPointCycle(t *testing.T) {
+	big := func() []int32 { return make([]int32, 1<<17) } // direct on every provider
+	small := func() []int32 { return make([]int32, 4) }
+	recvNext := func(n int) func(ctx context.Context, c *Comm) error {
+		return func(ctx context.Context, c *Comm) error { return Recv(ctx, c, small(), (c.Rank()+1)%n, 0) }
+	}
+	sendNext := func(n int) func(ctx context.Context, c *Comm) error {
+		return func(ctx context.Context, c *Comm) error { return Send(ctx, c, big(), (c.Rank()+1)%n, 0) }
+	}
+	for _, tc := range []struct {
+		name string
+		n    int
+		call func(ctx context.Context, c *Comm) error
+		want int // the rank named on every rank
+	}{
+		{"recv cycle of 3", 3, recvNext(3), 2},
+		{"recv cycle of 5", 5, recvNext(5), 4},
+		{"big send cycle of 3", 3, sendNext(3), 2},
+		{"mixed cycle of 3", 3, func(ctx context.Context, c *Comm) error {
+			switch c.Rank() {
+			case 0:
+				return Recv(ctx, c, small(), 1, 0) // a message of rank 1's
+			case 1:
+				return Send(ctx, c, big(), 2, 0) // rank 2's clear-to-send
+			}
+			return Recv(ctx, c, small(), 0, 0)
+		}, 2},
+		{"recv cycle of 3, waited for by ranks 3 and 4", 5, func(ctx context.Context, c *Comm) error {
+			if c.Rank() >= 3 {
+				return Recv(ctx, c, small(), c.Rank()-3, 0)
+			}
+			return Recv(ctx, c, small(), (c.Rank()+1)%3, 0)
+		}, 2},
+	} {
+		for _, transport := range []string{"mem", "shm", "tcp"} {
+			if transport != "mem" && tc.n > 3 {
+				continue
+			}
+			t.Run(transport+"/"+tc.name, func(t *testing.T) {
+				ctx := testCtx(t)
+				cs := newLocal(t, tc.n, WithTimeout(time.Minute), WithTransport(transport))
+				start := time.Now()
+				errs := onAll(cs, func(c *Comm) error { return tc.call(ctx, c) })
+				took := time.Since(start)
+				for r, err := range errs {
+					var re *RankError
+					if !errors.Is(err, ErrMismatch) || !errors.As(err, &re) || re.Rank != tc.want {
+						t.Errorf("rank %d: %v; want ErrMismatch naming rank %d", r, err, tc.want)
+					}
+				}
+				if took > 10*time.Second {
+					t.Errorf("took %v, the operation timeout's doing (a minute)", took)
+				}
+				t.Logf("%v: %v", took.Round(time.Millisecond), errs[0])
+			})
+		}
+	}
+}
+
+// TestPointToPointCycleOK: exchanges around a ring and down a pipeline,
+// where ranks wait for each other long enough to speak (a rank late by
+// 50 ms) but each wait ends, complete without a false ErrMismatch: a
+// shift (each rank sends to the next, then receives from the one before),
+// large sends started before the receive that clears the rank before
+// them, and a pipeline whose ranks wait for the rank before them while
+// rank 0 is late.
+func TestPointToPointCycleOK(t *testing.T) {
+	const n = 4
+	for _, transport := range []string{"mem", "shm", "tcp"} {
+		t.Run(transport, func(t *testing.T) {
+			ctx := testCtx(t)
+			cs := newLocal(t, n, WithTimeout(time.Minute), WithTransport(transport))
+			for round := range 3 {
+				late := round % n
+				errs := onAll(cs, func(c *Comm) error {
+					r := c.Rank()
+					next, prev := (r+1)%n, (r+n-1)%n
+					if r == late {
+						time.Sleep(50 * time.Millisecond)
+					}
+					// a shift of small messages
+					if err := Send(ctx, c, []int32{int32(r)}, next, 1); err != nil {
+						return err
+					}
+					got := []int32{-1}
+					if err := Recv(ctx, c, got, prev, 1); err != nil {
+						return err
+					}
+					if got[0] != int32(prev) {
+						return fmt.Errorf("shift: got %d from rank %d", got[0], prev)
+					}
+					// large sends, each waiting for the next rank's receive
+					out, in := make([]int32, 1<<17), make([]int32, 1<<17)
+					out[0] = int32(r)
+					req := ISend(ctx, c, out, next, 2)
+					if r == late {
+						time.Sleep(50 * time.Millisecond)
+					}
+					if err := Recv(ctx, c, in, prev, 2); err != nil {
+						return err
+					}
+					if err := req.Wait(ctx); err != nil {
+						return err
+					}
+					if in[0] != int32(prev) {
+						return fmt.Errorf("large ring: got %d from rank %d", in[0], prev)
+					}
+					// a pipeline from rank 0, late
+					v := []int32{0}
+					if r == 0 {
+						time.Sleep(50 * time.Millisecond)
+					} else if err := Recv(ctx, c, v, r-1, 3); err != nil {
+						return err
+					}
+					v[0]++
+					if r < n-1 {
+						return Send(ctx, c, v, r+1, 3)
+					}
+					if v[0] != n {
+						return fmt.Errorf("pipeline: got %d", v[0])
+					}
+					return nil
+				})
+				mustAll(t, fmt.Sprintf("round %d (rank %d late)", round, late), errs)
+			}
+		})
 	}
 }

@@ -142,6 +142,10 @@ type Engine struct {
 	// waitsMu; p2pWaited: there are some (checkBlockedPeers).
 	p2pWaits  map[int]p2pWaitWord
 	p2pWaited atomic.Bool
+	// p2pLabels are the peers' labels (ctrlP2PLabel), the last per peer,
+	// under waitsMu, until a point-to-point Run takes them (passLabels);
+	// p2pWaited is set for them too.
+	p2pLabels map[int]p2pLabelMsg
 	// waitWords counts the words taken (waitedOn), for tests.
 	waitWords atomic.Int64
 	// runs is twice the Runs ended, plus one while a Run is in progress:

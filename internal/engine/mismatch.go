@@ -301,6 +301,7 @@ func (e *Engine) decideMismatch() {
 // p2pWaitWord is a peer's word that a point-to-point Run of its waits for
 // this rank (ctrlP2PWaiting), to 32 bits each.
 type p2pWaitWord struct {
+	word        uint64 // as ctrlP2PWaiting's b carries it (blockedTold.word)
 	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (29 bits)
 	recv, send  bool   // it waits for a message of this rank's; for a clear-to-send
 	sendsLeft   bool   // it has a send to this rank not yet posted
@@ -355,18 +356,23 @@ func (e *Engine) tellBlocked(w *waiter) {
 			continue
 		}
 		w.toldBlocked = append(w.toldBlocked, told)
-		b := uint64(uint32(told.taken)) | uint64(uint32(told.used)&usedMask)<<32
-		if recv {
-			b |= 1 << 62
-		}
-		if send {
-			b |= 1 << 63
-		}
-		if sendsLeft {
-			b |= 1 << 61
-		}
-		l.sendCtrl3(ctrlP2PWaiting, uint32(int32(e.Rank)), b, uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
+		l.sendCtrl3(ctrlP2PWaiting, uint32(int32(e.Rank)), told.word(), uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
 	}
+}
+
+// word is t as ctrlP2PWaiting's b carries it.
+func (t blockedTold) word() uint64 {
+	b := uint64(uint32(t.taken)) | uint64(uint32(t.used)&usedMask)<<32
+	if t.recv {
+		b |= 1 << 62
+	}
+	if t.send {
+		b |= 1 << 63
+	}
+	if t.sendsLeft {
+		b |= 1 << 61
+	}
+	return b
 }
 
 // p2pWaitedOn keeps a peer's word that a point-to-point Run of its waits
@@ -378,7 +384,7 @@ func (e *Engine) p2pWaitedOn(peer int, b, c uint64) {
 	if e.p2pWaits == nil {
 		e.p2pWaits = map[int]p2pWaitWord{}
 	}
-	e.p2pWaits[peer] = p2pWaitWord{taken: uint32(b), used: uint32(b>>32) & usedMask, recv: b>>62&1 == 1, send: b>>63 == 1, sendsLeft: b>>61&1 == 1, sent: uint32(c), hash: uint32(c >> 32)}
+	e.p2pWaits[peer] = p2pWaitWord{word: b, taken: uint32(b), used: uint32(b>>32) & usedMask, recv: b>>62&1 == 1, send: b>>63 == 1, sendsLeft: b>>61&1 == 1, sent: uint32(c), hash: uint32(c >> 32)}
 	e.p2pWaited.Store(true)
 	e.waitsMu.Unlock()
 }
@@ -442,6 +448,152 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 		}
 		e.evidence(e.Rank, callHash(call), f.peer, f.pw.hash, opOf(call), fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in a point-to-point call, while this rank waits for it in %s (operation %d)", f.peer, e.Rank, call.Coll, opOf(call)))
 	}
+}
+
+// A cycle of point-to-point Runs of three ranks or more, each waiting for
+// the next (two are checkBlockedPeers'): rank A waits for a message of
+// B's, B for one of C's, C for one of A's. No rank sees more than the
+// peers it waits for and the words of those that wait for it, so the
+// ranks pass labels against the waits, as Mitchell and Merritt's
+// detection does. A point-to-point Run that has waited strayAfter, where
+// a peer's word that it waits for this rank still holds and nothing of
+// this Run's left could answer it (no send to the peer left where it
+// waits for a message, no receive from it where it waits for a
+// clear-to-send), sends that peer a label: the highest rank it has heard
+// of so, itself at first, with the Run of that rank (passLabels,
+// ctrlP2PLabel). A Run takes a label only from a peer it waits for, in
+// answer to the word it sent that peer in this Run and still true, and
+// keeps the highest. The highest rank of a cycle hears its own label back
+// from the rank it waits for. Each link the label crossed was a wait its
+// target found true, with nothing of the target's Run left to answer it,
+// so no Run on the way can end before the one after it, and the last is
+// the label's own Run, which has not ended: it fails naming itself. A
+// label flows from a rank to the ranks that wait for it, so a rank that
+// waits for one in a cycle from outside it, however high, sends the cycle
+// none. A Run that waits for two peers keeps the higher label of the
+// two, which can hide a cycle through one behind a chain through the
+// other; that one is found at the timeout.
+
+// maxLabels bounds the labels a Run sends one peer: each takes one of the
+// peer's control receives, which a stopped peer does not post again.
+const maxLabels = 4
+
+// p2pLabel is a label of passLabels: the highest rank heard of, its Run
+// (Engine.runs, low half), and the links of the chain it has crossed.
+type p2pLabel struct {
+	rank int
+	run  uint32
+	hops uint32
+}
+
+// p2pLabelMsg is a peer's label (ctrlP2PLabel) and the word of this rank's
+// it answers (blockedTold.word).
+type p2pLabelMsg struct {
+	p2pLabel
+	word uint64
+}
+
+// labelSent is the last label a Run sent a peer that waits for it, and
+// how many it has sent.
+type labelSent struct {
+	peer int
+	last p2pLabel
+	n    int
+}
+
+// p2pLabeled keeps a peer's label, the last per peer, for passLabels.
+func (e *Engine) p2pLabeled(peer int, a uint32, b, c uint64) {
+	e.waitsMu.Lock()
+	if e.p2pLabels == nil {
+		e.p2pLabels = map[int]p2pLabelMsg{}
+	}
+	e.p2pLabels[peer] = p2pLabelMsg{p2pLabel{rank: int(int32(a)), run: uint32(c), hops: uint32(c >> 32)}, b}
+	e.p2pWaited.Store(true)
+	e.waitsMu.Unlock()
+}
+
+// passLabels is a point-to-point Run's part in finding a cycle of such
+// Runs (above), where it has waited strayAfter: it takes the labels of
+// the peers it waits for, and sends its own, the highest, to the peers
+// whose words that they wait for it hold. It fails with ErrMismatch naming
+// this rank where its own label comes back around a cycle of three ranks
+// or more.
+func (e *Engine) passLabels(w *waiter) error {
+	p, call := w.p, w.call
+	run := uint32(e.runs.Load())
+	if !w.labeled {
+		w.label, w.labeled = p2pLabel{rank: e.Rank, run: run}, true
+	}
+	type labelTo struct {
+		l    *Link
+		word uint64
+	}
+	var (
+		sends   []labelTo
+		blocked bool
+		cycle   = -1 // the peer whose label closed a cycle
+		hops    uint32
+	)
+	e.waitsMu.Lock()
+	for i := range p.peers {
+		peer := p.peers[i].peer
+		recv, send := e.blockedOn(p, call, i)
+		blocked = blocked || recv || send
+		m, ok := e.p2pLabels[peer]
+		if !ok {
+			continue
+		}
+		delete(e.p2pLabels, peer)
+		l := e.links[peer].Load()
+		now := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, e.st.pp[i].sendCur < len(p.peers[i].sends)}
+		if !recv && !send || now.word() != m.word || !slices.Contains(w.toldBlocked, now) {
+			continue // an answer to a word of another Run, or one no longer true
+		}
+		switch {
+		case m.rank == e.Rank && m.run == run:
+			if m.hops >= 3 {
+				cycle, hops = peer, m.hops
+			}
+		case m.rank > w.label.rank:
+			w.label = m.p2pLabel
+		}
+	}
+	for peer, pw := range e.p2pWaits {
+		l := e.links[peer].Load()
+		if !blocked || l == nil || l.closed.Load() || l.broken.Load() {
+			continue
+		}
+		sendsLeft, recvsLeft := false, false
+		if i := slices.IndexFunc(p.peers, func(pp planPeer) bool { return pp.peer == peer }); i >= 0 {
+			sendsLeft = e.st.pp[i].sendCur < len(p.peers[i].sends)
+			recvsLeft = e.st.pp[i].recvCur < len(p.peers[i].recvs)
+		}
+		holds := pw.recv && uint32(l.number()) == pw.taken && !sendsLeft ||
+			pw.send && uint32(l.ctsSent)&usedMask == pw.used && !recvsLeft
+		if !holds {
+			continue
+		}
+		j := slices.IndexFunc(w.labelSent, func(s labelSent) bool { return s.peer == peer })
+		if j < 0 {
+			w.labelSent = append(w.labelSent, labelSent{peer: peer})
+			j = len(w.labelSent) - 1
+		}
+		s := &w.labelSent[j]
+		if s.n > 0 && s.last == w.label || s.n >= maxLabels {
+			continue
+		}
+		s.last, s.n = w.label, s.n+1
+		sends = append(sends, labelTo{l, pw.word})
+	}
+	e.waitsMu.Unlock()
+	if cycle >= 0 {
+		e.Abort(e.Rank, fmt.Errorf("%w: %d ranks wait for each other in a cycle of point-to-point calls, each for the next's message or clear-to-send, with nothing on its way to any; rank %d, the highest in it, waits for rank %d", ErrMismatch, hops, e.Rank, cycle))
+		return e.Err()
+	}
+	for _, s := range sends {
+		s.l.sendCtrl3(ctrlP2PLabel, uint32(int32(w.label.rank)), s.word, uint64(w.label.run)|uint64(min(w.label.hops+1, 1<<16))<<32) // best effort
+	}
+	return nil
 }
 
 // directWait is a peer's word that its Run waits for this rank's

@@ -177,6 +177,12 @@ type waiter struct {
 	// toldBlocked: the words this point-to-point Run has sent its peers
 	// that it waits for them (tellBlocked), each once.
 	toldBlocked []blockedTold
+	// label: the highest rank this point-to-point Run has heard of down
+	// the chain of Runs it waits for (passLabels), once labeled; sent: the
+	// labels it has sent the ranks that wait for it.
+	label     p2pLabel
+	labeled   bool
+	labelSent []labelSent
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
@@ -354,6 +360,9 @@ func (w *waiter) idle() error {
 		}
 		if w.call.Coll == collectives.SendRecv {
 			e.tellBlocked(w)
+			if e.p2pWaited.Load() && e.passLabels(w) != nil {
+				return e.Err() // ErrMismatch: a cycle of point-to-point calls
+			}
 		}
 	}
 	if !w.armed {
