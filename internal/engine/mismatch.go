@@ -559,8 +559,11 @@ func (e *Engine) passLabels(w *waiter) error {
 		}
 	}
 	for peer, pw := range e.p2pWaits {
+		if !blocked || peer < 0 || peer >= len(e.links) || peer == e.Rank {
+			continue // (a word names its sender's rank)
+		}
 		l := e.links[peer].Load()
-		if !blocked || l == nil || l.closed.Load() || l.broken.Load() {
+		if l == nil || l.closed.Load() || l.broken.Load() {
 			continue
 		}
 		sendsLeft, recvsLeft := false, false
