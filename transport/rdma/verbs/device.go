@@ -60,13 +60,23 @@ type device struct {
 
 	counts counts // refusals (counters.go)
 
+	// mu guards the fields below. It is never held across ibv_reg_mr
+	// (pinning a large buffer takes long): a registration in progress is
+	// counted in regs instead, which Close waits for before it
+	// deregisters the MRs and frees the protection domain.
 	mu     sync.Mutex
 	closed bool
+	regs   sync.WaitGroup // registrations in progress (Add under mu while !closed)
 	conns  map[*conn]struct{}
 	lns    map[*listener]struct{}
 	cqs    map[*cq]struct{} // shared CQs
 	mrs    map[*rdma.MR]struct{}
 }
+
+// Test hooks, nil outside tests: register calls testHookRegister just
+// before ibv_reg_mr and testHookRegistered after it succeeds, before the
+// MR is published; neither holds d.mu.
+var testHookRegister, testHookRegistered func(buf []byte)
 
 func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
 
@@ -268,12 +278,18 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 		return nil, opErr(op, rdma.ErrInvalid)
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return nil, opErr(op, rdma.ErrClosed)
 	}
+	d.regs.Add(1)
+	d.mu.Unlock()
+	defer d.regs.Done()
 	pin := new(runtime.Pinner)
 	pin.Pin(&buf[0]) // a no-op for mmap'd memory
+	if testHookRegister != nil {
+		testHookRegister(buf)
+	}
 	mr, err := C.ibv_reg_mr(d.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), ibvAccess(access))
 	if mr == nil {
 		pin.Unpin()
@@ -282,6 +298,18 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 			err = fmt.Errorf("%w (more pinned memory than RLIMIT_MEMLOCK, ulimit -l, allows?)", err)
 		}
 		return nil, opErr(op, err)
+	}
+	if testHookRegistered != nil {
+		testHookRegistered(buf)
+	}
+	d.mu.Lock()
+	if d.closed {
+		// Close began during ibv_reg_mr; it waits (regs) for this
+		// registration to end before it frees the protection domain.
+		d.mu.Unlock()
+		C.ibv_dereg_mr(mr)
+		pin.Unpin()
+		return nil, opErr(op, rdma.ErrClosed)
 	}
 	m := rdma.NewMR(buf, access, uint32(mr.lkey), uint32(mr.rkey), d, func(m *rdma.MR) error {
 		r := C.ibv_dereg_mr(mr) // returns an errno value
@@ -299,6 +327,7 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 	})
 	m.Handle = mr
 	d.mrs[m] = struct{}{}
+	d.mu.Unlock()
 	return m, nil
 }
 
@@ -344,7 +373,8 @@ func (d *device) forgetCQ(q *cq) {
 	d.mu.Unlock()
 }
 
-// Close closes every listener, connection and shared CQ, deregisters every
+// Close closes every listener, connection and shared CQ, waits for the
+// registrations in progress (they fail with ErrClosed), deregisters every
 // MR and frees the protection domain.
 func (d *device) Close() error {
 	d.mu.Lock()
@@ -380,6 +410,7 @@ func (d *device) Close() error {
 	for _, q := range cqs {
 		_ = q.Close()
 	}
+	d.regs.Wait() // no registration starts once closed is set
 	d.mu.Lock()
 	var mrs []*rdma.MR
 	for m := range d.mrs {

@@ -121,9 +121,13 @@
 // its CQ hold it (a post's order is the order in which the Post calls
 // return), so the connections of one shared CQ post one at a time.
 // GetSendComp and GetRecvComp on a private CQ may each be called by one
-// goroutine at a time. A Conn owns its cm_id, QP, event channel and private
-// CQs; the Device owns the protection domain, the shared CQs (Close closes
-// them after the connections) and every MR registered through it or its
-// Conns. Goroutines: one event loop per Conn (rdma_cm events), one waker
-// per CQ, and a flush timer per queue while its connection is in error.
+// goroutine at a time. The Device's mutex guards its sets of connections,
+// listeners, shared CQs and MRs; registration (ibv_reg_mr, which pins the
+// pages: long for a large buffer) runs outside it, counted, and Close
+// waits for those in progress before it frees the protection domain. A
+// Conn owns its cm_id, QP, event channel and private CQs; the Device owns
+// the protection domain, the shared CQs (Close closes them after the
+// connections) and every MR registered through it or its Conns.
+// Goroutines: one event loop per Conn (rdma_cm events), one waker per CQ,
+// and a flush timer per queue while its connection is in error.
 package verbs

@@ -3,11 +3,14 @@
 package verbs
 
 import (
+	"context"
 	"errors"
 	"os"
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,4 +84,178 @@ func dropIPCLock() error {
 	}
 	data[0].effective &^= 1 << capIPCLock
 	return capset(syscall.SYS_CAPSET)
+}
+
+// holdRegistration arms hook (testHookRegister or testHookRegistered) to
+// stop the registration of a buffer of n bytes there until the returned
+// release is called (the test's cleanup calls it too); entered is closed
+// when it stops.
+func holdRegistration(t *testing.T, hook *func([]byte), n int) (entered chan struct{}, release func()) {
+	entered, held := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	*hook = func(buf []byte) {
+		if len(buf) == n {
+			close(entered)
+			<-held
+		}
+	}
+	t.Cleanup(func() { release(); *hook = nil }) // before openDev's Close
+	return entered, release
+}
+
+// connectClose listens, dials, accepts and closes both ends on d.
+func connectClose(d rdma.Device, ip string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ln, err := d.Listen(ctx, ip+":0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if err == nil {
+			err = c.Close()
+		}
+		accepted <- err
+	}()
+	c, err := d.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	if err := c.Close(); err != nil {
+		return err
+	}
+	return <-accepted
+}
+
+// TestRegisterDoesNotBlock: while a large registration is inside
+// ibv_reg_mr (stopped there by testHookRegister), a second, small
+// registration and its deregistration, a shared CQ's creation and close,
+// and a connection's setup and teardown all complete. They take the
+// device's lock, which register held across ibv_reg_mr: pinning GiBs
+// stalled them for as long. (Posts and polls never took it.)
+func TestRegisterDoesNotBlock(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	ip := vmIP(t)
+	big := make([]byte, 16<<20)
+	entered, release := holdRegistration(t, &testHookRegister, len(big))
+	bigDone := make(chan error, 1)
+	go func() {
+		mr, err := d.Register(big, rdma.AccessLocalWrite)
+		if err == nil {
+			err = mr.Deregister()
+		}
+		bigDone <- err
+	}()
+	<-entered
+	others := make(chan error, 1)
+	go func() {
+		others <- func() error {
+			small, err := d.Register(make([]byte, 4096), rdma.AccessLocalWrite)
+			if err != nil {
+				return err
+			}
+			if err := small.Deregister(); err != nil {
+				return err
+			}
+			cq, err := d.CreateCQ(0)
+			if err != nil {
+				return err
+			}
+			if err := cq.Close(); err != nil {
+				return err
+			}
+			return connectClose(d, ip)
+		}()
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second): // a bound for a hang, not a measure
+		t.Fatal("registration, CQ and connection calls waited for a registration in progress")
+	}
+	select {
+	case err := <-bigDone:
+		t.Fatalf("the held registration ended early: %v", err)
+	default:
+	}
+	release()
+	if err := <-bigDone; err != nil {
+		t.Fatal("the large registration:", err)
+	}
+}
+
+// TestCloseDuringRegister: Device.Close while a registration is between
+// ibv_reg_mr and publishing its MR (stopped there by testHookRegistered)
+// waits for it; the registration fails with ErrClosed, its MR deregistered,
+// and Close frees the protection domain without error (ibv_dealloc_pd
+// fails with EBUSY while an MR of it exists). Run it with -race.
+func TestCloseDuringRegister(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	big := make([]byte, 16<<20)
+	entered, release := holdRegistration(t, &testHookRegistered, len(big))
+	type result struct {
+		mr  *rdma.MR
+		err error
+	}
+	regDone := make(chan result, 1)
+	go func() {
+		mr, err := d.Register(big, rdma.AccessLocalWrite)
+		regDone <- result{mr, err}
+	}()
+	<-entered
+	closeDone := make(chan error, 1)
+	go func() { closeDone <- d.Close() }()
+	// Close has begun once a new registration fails with ErrClosed.
+	closing := make(chan error, 1)
+	go func() {
+		for {
+			mr, err := d.Register(make([]byte, 64), rdma.AccessLocalWrite)
+			if errors.Is(err, rdma.ErrClosed) {
+				closing <- nil
+				return
+			}
+			if err != nil {
+				closing <- err
+				return
+			}
+			_ = mr.Deregister() // Close may have taken it already
+			runtime.Gosched()
+		}
+	}()
+	select {
+	case err := <-closing:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second): // a bound for a hang, not a measure
+		t.Fatal("Close did not begin while a registration was in progress")
+	}
+	var closeErr error
+	closeReturned := false
+	select {
+	case closeErr = <-closeDone:
+		closeReturned = true
+		t.Errorf("Close returned (%v) during a registration", closeErr)
+	default:
+	}
+	release()
+	r := <-regDone
+	if r.mr != nil || !errors.Is(r.err, rdma.ErrClosed) {
+		t.Errorf("registration overtaken by Close: MR %t, %v; want ErrClosed", r.mr != nil, r.err)
+	}
+	if !closeReturned {
+		closeErr = <-closeDone
+	}
+	if closeErr != nil {
+		t.Errorf("Close: %v", closeErr)
+	}
+	if r.mr != nil && r.mr.Valid() {
+		t.Error("the MR is still registered after Close")
+	}
 }
