@@ -109,7 +109,9 @@ func (d *device) bindQueue(c *conn, recv bool, shared rdma.CQ, depth int) (*queu
 }
 
 // destroy flushes the queues, destroys the QP and leaves the CQs (not the
-// id or event channel).
+// id or event channel). The flushed requests the device held stay counted
+// in their CQs until the QP is destroyed and its completions drained
+// (queue.late).
 func (c *conn) destroy() {
 	for _, q := range []*queue{c.send, c.recv} {
 		if q != nil {

@@ -58,7 +58,7 @@ type cq struct {
 	hw        *C.struct_ibv_cq // nil once destroyed
 	queues    []*queue         // by binding index; nil: free
 	nbound    int
-	inflight  int // requests outstanding on bound queues: CQEs to come, at most
+	inflight  int // requests outstanding on bound queues, and their late ones: CQEs to come, at most
 	ready     []rdma.WC
 	readyHead int
 	closed    bool

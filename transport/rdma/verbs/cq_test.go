@@ -5,6 +5,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -346,4 +347,205 @@ func TestSharedCQNoAlloc(t *testing.T) {
 	if n != 0 {
 		t.Errorf("post and poll allocate %v times per round trip", n)
 	}
+}
+
+// inflight is the CQ's count of CQEs that may still come.
+func inflight(c rdma.CQ) int {
+	q := c.(*cq)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.inflight
+}
+
+// postUntilFull posts signaled inline sends on c (wrids from first on)
+// until the CQ's room runs out (ErrQueueFull) and returns how many it
+// posted.
+func postUntilFull(t testing.TB, c rdma.Conn, first uint64) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		err := c.PostSend(first+uint64(n), []byte("x"), nil, rdma.FlagInline|rdma.FlagSignaled)
+		if errors.Is(err, rdma.ErrQueueFull) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// recvN posts n receives on c and waits for their completions.
+func recvN(t testing.TB, ctx context.Context, c rdma.Conn, rb *rdma.MR, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if err := c.PostRecv(uint64(i), rb.Bytes()[:8], rb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		wc, err := c.GetRecvComp(ctx)
+		mustWC(t, wc, err, uint64(i), rdma.OpRecv)
+	}
+}
+
+// TestSharedCQLateCompletions: requests the provider flushes while the
+// device still holds them keep their room in a shared CQ until the device
+// completes them, or the QP is destroyed and the CQ drained of it. Closing
+// a connection flushes its queues and only then destroys the QP; the
+// flush freed the room at once, another connection was given it, and the
+// device's completions for the closing QP (its flushes, when they came
+// after the provider's) overran the ibv_cq. Here the device completes
+// them after the provider's flush (queue.close, the first step of Close,
+// while their sends wait for a receive; the device flushes a closing QP's
+// requests at rdma_disconnect, which leaves this order to chance): with
+// the room freed, b was given all of it, and k of the CQEs were lost.
+func TestSharedCQLateCompletions(t *testing.T) {
+	const depth, k = 31, 8 // rxe's ibv_cq of 31 holds exactly 31 CQEs
+	d := openDev(t, rdma.Config{SendQueueDepth: 64, RNRRetry: -1})
+	shared := newCQ(t, d, depth)
+	sq := shared.(*cq)
+	t.Logf("CQ depth %d", sq.depth)
+	a, a2 := pairQP(t, d, d, both(shared), rdma.QPInit{})
+	b, b2 := pairQP(t, d, d, both(shared), rdma.QPInit{})
+	ctx := ctxT(t)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+
+	// a's sends wait for receives (RNR, retried forever) while the
+	// provider flushes them.
+	for i := 0; i < k; i++ {
+		if err := a.PostSend(uint64(i), []byte("a"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.(*conn).send.close()
+	for i, wc := range pollN(t, ctx, shared, k) {
+		if wc.WRID != uint64(i) || wc.Status != rdma.StatusFlushed {
+			t.Fatalf("a's flush %d: %+v", i, wc)
+		}
+	}
+	if n := inflight(shared); n != k {
+		t.Errorf("after the provider's flush the CQ counts %d CQEs to come, want %d (the device holds them)", n, k)
+	}
+	// b takes what room is left, with sends that wait too.
+	nb := postUntilFull(t, b, 100)
+	if nb != sq.depth-k {
+		t.Errorf("b posted %d requests into a CQ of %d with %d CQEs to come; want %d", nb, sq.depth, k, sq.depth-k)
+	}
+	// The device completes a's flushed sends, then b's: every CQE it
+	// makes lands in the ibv_cq before anyone polls it.
+	recvN(t, ctx, a2, rb, k)
+	recvN(t, ctx, b2, rb, nb)
+	for i, wc := range pollN(t, ctx, shared, nb) {
+		if wc.WRID != 100+uint64(i) || wc.Status != rdma.StatusSuccess || wc.Opcode != rdma.OpSend {
+			t.Fatalf("b's completion %d: %+v", i, wc)
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal("b:", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := inflight(shared); n != 0 {
+		t.Errorf("with a closed and b's requests complete the CQ counts %d CQEs to come, want 0", n)
+	}
+	var more [4]rdma.WC
+	if n := shared.Poll(more[:]); n != 0 {
+		t.Fatalf("extra completions %+v", more[:n])
+	}
+}
+
+// TestSharedCQCloseWhileFull: connections with requests outstanding on a
+// shared CQ close while another connection keeps the CQ full; every
+// completion the other connection is owed comes, successful, and each
+// closed connection's requests come back flushed, once. (Close moves the
+// QP to the error state first, so the device's flushes usually come
+// before the provider's; TestSharedCQLateCompletions fixes the other
+// order.)
+func TestSharedCQCloseWhileFull(t *testing.T) {
+	const depth, k, rounds = 31, 6, 4
+	d := openDev(t, rdma.Config{SendQueueDepth: 64, RNRRetry: -1})
+	shared := newCQ(t, d, depth)
+	b, _ := pairQP(t, d, d, both(shared), rdma.QPInit{})
+	src, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	dst, _ := d.Alloc(64, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	ctx := ctxT(t)
+	const bBase = 1 << 32
+	var posted, done uint64 // b's signaled writes
+	flushed := map[uint64]int{}
+	wcs := make([]rdma.WC, 32)
+	poll := func() {
+		for _, wc := range wcs[:shared.Poll(wcs)] {
+			switch {
+			case wc.WRID >= bBase:
+				if wc.Status != rdma.StatusSuccess || wc.WRID != bBase+done {
+					t.Fatalf("b's completion %+v, want wrid %#x success", wc, bBase+done)
+				}
+				done++
+			case wc.Status == rdma.StatusFlushed:
+				flushed[wc.WRID]++
+			default:
+				t.Fatalf("closing connection's completion %+v, want flushed", wc)
+			}
+		}
+	}
+	fill := func() { // b posts until the CQ has no room (or depth more)
+		for range depth {
+			err := b.PostWrite(bBase+posted, src.Bytes()[:8], src, rdma.FlagSignaled, dst.Addr(), dst.RKey())
+			if errors.Is(err, rdma.ErrQueueFull) {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			posted++
+		}
+	}
+	for r := 0; r < rounds; r++ {
+		a, _ := pairQP(t, d, d, both(shared), rdma.QPInit{})
+		for i := 0; i < k; i++ { // wait for receives that never come
+			id := uint64(r*k + i)
+			if err := a.PostSend(id, []byte("a"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fill()
+		closed := make(chan error, 1)
+		go func() { closed <- a.Close() }()
+	loop:
+		for {
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatal(err)
+				}
+				break loop
+			default:
+			}
+			if ctx.Err() != nil {
+				t.Fatal("Close did not return")
+			}
+			poll()
+			fill()
+			runtime.Gosched()
+		}
+	}
+	for done < posted && ctx.Err() == nil {
+		poll()
+		runtime.Gosched()
+	}
+	if done != posted {
+		t.Fatalf("b: %d of %d completions (lost to an overrun CQ?)", done, posted)
+	}
+	for r := 0; r < rounds*k; r++ {
+		if flushed[uint64(r)] != 1 {
+			t.Fatalf("closed connections' flushes %v: want each of 0..%d once", flushed, rounds*k-1)
+		}
+	}
+	if err := b.Err(); err != nil {
+		t.Fatal("b:", err)
+	}
+	if n := inflight(shared); n != 0 {
+		t.Errorf("the CQ counts %d CQEs to come with nothing outstanding", n)
+	}
+	t.Logf("b: %d writes through a CQ of %d while %d connections closed", posted, depth, rounds)
 }

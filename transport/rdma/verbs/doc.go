@@ -61,13 +61,16 @@
 //
 // A shared CQ holds depth CQEs (default: the queues of four connections,
 // at most the device's max_cqe); a post fails with ErrQueueFull rather
-// than let the requests outstanding on its queues exceed that, so the
-// ibv_cq cannot overrun. Closing a connection flushes its outstanding
+// than let the CQEs that may still come exceed that, so the ibv_cq cannot
+// overrun: one for each request outstanding on its queues, and one for
+// each request the provider flushed while the device held it (the device
+// may complete it yet), until the device does or the QP is destroyed and
+// the CQ drained of it. Closing a connection flushes its outstanding
 // requests into its CQs, destroys the QP, drains the CQ of the QP's last
-// completions and unbinds. CQ.Close before its connections are closed
-// stops Poll and wakes sleepers at once; the ibv_cq itself is destroyed
-// with the last connection bound to it (ibv_destroy_cq refuses while QPs
-// use it).
+// completions, and only then gives back their room and unbinds. CQ.Close
+// before its connections are closed stops Poll and wakes sleepers at once;
+// the ibv_cq itself is destroyed with the last connection bound to it
+// (ibv_destroy_cq refuses while QPs use it).
 //
 // # Mapping of the contract onto verbs
 //

@@ -164,6 +164,7 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 	// device refuses posts to a QP in error.
 	if !c.failed() {
 		if r, err := C.gorun_post(c.id, w); r == 0 {
+			s.hw = true
 			q.tail++
 			cq.inflight++
 			return nil

@@ -35,6 +35,7 @@ type slot struct {
 	wrid   uint64
 	op     rdma.Opcode
 	user   bool // the caller asked for a completion (always, for receives)
+	hw     bool // given to the device (not posted in the error state)
 	mr0    *rdma.MR
 	mrMore []*rdma.MR
 }
@@ -59,8 +60,15 @@ type queue struct {
 	grace        *time.Timer
 	gracePending atomic.Bool
 
-	slots       []slot
-	head, tail  uint64 // oldest outstanding seq, next seq
+	slots      []slot
+	head, tail uint64 // oldest outstanding seq, next seq
+	// late counts requests the provider flushed (flushLocked) after giving
+	// them to the device, which may still complete them: each keeps its
+	// CQE counted in cq.inflight until the device's completion comes, or
+	// until the QP is destroyed and the CQ drained of it (unbind). Freed
+	// at the flush, the room was promised to other queues of a shared CQ
+	// while the CQEs could still come, and an ibv_cq that overruns fails.
+	late        int
 	sinceSignal int
 	signalEvery int
 	closed      bool
@@ -95,11 +103,11 @@ func releaseSlot(s *slot) {
 	*s = slot{mrMore: s.mrMore[:0]}
 }
 
-// retire frees the slot at head (under mu).
+// retire takes the slot at head (under mu); the caller settles its CQE in
+// cq.inflight.
 func (q *queue) retire() *slot {
 	s := &q.slots[q.head%uint64(len(q.slots))]
 	q.head++
-	q.cq.inflight--
 	return s
 }
 
@@ -108,12 +116,20 @@ func (q *queue) retire() *slot {
 func (q *queue) complete(w *C.struct_gorun_wc, out *rdma.WC) bool {
 	seq := q.head + (uint64(w.wr_id)-q.head)&wrSeqMask
 	if seq >= q.tail {
-		return false // already flushed by the provider
+		// Already flushed by the provider: the CQE it was counted for
+		// has come.
+		if q.late > 0 {
+			q.late--
+			q.cq.inflight--
+		}
+		return false
 	}
 	for q.head < seq { // earlier unsignaled requests: done, successfully
 		releaseSlot(q.retire())
+		q.cq.inflight--
 	}
 	s := q.retire()
+	q.cq.inflight--
 	defer releaseSlot(s)
 	st := mapStatus(uint32(w.status))
 	if q.recv && w.status == C.IBV_WC_LOC_QP_OP_ERR {
@@ -175,6 +191,11 @@ func mapStatus(s uint32) rdma.Status {
 func (q *queue) flushLocked() {
 	for q.head < q.tail {
 		s := q.retire()
+		if s.hw {
+			q.late++ // the device may complete it yet
+		} else {
+			q.cq.inflight--
+		}
 		q.cq.push(rdma.WC{WRID: s.wrid, Status: rdma.StatusFlushed, Opcode: s.op})
 		releaseSlot(s)
 	}
@@ -286,10 +307,13 @@ func (q *queue) close() {
 
 // unbind leaves the CQ once the QP is destroyed: the device's last
 // completions for it are drained first (and dropped), so none can be taken
-// for another QP's later. A private CQ is destroyed with it.
+// for another QP's later, and only then is the room of the requests it
+// never completed (late) given back. A private CQ is destroyed with it.
 func (q *queue) unbind() {
 	q.mu.Lock()
 	q.cq.pollLocked()
+	q.cq.inflight -= q.late
+	q.late = 0
 	q.cq.unbindLocked(q.idx >> wrIdxShift)
 	q.mu.Unlock()
 	C.free(unsafe.Pointer(q.wr))
