@@ -38,7 +38,8 @@ type conn struct {
 	send      *queue
 	recv      *queue
 	maxInline int
-	maxSGE    int
+	maxSGE    int // entries of a request's list
+	maxRdSGE  int // entries of a read's local list (max_sge_rd)
 
 	local, remote string
 
@@ -60,7 +61,7 @@ type conn struct {
 func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel, init rdma.QPInit) (*conn, error) {
 	sdepth := min(d.cfg.SendQueueDepth, d.maxWR, d.maxCQE)
 	rdepth := min(d.cfg.RecvQueueDepth, d.maxWR, d.maxCQE)
-	c := &conn{d: d, id: id, ch: ch, maxSGE: d.maxSGE,
+	c := &conn{d: d, id: id, ch: ch, maxSGE: d.maxSGE, maxRdSGE: d.maxRdSGE,
 		disconnected: make(chan struct{}), loopDone: make(chan struct{})}
 	var err error
 	if c.send, err = d.bindQueue(c, false, init.SendCQ, sdepth); err == nil {

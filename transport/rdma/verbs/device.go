@@ -43,17 +43,18 @@ func init() {
 
 // device is one ibv_context (shared with librdmacm) and its protection domain.
 type device struct {
-	cfg     rdma.Config
-	ctx     *C.struct_ibv_context
-	pd      *C.struct_ibv_pd
-	name    string
-	maxSGE  int
-	maxWR   int
-	maxCQE  int
-	rdAtom  int // initiator depth / responder resources for RDMA reads
-	rnr     int // rnr_retry_count for rdma_connect/rdma_accept
-	rnrCode int // min_rnr_timer code for Config.RNRTimer
-	node    int // NUMA node for Alloc: Config.NUMANode, else the device's, else -1
+	cfg      rdma.Config
+	ctx      *C.struct_ibv_context
+	pd       *C.struct_ibv_pd
+	name     string
+	maxSGE   int // scatter-gather entries of a request (max_sge)
+	maxRdSGE int // entries of an RDMA read's local scatter list (max_sge_rd)
+	maxWR    int
+	maxCQE   int
+	rdAtom   int // initiator depth / responder resources for RDMA reads
+	rnr      int // rnr_retry_count for rdma_connect/rdma_accept
+	rnrCode  int // min_rnr_timer code for Config.RNRTimer
+	node     int // NUMA node for Alloc: Config.NUMANode, else the device's, else -1
 
 	loopOnce sync.Once
 	loopIP   net.IP // what a loopback address stands for (see splitAddr)
@@ -156,6 +157,13 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 		lns:    map[*listener]struct{}{},
 		cqs:    map[*cq]struct{}{},
 		mrs:    map[*rdma.MR]struct{}{},
+	}
+	// max_sge_rd limits the local scatter list of an RDMA read (iWARP
+	// devices allow one entry); a device that leaves it 0 has no
+	// limit of its own.
+	d.maxRdSGE = d.maxSGE
+	if n := int(attr.max_sge_rd); n > 0 {
+		d.maxRdSGE = min(n, d.maxSGE)
 	}
 	d.rnr, d.rnrCode = rnrParams(cfg.RNRRetry, cfg.RNRTimer.Seconds()*1000)
 	if d.node = cfg.NUMANode; d.node < 0 {

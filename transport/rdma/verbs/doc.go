@@ -76,7 +76,9 @@
 //
 //   - Post-time checks (ErrNotRegistered, ErrAccess, ErrInvalid) are made by
 //     the provider as the software providers make them; the NIC would only
-//     report them as completions.
+//     report them as completions. A scatter-gather list may have the
+//     device's max_sge entries, a read's the device's max_sge_rd (iWARP
+//     devices: one).
 //   - Config.RNRRetry and RNRTimer become rnr_retry_count and min_rnr_timer,
 //     keeping retries × timer: up to 6 retries as given, more folded into 6
 //     longer waits (at most 6 × 491 ms), beyond that or for -1 "forever"

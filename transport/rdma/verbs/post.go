@@ -8,6 +8,7 @@ package verbs
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -27,10 +28,15 @@ const maxMsg = 1<<31 - 1
 // must lie inside a valid MR of this device with access need, unless the
 // request is inline and fits MaxInline. The NIC would catch the same faults
 // only at execution time, as a completion; the contract wants them at post
-// time. It returns the total length.
-func (c *conn) checkLocal(sgl []rdma.SGE, need rdma.Access, inline bool) (int, error) {
+// time. It returns the total length. A read's list is held to the
+// device's max_sge_rd, every other list to its max_sge.
+func (c *conn) checkLocal(op int, sgl []rdma.SGE, need rdma.Access, inline bool) (int, error) {
+	if op == opRead && len(sgl) > c.maxRdSGE {
+		return 0, fmt.Errorf("%w: a read of %d entries; the device reads into at most %d (max_sge_rd)",
+			rdma.ErrInvalid, len(sgl), c.maxRdSGE)
+	}
 	if len(sgl) > c.maxSGE {
-		return 0, rdma.ErrInvalid
+		return 0, fmt.Errorf("%w: %d entries; the device takes at most %d (max_sge)", rdma.ErrInvalid, len(sgl), c.maxSGE)
 	}
 	total := 0
 	for _, s := range sgl {
@@ -73,7 +79,7 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 		wcOp = rdma.OpWrite
 	}
 	inline := flags&rdma.FlagInline != 0
-	total, err := c.checkLocal(sgl, need, inline)
+	total, err := c.checkLocal(op, sgl, need, inline)
 	if err == nil && op != opRecv && total > maxMsg {
 		err = rdma.ErrInvalid
 	}

@@ -3,7 +3,9 @@
 package verbs
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gorun-hpc/gorun/transport/rdma"
@@ -86,4 +88,66 @@ func TestLongReceive(t *testing.T) {
 	}
 	wc, err = cli.GetSendComp(ctx)
 	mustWC(t, wc, err, 2, rdma.OpSend)
+}
+
+// TestReadSGELimit: a read's local scatter list is held to the device's
+// max_sge_rd, every other list to max_sge; beyond it the post fails with
+// ErrInvalid, saying which limit. rxe reports 32 for both, so the read of
+// max_sge_rd+1 entries is refused either way; on a device whose
+// max_sge_rd is below max_sge (iWARP devices read into one entry) the
+// provider checked reads against max_sge and handed the device a request
+// it cannot execute. The second half gives the device such a limit.
+func TestReadSGELimit(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	dev := d.(*device)
+	t.Logf("max_sge %d, max_sge_rd %d", dev.maxSGE, dev.maxRdSGE)
+	readInto := func(cli rdma.Conn, local, remote *rdma.MR, entries int) error {
+		sgl := make([]rdma.SGE, entries)
+		for i := range sgl {
+			sgl[i] = rdma.SGE{Buf: local.Bytes()[i*8 : i*8+8], MR: local}
+		}
+		return cli.PostReadv(uint64(entries), sgl, rdma.FlagSignaled, remote.Addr(), remote.RKey())
+	}
+	check := func(d rdma.Device, limit int) {
+		t.Helper()
+		cli, _ := pair(t, d)
+		ctx := ctxT(t)
+		local, _ := d.Alloc(4096, rdma.AccessLocalWrite)
+		remote, _ := d.Alloc(4096, rdma.AccessLocalWrite|rdma.AccessRemoteRead)
+		for i := range remote.Bytes() {
+			remote.Bytes()[i] = byte(i*7 + 1)
+		}
+		if err := readInto(cli, local, remote, limit); err != nil {
+			t.Fatalf("read into %d entries (max_sge_rd): %v", limit, err)
+		}
+		wc, err := cli.GetSendComp(ctx)
+		mustWC(t, wc, err, uint64(limit), rdma.OpRead)
+		if !bytes.Equal(local.Bytes()[:limit*8], remote.Bytes()[:limit*8]) {
+			t.Fatalf("read into %d entries: data differ", limit)
+		}
+		err = readInto(cli, local, remote, limit+1)
+		if !errors.Is(err, rdma.ErrInvalid) || !strings.Contains(err.Error(), "max_sge_rd") {
+			t.Fatalf("read into %d entries (max_sge_rd+1): %v; want ErrInvalid naming max_sge_rd", limit+1, err)
+		}
+		t.Logf("read into %d entries: %v", limit+1, err)
+		if err := cli.Err(); err != nil {
+			t.Fatalf("the refused read moved the conn to the error state: %v", err)
+		}
+	}
+	check(d, dev.maxRdSGE)
+
+	// A device whose reads take fewer entries than its other requests:
+	// a write of as many entries as the refused read still goes.
+	low := openDev(t, rdma.Config{})
+	low.(*device).maxRdSGE = 2
+	check(low, 2)
+	cli, _ := pair(t, low)
+	src, _ := low.Alloc(64, rdma.AccessLocalWrite)
+	dst, _ := low.Alloc(64, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	sgl := []rdma.SGE{{Buf: src.Bytes()[:8], MR: src}, {Buf: src.Bytes()[8:16], MR: src}, {Buf: src.Bytes()[16:24], MR: src}}
+	if err := cli.PostWritev(9, sgl, rdma.FlagSignaled, dst.Addr(), dst.RKey()); err != nil {
+		t.Fatalf("write of 3 entries where reads take 2: %v", err)
+	}
+	wc, err := cli.GetSendComp(ctxT(t))
+	mustWC(t, wc, err, 9, rdma.OpWrite)
 }

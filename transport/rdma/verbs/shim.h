@@ -303,7 +303,7 @@ static inline void gorun_addr_string(struct rdma_cm_id *id, int peer, char *buf,
 
 // Device limits the provider needs.
 struct gorun_dev_attr {
-	int max_qp_wr, max_cqe, max_sge, max_qp_rd_atom, max_qp_init_rd_atom;
+	int max_qp_wr, max_cqe, max_sge, max_sge_rd, max_qp_rd_atom, max_qp_init_rd_atom;
 };
 
 static inline int gorun_query_device(struct ibv_context *ctx, struct gorun_dev_attr *out) {
@@ -313,6 +313,7 @@ static inline int gorun_query_device(struct ibv_context *ctx, struct gorun_dev_a
 	out->max_qp_wr = a.max_qp_wr;
 	out->max_cqe = a.max_cqe;
 	out->max_sge = a.max_sge;
+	out->max_sge_rd = a.max_sge_rd;
 	out->max_qp_rd_atom = a.max_qp_rd_atom;
 	out->max_qp_init_rd_atom = a.max_qp_init_rd_atom;
 	return 0;
