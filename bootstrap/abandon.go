@@ -18,15 +18,26 @@ package bootstrap
 // *OpError; where the message was lost, on its leave if the flag reached
 // it (the rank it blames and the reason are then unknown; the flag alone
 // does not report it: memberlist handles a meta update before a user
-// message sent earlier, and the reason would be lost). A node still locked
-// on that world (its commit not yet in) counts it as a loss of the first
-// world (formloss.go: Form fails if it is the coordinator) and, once
-// formed, reports it at install.
+// message sent earlier, and the reason would be lost).
+//
+// A node still locked on that world, its commit not yet in, takes the
+// message for the commit: only a formed member abandons its world, and a
+// member forms only on the coordinator's commit, so the world was
+// committed. It forms, and reports the member at install, as a node whose
+// commit came first does. (It counted it as a loss of the first world
+// before, and its Form failed: its Init then failed on the member's
+// account of why, where the ranks whose commit came first found the cause
+// themselves. Of 3 ranks, rank 2 with another GORUN_QUORUM, rank 1 read
+// rank 0's "rank 2: invalid argument: ..." as "rank 0: peer gave up on
+// the world" when memberlist, whose queue of user messages is a stack,
+// handed it the abandonment before the commit on a loaded machine.)
 //
 // The blamed rank (Cause) is the rank that abandons when it gave up for a
 // reason of its own, or the member whose failure made it give up: every
 // rank whose Init fails abandons, so the others hear many, and Cause lets
-// them name the first.
+// them name the first. Kind is the kind of its error, named by the layer
+// above (comm: "invalid", "timeout", ...), so that the others' error is of
+// the same kind as its own, not only in its words.
 
 import (
 	"bytes"
@@ -36,10 +47,11 @@ import (
 )
 
 // AbandonError is the error of a member that abandoned the world
-// (Node.Abandon): why, in its words, and the rank it blames. It unwraps
-// to ErrPeerAbandoned.
+// (Node.Abandon): why, in its words, the kind of its error and the rank
+// it blames. It unwraps to ErrPeerAbandoned.
 type AbandonError struct {
 	Cause  int    // the rank it blames: itself, or the member whose failure made it give up; -1 if not known
+	Kind   string // the kind of its error, named by the layer above (at most 32 bytes); "" if none or not known
 	Reason string // why; "" if not known (only the meta flag came)
 }
 
@@ -52,20 +64,29 @@ func (e *AbandonError) Error() string {
 
 func (e *AbandonError) Unwrap() error { return ErrPeerAbandoned }
 
-// maxReason bounds an abandonment's reason (the message's about field).
-const maxReason = 255
+// maxReason bounds an abandonment's reason (the message's about field),
+// maxKind its kind.
+const (
+	maxReason = 255
+	maxKind   = 32
+)
 
 // Abandon closes the node as Close does, but tells the members of its
 // world that this rank gives up on it (see above): they report it on
-// Failures with an *AbandonError, not ErrPeerLeft. cause is the rank this
-// one blames (its own, when it gives up for a reason of its own), reason
-// says why (cut to 255 bytes). Before the first world formed it is Close.
-func (n *Node) Abandon(cause int, reason string) error {
-	if len(reason) > maxReason {
-		reason = reason[:maxReason]
-		for !utf8.ValidString(reason) {
-			reason = reason[:len(reason)-1]
+// Failures with an *AbandonError equal to why, not ErrPeerLeft. why.Cause
+// is the rank this one blames (its own, when it gives up for a reason of
+// its own), why.Kind the kind of its error (dropped if longer than 32
+// bytes), why.Reason says why (cut to 255 bytes). Before the first world
+// formed it is Close.
+func (n *Node) Abandon(why AbandonError) error {
+	if len(why.Reason) > maxReason {
+		why.Reason = why.Reason[:maxReason]
+		for !utf8.ValidString(why.Reason) {
+			why.Reason = why.Reason[:len(why.Reason)-1]
 		}
+	}
+	if len(why.Kind) > maxKind || !utf8.ValidString(why.Kind) {
+		why.Kind = ""
 	}
 	n.mu.Lock()
 	if n.closed {
@@ -73,7 +94,7 @@ func (n *Node) Abandon(cause int, reason string) error {
 		return nil
 	}
 	n.mu.Unlock()
-	n.stop(true, &AbandonError{Cause: cause, Reason: reason})
+	n.stop(true, &why)
 	return nil
 }
 
@@ -84,7 +105,7 @@ func (n *Node) heardAbandon(m message) {
 	defer n.mu.Unlock()
 	n.leaving[m.from] = true // tables leave it out, as a leaver (agree.go)
 	n.ranPast = max(n.ranPast, m.epoch)
-	e := &AbandonError{Cause: m.cause, Reason: m.about}
+	e := &AbandonError{Cause: m.cause, Kind: m.errKind, Reason: m.about}
 	if old, ok := n.abandoned[m.from]; !ok || old.Reason == "" {
 		n.abandoned[m.from] = e
 	}
@@ -98,23 +119,18 @@ func (n *Node) heardAbandon(m message) {
 		}
 		return
 	}
-	// Locked on the world it abandons (its commit reached that member
-	// first): the world is lost (formloss.go).
+	// Locked on the world it abandons, its commit not yet in: the world
+	// was committed (see above). Form takes this for the commit, and
+	// install reports the member.
 	if d, ok := n.locked[m.epoch]; ok && d == m.digest {
-		rank := -1
-		n.viewMu.Lock()
-		if q, ok := n.peers[m.from]; ok {
-			rank = q.meta.Rank
-		}
-		n.viewMu.Unlock()
-		n.noteFormLossLocked(m.from, rank, e)
+		n.proven[m.epoch] = m.digest
 	}
 }
 
 // heardAbandonFlagLocked records that member name, whose meta says it
-// abandons (flag Abandoned), gave up on the world, for the cause and
-// reason its blob holds (abandonBlob) unless its message came first. n.mu
-// is held.
+// abandons (flag Abandoned), gave up on the world, for the cause, kind
+// and reason its blob holds (abandonBlob) unless its message came first.
+// n.mu is held.
 func (n *Node) heardAbandonFlagLocked(name string, blob []byte) {
 	if _, ok := n.abandoned[name]; !ok {
 		n.abandoned[name] = abandonOfBlob(blob)
@@ -123,29 +139,59 @@ func (n *Node) heardAbandonFlagLocked(name string, blob []byte) {
 }
 
 // abandonBlob is the meta blob of a node that abandons its world: the
-// rank it blames (zig-zag varint) and its reason. A leaving node's
-// endpoints are of no more use, and the meta update that carries the flag
-// is what the others may see first: msgAbandon, sent before it, is a UDP
-// packet that load may delay or drop (TestInitRankFailsAfterForm under 3
-// busy loops read "peer gave up on the world" without the reason in 2 of
-// 8 runs).
+// rank it blames (zig-zag varint), the kind of its error if it has one,
+// and its reason. A leaving node's endpoints are of no more use, and the
+// meta update that carries the flag is what the others may see first:
+// msgAbandon, sent before it, is a UDP packet that load may delay or drop
+// (TestInitRankFailsAfterForm under 3 busy loops read "peer gave up on the
+// world" without the reason in 2 of 8 runs).
+//
+//	abandonMagic | cause | reason                        (no kind)
+//	abandonKindMagic | cause | len(kind) kind | reason
 func abandonBlob(ab *AbandonError) []byte {
-	return append(binary.AppendVarint([]byte(abandonMagic), int64(ab.Cause)), ab.Reason...)
+	if ab.Kind == "" {
+		return append(binary.AppendVarint([]byte(abandonMagic), int64(ab.Cause)), ab.Reason...)
+	}
+	b := binary.AppendVarint([]byte(abandonKindMagic), int64(ab.Cause))
+	return append(appendString(b, ab.Kind), ab.Reason...)
 }
 
 // abandonMagic begins abandonBlob's blob, so that a build before it, whose
 // abandoning node's blob still holds its endpoints, is not read as one.
-const abandonMagic = "\xabA"
+// abandonKindMagic begins one with a kind: a build before Kind reads it as
+// a blob it cannot read (no cause, no reason) rather than take the kind
+// for part of the reason, and reads one without a kind as before.
+const (
+	abandonMagic     = "\xabA"
+	abandonKindMagic = "\xabK"
+)
 
 // abandonOfBlob reads abandonBlob's blob; one it cannot read (from a build
-// before it: the endpoints) gives no cause and no reason.
+// before it: the endpoints) gives no cause, no kind and no reason.
 func abandonOfBlob(blob []byte) *AbandonError {
+	unknown := &AbandonError{Cause: -1}
 	rest, ok := bytes.CutPrefix(blob, []byte(abandonMagic))
-	cause, k := binary.Varint(rest)
-	if !ok || k <= 0 || cause < -1 || cause > math.MaxInt32 || !utf8.Valid(rest[k:]) {
-		return &AbandonError{Cause: -1}
+	withKind := false
+	if !ok {
+		if rest, withKind = bytes.CutPrefix(blob, []byte(abandonKindMagic)); !withKind {
+			return unknown
+		}
 	}
-	return &AbandonError{Cause: int(cause), Reason: string(rest[k:])}
+	cause, k := binary.Varint(rest)
+	if k <= 0 || cause < -1 || cause > math.MaxInt32 {
+		return unknown
+	}
+	d := decoder{buf: rest[k:]}
+	var kind string
+	if withKind {
+		if kind = string(d.bytes(maxKind)); d.err != nil || kind == "" || !utf8.ValidString(kind) {
+			return unknown
+		}
+	}
+	if !utf8.Valid(d.buf) {
+		return unknown
+	}
+	return &AbandonError{Cause: int(cause), Kind: kind, Reason: string(d.buf)}
 }
 
 // leftErrLocked is the error of a member of the world that left: an

@@ -344,11 +344,14 @@ func (n *Node) agree(ctx context.Context, epoch uint32, table func(map[string]pe
 				sentAt = n.sentNow(resend)
 			}
 		case locked != nil:
-			// Member, locked: wait for the commit; repeat the ack.
+			// Member, locked: wait for the commit, or a member's
+			// abandonment of the world, which proves it (abandon.go);
+			// repeat the ack.
 			n.mu.Lock()
 			c, have := n.commits[epoch]
+			pd, proven := n.proven[epoch]
 			n.mu.Unlock()
-			if have && c.digest == locked.Digest && c.from == locked.Members[0].Name {
+			if have && c.digest == locked.Digest && c.from == locked.Members[0].Name || proven && pd == locked.Digest {
 				return *locked, nil
 			}
 			if n.giveUp(epoch, locked, []int{0}, &watch) {

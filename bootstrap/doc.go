@@ -129,9 +129,10 @@
 //
 // A member that gives up on its world for a reason of its own (comm: its
 // Init failed after the first world formed) calls Abandon rather than
-// Close: it tells the world's members why and whom it blames, and they
-// report it with an *AbandonError (ErrPeerAbandoned), a failure, not a
-// leave (abandon.go).
+// Close: it tells the world's members why, the kind of its error and whom
+// it blames, and they report it with an *AbandonError (ErrPeerAbandoned),
+// a failure, not a leave; a member still waiting for that world's commit
+// takes it for the commit (abandon.go).
 //
 // On one host the kernel is a better witness than a missed probe: a
 // member whose process /proc shows running or sleeping there

@@ -38,7 +38,6 @@ package bootstrap
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -119,8 +118,8 @@ func (n *Node) formLost(locked *World, miss []int) error {
 		if l.err == nil || l.rank < 0 || l.rank >= n.cfg.Size {
 			continue
 		}
-		if l.err != ErrPeerLeft && !errors.Is(l.err, ErrPeerAbandoned) && running {
-			continue // a death; but a member that gave up on the world it locked on (abandon.go) is lost whatever runs
+		if l.err != ErrPeerLeft && running {
+			continue // a death
 		}
 		losses = append(losses, loss{name, *l})
 	}
@@ -175,12 +174,8 @@ func (n *Node) formLost(locked *World, miss []int) error {
 // first world formed.
 func formLossNote(e *OpError) string {
 	what := "died"
-	var ab *AbandonError
-	switch {
-	case e.Err == ErrPeerLeft:
+	if e.Err == ErrPeerLeft {
 		what = "left the job"
-	case errors.As(e.Err, &ab):
-		what = "gave up on the world it agreed (" + ab.Error() + ")"
 	}
 	return fmt.Sprintf("rank %d %s while the world formed", e.Peer, what)
 }

@@ -11,7 +11,9 @@ import (
 // Agreement messages travel as memberlist user messages (UDP, encrypted
 // like all gossip). Encoding: kind byte | epoch uvarint | digest (16
 // bytes) | len(sender) sender | [len(about) about] | [cause varint] |
-// seq uvarint.
+// seq uvarint | [len(errKind) errKind]. The last is msgAbandon's, and only
+// there when not empty, so that a build before it reads one without it
+// (and drops one with it, for the meta flag's blob: abandon.go).
 const (
 	msgPropose = 1  // member → coordinator: my table for epoch has digest D
 	msgPrepare = 2  // coordinator → member: every member proposed D; lock on it?
@@ -38,6 +40,8 @@ type message struct {
 	from   string // sender's node name
 	about  string // msgDead, msgStopped, msgLost: the member found gone; msgAsk: the sender's gossip address; msgRunning: its world's size; msgAbandon: why
 	cause  int    // msgAbandon: the rank the sender blames
+	// errKind: msgAbandon: the kind of the sender's error (AbandonError.Kind)
+	errKind string
 	// seq is the sender's count of messages sent (send sets it; 0 in a
 	// message not received). memberlist hands a node's user messages to
 	// NotifyMsg newest first when several wait (its queue is a stack), so
@@ -65,7 +69,11 @@ func (m *message) encode() []byte {
 	if m.kind == msgAbandon {
 		b = binary.AppendVarint(b, int64(m.cause))
 	}
-	return binary.AppendUvarint(b, m.seq)
+	b = binary.AppendUvarint(b, m.seq)
+	if m.kind == msgAbandon && m.errKind != "" {
+		b = appendString(b, m.errKind)
+	}
+	return b
 }
 
 func decodeMessage(buf []byte) (message, bool) {
@@ -89,6 +97,11 @@ func decodeMessage(buf []byte) (message, bool) {
 		m.cause = int(c)
 	}
 	m.seq = d.uvarint(1<<64 - 1)
+	if m.kind == msgAbandon && d.err == nil && len(d.buf) > 0 {
+		if m.errKind = string(d.bytes(maxKind)); m.errKind == "" {
+			d.fail("empty kind") // not canonical: encode leaves it out
+		}
+	}
 	return m, d.err == nil && len(d.buf) == 0
 }
 

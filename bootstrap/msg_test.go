@@ -16,6 +16,15 @@ func TestMessageRoundTrip(t *testing.T) {
 		}
 		if kind == msgAbandon {
 			m.cause = 1<<31 - 1
+			// Without a kind it is what builds before errKind send and read.
+			old := m.encode()
+			m.errKind = "invalid"
+			if got, ok := decodeMessage(old); !ok || got.errKind != "" || got.cause != m.cause || got.seq != m.seq {
+				t.Errorf("msgAbandon without a kind: %+v, %v", got, ok)
+			}
+			if withKind := m.encode(); string(withKind[:len(old)]) != string(old) {
+				t.Errorf("msgAbandon's kind is not appended: %x, before %x", withKind, old)
+			}
 		}
 		got, ok := decodeMessage(m.encode())
 		if !ok || got != m {
@@ -28,7 +37,8 @@ func TestMessageRoundTrip(t *testing.T) {
 			t.Errorf("kind %d is routed as a table prepare or a hello", kind)
 		}
 	}
-	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgHello}, {msgAbandon + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0)} {
+	for _, bad := range [][]byte{nil, {0}, {6}, {msgPropose}, {msgHello}, {msgAbandon + 1}, (&message{kind: msgTable, from: "x"}).encode(), append((&message{kind: msgAck, from: "x"}).encode(), 0),
+		append((&message{kind: msgAbandon, from: "x"}).encode(), 0), append((&message{kind: msgAbandon, from: "x"}).encode(), 1)} {
 		if _, ok := decodeMessage(bad); ok {
 			t.Errorf("decodeMessage(%x) accepted", bad)
 		}

@@ -119,6 +119,7 @@ type Node struct {
 	prepares  map[uint32]message                    // as member: the last prepare received
 	locked    map[uint32][digestLen]byte            // as member: the digest acknowledged (final)
 	commits   map[uint32]message                    // as member: the commit received
+	proven    map[uint32][digestLen]byte            // as member: the digest locked on that a member abandoned, so committed (abandon.go)
 	hints     map[uint32]map[string]bool            // epochs coordinators said they run (msgEpoch), by coordinator
 	tables    map[uint32]*tablePrepare              // as member: the last table prepare received (table.go)
 	seqs      map[seqKey]uint64                     // the newest proposal, ack and prepare handled, by sender and epoch (msg.go)
@@ -194,6 +195,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		prepares:  make(map[uint32]message),
 		locked:    make(map[uint32][digestLen]byte),
 		commits:   make(map[uint32]message),
+		proven:    make(map[uint32][digestLen]byte),
 		hints:     make(map[uint32]map[string]bool),
 		tables:    make(map[uint32]*tablePrepare),
 		seqs:      make(map[seqKey]uint64),
@@ -345,7 +347,7 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 			ab = nil // Forming says it (formloss.go)
 		}
 		if ab != nil {
-			bye = message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.name, about: ab.Reason, cause: ab.Cause}
+			bye = message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.name, about: ab.Reason, cause: ab.Cause, errKind: ab.Kind}
 		}
 		for _, m := range w.Members {
 			if m.Name != n.name {

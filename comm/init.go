@@ -93,12 +93,13 @@ var ErrJobGone = bootstrap.ErrJobGone
 // initRan is set by the process's first Init (bc.Restarted in initFromEnv).
 var initRan atomic.Bool
 
-// initHook, when set (by tests only), is called at named steps of Init:
-// "formed" once this rank has acknowledged the agreed world, before it
-// connects; "connected" once it has connected, before the agreement
+// initHook, when set (by tests only), is called at named steps of rank's
+// Init: "formed" once this rank has acknowledged the agreed world, before
+// it connects; "connected" once it has connected, before the agreement
 // (initagree.go). A test kills its rank there, or makes Init fail there
-// with the error it returns.
-var initHook func(step string) error
+// with the error it returns (the ranks of one process tell themselves
+// apart by rank).
+var initHook func(rank int, step string) error
 
 // initStep runs initHook's step, if set; its error is this rank's.
 func initStep(rank int, step string) error {
@@ -106,7 +107,7 @@ func initStep(rank int, step string) error {
 	if h == nil {
 		return nil
 	}
-	if err := h(step); err != nil {
+	if err := h(rank, step); err != nil {
 		return &RankError{Rank: rank, Op: "init", Err: err}
 	}
 	return nil

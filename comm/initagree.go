@@ -31,6 +31,13 @@ package comm
 //     survivor gave up first waits, up to initCauseGrace, for the
 //     bootstrap to report the first failure, rather than name the
 //     survivor.
+//   - Its error is of the kind of that first failure: an abandonment
+//     carries the kind of its rank's error (abandonKinds), and the others'
+//     Init fails with it, as an operation fails on every rank with the
+//     kind of the rank that withdrew (ErrInvalid for its bad argument,
+//     ErrTimeout for its timeout), not with ErrPeerFailed, whose words
+//     alone said it; a death, a leave or an abandonment of no such kind is
+//     ErrPeerFailed.
 //
 // What remains cannot be closed by any protocol (the two generals): a
 // rank that dies after it sent its last barrier message may let some
@@ -92,26 +99,83 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 // leave takes this rank out of the gossip group when Init ends with
 // err: a Close if err is nil or the world is not the first; otherwise it
 // abandons the world (bootstrap's abandon.go), blaming the rank whose
-// failure reached it first, in that failure's words (failureWords), or
-// itself, in err's, so that every other rank's Init fails at once naming
-// it (see the file comment). A chain of abandonments thus passes on the
-// first rank's words, not each rank's account of the one before.
+// failure reached it first, in that failure's words (failureWords) and of
+// its kind, or itself, in err's words and of err's kind (abandonKind), so
+// that every other rank's Init fails at once naming it (see the file
+// comment). A chain of abandonments thus passes on the first rank's words
+// and kind, not each rank's account of the one before.
 func (g *gossipRendezvous) leave(err error) {
 	if err == nil || g.placed.Epoch > 1 {
 		g.node.Close()
 		return
 	}
-	cause, words := g.placed.Rank, strings.TrimPrefix(err.Error(), "gorun: init: ")
+	why := bootstrap.AbandonError{Cause: g.placed.Rank, Kind: abandonKindName(abandonKind(err)), Reason: strings.TrimPrefix(err.Error(), "gorun: init: ")}
 	var re *RankError
-	if errors.As(err, &re) && re.Rank == cause {
-		words = re.Err.Error() // not "rank r:" of its own rank
+	if errors.As(err, &re) && re.Rank == why.Cause {
+		why.Reason = re.Err.Error() // not "rank r:" of its own rank
 	}
 	if g.fw != nil {
 		if f, ok := g.fw.firstDeath(); ok {
-			cause, words = f.Rank, failureWords(f.Err)
+			why = bootstrap.AbandonError{Cause: f.Rank, Kind: abandonKindName(abandonKind(f.Err)), Reason: failureWords(f.Err)}
 		}
 	}
-	g.node.Abandon(cause, words)
+	g.node.Abandon(why)
+}
+
+// abandonKinds are the kinds of error an abandonment carries
+// (bootstrap.AbandonError.Kind), by their names there: those that say what
+// went wrong on the rank, in the order abandonKind tries them (that of the
+// engine's abort notices). ErrPeerFailed and ErrPeerClosed, which say that
+// another rank went, are not among them: a rank that hears of an
+// abandonment names the rank that went (initCause), which is
+// ErrPeerFailed. Names are never reused: another build may read them.
+var abandonKinds = []struct {
+	name string
+	err  error
+}{{"timeout", ErrTimeout}, {"invalid", ErrInvalid}, {"mismatch", ErrMismatch}}
+
+// abandonKind is the kind of err among abandonKinds, or nil: the kind a
+// bootstrap report's abandonment carried, for a report (or an error made
+// of one), else err's own, unless it says that a peer went.
+func abandonKind(err error) error {
+	var ab *bootstrap.AbandonError
+	if errors.As(err, &ab) {
+		for _, k := range abandonKinds {
+			if k.name == ab.Kind {
+				return k.err
+			}
+		}
+		return nil
+	}
+	if errors.Is(err, ErrPeerFailed) || errors.Is(err, ErrPeerClosed) {
+		return nil
+	}
+	for _, k := range abandonKinds {
+		if errors.Is(err, k.err) {
+			return k.err
+		}
+	}
+	return nil
+}
+
+// abandonKindName is the name of kind, one of abandonKinds or nil ("").
+func abandonKindName(kind error) string {
+	for _, k := range abandonKinds {
+		if k.err == kind {
+			return k.name
+		}
+	}
+	return ""
+}
+
+// failureKind is the kind of a failed Init whose cause is a bootstrap
+// report's err: the kind its abandonment carried (abandonKind), else
+// ErrPeerFailed.
+func failureKind(err error) error {
+	if k := abandonKind(err); k != nil {
+		return k
+	}
+	return ErrPeerFailed
 }
 
 // causeOf is the failure a report f puts first: itself, or, for a rank
@@ -149,14 +213,15 @@ func failureWords(err error) string {
 	return err.Error()
 }
 
-// formLoss is the error of a Join that failed because a rank died, left
-// or gave up while the first world formed (bootstrap's formloss.go): a
-// *RankError naming that rank in its failure's words, as a failure once
-// the world formed is (initCause), wrapping the *bootstrap.FormError. A
-// rank that had not yet heard the coordinator's commit when the
-// coordinator gave up on the world it had just agreed read "bootstrap:
-// job ...: world of 6 (epoch 1) not formed: ...", naming no rank. Any other
-// error is returned as it is.
+// formLoss is the error of a Join that failed because a rank died or
+// left while the first world formed (bootstrap's formloss.go): a
+// *RankError naming that rank in its failure's words and of its kind
+// (failureKind), as a failure once the world formed is (initCause),
+// wrapping the *bootstrap.FormError, which named no rank ("bootstrap: job
+// ...: world of 6 (epoch 1) not formed: ..."). (A rank locked on a world
+// that a member abandons before its commit comes forms on it and hears
+// the abandonment once formed: bootstrap's abandon.go.) Any other error
+// is returned as it is.
 func formLoss(err error) error {
 	var fe *bootstrap.FormError
 	var oe *bootstrap.OpError
@@ -164,7 +229,7 @@ func formLoss(err error) error {
 		return err
 	}
 	words := failureWords(oe) + " (while the world formed)"
-	return &RankError{Rank: oe.Peer, Op: "init", Err: &spoken{words: words, errs: []error{ErrPeerFailed, err}}}
+	return &RankError{Rank: oe.Peer, Op: "init", Err: &spoken{words: words, errs: []error{failureKind(oe), err}}}
 }
 
 // spoken is an error in chosen words, wrapping errs.
@@ -179,9 +244,9 @@ func (s *spoken) Unwrap() []error { return s.errs }
 // initCause returns the error a failed Init reports: err, or, when err
 // blames another rank, the bootstrap's first report of a death or an
 // abandonment in Init's world (causeOf), which says what err may not (the
-// death, or why that rank gave up), if one came or comes within
-// initCauseGrace (or before ctx ends). It asks the bootstrap to check the
-// rank err blames.
+// death, or why that rank gave up), of its kind (failureKind), if one
+// came or comes within initCauseGrace (or before ctx ends). It asks the
+// bootstrap to check the rank err blames.
 func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 	var pe *engine.PeerError
 	var re *RankError
@@ -226,7 +291,16 @@ func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 		}
 		words += " (then " + then + ")"
 	}
-	return &RankError{Rank: f.Rank, Op: "init", Err: &spoken{words: words, errs: []error{ErrPeerFailed, f.Err, err}}}
+	// err stays in the chain unless it would add another kind: the
+	// engine's own report of an abandonment of kind ErrInvalid is
+	// ErrPeerFailed.
+	kind := failureKind(f.Err)
+	errs := []error{kind, f.Err}
+	other := errors.Is(err, ErrPeerFailed) || errors.Is(err, ErrPeerClosed) || abandonKind(err) != nil && abandonKind(err) != kind
+	if kind == ErrPeerFailed || !other {
+		errs = append(errs, err)
+	}
+	return &RankError{Rank: f.Rank, Op: "init", Err: &spoken{words: words, errs: errs}}
 }
 
 // firstDeath is the first death reported in fw's world, or the rank the

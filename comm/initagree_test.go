@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ func TestInitAgreeChild(t *testing.T) {
 		t.Skip("run by TestInitRankDiesAfterForm and TestInitRankFailsAfterForm")
 	}
 	if dies == os.Getenv("GORUN_RANK") {
-		initHook = func(step string) error {
+		initHook = func(_ int, step string) error {
 			if step == "formed" {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // the signal is on its way
@@ -43,7 +44,7 @@ func TestInitAgreeChild(t *testing.T) {
 		}
 	}
 	if rank, at, _ := strings.Cut(fails, ":"); rank == os.Getenv("GORUN_RANK") {
-		initHook = func(step string) error {
+		initHook = func(_ int, step string) error {
 			if step == at {
 				return errors.New(initFailReason)
 			}
@@ -222,8 +223,61 @@ func TestFormLossNamesRank(t *testing.T) {
 		!errors.Is(err, ErrPeerFailed) || !errors.Is(err, bootstrap.ErrPeerAbandoned) {
 		t.Errorf("formLoss = %v, want %q, a *RankError naming rank 0 wrapping the FormError", err, want)
 	}
+	// An abandonment of a kind (the rank's own error was ErrInvalid) is of
+	// that kind, not ErrPeerFailed.
+	fe = &bootstrap.FormError{JobID: "j", Size: 3, Epoch: 1, Seen: []int{0, 1, 2},
+		Cause: &bootstrap.OpError{Op: "join", Rank: 1, Peer: 0, Err: &bootstrap.AbandonError{Cause: 0, Kind: "invalid", Reason: "rank 2: invalid argument: its setting"}}}
+	if err := formLoss(fe); !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrInvalid) || errors.Is(err, ErrPeerFailed) {
+		t.Errorf("formLoss of an abandonment of kind invalid = %v, want ErrInvalid naming rank 0, not ErrPeerFailed", err)
+	}
 	missing := &bootstrap.FormError{JobID: "j", Size: 6, Missing: []int{5}, Cause: context.DeadlineExceeded}
 	if err := formLoss(missing); err != error(missing) {
 		t.Errorf("formLoss of a world that did not form in time = %v, want it unchanged", err)
+	}
+}
+
+// TestInitFailureKind: of 3 ranks, rank 2's Init fails once the world
+// formed with an error of its own of a kind (ErrInvalid: a setting only it
+// sees, as a bad GORUN_BIND; ErrTimeout), before it connects or once
+// connected. The others' Init fails naming rank 2 with that kind, not
+// ErrPeerFailed: its abandonment carries the kind (bootstrap's
+// AbandonError.Kind), as an operation fails on every rank with the kind of
+// the rank that withdrew. Before, they read "rank 2: peer gave up on the
+// world: invalid argument: ..." wrapping ErrPeerFailed alone. An error of
+// no such kind is ErrPeerFailed as before.
+func TestInitFailureKind(t *testing.T) {
+	plain := errors.New(initFailReason)
+	for _, tc := range []struct {
+		step string
+		err  error
+		want error
+	}{
+		{"connected", fmt.Errorf("%w: %w", ErrInvalid, plain), ErrInvalid},
+		{"formed", fmt.Errorf("%w: %w", ErrInvalid, plain), ErrInvalid},
+		{"connected", fmt.Errorf("%w: %w", ErrTimeout, plain), ErrTimeout},
+		{"connected", plain, ErrPeerFailed},
+	} {
+		t.Run(fmt.Sprintf("%s/%v", tc.step, tc.want), func(t *testing.T) {
+			initHook = func(rank int, step string) error {
+				if rank == 2 && step == tc.step {
+					return tc.err
+				}
+				return nil
+			}
+			defer func() { initHook = nil }()
+			_, errs, _ := initRanks(t, 3, func(int) []Option { return nil })
+			for r, err := range errs {
+				want := tc.want
+				if r == 2 && want == ErrPeerFailed {
+					want = nil // its own error, of no kind
+				}
+				others := slices.DeleteFunc([]error{ErrPeerFailed, ErrInvalid, ErrTimeout}, func(e error) bool { return e == want })
+				var re *RankError
+				if !errors.As(err, &re) || re.Rank != 2 || want != nil && !errors.Is(err, want) || slices.ContainsFunc(others, func(e error) bool { return errors.Is(err, e) }) ||
+					strings.Count(err.Error(), initFailReason) != 1 {
+					t.Errorf("rank %d: %v; want %v alone naming rank 2 and its reason", r, err, want)
+				}
+			}
+		})
 	}
 }
