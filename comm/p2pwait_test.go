@@ -142,6 +142,9 @@ func TestPointToPointCycle(t *testing.T) {
 	}{
 		{"recv cycle of 3", 3, recvNext(3), 2},
 		{"recv cycle of 5", 5, recvNext(5), 4},
+		// each rank hears ever higher labels from the next, one more at
+		// each step, and passes every one on
+		{"recv cycle of 24", 24, recvNext(24), 23},
 		{"big send cycle of 3", 3, sendNext(3), 2},
 		{"mixed cycle of 3", 3, func(ctx context.Context, c *Comm) error {
 			switch c.Rank() {

@@ -146,6 +146,11 @@ type Engine struct {
 	// under waitsMu, until a point-to-point Run takes them (passLabels);
 	// p2pWaited is set for them too.
 	p2pLabels map[int]p2pLabelMsg
+	// labelSeq is the number of the last label sent each peer, labelAck
+	// that of the last taken from each (passLabels); Run only.
+	labelSeq, labelAck map[int]uint16
+	// labelsDue: a label or a word came since passLabels last looked.
+	labelsDue atomic.Bool
 	// waitWords counts the words taken (waitedOn), for tests.
 	waitWords atomic.Int64
 	// runs is twice the Runs ended, plus one while a Run is in progress:

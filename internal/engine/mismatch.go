@@ -302,6 +302,7 @@ func (e *Engine) decideMismatch() {
 // this rank (ctrlP2PWaiting), to 32 bits each.
 type p2pWaitWord struct {
 	word        uint64 // as ctrlP2PWaiting's b carries it (blockedTold.word)
+	ack         uint16 // the number of the last label of this rank's it took (passLabels)
 	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (29 bits)
 	recv, send  bool   // it waits for a message of this rank's; for a clear-to-send
 	sendsLeft   bool   // it has a send to this rank not yet posted
@@ -320,6 +321,7 @@ type blockedTold struct {
 	taken, used uint64
 	recv, send  bool
 	sendsLeft   bool
+	ack         uint16 // the last label taken from the peer (passLabels)
 }
 
 // blockedOn says what p, run for call, waits for that only peer i of p
@@ -339,9 +341,10 @@ func (e *Engine) blockedOn(p *Plan, call *Call, i int) (recv, send bool) {
 
 // tellBlocked tells each peer that this point-to-point Run waits for
 // (blockedOn) so, once for each count of the peer's messages and
-// clear-to-sends it has had: a Run that moved and waits again says it
-// again, one that waits on says nothing more (a stopped peer's control
-// receives must not fill). Best effort.
+// clear-to-sends it has had, and of its labels it has taken
+// (passLabels): a Run that moved and waits again says it again, one that
+// waits on says nothing more (a stopped peer's control receives must not
+// fill; a peer sends a label only once its last is taken). Best effort.
 func (e *Engine) tellBlocked(w *waiter) {
 	for i := range w.p.peers {
 		recv, send := e.blockedOn(w.p, w.call, i)
@@ -351,12 +354,12 @@ func (e *Engine) tellBlocked(w *waiter) {
 		peer := w.p.peers[i].peer
 		l := e.links[peer].Load()
 		sendsLeft := e.st.pp[i].sendCur < len(w.p.peers[i].sends)
-		told := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, sendsLeft}
+		told := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, sendsLeft, e.labelAck[peer]}
 		if slices.Contains(w.toldBlocked, told) || l.closed.Load() || l.broken.Load() {
 			continue
 		}
 		w.toldBlocked = append(w.toldBlocked, told)
-		l.sendCtrl3(ctrlP2PWaiting, uint32(int32(e.Rank)), told.word(), uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
+		l.sendCtrl3(ctrlP2PWaiting, uint32(told.ack), told.word(), uint64(uint32(l.number()))|uint64(callHash(w.call))<<32)
 	}
 }
 
@@ -379,12 +382,13 @@ func (t blockedTold) word() uint64 {
 // for this rank (tellBlocked; b and c as ctrlP2PWaiting carries them), the
 // last per peer, for checkBlockedPeers. One that no longer holds (this
 // rank has sent the peer something since) is told by its counts.
-func (e *Engine) p2pWaitedOn(peer int, b, c uint64) {
+func (e *Engine) p2pWaitedOn(peer int, ack uint16, b, c uint64) {
 	e.waitsMu.Lock()
 	if e.p2pWaits == nil {
 		e.p2pWaits = map[int]p2pWaitWord{}
 	}
-	e.p2pWaits[peer] = p2pWaitWord{word: b, taken: uint32(b), used: uint32(b>>32) & usedMask, recv: b>>62&1 == 1, send: b>>63 == 1, sendsLeft: b>>61&1 == 1, sent: uint32(c), hash: uint32(c >> 32)}
+	e.labelsDue.Store(true)
+	e.p2pWaits[peer] = p2pWaitWord{word: b, ack: ack, taken: uint32(b), used: uint32(b>>32) & usedMask, recv: b>>62&1 == 1, send: b>>63 == 1, sendsLeft: b>>61&1 == 1, sent: uint32(c), hash: uint32(c >> 32)}
 	e.p2pWaited.Store(true)
 	e.waitsMu.Unlock()
 }
@@ -473,32 +477,37 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 // none. A Run that waits for two peers keeps the higher label of the
 // two, which can hide a cycle through one behind a chain through the
 // other; that one is found at the timeout.
-
-// maxLabels bounds the labels a Run sends one peer: each takes one of the
-// peer's control receives, which a stopped peer does not post again.
-const maxLabels = 4
+//
+// A rank sends a peer a label only once the peer has taken its last one
+// (the peer's next word says which it took: labelAck, labelSeq), so a
+// stopped peer holds at most one of them in its control receives, which
+// it does not post again while stopped; and it sends it again where the
+// label or the word it answers changed. Around a cycle of n ranks the
+// highest label takes n of these steps, each a look of the ranks at both
+// ends.
 
 // p2pLabel is a label of passLabels: the highest rank heard of, its Run
 // (Engine.runs, low half), and the links of the chain it has crossed.
 type p2pLabel struct {
 	rank int
 	run  uint32
-	hops uint32
+	hops uint16
 }
 
-// p2pLabelMsg is a peer's label (ctrlP2PLabel) and the word of this rank's
-// it answers (blockedTold.word).
+// p2pLabelMsg is a peer's label (ctrlP2PLabel), the word of this rank's it
+// answers (blockedTold.word), and its number (labelSeq).
 type p2pLabelMsg struct {
 	p2pLabel
 	word uint64
+	seq  uint16
 }
 
 // labelSent is the last label a Run sent a peer that waits for it, and
-// how many it has sent.
+// the word of the peer's it answered.
 type labelSent struct {
 	peer int
 	last p2pLabel
-	n    int
+	word uint64
 }
 
 // p2pLabeled keeps a peer's label, the last per peer, for passLabels.
@@ -507,7 +516,8 @@ func (e *Engine) p2pLabeled(peer int, a uint32, b, c uint64) {
 	if e.p2pLabels == nil {
 		e.p2pLabels = map[int]p2pLabelMsg{}
 	}
-	e.p2pLabels[peer] = p2pLabelMsg{p2pLabel{rank: int(int32(a)), run: uint32(c), hops: uint32(c >> 32)}, b}
+	e.labelsDue.Store(true)
+	e.p2pLabels[peer] = p2pLabelMsg{p2pLabel{rank: int(int32(a)), run: uint32(c), hops: uint16(c >> 32)}, b, uint16(c >> 48)}
 	e.p2pWaited.Store(true)
 	e.waitsMu.Unlock()
 }
@@ -527,13 +537,18 @@ func (e *Engine) passLabels(w *waiter) error {
 	type labelTo struct {
 		l    *Link
 		word uint64
+		seq  uint16
 	}
 	var (
 		sends   []labelTo
 		blocked bool
 		cycle   = -1 // the peer whose label closed a cycle
-		hops    uint32
+		hops    uint16
 	)
+	if e.labelSeq == nil {
+		e.labelSeq, e.labelAck = map[int]uint16{}, map[int]uint16{}
+	}
+	e.labelsDue.Store(false) // before the look: what comes during it is due again
 	e.waitsMu.Lock()
 	for i := range p.peers {
 		peer := p.peers[i].peer
@@ -544,9 +559,10 @@ func (e *Engine) passLabels(w *waiter) error {
 			continue
 		}
 		delete(e.p2pLabels, peer)
+		e.labelAck[peer] = m.seq // the next word says so (tellBlocked)
 		l := e.links[peer].Load()
-		now := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, e.st.pp[i].sendCur < len(p.peers[i].sends)}
-		if !recv && !send || now.word() != m.word || !slices.Contains(w.toldBlocked, now) {
+		now := blockedTold{peer, l.nextFull(), l.ctsUsed, recv, send, e.st.pp[i].sendCur < len(p.peers[i].sends), 0}
+		if !recv && !send || now.word() != m.word || !slices.ContainsFunc(w.toldBlocked, func(t blockedTold) bool { t.ack = 0; return t == now }) {
 			continue // an answer to a word of another Run, or one no longer true
 		}
 		switch {
@@ -576,17 +592,21 @@ func (e *Engine) passLabels(w *waiter) error {
 		if !holds {
 			continue
 		}
+		if pw.ack != e.labelSeq[peer] {
+			continue // its last label is not taken yet
+		}
 		j := slices.IndexFunc(w.labelSent, func(s labelSent) bool { return s.peer == peer })
 		if j < 0 {
-			w.labelSent = append(w.labelSent, labelSent{peer: peer})
+			w.labelSent = append(w.labelSent, labelSent{peer: peer, last: p2pLabel{rank: -1}})
 			j = len(w.labelSent) - 1
 		}
 		s := &w.labelSent[j]
-		if s.n > 0 && s.last == w.label || s.n >= maxLabels {
-			continue
+		if s.last == w.label && s.word == pw.word {
+			continue // sent, and its wait is the same
 		}
-		s.last, s.n = w.label, s.n+1
-		sends = append(sends, labelTo{l, pw.word})
+		s.last, s.word = w.label, pw.word
+		e.labelSeq[peer]++
+		sends = append(sends, labelTo{l, pw.word, e.labelSeq[peer]})
 	}
 	e.waitsMu.Unlock()
 	if cycle >= 0 {
@@ -594,7 +614,7 @@ func (e *Engine) passLabels(w *waiter) error {
 		return e.Err()
 	}
 	for _, s := range sends {
-		s.l.sendCtrl3(ctrlP2PLabel, uint32(int32(w.label.rank)), s.word, uint64(w.label.run)|uint64(min(w.label.hops+1, 1<<16))<<32) // best effort
+		s.l.sendCtrl3(ctrlP2PLabel, uint32(int32(w.label.rank)), s.word, uint64(w.label.run)|uint64(min(w.label.hops, 1<<16-2)+1)<<32|uint64(s.seq)<<48) // best effort
 	}
 	return nil
 }

@@ -178,8 +178,8 @@ type waiter struct {
 	// that it waits for them (tellBlocked), each once.
 	toldBlocked []blockedTold
 	// label: the highest rank this point-to-point Run has heard of down
-	// the chain of Runs it waits for (passLabels), once labeled; sent: the
-	// labels it has sent the ranks that wait for it.
+	// the chain of Runs it waits for (passLabels), once labeled;
+	// labelSent: the last label it sent each rank that waits for it.
 	label     p2pLabel
 	labeled   bool
 	labelSent []labelSent
@@ -359,11 +359,20 @@ func (w *waiter) idle() error {
 			e.checkBlockedPeers(w) // a peer's point-to-point call that waits for this Run's
 		}
 		if w.call.Coll == collectives.SendRecv {
-			e.tellBlocked(w)
 			if e.p2pWaited.Load() && e.passLabels(w) != nil {
 				return e.Err() // ErrMismatch: a cycle of point-to-point calls
 			}
+			e.tellBlocked(w) // after passLabels: its words say which labels it took
 		}
+	} else if w.call.Coll == collectives.SendRecv && now-w.idleFrom >= int64(strayAfter) && e.labelsDue.Load() {
+		// A label, or a word that may take one, came since the last
+		// look: passed on now, not at the next look (a cycle's label
+		// takes a step per rank, and each waits for the last to be
+		// taken), at most one label per peer outstanding.
+		if e.passLabels(w) != nil {
+			return e.Err()
+		}
+		e.tellBlocked(w)
 	}
 	if !w.armed {
 		// Arm, then look once more before sleeping: a completion that

@@ -170,7 +170,7 @@ func TestBlockedPeerCounts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := shmEngines(t, LinkParams{Slots: 4, SlotBytes: 4096})
 			p, c := bcastRun(0, 1, 4, 0)
-			e[0].p2pWaitedOn(1, tc.b, tc.c|0xabcd<<32)
+			e[0].p2pWaitedOn(1, 0, tc.b, tc.c|0xabcd<<32)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
 			if err := e[0].Run(ctx, p, c, 0); !errors.Is(err, tc.wantErr) {
