@@ -767,3 +767,88 @@ func TestReviewCreditCycle(t *testing.T) {
 	})
 	t.Logf("RESULT %s: %v: %v", tr, time.Since(start).Round(time.Millisecond), errs)
 }
+
+// resolvedChain: a cycle 0 -> 1 -> 2 -> 0 (each rank in it waits for a
+// message of the next's) where rank 0's group also waits for rank 4,
+// itself in a chain that resolves: rank 4 waits for rank 3, late by
+// lateMs, then sends to rank 0.
+func resolvedChain(ctx context.Context, c *Comm, lateMs int) error {
+	small := func() []int32 { return make([]int32, 4) }
+	switch c.Rank() {
+	case 0:
+		return WaitAll(ctx, IRecv(ctx, c, small(), 1, 0), IRecv(ctx, c, small(), 4, 0))
+	case 1:
+		return Recv(ctx, c, small(), 2, 0)
+	case 2:
+		return Recv(ctx, c, small(), 0, 0)
+	case 3:
+		time.Sleep(time.Duration(lateMs) * time.Millisecond)
+		return Send(ctx, c, small(), 4, 0)
+	}
+	if err := Recv(ctx, c, small(), 3, 0); err != nil {
+		return err
+	}
+	return Send(ctx, c, small(), 0, 0)
+}
+
+// TestCycleReviewResolvedChain: resolvedChain with rank 3 late by 600
+// ms. Rank 4's label, higher than the cycle's, reaches rank 0 (its wait
+// for rank 4 holds while rank 4 waits for rank 3) before rank 2's label
+// gets round, and goes round the cycle: ranks 2, 1 and 0 each adopt it.
+// After rank 4's message comes at 0.6 s, rank 0 waits for rank 1 alone,
+// in a pure cycle, but each rank of it now hears label 4 from the next
+// (labels only rise within a Run), so rank 2 never hears its own and
+// the cycle waits for the operation timeout, 5 minutes by default.
+// README and passLabels' comment state the limit for a Run that waits
+// for two peers; here it outlives the second wait, and a label whose
+// Run has ended keeps circulating (dropping the label of a peer no
+// longer waited for does not help: rank 1 passes 4 back). At 7554cbe on
+// mem: ranks 0-2 timed out in 9 of 9 runs with rank 3 late by 300 or 600
+// ms or 1.5 s, and on shm and tcp (late by 100 ms: found in 3 of 3 runs,
+// in 0.2-0.4 s, rank 4's label not yet there).
+func TestCycleReviewResolvedChain(t *testing.T) {
+	t.Skip("helper-56: a cycle hidden by a label from a chain that has since resolved waits for the operation timeout: cda4288 needs a fix")
+	ctx := testCtx(t)
+	cs := newLocal(t, 5, WithTimeout(10*time.Second), WithTransport("mem"))
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error { return resolvedChain(ctx, c, 600) })
+	for r, err := range errs {
+		var re *RankError
+		switch {
+		case r >= 3 && err != nil:
+			t.Errorf("rank %d: %v", r, err)
+		case r < 3 && (!errors.Is(err, ErrMismatch) || !errors.As(err, &re) || re.Rank != 2):
+			t.Errorf("rank %d: %v; want ErrMismatch naming rank 2", r, err)
+		}
+	}
+	t.Logf("%v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestReviewResolvedChain: resolvedChain, rank 3 late by CYCLE_LATE_MS.
+func TestReviewResolvedChain(t *testing.T) {
+	reviewEnv(t)
+	tr := os.Getenv("CYCLE_TRANSPORT")
+	if tr == "" {
+		tr = "mem"
+	}
+	late := envInt("CYCLE_LATE_MS", 1500)
+	ctx := testCtx(t)
+	cs := newLocal(t, 5, WithTimeout(6*time.Second), WithTransport(tr))
+	start := time.Now()
+	errs := onAll(cs, func(c *Comm) error { return resolvedChain(ctx, c, late) })
+	key := ""
+	for _, err := range errs {
+		var re *RankError
+		switch {
+		case err == nil:
+			key += "ok "
+		case errors.Is(err, ErrMismatch) && errors.As(err, &re):
+			key += fmt.Sprintf("M%d ", re.Rank)
+		case errors.Is(err, ErrTimeout):
+			key += "T "
+		default:
+			key += fmt.Sprintf("[%v] ", err)
+		}
+	}
+	t.Logf("RESULT %s late=%d: %v %s", tr, late, time.Since(start).Round(time.Millisecond), key)
+}
