@@ -475,8 +475,12 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 // label flows from a rank to the ranks that wait for it, so a rank that
 // waits for one in a cycle from outside it, however high, sends the cycle
 // none. A Run that waits for two peers keeps the higher label of the
-// two, which can hide a cycle through one behind a chain through the
-// other; that one is found at the timeout.
+// two, and a Run keeps the highest label it took: a cycle through one
+// peer can be hidden behind a chain of waits through the other that held
+// a higher rank, even once that chain ends (the label goes round the
+// cycle and stays there); that one is found at the timeout (Mitchell and
+// Merritt's fresh label, taken where a Run's waits change, would find it,
+// naming the rank whose waits changed last instead of the highest).
 //
 // A rank sends a peer a label only once the peer has taken its last one
 // (the peer's next word says which it took: labelAck, labelSeq), so a
