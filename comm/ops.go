@@ -416,8 +416,9 @@ func sendMsg[T Number](ctx context.Context, c *Comm, t uint64, buf []T, dst, tag
 // IRecv started before a collective takes its message only after the
 // collective, not during it as MPI's may. Point-to-point calls that wait
 // for each other around a cycle of three ranks or more (each rank in a
-// Recv from the next) fail likewise, naming the highest rank in the
-// cycle. A cycle that goes through a collective (src waits in the
+// Recv from the next) fail likewise, naming the highest rank in the cycle
+// (or one of its ranks whose wait for a rank outside it ended while it
+// waited). A cycle that goes through a collective (src waits in the
 // collective for another rank, which waits for this one) is found only at
 // the operation timeout (WithTimeout), which fails every rank.
 func Recv[T Number](ctx context.Context, c *Comm, buf []T, src, tag int) error {

@@ -148,7 +148,7 @@ type Engine struct {
 	p2pLabels map[int]p2pLabelMsg
 	// labelSeq is the number of the last label sent each peer, labelAck
 	// that of the last taken from each (passLabels); Run only.
-	labelSeq, labelAck map[int]uint16
+	labelSeq, labelAck map[int]uint8
 	// labelsDue: a label or a word came since passLabels last looked.
 	labelsDue atomic.Bool
 	// waitWords counts the words taken (waitedOn), for tests.

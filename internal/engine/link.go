@@ -107,7 +107,7 @@ const (
 	ctrlDirectWait        // the peer waits for a clear-to-send for its data message number c: its length b >> 32, its call's hash b (mismatch.go)
 	ctrlAbortText         // the words of the abort notice that follows, naming rank a: b bytes of text after the 24-byte header (failure.go)
 	ctrlP2PWaiting        // a point-to-point Run of the peer's waits for this rank, having taken b&0xffffffff of its data messages and used b>>32&(1<<29-1) of its clear-to-sends, and waits for a message (bit 62) or a clear-to-send (bit 63), with a send to this rank left (bit 61); c: its own data messages to this rank (low half) and its call's hash; a: the number of the last label of this rank's it took (mismatch.go: p2pWaitWord)
-	ctrlP2PLabel          // the peer's point-to-point Run waits, through a chain of such Runs, for rank a's (the highest rank it has heard of), whose Run is c&0xffffffff (Engine.runs) and which is c>>32&0xffff ranks down the chain; c>>48: the label's number; b: the receiver's word it answers (ctrlP2PWaiting's b), true when sent (mismatch.go: passLabels)
+	ctrlP2PLabel          // the peer's point-to-point Run waits, through a chain of such Runs, for rank a's (the highest rank it has heard of), whose Run is c&0xffffffff (Engine.runs), with its count c>>48, and which is c>>32&0xff ranks down the chain (at most 255); c>>40&0xff: the label's number; b: the receiver's word it answers (ctrlP2PWaiting's b), true when sent (mismatch.go: passLabels)
 )
 
 // ctrlJoinHello is a dialer's hello with its request (connect.go): the
@@ -567,7 +567,7 @@ func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 			l.withEngine(func(e *Engine) { e.waitedOn(int(int32(a)), uint32(b), uint32(op)) })
 		case ctrlP2PWaiting:
 			c := binary.LittleEndian.Uint64(m[16:])
-			l.withEngine(func(e *Engine) { e.p2pWaitedOn(l.Peer, uint16(a), b, c) })
+			l.withEngine(func(e *Engine) { e.p2pWaitedOn(l.Peer, uint8(a), b, c) })
 		case ctrlP2PLabel:
 			c := binary.LittleEndian.Uint64(m[16:])
 			l.withEngine(func(e *Engine) { e.p2pLabeled(l.Peer, a, b, c) })

@@ -302,7 +302,7 @@ func (e *Engine) decideMismatch() {
 // this rank (ctrlP2PWaiting), to 32 bits each.
 type p2pWaitWord struct {
 	word        uint64 // as ctrlP2PWaiting's b carries it (blockedTold.word)
-	ack         uint16 // the number of the last label of this rank's it took (passLabels)
+	ack         uint8  // the number of the last label of this rank's it took (passLabels)
 	taken, used uint32 // this rank's data messages it had taken, and clear-to-sends it had used (29 bits)
 	recv, send  bool   // it waits for a message of this rank's; for a clear-to-send
 	sendsLeft   bool   // it has a send to this rank not yet posted
@@ -321,7 +321,7 @@ type blockedTold struct {
 	taken, used uint64
 	recv, send  bool
 	sendsLeft   bool
-	ack         uint16 // the last label taken from the peer (passLabels)
+	ack         uint8 // the last label taken from the peer (passLabels)
 }
 
 // blockedOn says what p, run for call, waits for that only peer i of p
@@ -382,7 +382,7 @@ func (t blockedTold) word() uint64 {
 // for this rank (tellBlocked; b and c as ctrlP2PWaiting carries them), the
 // last per peer, for checkBlockedPeers. One that no longer holds (this
 // rank has sent the peer something since) is told by its counts.
-func (e *Engine) p2pWaitedOn(peer int, ack uint16, b, c uint64) {
+func (e *Engine) p2pWaitedOn(peer int, ack uint8, b, c uint64) {
 	e.waitsMu.Lock()
 	if e.p2pWaits == nil {
 		e.p2pWaits = map[int]p2pWaitWord{}
@@ -463,24 +463,25 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 // a peer's word that it waits for this rank still holds and nothing of
 // this Run's left could answer it (no send to the peer left where it
 // waits for a message, no receive from it where it waits for a
-// clear-to-send), sends that peer a label: the highest rank it has heard
-// of so, itself at first, with the Run of that rank (passLabels,
-// ctrlP2PLabel). A Run takes a label only from a peer it waits for, in
-// answer to the word it sent that peer in this Run and still true, and
-// keeps the highest. The highest rank of a cycle hears its own label back
-// from the rank it waits for. Each link the label crossed was a wait its
+// clear-to-send), sends that peer a label: the highest it has heard of
+// so, its own at first (a rank, its Run; passLabels, ctrlP2PLabel). A Run
+// takes a label only from a peer it waits for, in answer to the word it
+// sent that peer in this Run and still true, and keeps the highest. The
+// rank of a cycle's highest label hears its own label back from the rank
+// it waits for. Each link the label crossed was a wait its
 // target found true, with nothing of the target's Run left to answer it,
 // so no Run on the way can end before the one after it, and the last is
 // the label's own Run, which has not ended: it fails naming itself. A
 // label flows from a rank to the ranks that wait for it, so a rank that
 // waits for one in a cycle from outside it, however high, sends the cycle
-// none. A Run that waits for two peers keeps the higher label of the
-// two, and a Run keeps the highest label it took: a cycle through one
-// peer can be hidden behind a chain of waits through the other that held
-// a higher rank, even once that chain ends (the label goes round the
-// cycle and stays there); that one is found at the timeout (Mitchell and
-// Merritt's fresh label, taken where a Run's waits change, would find it,
-// naming the rank whose waits changed last instead of the highest).
+// none. A Run that waits for two peers keeps the higher label of the two;
+// one taken from a chain of waits through the other would go round a
+// cycle through the one and stay there after that chain ended, so, as
+// in Mitchell and Merritt's scheme, a Run whose waits end for a peer
+// while it waits for others takes a fresh label of its own, counted
+// higher than any it has had (p2pLabel.count), and that one goes round.
+// Labels are ordered by count, then rank: with no such change every
+// count is 1, and the rank that finds the cycle is its highest.
 //
 // A rank sends a peer a label only once the peer has taken its last one
 // (the peer's next word says which it took: labelAck, labelSeq), so a
@@ -490,12 +491,19 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 // highest label takes n of these steps, each a look of the ranks at both
 // ends.
 
-// p2pLabel is a label of passLabels: the highest rank heard of, its Run
-// (Engine.runs, low half), and the links of the chain it has crossed.
+// p2pLabel is a label of passLabels: the rank it is of, that rank's Run
+// (Engine.runs, low half) and count (fresh labels of a Run count higher),
+// and the links of the chain it has crossed (at most 255).
 type p2pLabel struct {
-	rank int
-	run  uint32
-	hops uint16
+	rank  int
+	run   uint32
+	count uint16
+	hops  uint8
+}
+
+// above orders labels: by count, then rank.
+func (a p2pLabel) above(b p2pLabel) bool {
+	return a.count > b.count || a.count == b.count && a.rank > b.rank
 }
 
 // p2pLabelMsg is a peer's label (ctrlP2PLabel), the word of this rank's it
@@ -503,7 +511,7 @@ type p2pLabel struct {
 type p2pLabelMsg struct {
 	p2pLabel
 	word uint64
-	seq  uint16
+	seq  uint8
 }
 
 // labelSent is the last label a Run sent a peer that waits for it, and
@@ -521,7 +529,7 @@ func (e *Engine) p2pLabeled(peer int, a uint32, b, c uint64) {
 		e.p2pLabels = map[int]p2pLabelMsg{}
 	}
 	e.labelsDue.Store(true)
-	e.p2pLabels[peer] = p2pLabelMsg{p2pLabel{rank: int(int32(a)), run: uint32(c), hops: uint16(c >> 32)}, b, uint16(c >> 48)}
+	e.p2pLabels[peer] = p2pLabelMsg{p2pLabel{rank: int(int32(a)), run: uint32(c), count: uint16(c >> 48), hops: uint8(c >> 32)}, b, uint8(c >> 40)}
 	e.p2pWaited.Store(true)
 	e.waitsMu.Unlock()
 }
@@ -535,29 +543,40 @@ func (e *Engine) p2pLabeled(peer int, a uint32, b, c uint64) {
 func (e *Engine) passLabels(w *waiter) error {
 	p, call := w.p, w.call
 	run := uint32(e.runs.Load())
-	if !w.labeled {
-		w.label, w.labeled = p2pLabel{rank: e.Rank, run: run}, true
-	}
 	type labelTo struct {
 		l    *Link
 		word uint64
-		seq  uint16
+		seq  uint8
 	}
 	var (
-		sends   []labelTo
-		blocked bool
-		cycle   = -1 // the peer whose label closed a cycle
-		hops    uint16
+		sends []labelTo
+		cycle = -1 // the peer whose label closed a cycle
+		hops  uint8
 	)
 	if e.labelSeq == nil {
-		e.labelSeq, e.labelAck = map[int]uint16{}, map[int]uint16{}
+		e.labelSeq, e.labelAck = map[int]uint8{}, map[int]uint8{}
 	}
+	// The peers this Run waits for; where its waits for one ended while it
+	// waits for others, a fresh label (above).
+	var on []int
+	for i := range p.peers {
+		if recv, send := e.blockedOn(p, call, i); recv || send {
+			on = append(on, p.peers[i].peer)
+		}
+	}
+	blocked := len(on) > 0
+	switch {
+	case !w.labeled:
+		w.label, w.labeled = p2pLabel{rank: e.Rank, run: run, count: 1}, true
+	case blocked && slices.ContainsFunc(w.waitsOn, func(q int) bool { return !slices.Contains(on, q) }):
+		w.label = p2pLabel{rank: e.Rank, run: run, count: w.label.count + 1}
+	}
+	w.waitsOn = append(w.waitsOn[:0], on...)
 	e.labelsDue.Store(false) // before the look: what comes during it is due again
 	e.waitsMu.Lock()
 	for i := range p.peers {
 		peer := p.peers[i].peer
 		recv, send := e.blockedOn(p, call, i)
-		blocked = blocked || recv || send
 		m, ok := e.p2pLabels[peer]
 		if !ok {
 			continue
@@ -571,10 +590,12 @@ func (e *Engine) passLabels(w *waiter) error {
 		}
 		switch {
 		case m.rank == e.Rank && m.run == run:
+			// Its own, of this Run (a fresh one or an older: either
+			// went round).
 			if m.hops >= 3 {
 				cycle, hops = peer, m.hops
 			}
-		case m.rank > w.label.rank:
+		case m.above(w.label):
 			w.label = m.p2pLabel
 		}
 	}
@@ -614,11 +635,15 @@ func (e *Engine) passLabels(w *waiter) error {
 	}
 	e.waitsMu.Unlock()
 	if cycle >= 0 {
-		e.Abort(e.Rank, fmt.Errorf("%w: %d ranks wait for each other in a cycle of point-to-point calls, each for the next's message or clear-to-send, with nothing on its way to any; rank %d, the highest in it, waits for rank %d", ErrMismatch, hops, e.Rank, cycle))
+		n := fmt.Sprint(hops)
+		if hops == 255 {
+			n = "255 or more"
+		}
+		e.Abort(e.Rank, fmt.Errorf("%w: %s ranks wait for each other in a cycle of point-to-point calls, each for the next's message or clear-to-send, with nothing on its way to any; rank %d, in it, waits for rank %d", ErrMismatch, n, e.Rank, cycle))
 		return e.Err()
 	}
 	for _, s := range sends {
-		s.l.sendCtrl3(ctrlP2PLabel, uint32(int32(w.label.rank)), s.word, uint64(w.label.run)|uint64(min(w.label.hops, 1<<16-2)+1)<<32|uint64(s.seq)<<48) // best effort
+		s.l.sendCtrl3(ctrlP2PLabel, uint32(int32(w.label.rank)), s.word, uint64(w.label.run)|uint64(min(w.label.hops, 254)+1)<<32|uint64(s.seq)<<40|uint64(w.label.count)<<48) // best effort
 	}
 	return nil
 }

@@ -183,6 +183,7 @@ type waiter struct {
 	label     p2pLabel
 	labeled   bool
 	labelSent []labelSent
+	waitsOn   []int // the peers it waited for at its last passLabels
 }
 
 // strayAfter is how long a Run waits without progress before it looks for
