@@ -83,6 +83,14 @@ func reviewEnv(t *testing.T) {
 	}
 }
 
+// envStr is the environment variable name, or def where it is empty.
+func envStr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
@@ -94,10 +102,7 @@ func envInt(name string, def int) int {
 // i+1 to i: every rank sees ever higher labels), n from 3 up.
 func TestReviewRingSizes(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	for n := envInt("CYCLE_NMIN", 3); n <= envInt("CYCLE_NMAX", 10); n++ {
 		for _, dir := range []string{"next", "prev"} {
 			if d := os.Getenv("CYCLE_DIR"); d != "" && d != dir {
@@ -171,10 +176,7 @@ func flipCycle(ctx context.Context, c *Comm, lateMs, dMs int, credits int) error
 
 func TestReviewFlip(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	late, d, credits := envInt("CYCLE_LATE_MS", 150), envInt("CYCLE_D_MS", -1), envInt("CYCLE_CREDITS", 0)
 	n := 3
 	if d >= 0 {
@@ -449,10 +451,7 @@ func (x *reviewRand) next() uint64 {
 // ranks, with CYCLE_BUSY spinning goroutines, and counts failures.
 func TestReviewVolume(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	n, rounds, maxDelay := envInt("CYCLE_N", 4), envInt("CYCLE_ROUNDS", 100), envInt("CYCLE_MAXDELAY", 40)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -584,10 +583,7 @@ func reviewCycle(ctx context.Context, c *Comm, mode string) error {
 func TestReviewProcs(t *testing.T) {
 	reviewEnv(t)
 	n := envInt("CYCLE_N", 4)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "tcp"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "tcp")
 	mode := os.Getenv("CYCLE_MODE")
 	if mode == "" {
 		mode = "volume"
@@ -685,10 +681,7 @@ func TestReviewProcs(t *testing.T) {
 // checkBlockedPeers) and a cycle 0 -> 2 -> 1 -> 0 (named 2).
 func TestReviewNaming(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	small := func() []int32 { return make([]int32, 4) }
 	for _, tc := range []struct {
 		name string
@@ -748,10 +741,7 @@ func TestReviewNaming(t *testing.T) {
 // the README claims no verdict for it (sends of 64 KiB or more).
 func TestReviewCreditCycle(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	ctx := testCtx(t)
 	cs := newLocal(t, 3, WithStaging(2, 4096), WithTimeout(4*time.Second), WithTransport(tr))
 	start := time.Now()
@@ -827,10 +817,7 @@ func TestCycleReviewResolvedChain(t *testing.T) {
 // TestReviewResolvedChain: resolvedChain, rank 3 late by CYCLE_LATE_MS.
 func TestReviewResolvedChain(t *testing.T) {
 	reviewEnv(t)
-	tr := os.Getenv("CYCLE_TRANSPORT")
-	if tr == "" {
-		tr = "mem"
-	}
+	tr := envStr("CYCLE_TRANSPORT", "mem")
 	late := envInt("CYCLE_LATE_MS", 1500)
 	ctx := testCtx(t)
 	cs := newLocal(t, 5, WithTimeout(6*time.Second), WithTransport(tr))
