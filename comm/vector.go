@@ -277,10 +277,11 @@ func countsSig(counts []int) int {
 }
 
 // countsSig's fields: a hash of 29 bits, a total of 33 (a larger total
-// counts as sigTotalMax), so that the signature is a non-negative int.
+// counts as sigTotalMax), so that the signature is a non-negative int;
+// where an int has 32 bits, a hash of 13 and a total of 17.
 const (
-	sigHashBits = 29
-	sigTotalMax = 1<<33 - 1
+	sigHashBits = strconv.IntSize/2 - 3
+	sigTotalMax = 1<<(strconv.IntSize-2-sigHashBits) - 1
 )
 
 // sigMismatch is the engine's account of two signatures whose count

@@ -18,10 +18,11 @@ func TestIntAndUint(t *testing.T) {
 	ctx := testCtx(t)
 	const n = 3
 	cs := newLocal(t, n)
-	big := 1 << 20
+	shift := 20
 	if strconv.IntSize == 64 {
-		big = 1 << 40
+		shift = 40
 	}
+	big := 1 << shift
 	ints := func(r int) []int { return []int{big + r, -big * (r + 1), r - 1, big | 1<<r} }
 	uints := func(r int) []uint { return []uint{math.MaxUint - uint(r), uint(big) << r, uint(r), 1 << r} }
 	reduce := func(f func(a, b int) int) []int {

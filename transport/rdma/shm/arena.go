@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -17,8 +18,10 @@ import (
 // arenaSize is the virtual size of a device's memfd arena. The file is
 // sparse: pages exist only while an Alloc'd region covers them (a freed
 // range is punched out), so the size only bounds how much may be Alloc'd
-// at once. Each peer maps the whole arena once, MAP_NORESERVE.
-const arenaSize = 64 << 30
+// at once. A peer maps the whole arena once per connection (handshake.go),
+// MAP_NORESERVE: 64 GiB on a 64-bit platform, 128 MiB on a 32-bit one,
+// whose 3 GiB of address space must hold a mapping for every connection.
+const arenaSize = 1 << (27 + 9*(strconv.IntSize/64))
 
 // newMemfd creates a close-on-exec memfd of size bytes, readable and
 // writable by its owner only (memfds start at mode 0777).

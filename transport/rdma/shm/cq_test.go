@@ -152,7 +152,7 @@ func TestSharedCQOrder(t *testing.T) {
 	dst, _ := da.Alloc(conns*msgs*8, rdma.AccessLocalWrite)
 	for i := range conns {
 		for m := range msgs {
-			as[i].PostRecv(uint64(i<<32|m), dst.Bytes()[(i*msgs+m)*8:][:8], dst)
+			as[i].PostRecv(uint64(i)<<32|uint64(m), dst.Bytes()[(i*msgs+m)*8:][:8], dst)
 		}
 	}
 	var wg sync.WaitGroup

@@ -458,7 +458,9 @@ func (c *conn) cmaCopy(w *wr, sgl []rdma.SGE) rdma.Status {
 	iov := c.exe.iov[:0]
 	for _, s := range sgl {
 		if len(s.Buf) > 0 {
-			iov = append(iov, unix.Iovec{Base: unsafe.SliceData(s.Buf), Len: uint64(len(s.Buf))})
+			v := unix.Iovec{Base: unsafe.SliceData(s.Buf)}
+			v.SetLen(len(s.Buf)) // Len is 32 bits on 32-bit platforms
+			iov = append(iov, v)
 		}
 	}
 	remote := [1]unix.RemoteIovec{{Base: uintptr(w.raddr), Len: w.total}}
