@@ -388,6 +388,14 @@ func (e *Engine) sendCredits(l *Link) error {
 	}
 	l.creditsSent = l.consumed
 	if err := l.sendCtrl(ctrlCredit, 0, l.consumed); err != nil && !l.closed.Load() {
+		// A peer that has closed wants no credits: it took the last of
+		// this rank's messages it needed and said bye, and that notice may
+		// be among the completions not yet handled (drain). Only a peer
+		// that has not said so has failed.
+		e.drain()
+		if l.closed.Load() {
+			return nil
+		}
 		e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
 		return err
 	}
