@@ -612,7 +612,7 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 		// slower at 4 ranks (measured). Where that leaves a link too
 		// small a window to go zero-copy, localFloor.
 		per = max(256<<10, (256<<20)/(size*size)) / (size - 1)
-		if size*collectives.MaxInitPeers(size)*localFloor <= localBudget {
+		if int64(size)*int64(collectives.MaxInitPeers(size))*localFloor <= localBudget { // int64: no overflow on 32-bit
 			per = max(per, localFloor)
 		}
 	}
@@ -620,7 +620,7 @@ func stagingFor(cfg *config, size int) engine.LinkParams {
 		p.SlotBytes /= 2
 	}
 	minSlots := 2
-	if cfg.local && size*collectives.MaxInitPeers(size)*localMinSlots*p.SlotBytes <= localSlotBudget {
+	if cfg.local && int64(size)*int64(collectives.MaxInitPeers(size))*localMinSlots*int64(p.SlotBytes) <= localSlotBudget {
 		minSlots = min(p.Slots, localMinSlots)
 	}
 	for p.Slots*p.SlotBytes > per && p.Slots > minSlots {

@@ -11,7 +11,7 @@ import (
 // ValueIndex is an element of MinLoc and MaxLoc reductions (MPI's
 // MPI_DOUBLE_INT and friends): a value and the index it came from, often a
 // rank or a position. Its layout is the C struct { T value; int64_t index; }
-// (16 bytes for every T), so it crosses the C ABI as is.
+// (16 bytes for every T on 64-bit platforms), so it crosses the C ABI as is.
 type ValueIndex[T Number] = kernels.Pair[T]
 
 // AllReduceLoc reduces value-index pairs with MinLoc or MaxLoc across all

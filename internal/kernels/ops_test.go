@@ -67,7 +67,7 @@ func TestPairs(t *testing.T) {
 	if h[0].Index != 0 {
 		t.Errorf("float16 maxloc compared bits, not values: %v", h[0])
 	}
-	if PairOf(Float32).Size() != 16 || PairOf(Float32).Elem() != Float32 || PairOf(BF16).String() != "(bfloat16,index)" || Int8.IsPair() {
+	if PairOf(Float32).Size() != int(unsafe.Sizeof(Pair[float32]{})) || PairOf(Float64).Size() != 16 || PairOf(Float32).Elem() != Float32 || PairOf(BF16).String() != "(bfloat16,index)" || Int8.IsPair() {
 		t.Error("pair dtype metadata")
 	}
 }

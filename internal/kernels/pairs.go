@@ -7,10 +7,12 @@ import "unsafe"
 // A pair of element type T is laid out as the Go struct
 // struct{ Value T; Index int64 } (and the C struct { T value; int64_t
 // index; }): the value at offset 0, the index at offset 8, 16 bytes in
-// all. Its DType is PairOf(DTypeOf[T]()). MinLoc keeps the pair with the
-// smaller value, and of equal values the smaller index; MaxLoc the larger
-// value, and of equal values the smaller index. A NaN value compares as
-// neither smaller nor larger, so the pair already in dst (a) is kept.
+// all on 64-bit platforms (on 32-bit ones, where int64_t aligns to 4, a
+// value of 4 bytes or fewer puts the index at offset 4: 12 bytes). Its
+// DType is PairOf(DTypeOf[T]()). MinLoc keeps the pair with the smaller
+// value, and of equal values the smaller index; MaxLoc the larger value,
+// and of equal values the smaller index. A NaN value compares as neither
+// smaller nor larger, so the pair already in dst (a) is kept.
 
 // Pair is the memory layout of a value-index pair.
 type Pair[T Number] struct {
@@ -25,7 +27,7 @@ const pairBase DType = 16
 func PairOf(d DType) DType { return pairBase + d }
 
 // IsPair reports whether d is a pair type.
-func (d DType) IsPair() bool { return d >= pairBase && d.Size() == 16 }
+func (d DType) IsPair() bool { return d >= pairBase && int(d) < len(dtypeSizes) }
 
 // Elem returns the value type of a pair type (d itself otherwise).
 func (d DType) Elem() DType {

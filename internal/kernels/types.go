@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Float16 is an IEEE 754 half-precision number (fp16), stored as its bits.
@@ -83,8 +84,17 @@ var dtypeNames = [...]string{"int8", "int16", "int32", "int64", "uint8", "uint16
 	12: "", "", "", "",
 	pairBase: "(int8,index)", "(int16,index)", "(int32,index)", "(int64,index)", "(uint8,index)", "(uint16,index)",
 	"(uint32,index)", "(uint64,index)", "(float32,index)", "(float64,index)", "(float16,index)", "(bfloat16,index)"}
+
+// dtypeSizes are the element sizes; a pair's is its Go struct's, which is
+// its C struct's (pairs.go): 16 bytes on 64-bit platforms, 12 on 32-bit
+// ones for values of 4 bytes or fewer (int64_t aligns to 4 there).
 var dtypeSizes = [...]int{1, 2, 4, 8, 1, 2, 4, 8, 4, 8, 2, 2,
-	pairBase: 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16}
+	pairBase: int(unsafe.Sizeof(Pair[int8]{})), int(unsafe.Sizeof(Pair[int16]{})),
+	int(unsafe.Sizeof(Pair[int32]{})), int(unsafe.Sizeof(Pair[int64]{})),
+	int(unsafe.Sizeof(Pair[uint8]{})), int(unsafe.Sizeof(Pair[uint16]{})),
+	int(unsafe.Sizeof(Pair[uint32]{})), int(unsafe.Sizeof(Pair[uint64]{})),
+	int(unsafe.Sizeof(Pair[float32]{})), int(unsafe.Sizeof(Pair[float64]{})),
+	int(unsafe.Sizeof(Pair[Float16]{})), int(unsafe.Sizeof(Pair[BFloat16]{}))}
 
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) && dtypeNames[d] != "" {
