@@ -94,16 +94,35 @@ func (d *device) CreateCQ(depth int) (rdma.CQ, error) {
 		depth = cqDepthFactor * (d.cfg.SendQueueDepth + d.cfg.RecvQueueDepth)
 	}
 	depth = min(depth, d.maxCQE)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	// ibv_create_cq runs outside d.mu, counted in d.pending as a
+	// registration is (register).
+	if !d.begin() {
 		return nil, opErr("create_cq", rdma.ErrClosed)
+	}
+	defer d.pending.Done()
+	if testHookCreateCQ != nil {
+		testHookCreateCQ(depth)
 	}
 	q, err := d.newCQ(depth, true)
 	if err != nil {
 		return nil, opErr("create_cq", err)
 	}
+	if testHookCQCreated != nil {
+		testHookCQCreated(depth)
+	}
+	d.mu.Lock()
+	if d.closed {
+		// Close began during ibv_create_cq and did not see this CQ; it
+		// waits (pending) for it to be destroyed here.
+		d.mu.Unlock()
+		q.mu.Lock()
+		q.closed = true
+		q.destroyLocked()
+		q.mu.Unlock()
+		return nil, opErr("create_cq", rdma.ErrClosed)
+	}
 	d.cqs[q] = struct{}{}
+	d.mu.Unlock()
 	return q, nil
 }
 

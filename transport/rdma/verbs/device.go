@@ -62,22 +62,41 @@ type device struct {
 	counts counts // refusals (counters.go)
 
 	// mu guards the fields below. It is never held across ibv_reg_mr
-	// (pinning a large buffer takes long): a registration in progress is
-	// counted in regs instead, which Close waits for before it
-	// deregisters the MRs and frees the protection domain.
-	mu     sync.Mutex
-	closed bool
-	regs   sync.WaitGroup // registrations in progress (Add under mu while !closed)
-	conns  map[*conn]struct{}
-	lns    map[*listener]struct{}
-	cqs    map[*cq]struct{} // shared CQs
-	mrs    map[*rdma.MR]struct{}
+	// (pinning a large buffer takes long) or ibv_create_cq (a kernel
+	// call that allocates and maps the queue): a registration or CQ
+	// creation in progress is counted in pending instead, which Close
+	// waits for before it deregisters the MRs and frees the protection
+	// domain.
+	mu      sync.Mutex
+	closed  bool
+	pending sync.WaitGroup // registrations and CQ creations in progress (Add under mu while !closed)
+	conns   map[*conn]struct{}
+	lns     map[*listener]struct{}
+	cqs     map[*cq]struct{} // shared CQs
+	mrs     map[*rdma.MR]struct{}
 }
 
 // Test hooks, nil outside tests: register calls testHookRegister just
 // before ibv_reg_mr and testHookRegistered after it succeeds, before the
-// MR is published; neither holds d.mu.
-var testHookRegister, testHookRegistered func(buf []byte)
+// MR is published; CreateCQ calls testHookCreateCQ just before
+// ibv_create_cq and testHookCQCreated after it, before the CQ is
+// published. None holds d.mu.
+var (
+	testHookRegister, testHookRegistered func(buf []byte)
+	testHookCreateCQ, testHookCQCreated  func(depth int)
+)
+
+// begin counts a registration or CQ creation in progress, unless the
+// device is closed; the caller calls d.pending.Done when it ends.
+func (d *device) begin() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.pending.Add(1)
+	return true
+}
 
 func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
 
@@ -285,14 +304,10 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 	if len(buf) == 0 {
 		return nil, opErr(op, rdma.ErrInvalid)
 	}
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if !d.begin() {
 		return nil, opErr(op, rdma.ErrClosed)
 	}
-	d.regs.Add(1)
-	d.mu.Unlock()
-	defer d.regs.Done()
+	defer d.pending.Done()
 	pin := new(runtime.Pinner)
 	pin.Pin(&buf[0]) // a no-op for mmap'd memory
 	if testHookRegister != nil {
@@ -312,7 +327,7 @@ func (d *device) register(op string, buf []byte, access rdma.Access, free func()
 	}
 	d.mu.Lock()
 	if d.closed {
-		// Close began during ibv_reg_mr; it waits (regs) for this
+		// Close began during ibv_reg_mr; it waits (pending) for this
 		// registration to end before it frees the protection domain.
 		d.mu.Unlock()
 		C.ibv_dereg_mr(mr)
@@ -382,8 +397,8 @@ func (d *device) forgetCQ(q *cq) {
 }
 
 // Close closes every listener, connection and shared CQ, waits for the
-// registrations in progress (they fail with ErrClosed), deregisters every
-// MR and frees the protection domain.
+// registrations and CQ creations in progress (they fail with ErrClosed),
+// deregisters every MR and frees the protection domain.
 func (d *device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -418,7 +433,7 @@ func (d *device) Close() error {
 	for _, q := range cqs {
 		_ = q.Close()
 	}
-	d.regs.Wait() // no registration starts once closed is set
+	d.pending.Wait() // no registration or CQ creation starts once closed is set
 	d.mu.Lock()
 	var mrs []*rdma.MR
 	for m := range d.mrs {

@@ -128,8 +128,10 @@
 // GetSendComp and GetRecvComp on a private CQ may each be called by one
 // goroutine at a time. The Device's mutex guards its sets of connections,
 // listeners, shared CQs and MRs; registration (ibv_reg_mr, which pins the
-// pages: long for a large buffer) runs outside it, counted, and Close
-// waits for those in progress before it frees the protection domain. A
+// pages: long for a large buffer) and CreateCQ's ibv_create_cq run
+// outside it, counted, and Close waits for those in progress before it
+// frees the protection domain (a CQ made while Close ran is destroyed by
+// its CreateCQ, which fails with ErrClosed). A
 // Conn owns its cm_id, QP, event channel and private CQs; the Device owns
 // the protection domain, the shared CQs (Close closes them after the
 // connections) and every MR registered through it or its Conns.
