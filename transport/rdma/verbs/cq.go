@@ -54,13 +54,23 @@ type cq struct {
 
 	// mu guards the fields below and the state of every bound queue
 	// (posts on a bound queue hold it).
-	mu        sync.Mutex
-	hw        *C.struct_ibv_cq // nil once destroyed
-	queues    []*queue         // by binding index; nil: free
-	nbound    int
-	inflight  int // requests outstanding on bound queues, and their late ones: CQEs to come, at most
+	mu       sync.Mutex
+	hw       *C.struct_ibv_cq // nil once destroyed
+	queues   []*queue         // by binding index; nil: free
+	nbound   int
+	inflight int // requests outstanding on bound queues, and their late ones: CQEs to come, at most
+	// ready is a ring (readyN from readyHead) of completions polled
+	// from the device or made by the provider (flushes) and not yet
+	// handed out. Each holds room in the CQ as a CQE in the device does:
+	// post refuses when inflight+readyLen reaches depth, so the ring,
+	// made with depth slots, never fills. (A flush of a request the
+	// device held puts its WC here while its CQE stays counted in
+	// inflight as late: such WCs are at most the late count, and the
+	// other WCs here plus inflight stay within depth.) push grows the
+	// ring rather than drop a completion, should that ever be wrong.
 	ready     []rdma.WC
 	readyHead int
+	readyN    int
 	closed    bool
 }
 
@@ -80,6 +90,7 @@ func (d *device) newCQ(depth int, shared bool) (*cq, error) {
 		q.depth = n
 	}
 	q.wcs = (*C.struct_gorun_wc)(C.calloc(C.GORUN_POLL_BATCH, C.size_t(unsafe.Sizeof(C.struct_gorun_wc{}))))
+	q.ready = make([]rdma.WC, q.depth)
 	go q.waker()
 	return q, nil
 }
@@ -241,20 +252,32 @@ func (q *cq) destroyLocked() {
 // push queues a completion made by the provider (a flush) behind those
 // already polled, and sends the token an arm asked for.
 func (q *cq) push(wc rdma.WC) {
-	q.ready = append(q.ready, wc)
+	if q.readyN == len(q.ready) { // not while post keeps the room (see ready)
+		grown := make([]rdma.WC, max(2*len(q.ready), 1))
+		n := copy(grown, q.ready[q.readyHead:])
+		copy(grown[n:], q.ready[:q.readyHead])
+		q.ready, q.readyHead = grown, 0
+	}
+	q.ready[(q.readyHead+q.readyN)%len(q.ready)] = wc
+	q.readyN++
 	if q.armed.CompareAndSwap(true, false) {
 		q.token()
 	}
 }
 
-func (q *cq) readyLen() int { return len(q.ready) - q.readyHead }
+func (q *cq) readyLen() int { return q.readyN }
 
-// popInto moves ready completions into dst.
+// popInto moves ready completions into dst, oldest first.
 func (q *cq) popInto(dst []rdma.WC) int {
-	n := copy(dst, q.ready[q.readyHead:])
-	q.readyHead += n
-	if q.readyHead == len(q.ready) {
-		q.ready, q.readyHead = q.ready[:0], 0
+	n := 0
+	for n < len(dst) && q.readyN > 0 {
+		k := copy(dst[n:], q.ready[q.readyHead:min(len(q.ready), q.readyHead+q.readyN)])
+		n += k
+		q.readyN -= k
+		q.readyHead = (q.readyHead + k) % len(q.ready)
+	}
+	if q.readyN == 0 {
+		q.readyHead = 0
 	}
 	return n
 }

@@ -502,6 +502,11 @@ func TestSharedCQCloseWhileFull(t *testing.T) {
 	}
 	for r := 0; r < rounds; r++ {
 		a, _ := pairQP(t, d, d, both(shared), rdma.QPInit{})
+		// b's completions, polled or not, hold the room a needs.
+		for done < posted && ctx.Err() == nil {
+			poll()
+			runtime.Gosched()
+		}
 		for i := 0; i < k; i++ { // wait for receives that never come
 			id := uint64(r*k + i)
 			if err := a.PostSend(id, []byte("a"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
@@ -548,4 +553,83 @@ func TestSharedCQCloseWhileFull(t *testing.T) {
 		t.Errorf("the CQ counts %d CQEs to come with nothing outstanding", n)
 	}
 	t.Logf("b: %d writes through a CQ of %d while %d connections closed", posted, depth, rounds)
+}
+
+// TestSharedCQReadyBounded: completions polled from the device but not
+// yet handed out hold room in the CQ as CQEs do. With the CQ's depth of
+// them waiting, a post fails with ErrQueueFull; it was accepted, and the
+// list of waiting completions grew without bound while the caller did not
+// poll. A caller that keeps some waiting while it polls one at a time
+// never makes the list longer than the depth (it grew by one a round).
+func TestSharedCQReadyBounded(t *testing.T) {
+	const depth, k = 31, 8
+	d := openDev(t, rdma.Config{SendQueueDepth: 64})
+	shared := newCQ(t, d, depth)
+	sq := shared.(*cq)
+	cli, _ := pairQP(t, d, d, both(shared), rdma.QPInit{})
+	src, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	dst, _ := d.Alloc(64, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	ctx := ctxT(t)
+	write := func(id int) error {
+		return cli.PostWrite(uint64(id), src.Bytes()[:8], src, rdma.FlagSignaled, dst.Addr(), dst.RKey())
+	}
+	// waitReady polls the device into the CQ's list, as a post that
+	// finds no room does, until n completions wait there.
+	waitReady := func(n int) {
+		t.Helper()
+		for {
+			sq.mu.Lock()
+			sq.pollLocked()
+			got := sq.readyLen()
+			sq.mu.Unlock()
+			if got >= n {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%d of %d completions came", got, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	for i := 0; i < sq.depth; i++ {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(sq.depth)
+	if err := write(sq.depth); !errors.Is(err, rdma.ErrQueueFull) {
+		t.Fatalf("a post with %d completions waiting in a CQ of %d: %v, want ErrQueueFull", sq.depth, sq.depth, err)
+	}
+	polled := 0
+	for _, wc := range pollN(t, ctx, shared, sq.depth) {
+		if wc.WRID != uint64(polled) || wc.Status != rdma.StatusSuccess {
+			t.Fatalf("completion %+v, want wrid %d success", wc, polled)
+		}
+		polled++
+	}
+	next := polled
+	for ; next < polled+k; next++ {
+		if err := write(next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReady(k)
+	for r := 0; r < 4*sq.depth; r++ {
+		if err := write(next); err != nil {
+			t.Fatal(err)
+		}
+		next++
+		waitReady(k + 1)
+		var one [1]rdma.WC
+		if n := shared.Poll(one[:]); n != 1 || one[0].WRID != uint64(polled) {
+			t.Fatalf("round %d: %d completions %+v, want wrid %d", r, n, one[:n], polled)
+		}
+		polled++
+		sq.mu.Lock()
+		n := len(sq.ready)
+		sq.mu.Unlock()
+		if n > sq.depth {
+			t.Fatalf("round %d: with %d completions waiting the CQ keeps a list of %d, for a depth of %d", r, k, n, sq.depth)
+		}
+	}
 }

@@ -61,8 +61,11 @@
 //
 // A shared CQ holds depth CQEs (default: the queues of four connections,
 // at most the device's max_cqe); a post fails with ErrQueueFull rather
-// than let the CQEs that may still come exceed that, so the ibv_cq cannot
-// overrun: one for each request outstanding on its queues, and one for
+// than let the completions polled but not yet handed out, plus the CQEs
+// that may still come, exceed that, so neither the provider's list of
+// polled completions grows without bound nor the ibv_cq overruns (a
+// private CQ likewise, with the depth of its queue). The CQEs that may
+// still come are one for each request outstanding on its queues, and one for
 // each request the provider flushed while the device held it (the device
 // may complete it yet), until the device does or the QP is destroyed and
 // the CQ drained of it. Closing a connection flushes its outstanding

@@ -92,10 +92,12 @@ func (c *conn) post(op int, wrid uint64, sgl []rdma.SGE, flags rdma.Flags, raddr
 	if q.closed {
 		return c.opErr(postNames[op], rdma.ErrClosed)
 	}
+	// Completions polled but not yet handed out hold room in the CQ as
+	// CQEs the device holds do: so cq.ready is bounded (see there).
 	cq := q.cq
-	if q.outstanding() >= len(q.slots) || cq.inflight >= cq.depth {
+	if q.outstanding() >= len(q.slots) || cq.inflight+cq.readyLen() >= cq.depth {
 		cq.pollLocked() // reap completions (internal ones too) to make room
-		if q.outstanding() >= len(q.slots) || cq.inflight >= cq.depth {
+		if q.outstanding() >= len(q.slots) || cq.inflight+cq.readyLen() >= cq.depth {
 			return c.opErr(postNames[op], rdma.ErrQueueFull)
 		}
 	}
