@@ -42,10 +42,14 @@ type conn struct {
 	maxRdSGE  int // entries of a read's local list (max_sge_rd)
 
 	local, remote string
+	port          int    // the device port of the QP
+	asyncTok      uint64 // qp_context: names the QP in asynchronous events (async.go)
 
-	cmMu         sync.Mutex // rdma_disconnect from Close and the event loop
+	cmMu         sync.Mutex // rdma_disconnect from Close, the event loop and asyncFail
+	live         bool       // under cmMu: between start and Close, the id may be disconnected
 	peerGone     atomic.Bool
-	disconnected chan struct{} // closed on RDMA_CM_EVENT_DISCONNECTED
+	hwErr        atomic.Pointer[error] // an asynchronous event failed the QP (async.go)
+	disconnected chan struct{}         // closed on RDMA_CM_EVENT_DISCONNECTED
 	discOnce     sync.Once
 	loopDone     chan struct{}
 	closeOnce    sync.Once
@@ -72,11 +76,13 @@ func (d *device) newConn(id *C.struct_rdma_cm_id, ch *cmChannel, init rdma.QPIni
 		return nil, err
 	}
 	var qp C.struct_gorun_qp
+	c.asyncTok = addAsyncTarget(c)
 	if r, err := C.gorun_create_qp(id, d.pd, c.send.cq.hw, c.recv.cq.hw, C.int(sdepth), C.int(rdepth),
-		C.int(d.maxSGE), maxInlineWanted, &qp); r != 0 {
+		C.int(d.maxSGE), maxInlineWanted, C.uint64_t(c.asyncTok), &qp); r != 0 {
 		c.destroy()
 		return nil, errnoErr(err)
 	}
+	c.port = int(C.gorun_id_port(id))
 	for _, q := range []*queue{c.send, c.recv} {
 		q.mu.Lock()
 		q.qpNum = uint32(qp.qp_num)
@@ -114,6 +120,9 @@ func (d *device) bindQueue(c *conn, recv bool, shared rdma.CQ, depth int) (*queu
 // in their CQs until the QP is destroyed and its completions drained
 // (queue.late).
 func (c *conn) destroy() {
+	if c.asyncTok != 0 {
+		dropAsyncTarget(c.asyncTok)
+	}
 	for _, q := range []*queue{c.send, c.recv} {
 		if q != nil {
 			q.close()
@@ -148,6 +157,9 @@ func (c *conn) kick() {
 // to the error state (rdma_disconnect, which also answers the DREQ), so
 // outstanding requests flush and waiters learn that nothing more can come.
 func (c *conn) start() {
+	c.cmMu.Lock()
+	c.live = true
+	c.cmMu.Unlock()
 	go func() {
 		defer close(c.loopDone)
 		for {
@@ -162,14 +174,32 @@ func (c *conn) start() {
 			case C.RDMA_CM_EVENT_DISCONNECTED, C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 				c.peerGone.Store(true)
 				c.fail(errPeerClosed)
-				c.cmMu.Lock()
-				C.rdma_disconnect(c.id)
-				c.cmMu.Unlock()
+				c.disconnect()
 				c.discOnce.Do(func() { close(c.disconnected) })
 				c.kick()
 			}
 		}
 	}()
+}
+
+// disconnect moves the QP to the error state and tells the peer
+// (rdma_disconnect), unless the connection is not started or is closing.
+func (c *conn) disconnect() {
+	c.cmMu.Lock()
+	if c.live {
+		C.rdma_disconnect(c.id)
+	}
+	c.cmMu.Unlock()
+}
+
+// goneErr is why nothing more can complete on a connection whose QP is
+// in the error state with nothing outstanding: an asynchronous event, or
+// the peer's disconnect.
+func (c *conn) goneErr() error {
+	if e := c.hwErr.Load(); e != nil {
+		return *e
+	}
+	return errPeerClosed
 }
 
 func (c *conn) opErr(op string, err error) error {
@@ -235,6 +265,7 @@ func (c *conn) Close() error {
 		c.fail(rdma.ErrClosed)
 		c.cmMu.Lock()
 		C.rdma_disconnect(c.id) // asynchronous: this id has an event channel
+		c.live = false
 		c.cmMu.Unlock()
 		select {
 		case <-c.disconnected:

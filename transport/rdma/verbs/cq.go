@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -47,8 +48,10 @@ type cq struct {
 	// and sends a token on notify for each event; events come only after
 	// an arm (ibv_req_notify_cq), so it runs only on the sleep path.
 	notify    chan struct{}
-	done      chan struct{} // closed by Close (shared CQs)
+	done      chan struct{} // closed by Close or a CQ error (shared CQs): waiters return
+	doneOnce  sync.Once
 	wakerDone chan struct{}
+	asyncTok  uint64                // cq_context: names the CQ in asynchronous events (async.go)
 	armed     atomic.Bool           // a token is owed for the next completion
 	broken    atomic.Pointer[error] // the completion channel failed
 
@@ -72,16 +75,20 @@ type cq struct {
 	readyHead int
 	readyN    int
 	closed    bool
+	failErr   error // IBV_EVENT_CQ_ERR or a fatal device error (async.go)
 }
 
 func (d *device) newCQ(depth int, shared bool) (*cq, error) {
 	q := &cq{d: d, shared: shared, depth: depth, notify: make(chan struct{}, 1),
 		done: make(chan struct{}), wakerDone: make(chan struct{})}
-	if r, err := C.gorun_create_cq(d.ctx, C.int(depth), &q.hw, &q.ch); r != 0 {
+	q.asyncTok = addAsyncTarget(q)
+	if r, err := C.gorun_create_cq(d.ctx, C.int(depth), C.uint64_t(q.asyncTok), &q.hw, &q.ch); r != 0 {
+		dropAsyncTarget(q.asyncTok)
 		return nil, errnoErr(err)
 	}
 	w, err := newFDWaiter(int(q.ch.fd), "ibv_comp_channel")
 	if err != nil {
+		dropAsyncTarget(q.asyncTok)
 		C.gorun_destroy_cq(q.hw, q.ch)
 		return nil, err
 	}
@@ -242,6 +249,7 @@ func (q *cq) destroyLocked() {
 	if q.hw == nil {
 		return
 	}
+	dropAsyncTarget(q.asyncTok)
 	q.w.close() // returns once the waker is out of C
 	<-q.wakerDone
 	C.gorun_destroy_cq(q.hw, q.ch)
@@ -356,7 +364,7 @@ func (q *cq) Arm() {
 }
 
 func (q *cq) armLocked() {
-	if q.closed || q.hw == nil || q.broken.Load() != nil || q.readyLen() > 0 {
+	if q.closed || q.hw == nil || q.broken.Load() != nil || q.failErr != nil || q.readyLen() > 0 {
 		q.token()
 		return
 	}
@@ -381,15 +389,41 @@ func (q *cq) Close() error {
 		q.destroyLocked()
 	}
 	q.mu.Unlock()
-	close(q.done)
+	q.stop()
 	q.token()
 	q.d.forgetCQ(q)
 	return nil
 }
 
-// wait is rdma.WaitComp on a shared CQ, for GetSendComp and GetRecvComp.
+// stop ends the waits on the CQ (Close, or a CQ error).
+func (q *cq) stop() { q.doneOnce.Do(func() { close(q.done) }) }
+
+// Err reports why the CQ failed (an IBV_EVENT_CQ_ERR or a fatal device
+// error), or nil. Once it is set, Arm sends its token at once, and the
+// CQ gives no completions but those already in it: the flushes of its
+// connections' requests, and their later posts, flushed too.
+func (q *cq) Err() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.failErr == nil {
+		return nil
+	}
+	return opErr("cq", q.failErr)
+}
+
+// wait is rdma.WaitComp on a shared CQ, for GetSendComp and GetRecvComp:
+// after a CQ error, the flushed completions, then the error.
 func (q *cq) wait(ctx context.Context) (rdma.WC, error) {
-	return rdma.WaitComp(ctx, q, q.done)
+	wc, err := rdma.WaitComp(ctx, q, q.done)
+	if errors.Is(err, rdma.ErrCQClosed) {
+		q.mu.Lock()
+		ferr, closed := q.failErr, q.closed
+		q.mu.Unlock()
+		if ferr != nil && !closed {
+			return wc, ferr
+		}
+	}
+	return wc, err
 }
 
 var _ rdma.CQ = (*cq)(nil)

@@ -188,6 +188,10 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 	if d.node = cfg.NUMANode; d.node < 0 {
 		d.node = numaNode("/", d.name)
 	}
+	if err := d.watchAsync(); err != nil {
+		C.ibv_dealloc_pd(pd)
+		return nil, opErr("open", err)
+	}
 	return d, nil
 }
 
@@ -446,6 +450,7 @@ func (d *device) Close() error {
 			first = err
 		}
 	}
+	d.unwatchAsync()
 	if r := C.ibv_dealloc_pd(d.pd); r != 0 && first == nil {
 		first = opErr("close", errnoErr(syscall.Errno(r)))
 	}

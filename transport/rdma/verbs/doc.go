@@ -101,6 +101,20 @@
 //     once when nothing is outstanding before them). Close flushes
 //     everything outstanding; GetSendComp/GetRecvComp on a private CQ
 //     return those, then ErrClosed.
+//   - The device's asynchronous events (ibv_get_async_event, async.go)
+//     are read by one goroutine per ibv_context, through the netpoller on
+//     a dup of its async_fd, each acked at once. A QP event
+//     (IBV_EVENT_QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR) fails its
+//     connection: Conn.Err names the event, the QP is moved to the error
+//     state (rdma_disconnect: the peer hears of it) and flushes as above,
+//     and once nothing is outstanding GetSendComp/GetRecvComp on a private
+//     CQ return that error instead of waiting for their context. A CQ
+//     overrun (IBV_EVENT_CQ_ERR) fails the connections bound to the CQ
+//     and flushes their requests at once (the lost CQEs never come); a
+//     waiter on a shared CQ then gets those and the error, and CQ.Err
+//     reports it. IBV_EVENT_PORT_ERR fails the connections on the port,
+//     IBV_EVENT_DEVICE_FATAL every connection and shared CQ of the
+//     device. Other events are ignored. The errors wrap ErrAsyncEvent.
 //   - Config.Token authenticates connections through rdma_cm private data,
 //     challenge-response (auth.go); peers without gorun (rdma_client,
 //     rdma_server) interoperate only without a token.
@@ -139,5 +153,9 @@
 // the protection domain, the shared CQs (Close closes them after the
 // connections) and every MR registered through it or its Conns.
 // Goroutines: one event loop per Conn (rdma_cm events), one waker per CQ,
-// and a flush timer per queue while its connection is in error.
+// a flush timer per queue while its connection is in error, and one
+// asynchronous event reader per ibv_context, shared by the Devices opened
+// on it (the first starts it, the last Close stops it and waits for it);
+// QPs and CQs are found from an event by the token in their qp_context
+// and cq_context, registered while they exist (asyncs, under its mutex).
 package verbs

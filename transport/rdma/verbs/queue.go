@@ -258,7 +258,7 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 			q.cq.pollLocked()
 			n = q.cq.popInto(wc[:])
 		}
-		closed, gone := q.closed, q.outstanding() == 0 && q.c.peerGone.Load()
+		closed, gone := q.closed, q.outstanding() == 0 && (q.c.peerGone.Load() || q.c.hwErr.Load() != nil)
 		q.mu.Unlock()
 		switch {
 		case n == 1:
@@ -266,7 +266,7 @@ func (q *queue) get(ctx context.Context, op string) (rdma.WC, error) {
 		case closed:
 			return rdma.WC{}, q.c.opErr(op, rdma.ErrClosed)
 		case gone: // the QP is in the error state with nothing left to flush
-			return rdma.WC{}, q.c.opErr(op, errPeerClosed)
+			return rdma.WC{}, q.c.opErr(op, q.c.goneErr())
 		}
 		if err := ctx.Err(); err != nil {
 			return rdma.WC{}, q.c.opErr(op, err)

@@ -109,13 +109,15 @@ static inline int gorun_set_nonblock(int fd) {
 	return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-// A completion queue with its own (non-blocking) completion channel.
-static inline int gorun_create_cq(struct ibv_context *ctx, int depth, struct ibv_cq **cq,
+// A completion queue with its own (non-blocking) completion channel;
+// token is its cq_context, which names it in asynchronous events.
+static inline int gorun_create_cq(struct ibv_context *ctx, int depth, uint64_t token, struct ibv_cq **cq,
 				  struct ibv_comp_channel **ch) {
 	*cq = NULL;
 	if (!(*ch = ibv_create_comp_channel(ctx)))
 		return -1;
-	if (gorun_set_nonblock((*ch)->fd) || !(*cq = ibv_create_cq(ctx, depth, NULL, *ch, 0))) {
+	if (gorun_set_nonblock((*ch)->fd) ||
+	    !(*cq = ibv_create_cq(ctx, depth, (void *)(uintptr_t)token, *ch, 0))) {
 		int e = errno;
 		ibv_destroy_comp_channel(*ch);
 		*ch = NULL;
@@ -138,9 +140,10 @@ struct gorun_qp {
 	uint32_t qp_num, max_inline, max_send_wr, max_recv_wr;
 };
 
+// token is the QP's qp_context, which names it in asynchronous events.
 static inline int gorun_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq,
 				  struct ibv_cq *rcq, int sdepth, int rdepth, int max_sge, int max_inline,
-				  struct gorun_qp *q) {
+				  uint64_t token, struct gorun_qp *q) {
 	struct ibv_context *ctx = id->verbs;
 	memset(q, 0, sizeof *q);
 	if (!ctx || pd->context != ctx || scq->context != ctx || rcq->context != ctx) {
@@ -150,6 +153,7 @@ static inline int gorun_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, stru
 	for (;;) {
 		struct ibv_qp_init_attr a;
 		memset(&a, 0, sizeof a);
+		a.qp_context = (void *)(uintptr_t)token;
 		a.send_cq = scq;
 		a.recv_cq = rcq;
 		a.qp_type = IBV_QPT_RC;
@@ -279,6 +283,53 @@ static inline int gorun_accept(struct rdma_cm_id *id, int resp_res, int init_dep
 }
 
 static inline struct ibv_context *gorun_id_verbs(struct rdma_cm_id *id) { return id->verbs; }
+static inline int gorun_id_port(struct rdma_cm_id *id) { return id->port_num; }
+
+// An asynchronous event, copied out before it is acked: the token
+// (qp_context or cq_context) of the QP or CQ it names, or its port.
+struct gorun_async_event {
+	int typ;
+	int port;
+	uint64_t token;
+};
+
+// Reads one event from the context's (non-blocking) async_fd and acks it.
+static inline int gorun_get_async_event(struct ibv_context *ctx, struct gorun_async_event *out) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev))
+		return -1;
+	out->typ = ev.event_type;
+	out->port = 0;
+	out->token = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_CQ_ERR:
+		out->token = (uintptr_t)ev.element.cq->cq_context;
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->token = (uintptr_t)ev.element.qp->qp_context;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		out->port = ev.element.port_num;
+		break;
+	default: // device fatal; SRQ and WQ events (none made here)
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
 static inline struct ibv_qp *gorun_id_qp(struct rdma_cm_id *id) { return id->qp; }
 
 // Writes "host:port" of the local or peer address of id into buf.

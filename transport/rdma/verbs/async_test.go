@@ -1,0 +1,318 @@
+//go:build linux && cgo && rdma
+
+package verbs
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// asyncEvents sees the asynchronous events the readers read while the
+// test runs (testHookAsyncEvent).
+type asyncEvents chan [2]int // type, port
+
+func watchAsyncEvents(t *testing.T) asyncEvents {
+	ch := make(asyncEvents, 256)
+	hook := func(typ, port int) {
+		select {
+		case ch <- [2]int{typ, port}:
+		default:
+		}
+	}
+	testHookAsyncEvent.Store(&hook)
+	t.Cleanup(func() { testHookAsyncEvent.Store(nil) })
+	return ch
+}
+
+// wait returns once an event of type typ was read, or fails the test when
+// ctx ends first.
+func (ev asyncEvents) wait(t *testing.T, ctx context.Context, typ int, what string) {
+	t.Helper()
+	for {
+		select {
+		case e := <-ev:
+			if e[0] == typ {
+				return
+			}
+			t.Logf("event %d (port %d)", e[0], e[1])
+		case <-ctx.Done():
+			t.Fatalf("no %s within the test's time: %v", what, ctx.Err())
+		}
+	}
+}
+
+// drainRecv returns the receive completions of c until GetRecvComp
+// fails, and that error.
+func drainRecv(t *testing.T, ctx context.Context, c rdma.Conn) ([]rdma.WC, error) {
+	t.Helper()
+	var wcs []rdma.WC
+	for {
+		wc, err := c.GetRecvComp(ctx)
+		if err != nil {
+			return wcs, err
+		}
+		wcs = append(wcs, wc)
+	}
+}
+
+// wantEventErr checks that err is the connection's (or CQ's) failure by
+// event name, naming the peer if peer is not empty.
+func wantEventErr(t *testing.T, what string, err error, name, peer string) {
+	t.Helper()
+	if err == nil || !errors.Is(err, ErrAsyncEvent) || !strings.Contains(err.Error(), name) {
+		t.Fatalf("%s: %v, want an error wrapping ErrAsyncEvent naming %s", what, err, name)
+	}
+	if peer != "" && !strings.Contains(err.Error(), peer) {
+		t.Errorf("%s: %v does not name the peer %s", what, err, peer)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		t.Fatalf("%s: %v: waited for its context", what, err)
+	}
+}
+
+// TestAsyncCQOverrun: a receive CQ that overruns raises IBV_EVENT_CQ_ERR
+// (rxe: the responder finds the CQ full, and moves the QP to the error
+// state). The receiver's GetRecvComp returns what the CQ held, every
+// other receive flushed, then an error naming the event and the peer,
+// instead of waiting for its context (no completion would ever come: rxe
+// drops the rest); Conn.Err and CQ.Err say so; and the peer hears of it
+// (its waiter ends with the disconnect). The provider's room accounting,
+// which exists to prevent an overrun, is lifted for the test.
+func TestAsyncCQOverrun(t *testing.T) {
+	events := watchAsyncEvents(t)
+	d := openDev(t, rdma.Config{RNRRetry: -1})
+	small := newCQ(t, d, 1)
+	sq := small.(*cq)
+	cli, srv := pairQP(t, d, d, rdma.QPInit{}, rdma.QPInit{RecvCQ: small})
+	sq.mu.Lock()
+	hwDepth := sq.depth
+	sq.depth = 64
+	sq.mu.Unlock()
+	const n = 4
+	rb, _ := d.Alloc(n*64, rdma.AccessLocalWrite)
+	for i := 0; i < n; i++ {
+		if err := srv.PostRecv(uint64(i), rb.Bytes()[i*64:(i+1)*64], rb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if err := cli.PostSend(uint64(100+i), []byte("x"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := ctxT(t)
+	events.wait(t, ctx, eventCQErr, "IBV_EVENT_CQ_ERR")
+	peer := cli.(*conn).local
+	wcs, err := drainRecv(t, ctx, srv)
+	wantEventErr(t, "GetRecvComp after the overrun", err, "IBV_EVENT_CQ_ERR", peer)
+	if len(wcs) != n {
+		t.Fatalf("%d receive completions %+v, want each of the %d receives once", len(wcs), wcs, n)
+	}
+	for i, wc := range wcs {
+		ok := wc.Status == rdma.StatusFlushed || (i < hwDepth && wc.Status == rdma.StatusSuccess)
+		if wc.WRID != uint64(i) || !ok {
+			t.Fatalf("receive completion %d: %+v, want wrid %d, success (the CQ holds %d) or flushed", i, wc, i, hwDepth)
+		}
+	}
+	wantEventErr(t, "srv.Err", srv.Err(), "IBV_EVENT_CQ_ERR", peer)
+	wantEventErr(t, "CQ.Err", sq.Err(), "IBV_EVENT_CQ_ERR", "")
+	// The receiver moved its QP to the error state and disconnected.
+	if _, err := cli.GetRecvComp(ctx); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("the sender's GetRecvComp: %v, want the peer's disconnect", err)
+	}
+}
+
+// TestAsyncQPFatal: a QP event (IBV_EVENT_QP_FATAL) fails its connection
+// only: its posted receive comes back flushed, then GetRecvComp returns
+// an error naming the event and the peer, and so does Err; the peer
+// hears of it; another connection of the device is untouched; an
+// informational event (IBV_EVENT_COMM_EST) changes nothing. rxe (Linux
+// 6.1) raises no QP event for a remote access error or an RNR or retry
+// failure (it reports those in completions only), so the event is fed
+// to the dispatcher the reader hands the real events to, with the QP's
+// real token.
+func TestAsyncQPFatal(t *testing.T) {
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	other, other2 := pair(t, d)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	if err := srv.PostRecv(7, rb.Bytes(), rb); err != nil {
+		t.Fatal(err)
+	}
+	sc := srv.(*conn)
+	dispatchAsync(d.(*device).ctx, eventCommEst, 0, sc.asyncTok)
+	if err := srv.Err(); err != nil {
+		t.Fatalf("an informational event failed the connection: %v", err)
+	}
+	dispatchAsync(d.(*device).ctx, eventQPFatal, 0, sc.asyncTok)
+	ctx := ctxT(t)
+	peer := cli.(*conn).local
+	wcs, err := drainRecv(t, ctx, srv)
+	wantEventErr(t, "GetRecvComp", err, "IBV_EVENT_QP_FATAL", peer)
+	if len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != rdma.StatusFlushed {
+		t.Fatalf("receive completions %+v, want wrid 7 flushed", wcs)
+	}
+	wantEventErr(t, "Err", srv.Err(), "IBV_EVENT_QP_FATAL", peer)
+	if _, err := cli.GetRecvComp(ctx); !errors.Is(err, rdma.ErrClosed) {
+		t.Fatalf("the peer's GetRecvComp: %v, want the disconnect", err)
+	}
+	if err := other.Err(); err != nil {
+		t.Fatalf("another connection failed: %v", err)
+	}
+	if err := other2.PostRecv(1, rb.Bytes()[:8], rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.PostSend(2, []byte("ok"), nil, rdma.FlagInline|rdma.FlagSignaled); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := other2.GetRecvComp(ctx)
+	mustWC(t, wc, err, 1, rdma.OpRecv)
+}
+
+// TestAsyncReaderStops: the first Device opened on a context starts its
+// event reader, which the last one closed stops (and waits for).
+func TestAsyncReaderStops(t *testing.T) {
+	vmIP(t)
+	d1, err := rdma.OpenConfig("verbs", rdma.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := rdma.OpenConfig("verbs", rdma.Config{})
+	if err != nil {
+		d1.Close()
+		t.Fatal(err)
+	}
+	ctx := d1.(*device).ctx
+	reader := func() *asyncReader {
+		asyncs.mu.Lock()
+		defer asyncs.mu.Unlock()
+		return asyncs.readers[ctx]
+	}
+	r := reader()
+	if r == nil || d2.(*device).ctx != ctx {
+		t.Fatal("no event reader for the devices' context")
+	}
+	d1.Close()
+	if reader() != r {
+		t.Fatal("closing one of two devices on a context stopped its reader")
+	}
+	select {
+	case <-r.done:
+		t.Fatal("the reader ended with a device still open")
+	default:
+	}
+	d2.Close()
+	select {
+	case <-r.done:
+	default:
+		t.Fatal("the reader runs after the last device closed")
+	}
+	if reader() != nil {
+		t.Fatal("the context keeps a reader after its last device closed")
+	}
+}
+
+// TestAsyncPortError: taking rxe0's netdev down raises IBV_EVENT_PORT_ERR,
+// which fails every connection on the port: a posted receive comes back
+// flushed, then GetRecvComp returns an error naming the event, on both
+// ends. The link is brought back up (IBV_EVENT_PORT_ACTIVE, ignored).
+//
+// After that flap rdma_cm in the VM connects no more (rxe, Linux 6.1: a
+// dial times out; not this provider's doing, the next tests' fresh
+// devices fail alike), so the test runs only when -run names it, alone
+// in its VM: scripts/rxe-vm/test.sh -run TestAsyncPortError. It logs
+// whether a new connection came up.
+func TestAsyncPortError(t *testing.T) {
+	ip := vmIP(t)
+	if f := flag.Lookup("test.run"); f == nil || !strings.Contains(f.Value.String(), t.Name()) {
+		t.Skip("takes rxe0's link down, after which rdma_cm cannot connect in the VM: run it alone with -run " + t.Name())
+	}
+	ipTool, err := exec.LookPath("ip")
+	if err != nil {
+		t.Skip("no ip tool")
+	}
+	netdev := ""
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.String() == ip {
+				netdev = ifc.Name
+			}
+		}
+	}
+	if netdev == "" {
+		t.Fatalf("no interface has %s", ip)
+	}
+	routes, _ := exec.Command(ipTool, "route", "show", "default").Output()
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(ipTool, args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	events := watchAsyncEvents(t)
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	if err := srv.PostRecv(3, rb.Bytes(), rb); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	up := false
+	linkUp := func() {
+		if up {
+			return
+		}
+		up = true
+		run("link", "set", netdev, "up")
+		for _, r := range strings.Split(strings.TrimSpace(string(routes)), "\n") {
+			if r != "" {
+				_ = exec.Command(ipTool, append([]string{"route", "replace"}, strings.Fields(r)...)...).Run()
+			}
+		}
+	}
+	t.Cleanup(linkUp)
+	run("link", "set", netdev, "down")
+	events.wait(t, ctx, eventPortErr, "IBV_EVENT_PORT_ERR")
+	wcs, err := drainRecv(t, ctx, srv)
+	wantEventErr(t, "the receiver's GetRecvComp", err, "IBV_EVENT_PORT_ERR", "")
+	if len(wcs) != 1 || wcs[0].WRID != 3 || wcs[0].Status != rdma.StatusFlushed {
+		t.Fatalf("receive completions %+v, want wrid 3 flushed", wcs)
+	}
+	_, err = cli.GetRecvComp(ctx)
+	wantEventErr(t, "the sender's GetRecvComp", err, "IBV_EVENT_PORT_ERR", "")
+	wantEventErr(t, "Err", cli.Err(), "IBV_EVENT_PORT_ERR", "")
+
+	linkUp()
+	events.wait(t, ctx, eventPortActive, "IBV_EVENT_PORT_ACTIVE")
+	dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer dcancel()
+	ln, err := d.Listen(dctx, ip+":0")
+	if err != nil {
+		t.Logf("after the flap: listen: %v", err)
+		return
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(dctx); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := d.Dial(dctx, ln.Addr().String())
+	if err != nil {
+		t.Logf("after the flap a new connection does not come up: %v", err)
+		return
+	}
+	c.Close()
+	t.Log("after the flap a new connection came up")
+}
