@@ -68,11 +68,12 @@ var testHookAsyncEvent atomic.Pointer[func(typ, port int)]
 
 // Event types the tests name (they cannot use cgo).
 const (
-	eventCQErr      = int(C.IBV_EVENT_CQ_ERR)
-	eventQPFatal    = int(C.IBV_EVENT_QP_FATAL)
-	eventCommEst    = int(C.IBV_EVENT_COMM_EST)
-	eventPortErr    = int(C.IBV_EVENT_PORT_ERR)
-	eventPortActive = int(C.IBV_EVENT_PORT_ACTIVE)
+	eventCQErr       = int(C.IBV_EVENT_CQ_ERR)
+	eventQPFatal     = int(C.IBV_EVENT_QP_FATAL)
+	eventQPAccessErr = int(C.IBV_EVENT_QP_ACCESS_ERR)
+	eventCommEst     = int(C.IBV_EVENT_COMM_EST)
+	eventPortErr     = int(C.IBV_EVENT_PORT_ERR)
+	eventPortActive  = int(C.IBV_EVENT_PORT_ACTIVE)
 )
 
 // addAsyncTarget registers t under a new token, to be given to the QP or

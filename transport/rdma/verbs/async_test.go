@@ -135,10 +135,10 @@ func TestAsyncCQOverrun(t *testing.T) {
 // an error naming the event and the peer, and so does Err; the peer
 // hears of it; another connection of the device is untouched; an
 // informational event (IBV_EVENT_COMM_EST) changes nothing. rxe (Linux
-// 6.1) raises no QP event for a remote access error or an RNR or retry
-// failure (it reports those in completions only), so the event is fed
-// to the dispatcher the reader hands the real events to, with the QP's
-// real token.
+// 6.1) raises no QP event we could provoke (none after a remote access
+// error: TestAsyncRemoteAccess logs them), so the event is fed to the
+// dispatcher the reader hands the real events to, with the QP's real
+// token.
 func TestAsyncQPFatal(t *testing.T) {
 	d := openDev(t, rdma.Config{})
 	cli, srv := pair(t, d)
@@ -315,4 +315,42 @@ func TestAsyncPortError(t *testing.T) {
 	}
 	c.Close()
 	t.Log("after the flap a new connection came up")
+}
+
+// TestAsyncRemoteAccess looks for a QP event from a real fault: a write
+// with a wrong rkey fails on the writer (IBV_WC_REM_ACCESS_ERR), and the
+// IB spec lets the target raise IBV_EVENT_QP_ACCESS_ERR. It logs the
+// events that came within a second; if the target's QP had one, its
+// connection must have failed with it.
+func TestAsyncRemoteAccess(t *testing.T) {
+	events := watchAsyncEvents(t)
+	d := openDev(t, rdma.Config{})
+	cli, srv := pair(t, d)
+	src, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	dst, _ := d.Alloc(64, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	ctx := ctxT(t)
+	if err := cli.PostWrite(1, src.Bytes(), src, rdma.FlagSignaled, dst.Addr(), dst.RKey()^0x5a5a); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := cli.GetSendComp(ctx)
+	if err != nil || wc.Status != rdma.StatusRemoteAccessError {
+		t.Fatalf("write with a wrong rkey: %+v %v, want a remote access error", wc, err)
+	}
+	timer := time.NewTimer(time.Second) // how long to look, not a synchronisation
+	defer timer.Stop()
+	var seen []int
+	for done := false; !done; {
+		select {
+		case e := <-events:
+			seen = append(seen, e[0])
+		case <-timer.C:
+			done = true
+		}
+	}
+	t.Logf("events after a remote access error: %v (QP_ACCESS_ERR is %d, QP_FATAL %d)", seen, eventQPAccessErr, eventQPFatal)
+	for _, e := range seen {
+		if e == eventQPAccessErr || e == eventQPFatal {
+			wantEventErr(t, "the target's Err", srv.Err(), "IBV_EVENT_QP_", "")
+		}
+	}
 }
