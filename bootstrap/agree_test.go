@@ -385,4 +385,12 @@ func TestCutRankAloneThenExpelled(t *testing.T) {
 		t.Fatalf("the healed rank's Grow: %v, want ErrExpelled", err)
 	}
 	t.Logf("the healed rank's Grow failed in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	// The side that goes on counts no joiner: the cut rank, back in its
+	// views, runs a world of the same epoch that does not go on (Joiners).
+	waitInView(t, nodes[:victim], nodes[victim].Name(), 15*time.Second)
+	for i, n := range nodes[:victim] {
+		if k := n.Joiners(); k != 0 {
+			t.Errorf("survivor %d: %d joiners with the cut rank back; want 0", i, k)
+		}
+	}
 }

@@ -88,6 +88,7 @@ func (d *delegate) update(node *memberlist.Node) {
 	n.viewMu.Unlock()
 	if !had {
 		n.checkTakenAddr(p)
+		n.backInView(p)
 	}
 	n.signal()
 }

@@ -20,7 +20,17 @@ package bootstrap
 // others finished while it was away, their leave notice (msgLeaving
 // carries the leaver's epoch), which a leaving node also sends to the
 // members it found gone (node.go shutdown). Without the last, it agreed on
-// a world of itself once they had all left.
+// a world of itself once they had all left. And a member whose world left
+// it out tells it msgRunning, unasked, when it comes back into the
+// member's view (tellRunningLocked).
+//
+// Until it finds out, it gossips as a live node of the job that is not a
+// member of their world, which is how a joiner looks. It is none: a member
+// keeps the members of its earlier worlds that a later one left out
+// (behind), and Joiners does not count them (grow.go), unless one told it
+// of a world of its own that the job may go on in (a partition's other
+// side, below): before, an elastic application called Grow on its
+// account, for a member that cannot be admitted.
 //
 // A partition breaks the rule of one world per epoch: each side finds the
 // other dead and shrinks without it, so a rank cut off from the rest runs
@@ -38,6 +48,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 const (
@@ -112,7 +124,8 @@ func (n *Node) answerAsk(m message) {
 // heardRunning records a msgRunning answer: a formed member runs a world
 // of epoch m.epoch, digest m.digest and m.about ranks that leaves this node
 // out. Of this node's own epoch, it is the other side of a partition: it
-// marks this node's side split if that side goes on (see above).
+// marks this node's side split if that side goes on (see above). The
+// sender's world is kept for Joiners (runs).
 func (n *Node) heardRunning(m message) {
 	size, err := strconv.Atoi(m.about)
 	n.mu.Lock()
@@ -121,8 +134,63 @@ func (n *Node) heardRunning(m message) {
 	if err == nil && n.formed && m.epoch == w.Epoch && m.digest != w.Digest && goesOn(size, m.digest, w.Size, w.Digest) {
 		n.split = w.Epoch
 	}
+	if err == nil && m.from != n.name {
+		n.runs[m.from] = World{Epoch: m.epoch, Size: size, Digest: m.digest}
+	}
 	n.mu.Unlock()
 	n.signal()
+}
+
+// tellRunningLocked tells each of qs, live nodes that were members of a
+// world this node held and that its world leaves out (behind), the world
+// it runs, as an answer to msgAsk does: a process the job went on without
+// learns that it did (its next agreement fails with ErrExpelled), and the
+// other side of a partition learns which side goes on. Each node behind
+// counts the ranks whose word says that the job may go on in their world
+// as joiners (Joiners), so the word goes over a stream, in the background.
+// n.mu is held.
+func (n *Node) tellRunningLocked(qs []peer) {
+	if n.closed || !n.formed || len(qs) == 0 {
+		return
+	}
+	w := n.world
+	m := message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)}
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	go func() {
+		defer n.wg.Done()
+		for _, q := range qs {
+			host, port, ok := splitAddr(q.addr)
+			if !ok {
+				continue
+			}
+			m.seq = n.sent.Add(1)
+			to := &memberlist.Node{Name: q.name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+			_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a node cut off hears it when it is back in the view
+		}
+	}()
+}
+
+// backInView tells q, a node that came (back) into the view, the world
+// this node runs if q is a member of a world it held that this world
+// leaves out (tellRunningLocked).
+func (n *Node) backInView(q peer) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.behind[q.name] {
+		n.tellRunningLocked([]peer{q})
+	}
+}
+
+// stillBehindLocked says whether name is a node the job went on without:
+// a member of a world this node held that its world leaves out (behind),
+// and that has not told it of a world of its own that the job may have
+// gone on in rather than this one (runs; bootstrap.WentOn). n.mu is held.
+func (n *Node) stillBehindLocked(name string) bool {
+	if !n.behind[name] {
+		return false
+	}
+	r, ok := n.runs[name]
+	return !ok || WentOn(n.world, r)
 }
 
 // WentOn says whether the job went on in world a rather than in world b,

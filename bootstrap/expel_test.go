@@ -132,3 +132,90 @@ func TestExpelledMemberShrinksWithTheOthers(t *testing.T) {
 		t.Fatalf("expelled rank %d: Shrink: %v; want ErrExpelled", victim, err)
 	}
 }
+
+// waitInView waits until each of nodes has name in its view, for up to
+// within in all.
+func waitInView(t *testing.T, nodes []*Node, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for {
+			n.viewMu.Lock()
+			_, ok := n.peers[name]
+			n.viewMu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never saw %s again", n.Name(), name)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// A member the others shrank without while it lived (cut off, as a frozen
+// or starved rank is: gossip declared it dead and nobody answered the last
+// call) comes back and keeps gossiping, without calling anything. It is
+// not a joiner of their world: it cannot be admitted (its state is stale,
+// and its Shrink fails with ErrExpelled), so their Joiners stays 0 with it
+// back in their views (it was 1: an elastic application called Grow for
+// it). A restart of its rank, a new process, is one, and their Grow
+// admits it.
+func TestJoinersLeaveOutRankLeftBehind(t *testing.T) {
+	const job, victim = "joiners-behind", 2
+	nw := NewMemNetwork()
+	nodes := startWorld(t, job, 3, func(_ int, c *Config) { c.Network = nw })
+	defer closeAll(nodes)
+	nw.Cut(nodes[victim].Addr(), true)
+	survivors := nodes[:victim]
+	shrunk := shrinkAll(t, survivors, 20*time.Second)
+	nw.Cut(nodes[victim].Addr(), false)
+	waitInView(t, survivors, nodes[victim].Name(), 20*time.Second)
+	for i, n := range survivors {
+		if k := n.Joiners(); k != 0 {
+			t.Errorf("survivor %d: %d joiners with rank %d, which the job went on without, back in its view; want 0", i, k, victim)
+		}
+	}
+	if k := nodes[victim].Joiners(); k != 0 {
+		t.Errorf("rank %d, left behind: %d joiners; want 0 (its world holds the others)", victim, k)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	w, err := nodes[victim].Shrink(ctx)
+	cancel()
+	if !errors.Is(err, ErrExpelled) {
+		t.Fatalf("rank %d, left behind: Shrink returned world %+v, error %v; want ErrExpelled", victim, w, err)
+	}
+
+	// Its restart: a new process of the same rank, while the old one still
+	// gossips, counts once.
+	cfg := testConfig(job, victim, 3)
+	cfg.Network = nw
+	cfg.Seeds = []string{survivors[0].Addr()}
+	cfg.Restarted = true
+	back, err := Start(cfg, []byte("blob again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	waitJoiners(t, survivors, 20*time.Second)
+	for i, n := range survivors {
+		if k := n.Joiners(); k != 1 {
+			t.Errorf("survivor %d: %d joiners with rank %d restarted; want 1", i, k, victim)
+		}
+	}
+	// The old process leaves, as comm's does on ErrExpelled (a Grow may
+	// otherwise take it for its rank's claimant: growTable).
+	nodes[victim].Close()
+	formed := make(chan error, 1)
+	go func() { _, err := back.Form(context.Background()); formed <- err }()
+	for i, w := range agreeAll(t, survivors, 20*time.Second, (*Node).Grow) {
+		if w.Size != 3 || w.Rank != i || w.Epoch != shrunk[i].Epoch+1 || w.Members[victim].Name != back.Name() {
+			t.Errorf("survivor %d after Grow: rank %d of %d (epoch %d), rank %d %s; want rank %d of 3 (epoch %d), rank %d the restarted %s",
+				i, w.Rank, w.Size, w.Epoch, victim, w.Members[min(victim, len(w.Members)-1)].Name, i, shrunk[i].Epoch+1, victim, back.Name())
+		}
+	}
+	if err := <-formed; err != nil {
+		t.Fatalf("restarted rank %d: %v", victim, err)
+	}
+}

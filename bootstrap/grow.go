@@ -168,11 +168,33 @@ func b2i(b bool) int {
 // Joiners is the number of live ranks of the job that are not members of
 // the current world: ranks restarted or started later that wait for Grow,
 // as many as Grow can admit (Config.MaxSize).
+//
+// A process the job went on without is not one, though it lives: a
+// member of an earlier world of this node's that a later one left out
+// (declared dead while it was frozen, starved or cut off, or expelled),
+// and that keeps gossiping. It cannot be admitted again: its state is
+// stale, and its Shrink or Grow fails with ErrExpelled (expel.go); a
+// restart of its rank (gorun --max-restarts) is a new process, under a
+// new name, and counts. The exception is the other side of a partition
+// whose world the job may go on in rather than this node's (a later
+// epoch, or of one epoch the larger: WentOn): on the side that does not go
+// on, the other side's ranks count, so that its Grow finds out
+// (ErrExpelled), as TestCutRankAloneThenExpelled shows.
+//
 // It is this node's view; the members must agree on when to grow (for
 // example with an allreduce of the count).
 func (n *Node) Joiners() int {
 	n.mu.Lock()
 	inWorld := n.inWorld
+	var behind map[string]bool // the job went on without them (see above)
+	for name := range n.behind {
+		if n.stillBehindLocked(name) {
+			if behind == nil {
+				behind = make(map[string]bool)
+			}
+			behind[name] = true
+		}
+	}
 	n.mu.Unlock()
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
@@ -184,7 +206,7 @@ func (n *Node) Joiners() int {
 	}
 	k := 0
 	for name, q := range n.peers {
-		if _, ok := inWorld[name]; !ok && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
+		if _, ok := inWorld[name]; !ok && !behind[name] && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
 			k++
 		}
 	}

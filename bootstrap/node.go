@@ -99,7 +99,14 @@ type Node struct {
 	ranPast uint32
 	// split is the epoch of this node's world when the other side of a
 	// partition, a world of the same epoch without it, goes on (expel.go).
-	split    uint32
+	split uint32
+	// behind holds the members of a world this node held that a later
+	// world it installed leaves out: a live one is a process the job went
+	// on without, not a joiner, unless it runs a world the job may go on
+	// in rather than this node's (runs). runs is the world each node told
+	// this one it runs without it (msgRunning), by sender (expel.go).
+	behind   map[string]bool
+	runs     map[string]World
 	failures chan Failure
 	closed   bool
 	joinErr  error                  // last failed attempt to join the seeds
@@ -184,6 +191,8 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		taken:    make(map[string]bool),
 		lost:     make(map[string]bool),
 		calling:  make(map[string]bool),
+		behind:   make(map[string]bool),
+		runs:     make(map[string]World),
 		failures: make(chan Failure, cfg.Size),
 
 		formLosses: make(map[string]*formLoss),
@@ -500,11 +509,26 @@ func (n *Node) install(w World) {
 	}
 	n.formed = true
 	clear(n.formLosses)
+	before := n.inWorld
 	n.inWorld = make(map[string]int, len(w.Members))
 	for _, m := range w.Members {
 		n.inWorld[m.Name] = m.Rank
+		delete(n.behind, m.Name)
+	}
+	var left []string // members of the world before that w leaves out (expel.go)
+	for name := range before {
+		if _, in := n.inWorld[name]; !in && name != n.name {
+			n.behind[name] = true
+			left = append(left, name)
+		}
 	}
 	n.viewMu.Lock()
+	var tell []peer // of left, those in the view
+	for _, name := range left {
+		if q, ok := n.peers[name]; ok {
+			tell = append(tell, q)
+		}
+	}
 	var gone, dropped []string // found gone by evidence; dropped by gossip
 	for _, m := range w.Members {
 		if _, ok := n.peers[m.Name]; ok {
@@ -517,6 +541,7 @@ func (n *Node) install(w World) {
 		}
 	}
 	n.viewMu.Unlock()
+	n.tellRunningLocked(tell)
 	for _, name := range gone {
 		n.reportLocked(name, n.leaving[name])
 	}

@@ -50,9 +50,9 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 // ranks wait; agree on it with an AllReduce of Max, say); a joining rank's
 // comm.Init returns its communicator when they do. The application then
 // re-broadcasts its state to the newcomers. Joiners that are gone before
-// the members agree are not admitted: a Grow whose every joiner left (an
-// expelled rank on its way out, which Joiners still counted) returns a
-// communicator of c's ranks alone. c is left closed, as by Shrink. If a
+// the members agree are not admitted: a Grow whose every joiner left
+// returns a communicator of c's ranks alone. c is left closed, as by
+// Shrink. If a
 // rank dies while Grow connects, Grow still returns the grown
 // communicator, as on the ranks that connected before the death: its
 // operations fail with ErrPeerFailed, and every rank calls Shrink.
@@ -64,6 +64,16 @@ func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
 // communicator through Grow, in this rank's view of the gossip group (0
 // for a communicator not made by Init). Ranks see a joiner at slightly
 // different times: agree before calling Grow.
+//
+// A joiner is a new process: a rank restarted (gorun --max-restarts) or
+// started later. A process the job went on without (a rank the others
+// shrank without while it was frozen, starved or cut off, or expelled)
+// is not one while it keeps running: its state is stale and it cannot be
+// admitted, as ULFM's shrunk-out processes and torchrun's and Horovod
+// Elastic's removed workers are not; its own Shrink or Grow fails with
+// ErrExpelled, and its restart counts. On a rank of the side of a healed
+// partition that does not go on, the other side's ranks count, so that
+// its Grow fails with ErrExpelled.
 func (c *Comm) Joiners() int {
 	if c.shrink.node == nil {
 		return 0
