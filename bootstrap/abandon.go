@@ -106,7 +106,8 @@ func (n *Node) heardAbandon(m message) {
 	n.leaving[m.from] = true // tables leave it out, as a leaver (agree.go)
 	n.ranPast = max(n.ranPast, m.epoch)
 	e := &AbandonError{Cause: m.cause, Kind: m.errKind, Reason: m.about}
-	if old, ok := n.abandoned[m.from]; !ok || old.Reason == "" {
+	old, had := n.abandoned[m.from]
+	if !had || old.Reason == "" {
 		n.abandoned[m.from] = e
 	}
 	n.viewMu.Lock()
@@ -115,6 +116,9 @@ func (n *Node) heardAbandon(m message) {
 	n.viewMu.Unlock()
 	if n.formed {
 		if n.world.Epoch == m.epoch {
+			if n.reported[m.from] && (!had || old.Reason == "" && e.Reason != "") {
+				n.amendLocked(m.from) // reported before this came
+			}
 			n.reportLocked(m.from, true)
 		}
 		return
@@ -136,6 +140,44 @@ func (n *Node) heardAbandonFlagLocked(name string, blob []byte) {
 		n.abandoned[name] = abandonOfBlob(blob)
 	}
 	n.leaving[name] = true
+}
+
+// goneAbandonFlag records that member name, found gone (evidence.go) and
+// kept out of the view, says in its meta that it abandoned the world
+// (heardAbandonFlagLocked), and reports it again if it was reported
+// before without its reason (amendLocked).
+func (n *Node) goneAbandonFlag(name string, blob []byte) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old, had := n.abandoned[name]
+	if had && old.Reason != "" {
+		return
+	}
+	delete(n.abandoned, name)
+	n.heardAbandonFlagLocked(name, blob)
+	if n.formed && n.reported[name] && (!had || n.abandoned[name].Reason != "") {
+		n.amendLocked(name)
+	}
+}
+
+// amendLocked reports again a member of the world that was reported
+// before its abandonment reached this node (or only its flag, without a
+// reason): its gossip port refused a connection, its process gone, before
+// its msgAbandon and its meta update came, which load may delay
+// (TestInitRankFailsAfterForm/rank=0/step=formed read "its gossip port
+// refused a connection" without the reason, once). The second report's
+// Err is the *AbandonError (Failures). n.mu is held.
+func (n *Node) amendLocked(name string) {
+	r, ok := n.inWorld[name]
+	if !ok || n.closed {
+		return
+	}
+	f := Failure{Rank: r, Epoch: n.world.Epoch, Name: name,
+		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: n.leftErrLocked(name)}}
+	select {
+	case n.failures <- f:
+	default: // the buffer is full of reports: the first stays
+	}
 }
 
 // abandonBlob is the meta blob of a node that abandons its world: the

@@ -3,11 +3,14 @@ package bootstrap
 import (
 	"encoding/binary"
 	"errors"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // TestAbandonedRankReported: a member that abandons the world is reported
@@ -145,5 +148,113 @@ func TestAbandonBeforeCommitForms(t *testing.T) {
 		}
 	default:
 		t.Error("member: rank 0's abandonment not reported at install")
+	}
+}
+
+// TestAbandonFlagThenRefused: a member whose meta update saying that it
+// abandons (with its cause, kind and reason: abandonBlob) reached the
+// others, but neither its msgAbandon nor its leave, then ends: a probe of
+// its gossip port is refused. Its report must carry its reason, which the
+// view holds; it read "its gossip port refused a connection" alone
+// (TestInitRankFailsAfterForm/rank=0/step=formed under load, once).
+func TestAbandonFlagThenRefused(t *testing.T) {
+	nw := NewMemNetwork()
+	nodes := startWorld(t, "abandon-refused", 2, func(_ int, c *Config) { slowGossip(0, c); c.Network = nw })
+	defer closeAll(nodes)
+	n := nodes[1]
+	n.metaMu.Lock()
+	n.meta.Leaving, n.meta.Abandoned = true, true
+	n.meta.Blob = abandonBlob(&AbandonError{Cause: 1, Kind: "invalid", Reason: "its device failed"})
+	buf, err := n.meta.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.metaBuf = buf
+	n.metaMu.Unlock()
+	if err := n.ml.UpdateNode(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		nodes[0].viewMu.Lock()
+		q := nodes[0].peers[n.Name()]
+		nodes[0].viewMu.Unlock()
+		if q.meta.Abandoned {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("rank 0 never saw rank 1's meta update")
+		}
+	}
+	n.shutdown(false) // no msgAbandon, no leave: its port now refuses
+	nodes[0].Suspect(1)
+	select {
+	case f := <-nodes[0].Failures():
+		var ab *AbandonError
+		if f.Rank != 1 || !errors.As(f.Err, &ab) || ab.Cause != 1 || ab.Kind != "invalid" || ab.Reason != "its device failed" {
+			t.Errorf("rank 0 got failure %+v (%v), want rank 1 abandoned, kind invalid, for its device", f, f.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0: no failure report for rank 1")
+	}
+}
+
+// TestAbandonAfterRefused: a member whose process ended before its
+// msgAbandon, its meta update or its leave reached the others (load
+// delays them) is reported for its refused port; when its abandonment
+// comes after, by the message or by the meta update (kept out of the view,
+// found gone), it is reported again with its cause, kind and reason.
+// Before, the first report stayed the only one, and Init's error said
+// "its gossip port refused a connection" alone
+// (TestInitRankFailsAfterForm/rank=0/step=formed, once, under load).
+func TestAbandonAfterRefused(t *testing.T) {
+	why := AbandonError{Cause: 1, Kind: "invalid", Reason: "its device failed"}
+	for _, tc := range []struct {
+		name string
+		hear func(d *delegate, name string)
+	}{
+		{"message", func(d *delegate, name string) {
+			d.NotifyMsg((&message{kind: msgAbandon, epoch: 1, from: name, about: why.Reason, cause: why.Cause, errKind: why.Kind, seq: 1}).encode())
+		}},
+		{"meta", func(d *delegate, name string) {
+			m := meta{Rank: 1, Size: 2, JobID: d.n.cfg.JobID, Leaving: true, Abandoned: true, Blob: abandonBlob(&why)}
+			buf, err := m.encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.update(&memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: 9, Meta: buf})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw := NewMemNetwork()
+			nodes := startWorld(t, "abandon-late-"+tc.name, 2, func(_ int, c *Config) { slowGossip(0, c); c.Network = nw })
+			defer closeAll(nodes)
+			name := nodes[1].Name()
+			nodes[1].shutdown(false) // ends before a word of its abandonment
+			nodes[0].Suspect(1)
+			next := func() Failure {
+				t.Helper()
+				select {
+				case f := <-nodes[0].Failures():
+					return f
+				case <-time.After(10 * time.Second):
+					t.Fatal("rank 0: no failure report for rank 1")
+				}
+				return Failure{}
+			}
+			if f := next(); f.Rank != 1 || !errors.Is(f.Err, errRefused) {
+				t.Fatalf("rank 0's first report %+v (%v), want rank 1's refused port", f, f.Err)
+			}
+			tc.hear(&delegate{nodes[0]}, name)
+			var ab *AbandonError
+			if f := next(); f.Rank != 1 || f.Epoch != 1 || !errors.As(f.Err, &ab) || *ab != why {
+				t.Errorf("rank 0's second report %+v (%v), want rank 1 abandoned, kind invalid, for its device", f, f.Err)
+			}
+			tc.hear(&delegate{nodes[0]}, name) // once
+			select {
+			case f := <-nodes[0].Failures():
+				t.Errorf("rank 0: a third report %+v (%v)", f, f.Err)
+			default:
+			}
+		})
 	}
 }

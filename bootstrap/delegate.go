@@ -76,6 +76,9 @@ func (d *delegate) update(node *memberlist.Node) {
 	n.viewMu.Lock()
 	if n.gone[node.Name] {
 		n.viewMu.Unlock()
+		if m.Leaving && m.Abandoned { // its reason, after a refused port (abandon.go)
+			n.goneAbandonFlag(node.Name, m.Blob)
+		}
 		return // found dead (evidence.go); gossip has not caught up
 	}
 	if old, had := n.peers[node.Name]; n.departed[node.Name] || old.meta.Leaving != m.Leaving || (!had && m.Leaving) {

@@ -302,6 +302,11 @@ func (n *Node) markGoneAs(name string, kind byte) {
 	var tell []peer // forming: the view, for want of a world
 	n.viewMu.Unlock()
 	n.mu.Lock()
+	if seen && q.meta.Leaving && q.meta.Abandoned {
+		// Its meta update came, its msgAbandon and its leave not yet: the
+		// reason is in the view, not in a refused port (abandon.go).
+		n.heardAbandonFlagLocked(name, q.meta.Blob)
+	}
 	formed := n.formed
 	if formed {
 		n.reportLocked(name, n.leaving[name])

@@ -314,7 +314,9 @@ func (n *Node) World() World {
 }
 
 // Failures delivers one Failure per member of the world that dies or
-// leaves. It is closed by Close.
+// leaves, and a second for a member reported before its abandonment
+// (Abandon) reached this node, whose Err is then the *AbandonError: its
+// process ended before its word came. It is closed by Close.
 func (n *Node) Failures() <-chan Failure { return n.failures }
 
 // Close announces that this rank leaves (its peers see ErrPeerLeft rather
@@ -574,7 +576,7 @@ func (n *Node) reportLocked(name string, left bool) {
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}
 	select {
 	case n.failures <- f:
-	default: // cannot happen: the buffer holds one per member
+	default: // the buffer holds one per member: full only of amendments (amendLocked) a slow reader left
 	}
 }
 

@@ -265,6 +265,13 @@ type failureSink struct {
 	// (initCause); died is nil in a sink that does not watch for it.
 	dead *bootstrap.Failure
 	died chan struct{}
+	// first is the report that set dead. A second report of its member
+	// carrying the member's abandonment (its process ended before its
+	// word came: bootstrap.Node.Failures) replaces it, once, and closes
+	// amended; superseded keeps the replaced report's error.
+	first      bootstrap.Failure
+	amended    chan struct{}
+	superseded error
 }
 
 // watch makes a report for world epoch (one that arrived already, or a later
@@ -288,9 +295,20 @@ func (fw *failureSink) watch(epoch uint32, stop context.CancelCauseFunc) (unwatc
 func (fw *failureSink) deliver(f bootstrap.Failure) {
 	fw.mu.Lock()
 	c := fw.c
-	if fw.died != nil && fw.dead == nil && f.Epoch == fw.epoch {
-		fw.dead = causeOf(f)
+	var ab *bootstrap.AbandonError
+	switch {
+	case fw.died == nil || f.Epoch != fw.epoch:
+	case fw.dead == nil:
+		fw.dead, fw.first = causeOf(f), f
 		close(fw.died)
+	case fw.superseded == nil && f.Name == fw.first.Name && errors.As(f.Err, &ab) && !errors.As(fw.first.Err, &ab):
+		fw.superseded = fw.first.Err
+		fw.dead, fw.first = causeOf(f), f
+		if fw.amended != nil {
+			close(fw.amended)
+		}
+		fw.mu.Unlock()
+		return // the engine failed on the first report
 	}
 	switch {
 	case f.Epoch > fw.epoch || c == nil:

@@ -67,10 +67,17 @@ import (
 // failure that neither started is named as it was found once this passes.
 const initCauseGrace = 5 * time.Second
 
+// abandonGrace bounds how long a failed Init whose first report is a death
+// waits for that rank's abandonment, which says why it gave up: a rank
+// whose Init failed abandons and ends, and its refused gossip port may be
+// found before its msgAbandon (one UDP packet) or its meta update (a few
+// gossip rounds) is heard (failureSink.amended).
+const abandonGrace = 500 * time.Millisecond
+
 // engineMade starts forwarding the bootstrap's failure reports to c, whose
 // engine newComm has just made, before it connects (see the file comment).
 func (g *gossipRendezvous) engineMade(c *Comm) {
-	g.fw = &failureSink{c: c, epoch: g.node.World().Epoch, died: make(chan struct{})}
+	g.fw = &failureSink{c: c, epoch: g.node.World().Epoch, died: make(chan struct{}), amended: make(chan struct{})}
 	g.fwDone = make(chan struct{})
 	go forwardFailures(g.fw, g.node, g.fwDone)
 }
@@ -276,12 +283,22 @@ func (g *gossipRendezvous) initCause(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
+	if fw.deathOnly() { // its reason may come yet
+		t := time.NewTimer(abandonGrace)
+		select {
+		case <-fw.amended:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		f, _ = fw.firstDeath()
+	}
 	g.ctl.Blame(f.Rank)
 	// f's words, then what this rank saw after it, unless that is f
 	// itself or another rank's abandonment because of f.
 	words := failureWords(f.Err)
 	var ab *bootstrap.AbandonError
-	if !errors.Is(err, f.Err) && !(errors.As(err, &ab) && ab.Cause == f.Rank) {
+	if !errors.Is(err, f.Err) && !(errors.As(err, &ab) && ab.Cause == f.Rank) && !fw.isSuperseded(err) {
 		then := err.Error()
 		if re != nil {
 			then = re.Err.Error()
@@ -312,4 +329,21 @@ func (fw *failureSink) firstDeath() (bootstrap.Failure, bool) {
 		return bootstrap.Failure{}, false
 	}
 	return *fw.dead, true
+}
+
+// deathOnly says whether fw's first report is a death, not an
+// abandonment, and may still be replaced by one (deliver).
+func (fw *failureSink) deathOnly() bool {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	var ab *bootstrap.AbandonError
+	return fw.dead != nil && fw.amended != nil && fw.superseded == nil && !errors.As(fw.first.Err, &ab)
+}
+
+// isSuperseded says whether err is, or was made of, the report an
+// abandonment replaced (deliver): its words are the abandonment's.
+func (fw *failureSink) isSuperseded(err error) bool {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	return fw.superseded != nil && errors.Is(err, fw.superseded)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
+	"github.com/gorun-hpc/gorun/internal/engine"
 )
 
 // initDiesEnv names the rank that TestInitAgreeChild kills once it has
@@ -277,6 +278,54 @@ func TestInitFailureKind(t *testing.T) {
 					strings.Count(err.Error(), initFailReason) != 1 {
 					t.Errorf("rank %d: %v; want %v alone naming rank 2 and its reason", r, err, want)
 				}
+			}
+		})
+	}
+}
+
+// TestInitCauseLateAbandonment: a rank whose Init failed abandons the
+// world and ends; another rank's bootstrap may find its gossip port
+// refused before its abandonment arrives, and report it first as a death.
+// Init's error must still say why it gave up, once, when the abandonment
+// follows within abandonGrace (TestInitRankFailsAfterForm/rank=0/
+// step=formed read "its gossip port refused a connection" without the
+// reason, once, under load). A death that nothing follows is named as it
+// was found.
+func TestInitCauseLateAbandonment(t *testing.T) {
+	refused := fmt.Errorf("%w: its gossip port refused a connection", bootstrap.ErrPeerDead)
+	death := bootstrap.Failure{Rank: 0, Epoch: 1, Name: "r0-a", Err: &bootstrap.OpError{Op: "gossip", Rank: 1, Peer: 0, Err: refused}}
+	why := &bootstrap.AbandonError{Cause: 0, Reason: initFailReason}
+	abandon := bootstrap.Failure{Rank: 0, Epoch: 1, Name: "r0-a", Err: &bootstrap.OpError{Op: "gossip", Rank: 1, Peer: 0, Err: why}}
+	for _, late := range []bool{true, false} {
+		t.Run(fmt.Sprintf("abandonment=%v", late), func(t *testing.T) {
+			fw := &failureSink{epoch: 1, died: make(chan struct{}), amended: make(chan struct{})}
+			g := &gossipRendezvous{fw: fw, placed: bootstrap.World{Rank: 1, Epoch: 1}}
+			fw.deliver(death)
+			// The engine failed on the death's report.
+			engErr := rankErr("init", &engine.PeerError{Rank: 0, Err: fmt.Errorf("%w: %w", ErrPeerFailed, death.Err)})
+			got := make(chan error, 1)
+			go func() { got <- g.initCause(context.Background(), engErr) }()
+			if late {
+				fw.deliver(abandon)
+			}
+			err := <-got
+			var re *RankError
+			if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrPeerFailed) {
+				t.Fatalf("initCause: %v, want a *RankError naming rank 0, ErrPeerFailed", err)
+			}
+			msg := err.Error()
+			if !late {
+				if !strings.Contains(msg, "refused") {
+					t.Errorf("initCause of a death: %q, want its refused port", msg)
+				}
+				return
+			}
+			if strings.Count(msg, initFailReason) != 1 || strings.Contains(msg, "refused") || strings.Contains(msg, "bootstrap") {
+				t.Errorf("initCause: %q, want rank 0's reason %q once, without the refused port", msg, initFailReason)
+			}
+			var ab *bootstrap.AbandonError
+			if !errors.As(err, &ab) {
+				t.Errorf("initCause: %v does not wrap the abandonment", err)
 			}
 		})
 	}
