@@ -323,7 +323,7 @@ func (fw *failureSink) deliver(f bootstrap.Failure) {
 		return
 	}
 	fw.mu.Unlock()
-	c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
+	c.debugf(debugWarn, "%s", failureLine(f))
 	c.peerFailed(f.Rank, f.Err)
 }
 
@@ -345,7 +345,7 @@ func (fw *failureSink) install(c *Comm, epoch uint32) {
 	fw.pending = keep
 	fw.mu.Unlock()
 	for _, f := range now {
-		c.debugf(debugWarn, "rank %d failed: %v", f.Rank, f.Err)
+		c.debugf(debugWarn, "%s", failureLine(f))
 		c.peerFailed(f.Rank, f.Err)
 	}
 }

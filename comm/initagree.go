@@ -200,6 +200,18 @@ func causeOf(f bootstrap.Failure) *bootstrap.Failure {
 	return &f
 }
 
+// failureLine is how GORUN_DEBUG logs the bootstrap's report f: as it
+// came, or, for a rank that abandoned the world because another failed,
+// naming that other rank and its failure in the words the rank gave
+// (causeOf). Those words are the other's whole error: as it came, a
+// relayed abandonment said "peer gave up on the world" twice.
+func failureLine(f bootstrap.Failure) string {
+	if cf := causeOf(f); cf.Rank != f.Rank {
+		return fmt.Sprintf("rank %d failed: it gave up after rank %d's failure: %s", f.Rank, cf.Rank, failureWords(cf.Err))
+	}
+	return fmt.Sprintf("rank %d failed: %v", f.Rank, f.Err)
+}
+
 // failureWords is what a bootstrap report's err says of the failed rank:
 // a death or a leave as the bootstrap names it ("peer failed
 // (unreachable)"), an abandonment with its reason, an abandonment that

@@ -330,3 +330,33 @@ func TestInitCauseLateAbandonment(t *testing.T) {
 		})
 	}
 }
+
+// TestFailureLine: GORUN_DEBUG's line for a rank that abandoned the world
+// because another rank abandoned it names that rank and says "peer gave
+// up on the world" once (it said it twice: the relay's reason is the first
+// rank's whole error); a rank's own abandonment and a death read as the
+// bootstrap reported them.
+func TestFailureLine(t *testing.T) {
+	const reason = "invalid argument: its device failed"
+	report := func(rank int, err error) bootstrap.Failure {
+		return bootstrap.Failure{Rank: rank, Epoch: 1, Name: "r", Err: &bootstrap.OpError{Op: "gossip", Rank: 1, Peer: rank, Err: err}}
+	}
+	own := report(2, &bootstrap.AbandonError{Cause: 2, Kind: "invalid", Reason: reason})
+	relayed := report(0, &bootstrap.AbandonError{Cause: 2, Kind: "invalid", Reason: failureWords(own.Err)})
+	death := report(3, fmt.Errorf("%w: its gossip port refused a connection", bootstrap.ErrPeerDead))
+	for _, tc := range []struct {
+		f    bootstrap.Failure
+		want string
+	}{
+		{own, "rank 2 failed: bootstrap gossip rank 1 peer 2: peer gave up on the world: " + reason},
+		{relayed, "rank 0 failed: it gave up after rank 2's failure: peer gave up on the world: " + reason},
+		{death, "rank 3 failed: " + death.Err.Error()},
+	} {
+		if got := failureLine(tc.f); got != tc.want {
+			t.Errorf("failureLine(%v) = %q, want %q", tc.f.Err, got, tc.want)
+		}
+		if got := failureLine(tc.f); strings.Count(got, bootstrap.ErrPeerAbandoned.Error()) > 1 {
+			t.Errorf("failureLine(%v) = %q says %q more than once", tc.f.Err, got, bootstrap.ErrPeerAbandoned)
+		}
+	}
+}
