@@ -258,3 +258,66 @@ func TestAbandonAfterRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonAfterCoordinatorRefusedForms: as TestAbandonBeforeCommitForms,
+// but the member finds the coordinator gone (its gossip port refused: it
+// formed, gave up and ended) before its abandonment comes, 150 ms later.
+// The member must still form on the world and report the coordinator's
+// reason. Before, its Form failed at once on the refused port, "rank 0
+// died while the world formed", without the reason
+// (TestInitRankFailsAfterForm/rank=0/step=formed under -race, once).
+func TestAbandonAfterCoordinatorRefusedForms(t *testing.T) {
+	nw := NewMemNetwork()
+	ready := make(chan struct{})
+	var nodes []*Node
+	var out []chan formResult
+	var early *formResult // the member's Form, if it ended before the abandonment came
+	var injected atomic.Bool
+	const reason = "rank 0: invalid argument: its device failed"
+	beforeCommit = func(n *Node, w *World) {
+		<-ready
+		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
+			return
+		}
+		member := nodes[1]
+		nw.Cut(member.Addr(), true) // the commit is lost
+		member.mu.Lock()
+		member.refused[n.Name()] = true // a probe found its port refused
+		member.mu.Unlock()
+		member.markGone(n.Name())
+		select {
+		case r := <-out[1]:
+			early = &r
+		case <-time.After(150 * time.Millisecond): // its word is that late
+		}
+		bye := message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.Name(), cause: 0, errKind: "invalid", about: reason}
+		(&delegate{member}).NotifyMsg(bye.encode())
+	}
+	t.Cleanup(func() { beforeCommit = nil })
+	nodes, out = formSome(t, nw, "abandon-refused-coord", 2, []int{0, 1}, 20*time.Second, nil)
+	close(ready)
+	coord := <-out[0]
+	if !injected.Load() {
+		t.Fatal("the coordinator never came to commit")
+	}
+	if coord.err != nil {
+		t.Fatalf("coordinator: %v", coord.err)
+	}
+	member := early
+	if member == nil {
+		r := <-out[1]
+		member = &r
+	}
+	if member.err != nil || member.w.Epoch != 1 || member.w.Digest != coord.w.Digest || member.w.Rank != 1 {
+		t.Fatalf("member: world %+v, %v; want the committed world of epoch 1 (its coordinator abandoned it)", member.w, member.err)
+	}
+	select {
+	case f := <-nodes[1].Failures():
+		var ab *AbandonError
+		if f.Rank != 0 || !errors.As(f.Err, &ab) || ab.Kind != "invalid" || ab.Reason != reason {
+			t.Errorf("member: failure %+v (%v), want rank 0 abandoned, kind invalid, with its reason", f, f.Err)
+		}
+	default:
+		t.Error("member: rank 0's abandonment not reported at install")
+	}
+}

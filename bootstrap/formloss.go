@@ -34,21 +34,34 @@ package bootstrap
 // committed, but then it is dead in the world the others hold, and they
 // fail too); the coordinator, locked, only for a member whose ack it still
 // waits for (one that acked and then died is in the committed world, and
-// reported at install, as any death after Form).
+// reported at install, as any death after Form). A member gives up on its
+// coordinator's death coordGrace after it was found: one that formed and
+// then abandoned the world may be found gone before its word comes.
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // formLoss is a node of the job found dead or gone while the first world
 // formed.
 type formLoss struct {
-	rank int    // the rank it claimed (-1: unassigned)
-	err  error  // ErrPeerLeft or a cause wrapping ErrPeerDead; nil while its last call runs
-	seq  uint64 // when err was set, in the order of this node's losses
+	rank int       // the rank it claimed (-1: unassigned)
+	err  error     // ErrPeerLeft or a cause wrapping ErrPeerDead; nil while its last call runs
+	seq  uint64    // when err was set, in the order of this node's losses
+	at   time.Time // when err was set
 }
+
+// coordGrace is how long a member locked on the first world waits, after
+// its coordinator was found dead, for the coordinator's abandonment before
+// its Form fails: a coordinator that committed, formed and then gave up
+// and ended (its Init failed) may be found gone before its msgAbandon,
+// which proves the commit (abandon.go), comes. Without it the member's
+// Init failed on the refused port, not on the coordinator's reason
+// (TestInitRankFailsAfterForm/rank=0/step=formed under -race, once).
+const coordGrace = 500 * time.Millisecond
 
 // noteFormLossLocked records that name, claiming rank, was dropped from the
 // view before the first world formed; err is nil while its last call runs.
@@ -65,7 +78,7 @@ func (n *Node) noteFormLossLocked(name string, rank int, err error) {
 	if err != nil && (l.err == nil || l.err == ErrPeerLeft) {
 		l.err = err // a death wins over a leave
 		n.formLossSeq++
-		l.seq = n.formLossSeq
+		l.seq, l.at = n.formLossSeq, time.Now()
 	}
 }
 
@@ -153,6 +166,9 @@ func (n *Node) formLost(locked *World, miss []int) error {
 			unclaimed = append(unclaimed, l)
 		}
 		if awaited != nil && awaited[l.name] || awaited == nil && !claimed[l.rank] {
+			if locked != nil && locked.Rank != 0 && l.err != ErrPeerLeft && time.Since(l.at) < coordGrace {
+				continue // its coordinator's death: its abandonment may come yet (coordGrace)
+			}
 			blocking = append(blocking, l)
 		}
 	}
