@@ -20,6 +20,15 @@ package bootstrap
 // does not report it: memberlist handles a meta update before a user
 // message sent earlier, and the reason would be lost).
 //
+// Its process then ends, and a probe may find its gossip port refused
+// before any of that reaches a node (load delays the message and the
+// gossip). If the flag is in the view, the probe reports the abandonment
+// (markGone); if nothing came yet, the member is reported as a death, and
+// reported again with its *AbandonError when its message or its meta
+// update comes (amendLocked): comm's Init then names its reason. A member
+// locked on the world waits coordGrace before it gives up on a coordinator
+// found dead (formloss.go): its abandonment proves the commit.
+//
 // A node still locked on that world, its commit not yet in, takes the
 // message for the commit: only a formed member abandons its world, and a
 // member forms only on the coordinator's commit, so the world was

@@ -30,7 +30,9 @@ package comm
 //     (initCause): a survivor whose connection broke because another
 //     survivor gave up first waits, up to initCauseGrace, for the
 //     bootstrap to report the first failure, rather than name the
-//     survivor.
+//     survivor; and, where that report is a death, up to abandonGrace for
+//     the rank's abandonment, which says why it went (a rank that gives
+//     up ends, and its refused port may be found before its word comes).
 //   - Its error is of the kind of that first failure: an abandonment
 //     carries the kind of its rank's error (abandonKinds), and the others'
 //     Init fails with it, as an operation fails on every rank with the
