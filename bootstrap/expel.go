@@ -27,8 +27,8 @@ package bootstrap
 // Until it finds out, it gossips as a live node of the job that is not a
 // member of their world, which is how a joiner looks. It is none: a member
 // keeps the members of its earlier worlds that a later one left out
-// (behind), and Joiners does not count them (grow.go), unless one told it
-// of a world of its own that the job may go on in (a partition's other
+// (behind), and Joiners does not count them (grow.go), unless a node told
+// it of a world without it that the job may go on in (a partition's other
 // side, below): before, an elastic application called Grow on its
 // account, for a member that cannot be admitted.
 //
@@ -145,12 +145,12 @@ func (n *Node) heardRunning(m message) {
 // world this node held and that its world leaves out (behind), the world
 // it runs, as an answer to msgAsk does: a process the job went on without
 // learns that it did (its next agreement fails with ErrExpelled), and the
-// other side of a partition learns which side goes on. Each node behind
-// counts the ranks whose word says that the job may go on in their world
-// as joiners (Joiners), so the word goes over a stream, in the background.
-// n.mu is held.
+// other side of a partition learns which side goes on, and counts this
+// side's ranks as joiners if this side does (Joiners). Only the members of
+// the lowest ranks tell (tellers), over a stream, in the background. n.mu
+// is held.
 func (n *Node) tellRunningLocked(qs []peer) {
-	if n.closed || !n.formed || len(qs) == 0 {
+	if n.closed || !n.formed || len(qs) == 0 || n.world.Rank >= tellers {
 		return
 	}
 	w := n.world
@@ -170,6 +170,12 @@ func (n *Node) tellRunningLocked(qs []peer) {
 	}()
 }
 
+// tellers is how many members, those of the lowest ranks of the world,
+// tell a node behind that the job runs without it (tellRunningLocked):
+// one word is enough, and a member of a world of thousands that resumes
+// should not be sent a stream by each.
+const tellers = askFanout
+
 // backInView tells q, a node that came (back) into the view, the world
 // this node runs if q is a member of a world it held that this world
 // leaves out (tellRunningLocked).
@@ -181,16 +187,18 @@ func (n *Node) backInView(q peer) {
 	}
 }
 
-// stillBehindLocked says whether name is a node the job went on without:
-// a member of a world this node held that its world leaves out (behind),
-// and that has not told it of a world of its own that the job may have
-// gone on in rather than this one (runs; bootstrap.WentOn). n.mu is held.
-func (n *Node) stillBehindLocked(name string) bool {
-	if !n.behind[name] {
-		return false
+// overtakenLocked says whether a node told this one of a world without it
+// that the job may have gone on in rather than this node's (runs;
+// WentOn): this node is then on the side of a partition that does not go
+// on, and the nodes it left behind count as joiners (Joiners). n.mu is
+// held.
+func (n *Node) overtakenLocked() bool {
+	for _, r := range n.runs {
+		if !WentOn(n.world, r) {
+			return true
+		}
 	}
-	r, ok := n.runs[name]
-	return !ok || WentOn(n.world, r)
+	return false
 }
 
 // WentOn says whether the job went on in world a rather than in world b,

@@ -30,6 +30,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -175,11 +176,11 @@ func b2i(b bool) int {
 // and that keeps gossiping. It cannot be admitted again: its state is
 // stale, and its Shrink or Grow fails with ErrExpelled (expel.go); a
 // restart of its rank (gorun --max-restarts) is a new process, under a
-// new name, and counts. The exception is the other side of a partition
-// whose world the job may go on in rather than this node's (a later
-// epoch, or of one epoch the larger: WentOn): on the side that does not go
-// on, the other side's ranks count, so that its Grow finds out
-// (ErrExpelled), as TestCutRankAloneThenExpelled shows.
+// new name, and counts. The exception is a node told of a world without
+// it that the job may go on in rather than its own (a later epoch, or of
+// one epoch the larger: WentOn), on the side of a partition that does
+// not go on: the other side's ranks count there, so that its Grow finds
+// out (ErrExpelled), as TestCutRankAloneThenExpelled shows.
 //
 // It is this node's view; the members must agree on when to grow (for
 // example with an allreduce of the count).
@@ -187,13 +188,8 @@ func (n *Node) Joiners() int {
 	n.mu.Lock()
 	inWorld := n.inWorld
 	var behind map[string]bool // the job went on without them (see above)
-	for name := range n.behind {
-		if n.stillBehindLocked(name) {
-			if behind == nil {
-				behind = make(map[string]bool)
-			}
-			behind[name] = true
-		}
+	if !n.overtakenLocked() {
+		behind = maps.Clone(n.behind)
 	}
 	n.mu.Unlock()
 	n.viewMu.Lock()

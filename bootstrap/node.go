@@ -102,9 +102,9 @@ type Node struct {
 	split uint32
 	// behind holds the members of a world this node held that a later
 	// world it installed leaves out: a live one is a process the job went
-	// on without, not a joiner, unless it runs a world the job may go on
-	// in rather than this node's (runs). runs is the world each node told
-	// this one it runs without it (msgRunning), by sender (expel.go).
+	// on without, not a joiner, unless a world the job may go on in rather
+	// than this node's runs without it (runs: the world each node told
+	// this one it runs without it, msgRunning, by sender; expel.go).
 	behind   map[string]bool
 	runs     map[string]World
 	failures chan Failure
