@@ -316,3 +316,24 @@ func TestGrowWaitsForMemberOutOfView(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowTablePrefersRestart: of two live nodes claiming a rank that is
+// not in the world, a restart not yet admitted (Joining) wins over the
+// incarnation the job went on without (Joiners counts only the restart),
+// whatever their names. Before, the smaller name won: a Grow for the
+// restart took the old incarnation half the time, and waited for it.
+func TestGrowTablePrefersRestart(t *testing.T) {
+	cfg := testConfig("growrestart", 0, 3)
+	n, _ := nodeOfThree(t, cfg, 2)
+	n.install(World{Rank: 0, Size: 2, Epoch: 3, Members: []Member{{Rank: 0, Name: n.Name(), Addr: n.Addr()}, {Rank: 1, Name: "r1", Addr: "127.0.0.1:1"}}})
+	me := peer{name: n.Name(), addr: n.Addr(), meta: meta{Rank: 0, Size: 3, JobID: cfg.JobID}}
+	r1 := peer{name: "r1", addr: "127.0.0.1:1", meta: meta{Rank: 1, Size: 3, JobID: cfg.JobID}}
+	for _, names := range [][2]string{{"r2", "r2-restart"}, {"r2-old", "r2"}} { // the old incarnation's name sorts first, then last
+		old := peer{name: names[0], addr: "127.0.0.1:2", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID}}
+		back := peer{name: names[1], addr: "127.0.0.1:3", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID, Joining: true}}
+		p := n.growTable(map[string]peer{me.name: me, r1.name: r1, old.name: old, back.name: back})
+		if !p.ok || len(p.members) != 3 || p.members[2].Name != back.name {
+			t.Errorf("old %s, restart %s: table ok %v, %v; want rank 2 the restart", old.name, back.name, p.ok, p.members)
+		}
+	}
+}

@@ -78,8 +78,10 @@ func (n *Node) jobRunning() bool {
 // started without one comes last, by name) and numbered 0..n-1, so a job
 // whose every rank is back has its original ranks. Of two live nodes
 // claiming one rank, a member of the current world wins, then this node
-// (the other is a dead incarnation gossip has not cleared yet), then the
-// smaller name.
+// (the other is a dead incarnation gossip has not cleared yet), then a
+// restarted node not yet admitted (meta.Joining) over one that was (an
+// incarnation the job went on without, still running: Joiners counts only
+// the restart), then the smaller name.
 //
 // A member of the current world that is out of the view but not known to
 // be gone (growOut) is missing: no table until the view holds it again or
@@ -129,6 +131,7 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 		return cmp.Or(cmp.Compare(rankOf(a), rankOf(b)),
 			-cmp.Compare(b2i(inWorld[a.name]), b2i(inWorld[b.name])),
 			-cmp.Compare(b2i(a.name == n.name), b2i(b.name == n.name)), // this node is alive; a stale one of its rank is not
+			-cmp.Compare(b2i(a.meta.Joining), b2i(b.meta.Joining)),     // a restart, not the incarnation the job went on without
 			cmp.Compare(a.name, b.name))
 	})
 	limit := max(n.cfg.Size, n.cfg.MaxSize)
