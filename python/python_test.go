@@ -400,6 +400,28 @@ func TestTorchDestroyPendingCallback(t *testing.T) {
 	ranksOK(t, out, "torch_destroy_check", 2)
 }
 
+// TestTorchExitPendingCallback: a script that ends without destroying its
+// process groups while their futures' then() callbacks are still to run
+// (one started and asleep; one whose all_reduce is still in flight on the
+// default group). The interpreter ended a completer thread as its
+// callback took the GIL back during finalization, and the process died
+// of SIGSEGV ("rank R was killed by signal 11"); now every rank exits 0
+// after each callback ran with the reduced tensor.
+func TestTorchExitPendingCallback(t *testing.T) {
+	needBackend(t)
+	out, err := gorunRun(t, nil, 2, python, "python/tests/torch_exit_check.py")
+	if err != nil || strings.Contains(out, "signal") {
+		t.Fatalf("a script ending with callbacks to run: %v\n%s", err, out)
+	}
+	for r := range 2 {
+		for _, c := range []string{"running", "in flight"} {
+			if w := "torch_exit_check: rank " + itoa(r) + ": " + c + ": callback ok"; !strings.Contains(out, w) {
+				t.Errorf("no %q:\n%s", w, out)
+			}
+		}
+	}
+}
+
 // TestTorchSpawnRefused: ranks started by torch.multiprocessing.spawn,
 // which no launcher describes to gorun, raise an error saying to use one,
 // with init_process_group(rank=, world_size=) and with RANK and

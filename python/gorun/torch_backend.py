@@ -51,6 +51,13 @@ new prefix), init_process_group raises saying so, rather than wait out
 torch's store-based barrier. A group destroyed (or its last reference
 dropped, also by a then() callback holding it) while its operations'
 futures still have then() callbacks to run returns once they have run.
+A script that ends without destroying its groups leaves the same way: at
+exit (atexit, before gorun's own finalize and before the interpreter
+finalizes) each group waits for its operations left and their callbacks,
+as a destroy does (GORUN_TIMEOUT bounds each), and stops its threads (a
+callback still running once the interpreter finalized ended the process
+with SIGSEGV, as Gloo's does). An operation started after that, by a
+later atexit hook, completes before its call returns.
 
 A strided (not contiguous) tensor goes through a contiguous copy in the
 collectives, as with Gloo; a send or recv refuses it, as Gloo's do. A
@@ -66,6 +73,7 @@ new group. The checks torch.distributed's own functions make before they
 call the backend (a scatter_list missing on the source rank, tensors of
 mixed dtypes) still raise on that rank alone.
 """
+import atexit
 import fcntl
 import os
 import sys
@@ -197,7 +205,21 @@ def _create(opts, pg_options=None):
     pg = ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id), timeout_ms)
     if default:
         _torch_store.ordered_destroy(opts, opts.group_rank)
+    # Last registered, first run: before the gorun.init() hook that
+    # finalizes the job's communicator, which the groups' operations left
+    # still run on (registered again at each init).
+    atexit.unregister(_stop_at_exit)
+    atexit.register(_stop_at_exit)
     return pg
+
+
+def _stop_at_exit():
+    """Finish every group's operations and then() callbacks, and stop
+    its threads, while they may still take the GIL: once the interpreter
+    finalizes, a thread that takes it is ended where it stands, and a
+    callback ended so crashed the process (SIGSEGV at exit)."""
+    if _ext is not None:
+        _ext.stop_all()
 
 
 _default_comm = None  # the job's communicator the last default group ran on

@@ -474,6 +474,17 @@ class ProcessGroupGorun : public ProcessGroup {
     }
   }
 
+  // stop is the group's shutdown at interpreter exit (stopAll, from
+  // torch_backend's atexit hook, without the GIL): it waits for the works left and
+  // their futures' then() callbacks, and stops the group's threads, while
+  // Python still lets them take the GIL. Once the interpreter finalizes,
+  // a thread that takes the GIL is ended inside the callback (take_gil's
+  // PyThread_exit_thread), and torch's callback wrapper, unwound, cleared
+  // a thread state whose frames were gone: SIGSEGV at exit. The
+  // communicator stays until the group is freed; an operation started
+  // later completes before its call returns (enqueue).
+  void stop() { stopThreads(); }
+
   const std::string getBackendName() const override { return "gorun"; }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
@@ -761,6 +772,13 @@ class ProcessGroupGorun : public ProcessGroup {
   // shutdown stops the group's threads once its works are done, and
   // finalizes a communicator it owns.
   void shutdown() {
+    stopThreads();
+    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
+  }
+
+  // stopThreads waits for the works left, then joins the completers and
+  // the watchdog; again, it returns at once.
+  void stopThreads() {
     {
       std::lock_guard<std::mutex> lock(gate_->mu);
       gate_->stop = true;
@@ -785,7 +803,6 @@ class ProcessGroupGorun : public ProcessGroup {
       }
     }
     if (watchdog_.joinable()) watchdog_.join();
-    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
   }
 
   // check raises gorun's error. An argument gorun refused itself has
@@ -820,7 +837,16 @@ class ProcessGroupGorun : public ProcessGroup {
     w->gate = gate_;
     bool wake = false;  // sends and recvs were released: the watchdog starts their time
     {
-      std::lock_guard<std::mutex> lock(gate_->mu);
+      std::unique_lock<std::mutex> lock(gate_->mu);
+      if (gate_->stop) {
+        // Stopped at exit (stop): no completer is left, so the caller
+        // completes the work here, as the completers did each one left.
+        lock.unlock();
+        if (w->claim()) {
+          if (auto fut = w->complete(w->req ? gorun_wait(w->req) : GORUN_OK)) completeFuture(fut);
+        }
+        return w;
+      }
       w->seq = ++gate_->started;
       if (!w->p2p) {
         // Another operation has run gorun's group of the sends and recvs
@@ -949,11 +975,41 @@ class ProcessGroupGorun : public ProcessGroup {
   std::thread watchdog_;
 };
 
+// The groups of this process, for stopAll: weak, so that a group still
+// goes when its last holder lets it go.
+std::mutex g_groupsMu;
+std::vector<c10::weak_intrusive_ptr<ProcessGroupGorun>> g_groups;  // g_groupsMu
+
+c10::intrusive_ptr<ProcessGroupGorun> makeGroup(int64_t comm, int rank, int size, const std::vector<int>& ranks,
+                                                int tag, int64_t timeoutMs) {
+  auto pg = c10::make_intrusive<ProcessGroupGorun>(comm, rank, size, ranks, tag, timeoutMs);
+  std::lock_guard<std::mutex> lock(g_groupsMu);
+  g_groups.erase(std::remove_if(g_groups.begin(), g_groups.end(), [](const auto& w) { return w.expired(); }),
+                 g_groups.end());
+  g_groups.emplace_back(pg);
+  return pg;
+}
+
+// stopAll stops every group alive (ProcessGroupGorun::stop), at exit. It
+// holds each while it stops it, and no lock meanwhile: a callback that
+// drops another group's last reference runs that group's destructor.
+void stopAll() {
+  std::vector<c10::intrusive_ptr<ProcessGroupGorun>> live;
+  {
+    std::lock_guard<std::mutex> lock(g_groupsMu);
+    for (auto& w : g_groups) {
+      if (auto pg = w.lock()) live.push_back(std::move(pg));
+    }
+  }
+  for (auto& pg : live) pg->stop();
+}
+
 }  // namespace c10d
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<c10d::ProcessGroupGorun, c10d::ProcessGroup, c10::intrusive_ptr<c10d::ProcessGroupGorun>>(
       m, "ProcessGroupGorun")
-      .def(py::init<int64_t, int, int, const std::vector<int>&, int, int64_t>(),
-           py::call_guard<py::gil_scoped_release>());
+      .def(py::init(&c10d::makeGroup), py::call_guard<py::gil_scoped_release>());
+  m.def("stop_all", &c10d::stopAll, py::call_guard<py::gil_scoped_release>(),
+        "Finish every process group's operations and callbacks, and stop its threads (at exit).");
 }
