@@ -162,6 +162,13 @@ func gorun_init(out *C.gorun_comm) (rc C.int) {
 	return statusOK
 }
 
+// abiVersion is include/gorun.h's GORUN_ABI_VERSION, the version of the
+// C ABI this library exports (TestABIVersion holds the two together).
+const abiVersion = 1
+
+//export gorun_abi_version
+func gorun_abi_version() C.int { return abiVersion }
+
 //export gorun_launched
 func gorun_launched() C.int {
 	if comm.Launched() {

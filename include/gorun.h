@@ -23,7 +23,7 @@
  * this rank uses larger than 2^47 bytes is GORUN_ERR_INVALID too.
  *
  * This header is written by hand and is stable: enums and signatures only
- * grow.
+ * grow. GORUN_ABI_VERSION counts its changes.
  */
 #ifndef GORUN_H
 #define GORUN_H
@@ -34,6 +34,17 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The version of this C ABI. It grows by one with every change to what
+ * this header declares: a function added or removed, a signature, an
+ * enum's values, a typedef or GORUN_PAIR's layout (not with comments).
+ * gorun_abi_version() returns the version the library was built with; a
+ * binding (python/gorun) refuses a library whose version differs from
+ * the one it was written for, rather than call it with the wrong
+ * arguments.
+ */
+#define GORUN_ABI_VERSION 1
 
 typedef int64_t gorun_comm;    /* communicator handle, > 0 */
 typedef int64_t gorun_request; /* non-blocking operation handle, > 0 */
@@ -108,6 +119,9 @@ typedef enum {
 	 * into it. */
 	GORUN_ERR_NO_QUORUM = 8,
 } gorun_status;
+
+/* The library's GORUN_ABI_VERSION. Needs no gorun_init. */
+int gorun_abi_version(void);
 
 /* Join the job described by the environment; *comm receives the handle. */
 int gorun_init(gorun_comm *comm);

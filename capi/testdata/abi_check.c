@@ -13,6 +13,9 @@
 	fprintf(stderr, "\n"); exit(1); } } while (0)
 
 int main(void) {
+	/* the library's version is the header's it was compiled against */
+	EXPECT(gorun_abi_version() == GORUN_ABI_VERSION, "gorun_abi_version() = %d, gorun.h's GORUN_ABI_VERSION = %d",
+	       gorun_abi_version(), GORUN_ABI_VERSION);
 	gorun_comm c;
 	CHECK(gorun_init(&c));
 	int rank, size, lr, ls;

@@ -6,6 +6,11 @@ import re
 import subprocess
 import sys
 
+# include/gorun.h's GORUN_ABI_VERSION, the version of the C ABI this
+# package's calls (load's sig, the torch extension) were written for: a
+# library whose gorun_abi_version() differs is refused.
+ABI_VERSION = 1
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO = os.path.dirname(os.path.dirname(_HERE))
 
@@ -112,6 +117,7 @@ def load():
     i64, c_int, vp, sz = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     p_i64, p_int = ctypes.POINTER(i64), ctypes.POINTER(c_int)
     sig = {
+        "gorun_abi_version": [],
         "gorun_init": [p_i64],
         "gorun_launched": [],
         "gorun_finalize": [i64],
@@ -150,6 +156,17 @@ def load():
         "gorun_comm_create_group": [i64, vp, c_int, c_int, p_i64],
         "gorun_refuse": [i64, ctypes.c_char_p, ctypes.c_char_p],
     }
+    # A library of another ABI version may declare the same functions with
+    # other arguments: refuse it before any call, naming both versions.
+    if hasattr(lib, "gorun_abi_version"):
+        lib.gorun_abi_version.argtypes = []
+        lib.gorun_abi_version.restype = c_int
+        version = lib.gorun_abi_version()
+        if version != ABI_VERSION:
+            raise _unusable(path, "it has gorun's C ABI version %d (gorun_abi_version()), and this package was "
+                                  "written for version %d (GORUN_ABI_VERSION in include/gorun.h), so it was built "
+                                  "from %s gorun than this package"
+                                  % (version, ABI_VERSION, "an older" if version < ABI_VERSION else "a newer"))
     # A library built before a function was added to the C ABI loads, and
     # then fails at the first call of it (or the torch extension's load),
     # naming one symbol and not why: name every one missing, and the fix.
