@@ -465,19 +465,17 @@ class ProcessGroupGorun : public ProcessGroup {
   // So it lets the GIL go while it waits, as torch's holder of Gloo's and
   // NCCL's groups does (IntrusivePtrNoGilDestructor); here, so that any
   // last reference (a DDP reducer's too) is covered.
-  ~ProcessGroupGorun() override {
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      pybind11::gil_scoped_release nogil;
-      shutdown();
-    } else {
-      shutdown();
-    }
-  }
+  ~ProcessGroupGorun() override { shutdownNoGIL(); }
+
+  // release_resources, not the destructor, runs when the last reference
+  // goes while a weak one is left, as stopAll's list keeps to every group
+  // (the memory stays until that goes): the destructor's work is done then.
+  void release_resources() override { shutdownNoGIL(); }
 
   // stop is the group's shutdown at interpreter exit (stopAll, from
-  // torch_backend's atexit hook, without the GIL): it waits for the works left and
-  // their futures' then() callbacks, and stops the group's threads, while
-  // Python still lets them take the GIL. Once the interpreter finalizes,
+  // torch_backend's atexit hook, without the GIL): it waits for the works
+  // left and their futures' then() callbacks, and stops the group's
+  // threads, while Python still lets them take the GIL. Once the interpreter finalizes,
   // a thread that takes the GIL is ended inside the callback (take_gil's
   // PyThread_exit_thread), and torch's callback wrapper, unwound, cleared
   // a thread state whose frames were gone: SIGSEGV at exit. The
@@ -769,11 +767,24 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
  private:
+  // shutdownNoGIL is shutdown, with the GIL let go if held.
+  void shutdownNoGIL() {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      shutdown();
+    } else {
+      shutdown();
+    }
+  }
+
   // shutdown stops the group's threads once its works are done, and
-  // finalizes a communicator it owns.
+  // finalizes a communicator it owns; again, it does nothing.
   void shutdown() {
     stopThreads();
-    if (owned_) gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
+    if (owned_) {
+      owned_ = false;
+      gorun_finalize(comm_);  // not collective: the other members' later calls on it fail
+    }
   }
 
   // stopThreads waits for the works left, then joins the completers and
@@ -976,17 +987,18 @@ class ProcessGroupGorun : public ProcessGroup {
 };
 
 // The groups of this process, for stopAll: weak, so that a group still
-// goes when its last holder lets it go.
+// shuts down when its last holder lets it go (release_resources). Never
+// freed: no static destructor at exit runs a group's.
 std::mutex g_groupsMu;
-std::vector<c10::weak_intrusive_ptr<ProcessGroupGorun>> g_groups;  // g_groupsMu
+auto* g_groups = new std::vector<c10::weak_intrusive_ptr<ProcessGroupGorun>>;  // g_groupsMu
 
 c10::intrusive_ptr<ProcessGroupGorun> makeGroup(int64_t comm, int rank, int size, const std::vector<int>& ranks,
                                                 int tag, int64_t timeoutMs) {
   auto pg = c10::make_intrusive<ProcessGroupGorun>(comm, rank, size, ranks, tag, timeoutMs);
   std::lock_guard<std::mutex> lock(g_groupsMu);
-  g_groups.erase(std::remove_if(g_groups.begin(), g_groups.end(), [](const auto& w) { return w.expired(); }),
-                 g_groups.end());
-  g_groups.emplace_back(pg);
+  g_groups->erase(std::remove_if(g_groups->begin(), g_groups->end(), [](const auto& w) { return w.expired(); }),
+                  g_groups->end());
+  g_groups->emplace_back(pg);
   return pg;
 }
 
@@ -997,7 +1009,7 @@ void stopAll() {
   std::vector<c10::intrusive_ptr<ProcessGroupGorun>> live;
   {
     std::lock_guard<std::mutex> lock(g_groupsMu);
-    for (auto& w : g_groups) {
+    for (auto& w : *g_groups) {
       if (auto pg = w.lock()) live.push_back(std::move(pg));
     }
   }
