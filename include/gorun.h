@@ -223,8 +223,9 @@ int gorun_alltoallv(gorun_comm comm, const void *send, const size_t *send_counts
                     void *recv, const size_t *recv_counts, const size_t *recv_displs, gorun_dtype dtype);
 
 /* Value-index pairs for GORUN_MINLOC and GORUN_MAXLOC: an array of
- * struct { T value; int64_t index; } (16 bytes each) where dtype names T.
- * Of equal values the smaller index wins. reduce_loc's recv matters at
+ * struct { T value; int64_t index; } (16 bytes each; 12 on 32-bit
+ * platforms for a T of 4 bytes or fewer) where dtype names T. Of equal
+ * values the smaller index wins. reduce_loc's recv matters at
  * root only. */
 #define GORUN_PAIR(T) struct { T value; int64_t index; }
 int gorun_allreduce_loc(gorun_comm comm, const void *send, void *recv, size_t count, gorun_dtype dtype, gorun_op op);
