@@ -52,10 +52,9 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 // re-broadcasts its state to the newcomers. Joiners that are gone before
 // the members agree are not admitted: a Grow whose every joiner left
 // returns a communicator of c's ranks alone. c is left closed, as by
-// Shrink. If a
-// rank dies while Grow connects, Grow still returns the grown
-// communicator, as on the ranks that connected before the death: its
-// operations fail with ErrPeerFailed, and every rank calls Shrink.
+// Shrink. If a rank dies while Grow connects, Grow still returns the
+// grown communicator, as on the ranks that connected before the death:
+// its operations fail with ErrPeerFailed, and every rank calls Shrink.
 func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
 	return c.remake(ctx, "grow", (*bootstrap.Node).Grow)
 }

@@ -49,34 +49,7 @@ func TestCreateCQDoesNotBlock(t *testing.T) {
 		heldDone <- err
 	}()
 	<-entered
-	others := make(chan error, 1)
-	go func() {
-		others <- func() error {
-			mr, err := d.Register(make([]byte, 4096), rdma.AccessLocalWrite)
-			if err != nil {
-				return err
-			}
-			if err := mr.Deregister(); err != nil {
-				return err
-			}
-			cq, err := d.CreateCQ(0)
-			if err != nil {
-				return err
-			}
-			if err := cq.Close(); err != nil {
-				return err
-			}
-			return connectClose(d, ip)
-		}()
-	}()
-	select {
-	case err := <-others:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second): // a bound for a hang, not a measure
-		t.Fatal("registration, CQ and connection calls waited for a CQ creation in progress")
-	}
+	othersGoOn(t, d, ip, "a CQ creation")
 	select {
 	case err := <-heldDone:
 		t.Fatalf("the held CreateCQ ended early: %v", err)

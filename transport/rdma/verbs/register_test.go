@@ -131,6 +131,41 @@ func connectClose(d rdma.Device, ip string) error {
 	return <-accepted
 }
 
+// othersGoOn fails t unless a registration, a CQ's creation and a
+// connection of d, and their undoing, all finish while held (a call of
+// d's stopped by a test hook) is in progress.
+func othersGoOn(t *testing.T, d rdma.Device, ip, held string) {
+	t.Helper()
+	others := make(chan error, 1)
+	go func() {
+		others <- func() error {
+			mr, err := d.Register(make([]byte, 4096), rdma.AccessLocalWrite)
+			if err != nil {
+				return err
+			}
+			if err := mr.Deregister(); err != nil {
+				return err
+			}
+			cq, err := d.CreateCQ(0)
+			if err != nil {
+				return err
+			}
+			if err := cq.Close(); err != nil {
+				return err
+			}
+			return connectClose(d, ip)
+		}()
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second): // a bound for a hang, not a measure
+		t.Fatalf("registration, CQ and connection calls waited for %s in progress", held)
+	}
+}
+
 // TestRegisterDoesNotBlock: while a large registration is inside
 // ibv_reg_mr (stopped there by testHookRegister), a second, small
 // registration and its deregistration, a shared CQ's creation and close,
@@ -151,34 +186,7 @@ func TestRegisterDoesNotBlock(t *testing.T) {
 		bigDone <- err
 	}()
 	<-entered
-	others := make(chan error, 1)
-	go func() {
-		others <- func() error {
-			small, err := d.Register(make([]byte, 4096), rdma.AccessLocalWrite)
-			if err != nil {
-				return err
-			}
-			if err := small.Deregister(); err != nil {
-				return err
-			}
-			cq, err := d.CreateCQ(0)
-			if err != nil {
-				return err
-			}
-			if err := cq.Close(); err != nil {
-				return err
-			}
-			return connectClose(d, ip)
-		}()
-	}()
-	select {
-	case err := <-others:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(20 * time.Second): // a bound for a hang, not a measure
-		t.Fatal("registration, CQ and connection calls waited for a registration in progress")
-	}
+	othersGoOn(t, d, ip, "a registration")
 	select {
 	case err := <-bigDone:
 		t.Fatalf("the held registration ended early: %v", err)
