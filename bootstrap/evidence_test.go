@@ -187,7 +187,7 @@ func TestMemberWhoseAddressIsTaken(t *testing.T) {
 			t.Cleanup(func() { back.Close() })
 			survivors := nodes[1:]
 			if suspect {
-				waitSeen(t, survivors, back.Name())
+				waitInView(t, survivors, back.Name(), 15*time.Second)
 				survivors[0].Suspect(0)
 				shrinkWithout(t, survivors, 0, errTaken)
 				return

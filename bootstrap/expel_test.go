@@ -133,27 +133,6 @@ func TestExpelledMemberShrinksWithTheOthers(t *testing.T) {
 	}
 }
 
-// waitInView waits until each of nodes has name in its view, for up to
-// within in all.
-func waitInView(t *testing.T, nodes []*Node, name string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, n := range nodes {
-		for {
-			n.viewMu.Lock()
-			_, ok := n.peers[name]
-			n.viewMu.Unlock()
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never saw %s again", n.Name(), name)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
-
 // A member the others shrank without while it lived (cut off, as a frozen
 // or starved rank is: gossip declared it dead and nobody answered the last
 // call) comes back and keeps gossiping, without calling anything. It is

@@ -52,26 +52,6 @@ func formSome(t *testing.T, nw *MemNetwork, job string, size int, ranks []int, w
 	return nodes, out
 }
 
-// waitSeen waits until every node of nodes holds name in its view.
-func waitSeen(t *testing.T, nodes []*Node, name string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for _, n := range nodes {
-		for {
-			n.viewMu.Lock()
-			_, ok := n.peers[name]
-			n.viewMu.Unlock()
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never saw %s", n.Name(), name)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-}
-
 // expectFormLoss waits for the Form of each rank in ranks and checks that
 // it failed well before its deadline, naming rank dead as want.
 func expectFormLoss(t *testing.T, out []chan formResult, ranks []int, dead int, want error) {
@@ -105,7 +85,7 @@ func TestFormEndsWhenRankDies(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			nw := NewMemNetwork()
 			nodes, out := formSome(t, nw, "form-dies-"+how, 4, []int{0, 1, 2}, 25*time.Second, nil)
-			waitSeen(t, nodes[:2], nodes[2].Name())
+			waitInView(t, nodes[:2], nodes[2].Name(), 15*time.Second)
 			if how == "killed" {
 				nodes[2].shutdown(false) // no leave: a crash
 			} else {
@@ -136,7 +116,7 @@ func TestFormEndsWhenAwaitedRankDies(t *testing.T) {
 	var out []chan formResult
 	nodes, out = formSome(t, nw, "form-awaited", 4, []int{0, 1, 2}, 25*time.Second, nil)
 	victim.Store(nodes[2])
-	waitSeen(t, nodes[:3], nodes[2].Name())
+	waitInView(t, nodes[:3], nodes[2].Name(), 15*time.Second)
 	c := testConfig("form-awaited", 3, 4)
 	c.Network, c.Timeout, c.Seeds = nw, time.Minute, []string{nodes[0].Addr()}
 	n3, err := Start(c, nil)
@@ -188,7 +168,7 @@ func TestFormKeepsRunningRank(t *testing.T) {
 	running := func(Member) bool { return true }
 	nodes, out := formSome(t, nw, "form-running", 4, []int{0, 1, 2}, time.Minute, // rank 2 comes back by its refutation: slow under -race
 		func(_ int, c *Config) { c.Running = running })
-	waitSeen(t, nodes[:2], nodes[2].Name())
+	waitInView(t, nodes[:2], nodes[2].Name(), 15*time.Second)
 	nw.Cut(nodes[2].Addr(), true)
 	deadline := time.Now().Add(15 * time.Second)
 	for _, n := range nodes[:2] { // gossip's verdict

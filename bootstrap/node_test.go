@@ -73,6 +73,28 @@ func startWorld(t testing.TB, job string, size int, mod func(i int, c *Config)) 
 	return byRank
 }
 
+// waitInView waits until each of nodes holds name in its view, for up to
+// within in all (gossip spreads a join, or a return from a cut, to every
+// view in a few rounds).
+func waitInView(t *testing.T, nodes []*Node, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for {
+			n.viewMu.Lock()
+			_, ok := n.peers[name]
+			n.viewMu.Unlock()
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not have %s in its view within %v", n.Name(), name, within)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 func closeAll(nodes []*Node) {
 	var wg sync.WaitGroup
 	for _, n := range nodes {
