@@ -41,7 +41,9 @@ import (
 // ErrExpelled: the other ranks declared this rank dead and went on
 // without it; its state is stale. Shrink and Grow return it on such a
 // rank, whether it finds out from its new world's membership check or
-// from the bootstrap (the others agreed on a later epoch without it).
+// from the bootstrap (the others agreed on a later epoch without it), and
+// so does an Init that joins a running job whose check finds this rank
+// expelled.
 var ErrExpelled = bootstrap.ErrExpelled
 
 // checkMembership runs the check above on n, a communicator of world w;
@@ -49,6 +51,9 @@ var ErrExpelled = bootstrap.ErrExpelled
 // It returns the ranks of w that were expelled, or the collectives'
 // error.
 func (n *Comm) checkMembership(ctx context.Context, w bootstrap.World, from *bootstrap.World) ([]int, error) {
+	if h := membershipHook; h != nil {
+		from = h(w, from)
+	}
 	v := make([]uint8, 2*w.Size) // [r]: someone takes r for continuing; [Size+r]: for a newcomer
 	if from == nil {
 		v[w.Size+w.Rank] = 1
@@ -97,6 +102,14 @@ func (n *Comm) checkMembership(ctx context.Context, w bootstrap.World, from *boo
 	}
 	return out, nil
 }
+
+// membershipHook, when set (by tests only), replaces the world a member of
+// w comes from (nil for a rank that joins through Init) before
+// checkMembership uses it: a test makes the members take a joiner for
+// one of theirs, as members whose Grow committed a world with it, and
+// whose coordinator then died before the joiner had the commit, do when
+// they shrink from that world into the one the joiner first forms on.
+var membershipHook func(w bootstrap.World, from *bootstrap.World) *bootstrap.World
 
 // originLen is the length of originOf's record.
 const originLen = 8 + len(bootstrap.World{}.Digest)

@@ -109,3 +109,65 @@ func TestCheckMembership(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A rank that joins a running job through Init and that the members take
+// for one of theirs is expelled by the membership check (expel.go): its
+// Init fails with ErrExpelled, as a Shrink or Grow does, and returns no
+// communicator; the members' grown communicator fails naming it. Three
+// ranks; rank 2 closes, the others shrink; rank 2 starts again and they
+// grow, each member taking it (membershipHook) for one of the world it
+// comes from. Its Init returned a communicator before.
+func TestInitExpelledJoinerFails(t *testing.T) {
+	const joiner = 2
+	cs, errs, start := initRanks(t, 3, func(int) []Option { return nil })
+	mustAll(t, "init", errs)
+	ctx := initTestCtx(t)
+	cs[joiner].Close()
+	shrunk := make([]*Comm, joiner)
+	mustAll(t, "shrink", onAll(cs[:joiner], func(c *Comm) (err error) {
+		shrunk[c.Rank()], err = c.Shrink(ctx)
+		return err
+	}))
+	membershipHook = func(w bootstrap.World, from *bootstrap.World) *bootstrap.World {
+		if from == nil || w.Size <= joiner {
+			return from
+		}
+		f := *from
+		f.Members = append(slices.Clone(from.Members), w.Members[joiner])
+		return &f
+	}
+	t.Cleanup(func() { membershipHook = nil })
+	type result struct {
+		c   *Comm
+		err error
+	}
+	joined := make(chan result, 1)
+	go func() {
+		c, err := start(joiner)
+		joined <- result{c, err}
+	}()
+	grown := make([]*Comm, joiner)
+	mustAll(t, "grow", onAll(shrunk, func(c *Comm) (err error) {
+		for c.Joiners() == 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		grown[c.Rank()], err = c.Grow(ctx)
+		return err
+	}))
+	j := <-joined
+	var re *RankError
+	if j.c != nil || !errors.As(j.err, &re) || re.Rank != joiner || re.Op != "init" || !errors.Is(j.err, ErrExpelled) {
+		t.Errorf("the joiner's Init: communicator %v, error %v; want no communicator and rank %d's ErrExpelled", j.c != nil, j.err, joiner)
+	}
+	for r, c := range grown {
+		err := c.Barrier(ctx)
+		if !errors.As(err, &re) || re.Rank != joiner || !errors.Is(err, ErrPeerFailed) || !errors.Is(err, ErrExpelled) {
+			t.Errorf("member %d: barrier after the grow: %v; want rank %d expelled", r, err, joiner)
+		}
+		c.Close()
+	}
+}

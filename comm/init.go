@@ -190,7 +190,14 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	} else { // joined a running job: a member back from exclusion? (expel.go)
 		switch out, err := c.checkMembership(ctx, w, nil); {
 		case err == nil && len(out) > 0:
-			c.expelled(out, "init")
+			// This rank among them: the others went on without it and
+			// fail naming it; it fails, as in Shrink and Grow.
+			if err := c.expelled(out, "init"); err != nil {
+				c.debugf(debugInfo, "init: epoch %d: this rank came back from a world the others had left it out of", w.Epoch)
+				failed = err
+				c.Close()
+				return nil, failed
+			}
 		case err == nil: // where the members that admitted it take theirs (remake)
 			c.shrink.base = baseOf(w)
 			c.remakeHier(ctx, "init")
