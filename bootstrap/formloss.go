@@ -27,7 +27,11 @@ package bootstrap
 // while the others' new nodes form. A death counts only while
 // no formed member has told this node that the job runs (jobRunning): a
 // rank restarted into a running job waits for the members' Grow, whatever
-// dies meanwhile.
+// dies meanwhile. Its coordinator's death counts for a member locked on
+// the first world whatever it was told, unless told of a later epoch: a
+// coordinator that committed, whose commit to this member was lost and
+// whose push/pull state (its epoch) came, and that then died, held the
+// member until its deadline (TestFormEndsWhenCoordinatorDiesAfterCommit).
 //
 // Once locked, a node's outcome is the coordinator's: a member locked on a
 // world gives up only when that world's coordinator is lost (it may have
@@ -126,12 +130,20 @@ func (n *Node) formLost(locked *World, miss []int) error {
 		name string
 		formLoss
 	}
+	// A member locked on the first world counts its coordinator's death
+	// even when told that the job runs: the world that runs is then the
+	// one it locked on (a committed first world is the only one of its
+	// epoch), and the coordinator is dead in it.
+	coord := ""
+	if locked != nil && locked.Rank != 0 && n.running <= locked.Epoch {
+		coord = locked.Members[0].Name
+	}
 	var losses []loss
 	for name, l := range n.formLosses {
 		if l.err == nil || l.rank < 0 || l.rank >= n.cfg.Size {
 			continue
 		}
-		if l.err != ErrPeerLeft && running {
+		if l.err != ErrPeerLeft && running && name != coord {
 			continue // a death
 		}
 		losses = append(losses, loss{name, *l})

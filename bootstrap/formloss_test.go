@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -206,4 +207,40 @@ func TestFormKeepsRunningRank(t *testing.T) {
 			t.Errorf("rank %d: %v (world of %d)", r, res.err, res.w.Size)
 		}
 	}
+}
+
+// A member locked on the first world whose commit is lost and whose
+// coordinator then dies, after a formed node told it (in a push/pull) that
+// the job runs: the coordinator's death ends its Form, naming rank 0, as
+// it does for a member not told. The job that runs is the world it locked
+// on, in which the coordinator is dead.
+func TestFormEndsWhenCoordinatorDiesAfterCommit(t *testing.T) {
+	nw := NewMemNetwork()
+	ready := make(chan struct{})
+	var nodes []*Node
+	var injected atomic.Bool
+	beforeCommit = func(n *Node, w *World) {
+		<-ready
+		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
+			return
+		}
+		member := nodes[1]
+		nw.Cut(member.Addr(), true)                                      // the commit is lost
+		member.mergeState(binary.AppendUvarint([]byte{stateVersion}, 1)) // a formed node's push/pull came
+		member.mu.Lock()
+		member.refused[n.Name()] = true // then a probe found the coordinator's port refused
+		member.mu.Unlock()
+		member.markGone(n.Name())
+	}
+	t.Cleanup(func() { beforeCommit = nil })
+	var out []chan formResult
+	nodes, out = formSome(t, nw, "form-coord-dies", 2, []int{0, 1}, 25*time.Second, nil)
+	close(ready)
+	if coord := <-out[0]; coord.err != nil {
+		t.Fatalf("coordinator: %v", coord.err)
+	}
+	if !injected.Load() {
+		t.Fatal("the coordinator never came to commit")
+	}
+	expectFormLoss(t, out, []int{1}, 0, ErrPeerDead)
 }
