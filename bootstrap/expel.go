@@ -30,7 +30,10 @@ package bootstrap
 // (behind), and Joiners does not count them (grow.go), unless a node told
 // it of a world without it that the job may go on in (a partition's other
 // side, below): before, an elastic application called Grow on its
-// account, for a member that cannot be admitted.
+// account, for a member that cannot be admitted. A node told that the job
+// went on without it says so in its meta (meta.Behind), and no node counts
+// it then: a rank admitted later never held a world with it and counted
+// it for good (until it ended).
 //
 // A partition breaks the rule of one world per epoch: each side finds the
 // other dead and shrinks without it, so a rank cut off from the rest runs
@@ -134,11 +137,36 @@ func (n *Node) heardRunning(m message) {
 	if err == nil && n.formed && m.epoch == w.Epoch && m.digest != w.Digest && goesOn(size, m.digest, w.Size, w.Digest) {
 		n.split = w.Epoch
 	}
+	behind := false
 	if err == nil && m.from != n.name {
-		n.runs[m.from] = World{Epoch: m.epoch, Size: size, Digest: m.digest}
+		r := World{Epoch: m.epoch, Size: size, Digest: m.digest}
+		n.runs[m.from] = r
+		behind = n.formed && WentOn(r, w)
 	}
 	n.mu.Unlock()
+	if behind {
+		n.markBehind()
+	}
 	n.signal()
+}
+
+// markBehind says in this node's meta that the job went on without it
+// (meta.Behind), once, in the background: a node that never held a world
+// with it (a rank admitted later) then does not count it as a joiner
+// (Joiners), as the members that left it out do (behind).
+func (n *Node) markBehind() {
+	n.metaMu.Lock()
+	was := n.meta.Behind
+	if !was {
+		n.meta.Behind = true
+		if buf, err := n.meta.encode(); err == nil {
+			n.metaBuf = buf
+		}
+	}
+	n.metaMu.Unlock()
+	if !was {
+		n.goUnlessClosed(func() { _ = n.ml.UpdateNode(n.cfg.LeaveTimeout) })
+	}
 }
 
 // tellRunningLocked tells each of qs, live nodes that were members of a

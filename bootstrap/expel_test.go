@@ -197,3 +197,57 @@ func TestJoinersLeaveOutRankLeftBehind(t *testing.T) {
 		t.Fatalf("restarted rank %d: %v", victim, err)
 	}
 }
+
+// A rank admitted after the job went on without a process does not count
+// that process as a joiner when it comes back into the view: it never held
+// a world with it (behind), but the process, told by the members that the
+// job went on without it, says so in its meta. Four ranks: rank 2 is cut
+// off and the others shrink; rank 3 closes and ranks 0 and 1 shrink; rank
+// 3's restart is admitted by their Grow; then rank 2's link heals. The
+// restart counted rank 2's old process as a joiner (1, for good), where
+// ranks 0 and 1 count none.
+func TestJoinersOfRankAdmittedAfterOneLeftBehind(t *testing.T) {
+	const job, victim = "joiners-admitted-after", 2
+	nw := NewMemNetwork()
+	nodes := startWorld(t, job, 4, func(_ int, c *Config) { c.Network = nw })
+	defer closeAll(nodes)
+	nw.Cut(nodes[victim].Addr(), true)
+	shrinkAll(t, []*Node{nodes[0], nodes[1], nodes[3]}, 20*time.Second)
+	nodes[3].Close()
+	survivors := nodes[:victim]
+	shrinkAll(t, survivors, 20*time.Second)
+
+	cfg := testConfig(job, 3, 4)
+	cfg.Network = nw
+	cfg.Seeds = []string{survivors[0].Addr()}
+	cfg.Restarted = true
+	back, err := Start(cfg, []byte("blob again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	waitJoiners(t, survivors, 20*time.Second)
+	formed := make(chan error, 1)
+	go func() { _, err := back.Form(context.Background()); formed <- err }()
+	for i, w := range agreeAll(t, survivors, 20*time.Second, (*Node).Grow) {
+		if w.Size != 3 || w.Members[2].Name != back.Name() {
+			t.Fatalf("survivor %d after Grow: %d ranks, rank 2 %s; want 3, rank 2 the restarted %s", i, w.Size, w.Members[min(2, w.Size-1)].Name, back.Name())
+		}
+	}
+	if err := <-formed; err != nil {
+		t.Fatalf("restarted rank 3: %v", err)
+	}
+
+	nw.Cut(nodes[victim].Addr(), false)
+	grown := []*Node{survivors[0], survivors[1], back}
+	waitInView(t, grown, nodes[victim].Name(), 20*time.Second)
+	deadline := time.Now().Add(10 * time.Second) // the old process's meta update: a few gossip rounds
+	for i, n := range grown {
+		for n.Joiners() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if k := n.Joiners(); k != 0 {
+			t.Errorf("rank %d of the grown world: %d joiners with rank %d's old process, which the job went on without, in its view; want 0", i, k, victim)
+		}
+	}
+}

@@ -179,7 +179,9 @@ func b2i(b bool) int {
 // and that keeps gossiping. It cannot be admitted again: its state is
 // stale, and its Shrink or Grow fails with ErrExpelled (expel.go); a
 // restart of its rank (gorun --max-restarts) is a new process, under a
-// new name, and counts. The exception is a node told of a world without
+// new name, and counts. Nor is a process whose meta says that the job
+// went on without it (meta.Behind), on a node that never held a world
+// with it (admitted later). The exception is a node told of a world without
 // it that the job may go on in rather than its own (a later epoch, or of
 // one epoch the larger: WentOn), on the side of a partition that does
 // not go on: the other side's ranks count there, so that its Grow finds
@@ -205,7 +207,7 @@ func (n *Node) Joiners() int {
 	}
 	k := 0
 	for name, q := range n.peers {
-		if _, ok := inWorld[name]; !ok && !behind[name] && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
+		if _, ok := inWorld[name]; !ok && !behind[name] && !q.meta.Behind && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
 			k++
 		}
 	}

@@ -24,14 +24,15 @@ const (
 	flagForming   = 1 << 1 // with flagLeaving: it leaves before its first world formed (formloss.go)
 	flagJoining   = 1 << 2 // a restarted rank not yet admitted (jobGone, agree.go)
 	flagAbandoned = 1 << 3 // with flagLeaving: it gives up on its formed world (abandon.go)
-	knownFlags    = flagLeaving | flagForming | flagJoining | flagAbandoned
+	flagBehind    = 1 << 4 // the job went on without it (expel.go): never a joiner
+	knownFlags    = flagLeaving | flagForming | flagJoining | flagAbandoned | flagBehind
 )
 
 // meta is what every node publishes in its memberlist node meta.
 //
 // Encoding, version 1 (all integers unsigned LEB128 varints, rank zig-zag):
 //
-//	version byte (=1) | flags byte (1: leaving, 2: leaving unformed, 4: joining, 8: abandoning) | rank (zig-zag, -1 = unassigned) |
+//	version byte (=1) | flags byte (1: leaving, 2: leaving unformed, 4: joining, 8: abandoning, 16: behind) | rank (zig-zag, -1 = unassigned) |
 //	size | len(job) job | len(host) host | len(blob) blob
 //
 // Decoding is strict: unknown versions, unknown flags, out-of-range values
@@ -46,7 +47,10 @@ type meta struct {
 	Joining bool // restarted (Config.Restarted) and not yet admitted to a world
 	// Abandoned: leaving, it gives up on its formed world (Node.Abandon).
 	Abandoned bool
-	Blob      []byte
+	// Behind: a member told it of a world without it that the job went on
+	// in rather than its own (expel.go); it is not a joiner (Joiners).
+	Behind bool
+	Blob   []byte
 }
 
 func (m *meta) encode() ([]byte, error) {
@@ -73,6 +77,9 @@ func (m *meta) encode() ([]byte, error) {
 	}
 	if m.Abandoned {
 		flags |= flagAbandoned
+	}
+	if m.Behind {
+		flags |= flagBehind
 	}
 	b = append(b, metaVersion, flags)
 	b = binary.AppendVarint(b, int64(m.Rank))
@@ -112,6 +119,7 @@ func decodeMeta(buf []byte) (meta, error) {
 	m.Forming = flags&flagForming != 0
 	m.Joining = flags&flagJoining != 0
 	m.Abandoned = flags&flagAbandoned != 0
+	m.Behind = flags&flagBehind != 0
 	m.Size = int(d.uvarint(math.MaxInt32))
 	m.JobID = string(d.bytes(MaxJobID))
 	m.Host = string(d.bytes(MaxHost))

@@ -19,6 +19,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	for _, m := range []meta{
 		{Rank: -1, Size: 1, JobID: "j"},
 		{Rank: 3, Size: 8, JobID: "job-42", Host: "n1/abcd", Blob: []byte("tcp://10.0.0.1:7000")},
+		{Rank: 2, Size: 4, JobID: "j", Leaving: true, Forming: true, Joining: true, Abandoned: true, Behind: true},
 		full,
 	} {
 		b, err := m.encode()
@@ -33,7 +34,8 @@ func TestMetaRoundTrip(t *testing.T) {
 			t.Fatalf("decode: %v", err)
 		}
 		if got.Rank != m.Rank || got.Size != m.Size || got.JobID != m.JobID ||
-			got.Host != m.Host || got.Leaving != m.Leaving || !bytes.Equal(got.Blob, m.Blob) {
+			got.Host != m.Host || got.Leaving != m.Leaving || got.Forming != m.Forming || got.Joining != m.Joining ||
+			got.Abandoned != m.Abandoned || got.Behind != m.Behind || !bytes.Equal(got.Blob, m.Blob) {
 			t.Fatalf("round trip: got %+v, want %+v", got, m)
 		}
 	}
