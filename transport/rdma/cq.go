@@ -37,7 +37,19 @@ import (
 // GetSendComp and GetRecvComp on a queue bound to a CQ return that CQ's next
 // completion, of either kind when both queues share it (rdma_get_send_comp
 // polls the QP's send_cq, whatever else completes there); their error is
-// non-nil only when ctx ends or the CQ is closed.
+// non-nil only when ctx ends or the CQ is closed or failed.
+//
+// A CQ can fail: a verbs CQ that overran lost completions
+// (IBV_EVENT_CQ_ERR), and a device that died fails all of its CQs. Its
+// connections fail with it, and it gives no completions but those it
+// already holds (their flushes among them). Err then says why, once
+// those can be polled, and the CQ sends a token on Notify, and one at
+// once for every Arm from then on, so that no sleeper is left waiting for
+// a completion that will not come. A poller that wakes to a token and
+// polls nothing checks Err (a stale token and a failure look alike
+// there), and when it is set polls once more for what came in between;
+// a poller that keeps arming a failed CQ spins. Providers whose queues
+// grow and never lose a completion (mem, shm, tcp) never fail one.
 
 // CQ is a completion queue that connections of one device share.
 // Poll, Arm and Notify may be called from any goroutine; completions are
@@ -52,6 +64,9 @@ type CQ interface {
 	Arm()
 	// Notify is the channel tokens arrive on (capacity one).
 	Notify() <-chan struct{}
+	// Err reports why the queue failed (see above), or nil. A queue that
+	// was closed has not failed.
+	Err() error
 	// Close releases the queue. Connections bound to it must be closed
 	// first; a Poll after Close returns 0, and Notify gets a token so that a
 	// sleeper wakes up.
@@ -70,7 +85,8 @@ type QPInit struct {
 var ErrCQClosed = errors.New("completion queue closed")
 
 // WaitComp returns cq's next completion, polling, then arming and sleeping
-// until one comes, ctx ends, or closed (if not nil) is closed. Providers
+// until one comes, ctx ends, closed (if not nil) is closed, or cq fails
+// (then its error, once the completions it holds are taken). Providers
 // use it for GetSendComp and GetRecvComp on a queue bound to a shared CQ.
 func WaitComp(ctx context.Context, cq CQ, closed <-chan struct{}) (WC, error) {
 	var wc [1]WC
@@ -84,6 +100,17 @@ func WaitComp(ctx context.Context, cq CQ, closed <-chan struct{}) (WC, error) {
 		}
 		select {
 		case <-cq.Notify():
+			// A token that brings nothing is stale, or says the queue
+			// failed: its Arm would hand out tokens at once.
+			if cq.Poll(wc[:]) == 1 {
+				return wc[0], nil
+			}
+			if err := cq.Err(); err != nil {
+				if cq.Poll(wc[:]) == 1 { // it failed after the poll above
+					return wc[0], nil
+				}
+				return WC{}, err
+			}
 		case <-ctx.Done():
 			return WC{}, ctx.Err()
 		case <-closed:

@@ -109,12 +109,16 @@ func (e *env) peerRecvCompOn(p peer) rdma.WC {
 }
 
 // caseCQClose: closing a CQ (its conns closed first) sends a token on
-// Notify, so that a sleeper wakes, and Poll returns 0 after it.
+// Notify, so that a sleeper wakes, and Poll returns 0 after it. Neither a
+// conn's end nor Close is a failure of the CQ: Err stays nil.
 func caseCQClose(e *env) {
 	cq, err := e.dev.CreateCQ(0)
 	e.must(err, "create_cq")
 	cc := e.bind(rdma.QPInit{SendCQ: cq, RecvCQ: cq})
 	e.roundTrip(cq, cc, 0, 0)
+	if err := cq.Err(); err != nil {
+		e.fatalf("Err of a working CQ: %v", err)
+	}
 	e.must(cc.c.Close(), "close conn")
 	select { // a stale token from the round trip, if any
 	case <-cq.Notify():
@@ -134,6 +138,9 @@ func caseCQClose(e *env) {
 	var wcs [4]rdma.WC
 	if n := cq.Poll(wcs[:]); n != 0 {
 		e.fatalf("Poll after Close: %d", n)
+	}
+	if err := cq.Err(); err != nil {
+		e.fatalf("Err after Close: %v", err)
 	}
 }
 

@@ -124,6 +124,9 @@ func (q *cq) Arm() {
 // Notify implements rdma.CQ.
 func (q *cq) Notify() <-chan struct{} { return q.q.Notify() }
 
+// Err implements rdma.CQ: the queue grows, so it never fails.
+func (q *cq) Err() error { return nil }
+
 // Close implements rdma.CQ: a later Poll returns 0; a sleeper gets a token.
 func (q *cq) Close() error {
 	q.closed.Store(true)

@@ -279,7 +279,8 @@ func (c *conn) asyncFail(err error) {
 // asyncFail fails the CQ: its lost CQEs will not come, so the
 // outstanding requests of every queue bound to it are flushed now, after
 // their connections failed (their QPs in the error state first, as Close
-// does); waiters get those, then err.
+// does); waiters get those, then err. CQ.Err reports err only once they
+// are in (failShown), as rdma.CQ asks.
 func (q *cq) asyncFail(err error) {
 	q.mu.Lock()
 	if q.hw == nil || q.failErr != nil {
@@ -306,6 +307,7 @@ func (q *cq) asyncFail(err error) {
 			qu.flushLocked()
 		}
 	}
+	q.failShown = true
 	q.mu.Unlock()
 	q.stop()
 	q.token()

@@ -76,6 +76,7 @@ type cq struct {
 	readyN    int
 	closed    bool
 	failErr   error // IBV_EVENT_CQ_ERR or a fatal device error (async.go)
+	failShown bool  // failErr's flushes are in ready: Err reports it
 }
 
 func (d *device) newCQ(depth int, shared bool) (*cq, error) {
@@ -398,24 +399,25 @@ func (q *cq) Close() error {
 // stop ends the waits on the CQ (Close, or a CQ error).
 func (q *cq) stop() { q.doneOnce.Do(func() { close(q.done) }) }
 
-// Err reports why the CQ failed (an IBV_EVENT_CQ_ERR or a fatal device
-// error), or nil. Once it is set, Arm sends its token at once, and the
+// Err implements rdma.CQ: why the CQ failed (an IBV_EVENT_CQ_ERR or a
+// fatal device error), or nil. Once it is set, Arm sends its token at once, and the
 // CQ gives no completions but those already in it: the flushes of its
 // connections' requests, and their later posts, flushed too.
 func (q *cq) Err() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.failErr == nil {
+	if !q.failShown {
 		return nil
 	}
 	return opErr("cq", q.failErr)
 }
 
 // wait is rdma.WaitComp on a shared CQ, for GetSendComp and GetRecvComp:
-// after a CQ error, the flushed completions, then the error.
+// after a CQ error, the flushed completions, then the error (as the
+// event gave it, not Err's: the caller names its connection).
 func (q *cq) wait(ctx context.Context) (rdma.WC, error) {
 	wc, err := rdma.WaitComp(ctx, q, q.done)
-	if errors.Is(err, rdma.ErrCQClosed) {
+	if errors.Is(err, rdma.ErrCQClosed) || errors.Is(err, ErrAsyncEvent) {
 		q.mu.Lock()
 		ferr, closed := q.failErr, q.closed
 		q.mu.Unlock()

@@ -135,6 +135,10 @@ func (q *CQ) Arm() {
 // Notify implements rdma.CQ.
 func (q *CQ) Notify() <-chan struct{} { return q.notify }
 
+// Err implements rdma.CQ: a queue that grows loses no completion, so it
+// never fails (Shut ends a private queue's Get, which is not this).
+func (q *CQ) Err() error { return nil }
+
 // Closed is closed by Close.
 func (q *CQ) Closed() <-chan struct{} { return q.closed }
 
