@@ -14,8 +14,17 @@ package engine
 // on the device for idleArm, so that abort notices and byes that arrive
 // between collectives still find an owner. While collectives follow each
 // other closely the CQ stays unarmed, so providers make no wake-up calls.
+//
+// A failed CQ (rdma.CQ.Err: a verbs CQ that overran, a device that died)
+// hands out a token for every Arm at once, and the watcher would poll and
+// arm it in a loop. So when a token brings the watcher nothing, it asks
+// Err (a Run never does: its fast path pays nothing for this); a failed
+// CQ fails every link of the device with its error, naming each peer as
+// a broken connection does, refuses new links, and is neither polled nor
+// armed by the watcher again.
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -64,6 +73,11 @@ type Device struct {
 	engMu   sync.Mutex
 	engines atomic.Pointer[[]*Engine]
 
+	// cqErr is the CQ's failure once the watcher found it (failCQ); set
+	// under tabMu and pollMu, and closes cqDown.
+	cqErr  atomic.Pointer[error]
+	cqDown chan struct{}
+
 	stop     chan struct{}
 	stopped  chan struct{}
 	stopOnce sync.Once
@@ -77,7 +91,7 @@ func NewDevice(dev rdma.Device, cacheSize int) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{Dev: dev, Cache: NewRegCache(dev, cacheSize), CQ: cq,
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		cqDown: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go d.watch()
 	return d, nil
 }
@@ -116,7 +130,14 @@ func (d *Device) watch() {
 		seen = runs
 		select {
 		case <-d.CQ.Notify():
-			d.pollAll()
+			if d.pollAll() == 0 {
+				// A stale token, or a failed CQ (see the file comment).
+				if err := d.CQ.Err(); err != nil {
+					d.failCQ(err)
+					<-d.stop
+					return
+				}
+			}
 		case <-t.C:
 		case <-d.stop:
 			return
@@ -162,12 +183,53 @@ func (d *Device) unwatchEngine(e *Engine) {
 	}
 }
 
-// pollAll polls and dispatches until the CQ is empty.
-func (d *Device) pollAll() {
+// pollAll polls and dispatches until the CQ is empty; it returns the
+// completions handled.
+func (d *Device) pollAll() int {
 	d.pollMu.Lock()
-	for d.pollLocked(nil) == pollBatch {
+	n := 0
+	for {
+		k := d.pollLocked(nil)
+		n += k
+		if k < pollBatch {
+			break
+		}
 	}
 	d.pollMu.Unlock()
+	return n
+}
+
+// failCQ fails every link of the device whose receive queue has not
+// ended with err, the CQ's failure: their completions will not come. A
+// link to a peer that said bye fails nothing, as its flushed receives
+// would not.
+func (d *Device) failCQ(err error) {
+	err = fmt.Errorf("the completion queue of device %s failed: %w", d.Dev.Name(), err)
+	d.tabMu.Lock()
+	d.pollMu.Lock()
+	// What it held when it failed (which came after the watcher's poll,
+	// a provider's flushes) is dispatched first: links fail as it says.
+	for d.pollLocked(nil) == pollBatch {
+	}
+	d.cqErr.Store(&err)
+	links := slices.Clone(d.links)
+	d.tabMu.Unlock()
+	for _, l := range links {
+		if l != nil && !l.recvOut.Load() {
+			l.recvFailed(err) // as dispatch would, under pollMu
+		}
+	}
+	d.pollMu.Unlock()
+	close(d.cqDown)
+}
+
+// Err is the failure of the device's CQ once its watcher has found it, or
+// nil; new links are then refused with it.
+func (d *Device) Err() error {
+	if p := d.cqErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // tryPoll polls once for engine self unless someone else is polling (who
@@ -192,24 +254,28 @@ func (d *Device) pollLocked(self *Engine) int {
 	return n
 }
 
-// addLink gives l an id, under which its completions are dispatched.
-func (d *Device) addLink(l *Link) bool {
+// addLink gives l an id, under which its completions are dispatched,
+// unless the CQ has failed or the device has maxLinks links.
+func (d *Device) addLink(l *Link) error {
 	d.tabMu.Lock()
 	defer d.tabMu.Unlock()
 	d.pollMu.Lock()
 	defer d.pollMu.Unlock()
+	if p := d.cqErr.Load(); p != nil {
+		return *p
+	}
 	if n := len(d.free); n > 0 {
 		l.id = d.free[n-1]
 		d.free = d.free[:n-1]
 		d.links[l.id] = l
-		return true
+		return nil
 	}
 	if len(d.links) >= maxLinks {
-		return false
+		return fmt.Errorf("collectives: more than %d links on device %s", maxLinks, d.Dev.Name())
 	}
 	l.id = uint32(len(d.links))
 	d.links = append(d.links, l)
-	return true
+	return nil
 }
 
 // removeLink drops l from dispatch; completions still to come for it are

@@ -252,8 +252,8 @@ func newLink(conn rdma.Conn, dev *Device, p LinkParams, waker *Engine) (l *Link,
 	if l.ctrlRecv, err = dev.Dev.Alloc(l.nrecv*recvSize, rdma.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	if !dev.addLink(l) {
-		return nil, fmt.Errorf("collectives: more than %d links on device %s", maxLinks, dev.Dev.Name())
+	if err = dev.addLink(l); err != nil {
+		return nil, err
 	}
 	l.added = true
 	for i := range l.nrecv {
@@ -478,19 +478,11 @@ func (l *Link) setupFailed(err error) {
 // is the engine that polled, or nil (wakeEngine).
 func (l *Link) onRecv(wc *rdma.WC, slot uint64, self *Engine) {
 	if wc.Status != rdma.StatusSuccess {
-		l.broken.Store(true)
-		if l.recvOut.CompareAndSwap(false, true) {
-			close(l.recvEnd)
-		}
 		err := wc.Err()
 		if cerr := l.conn.Err(); cerr != nil {
 			err = cerr
 		}
-		// Wake the engine either way: a link not yet attached has used up
-		// the CQ arm it may sleep on (an attached one that failed wakes it
-		// through the abort).
-		l.recvEnded(err)
-		l.wakeEngine(nil)
+		l.recvFailed(err)
 		return
 	}
 	switch wc.Opcode {
@@ -626,6 +618,20 @@ func (l *Link) onSend(wc *rdma.WC, kind, value uint64, self *Engine) {
 		l.byeOnce.Do(func() { close(l.byeSent) })
 	}
 	l.wakeEngine(self)
+}
+
+// recvFailed ends the receive queue with err, the connection's failure
+// (a flushed receive, or the CQ's, Device.failCQ); pollMu is held.
+func (l *Link) recvFailed(err error) {
+	l.broken.Store(true)
+	if l.recvOut.CompareAndSwap(false, true) {
+		close(l.recvEnd)
+	}
+	// Wake the engine either way: a link not yet attached has used up
+	// the CQ arm it may sleep on (an attached one that failed wakes it
+	// through the abort).
+	l.recvEnded(err)
+	l.wakeEngine(nil)
 }
 
 // recvEnded handles the end of the receive queue (the first flushed

@@ -27,6 +27,12 @@ func shmEngines(t *testing.T, p LinkParams) [2]*Engine {
 // pairEngines is shmEngines over provider.
 func pairEngines(t *testing.T, provider string, p LinkParams) [2]*Engine {
 	t.Helper()
+	return pairEnginesOn(t, provider, p, func(_ int, d rdma.Device) rdma.Device { return d })
+}
+
+// pairEnginesOn is pairEngines with rank i's device wrap(i, the device).
+func pairEnginesOn(t *testing.T, provider string, p LinkParams, wrap func(int, rdma.Device) rdma.Device) [2]*Engine {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var devs [2]*Device
@@ -35,6 +41,7 @@ func pairEngines(t *testing.T, provider string, p LinkParams) [2]*Engine {
 		if err != nil {
 			t.Skipf("%s: %v", provider, err)
 		}
+		raw = wrap(i, raw)
 		if devs[i], err = NewDevice(raw, 16); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,202 @@
+//go:build linux
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+	_ "github.com/gorun-hpc/gorun/transport/rdma/mem"
+)
+
+// failingCQ wraps a provider's CQ. Once failed (fail) it is what verbs
+// makes of a CQ after IBV_EVENT_CQ_ERR, an overrun that lost every
+// completion: Poll finds nothing, Arm sends its token at once, Err says
+// why. It counts the Polls and Arms it gets after the failure.
+type failingCQ struct {
+	rdma.CQ
+	notify    chan struct{} // the provider's tokens, relayed, and the failure's
+	err       atomic.Pointer[error]
+	after     atomic.Int64 // Polls and Arms since fail
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+func newFailingCQ(inner rdma.CQ) *failingCQ {
+	q := &failingCQ{CQ: inner, notify: make(chan struct{}, 1), stop: make(chan struct{})}
+	go func() {
+		for {
+			select {
+			case <-inner.Notify():
+				q.token()
+			case <-q.stop:
+				return
+			}
+		}
+	}()
+	return q
+}
+
+func (q *failingCQ) token() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *failingCQ) fail(err error) {
+	q.err.Store(&err)
+	q.token()
+}
+
+func (q *failingCQ) Poll(wcs []rdma.WC) int {
+	if q.err.Load() != nil {
+		q.after.Add(1)
+		return 0
+	}
+	return q.CQ.Poll(wcs)
+}
+
+func (q *failingCQ) Arm() {
+	if q.err.Load() != nil {
+		q.after.Add(1)
+		q.token()
+		return
+	}
+	q.CQ.Arm()
+}
+
+func (q *failingCQ) Notify() <-chan struct{} { return q.notify }
+
+func (q *failingCQ) Err() error {
+	if p := q.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (q *failingCQ) Close() error {
+	q.closeOnce.Do(func() { close(q.stop) })
+	return q.CQ.Close()
+}
+
+// failingDev makes its CQs failingCQs, and hands the provider its own
+// CQs when connections name ours.
+type failingDev struct {
+	rdma.Device
+	cqs chan *failingCQ
+}
+
+func (d *failingDev) CreateCQ(depth int) (rdma.CQ, error) {
+	inner, err := d.Device.CreateCQ(depth)
+	if err != nil {
+		return nil, err
+	}
+	q := newFailingCQ(inner)
+	d.cqs <- q
+	return q, nil
+}
+
+func unwrapInit(init rdma.QPInit) rdma.QPInit {
+	for _, p := range []*rdma.CQ{&init.SendCQ, &init.RecvCQ} {
+		if q, ok := (*p).(*failingCQ); ok {
+			*p = q.CQ
+		}
+	}
+	return init
+}
+
+func (d *failingDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
+	return d.Device.DialQP(ctx, addr, unwrapInit(init))
+}
+
+func (d *failingDev) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	ln, err := d.Device.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return failingListener{ln}, nil
+}
+
+type failingListener struct{ rdma.Listener }
+
+func (l failingListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
+	return l.Listener.AcceptQP(ctx, unwrapInit(init))
+}
+
+// A CQ that fails (verbs: IBV_EVENT_CQ_ERR, an overrun that lost
+// completions) fails the links of its device, whether a Run waits on it or
+// the device is idle: a Run that waits for its peer gets an error naming
+// the peer and the CQ's failure, rather than waiting out its context, and
+// the device's watcher neither polls nor arms the CQ again; a new link on
+// the device is refused with the same error. Before, the watcher armed
+// and polled an idle failed CQ in a loop (each Arm of a failed CQ sends
+// its token at once), and the Run waited until its context ended.
+func TestFailedCQFailsLinks(t *testing.T) {
+	for _, idle := range []bool{false, true} {
+		name := "during a Run"
+		if idle {
+			name = "between Runs"
+		}
+		t.Run(name, func(t *testing.T) { testFailedCQ(t, idle) })
+	}
+}
+
+func testFailedCQ(t *testing.T, idle bool) {
+	fd := &failingDev{cqs: make(chan *failingCQ, 1)}
+	e := pairEnginesOn(t, "mem", LinkParams{Slots: 4, SlotBytes: 4096}, func(i int, d rdma.Device) rdma.Device {
+		if i == 1 {
+			return d
+		}
+		fd.Device = d
+		return fd
+	})
+	fq := <-fd.cqs
+	dev := e[0].devs[0]
+	e[0].SetWait(WaitPolicy{}) // no spin: the polls counted are the failure's
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errCQ := errors.New("the CQ overran (test)")
+	gaveUp := func() {
+		t.Helper()
+		select {
+		case <-dev.cqDown:
+		case <-ctx.Done():
+			t.Fatalf("the device never gave up on its failed CQ (%d polls and arms of it)", fq.after.Load())
+		}
+	}
+	if idle {
+		fq.fail(errCQ)
+		gaveUp()
+	}
+	buf := make([]byte, 64)
+	p, c := sendPlan(0, false, len(buf), 0, buf) // rank 1 never sends
+	done := make(chan error, 1)
+	go func() { done <- e[0].Run(ctx, p, c, 0) }()
+	if !idle {
+		fq.fail(errCQ)
+	}
+	err := <-done
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, errCQ) || !strings.Contains(err.Error(), "completion queue") {
+		t.Fatalf("Run = %v; want a *PeerError naming rank 1 that wraps the CQ's failure (%d polls and arms of the failed CQ)", err, fq.after.Load())
+	}
+	gaveUp()
+	n := fq.after.Load()
+	if n > 100 {
+		t.Fatalf("%d polls and arms of the failed CQ; want a few, not a loop", n)
+	}
+	t.Logf("Run: %v (%d polls and arms of the failed CQ)", err, n)
+	if !errors.Is(dev.Err(), errCQ) {
+		t.Fatalf("Device.Err = %v, want the CQ's failure", dev.Err())
+	}
+	if err := dev.addLink(&Link{}); !errors.Is(err, errCQ) {
+		t.Fatalf("a new link on the device: %v, want the CQ's failure", err)
+	}
+}
