@@ -38,7 +38,10 @@ import (
 //     GetRecvComp of a connection bound to it) gets those, then the
 //     error; Arm sends its token at once; CQ.Err reports it.
 //   - a port error fails every connection on that port; a device fatal
-//     error fails every connection and every shared CQ of the device.
+//     error fails every connection and every shared CQ of the device,
+//     and refuses what is asked of it from then on (Dial, Listen,
+//     Accept, CreateCQ, Register, Alloc fail at once, an Accept that
+//     waits returns), with an error that names the event and the device.
 //
 // Other events (COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, PORT_ACTIVE,
 // LID_CHANGE, GID_CHANGE, ...) are informational and ignored; so are
@@ -74,6 +77,7 @@ const (
 	eventCommEst     = int(C.IBV_EVENT_COMM_EST)
 	eventPortErr     = int(C.IBV_EVENT_PORT_ERR)
 	eventPortActive  = int(C.IBV_EVENT_PORT_ACTIVE)
+	eventDevFatal    = int(C.IBV_EVENT_DEVICE_FATAL)
 )
 
 // addAsyncTarget registers t under a new token, to be given to the QP or
@@ -241,9 +245,22 @@ func failDevices(ctx *C.struct_ibv_context, err error, port int) {
 	}
 }
 
-// asyncFail fails d's connections on port, or with port 0 everything.
+// asyncFail fails d's connections on port, or with port 0 everything:
+// then the device is dead (fatal), its error names it, and new work is
+// refused; an Accept in progress is woken to return that error.
 func (d *device) asyncFail(err error, port int) {
 	d.mu.Lock()
+	if port == 0 {
+		if p := d.fatal.Load(); p != nil {
+			err = *p
+		} else {
+			err = fmt.Errorf("device %s: %w", d.name, err)
+			d.fatal.Store(&err)
+		}
+		for l := range d.lns {
+			l.ch.w.kick()
+		}
+	}
 	var conns []*conn
 	for c := range d.conns {
 		if port == 0 || c.port == port {

@@ -177,6 +177,80 @@ func TestAsyncQPFatal(t *testing.T) {
 	mustWC(t, wc, err, 1, rdma.OpRecv)
 }
 
+// TestAsyncDeviceFatal: after IBV_EVENT_DEVICE_FATAL the device refuses
+// new work at once, with an error wrapping ErrAsyncEvent that names the
+// event and the device: Dial, Listen, Accept (one that waits when the
+// event comes returns), CreateCQ, Register and Alloc; what existed fails
+// as before (a connection's receive flushed, then the event's error; a
+// shared CQ's Err). Before it, a connection that names a CQ failed by
+// IBV_EVENT_CQ_ERR is refused with that CQ's error. rxe (Linux 6.1)
+// raises neither event on demand, so they are fed to the dispatcher the
+// reader hands the real events to, as TestAsyncQPFatal does.
+func TestAsyncDeviceFatal(t *testing.T) {
+	ip := vmIP(t)
+	d := openDev(t, rdma.Config{})
+	dev := d.(*device)
+	ctx := ctxT(t)
+	ln, err := d.Listen(ctx, ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	short := func() context.Context { // for a call that, refused, returns at once
+		c, cancel := context.WithTimeout(ctx, 3*time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+
+	bad := newCQ(t, d, 0)
+	dispatchAsync(dev.ctx, eventCQErr, 0, bad.(*cq).asyncTok)
+	_, err = d.DialQP(short(), ln.Addr().String(), both(bad))
+	wantEventErr(t, "DialQP with a CQ that IBV_EVENT_CQ_ERR failed", err, "IBV_EVENT_CQ_ERR", "")
+
+	_, srv := pair(t, d)
+	shared := newCQ(t, d, 0)
+	rb, _ := d.Alloc(64, rdma.AccessLocalWrite)
+	if err := srv.PostRecv(5, rb.Bytes(), rb); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept(ctx)
+		if c != nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	dispatchAsync(dev.ctx, eventDevFatal, 0, 0)
+
+	want := func(what string, err error) {
+		t.Helper()
+		wantEventErr(t, what, err, "IBV_EVENT_DEVICE_FATAL", "")
+		if !strings.Contains(err.Error(), dev.name) {
+			t.Errorf("%s: %v does not name the device %s", what, err, dev.name)
+		}
+	}
+	want("an Accept that waited", <-accepted)
+	_, err = d.Dial(short(), ln.Addr().String())
+	want("Dial", err)
+	_, err = d.Listen(short(), ip+":0")
+	want("Listen", err)
+	_, err = ln.Accept(short())
+	want("Accept", err)
+	_, err = d.CreateCQ(0)
+	want("CreateCQ", err)
+	_, err = d.Register(make([]byte, 64), rdma.AccessLocalWrite)
+	want("Register", err)
+	_, err = d.Alloc(64, rdma.AccessLocalWrite)
+	want("Alloc", err)
+	want("the shared CQ's Err", shared.Err())
+	wcs, err := drainRecv(t, ctx, srv)
+	want("GetRecvComp of a connection", err)
+	if len(wcs) != 1 || wcs[0].WRID != 5 || wcs[0].Status != rdma.StatusFlushed {
+		t.Fatalf("receive completions %+v, want wrid 5 flushed", wcs)
+	}
+}
+
 // TestAsyncReaderStops: the first Device opened on a context starts its
 // event reader, which the last one closed stops (and waits for).
 func TestAsyncReaderStops(t *testing.T) {

@@ -153,6 +153,9 @@ var errRejected = fmt.Errorf("rejected: %w", syscall.ECONNREFUSED)
 // challenge, and the second request carries the proof.
 func (d *device) dial(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
 	op := "dial " + addr
+	if err := d.refuse(op); err != nil {
+		return nil, err
+	}
 	if err := d.checkInit(init); err != nil {
 		return nil, opErr(op, err)
 	}
@@ -259,11 +262,11 @@ func (d *device) established(c *conn, op string) (rdma.Conn, error) {
 	// Best effort: rxe and most NICs accept min_rnr_timer in RTS. The
 	// accepting side set it already (accept).
 	C.gorun_set_min_rnr_timer(C.gorun_id_qp(c.id), C.int(d.rnrCode))
-	if !d.track(c, nil) {
+	if err := d.track(c, nil); err != nil {
 		c.destroy()
 		C.rdma_destroy_id(c.id)
 		c.ch.destroy()
-		return nil, opErr(op, rdma.ErrClosed)
+		return nil, opErr(op, err)
 	}
 	c.start()
 	return c, nil
@@ -284,6 +287,9 @@ type listener struct {
 
 func (d *device) listen(ctx context.Context, addr string) (rdma.Listener, error) {
 	op := "listen " + addr
+	if err := d.refuse(op); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, opErr(op, err)
 	}
@@ -327,8 +333,8 @@ func (d *device) listen(ctx context.Context, addr string) (rdma.Listener, error)
 	}
 	l := &listener{d: d, id: id, ch: ch, closed: make(chan struct{}),
 		addr: &net.TCPAddr{IP: ip, Port: int(C.ntohs(C.rdma_get_src_port(id)))}}
-	if !d.track(nil, l) {
-		return fail(rdma.ErrClosed)
+	if err := d.track(nil, l); err != nil {
+		return fail(err)
 	}
 	return l, nil
 }
@@ -344,6 +350,9 @@ func (l *listener) Accept(ctx context.Context) (rdma.Conn, error) {
 // channel, creates its QP with the CQs of init and accepts it.
 func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
 	op := "accept " + l.addr.String()
+	if err := l.d.refuse(op); err != nil {
+		return nil, err
+	}
 	if err := l.d.checkInit(init); err != nil {
 		return nil, opErr(op, err)
 	}
@@ -364,6 +373,9 @@ func (l *listener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, e
 		case <-l.closed:
 			return nil, opErr(op, rdma.ErrClosed)
 		default:
+		}
+		if err := l.d.refuse(op); err != nil { // the device died while Accept waited (asyncFail kicks it)
+			return nil, err
 		}
 		ev, err := l.ch.next(ctx)
 		if errors.Is(err, errKicked) {

@@ -113,6 +113,9 @@ func (d *device) CreateCQ(depth int) (rdma.CQ, error) {
 		depth = cqDepthFactor * (d.cfg.SendQueueDepth + d.cfg.RecvQueueDepth)
 	}
 	depth = min(depth, d.maxCQE)
+	if err := d.refuse("create_cq"); err != nil {
+		return nil, err
+	}
 	// ibv_create_cq runs outside d.mu, counted in d.pending as a
 	// registration is (register).
 	if !d.begin() {
@@ -130,15 +133,20 @@ func (d *device) CreateCQ(depth int) (rdma.CQ, error) {
 		testHookCQCreated(depth)
 	}
 	d.mu.Lock()
-	if d.closed {
-		// Close began during ibv_create_cq and did not see this CQ; it
-		// waits (pending) for it to be destroyed here.
+	if p := d.fatal.Load(); d.closed || p != nil {
+		// Close began during ibv_create_cq and did not see this CQ (it
+		// waits, pending, for it to be destroyed here), or the device
+		// died and did not fail it.
 		d.mu.Unlock()
 		q.mu.Lock()
 		q.closed = true
 		q.destroyLocked()
 		q.mu.Unlock()
-		return nil, opErr("create_cq", rdma.ErrClosed)
+		err := rdma.ErrClosed
+		if p != nil {
+			err = *p
+		}
+		return nil, opErr("create_cq", err)
 	}
 	d.cqs[q] = struct{}{}
 	d.mu.Unlock()
@@ -156,10 +164,13 @@ func (d *device) checkInit(init rdma.QPInit) error {
 			return err
 		}
 		q.mu.Lock()
-		closed := q.closed
+		closed, failed := q.closed, q.failErr
 		q.mu.Unlock()
 		if closed {
 			return rdma.ErrClosed
+		}
+		if failed != nil {
+			return failed // its connections are failed, and a new one would not be
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -67,8 +68,12 @@ type device struct {
 	// creation in progress is counted in pending instead, which Close
 	// waits for before it deregisters the MRs and frees the protection
 	// domain.
-	mu      sync.Mutex
-	closed  bool
+	mu     sync.Mutex
+	closed bool
+	// fatal is the device's death (IBV_EVENT_DEVICE_FATAL, or its events
+	// unreadable), naming the event and the device; set once, under mu,
+	// by asyncFail. New work is refused with it (refuse).
+	fatal   atomic.Pointer[error]
 	pending sync.WaitGroup // registrations and CQ creations in progress (Add under mu while !closed)
 	conns   map[*conn]struct{}
 	lns     map[*listener]struct{}
@@ -99,6 +104,16 @@ func (d *device) begin() bool {
 }
 
 func opErr(op string, err error) error { return rdma.NewOpError(provider, op, err) }
+
+// refuse is op's error if the device has died (fatal), else nil: work
+// asked of it after an IBV_EVENT_DEVICE_FATAL fails at once, wrapping
+// ErrAsyncEvent, rather than reach the dead device.
+func (d *device) refuse(op string) error {
+	if p := d.fatal.Load(); p != nil {
+		return opErr(op, *p)
+	}
+	return nil
+}
 
 // errnoErr maps an errno from librdmacm or libibverbs onto the package's
 // sentinels where one fits, keeping the errno in the chain. ENOMEM is
@@ -293,6 +308,9 @@ func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 	if n <= 0 {
 		return nil, opErr("alloc", rdma.ErrInvalid)
 	}
+	if err := d.refuse("alloc"); err != nil {
+		return nil, err
+	}
 	buf, err := soft.MmapNode(n, d.node)
 	if err != nil {
 		return nil, opErr("alloc", err)
@@ -307,6 +325,9 @@ func (d *device) Alloc(n int, access rdma.Access) (*rdma.MR, error) {
 func (d *device) register(op string, buf []byte, access rdma.Access, free func()) (*rdma.MR, error) {
 	if len(buf) == 0 {
 		return nil, opErr(op, rdma.ErrInvalid)
+	}
+	if err := d.refuse(op); err != nil {
+		return nil, err
 	}
 	if !d.begin() {
 		return nil, opErr(op, rdma.ErrClosed)
@@ -371,12 +392,17 @@ func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdm
 	return d.dial(ctx, addr, init)
 }
 
-// track adds a connection or listener unless the device is closed.
-func (d *device) track(c *conn, l *listener) bool {
+// track adds a connection or listener unless the device is closed
+// (ErrClosed) or dead (fatal: one made while the device died would not
+// have been failed with it).
+func (d *device) track(c *conn, l *listener) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return false
+		return rdma.ErrClosed
+	}
+	if p := d.fatal.Load(); p != nil {
+		return *p
 	}
 	if c != nil {
 		d.conns[c] = struct{}{}
@@ -384,7 +410,7 @@ func (d *device) track(c *conn, l *listener) bool {
 	if l != nil {
 		d.lns[l] = struct{}{}
 	}
-	return true
+	return nil
 }
 
 func (d *device) forget(c *conn, l *listener) {
