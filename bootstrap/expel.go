@@ -27,13 +27,14 @@ package bootstrap
 // Until it finds out, it gossips as a live node of the job that is not a
 // member of their world, which is how a joiner looks. It is none: a member
 // keeps the members of its earlier worlds that a later one left out
-// (behind), and Joiners does not count them (grow.go), unless a node told
-// it of a world without it that the job may go on in (a partition's other
-// side, below): before, an elastic application called Grow on its
-// account, for a member that cannot be admitted. A node told that the job
-// went on without it says so in its meta (meta.Behind), and no node counts
-// it then: a rank admitted later never held a world with it and counted
-// it for good (until it ended).
+// (behind), and Joiners does not count them nor a Grow admit them
+// (grow.go), unless a node told it of a world without it that the job may
+// go on in (a partition's other side, below): before, an elastic
+// application called Grow on its account, for a member that cannot be
+// admitted, and the Grow waited for it until its context ended. A node
+// told that the job went on without it says so in its meta (meta.Behind),
+// and no node counts or admits it then: a rank admitted later never held
+// a world with it and counted it for good (until it ended).
 //
 // A partition breaks the rule of one world per epoch: each side finds the
 // other dead and shrinks without it, so a rank cut off from the rest runs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -250,4 +251,113 @@ func TestJoinersOfRankAdmittedAfterOneLeftBehind(t *testing.T) {
 			t.Errorf("rank %d of the grown world: %d joiners with rank %d's old process, which the job went on without, in its view; want 0", i, k, victim)
 		}
 	}
+}
+
+// A Grow leaves out a process the job went on without, though it lives and
+// claims a rank no restart claims: the members' table (growTable) takes
+// what Joiners counts. Four ranks: rank 2 is cut off and the others
+// shrink; its link heals and it is told, so that it flags itself behind
+// (meta.Behind); rank 3 closes, ranks 0 and 1 shrink and grow with rank
+// 3's restart. Their table took rank 2's old process in as rank 2, and the
+// Grow waited for its proposal, which never comes, until its context
+// ended. The old process's own Shrink and Grow fail with ErrExpelled.
+func TestGrowLeavesOutRankLeftBehind(t *testing.T) {
+	const job, victim = "grow-behind", 2
+	nw := NewMemNetwork()
+	nodes := startWorld(t, job, 4, func(_ int, c *Config) { c.Network = nw })
+	defer closeAll(nodes)
+	old := nodes[victim]
+	nw.Cut(old.Addr(), true)
+	shrinkAll(t, []*Node{nodes[0], nodes[1], nodes[3]}, 20*time.Second)
+	nw.Cut(old.Addr(), false)
+	waitInView(t, []*Node{nodes[0], nodes[1], nodes[3]}, old.Name(), 20*time.Second)
+	nodes[3].Close()
+	survivors := nodes[:victim]
+	shrinkAll(t, survivors, 20*time.Second)
+
+	cfg := testConfig(job, 3, 4)
+	cfg.Network = nw
+	cfg.Seeds = []string{survivors[0].Addr()}
+	cfg.Restarted = true
+	back, err := Start(cfg, []byte("blob again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	waitJoiners(t, survivors, 20*time.Second)
+	waitFlaggedBehind(t, []*Node{survivors[0], survivors[1], back}, old.Name(), 20*time.Second)
+	formed := make(chan error, 1)
+	go func() { _, err := back.Form(context.Background()); formed <- err }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	worlds := make([]World, len(survivors))
+	errs := make([]error, len(survivors))
+	done := make(chan struct{})
+	for i, n := range survivors {
+		go func() { worlds[i], errs[i] = n.Grow(ctx); done <- struct{}{} }()
+	}
+	for range survivors {
+		<-done
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("survivor %d: Grow with rank %d's old process back in the view: %v; want a world of ranks 0, 1 and rank 3's restart", i, victim, err)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	for i, w := range worlds {
+		if w.Size != 3 || w.Rank != i || w.Digest != worlds[0].Digest || w.Members[2].Name != back.Name() {
+			t.Errorf("survivor %d after Grow: rank %d of %d, members %v; want rank %d of 3, rank 2 the restarted %s", i, w.Rank, w.Size, memberNames(w), i, back.Name())
+		}
+		if slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == old.Name() }) {
+			t.Errorf("survivor %d: Grow admitted rank %d's old process %s, which the job went on without", i, victim, old.Name())
+		}
+	}
+	if err := <-formed; err != nil {
+		t.Fatalf("restarted rank 3: %v", err)
+	}
+
+	for _, op := range []struct {
+		name string
+		call func(*Node, context.Context) (World, error)
+	}{{"Shrink", (*Node).Shrink}, {"Grow", (*Node).Grow}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		w, err := op.call(old, ctx)
+		cancel()
+		if !errors.Is(err, ErrExpelled) {
+			t.Errorf("rank %d's old process: %s returned world %+v, error %v; want ErrExpelled", victim, op.name, w, err)
+		}
+	}
+}
+
+// waitFlaggedBehind waits until each of nodes holds name in its view with
+// meta.Behind set, for up to within in all.
+func waitFlaggedBehind(t *testing.T, nodes []*Node, name string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, n := range nodes {
+		for {
+			n.viewMu.Lock()
+			q, ok := n.peers[name]
+			n.viewMu.Unlock()
+			if ok && q.meta.Behind {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not see %s flagged behind within %v", n.Name(), name, within)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func memberNames(w World) []string {
+	names := make([]string, len(w.Members))
+	for i, m := range w.Members {
+		names[i] = m.Name
+	}
+	return names
 }

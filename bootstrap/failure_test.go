@@ -320,20 +320,57 @@ func TestGrowWaitsForMemberOutOfView(t *testing.T) {
 // TestGrowTablePrefersRestart: of two live nodes claiming a rank that is
 // not in the world, a restart not yet admitted (Joining) wins over the
 // incarnation the job went on without (Joiners counts only the restart),
-// whatever their names. Before, the smaller name won: a Grow for the
-// restart took the old incarnation half the time, and waited for it.
+// whatever their names, also where this node does not know that the job
+// went on without it (neither was a member of its worlds: not r2). Before,
+// the smaller name won: a Grow for the restart took the old incarnation
+// half the time, and waited for it.
 func TestGrowTablePrefersRestart(t *testing.T) {
 	cfg := testConfig("growrestart", 0, 3)
 	n, _ := nodeOfThree(t, cfg, 2)
 	n.install(World{Rank: 0, Size: 2, Epoch: 3, Members: []Member{{Rank: 0, Name: n.Name(), Addr: n.Addr()}, {Rank: 1, Name: "r1", Addr: "127.0.0.1:1"}}})
 	me := peer{name: n.Name(), addr: n.Addr(), meta: meta{Rank: 0, Size: 3, JobID: cfg.JobID}}
 	r1 := peer{name: "r1", addr: "127.0.0.1:1", meta: meta{Rank: 1, Size: 3, JobID: cfg.JobID}}
-	for _, names := range [][2]string{{"r2", "r2-restart"}, {"r2-old", "r2"}} { // the old incarnation's name sorts first, then last
+	for _, names := range [][2]string{{"r2-a", "r2-b"}, {"r2-b", "r2-a"}} { // the old incarnation's name sorts first, then last
 		old := peer{name: names[0], addr: "127.0.0.1:2", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID}}
 		back := peer{name: names[1], addr: "127.0.0.1:3", meta: meta{Rank: 2, Size: 3, JobID: cfg.JobID, Joining: true}}
 		p := n.growTable(map[string]peer{me.name: me, r1.name: r1, old.name: old, back.name: back})
 		if !p.ok || len(p.members) != 3 || p.members[2].Name != back.name {
 			t.Errorf("old %s, restart %s: table ok %v, %v; want rank 2 the restart", old.name, back.name, p.ok, p.members)
 		}
+	}
+}
+
+// TestGrowTableLeavesOutBehind: a live node the job went on without is not
+// in the next world's table, as Joiners does not count it: a member of an
+// earlier world of this node's that a later one left out (r2, behind), or
+// a node whose meta says so (meta.Behind), even with no restart claiming
+// its rank. On the side of a partition that does not go on (told of a
+// world that goes on rather than its own: overtakenLocked), the other
+// side's ranks are in it, so that its Grow finds out; a flagged node is
+// not. Before, both were in it, and a Grow waited for their proposals.
+func TestGrowTableLeavesOutBehind(t *testing.T) {
+	cfg := testConfig("growbehind", 0, 4)
+	n, _ := nodeOfThree(t, cfg, 2)
+	n.install(World{Rank: 0, Size: 2, Epoch: 3, Members: []Member{{Rank: 0, Name: n.Name(), Addr: n.Addr()}, {Rank: 1, Name: "r1", Addr: "127.0.0.1:1"}}})
+	me := peer{name: n.Name(), addr: n.Addr(), meta: meta{Rank: 0, Size: 4, JobID: cfg.JobID}}
+	r1 := peer{name: "r1", addr: "127.0.0.1:1", meta: meta{Rank: 1, Size: 4, JobID: cfg.JobID}}
+	r2 := peer{name: "r2", addr: "127.0.0.1:2", meta: meta{Rank: 2, Size: 4, JobID: cfg.JobID}}
+	r3 := peer{name: "r3-flagged", addr: "127.0.0.1:3", meta: meta{Rank: 3, Size: 4, JobID: cfg.JobID, Behind: true}}
+	peers := map[string]peer{me.name: me, r1.name: r1, r2.name: r2, r3.name: r3}
+	names := func(p proposal) []string {
+		var s []string
+		for _, m := range p.members {
+			s = append(s, m.Name)
+		}
+		return s
+	}
+	if p, want := n.growTable(peers), []string{n.Name(), "r1"}; !p.ok || !slices.Equal(names(p), want) {
+		t.Errorf("table ok %v, %v; want %v (r2 behind, r3 flagged), notes %q", p.ok, names(p), want, p.notes)
+	}
+	n.mu.Lock()
+	n.runs["r2"] = World{Epoch: 3, Size: 3, Digest: [digestLen]byte{1}} // a larger world of this epoch without this node
+	n.mu.Unlock()
+	if p, want := n.growTable(peers), []string{n.Name(), "r1", "r2"}; !p.ok || !slices.Equal(names(p), want) {
+		t.Errorf("overtaken: table ok %v, %v; want %v (r2 of the side that goes on, r3 flagged), notes %q", p.ok, names(p), want, p.notes)
 	}
 }

@@ -80,8 +80,16 @@ func (n *Node) jobRunning() bool {
 // claiming one rank, a member of the current world wins, then this node
 // (the other is a dead incarnation gossip has not cleared yet), then a
 // restarted node not yet admitted (meta.Joining) over one that was (an
-// incarnation the job went on without, still running: Joiners counts only
-// the restart), then the smaller name.
+// incarnation the job went on without that this node does not know of),
+// then the smaller name.
+//
+// A live node the job went on without is left out, as Joiners leaves it
+// out (wentOnWithout): it takes no part in the Grow, and a table that held
+// it waited for its proposal until the members' contexts ended. The
+// members agree on it: those that held a world with it know it (behind),
+// and the others from its meta (meta.Behind), which it sets once a member
+// tells it (tellRunningLocked). Until it does, their tables differ and the
+// agreement waits.
 //
 // A member of the current world that is out of the view but not known to
 // be gone (growOut) is missing: no table until the view holds it again or
@@ -115,9 +123,14 @@ func (n *Node) growTable(peers map[string]peer) proposal {
 	if len(p.missing) > 0 {
 		return p
 	}
+	without := n.wentOnWithout()
 	var live []peer
 	for _, q := range peers {
-		if n.ofJob(q) {
+		switch {
+		case !n.ofJob(q):
+		case !inWorld[q.name] && q.name != n.name && without(q):
+			p.notes = append(p.notes, fmt.Sprintf("%s (rank %d as started) left out: the job went on without it", q.name, q.meta.Rank))
+		default:
 			live = append(live, q)
 		}
 	}
@@ -192,11 +205,8 @@ func b2i(b bool) int {
 func (n *Node) Joiners() int {
 	n.mu.Lock()
 	inWorld := n.inWorld
-	var behind map[string]bool // the job went on without them (see above)
-	if !n.overtakenLocked() {
-		behind = maps.Clone(n.behind)
-	}
 	n.mu.Unlock()
+	without := n.wentOnWithout()
 	n.viewMu.Lock()
 	defer n.viewMu.Unlock()
 	held := map[int]bool{} // ranks (as started) of the world's members: a node claiming one is a stale incarnation
@@ -207,11 +217,28 @@ func (n *Node) Joiners() int {
 	}
 	k := 0
 	for name, q := range n.peers {
-		if _, ok := inWorld[name]; !ok && !behind[name] && !q.meta.Behind && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
+		if _, ok := inWorld[name]; !ok && !without(q) && n.ofJob(q) && (q.meta.Rank < 0 || !held[q.meta.Rank]) {
 			k++
 		}
 	}
 	return min(k, max(0, max(n.cfg.Size, n.cfg.MaxSize)-len(inWorld))) // no more than Grow can admit
+}
+
+// wentOnWithout returns the test of whether q, a live node of the job
+// that is not a member of the current world, is a process the job went on
+// without (see Joiners): a member of an earlier world of this node's that
+// a later one left out (behind), unless this node is on the side of a
+// partition that does not go on (overtakenLocked), or a node whose meta
+// says so (meta.Behind). Joiners and growTable share it, so that a Grow
+// admits what Joiners counts.
+func (n *Node) wentOnWithout() func(q peer) bool {
+	n.mu.Lock()
+	var behind map[string]bool
+	if !n.overtakenLocked() {
+		behind = maps.Clone(n.behind)
+	}
+	n.mu.Unlock()
+	return func(q peer) bool { return behind[q.name] || q.meta.Behind }
 }
 
 // Grow forms the next world from every live rank of the job, the members
