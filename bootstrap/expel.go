@@ -179,7 +179,15 @@ func (n *Node) markBehind() {
 // the lowest ranks tell (tellers), over a stream, in the background. n.mu
 // is held.
 func (n *Node) tellRunningLocked(qs []peer) {
-	if n.closed || !n.formed || len(qs) == 0 || n.world.Rank >= tellers {
+	if n.world.Rank < tellers {
+		n.sendRunningLocked(qs)
+	}
+}
+
+// sendRunningLocked sends each of qs msgRunning with the world this node
+// runs, over a stream, in the background (tellRunningLocked). n.mu is held.
+func (n *Node) sendRunningLocked(qs []peer) {
+	if n.closed || !n.formed || len(qs) == 0 {
 		return
 	}
 	w := n.world
@@ -204,6 +212,34 @@ func (n *Node) tellRunningLocked(qs []peer) {
 // one word is enough, and a member of a world of thousands that resumes
 // should not be sent a stream by each.
 const tellers = askFanout
+
+// tellUnflagged tells each live node the job went on without that this
+// node knows of (behind) and whose meta does not say so yet (meta.Behind)
+// the world it runs, whatever this node's rank, unless this node is on the
+// side of a partition that does not go on. A Grow calls it: its table
+// leaves such a node out (growTable), and a member admitted later, which
+// never held a world with it, leaves it out only once its meta says so.
+// The lowest ranks tell a node when it comes back (tellRunningLocked), but
+// if they were all admitted after the job went on without it, nobody did:
+// the members' tables differed, and the Grow waited until their contexts
+// ended. Its cost is a stream per member that knows, per Grow, only while
+// such a node is unflagged.
+func (n *Node) tellUnflagged() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.behind) == 0 || n.overtakenLocked() {
+		return
+	}
+	var qs []peer
+	n.viewMu.Lock()
+	for name := range n.behind {
+		if q, ok := n.peers[name]; ok && !q.meta.Behind && n.ofJob(q) {
+			qs = append(qs, q)
+		}
+	}
+	n.viewMu.Unlock()
+	n.sendRunningLocked(qs)
+}
 
 // backInView tells q, a node that came (back) into the view, the world
 // this node runs if q is a member of a world it held that this world

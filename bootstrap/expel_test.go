@@ -361,3 +361,71 @@ func memberNames(w World) []string {
 	}
 	return names
 }
+
+// The same when no member told the process that the job went on without
+// it, so that its meta does not say so: the lowest ranks tell it when it
+// comes back (tellRunningLocked), and here they were all admitted after it
+// was left out, so they count it and their tables held it, where the one
+// member that knows left it out. Five ranks: rank 4 is cut off and the
+// others shrink; ranks 0, 1 and 2 close, rank 3 shrinks alone and grows
+// with their restarts, at rank 3 again; rank 4's link heals. The members'
+// tables differed and their Grow waited until its context ended; now the
+// member that knows tells it as the Grow starts (tellUnflagged).
+func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
+	const job, size, victim = "grow-behind-untold", 5, 4
+	nw := NewMemNetwork()
+	nodes := startWorld(t, job, size, func(_ int, c *Config) { c.Network = nw })
+	defer closeAll(nodes)
+	old, keeper := nodes[victim], nodes[3]
+	nw.Cut(old.Addr(), true)
+	shrinkAll(t, nodes[:victim], 20*time.Second)
+	closeAll(nodes[:3])
+	shrinkAll(t, []*Node{keeper}, 20*time.Second)
+
+	members := make([]*Node, 0, 4)
+	formed := make(chan error, 3)
+	for r := range 3 {
+		cfg := testConfig(job, r, size)
+		cfg.Network = nw
+		cfg.Seeds = []string{keeper.Addr()}
+		cfg.Restarted = true
+		back, err := Start(cfg, fmt.Appendf(nil, "blob %d again", r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer back.Close()
+		members = append(members, back)
+	}
+	waitJoinersN(t, []*Node{keeper}, 3, 20*time.Second)
+	for _, back := range members {
+		go func() { _, err := back.Form(context.Background()); formed <- err }()
+	}
+	members = append(members, keeper)
+	if w := agreeAll(t, []*Node{keeper}, 20*time.Second, (*Node).Grow)[0]; w.Size != 4 || w.Rank != 3 {
+		t.Fatalf("rank 3 after Grow with the restarts: rank %d of %d, want 3 of 4", w.Rank, w.Size)
+	}
+	for range 3 {
+		if err := <-formed; err != nil {
+			t.Fatalf("restarted rank: %v", err)
+		}
+	}
+
+	nw.Cut(old.Addr(), false)
+	waitInView(t, members, old.Name(), 20*time.Second)
+	worlds := agreeAll(t, members, 20*time.Second, (*Node).Grow)
+	for i, w := range worlds {
+		if w.Size != 4 || w.Rank != i || w.Digest != worlds[0].Digest {
+			t.Errorf("member %d after Grow: rank %d of %d, members %v; want rank %d of 4, the same world", i, w.Rank, w.Size, memberNames(w), i)
+		}
+	}
+	for i, n := range members {
+		if k := n.Joiners(); k != 0 {
+			t.Errorf("member %d after Grow: %d joiners with rank %d's old process in its view; want 0", i, k, victim)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if w, err := old.Shrink(ctx); !errors.Is(err, ErrExpelled) {
+		t.Errorf("rank %d's old process: Shrink returned world %+v, error %v; want ErrExpelled", victim, w, err)
+	}
+}
