@@ -169,14 +169,7 @@ func TestJoinersLeaveOutRankLeftBehind(t *testing.T) {
 
 	// Its restart: a new process of the same rank, while the old one still
 	// gossips, counts once.
-	cfg := testConfig(job, victim, 3)
-	cfg.Network = nw
-	cfg.Seeds = []string{survivors[0].Addr()}
-	cfg.Restarted = true
-	back, err := Start(cfg, []byte("blob again"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := startRestart(t, nw, job, victim, 3, survivors[0].Addr())
 	defer back.Close()
 	waitJoiners(t, survivors, 20*time.Second)
 	for i, n := range survivors {
@@ -218,14 +211,7 @@ func TestJoinersOfRankAdmittedAfterOneLeftBehind(t *testing.T) {
 	survivors := nodes[:victim]
 	shrinkAll(t, survivors, 20*time.Second)
 
-	cfg := testConfig(job, 3, 4)
-	cfg.Network = nw
-	cfg.Seeds = []string{survivors[0].Addr()}
-	cfg.Restarted = true
-	back, err := Start(cfg, []byte("blob again"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := startRestart(t, nw, job, 3, 4, survivors[0].Addr())
 	defer back.Close()
 	waitJoiners(t, survivors, 20*time.Second)
 	formed := make(chan error, 1)
@@ -275,14 +261,7 @@ func TestGrowLeavesOutRankLeftBehind(t *testing.T) {
 	survivors := nodes[:victim]
 	shrinkAll(t, survivors, 20*time.Second)
 
-	cfg := testConfig(job, 3, 4)
-	cfg.Network = nw
-	cfg.Seeds = []string{survivors[0].Addr()}
-	cfg.Restarted = true
-	back, err := Start(cfg, []byte("blob again"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := startRestart(t, nw, job, 3, 4, survivors[0].Addr())
 	defer back.Close()
 	waitJoiners(t, survivors, 20*time.Second)
 	waitFlaggedBehind(t, []*Node{survivors[0], survivors[1], back}, old.Name(), 20*time.Second)
@@ -385,14 +364,7 @@ func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
 	members := make([]*Node, 0, 4)
 	formed := make(chan error, 3)
 	for r := range 3 {
-		cfg := testConfig(job, r, size)
-		cfg.Network = nw
-		cfg.Seeds = []string{keeper.Addr()}
-		cfg.Restarted = true
-		back, err := Start(cfg, fmt.Appendf(nil, "blob %d again", r))
-		if err != nil {
-			t.Fatal(err)
-		}
+		back := startRestart(t, nw, job, r, size, keeper.Addr())
 		defer back.Close()
 		members = append(members, back)
 	}

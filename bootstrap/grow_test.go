@@ -184,13 +184,7 @@ func TestGrowAfterJoinerLeft(t *testing.T) {
 	survivors := nodes[:victim]
 	survivors[0].Suspect(victim)
 	shrunk := shrinkAll(t, survivors, 20*time.Second)
-	cfg := testConfig(job, victim, 3)
-	cfg.Seeds = []string{survivors[0].Addr()}
-	cfg.Restarted = true
-	back, err := Start(cfg, []byte("blob again"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := startRestart(t, nil, job, victim, 3, survivors[0].Addr())
 	t.Cleanup(func() { back.Close() })
 	waitJoiners(t, survivors, 20*time.Second)
 	back.Close()

@@ -21,6 +21,22 @@ func testConfig(job string, rank, size int) Config {
 	return c
 }
 
+// startRestart starts a restart of rank (Config.Restarted, as gorun's
+// --max-restarts makes one) of job's size ranks on nw (nil: loopback),
+// seeded by seed; the caller closes it.
+func startRestart(t testing.TB, nw *MemNetwork, job string, rank, size int, seed string) *Node {
+	t.Helper()
+	cfg := testConfig(job, rank, size)
+	cfg.Network = nw
+	cfg.Seeds = []string{seed}
+	cfg.Restarted = true
+	n, err := Start(cfg, []byte("blob again"))
+	if err != nil {
+		t.Fatalf("restart of rank %d: %v", rank, err)
+	}
+	return n
+}
+
 // startWorld starts size ranks in this process: rank 0 is the seed, the
 // others join it concurrently. mod may edit each rank's config. It returns
 // the nodes by the rank they were given and fails t if the world does not
