@@ -105,7 +105,7 @@ func EstablishDial(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine, 
 		return nil, err
 	}
 	if l.Peer != peer {
-		return nil, fmt.Errorf("collectives: dialed rank %d, reached rank %d: %w", peer, l.Peer, ErrProtocol)
+		return nil, fmt.Errorf("collectives: dialed rank %d, reached rank %d: %w", e.Name(peer), e.Name(l.Peer), ErrProtocol)
 	}
 	return l, nil
 }
@@ -146,7 +146,7 @@ func EstablishAccept(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine
 	}
 	if reason != 0 {
 		l.reject(ctx, reason)
-		return nil, fmt.Errorf("rank %d (world %d): %w", from, theirs, rejectErr(reason))
+		return nil, fmt.Errorf("rank %d (world %d): %w", e.Name(from), theirs, rejectErr(reason))
 	}
 	if err = l.sendHello(rank); err != nil {
 		return nil, err
@@ -165,7 +165,7 @@ func EstablishAccept(ctx context.Context, conn rdma.Conn, dev *Device, e *Engine
 		return nil, err
 	}
 	if l.rSlots < 1 || l.rSlotSize < hdrSize+64 {
-		return nil, fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
+		return nil, fmt.Errorf("collectives: bad hello from rank %d: %w", e.Name(l.Peer), ErrProtocol)
 	}
 	if l.hdrs, err = dev.Dev.Alloc(l.rSlots*l.hdrStride(), rdma.AccessLocalWrite); err != nil {
 		return nil, err

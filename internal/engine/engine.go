@@ -31,6 +31,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,10 @@ type Engine struct {
 	st runState
 
 	leftCPU int64 // monoNow of the last leaveCPU (wait.go); Run only
+
+	// names is what the engine's texts call each rank (NameRanks); nil:
+	// the rank itself. Read only where a text is built, on failure.
+	names atomic.Pointer[[]int]
 }
 
 type runState struct {
@@ -259,6 +264,30 @@ func NewEngine(rank, size int, links []*Link, devs []*Device) *Engine {
 		}
 	}
 	return e
+}
+
+// NameRanks makes every text the engine builds (a mismatch's, a
+// timeout's, a cycle's, a connection's) call rank r names[r]: a
+// sub-communicator's engine names the ranks of the communicator the user
+// called on. Ranks outside names, and nil, are called by their own
+// number. Ranks in fields (PeerError.Rank, abort notices) stay the
+// engine's. Safe at any time; call it before connecting so that every
+// text has it.
+func (e *Engine) NameRanks(names []int) {
+	if names == nil {
+		e.names.Store(nil)
+		return
+	}
+	names = slices.Clone(names)
+	e.names.Store(&names)
+}
+
+// Name is what the engine's texts call rank r (NameRanks).
+func (e *Engine) Name(r int) int {
+	if n := e.names.Load(); n != nil && r >= 0 && r < len(*n) {
+		return (*n)[r]
+	}
+	return r
 }
 
 // SetWait sets how Run waits; call it before the first Run.

@@ -336,7 +336,11 @@ func (l *Link) awaitHello(ctx context.Context) (err error) {
 		return err
 	}
 	if l.rSlots < 1 || l.rSlotSize < hdrSize+64 {
-		return fmt.Errorf("collectives: bad hello from rank %d: %w", l.Peer, ErrProtocol)
+		name := l.Peer
+		if l.waker != nil {
+			name = l.waker.Name(l.Peer)
+		}
+		return fmt.Errorf("collectives: bad hello from rank %d: %w", name, ErrProtocol)
 	}
 	l.hdrs, err = l.dev.Dev.Alloc(l.rSlots*l.hdrStride(), rdma.AccessLocalWrite)
 	return err

@@ -315,12 +315,28 @@ func (e *Engine) consume(l *Link, o *collectives.Op, call *Call, ps *peerState, 
 // Meanwhile this goroutine keeps dispatching, or the others' evidence
 // would not be read.
 func (e *Engine) mismatched(l *Link, h []byte, sig *Call, diff string) error {
-	return e.mismatchedHash(l, headerHash(h), sig, diff)
+	return e.mismatchedHash(l, headerHash(h), sig, e.nameRoots(h, sig, diff))
+}
+
+// nameRoots is checkHeader's diff with the roots of a rooted collective
+// in the engine's names (NameRanks); checkHeader, on every message's
+// path, leaves them as numbers.
+func (e *Engine) nameRoots(h []byte, c *Call, diff string) string {
+	switch c.Coll {
+	case collectives.Reduce, collectives.Broadcast, collectives.Gather, collectives.Scatter, collectives.GatherV, collectives.ScatterV:
+	default:
+		return diff
+	}
+	theirs := int(int32(binary.LittleEndian.Uint32(h[12:])))
+	if words := fmt.Sprintf("root %d, this rank %d", theirs, c.Root); e.names.Load() == nil || diff != words {
+		return diff
+	}
+	return fmt.Sprintf("root %d, this rank %d", e.Name(theirs), e.Name(c.Root))
 }
 
 // mismatchedHash is mismatched for a peer's call known by its hash.
 func (e *Engine) mismatchedHash(l *Link, theirs uint32, sig *Call, diff string) error {
-	why := fmt.Sprintf("rank %d disagrees with rank %d: %s", l.Peer, e.Rank, diff)
+	why := fmt.Sprintf("rank %d disagrees with rank %d: %s", e.Name(l.Peer), e.Name(e.Rank), diff)
 	e.evidence(e.Rank, callHash(sig), l.Peer, theirs, opOf(sig), why)
 	wait, stop := context.WithTimeout(context.Background(), (mismatchWaits+1)*mismatchWindow)
 	for e.Err() == nil && wait.Err() == nil {

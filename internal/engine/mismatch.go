@@ -178,7 +178,7 @@ func (e *Engine) checkWaits(op, mine uint32) {
 // call of hash h where this rank called mine, if they differ.
 func (e *Engine) waitedDiffers(peer int, h, op, mine uint32) {
 	if mine != h {
-		e.evidence(e.Rank, mine, peer, h, op, fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in another call of operation %d", peer, e.Rank, op))
+		e.evidence(e.Rank, mine, peer, h, op, fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in another call of operation %d", e.Name(peer), e.Name(e.Rank), op))
 	}
 }
 
@@ -277,7 +277,7 @@ func (e *Engine) decideMismatch() {
 		// What the finder saw stays with it (a header of another call,
 		// a peer that waits in another): its notice reads so, where it
 		// decides first.
-		why = fmt.Sprintf("rank %d found that rank %d's call differs from its own", by, first)
+		why = fmt.Sprintf("rank %d found that rank %d's call differs from its own", e.Name(by), e.Name(first))
 	default:
 		why = "the ranks' calls differ"
 	}
@@ -447,10 +447,11 @@ func (e *Engine) checkBlockedPeers(w *waiter) {
 	e.waitsMu.Unlock()
 	for _, f := range fs {
 		if call.Coll == collectives.SendRecv {
-			e.Abort(max(e.Rank, f.peer), fmt.Errorf("%w: ranks %d and %d each wait for the other in point-to-point calls, with nothing on its way to either", ErrMismatch, min(e.Rank, f.peer), max(e.Rank, f.peer)))
+			a, b := e.Name(e.Rank), e.Name(f.peer)
+			e.Abort(max(e.Rank, f.peer), fmt.Errorf("%w: ranks %d and %d each wait for the other in point-to-point calls, with nothing on its way to either", ErrMismatch, min(a, b), max(a, b)))
 			return
 		}
-		e.evidence(e.Rank, callHash(call), f.peer, f.pw.hash, opOf(call), fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in a point-to-point call, while this rank waits for it in %s (operation %d)", f.peer, e.Rank, call.Coll, opOf(call)))
+		e.evidence(e.Rank, callHash(call), f.peer, f.pw.hash, opOf(call), fmt.Sprintf("rank %d disagrees with rank %d: it waits for this rank in a point-to-point call, while this rank waits for it in %s (operation %d)", e.Name(f.peer), e.Name(e.Rank), call.Coll, opOf(call)))
 	}
 }
 
@@ -639,7 +640,7 @@ func (e *Engine) passLabels(w *waiter) error {
 		if hops == 255 {
 			n = "255 or more"
 		}
-		e.Abort(e.Rank, fmt.Errorf("%w: %s ranks wait for each other in a cycle of point-to-point calls, each for the next's message or clear-to-send, with nothing on its way to any; rank %d, in it, waits for rank %d", ErrMismatch, n, e.Rank, cycle))
+		e.Abort(e.Rank, fmt.Errorf("%w: %s ranks wait for each other in a cycle of point-to-point calls, each for the next's message or clear-to-send, with nothing on its way to any; rank %d, in it, waits for rank %d", ErrMismatch, n, e.Name(e.Rank), e.Name(cycle)))
 		return e.Err()
 	}
 	for _, s := range sends {

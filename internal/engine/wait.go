@@ -437,7 +437,7 @@ func (w *waiter) ctxDone() error {
 		// "Moved" counts any completion on the Run's devices, another
 		// communicator's included. A Run that only sends (a broadcast's
 		// root, a Send) takes no message, and names the peer.
-		e.Withdraw(fmt.Errorf("%w: %w, while the call still moved (it waited for rank %d)", ErrTimeout, w.ctx.Err(), e.waitingFor(w.p)))
+		e.Withdraw(fmt.Errorf("%w: %w, while the call still moved (it waited for rank %d)", ErrTimeout, w.ctx.Err(), e.Name(e.waitingFor(w.p))))
 	default:
 		// Nothing came for suspectAfter or longer, or nothing at all:
 		// the peer it waits for is the likelier cause (it never called,
