@@ -180,7 +180,7 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 				// Shrink's reconnection stopped by a report that q died.
 				e.Abort(q, fmt.Errorf("%w: %w", ErrPeerFailed, cause))
 			} else if errors.Is(ctx.Err(), context.Canceled) {
-				e.Withdraw(fmt.Errorf("%w: connecting to rank %d: %w", ErrAborted, w.q, ctx.Err()))
+				e.Withdraw(fmt.Errorf("%w: connecting to rank %d: %w", ErrAborted, e.Name(w.q), ctx.Err()))
 			} else {
 				e.Abort(w.q, fmt.Errorf("%w: connecting: %w", ErrTimeout, ctx.Err()))
 			}

@@ -57,6 +57,20 @@ func rankErr(op string, err error) error {
 	return &RankError{Rank: -1, Op: op, Err: err}
 }
 
+// named is err with the rank of its *RankError as c's texts call it
+// (engine.NameRanks): a hierarchical sub-communicator's error names the
+// rank of the communicator the user called on, as its text does.
+func (c *Comm) named(err error) error {
+	var re *RankError
+	if c == nil || err == nil || !errors.As(err, &re) || re.Rank < 0 {
+		return err
+	}
+	if r := c.eng.Name(re.Rank); r != re.Rank {
+		return &RankError{Rank: r, Op: re.Op, Err: re.Err}
+	}
+	return err
+}
+
 // failed ends every operation that failed (exec, execP2P's group), one
 // that ran or one that failed before it could (the communicator had failed
 // already: a survivor that learns of a death between two operations fails

@@ -166,26 +166,17 @@ func hierScratch[T Number](h *hierComms, a, b int) ([]T, []T) {
 	return all[:a:a], all[a:]
 }
 
-// subErr renames the rank in a sub-communicator's error to its rank in c.
-func (c *Comm) subErr(err error, local bool) error { return subErrIn(c.hier, c.topo, err, local) }
-
-// subErrIn is subErr for the sub-communicators h of a communicator of
-// topology t.
-func subErrIn(h *hierComms, t Topology, err error, local bool) error {
-	var re *RankError
-	if err == nil || !errors.As(err, &re) || re.Rank < 0 {
+// subErr renames the rank in the error of a sub-communicator (local, or
+// cross and back, which have the same ranks) to its rank in c, the rank
+// the error's text names already (subComm).
+func (c *Comm) subErr(err error, local bool) error {
+	if err == nil || c.hier == nil {
 		return err
 	}
-	r := re.Rank
-	switch {
-	case local && r < len(t.Hosts[h.hostIdx]):
-		r = t.Hosts[h.hostIdx][r]
-	case !local && r < len(t.Hosts) && h.localIdx < len(t.Hosts[r]):
-		r = t.Hosts[r][h.localIdx]
-	default:
-		return err
+	if local {
+		return c.hier.local.named(err)
 	}
-	return &RankError{Rank: r, Op: re.Op, Err: re.Err}
+	return c.hier.cross.named(err)
 }
 
 // shardOf is shard j of n elements cut into s shards of ceil(n/s).

@@ -16,7 +16,14 @@ import (
 // color takes part but gets nil (MPI's MPI_UNDEFINED and MPI_COMM_NULL);
 // Close and the operations on it return ErrInvalid.
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
-	return c.split(ctx, color, key, "split")
+	return c.split(ctx, color, key, "split", false)
+}
+
+// subComm is Split for a hierarchical sub-communicator of c: the texts of
+// its errors (engine.NameRanks), and the ranks that subErr gives its
+// errors, are c's ranks, those of the communicator the user called on.
+func (c *Comm) subComm(ctx context.Context, color, key int) (*Comm, error) {
+	return c.split(ctx, color, key, "split", true)
 }
 
 // Dup returns a new communicator with the same ranks; it is collective.
@@ -24,11 +31,12 @@ func (c *Comm) Dup(ctx context.Context) (*Comm, error) {
 	if c == nil {
 		return nil, nilComm("dup")
 	}
-	return c.split(ctx, 0, c.rank, "dup")
+	return c.split(ctx, 0, c.rank, "dup", false)
 }
 
-// split is Split, its errors of operation name.
-func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, error) {
+// split is Split, its errors of operation name; inParent: the child's
+// texts name c's ranks (subComm).
+func (c *Comm) split(ctx context.Context, color, key int, name string, inParent bool) (*Comm, error) {
 	if c == nil {
 		return nil, nilComm(name)
 	}
@@ -44,7 +52,7 @@ func (c *Comm) split(ctx context.Context, color, key int, name string) (*Comm, e
 		}
 	}
 	sort.SliceStable(members, func(i, j int) bool { return all[2*members[i]+1] < all[2*members[j]+1] })
-	rv := &splitRendezvous{parent: c, members: members}
+	rv := &splitRendezvous{parent: c, members: members, inParent: inParent}
 	if color < 0 {
 		_, err := rv.exchange(ctx, nil)
 		return nil, rankErr(name, err)
@@ -100,6 +108,17 @@ type splitRendezvous struct {
 	parent  *Comm
 	members []int // parent ranks, in child rank order
 	r       int
+	// inParent: the child's engine names its ranks by members (names).
+	inParent bool
+}
+
+// names is what the child's texts call its ranks (newComm): the parent's
+// ranks for a hierarchical sub-communicator, else nil (its own).
+func (s *splitRendezvous) names() []int {
+	if s.inParent {
+		return s.members
+	}
+	return nil
 }
 
 func (s *splitRendezvous) rank() int { return s.r }

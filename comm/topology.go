@@ -156,33 +156,27 @@ func (c *Comm) makeHierComms(ctx context.Context) (err error) {
 		h.even = h.even && len(rs) == len(t.Hosts[0])
 	}
 	h.localIdx = slices.Index(t.Hosts[h.hostIdx], c.rank)
-	local := true // which Split failed, for the rank its error names
 	defer func() {
 		if err != nil {
-			// At once, within c's timeout: ctx may have ended.
+			// At once, within c's timeout: ctx may have ended. (An
+			// error of a child's connections names c's ranks: subComm.)
 			cctx, cancel := c.cfg.bound(context.Background())
 			defer cancel()
 			h.close(cctx)
-			if c.eng.Err() == nil {
-				// c's own allgathers went well: the child's connections
-				// failed, and its error names a rank of the child.
-				err = subErrIn(h, t, err, local)
-			}
 		}
 	}()
-	if h.local, err = c.Split(ctx, h.hostIdx, c.rank); err != nil {
+	if h.local, err = c.subComm(ctx, h.hostIdx, c.rank); err != nil {
 		return err
 	}
-	local = false
 	color := h.localIdx
 	if color >= h.shards {
 		color = -1
 	}
-	if h.cross, err = c.Split(ctx, color, h.hostIdx); err != nil {
+	if h.cross, err = c.subComm(ctx, color, h.hostIdx); err != nil {
 		return err
 	}
 	if len(t.Hosts) == 2 && h.even {
-		if h.back, err = c.Split(ctx, color, h.hostIdx); err != nil {
+		if h.back, err = c.subComm(ctx, color, h.hostIdx); err != nil {
 			return err
 		}
 	}
