@@ -33,6 +33,15 @@ type Config struct {
 	// again (a finalize and init in the same job), which looks the same
 	// for as long as their new nodes take to come.
 	Restarted bool
+	// Finalized is the digest (World.Digest) of the world that this
+	// process's previous node of the job formed and then closed (a
+	// finalize and init again in the same job: comm.Init after Close);
+	// zero if none. A node of that world still open (its rank is slow to
+	// finalize) does not tell this node that the job runs (grow.go): the
+	// world it runs is one this rank left, which will never admit it, and
+	// a rank lost while the new world forms ends the formation, as in the
+	// job's first (formloss.go).
+	Finalized [digestLen]byte
 
 	BindAddr      string   // gossip address (UDP and TCP); default "0.0.0.0"
 	BindPort      int      // 0 picks a free port

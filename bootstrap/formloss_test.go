@@ -225,8 +225,9 @@ func TestFormEndsWhenCoordinatorDiesAfterCommit(t *testing.T) {
 			return
 		}
 		member := nodes[1]
-		nw.Cut(member.Addr(), true)                                      // the commit is lost
-		member.mergeState(binary.AppendUvarint([]byte{stateVersion}, 1)) // a formed node's push/pull came
+		nw.Cut(member.Addr(), true) // the commit is lost
+		// A formed node's push/pull came.
+		member.mergeState(append(binary.AppendUvarint([]byte{stateVersion}, 1), w.Digest[:]...))
 		member.mu.Lock()
 		member.refused[n.Name()] = true // then a probe found the coordinator's port refused
 		member.mu.Unlock()

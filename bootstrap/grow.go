@@ -34,29 +34,44 @@ import (
 	"slices"
 )
 
-// stateVersion heads the push/pull state (localState).
-const stateVersion = 1
+// stateVersion heads the push/pull state (localState); stateVersion1 is
+// the earlier state, without the digest, which mergeState still reads.
+const (
+	stateVersion  = 2
+	stateVersion1 = 1
+)
 
-// localState is this node's push/pull state: version | epoch (uvarint) of
-// its world once formed, nothing before.
+// localState is this node's push/pull state: version | epoch (uvarint) |
+// digest of its world once formed, nothing before.
 func (n *Node) localState() []byte {
 	n.mu.Lock()
-	e, formed := n.world.Epoch, n.formed
+	w, formed := n.world, n.formed
 	n.mu.Unlock()
 	if !formed {
 		return nil
 	}
-	return binary.AppendUvarint([]byte{stateVersion}, uint64(e))
+	return append(binary.AppendUvarint([]byte{stateVersion}, uint64(w.Epoch)), w.Digest[:]...)
 }
 
-// mergeState records the epoch of a formed member's push/pull state.
+// mergeState records the epoch of a formed member's push/pull state,
+// unless its world is the one this process finalized (Config.Finalized):
+// a rank slow to close its node while the others call Init again.
 func (n *Node) mergeState(buf []byte) {
-	if len(buf) == 0 || buf[0] != stateVersion {
+	if len(buf) == 0 || (buf[0] != stateVersion && buf[0] != stateVersion1) {
 		return
 	}
 	d := decoder{buf: buf[1:]}
 	e := uint32(d.uvarint(1<<32 - 1))
-	if d.err != nil || len(d.buf) != 0 || e == 0 {
+	if d.err != nil || e == 0 {
+		return
+	}
+	switch {
+	case buf[0] == stateVersion1 && len(d.buf) == 0:
+	case buf[0] == stateVersion && len(d.buf) == digestLen:
+		if fin := n.cfg.Finalized; fin != ([digestLen]byte{}) && [digestLen]byte(d.buf) == fin {
+			return
+		}
+	default:
 		return
 	}
 	n.mu.Lock()
