@@ -93,6 +93,41 @@ var ErrJobGone = bootstrap.ErrJobGone
 // initRan is set by the process's first Init (bc.Restarted in initFromEnv).
 var initRan atomic.Bool
 
+// finalized holds, by job id, the digest of the world this process's last
+// gossip node of that job formed, recorded when Close (or a failed Init)
+// takes the node out: the next Init's node is told it
+// (bootstrap.Config.Finalized), so that a node of that world still open,
+// its rank slow to finalize, does not make it take the job for running
+// and ignore deaths while the new world forms.
+var finalized struct {
+	sync.Mutex
+	digest map[string]worldDigest
+}
+
+type worldDigest = [len(bootstrap.World{}.Digest)]byte
+
+// noteFinalized records w, the world of a node of job that is leaving,
+// if it formed one.
+func noteFinalized(job string, w bootstrap.World) {
+	if w.Epoch == 0 {
+		return
+	}
+	finalized.Lock()
+	defer finalized.Unlock()
+	if finalized.digest == nil {
+		finalized.digest = make(map[string]worldDigest)
+	}
+	finalized.digest[job] = w.Digest
+}
+
+// finalizedWorld is the digest noteFinalized last recorded for job, or
+// zero.
+func finalizedWorld(job string) worldDigest {
+	finalized.Lock()
+	defer finalized.Unlock()
+	return finalized.digest[job]
+}
+
 // initHook, when set (by tests only), is called at named steps of rank's
 // Init: "formed" once this rank has acknowledged the agreed world, before
 // it connects; "connected" once it has connected, before the agreement
@@ -144,6 +179,7 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	// ranks are gone. A later Init (a finalize and init again) is the
 	// job's own.
 	bc.Restarted = !initRan.Swap(true) && getenv(jobenv.Restart) != ""
+	bc.Finalized = finalizedWorld(bc.JobID)
 	if len(cfg.token) == 0 {
 		cfg.token = []byte(job.Token)
 	}

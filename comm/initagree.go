@@ -114,6 +114,7 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 // comment). A chain of abandonments thus passes on the first rank's words
 // and kind, not each rank's account of the one before.
 func (g *gossipRendezvous) leave(err error) {
+	noteFinalized(g.cfg.JobID, g.node.World()) // for the next Init (init.go)
 	if err == nil || g.placed.Epoch > 1 {
 		g.node.Close()
 		return
