@@ -29,8 +29,9 @@ package bootstrap
 // rank restarted into a running job waits for the members' Grow, whatever
 // dies meanwhile. A node of the world this process finalized
 // (Config.Finalized), its rank slow to close it, tells nothing of the
-// kind: the others form anew (TestFormAgainEndsWhenRankDies). Its coordinator's death counts for a member locked on
-// the first world whatever it was told, unless told of a later epoch: a
+// kind: the others form anew (TestFormAgainEndsWhenRankDies). Its
+// coordinator's death counts for a member locked on the first world
+// whatever it was told, unless told of a later epoch: a
 // coordinator that committed, whose commit to this member was lost and
 // whose push/pull state (its epoch) came, and that then died, held the
 // member until its deadline (TestFormEndsWhenCoordinatorDiesAfterCommit).
