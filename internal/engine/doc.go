@@ -20,9 +20,10 @@
 // WaitPolicy says (spin, yield, then arm and sleep), and the device's
 // watcher goroutine handles completions only when the CQ is armed (a
 // sleeping Run, setup, an idle device). A mismatched header, a failed
-// connection or completion queue, a timeout or Abort fails the engine and sends abort notices
-// to every peer. Package comm builds schedules (and caches them),
-// registers buffers (RegCache, bounded LRU) and owns the links.
+// connection or completion queue, a timeout or Abort fails the engine
+// and sends abort notices to every peer. Package comm builds schedules
+// (and caches them), registers buffers (RegCache, bounded LRU) and owns
+// the links.
 //
 // Ownership and concurrency: an Engine runs one operation at a time (the
 // caller serialises). Completions are dispatched to links under their

@@ -411,9 +411,10 @@ func (q *cq) Close() error {
 func (q *cq) stop() { q.doneOnce.Do(func() { close(q.done) }) }
 
 // Err implements rdma.CQ: why the CQ failed (an IBV_EVENT_CQ_ERR or a
-// fatal device error), or nil. Once it is set, Arm sends its token at once, and the
-// CQ gives no completions but those already in it: the flushes of its
-// connections' requests, and their later posts, flushed too.
+// fatal device error), or nil. Once it is set, Arm sends its token at
+// once, and the CQ gives no completions but those already in it: the
+// flushes of its connections' requests, and their later posts, flushed
+// too.
 func (q *cq) Err() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
