@@ -150,10 +150,10 @@ func (n *Node) relayLeaving(w *World, ranks []int) {
 			leavers = append(leavers, name)
 		}
 	}
-	epoch := n.world.Epoch
+	epoch, digest := n.world.Epoch, n.world.Digest
 	n.mu.Unlock()
 	for _, name := range leavers {
-		m := message{kind: msgLeaving, epoch: epoch, from: name}
+		m := message{kind: msgLeaving, epoch: epoch, digest: digest, from: name}
 		for _, r := range ranks {
 			n.resend(w.Members[r].Name, w.Members[r].Addr, m)
 		}

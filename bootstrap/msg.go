@@ -19,7 +19,7 @@ const (
 	msgPrepare = 2  // coordinator → member: every member proposed D; lock on it?
 	msgAck     = 3  // member → coordinator: locked on D; I will take no other table
 	msgCommit  = 4  // coordinator → member: every member locked on D; it is the world
-	msgLeaving = 5  // a member closes: its departure is not a failure
+	msgLeaving = 5  // a member closes: its departure is not a failure (epoch, digest: its world's)
 	msgDead    = 6  // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
 	msgEpoch   = 7  // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
 	msgStopped = 8  // a member's process is stopped or gone, seen on its host: believe it (witness.go)
@@ -195,7 +195,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		return
 	}
 	m, ok := decodeMessage(buf)
-	if !ok {
+	if !ok || d.n.ofFinalized(m.digest) {
 		return
 	}
 	n := d.n
@@ -270,6 +270,18 @@ func (d *delegate) NotifyMsg(buf []byte) {
 		}
 	}
 	n.signal()
+}
+
+// ofFinalized says whether digest names the world this process finalized
+// (Config.Finalized). NotifyMsg drops a message about that world: the
+// rank's node of it, slow to close, that leaves or answers at an address
+// this node now holds (a seed's) speaks of a world this process left, not
+// of this node's job running past it. Its leave's epoch counted as one
+// the job had run (ranPast), and the new world's first Shrink or Grow
+// found this rank expelled (TestFinalizedWorldsNewsIgnored).
+func (n *Node) ofFinalized(digest [digestLen]byte) bool {
+	fin := n.cfg.Finalized
+	return fin != [digestLen]byte{} && digest == fin
 }
 
 // seqKey names the messages of which NotifyMsg keeps the newest.

@@ -353,7 +353,7 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 	if leave {
 		// Tell the world directly first: gossip may deliver the dead
 		// message before the meta update below.
-		bye := message{kind: msgLeaving, epoch: w.Epoch, from: n.name}
+		bye := message{kind: msgLeaving, epoch: w.Epoch, digest: w.Digest, from: n.name}
 		if !formed {
 			ab = nil // Forming says it (formloss.go)
 		}
@@ -376,7 +376,7 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 		}
 		n.viewMu.Unlock()
 		for name, addr := range gone {
-			n.send(name, addr, message{kind: msgLeaving, epoch: w.Epoch, from: n.name})
+			n.send(name, addr, message{kind: msgLeaving, epoch: w.Epoch, digest: w.Digest, from: n.name})
 		}
 		n.metaMu.Lock()
 		n.meta.Leaving = true

@@ -153,3 +153,45 @@ func TestFormAgainSlowClose(t *testing.T) {
 		}
 	}
 }
+
+// A node of the world this process finalized (Config.Finalized), its rank
+// slow to close it, sends its leave (msgLeaving, with that world's epoch)
+// to its members' last addresses, which the new nodes may hold (a seed's).
+// The new world's first Shrink found this rank expelled, the leave's
+// epoch (3) being past the one it agreed on (2). A leave of another world
+// of that epoch, the job's own, still counts: the Shrink fails with
+// ErrExpelled.
+func TestFinalizedWorldsNewsIgnored(t *testing.T) {
+	finalized := [digestLen]byte{7, 7, 7}
+	for _, tc := range []struct {
+		name     string
+		digest   [digestLen]byte
+		expelled bool
+	}{
+		{name: "finalized", digest: finalized},
+		{name: "other", digest: [digestLen]byte{8}, expelled: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := startWorld(t, "finalized-news-"+tc.name, 3, func(_ int, c *Config) { c.Finalized = finalized })
+			defer closeAll(nodes)
+			bye := message{kind: msgLeaving, epoch: 3, digest: tc.digest, from: "old-node-of-rank-2"}
+			for _, n := range nodes[:2] {
+				(&delegate{n}).NotifyMsg(bye.encode())
+			}
+			nodes[2].Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for i, n := range nodes[:2] {
+				wg.Go(func() { _, errs[i] = n.Shrink(ctx) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if got := errors.Is(err, ErrExpelled); got != tc.expelled || (!tc.expelled && err != nil) {
+					t.Errorf("rank %d's Shrink after a leave of epoch 3 (digest %x…): %v; want expelled %v", i, tc.digest[:3], err, tc.expelled)
+				}
+			}
+		})
+	}
+}
