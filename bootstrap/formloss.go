@@ -31,10 +31,10 @@ package bootstrap
 // (Config.Finalized), its rank slow to close it, tells nothing of the
 // kind: the others form anew (TestFormAgainEndsWhenRankDies). Its
 // coordinator's death counts for a member locked on the first world
-// whatever it was told, unless told of a later epoch: a
-// coordinator that committed, whose commit to this member was lost and
-// whose push/pull state (its epoch) came, and that then died, held the
-// member until its deadline (TestFormEndsWhenCoordinatorDiesAfterCommit).
+// whatever it was told, unless told of a later epoch: a coordinator that
+// committed, whose commit to this member was lost and whose push/pull
+// state (its epoch) came, and that then died, held the member until its
+// deadline (TestFormEndsWhenCoordinatorDiesAfterCommit).
 //
 // Once locked, a node's outcome is the coordinator's: a member locked on a
 // world gives up only when that world's coordinator is lost (it may have

@@ -68,7 +68,7 @@ func (n *Node) mergeState(buf []byte) {
 	switch {
 	case buf[0] == stateVersion1 && len(d.buf) == 0:
 	case buf[0] == stateVersion && len(d.buf) == digestLen:
-		if fin := n.cfg.Finalized; fin != ([digestLen]byte{}) && [digestLen]byte(d.buf) == fin {
+		if n.ofFinalized([digestLen]byte(d.buf)) {
 			return
 		}
 	default:

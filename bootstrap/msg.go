@@ -273,11 +273,13 @@ func (d *delegate) NotifyMsg(buf []byte) {
 }
 
 // ofFinalized says whether digest names the world this process finalized
-// (Config.Finalized). NotifyMsg drops a message about that world: the
-// rank's node of it, slow to close, that leaves or answers at an address
-// this node now holds (a seed's) speaks of a world this process left, not
-// of this node's job running past it. Its leave's epoch counted as one
-// the job had run (ranPast), and the new world's first Shrink or Grow
+// (Config.Finalized). NotifyMsg drops a message about that world, and
+// mergeState its push/pull state: a rank's node of it, slow to close,
+// that joins, leaves or answers at an address this node now holds (a
+// seed's) speaks of a world this process left, not of this node's job
+// running past it. Its state made the new world's formation ignore
+// deaths (TestFormAgainEndsWhenRankDies); its leave's epoch counted as
+// one the job had run (ranPast), and the new world's first Shrink or Grow
 // found this rank expelled (TestFinalizedWorldsNewsIgnored).
 func (n *Node) ofFinalized(digest [digestLen]byte) bool {
 	fin := n.cfg.Finalized
