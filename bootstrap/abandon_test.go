@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,26 +111,12 @@ func TestAbandonBlob(t *testing.T) {
 // after rank 0's abandonment read rank 0's "peer gave up on the world",
 // not ErrInvalid naming rank 2).
 func TestAbandonBeforeCommitForms(t *testing.T) {
-	nw := NewMemNetwork()
-	ready := make(chan struct{})
-	var nodes []*Node
-	var injected atomic.Bool
-	beforeCommit = func(n *Node, w *World) {
-		<-ready
-		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
-			return
-		}
-		member := nodes[1]
-		nw.Cut(member.Addr(), true) // the commit is lost
+	nodes, out, committed := formLosingCommit(t, "abandon-before-commit", 20*time.Second, func(n, member *Node, w *World, _ []chan formResult) {
 		bye := message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.Name(), cause: 0, errKind: "invalid", about: "rank 1: invalid argument: its setting differs"}
 		(&delegate{member}).NotifyMsg(bye.encode())
-	}
-	t.Cleanup(func() { beforeCommit = nil })
-	var out []chan formResult
-	nodes, out = formSome(t, nw, "abandon-before-commit", 2, []int{0, 1}, 20*time.Second, nil)
-	close(ready)
+	})
 	coord, member := <-out[0], <-out[1]
-	if !injected.Load() {
+	if !committed() {
 		t.Fatal("the coordinator never came to commit")
 	}
 	if coord.err != nil {
@@ -267,20 +252,9 @@ func TestAbandonAfterRefused(t *testing.T) {
 // died while the world formed", without the reason
 // (TestInitRankFailsAfterForm/rank=0/step=formed under -race, once).
 func TestAbandonAfterCoordinatorRefusedForms(t *testing.T) {
-	nw := NewMemNetwork()
-	ready := make(chan struct{})
-	var nodes []*Node
-	var out []chan formResult
 	var early *formResult // the member's Form, if it ended before the abandonment came
-	var injected atomic.Bool
 	const reason = "rank 0: invalid argument: its device failed"
-	beforeCommit = func(n *Node, w *World) {
-		<-ready
-		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
-			return
-		}
-		member := nodes[1]
-		nw.Cut(member.Addr(), true) // the commit is lost
+	nodes, out, committed := formLosingCommit(t, "abandon-refused-coord", 20*time.Second, func(n, member *Node, w *World, out []chan formResult) {
 		member.mu.Lock()
 		member.refused[n.Name()] = true // a probe found its port refused
 		member.mu.Unlock()
@@ -292,12 +266,9 @@ func TestAbandonAfterCoordinatorRefusedForms(t *testing.T) {
 		}
 		bye := message{kind: msgAbandon, epoch: w.Epoch, digest: w.Digest, from: n.Name(), cause: 0, errKind: "invalid", about: reason}
 		(&delegate{member}).NotifyMsg(bye.encode())
-	}
-	t.Cleanup(func() { beforeCommit = nil })
-	nodes, out = formSome(t, nw, "abandon-refused-coord", 2, []int{0, 1}, 20*time.Second, nil)
-	close(ready)
+	})
 	coord := <-out[0]
-	if !injected.Load() {
+	if !committed() {
 		t.Fatal("the coordinator never came to commit")
 	}
 	if coord.err != nil {

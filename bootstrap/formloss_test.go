@@ -53,6 +53,31 @@ func formSome(t *testing.T, nw *MemNetwork, job string, size int, ranks []int, w
 	return nodes, out
 }
 
+// formLosingCommit forms the first world of a 2-rank job on a new
+// MemNetwork (formSome) and, when rank 0 comes to commit it, cuts rank 1
+// off, so that the commit is lost, then calls then(coordinator, member,
+// world) there, once. It returns the Form outcomes by rank, and whether
+// the coordinator came to commit (ask once a Form ended).
+func formLosingCommit(t *testing.T, job string, within time.Duration, then func(coord, member *Node, w *World, out []chan formResult)) (nodes []*Node, out []chan formResult, committed func() bool) {
+	t.Helper()
+	nw := NewMemNetwork()
+	ready := make(chan struct{})
+	var injected atomic.Bool
+	beforeCommit = func(n *Node, w *World) {
+		<-ready
+		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
+			return
+		}
+		member := nodes[1]
+		nw.Cut(member.Addr(), true) // the commit is lost
+		then(n, member, w, out)
+	}
+	t.Cleanup(func() { beforeCommit = nil })
+	nodes, out = formSome(t, nw, job, 2, []int{0, 1}, within, nil)
+	close(ready)
+	return nodes, out, injected.Load
+}
+
 // expectFormLoss waits for the Form of each rank in ranks and checks that
 // it failed well before its deadline, naming rank dead as want.
 func expectFormLoss(t *testing.T, out []chan formResult, ranks []int, dead int, want error) {
@@ -215,32 +240,18 @@ func TestFormKeepsRunningRank(t *testing.T) {
 // it does for a member not told. The job that runs is the world it locked
 // on, in which the coordinator is dead.
 func TestFormEndsWhenCoordinatorDiesAfterCommit(t *testing.T) {
-	nw := NewMemNetwork()
-	ready := make(chan struct{})
-	var nodes []*Node
-	var injected atomic.Bool
-	beforeCommit = func(n *Node, w *World) {
-		<-ready
-		if n != nodes[0] || w.Epoch != 1 || injected.Swap(true) {
-			return
-		}
-		member := nodes[1]
-		nw.Cut(member.Addr(), true) // the commit is lost
+	_, out, committed := formLosingCommit(t, "form-coord-dies", 25*time.Second, func(n, member *Node, w *World, _ []chan formResult) {
 		// A formed node's push/pull came.
 		member.mergeState(append(binary.AppendUvarint([]byte{stateVersion}, 1), w.Digest[:]...))
 		member.mu.Lock()
 		member.refused[n.Name()] = true // then a probe found the coordinator's port refused
 		member.mu.Unlock()
 		member.markGone(n.Name())
-	}
-	t.Cleanup(func() { beforeCommit = nil })
-	var out []chan formResult
-	nodes, out = formSome(t, nw, "form-coord-dies", 2, []int{0, 1}, 25*time.Second, nil)
-	close(ready)
+	})
 	if coord := <-out[0]; coord.err != nil {
 		t.Fatalf("coordinator: %v", coord.err)
 	}
-	if !injected.Load() {
+	if !committed() {
 		t.Fatal("the coordinator never came to commit")
 	}
 	expectFormLoss(t, out, []int{1}, 0, ErrPeerDead)
