@@ -474,8 +474,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 	// Connect the start-up peers; the others when first needed (connect.go).
 	c.eng = engine.NewEngine(rank, size, nil, c.devs)
 	c.eng.SetWait(cfg.waitPolicy())
-	if n, ok := rv.(interface{ names() []int }); ok {
-		c.eng.NameRanks(n.names()) // before any link: every text has them
+	namer, named := rv.(interface{ names(connected bool) []int })
+	if named {
+		c.eng.NameRanks(namer.names(false)) // before any link: every text has them
 	}
 	if g, ok := rv.(*gossipRendezvous); ok {
 		g.engineMade(c) // failures reach the engine while it connects (initagree.go)
@@ -489,6 +490,9 @@ func newComm(ctx context.Context, cfg *config, rv rendezvous) (_ *Comm, err erro
 		c.conn.stop()
 		c.eng.CloseContext(ctx)
 		return nil, c.named(rankErr("init", err))
+	}
+	if named {
+		c.eng.NameRanks(namer.names(true))
 	}
 	if first && cfg.obs != nil && cfg.obs.met != nil {
 		cfg.obs.met.devs.Store(&c.devs)

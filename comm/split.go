@@ -108,18 +108,28 @@ type splitRendezvous struct {
 	parent  *Comm
 	members []int // parent ranks, in child rank order
 	r       int
-	// inParent: the child's engine names its ranks by members (names).
+	// inParent: the child's engine names its ranks by members for its
+	// whole life, not only while it connects (names).
 	inParent bool
 }
 
 // names is what the child's texts call its ranks (newComm): the parent's
-// ranks for a hierarchical sub-communicator, else nil (its own).
-func (s *splitRendezvous) names() []int {
-	if s.inParent {
-		return s.members
+// ranks while it connects, since a Split that fails there returns no
+// child, only the parent the caller knows; then, connected, the parent's
+// ranks still for a hierarchical sub-communicator (connected: true), else
+// nil, its own, as MPI names a new communicator's.
+func (s *splitRendezvous) names(connected bool) []int {
+	if connected && !s.inParent {
+		return nil
 	}
-	return nil
+	return s.members
 }
+
+// splitHook, when set (by tests only), is called with the parent rank once
+// a Split's endpoints are exchanged, before the child connects: a test
+// makes that rank's Split fail there with the error it returns, so that
+// the others meet its absence while they connect.
+var splitHook func(parentRank int) error
 
 func (s *splitRendezvous) rank() int { return s.r }
 func (s *splitRendezvous) size() int { return len(s.members) }
@@ -135,6 +145,11 @@ func (s *splitRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, 
 	all := make([]uint8, slot*s.parent.size)
 	if err := allGather(ctx, s.parent, s.parent.ticket(), send, all, splitRoot); err != nil {
 		return nil, noteSplit(err)
+	}
+	if h := splitHook; h != nil {
+		if err := h(s.parent.rank); err != nil {
+			return nil, &RankError{Rank: s.parent.rank, Op: "split", Err: err}
+		}
 	}
 	out := make([][]byte, len(s.members))
 	for i, m := range s.members {

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -150,4 +151,82 @@ func TestSplitMarkHierarchical(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the ranks failed after %v, not at once", took)
 	}
+}
+
+// TestSplitConnectFailureNamesParentRank: a rank whose Split fails after
+// the endpoints' exchange, before the new communicator connects, is named
+// by its rank in the communicator Split was called on, the only one the
+// caller knows: the others' Split fails with a *RankError of op split
+// naming parent rank 2, and its text says rank 2, not its rank in the
+// communicator that was never returned (0: the keys reverse the order).
+func TestSplitConnectFailureNamesParentRank(t *testing.T) {
+	cs := newLocal(t, 3, WithTimeout(30*time.Second))
+	ctx := testCtx(t)
+	gone := errors.New("rank 2 leaves after the exchange")
+	splitHook = func(parent int) error {
+		if parent == 2 {
+			return gone
+		}
+		return nil
+	}
+	t.Cleanup(func() { splitHook = nil })
+	errs := onAll(cs, func(c *Comm) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		sub, err := c.Split(cctx, 0, 2-c.Rank())
+		if sub != nil {
+			sub.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		var re *RankError
+		if !errors.As(err, &re) || re.Op != "split" || re.Rank != 2 {
+			t.Errorf("rank %d: %v, want a *RankError of op split naming rank 2", r, err)
+			continue
+		}
+		if r < 2 && (!strings.Contains(err.Error(), "rank 2") || strings.Contains(err.Error(), "rank 0")) {
+			t.Errorf("rank %d: %q, want its text to name rank 2, not the child's rank 0", r, err)
+		}
+	}
+}
+
+// TestSplitChildNamesItsOwnRanks: once connected, a communicator made by
+// Split names its own ranks, as MPI does, not the parent's that named
+// them while it connected (TestSplitConnectFailureNamesParentRank): with
+// the keys reversing the order, its rank 0 (parent rank 2) calling Max
+// where the others call Sum is rank 0 in every rank's error and text.
+func TestSplitChildNamesItsOwnRanks(t *testing.T) {
+	cs := newLocal(t, 3, WithTimeout(30*time.Second))
+	ctx := testCtx(t)
+	errs := onAll(cs, func(c *Comm) error {
+		sub, err := c.Split(ctx, 0, 2-c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		op := Sum
+		if sub.Rank() == 0 {
+			op = Max
+		}
+		buf := []float64{1}
+		return AllReduce(ctx, sub, buf, buf, op)
+	})
+	// The words that say whose call differs: "rank 2 disagrees with rank
+	// 0: op sum, this rank max" (rank 0 has max). "rank 0 found that rank
+	// 2's call differs from its own" does not say which is wrong.
+	culprit := regexp.MustCompile(`disagrees with rank (\d+): op sum, this rank max`)
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if err == nil {
+			continue
+		}
+		for _, m := range culprit.FindAllStringSubmatch(err.Error(), -1) {
+			if n := m[1]; n != "0" {
+				t.Errorf("rank %d: %q names rank %s as the one whose call differs, want 0", r, err, n)
+			}
+		}
+	}
+	checkNamed(t, "child's mismatch", errs, ErrMismatch, 0, 0, 1, 2)
 }
