@@ -78,6 +78,16 @@ type groupRendezvous struct {
 	sig     uint64
 }
 
+// names is what the group's texts call its ranks (newComm): c's while it
+// connects, since a CreateGroup that fails there returns no group, then
+// its own (splitRendezvous.names).
+func (g *groupRendezvous) names(connected bool) []int {
+	if connected {
+		return nil
+	}
+	return g.members
+}
+
 func (g *groupRendezvous) rank() int { return g.r }
 func (g *groupRendezvous) size() int { return len(g.members) }
 
@@ -115,6 +125,9 @@ func (g *groupRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, 
 			return nil, fmt.Errorf("gorun: bad endpoint from rank %d", m)
 		}
 		out[i] = b[10 : 10+n]
+	}
+	if err := exchanged(g.parent.rank, "creategroup"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -125,11 +125,23 @@ func (s *splitRendezvous) names(connected bool) []int {
 	return s.members
 }
 
-// splitHook, when set (by tests only), is called with the parent rank once
-// a Split's endpoints are exchanged, before the child connects: a test
-// makes that rank's Split fail there with the error it returns, so that
-// the others meet its absence while they connect.
-var splitHook func(parentRank int) error
+// exchangedHook, when set (by tests only), is called with the parent
+// rank and the operation once a Split's or CreateGroup's endpoints are
+// exchanged, before the child connects: a test makes that rank's call
+// fail there with the error it returns, so that the others meet its
+// absence while they connect.
+var exchangedHook func(parentRank int, op string) error
+
+// exchanged runs exchangedHook, if set, for rank of op; its error is
+// rank's.
+func exchanged(rank int, op string) error {
+	if h := exchangedHook; h != nil {
+		if err := h(rank, op); err != nil {
+			return &RankError{Rank: rank, Op: op, Err: err}
+		}
+	}
+	return nil
+}
 
 func (s *splitRendezvous) rank() int { return s.r }
 func (s *splitRendezvous) size() int { return len(s.members) }
@@ -146,10 +158,8 @@ func (s *splitRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte, 
 	if err := allGather(ctx, s.parent, s.parent.ticket(), send, all, splitRoot); err != nil {
 		return nil, noteSplit(err)
 	}
-	if h := splitHook; h != nil {
-		if err := h(s.parent.rank); err != nil {
-			return nil, &RankError{Rank: s.parent.rank, Op: "split", Err: err}
-		}
+	if err := exchanged(s.parent.rank, "split"); err != nil {
+		return nil, err
 	}
 	out := make([][]byte, len(s.members))
 	for i, m := range s.members {

@@ -153,42 +153,52 @@ func TestSplitMarkHierarchical(t *testing.T) {
 	}
 }
 
-// TestSplitConnectFailureNamesParentRank: a rank whose Split fails after
-// the endpoints' exchange, before the new communicator connects, is named
-// by its rank in the communicator Split was called on, the only one the
-// caller knows: the others' Split fails with a *RankError of op split
-// naming parent rank 2, and its text says rank 2, not its rank in the
-// communicator that was never returned (0: the keys reverse the order).
+// TestSplitConnectFailureNamesParentRank: a rank whose Split or
+// CreateGroup fails after the endpoints' exchange, before the new
+// communicator connects, is named by its rank in the communicator it was
+// called on, the only one the caller knows: the others' call fails with a
+// *RankError of its op naming parent rank 2, and its text says rank 2,
+// not its rank in the communicator that was never returned (0: the keys,
+// and the group's order, reverse the ranks).
 func TestSplitConnectFailureNamesParentRank(t *testing.T) {
-	cs := newLocal(t, 3, WithTimeout(30*time.Second))
-	ctx := testCtx(t)
-	gone := errors.New("rank 2 leaves after the exchange")
-	splitHook = func(parent int) error {
-		if parent == 2 {
-			return gone
-		}
-		return nil
-	}
-	t.Cleanup(func() { splitHook = nil })
-	errs := onAll(cs, func(c *Comm) error {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		sub, err := c.Split(cctx, 0, 2-c.Rank())
-		if sub != nil {
-			sub.Close()
-		}
-		return err
-	})
-	for r, err := range errs {
-		t.Logf("rank %d: %v", r, err)
-		var re *RankError
-		if !errors.As(err, &re) || re.Op != "split" || re.Rank != 2 {
-			t.Errorf("rank %d: %v, want a *RankError of op split naming rank 2", r, err)
-			continue
-		}
-		if r < 2 && (!strings.Contains(err.Error(), "rank 2") || strings.Contains(err.Error(), "rank 0")) {
-			t.Errorf("rank %d: %q, want its text to name rank 2, not the child's rank 0", r, err)
-		}
+	for _, op := range []string{"split", "creategroup"} {
+		t.Run(op, func(t *testing.T) {
+			cs := newLocal(t, 3, WithTimeout(30*time.Second))
+			ctx := testCtx(t)
+			exchangedHook = func(parent int, _ string) error {
+				if parent == 2 {
+					return errors.New("rank 2 leaves after the exchange")
+				}
+				return nil
+			}
+			t.Cleanup(func() { exchangedHook = nil })
+			errs := onAll(cs, func(c *Comm) error {
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				var sub *Comm
+				var err error
+				if op == "split" {
+					sub, err = c.Split(cctx, 0, 2-c.Rank())
+				} else {
+					sub, err = c.CreateGroup(cctx, []int{2, 1, 0}, 7)
+				}
+				if sub != nil {
+					sub.Close()
+				}
+				return err
+			})
+			for r, err := range errs {
+				t.Logf("rank %d: %v", r, err)
+				var re *RankError
+				if !errors.As(err, &re) || re.Op != op || re.Rank != 2 {
+					t.Errorf("rank %d: %v, want a *RankError of op %s naming rank 2", r, err, op)
+					continue
+				}
+				if r < 2 && (!strings.Contains(err.Error(), "rank 2") || strings.Contains(err.Error(), "rank 0")) {
+					t.Errorf("rank %d: %q, want its text to name rank 2, not the child's rank 0", r, err)
+				}
+			}
+		})
 	}
 }
 
