@@ -51,6 +51,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -65,6 +66,11 @@ const (
 	// bounds the members asked in one round.
 	askEvery  = 200 * time.Millisecond
 	askFanout = 3
+	// tellEvery is the first period of a Grow's repeated tells
+	// (keepTelling); it doubles each round up to tellEveryMax, so that a
+	// node that never takes the stream costs a Grow of a minute a few tens.
+	tellEvery    = askEvery
+	tellEveryMax = 16 * tellEvery
 )
 
 // expelledAt says whether this node, agreeing on epoch (locked on the
@@ -185,27 +191,38 @@ func (n *Node) tellRunningLocked(qs []peer) {
 }
 
 // sendRunningLocked sends each of qs msgRunning with the world this node
-// runs, over a stream, in the background (tellRunningLocked). n.mu is held.
+// runs, in the background (sendRunning). n.mu is held.
 func (n *Node) sendRunningLocked(qs []peer) {
 	if n.closed || !n.formed || len(qs) == 0 {
 		return
 	}
 	w := n.world
-	m := message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)}
 	n.wg.Add(1) // shutdown sets closed under mu before it waits
 	go func() {
 		defer n.wg.Done()
-		for _, q := range qs {
-			host, port, ok := splitAddr(q.addr)
-			if !ok {
-				continue
-			}
-			m.seq = n.sent.Add(1)
-			to := &memberlist.Node{Name: q.name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
-			_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a node cut off hears it when it is back in the view
-		}
+		n.sendRunning(w, qs)
 	}()
 }
+
+// sendRunning sends each of qs msgRunning with w, this node's world, over
+// a stream, one after the other.
+func (n *Node) sendRunning(w World, qs []peer) {
+	m := message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)}
+	for _, q := range qs {
+		host, port, ok := splitAddr(q.addr)
+		if !ok || tellLost != nil && tellLost(n, q.name) {
+			continue
+		}
+		m.seq = n.sent.Add(1)
+		to := &memberlist.Node{Name: q.name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is repaired by the next tell (keepTelling), or when it is back in the view
+	}
+}
+
+// tellLost, if set, says whether the msgRunning that n is about to send
+// to the node named to is lost (a hook for tests:
+// TestGrowTellsAgainWhenTheTellIsLost).
+var tellLost func(n *Node, to string) bool
 
 // tellers is how many members, those of the lowest ranks of the world,
 // tell a node behind that the job runs without it (tellRunningLocked):
@@ -216,20 +233,22 @@ const tellers = askFanout
 // tellUnflagged tells each live node the job went on without that this
 // node knows of (behind) and whose meta does not say so yet (meta.Behind)
 // the world it runs, whatever this node's rank, unless this node is on the
-// side of a partition that does not go on. A Grow calls it: its table
-// leaves such a node out (growTable), and a member admitted later, which
-// never held a world with it, leaves it out only once its meta says so.
-// The lowest ranks tell a node when it comes back (tellRunningLocked), but
-// if they were all admitted after the job went on without it, nobody did:
-// the members' tables differed, and the Grow waited until their contexts
-// ended. Its cost is a stream per member that knows, per Grow, only while
-// such a node is unflagged.
+// side of a partition that does not go on; it returns when the streams are
+// sent. A Grow calls it (keepTelling): its table leaves such a node out
+// (growTable), and a member admitted later, which never held a world with
+// it, leaves it out only once its meta says so. The lowest ranks tell a
+// node when it comes back (tellRunningLocked), but if they were all
+// admitted after the job went on without it, nobody did: the members'
+// tables differed, and the Grow waited until their contexts ended. Its
+// cost is a stream per member that knows, per round, only while such a
+// node is unflagged.
 func (n *Node) tellUnflagged() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if len(n.behind) == 0 || n.overtakenLocked() {
+	if n.closed || !n.formed || len(n.behind) == 0 || n.overtakenLocked() {
+		n.mu.Unlock()
 		return
 	}
+	w := n.world
 	var qs []peer
 	n.viewMu.Lock()
 	for name := range n.behind {
@@ -238,7 +257,36 @@ func (n *Node) tellUnflagged() {
 		}
 	}
 	n.viewMu.Unlock()
-	n.sendRunningLocked(qs)
+	n.mu.Unlock()
+	n.sendRunning(w, qs)
+}
+
+// keepTelling tells the processes the job went on without that are not
+// flagged yet (tellUnflagged) at once and then again, while a Grow waits
+// for agreement, until stop is called. A Grow told them once: if that
+// stream was lost (a failed dial, the node unreachable for a moment), its
+// meta never said Behind, the members admitted later held it in their
+// tables, and the Grow waited until its context ended. A round's streams
+// go one after the other, so rounds do not pile up behind a node that
+// does not take them; the period doubles from tellEvery up to
+// tellEveryMax.
+func (n *Node) keepTelling() (stop func()) {
+	quit := make(chan struct{})
+	n.goUnlessClosed(func() {
+		for wait := tellEvery; ; wait = min(2*wait, tellEveryMax) {
+			n.tellUnflagged()
+			t := time.NewTimer(wait)
+			select {
+			case <-quit:
+			case <-n.done:
+			case <-t.C:
+				continue
+			}
+			t.Stop()
+			return
+		}
+	})
+	return sync.OnceFunc(func() { close(quit) })
 }
 
 // backInView tells q, a node that came (back) into the view, the world

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -341,31 +342,30 @@ func memberNames(w World) []string {
 	return names
 }
 
-// The same when no member told the process that the job went on without
-// it, so that its meta does not say so: the lowest ranks tell it when it
-// comes back (tellRunningLocked), and here they were all admitted after it
-// was left out, so they count it and their tables held it, where the one
-// member that knows left it out. Five ranks: rank 4 is cut off and the
-// others shrink; ranks 0, 1 and 2 close, rank 3 shrinks alone and grows
-// with their restarts, at rank 3 again; rank 4's link heals. The members'
-// tables differed and their Grow waited until its context ended; now the
-// member that knows tells it as the Grow starts (tellUnflagged).
-func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
-	const job, size, victim = "grow-behind-untold", 5, 4
+// leftBehindUntold stages a process the job went on without whose world's
+// lowest ranks were all admitted after it was left out (they never held a
+// world with it). Five ranks of job: rank 4 is cut off and the others
+// shrink; ranks 0, 1 and 2 close, rank 3 (keeper) shrinks alone and grows
+// with their restarts, at rank 3 again; then rank 4's link heals. It
+// returns rank 4's old process, which only keeper knows is behind, and
+// the members (the restarts of ranks 0, 1 and 2, then keeper), each with
+// the old process back in its view.
+func leftBehindUntold(t *testing.T, job string) (old *Node, members []*Node) {
+	t.Helper()
+	const size, victim = 5, 4
 	nw := NewMemNetwork()
 	nodes := startWorld(t, job, size, func(_ int, c *Config) { c.Network = nw })
-	defer closeAll(nodes)
+	t.Cleanup(func() { closeAll(nodes) })
 	old, keeper := nodes[victim], nodes[3]
 	nw.Cut(old.Addr(), true)
 	shrinkAll(t, nodes[:victim], 20*time.Second)
 	closeAll(nodes[:3])
 	shrinkAll(t, []*Node{keeper}, 20*time.Second)
 
-	members := make([]*Node, 0, 4)
 	formed := make(chan error, 3)
 	for r := range 3 {
 		back := startRestart(t, nw, job, r, size, keeper.Addr())
-		defer back.Close()
+		t.Cleanup(func() { back.Close() })
 		members = append(members, back)
 	}
 	waitJoinersN(t, []*Node{keeper}, 3, 20*time.Second)
@@ -381,9 +381,20 @@ func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
 			t.Fatalf("restarted rank: %v", err)
 		}
 	}
-
 	nw.Cut(old.Addr(), false)
 	waitInView(t, members, old.Name(), 20*time.Second)
+	return old, members
+}
+
+// The same when no member told the process that the job went on without
+// it, so that its meta does not say so: the lowest ranks tell it when it
+// comes back (tellRunningLocked), and here they were all admitted after it
+// was left out (leftBehindUntold), so they count it and their tables held
+// it, where the one member that knows left it out. The members' tables
+// differed and their Grow waited until its context ended; now the member
+// that knows tells it as the Grow starts (tellUnflagged).
+func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
+	old, members := leftBehindUntold(t, "grow-behind-untold")
 	worlds := agreeAll(t, members, 20*time.Second, (*Node).Grow)
 	for i, w := range worlds {
 		if w.Size != 4 || w.Rank != i || w.Digest != worlds[0].Digest {
@@ -392,12 +403,51 @@ func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
 	}
 	for i, n := range members {
 		if k := n.Joiners(); k != 0 {
-			t.Errorf("member %d after Grow: %d joiners with rank %d's old process in its view; want 0", i, k, victim)
+			t.Errorf("member %d after Grow: %d joiners with rank 4's old process in its view; want 0", i, k)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if w, err := old.Shrink(ctx); !errors.Is(err, ErrExpelled) {
-		t.Errorf("rank %d's old process: Shrink returned world %+v, error %v; want ErrExpelled", victim, w, err)
+		t.Errorf("rank 4's old process: Shrink returned world %+v, error %v; want ErrExpelled", w, err)
+	}
+}
+
+// A process the job went on without, untold (leftBehindUntold), when the
+// members' Grow's first tell to it is lost, and any before it (tellLost:
+// a failed stream, the node unreachable for a moment). The Grow told it
+// once (tellUnflagged): its meta never said Behind, the restarts' tables
+// held it where keeper's left it out, and the Grow waited until its
+// context ended (FormError at 20 s). Now a Grow tells it again while it
+// waits (keepTelling), and agrees a round later.
+func TestGrowTellsAgainWhenTheTellIsLost(t *testing.T) {
+	var (
+		growing atomic.Bool  // the members' Grow has begun
+		tellsIn atomic.Int32 // tells since it began: the first is lost
+	)
+	tellLost = func(n *Node, to string) bool {
+		return !growing.Load() || tellsIn.Add(1) == 1
+	}
+	t.Cleanup(func() { tellLost = nil }) // every node of the test is closed by then
+	old, members := leftBehindUntold(t, "grow-behind-lost")
+	for i, n := range members[:3] {
+		if k := n.Joiners(); k != 1 {
+			t.Fatalf("restart of rank %d: %d joiners with rank 4's old process untold in its view; want 1 (the tells are lost)", i, k)
+		}
+	}
+	growing.Store(true)
+	t0 := time.Now()
+	worlds := agreeAll(t, members, 20*time.Second, (*Node).Grow)
+	t.Logf("Grow agreed after %v, %d tells in it, the first lost", time.Since(t0).Round(time.Millisecond), tellsIn.Load())
+	if tellsIn.Load() == 0 {
+		t.Fatal("no tell was lost in the Grow: the test did not stage what it tests")
+	}
+	for i, w := range worlds {
+		if w.Size != 4 || w.Rank != i || w.Digest != worlds[0].Digest {
+			t.Errorf("member %d after Grow: rank %d of %d, members %v; want rank %d of 4, the same world", i, w.Rank, w.Size, memberNames(w), i)
+		}
+		if slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == old.Name() }) {
+			t.Errorf("member %d: Grow admitted rank 4's old process %s, which the job went on without", i, old.Name())
+		}
 	}
 }

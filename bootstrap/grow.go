@@ -103,8 +103,8 @@ func (n *Node) jobRunning() bool {
 // it waited for its proposal until the members' contexts ended. The
 // members agree on it: those that held a world with it know it (behind),
 // and the others from its meta (meta.Behind), which it sets once a member
-// tells it (tellRunningLocked; a Grow's tellUnflagged). Until it does,
-// their tables differ and the agreement waits.
+// tells it (tellRunningLocked; a Grow's keepTelling, until it does). Until
+// then, their tables differ and the agreement waits.
 //
 // A member of the current world that is out of the view but not known to
 // be gone (growOut) is missing: no table until the view holds it again or
@@ -268,8 +268,9 @@ func (n *Node) Grow(ctx context.Context) (World, error) {
 	if closed {
 		return World{}, &OpError{Op: "grow", Rank: old.Rank, Peer: -1, Err: ErrClosed}
 	}
-	n.tellUnflagged() // so that every member's table leaves them out
+	stop := n.keepTelling() // so that every member's table leaves them out
 	w, err := n.agree(ctx, old.Epoch+1, n.growTable, false)
+	stop()
 	if err != nil {
 		return World{}, err
 	}
