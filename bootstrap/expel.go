@@ -34,7 +34,15 @@ package bootstrap
 // admitted, and the Grow waited for it until its context ended. A node
 // told that the job went on without it says so in its meta (meta.Behind),
 // and no node counts or admits it then: a rank admitted later never held
-// a world with it and counted it for good (until it ended).
+// a world with it and counted it for good (until it ended). Such a rank
+// learns it from that meta alone, so it counts the process from the
+// moment it is back in its view until its tellers' word (a stream) and
+// then its meta update (a few gossip rounds; a push/pull if the gossip is
+// lost) have reached it. Closing that window takes the names of the
+// processes behind sent to every rank admitted (a new message or
+// push/pull field), and the rank must still have them before the process
+// is back; the meta cannot carry the epoch each node runs (a meta update
+// per node per world, under memberlist's 512 bytes).
 //
 // A partition breaks the rule of one world per epoch: each side finds the
 // other dead and shrinks without it, so a rank cut off from the rest runs
@@ -179,15 +187,40 @@ func (n *Node) markBehind() {
 // tellRunningLocked tells each of qs, live nodes that were members of a
 // world this node held and that its world leaves out (behind), the world
 // it runs, as an answer to msgAsk does: a process the job went on without
-// learns that it did (its next agreement fails with ErrExpelled), and the
-// other side of a partition learns which side goes on, and counts this
-// side's ranks as joiners if this side does (Joiners). Only the members of
-// the lowest ranks tell (tellers), over a stream, in the background. n.mu
-// is held.
-func (n *Node) tellRunningLocked(qs []peer) {
-	if n.world.Rank < tellers {
+// learns that it did (its next agreement fails with ErrExpelled, and it
+// flags itself: markBehind), and the other side of a partition learns
+// which side goes on, and counts this side's ranks as joiners if this side
+// does (Joiners). held is the last world this node held with them (a
+// value of behind): only its tellers tell (tellsLocked), over a stream, in
+// the background. n.mu is held.
+func (n *Node) tellRunningLocked(held map[string]int, qs []peer) {
+	if n.tellsLocked(held) {
 		n.sendRunningLocked(qs)
 	}
+}
+
+// tellsLocked says whether this node is a teller of a node its world
+// left out whose last world with this node is held (a value of behind):
+// of the members of its world that were members of held too, one of the
+// tellers of the lowest ranks. Each of those members knows the node is
+// behind and finds the same tellers. Before, the tellers were the lowest
+// ranks of the world, and when those had all been admitted after the job
+// went on without a process (they never held a world with it), nobody
+// told it: a rank admitted later counted it as a joiner until a Grow told
+// it (tellUnflagged). n.mu is held.
+func (n *Node) tellsLocked(held map[string]int) bool {
+	k := 0
+	for _, m := range n.world.Members { // by rank
+		if m.Name == n.name {
+			return true
+		}
+		if _, ok := held[m.Name]; ok {
+			if k++; k == tellers {
+				return false
+			}
+		}
+	}
+	return false
 }
 
 // sendRunningLocked sends each of qs msgRunning with the world this node
@@ -224,23 +257,22 @@ func (n *Node) sendRunning(w World, qs []peer) {
 // TestGrowTellsAgainWhenTheTellIsLost).
 var tellLost func(n *Node, to string) bool
 
-// tellers is how many members, those of the lowest ranks of the world,
-// tell a node behind that the job runs without it (tellRunningLocked):
-// one word is enough, and a member of a world of thousands that resumes
-// should not be sent a stream by each.
+// tellers is how many members, those of the lowest ranks that know, tell
+// a node behind that the job runs without it (tellsLocked): one word is
+// enough, and a member of a world of thousands that resumes should not be
+// sent a stream by each.
 const tellers = askFanout
 
 // tellUnflagged tells each live node the job went on without that this
-// node knows of (behind) and whose meta does not say so yet (meta.Behind)
-// the world it runs, whatever this node's rank, unless this node is on the
-// side of a partition that does not go on; it returns when the streams are
-// sent. A Grow calls it (keepTelling): its table leaves such a node out
-// (growTable), and a member admitted later, which never held a world with
-// it, leaves it out only once its meta says so. The lowest ranks tell a
-// node when it comes back (tellRunningLocked), but if they were all
-// admitted after the job went on without it, nobody did: the members'
-// tables differed, and the Grow waited until their contexts ended. Its
-// cost is a stream per member that knows, per round, only while such a
+// node knows of (behind), whose meta does not say so yet (meta.Behind) and
+// whose teller it is (tellsLocked), the world it runs, unless this node is
+// on the side of a partition that does not go on; it returns when the
+// streams are sent. A Grow calls it (keepTelling): its table leaves such
+// a node out (growTable), and a member admitted later, which never held a
+// world with it, leaves it out only once its meta says so. The tellers
+// tell it when it comes back (backInView), but that word can be lost: the
+// members' tables differed, and the Grow waited until their contexts
+// ended. Its cost is a stream per teller, per round, only while such a
 // node is unflagged.
 func (n *Node) tellUnflagged() {
 	n.mu.Lock()
@@ -251,8 +283,8 @@ func (n *Node) tellUnflagged() {
 	w := n.world
 	var qs []peer
 	n.viewMu.Lock()
-	for name := range n.behind {
-		if q, ok := n.peers[name]; ok && !q.meta.Behind && n.ofJob(q) {
+	for name, held := range n.behind {
+		if q, ok := n.peers[name]; ok && !q.meta.Behind && n.ofJob(q) && n.tellsLocked(held) {
 			qs = append(qs, q)
 		}
 	}
@@ -295,8 +327,8 @@ func (n *Node) keepTelling() (stop func()) {
 func (n *Node) backInView(q peer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.behind[q.name] {
-		n.tellRunningLocked([]peer{q})
+	if held, ok := n.behind[q.name]; ok {
+		n.tellRunningLocked(held, []peer{q})
 	}
 }
 

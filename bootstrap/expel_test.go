@@ -386,15 +386,23 @@ func leftBehindUntold(t *testing.T, job string) (old *Node, members []*Node) {
 	return old, members
 }
 
-// The same when no member told the process that the job went on without
-// it, so that its meta does not say so: the lowest ranks tell it when it
-// comes back (tellRunningLocked), and here they were all admitted after it
-// was left out (leftBehindUntold), so they count it and their tables held
-// it, where the one member that knows left it out. The members' tables
-// differed and their Grow waited until its context ended; now the member
-// that knows tells it as the Grow starts (tellUnflagged).
+// A process the job went on without, back in the view, is told so by the
+// members that know it (those that held a world with it), however high
+// their ranks: its meta then says so (meta.Behind), and the members
+// admitted later stop counting it as a joiner without any Grow. Only the
+// lowest ranks of the world told it (tellRunningLocked), and here they
+// were all admitted after it was left out (leftBehindUntold): nobody did,
+// the restarts counted it (1 each, until a Grow told it), and the Grow's
+// tables differed until then. Their Grow then agrees on the four members,
+// and the old process's Shrink fails with ErrExpelled.
 func TestGrowLeavesOutRankLeftBehindThatNobodyTold(t *testing.T) {
 	old, members := leftBehindUntold(t, "grow-behind-untold")
+	waitFlaggedBehind(t, members, old.Name(), 10*time.Second) // its meta update: a few gossip rounds
+	for i, n := range members {
+		if k := n.Joiners(); k != 0 {
+			t.Errorf("member %d: %d joiners with rank 4's old process, which the job went on without, in its view; want 0", i, k)
+		}
+	}
 	worlds := agreeAll(t, members, 20*time.Second, (*Node).Grow)
 	for i, w := range worlds {
 		if w.Size != 4 || w.Rank != i || w.Digest != worlds[0].Digest {
@@ -448,6 +456,31 @@ func TestGrowTellsAgainWhenTheTellIsLost(t *testing.T) {
 		}
 		if slices.ContainsFunc(w.Members, func(m Member) bool { return m.Name == old.Name() }) {
 			t.Errorf("member %d: Grow admitted rank 4's old process %s, which the job went on without", i, old.Name())
+		}
+	}
+}
+
+// The tellers of a node left behind are the lowest ranks of the members
+// that held its last world with it (tellsLocked), not of the world: a
+// member admitted later cannot tell it.
+func TestTellersKnowTheNodeBehind(t *testing.T) {
+	held := map[string]int{"a": 0, "b": 1, "c": 2, "me": 3} // its last world with this node
+	for _, tc := range []struct {
+		world []string // this node's world, by rank
+		tells bool
+	}{
+		{[]string{"x", "y", "z", "me"}, true}, // the only one that knows, though rank 3
+		{[]string{"a", "b", "c", "me"}, false},
+		{[]string{"x", "a", "y", "b", "me"}, true},
+		{[]string{"a", "x", "b", "c", "me"}, false},
+		{[]string{"me", "a", "b", "c"}, true},
+	} {
+		n := &Node{name: "me"}
+		for r, name := range tc.world {
+			n.world.Members = append(n.world.Members, Member{Rank: r, Name: name})
+		}
+		if got := n.tellsLocked(held); got != tc.tells {
+			t.Errorf("world %v: tells %v, want %v", tc.world, got, tc.tells)
 		}
 	}
 }

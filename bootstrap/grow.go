@@ -248,12 +248,15 @@ func (n *Node) Joiners() int {
 // admits what Joiners counts.
 func (n *Node) wentOnWithout() func(q peer) bool {
 	n.mu.Lock()
-	var behind map[string]bool
+	var behind map[string]map[string]int
 	if !n.overtakenLocked() {
 		behind = maps.Clone(n.behind)
 	}
 	n.mu.Unlock()
-	return func(q peer) bool { return behind[q.name] || q.meta.Behind }
+	return func(q peer) bool {
+		_, known := behind[q.name]
+		return known || q.meta.Behind
+	}
 }
 
 // Grow forms the next world from every live rank of the job, the members

@@ -104,8 +104,11 @@ type Node struct {
 	// world it installed leaves out: a live one is a process the job went
 	// on without, not a joiner, unless a world the job may go on in rather
 	// than this node's runs without it (runs: the world each node told
-	// this one it runs without it, msgRunning, by sender; expel.go).
-	behind   map[string]bool
+	// this one it runs without it, msgRunning, by sender; expel.go). Each
+	// maps to the last world this node held with it (that world's
+	// inWorld, shared and never written), which names the members that
+	// know it is behind (tellsLocked).
+	behind   map[string]map[string]int
 	runs     map[string]World
 	failures chan Failure
 	closed   bool
@@ -191,7 +194,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		taken:    make(map[string]bool),
 		lost:     make(map[string]bool),
 		calling:  make(map[string]bool),
-		behind:   make(map[string]bool),
+		behind:   make(map[string]map[string]int),
 		runs:     make(map[string]World),
 		failures: make(chan Failure, cfg.Size),
 
@@ -520,7 +523,7 @@ func (n *Node) install(w World) {
 	var left []string // members of the world before that w leaves out (expel.go)
 	for name := range before {
 		if _, in := n.inWorld[name]; !in && name != n.name {
-			n.behind[name] = true
+			n.behind[name] = before
 			left = append(left, name)
 		}
 	}
@@ -543,7 +546,7 @@ func (n *Node) install(w World) {
 		}
 	}
 	n.viewMu.Unlock()
-	n.tellRunningLocked(tell)
+	n.tellRunningLocked(before, tell)
 	for _, name := range gone {
 		n.reportLocked(name, n.leaving[name])
 	}
