@@ -180,7 +180,7 @@ func (n *Node) markBehind() {
 	}
 	n.metaMu.Unlock()
 	if !was {
-		n.goUnlessClosed(func() { _ = n.ml.UpdateNode(n.cfg.LeaveTimeout) })
+		n.goUnlessClosed(func() { n.updateNode(n.cfg.LeaveTimeout) })
 	}
 }
 

@@ -48,6 +48,12 @@ type Node struct {
 	cfg  Config
 	name string
 	ml   *memberlist.Memberlist
+	// addr is the gossip address, memberlist's local node's, read once in
+	// Start: reading it later races with an UpdateNode (markBehind,
+	// Close), which rewrites the local node's fields.
+	addr string
+	// updMu makes this node's meta updates one at a time (updateNode).
+	updMu sync.Mutex
 
 	traffic *counters // nil unless cfg.CountTraffic or cfg.Network
 
@@ -240,7 +246,9 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		}
 		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
 	}
-	if seeds := n.otherSeeds(); len(seeds) > 0 {
+	self := n.ml.LocalNode()
+	n.addr = self.Address()
+	if seeds := n.otherSeeds(self); len(seeds) > 0 {
 		n.wg.Add(1)
 		go n.joinLoop(seeds)
 	}
@@ -288,7 +296,7 @@ func (n *Node) admitted() {
 	}
 	n.metaMu.Unlock()
 	if joining {
-		n.goUnlessClosed(func() { _ = n.ml.UpdateNode(n.cfg.LeaveTimeout) })
+		n.goUnlessClosed(func() { n.updateNode(n.cfg.LeaveTimeout) })
 	}
 }
 
@@ -304,7 +312,7 @@ func nodeName(rank int) string {
 }
 
 // Addr is the gossip address (host:port) other ranks can use as a seed.
-func (n *Node) Addr() string { return n.ml.LocalNode().Address() }
+func (n *Node) Addr() string { return n.addr }
 
 // Name is the node's unique gossip name.
 func (n *Node) Name() string { return n.name }
@@ -394,15 +402,25 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 		n.metaMu.Unlock()
 		// Give the leaving flag a few gossip rounds: the dead message
 		// Leave queues supersedes it in memberlist's broadcast queue.
-		_ = n.ml.UpdateNode(min(3*n.cfg.GossipInterval, n.cfg.LeaveTimeout))
+		n.updateNode(min(3*n.cfg.GossipInterval, n.cfg.LeaveTimeout))
 		_ = n.ml.Leave(n.cfg.LeaveTimeout)
 	}
 	_ = n.ml.Shutdown()
 }
 
-// otherSeeds is cfg.Seeds without this node's own address.
-func (n *Node) otherSeeds() []string {
-	self := n.ml.LocalNode()
+// updateNode gossips this node's meta (n.metaBuf) again, waiting up to
+// timeout for the broadcast, one update at a time: memberlist's
+// UpdateNode reads the local node's fields without its lock, which a
+// concurrent UpdateNode rewrites (markBehind's, admitted's and Close's
+// run in their own goroutines).
+func (n *Node) updateNode(timeout time.Duration) {
+	n.updMu.Lock()
+	defer n.updMu.Unlock()
+	_ = n.ml.UpdateNode(timeout)
+}
+
+// otherSeeds is cfg.Seeds without this node's own address, self's.
+func (n *Node) otherSeeds(self *memberlist.Node) []string {
 	var out []string
 	for _, s := range n.cfg.Seeds {
 		if s == "" || isSelf(s, self.Addr, int(self.Port)) {

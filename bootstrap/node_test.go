@@ -250,3 +250,39 @@ func TestDuplicateRank(t *testing.T) {
 		t.Errorf("table %+v, notes %q", p.members, p.notes)
 	}
 }
+
+// TestAddrBesideMetaUpdate: Addr, which a running agreement reads (ask),
+// and meta updates in their own goroutines (markBehind's, admitted's,
+// Close's) do not race. Addr read memberlist's local node without a lock,
+// which an update rewrites (the race detector caught it after a formation
+// timed out under load), and memberlist's UpdateNode reads that node's
+// fields unlocked too, so two updates at once raced.
+func TestAddrBesideMetaUpdate(t *testing.T) {
+	n, err := Start(testConfig("addr", 0, 1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	want := n.Addr()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			n.markBehind() // an update in the background
+			n.metaMu.Lock()
+			n.meta.Behind = false // so that the next markBehind updates again
+			n.metaMu.Unlock()
+			n.updateNode(time.Second) // and one here, as Close's
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if got := n.Addr(); got != want {
+			t.Fatalf("Addr %q, then %q", want, got)
+		}
+	}
+}
