@@ -4,26 +4,63 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// buildABI builds libgorun.so and the gorun launcher into dir.
+// abiDir holds the one libgorun.so and gorun launcher the tests share
+// (buildABI); TestMain makes and removes it.
+var abiDir string
+
+var (
+	abiOnce sync.Once
+	abiErr  error
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorun-capi-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	abiDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildABI puts libgorun.so and the gorun launcher in dir. They are built
+// once per test binary (a c-shared link takes 10-30 s on 2 loaded CPUs,
+// and nine tests need them) and linked into each test's dir, which the
+// test's C programs then name in -L and their rpath.
 func buildABI(t *testing.T, dir string) {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not found: the C ABI test needs a C compiler")
 	}
-	for _, args := range [][]string{
-		{"build", "-buildmode=c-shared", "-o", filepath.Join(dir, "libgorun.so"), "."},
-		{"build", "-o", filepath.Join(dir, "gorun"), "../cmd/gorun"},
-	} {
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	abiOnce.Do(func() {
+		for _, args := range [][]string{
+			{"build", "-buildmode=c-shared", "-o", filepath.Join(abiDir, "libgorun.so"), "."},
+			{"build", "-o", filepath.Join(abiDir, "gorun"), "../cmd/gorun"},
+		} {
+			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+				abiErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+				return
+			}
+		}
+	})
+	if abiErr != nil {
+		t.Fatal(abiErr)
+	}
+	for _, name := range []string{"libgorun.so", "gorun"} {
+		if err := os.Link(filepath.Join(abiDir, name), filepath.Join(dir, name)); err != nil {
+			t.Fatalf("linking the shared %s into the test's directory: %v", name, err)
 		}
 	}
 }
