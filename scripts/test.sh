@@ -3,18 +3,21 @@
 # Static checks, then every Go test under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# stage names its step with the seconds spent so far, so that a log shows
+# where the time of a run goes.
+stage() { echo "== $* (at ${SECONDS}s)"; }
 
-echo "== gofmt"
+stage "gofmt"
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then echo "gofmt -l lists:"; echo "$bad"; exit 1; fi
 
-echo "== go vet"
+stage "go vet"
 go vet ./...
 
-echo "== go mod tidy"
+stage "go mod tidy"
 go mod tidy -diff
 
-echo "== staticcheck"
+stage "staticcheck"
 # .ci/run installs it (go install honnef.co/go/tools/cmd/staticcheck@...).
 staticcheck=$(command -v staticcheck || echo "$(go env GOPATH)/bin/staticcheck")
 if [ ! -x "$staticcheck" ]; then
@@ -23,13 +26,13 @@ if [ ! -x "$staticcheck" ]; then
 fi
 "$staticcheck" ./...
 
-echo "== build without cgo"
+stage "build without cgo"
 CGO_ENABLED=0 go build ./...
 
-echo "== build for darwin (shm is Linux-only there: it registers and reports ErrNotSupported)"
+stage "build for darwin (shm is Linux-only there: it registers and reports ErrNotSupported)"
 GOOS=darwin GOARCH=arm64 go build ./...
 
-echo "== go test -race"
+stage "go test -race"
 # reliability runs alone, after the rest: its kill trials run four 4-rank
 # jobs at once under the race detector with 5 s timeouts, and beside the
 # python and comm packages (load 15-50 on two CPUs) live ranks missed
@@ -37,8 +40,9 @@ echo "== go test -race"
 go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/reliability$')
 go test -race -count=1 -timeout 15m ./reliability
 
-echo "== verbs in a soft-RoCE VM"
+stage "verbs in a soft-RoCE VM"
 # Runs the conformance suite, rdma-core interop and comm over real verbs
 # (rdma_rxe) in qemu; prints SKIP with the reason where qemu, the kernel or
 # the packages are missing. It never installs anything from here (.ci/run does).
 GORUN_RXE_VM_NO_APT=1 scripts/rxe-vm/test.sh
+stage "done"
