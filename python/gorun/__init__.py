@@ -126,7 +126,15 @@ def init():
     return _comm
 
 
+# Run at exit before gorun finalizes the job's communicator, whatever the
+# order in which atexit hooks were registered (the torch backend's
+# _stop_at_exit, which stops its process groups on that communicator).
+_before_finalize_at_exit = []
+
+
 def _finalize_at_exit():
+    for f in _before_finalize_at_exit:
+        f()
     try:
         finalize()
     except GorunError:

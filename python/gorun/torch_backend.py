@@ -51,13 +51,24 @@ new prefix), init_process_group raises saying so, rather than wait out
 torch's store-based barrier. A group destroyed (or its last reference
 dropped, also by a then() callback holding it) while its operations'
 futures still have then() callbacks to run returns once they have run.
-A script that ends without destroying its groups leaves the same way: at
-exit (atexit, before gorun's own finalize and before the interpreter
-finalizes) each group waits for its operations left and their callbacks,
-as a destroy does (GORUN_TIMEOUT bounds each), and stops its threads (a
+A script that ends without destroying its groups leaves the same way:
+gorun's own atexit hook (which runs after every hook registered after
+init_process_group) first stops the groups, then finalizes the job's
+communicator. Each group waits for its operations left and their
+callbacks, as a destroy does (a peer still running may yet start them;
+the group's timeout and GORUN_TIMEOUT bound each), stops its threads (a
 callback still running once the interpreter finalized ended the process
-with SIGSEGV, as Gloo's does). An operation started after that, by a
-later atexit hook, completes before its call returns.
+with SIGSEGV, as Gloo's does) and finalizes a communicator of its own:
+groups with their own first, in the order they were made, so that a peer
+whose exit waits for an operation this rank never started fails it at
+once, naming this rank, instead of waiting out its timeout (NCCL's
+destroy aborts whatever is left; Gloo's waits, as this does). After
+that (an atexit hook registered before init_process_group), making a
+group or starting an operation raises RuntimeError saying the
+interpreter exits, and a daemon thread that calls a group, or returns
+from one, waits there until the process ends: the interpreter ends such
+a thread as it takes the GIL back, which aborted the process (as with
+Gloo).
 
 A strided (not contiguous) tensor goes through a contiguous copy in the
 collectives, as with Gloo; a send or recv refuses it, as Gloo's do. A
@@ -73,7 +84,6 @@ new group. The checks torch.distributed's own functions make before they
 call the backend (a scatter_list missing on the source rank, tensors of
 mixed dtypes) still raise on that rank alone.
 """
-import atexit
 import fcntl
 import os
 import sys
@@ -83,7 +93,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from . import GorunError, _L, _lib, _torch_store, finalize as _gorun_finalize, init as _gorun_init, size as _job_size
+from . import GorunError, _L, _before_finalize_at_exit, _lib, _torch_store, finalize as _gorun_finalize, init as _gorun_init, size as _job_size
 
 _ext = None
 
@@ -179,6 +189,15 @@ def _create(opts, pg_options=None):
     on the ranks it lists. opts carries group_rank, group_size, the group's
     name (group_id) and its members' global ranks in group-rank order
     (global_ranks_in_group; empty for the default group)."""
+    if _exiting:
+        # Its threads would outlive the stop (a then() callback's,
+        # ended by the interpreter's finalization, crashed the process)
+        # and it would run on a finalized communicator.
+        raise RuntimeError(
+            "gorun backend: cannot make a process group while the interpreter exits: at exit gorun already "
+            "stopped the backend's process groups and finalized the job's communicator (an atexit hook "
+            "registered before init_process_group runs after gorun's own); make the group before the script "
+            "ends, or register the hook after init_process_group")
     if opts.group_size > 1 and not _L().gorun_launched():
         # torch.multiprocessing.spawn, or ranks started by hand with
         # init_process_group(rank=, world_size=) or with RANK and
@@ -205,19 +224,23 @@ def _create(opts, pg_options=None):
     pg = ext.ProcessGroupGorun(comm, opts.group_rank, opts.group_size, ranks, _group_tag(opts.group_id), timeout_ms)
     if default:
         _torch_store.ordered_destroy(opts, opts.group_rank)
-    # Last registered, first run: before the gorun.init() hook that
-    # finalizes the job's communicator, which the groups' operations left
-    # still run on (registered again at each init).
-    atexit.unregister(_stop_at_exit)
-    atexit.register(_stop_at_exit)
     return pg
+
+
+_exiting = False  # _stop_at_exit ran: no group is made after it
 
 
 def _stop_at_exit():
     """Finish every group's operations and then() callbacks, and stop
     its threads, while they may still take the GIL: once the interpreter
     finalizes, a thread that takes it is ended where it stands, and a
-    callback ended so crashed the process (SIGSEGV at exit)."""
+    callback ended so crashed the process (SIGSEGV at exit). gorun's own
+    exit hook runs it just before it finalizes the job's communicator:
+    registering a hook of our own at each group's making, to run first,
+    took it off the list when a group was made by an atexit hook (one
+    registered while they run is never run)."""
+    global _exiting
+    _exiting = True
     if _ext is not None:
         _ext.stop_all()
 
@@ -262,6 +285,8 @@ def _group_tag(name):
 
 
 _derive_env()
+if _stop_at_exit not in _before_finalize_at_exit:
+    _before_finalize_at_exit.append(_stop_at_exit)
 if "GORUN" not in dist.Backend._plugins:
     # extended_api: the creator is told the group's global ranks and name
     # (torch 1.13 and 2.x), which a subgroup's communicator needs.

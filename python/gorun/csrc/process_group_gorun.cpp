@@ -16,6 +16,10 @@
 // group's communicator (WorkGorun::wait).
 // Sends and recvs wait at a gate until the caller needs them (P2PGate).
 //
+// At interpreter exit, gorun's atexit hook stops every group (stopAll)
+// before the interpreter finalizes; a daemon thread that calls in
+// afterwards waits there until the process ends (ExitPark).
+//
 // A call's arguments are checked before gorun sees them (Args). A refused
 // call fails on every rank of the group, not just this one: gorun_refuse
 // aborts the group's communicator, and the other ranks' calls fail at once
@@ -210,6 +214,36 @@ std::atomic<bool> g_tracing{false};
 // it, and the completer returns without touching the freed group.
 thread_local bool t_groupGone = false;
 
+// Set by stopAll at interpreter exit once every group is stopped; the
+// thread that runs the exit (stopAll's caller) is written before it.
+std::atomic<bool> g_exited{false};
+std::thread::id g_exitThread;
+
+// ExitPark holds a thread other than the exiting one that enters the
+// backend (an operation, a Work's wait, is_completed or get_future) once
+// the groups were stopped at exit, or returns from it then: a daemon
+// thread, since the interpreter has joined the others. torch called in
+// with the GIL let go, and once the interpreter finalizes, a thread that
+// takes it back is ended where it stands (PyThread_exit_thread), which
+// torch's GIL guard, unwound, turned into std::terminate (SIGABRT at
+// exit; Gloo's group does so too). So the thread waits here, without the
+// GIL, until the process ends, as CPython 3.14 holds such threads itself.
+// A thread that holds the GIL (so took none back) goes on. It is the
+// first local of each entry point, so that none of the entry's locks or
+// locals are held while it waits.
+struct ExitPark {
+  ExitPark() { park(); }
+  ~ExitPark() { park(); }
+  ExitPark(const ExitPark&) = delete;
+  ExitPark& operator=(const ExitPark&) = delete;
+
+  static void park() {
+    if (C10_LIKELY(!g_exited.load(std::memory_order_acquire)) || std::this_thread::get_id() == g_exitThread) return;
+    if (Py_IsInitialized() && PyGILState_Check()) return;
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
+  }
+};
+
 // P2PGate holds the completer back from a send or recv until the caller
 // needs it. gorun runs started isends and irecvs together, as one group,
 // when something needs one of them (gorun.h): a completer that waited for
@@ -269,6 +303,7 @@ class WorkGorun : public Work {
   // A send's or recv's future completes once the group runs, which asking
   // for it allows: ask after starting every message of the exchange.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    const ExitPark park;
     release();
     int state = kNotAsked;
     if (!futureState_.compare_exchange_strong(state, kAsked) && state == kCompletedUnasked) {
@@ -280,6 +315,7 @@ class WorkGorun : public Work {
   }
 
   bool isCompleted() override {
+    const ExitPark park;
     release();
     return Work::isCompleted();
   }
@@ -290,6 +326,7 @@ class WorkGorun : public Work {
   // torch's NCCL backend does): the operation and every later one on it
   // fail, on this rank and its peers, instead of hanging behind it.
   bool wait(std::chrono::milliseconds timeout) override {
+    const ExitPark park;
     release();
     // A caller that waits with no bound (every blocking collective)
     // finishes the request itself: one thread hop less than through the
@@ -473,19 +510,25 @@ class ProcessGroupGorun : public ProcessGroup {
   void release_resources() override { shutdownNoGIL(); }
 
   // stop is the group's shutdown at interpreter exit (stopAll, from
-  // torch_backend's atexit hook, without the GIL): it waits for the works
+  // torch_backend's exit hook, without the GIL): it waits for the works
   // left and their futures' then() callbacks, and stops the group's
   // threads, while Python still lets them take the GIL. Once the interpreter finalizes,
   // a thread that takes the GIL is ended inside the callback (take_gil's
   // PyThread_exit_thread), and torch's callback wrapper, unwound, cleared
-  // a thread state whose frames were gone: SIGSEGV at exit. The
-  // communicator stays until the group is freed; an operation started
-  // later completes before its call returns (enqueue).
-  void stop() { stopThreads(); }
+  // a thread state whose frames were gone: SIGSEGV at exit. Then it
+  // finalizes a communicator the group owns, as a destroy does: a member
+  // whose exit waits for an operation that this rank never started fails
+  // it at once, naming this rank (stopAll). The job's communicator is
+  // gorun's exit hook's to finalize.
+  void stop() { shutdown(); }
+
+  // owns: the group runs on a communicator of its own, not the job's.
+  bool owns() const { return owned_; }
 
   const std::string getBackendName() const override { return "gorun"; }
 
   c10::intrusive_ptr<Work> allreduce(std::vector<at::Tensor>& ts, const AllreduceOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "all_reduce");
     const at::Tensor& t = single(a, ts);
     Staged s(t);
@@ -497,6 +540,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
                                                const AllreduceCoalescedOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "all_reduce_coalesced");
     a.check(!ts.empty(), "all_reduce_coalesced of no tensors");
     onCPU(a, ts);
@@ -519,6 +563,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& ts, const BroadcastOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "broadcast");
     const at::Tensor& t = single(a, ts);
     Staged s(t);
@@ -530,6 +575,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                      const AllgatherOptions&) override {
+    const ExitPark park;
     const Args a(comm_, "all_gather");
     const at::Tensor in = single(a, ins).contiguous();
     a.check(outs.size() == 1 && int(outs[0].size()) == getSize(), "all_gather needs one list of ", getSize(),
@@ -551,6 +597,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> _allgather_base(at::Tensor& out, at::Tensor& in, const AllgatherOptions&) override {
+    const ExitPark park;
     const Args a(comm_, "all_gather_into_tensor");
     sameAs(a, out, in);
     a.check(out.numel() == in.numel() * getSize(), "output must be size × input");
@@ -566,6 +613,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                 const ReduceScatterOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "reduce_scatter_tensor");
     sameAs(a, out, in);
     a.check(in.numel() == out.numel() * getSize(), "input must be size × output");
@@ -581,6 +629,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& ts, const ReduceOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "reduce");
     const at::Tensor& t = single(a, ts);
     Staged s(t);
@@ -593,6 +642,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                   const GatherOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "gather");
     const at::Tensor in = single(a, ins).contiguous();
     int root = int(opts.rootRank);
@@ -623,6 +673,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                    const ScatterOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "scatter");
     const at::Tensor& out = single(a, outs);
     int root = int(opts.rootRank);
@@ -646,6 +697,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outs, std::vector<std::vector<at::Tensor>>& ins,
                                           const ReduceScatterOptions& opts) override {
+    const ExitPark park;
     const Args a(comm_, "reduce_scatter");
     const at::Tensor& out = single(a, outs);
     a.check(ins.size() == 1 && int(ins[0].size()) == getSize(), "reduce_scatter needs one list of ", getSize(),
@@ -663,6 +715,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> alltoall_base(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& outSplits,
                                          std::vector<int64_t>& inSplits, const AllToAllOptions&) override {
+    const ExitPark park;
     const Args a(comm_, "all_to_all_single");
     sameAs(a, out, in);
     int size = getSize();
@@ -700,6 +753,7 @@ class ProcessGroupGorun : public ProcessGroup {
 
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                     const AllToAllOptions&) override {
+    const ExitPark park;
     const Args a(comm_, "all_to_all");
     int size = getSize();
     a.check(int(outs.size()) == size && int(ins.size()) == size, "all_to_all needs ", size,
@@ -728,6 +782,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    const ExitPark park;
     const Args a(comm_, "send");
     const at::Tensor& t = contiguous(a, single(a, ts));
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::SEND, ts);
@@ -737,6 +792,7 @@ class ProcessGroupGorun : public ProcessGroup {
   }
 
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    const ExitPark park;
     const Args a(comm_, "recv");
     const at::Tensor& t = contiguous(a, single(a, ts));
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::RECV, ts);
@@ -749,6 +805,7 @@ class ProcessGroupGorun : public ProcessGroup {
   // gorun matches each pair's messages in order. Refused on every rank,
   // so the sender fails too instead of leaving its message queued.
   c10::intrusive_ptr<Work> recvAnysource(std::vector<at::Tensor>&, int) override {
+    const ExitPark park;
     Args(comm_, "recv").refuse("recv from any source (no src) is not supported: gorun matches messages per pair of "
                                "ranks; give src");
   }
@@ -760,6 +817,7 @@ class ProcessGroupGorun : public ProcessGroup {
   // operation this rank started before it, as Gloo's does: the completer
   // completes works in order, and a wait() leaves it to the completer.
   c10::intrusive_ptr<Work> barrier(const BarrierOptions&) override {
+    const ExitPark park;
     auto w = c10::make_intrusive<WorkGorun>(getRank(), OpType::BARRIER, std::vector<at::Tensor>{});
     w->inOrder = true;
     check(gorun_ibarrier(comm_, &w->req));
@@ -796,7 +854,8 @@ class ProcessGroupGorun : public ProcessGroup {
     }
     gate_->cv.notify_all();
     gate_->wcv.notify_all();
-    // Completers finish the works left, and may start others meanwhile.
+    // Completers finish the works left, and may start others meanwhile;
+    // the watchdog bounds them still.
     for (;;) {
       std::vector<std::thread> ts;
       {
@@ -813,12 +872,18 @@ class ProcessGroupGorun : public ProcessGroup {
         }
       }
     }
+    gate_->wcv.notify_all();  // every work is done: the watchdog returns
     if (watchdog_.joinable()) watchdog_.join();
   }
 
   // check raises gorun's error. An argument gorun refused itself has
   // already failed the call on every rank, as Args does.
-  static void check(int rc) { TORCH_CHECK(rc == GORUN_OK, gorunError(rc)); }
+  static void check(int rc) {
+    TORCH_CHECK(rc == GORUN_OK, gorunError(rc),
+                g_exited.load() ? " (the interpreter is exiting: gorun has stopped its process groups and finalized "
+                                  "their communicators)"
+                                : "");
+  }
 
   // flatten concatenates a rank-ordered list of tensors shaped like like.
   static at::Tensor flatten(const Args& a, const std::vector<at::Tensor>& ts, const at::Tensor& like) {
@@ -890,11 +955,12 @@ class ProcessGroupGorun : public ProcessGroup {
   // It looks again at the earliest deadline, and at most a timeout after
   // its last look, when every later operation's deadline still lies ahead
   // (an operation started does not wake it: one thread hop less each);
-  // and when sends and recvs are released.
+  // and when sends and recvs are released. Stopped (a destroy, or at
+  // exit), it goes on until the completers have finished the works left.
   void watch() {
     std::unique_lock<std::mutex> lock(gate_->mu);
     std::vector<c10::intrusive_ptr<WorkGorun>> late;
-    while (!gate_->stop) {
+    while (!gate_->stop || !queue_.empty() || busy_) {
       auto now = Clock::now();
       auto next = Clock::time_point::max();
       for (auto it = watch_.begin(); it != watch_.end();) {
@@ -903,7 +969,9 @@ class ProcessGroupGorun : public ProcessGroup {
           it = watch_.erase(it);
           continue;
         }
-        if (w->deadline == Clock::time_point::max() && w->seq <= gate_->released) w->deadline = now + timeout_;
+        if (w->deadline == Clock::time_point::max() && (w->seq <= gate_->released || gate_->stop)) {
+          w->deadline = now + timeout_;  // a send or recv starts once released, or at a stop (ready)
+        }
         if (w->deadline <= now) {
           late.push_back(w);
           it = watch_.erase(it);
@@ -1005,6 +1073,17 @@ c10::intrusive_ptr<ProcessGroupGorun> makeGroup(int64_t comm, int rank, int size
 // stopAll stops every group alive (ProcessGroupGorun::stop), at exit. It
 // holds each while it stops it, and no lock meanwhile: a callback that
 // drops another group's last reference runs that group's destructor.
+//
+// A group's stop waits for its operations left, and an operation whose
+// peers are exiting too completes only if they started it. It stops the
+// groups with communicators of their own first, each finalized once its
+// operations are done, in the order they were made (torch makes groups in
+// the same order on every member), and then the groups on the job's
+// communicator, which gorun finalizes next: a member left waiting for an
+// operation that another never started then fails at once naming it
+// (that member finalized its communicator), instead of each waiting out
+// GORUN_TIMEOUT for the other (a group's operation left on one rank, and
+// another group's on the other).
 void stopAll() {
   std::vector<c10::intrusive_ptr<ProcessGroupGorun>> live;
   {
@@ -1013,7 +1092,12 @@ void stopAll() {
       if (auto pg = w.lock()) live.push_back(std::move(pg));
     }
   }
+  std::stable_partition(live.begin(), live.end(), [](const auto& pg) { return pg->owns(); });
   for (auto& pg : live) pg->stop();
+  if (!g_exited.load()) {  // once: gorun's exit hook may run again
+    g_exitThread = std::this_thread::get_id();
+    g_exited.store(true, std::memory_order_release);
+  }
 }
 
 }  // namespace c10d
