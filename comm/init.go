@@ -417,13 +417,16 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	// A rank that ends before gossip saw it is known to the launcher
 	// alone: it says so over jobctl, and Form fails at once naming it
 	// (bootstrap's formloss.go), not at its deadline.
-	cfg, stop := g.cfg, func() {}
+	cfg, stop, name := g.cfg, func() {}, ""
 	cfg.Started = func(n *bootstrap.Node) {
+		name = n.Name()
+		inProcess.Store(name, struct{}{}) // until leave (witness.go)
 		stop = g.ctl.WatchExits(func(e jobctl.Exit) { n.Exited(e.Rank, e.How) })
 	}
 	node, err := bootstrap.Join(ctx, cfg, mine)
 	stop()
 	if err != nil {
+		inProcess.Delete(name) // Join closed the node
 		return nil, formLoss(err)
 	}
 	g.node = node

@@ -115,6 +115,7 @@ func (c *Comm) agreeInit(ctx context.Context) error {
 // and kind, not each rank's account of the one before.
 func (g *gossipRendezvous) leave(err error) {
 	noteFinalized(g.cfg.JobID, g.node.World()) // for the next Init (init.go)
+	inProcess.Delete(g.node.Name())            // no longer running (witness.go)
 	if err == nil || g.placed.Epoch > 1 {
 		g.node.Close()
 		return

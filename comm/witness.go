@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gorun-hpc/gorun/bootstrap"
@@ -181,12 +182,25 @@ func witness(node *bootstrap.Node, stop <-chan struct{}, done chan<- struct{}) {
 }
 
 // runningHere says whether m is another process on this host that the
-// kernel shows running (not stopped, a zombie or gone): the bootstrap's
+// kernel shows running (not stopped, a zombie or gone), or a rank of this
+// process whose gossip node is open (inProcess): the bootstrap's
 // Config.Running, so that gossip does not declare a starved process dead.
 func runningHere(m bootstrap.Member) bool {
+	if _, open := inProcess.Load(m.Name); open {
+		return true
+	}
 	state, ended, ok := stateHere(m)
 	return ok && !ended && state != 'T' && state != 't'
 }
+
+// inProcess holds the gossip names of this process's Init nodes, from the
+// node's start to its leave (init.go): ranks of one process (the tests'
+// in-process jobs) are each other's witness, as /proc is for ranks of
+// other processes. A starved in-process rank missed its probes under
+// load and gossip declared it dead (TestShrinkWithQuorum's Init, at load
+// 12 under -race), as a starved rank of another process would have been
+// without the kernel's word.
+var inProcess sync.Map // node name → struct{}
 
 // endedHere says whether m is another process on this host that has
 // ended (gone, or a zombie): the bootstrap's Config.Ended, for a probe
