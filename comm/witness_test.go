@@ -169,6 +169,17 @@ func TestRunningHere(t *testing.T) {
 	here := endpoint{host: hostIdentity(), pid: pid, start: start, addrs: map[string]string{}}
 	check("a sleeping process on this host", here, true, false)
 	check("this process", endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), addrs: map[string]string{}}, false, false)
+	// A rank of this process runs while its gossip node is open (inProcess).
+	self := member(endpoint{host: hostIdentity(), pid: uint32(os.Getpid()), start: selfStart(), addrs: map[string]string{}})
+	self.Name = "r1-in-process"
+	inProcess.Store(self.Name, struct{}{})
+	if !runningHere(self) || endedHere(self) {
+		t.Error("a rank of this process whose node is open: not running, or ended")
+	}
+	inProcess.Delete(self.Name)
+	if runningHere(self) {
+		t.Error("a rank of this process whose node left: running")
+	}
 	check("another host", endpoint{host: [8]byte{'o', 't', 'h', 'e', 'r'}, pid: pid, start: start, addrs: map[string]string{}}, false, false)
 	check("no start time", endpoint{host: hostIdentity(), pid: pid, addrs: map[string]string{}}, false, false)
 	check("pid reused", endpoint{host: hostIdentity(), pid: pid, start: start + 1, addrs: map[string]string{}}, false, true)
