@@ -18,9 +18,10 @@ import (
 // arenaSize is the virtual size of a device's memfd arena. The file is
 // sparse: pages exist only while an Alloc'd region covers them (a freed
 // range is punched out), so the size only bounds how much may be Alloc'd
-// at once. A peer maps the whole arena once per connection (handshake.go),
-// MAP_NORESERVE: 64 GiB on a 64-bit platform, 128 MiB on a 32-bit one,
-// whose 3 GiB of address space must hold a mapping for every connection.
+// at once. A process maps a peer's whole arena once (MAP_NORESERVE), for
+// all its connections to it (mapPeerArena): 64 GiB on a 64-bit platform,
+// 128 MiB on a 32-bit one, whose 3 GiB of address space must hold a
+// mapping for every peer device.
 const arenaSize = 1 << (27 + 9*(strconv.IntSize/64))
 
 // newMemfd creates a close-on-exec memfd of size bytes, readable and
@@ -156,17 +157,60 @@ func (a *arena) close() {
 	}
 }
 
-// mapPeerArena maps a peer's whole arena from fd (which it closes).
-func mapPeerArena(fd int) ([]byte, error) {
+// peerArenas holds this process's mappings of peers' arenas: one per
+// arena file, shared by every connection to its device. Ranks of one
+// process (comm.NewLocal) would otherwise map each other's arenas once per
+// connection, n·(n-1) times arenaSize: 1.5 GiB for 4 ranks on a 32-bit
+// platform, beyond its address space at 6.
+var peerArenas = struct {
+	sync.Mutex
+	m map[arenaKey]*peerArena
+}{m: map[arenaKey]*peerArena{}}
+
+// arenaKey names an arena file. A memfd's inode stays unique while a
+// mapping of it lives, and the table holds the mapping.
+type arenaKey struct{ dev, ino uint64 }
+
+// peerArena is a mapping of a peer's whole arena.
+type peerArena struct {
+	key  arenaKey
+	mem  []byte
+	refs int // guarded by peerArenas
+}
+
+// mapPeerArena returns the mapping of a peer's whole arena from fd (which
+// it closes), mapping it if no connection of this process has; release
+// gives it back.
+func mapPeerArena(fd int) (*peerArena, error) {
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, os.NewSyscallError("fstat", err)
+	}
+	key := arenaKey{uint64(st.Dev), uint64(st.Ino)}
+	peerArenas.Lock()
+	defer peerArenas.Unlock()
+	if a := peerArenas.m[key]; a != nil {
+		a.refs++
+		return a, nil
 	}
 	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
 	if err != nil {
 		return nil, os.NewSyscallError("mmap", err)
 	}
 	_ = unix.Madvise(mem, unix.MADV_DONTFORK)
-	return mem, nil
+	a := &peerArena{key: key, mem: mem, refs: 1}
+	peerArenas.m[key] = a
+	return a, nil
+}
+
+// release drops a connection's hold on the mapping, unmapping it with the
+// last one.
+func (a *peerArena) release() {
+	peerArenas.Lock()
+	defer peerArenas.Unlock()
+	if a.refs--; a.refs == 0 {
+		delete(peerArenas.m, a.key)
+		unix.Munmap(a.mem)
+	}
 }

@@ -34,9 +34,10 @@ type conn struct {
 	dev       *Device
 	uc        *net.UnixConn
 	peerPid   int
-	local     *segment // ours: our outgoing ring, our receives, our keys
-	peer      *segment // the peer's: its ring, receives, keys
-	peerArena []byte
+	local     *segment   // ours: our outgoing ring, our receives, our keys
+	peer      *segment   // the peer's: its ring, receives, keys
+	peerArena []byte     // arena.mem
+	arena     *peerArena // the mapping, shared with this process's other connections to the peer
 	cma       bool
 	// plainRing: both processes fence their doorbell sleeps, so a ring's
 	// condition is published with a release store (fence.go).
@@ -206,8 +207,8 @@ func (c *conn) abandon() {
 	c.peer.unmap()
 	c.bell.close()
 	c.peerBell.close()
-	if c.peerArena != nil {
-		unix.Munmap(c.peerArena)
+	if c.arena != nil {
+		c.arena.release()
 	}
 	if c.pidfd >= 0 {
 		unix.Close(c.pidfd)
@@ -487,7 +488,7 @@ func (c *conn) Close() error {
 		c.peerBell.close()
 		c.rqMu.Unlock()
 		c.progMu.Unlock()
-		unix.Munmap(c.peerArena)
+		c.arena.release()
 		if c.pidfd >= 0 {
 			unix.Close(c.pidfd)
 		}

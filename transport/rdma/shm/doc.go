@@ -8,7 +8,8 @@
 //
 // Device.Alloc carves regions from a per-device memfd arena (sparse,
 // mode 0600, close-on-exec; a freed range is punched out). Every peer maps
-// the whole arena once at connection setup, so PostWrite and PostRead on
+// the whole arena at connection setup (once per process: its connections
+// to the device share the mapping), so PostWrite and PostRead on
 // Alloc'd memory are one memcpy by the initiator; the target's CPU does
 // nothing. Device.Register'd Go memory (pinned) is reached with
 // process_vm_writev and process_vm_readv. Cross-memory attach is probed at

@@ -153,9 +153,10 @@ func (d *Device) handshake(ctx context.Context, uc *net.UnixConn, dialer bool) (
 	}
 	c.peer.owner, c.peer.other = c.peerBell, c.bell
 	c.plainRing = plainRing(c.local, c.peer)
-	if c.peerArena, err = mapPeerArena(fds[1]); err != nil {
+	if c.arena, err = mapPeerArena(fds[1]); err != nil {
 		return nil, err
 	}
+	c.peerArena = c.arena.mem
 	c.cma = d.cma && probeCMA(c.peerPid, binary.LittleEndian.Uint64(peerSetup[8:]))
 	if d.cma && !c.cma {
 		d.cmaWarn.Do(func() {

@@ -21,7 +21,6 @@ func testCtx(t testing.TB) context.Context {
 // pair connects two devices of this process.
 func pair(t testing.TB, cfg rdma.Config) (a, b rdma.Conn, da, db rdma.Device) {
 	t.Helper()
-	ctx := testCtx(t)
 	var err error
 	if da, err = rdma.OpenConfig("shm", cfg); err != nil {
 		t.Fatal(err)
@@ -30,6 +29,14 @@ func pair(t testing.TB, cfg rdma.Config) (a, b rdma.Conn, da, db rdma.Device) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { da.Close(); db.Close() })
+	a, b = connectDevs(t, da, db)
+	return a, b, da, db
+}
+
+// connectDevs connects two devices of this process: da dials db.
+func connectDevs(t testing.TB, da, db rdma.Device) (a, b rdma.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
 	ln, err := db.Listen(ctx, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +58,7 @@ func pair(t testing.TB, cfg rdma.Config) (a, b rdma.Conn, da, db rdma.Device) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	return a, r.c, da, db
+	return a, r.c
 }
 
 func mustWC(t testing.TB, get func(context.Context) (rdma.WC, error), want rdma.WC) rdma.WC {
