@@ -278,8 +278,10 @@ func TestTorchRefusalFailsEveryRank(t *testing.T) {
 // TestHandleWaitTimeout: the package's Handle.wait(timeout) returns when
 // the operation beats it and raises GorunError (status ERR_TIMEOUT) at
 // its timeout while the operation cannot finish (the peer starts it only
-// afterwards), aborting that group's communicator, so the peer's side and
-// later calls fail instead of hanging; the job's communicator goes on.
+// afterwards), aborting that group's communicator, so the peer's side
+// returns (completing with the half sent before the abort, or failing
+// naming the aborting rank) and later calls fail instead of hanging; the
+// job's communicator goes on.
 // gorun.poll is False before the peer starts and True once finished.
 func TestHandleWaitTimeout(t *testing.T) {
 	need(t, "torch")

@@ -12,6 +12,7 @@ backend looked for RANK in os.environ, which the script had set). Prints
 import os
 import socket
 import sys
+from datetime import timedelta
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -29,13 +30,24 @@ def refused(rank, how, init):
                              % (rank, how, str(e)))
 
 
-def run(rank, world, ports):
+def run(rank, world, ports, both):
     import gorun.torch_backend  # noqa: F401  (registers "gorun")
+    # init_process_group's store on rank 0 serves the others, and goes
+    # when rank 0's init raises; a rank still connecting to it then (its
+    # TCPStore connects twice) retried for the store's 30 minutes (CI,
+    # 2026-12-03: rank 1 hung). Rank 0 holds each port's server here
+    # (init_process_group's store shares it: multi_tenant), and lets go
+    # only when every rank has been refused (the barrier "both").
+    keep = [dist.TCPStore("127.0.0.1", p, world, True, timedelta(seconds=60), wait_for_workers=False,
+                          multi_tenant=True) for p in ports] if rank == 0 else []
+    both.wait()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(ports[0])
     refused(rank, "rank=, world_size=", lambda: dist.init_process_group("gorun", rank=rank, world_size=world))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_PORT=str(ports[1]))
     refused(rank, "RANK and WORLD_SIZE in os.environ", lambda: dist.init_process_group("gorun"))
+    both.wait()
+    del keep
     print("torch_spawn_check: rank %d ok" % rank, flush=True)
 
 
@@ -51,4 +63,4 @@ if __name__ == "__main__":
     for v in ("RANK", "WORLD_SIZE", "GORUN_RANK", "GORUN_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
               "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
         os.environ.pop(v, None)
-    mp.spawn(run, args=(2, (free_port(), free_port())), nprocs=2)
+    mp.spawn(run, args=(2, (free_port(), free_port()), mp.get_context("spawn").Barrier(2, timeout=120)), nprocs=2)
