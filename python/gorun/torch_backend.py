@@ -161,7 +161,7 @@ def load_extension(verbose=False):
                 os.remove(leftover)
             stale = not os.path.exists(built) or os.path.getmtime(built) < os.path.getmtime(src)
             if stale:
-                _progress("building the torch.distributed extension in %s (about a minute, once)..." % build)
+                _progress("building the torch.distributed extension in %s (once; some seconds)..." % build)
             t0 = time.monotonic()
             _ext = load(
                 name="gorun_c10d",
