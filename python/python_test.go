@@ -251,7 +251,9 @@ func TestPackageRefusalFailsEveryRank(t *testing.T) {
 // TestTorchWaitTimeout: Work.wait(timeout) on backend "gorun" raises at
 // its timeout while the operation cannot finish (the peer joins it only
 // afterwards), and aborts that group's communicator, so the peer's side
-// and later calls fail instead of hanging; the job's group goes on. A
+// returns (completing with the part sent before the abort, or failing
+// naming rank 0) and later calls fail instead of hanging; the job's group
+// goes on. A
 // group's own timeout (new_group's timeout=) bounds a blocking call alike
 // (it used to wait for GORUN_TIMEOUT).
 func TestTorchWaitTimeout(t *testing.T) {

@@ -44,7 +44,9 @@ def sums(what):
 
 def aborted():
     """Rank 0's wait times out (the others start theirs only after, told by
-    a gloo group), which aborts the group: every rank's all_reduce fails."""
+    a gloo group), which aborts the group. The others' all_reduce matching
+    rank 0's may complete, if rank 0's part reached them before its abort
+    notice, or fail; every rank's next all_reduce fails."""
     order = dist.new_group(backend="gloo")
     if R == 0:
         w = dist.all_reduce(torch.ones(4), async_op=True)
@@ -55,6 +57,15 @@ def aborted():
             if "timed out" not in str(e):
                 raise
     dist.barrier(group=order)
+    if R != 0:
+        t = torch.ones(4)
+        try:
+            dist.all_reduce(t)
+            if not torch.equal(t, torch.full((4,), float(N))):
+                fail("all_reduce matching rank 0's timed-out one completed wrong: %s" % t.tolist())
+        except RuntimeError as e:
+            if "abort" not in str(e):
+                fail("all_reduce matching rank 0's timed-out one: %s" % e)
     try:
         dist.all_reduce(torch.ones(4))
         fail("all_reduce on the aborted group succeeded")
