@@ -253,9 +253,8 @@ func TestPackageRefusalFailsEveryRank(t *testing.T) {
 // afterwards), and aborts that group's communicator, so the peer's side
 // returns (completing with the part sent before the abort, or failing
 // naming rank 0) and later calls fail instead of hanging; the job's group
-// goes on. A
-// group's own timeout (new_group's timeout=) bounds a blocking call alike
-// (it used to wait for GORUN_TIMEOUT).
+// goes on. A group's own timeout (new_group's timeout=) bounds a blocking
+// call alike (it used to wait for GORUN_TIMEOUT).
 func TestTorchWaitTimeout(t *testing.T) {
 	needBackend(t)
 	out := gorun(t, 3, python, "python/tests/torch_wait_check.py")
