@@ -53,7 +53,10 @@ package bootstrap
 // Two worlds of one epoch with different digests are the two sides; the
 // larger goes on (of two of a size, the one with the lower digest), and a
 // node of the other fails its agreement with ErrExpelled (split), as a
-// rank the job went on without.
+// rank the job went on without. A node that learns so passes the word on
+// to the other members of its side (relaySplit), and its leave notice
+// says it again (leaveNotice): a member that did not know agreed on a
+// world of the rest of the side once it left.
 
 import (
 	"bytes"
@@ -149,8 +152,10 @@ func (n *Node) heardRunning(m message) {
 	n.mu.Lock()
 	n.ranPast = max(n.ranPast, m.epoch)
 	w := n.world
+	relay := false
 	if err == nil && n.formed && m.epoch == w.Epoch && m.digest != w.Digest && goesOn(size, m.digest, w.Size, w.Digest) {
-		n.split = w.Epoch
+		relay = n.split != w.Epoch
+		n.split, n.wentOn = w.Epoch, m.digest
 	}
 	behind := false
 	if err == nil && m.from != n.name {
@@ -159,10 +164,51 @@ func (n *Node) heardRunning(m message) {
 		behind = n.formed && WentOn(r, w)
 	}
 	n.mu.Unlock()
+	if relay {
+		n.relaySplit(w, m)
+	}
 	if behind {
 		n.markBehind()
 	}
 	n.signal()
+}
+
+// relaySplit passes m, the msgRunning that told this node its side of a
+// partition does not go on, to the other members of w, its world (that
+// side), over streams, in the background. The others' tells reach one
+// member of a side before another, and a member that fails its agreement
+// with ErrExpelled leaves (its application exits): its side's members
+// still agreeing then derive a table without it and, not knowing of the
+// split, agreed on a world of the rest of their side, of the next epoch,
+// which the job then took for the one it went on in (a later epoch wins:
+// WentOn), so that the side that was to go on was expelled too (on two
+// namespace hosts, TestPartitionHealExpelsLoneRank's 2|2 split, CI
+// 2026-12-03: rank 3 grew alone into epoch 3 once rank 2 left, and ranks
+// 0 and 1 failed). shutdown waits for the streams before its leave notice
+// (wg), and the notice says it too (leaveNotice): a member may handle the
+// notice's packet before the stream. Each member relays once: k members of a side send k(k-1) streams, once
+// per partition.
+func (n *Node) relaySplit(w World, m message) {
+	n.goUnlessClosed(func() {
+		sem := make(chan struct{}, resendStreams)
+		var wg sync.WaitGroup
+		for _, q := range w.Members {
+			host, port, ok := splitAddr(q.Addr)
+			if q.Name == n.name || !ok || tellLost != nil && tellLost(n, q.Name) {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				r := m
+				r.seq = n.sent.Add(1)
+				to := &memberlist.Node{Name: q.Name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+				_ = n.ml.SendReliable(to, r.encode()) // bounded by TCPTimeout; a member that misses it asks (askAfter) or is told by the other side
+			}()
+		}
+		wg.Wait()
+	})
 }
 
 // markBehind says in this node's meta that the job went on without it
@@ -181,6 +227,39 @@ func (n *Node) markBehind() {
 	n.metaMu.Unlock()
 	if !was {
 		n.goUnlessClosed(func() { n.updateNode(n.cfg.LeaveTimeout) })
+	}
+}
+
+// leaveNotice is the msgLeaving this node, leaving, sends the members of
+// w, its world: its epoch and digest, or, on the side of a partition that
+// does not go on (split), the digest of the world that does, which tells
+// a member that has not heard of the split yet (heardLeavingLocked). The
+// streams of relaySplit went first, but a member may handle this packet
+// before the stream (each has its goroutine; 4 ranks on 2 CPUs under
+// -race): it dropped this node from its table and agreed on a world of
+// the rest of the side, as before relaySplit (2|2, 1 of 20 runs).
+func (n *Node) leaveNotice(w World) message {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := message{kind: msgLeaving, epoch: w.Epoch, digest: w.Digest, from: n.name}
+	if n.formed && n.split == w.Epoch && n.world.Epoch == w.Epoch {
+		m.digest = n.wentOn
+	}
+	return m
+}
+
+// heardLeavingLocked reads m, a msgLeaving: one from a member of this
+// node's world, of its epoch, whose digest is another world's says that
+// world goes on rather than theirs (leaveNotice), and marks this node's
+// side split. No other leave differs so: a member's world of one epoch
+// is this node's, and a node of another world (the other side, telling
+// the members it found gone) is no member of this one. The split is set
+// with the leave, under n.mu, so the agreement finds it (expelledAt, at
+// the top of its every round) before it commits a table without the
+// leaver. n.mu is held.
+func (n *Node) heardLeavingLocked(m message) {
+	if _, in := n.inWorld[m.from]; in && n.formed && m.from != n.name && m.epoch == n.world.Epoch && m.digest != n.world.Digest && n.split != m.epoch {
+		n.split, n.wentOn = m.epoch, m.digest
 	}
 }
 
@@ -253,8 +332,8 @@ func (n *Node) sendRunning(w World, qs []peer) {
 }
 
 // tellLost, if set, says whether the msgRunning that n is about to send
-// to the node named to is lost (a hook for tests:
-// TestGrowTellsAgainWhenTheTellIsLost).
+// (or relay: relaySplit) to the node named to is lost (a hook for tests:
+// TestGrowTellsAgainWhenTheTellIsLost, TestSplitReachesEveryMemberOfTheSide).
 var tellLost func(n *Node, to string) bool
 
 // tellers is how many members, those of the lowest ranks that know, tell

@@ -102,6 +102,65 @@ func TestGoesOn(t *testing.T) {
 	}
 }
 
+// Of the two members of one side of a partition, only the first hears
+// from the other side, which goes on (the other side's tells reach the
+// members of a side one by one). Its Grow fails with ErrExpelled and it
+// closes, as its application exits; the second, whose Grow waits for the
+// first, must fail with ErrExpelled too. Before relaySplit it derived a
+// table of itself once the first left and agreed on a world of one, of
+// the next epoch, which the job took for the one it went on in, and the
+// other side was expelled in turn (TestPartitionHealExpelsLoneRank, 2|2,
+// CI 2026-12-03). Two ways: the first's relay reaches the second; the
+// relay is lost (tellLost) or comes after the leave, and its leave notice
+// tells (leaveNotice).
+func TestSplitReachesEveryMemberOfTheSide(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		relay bool
+	}{{"relay", true}, {"leave", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			if !c.relay {
+				tellLost = func(*Node, string) bool { return true }
+				t.Cleanup(func() { tellLost = nil }) // every node of the test is closed by then
+			}
+			splitTold(t, "split-relay-"+c.name)
+		})
+	}
+}
+
+func splitTold(t *testing.T, job string) {
+	nodes := startWorld(t, job, 2, nil)
+	w := agreeAll(t, nodes, 20*time.Second, (*Node).Grow)[0] // epoch 2, the same two: expelledAt judges epochs past the first
+	if w.Epoch != 2 || w.Size != 2 || w.Digest == [digestLen]byte{} {
+		t.Fatalf("grew into %+v, want the two ranks in epoch 2", w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() {
+		got, err := nodes[1].Grow(ctx)
+		if err == nil {
+			err = fmt.Errorf("agreed on rank %d of %d in epoch %d", got.Rank, got.Size, got.Epoch)
+		}
+		second <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the second waits for the first's proposal
+	// The other side: a world of the same epoch and size, of a lower
+	// digest (zero): it goes on (goesOn).
+	nodes[0].heardRunning(message{kind: msgRunning, epoch: w.Epoch, from: job + "-other-side", about: "2"})
+	if _, err := nodes[0].Grow(ctx); !errors.Is(err, ErrExpelled) {
+		t.Fatalf("the told member's Grow: %v, want ErrExpelled", err)
+	}
+	if err := nodes[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := <-second; !errors.Is(err, ErrExpelled) {
+		t.Fatalf("the other member's Grow: %v, want ErrExpelled", err)
+	}
+	t.Logf("the other member's Grow failed %v after the first closed", time.Since(start).Round(time.Millisecond))
+}
+
 // A member the others expelled (comm's membership check found it came from
 // the side of a partition that does not go on) but whose own check failed,
 // so that it calls Shrink with them: their Shrink leaves it out (Expel),

@@ -19,7 +19,7 @@ const (
 	msgPrepare = 2  // coordinator → member: every member proposed D; lock on it?
 	msgAck     = 3  // member → coordinator: locked on D; I will take no other table
 	msgCommit  = 4  // coordinator → member: every member locked on D; it is the world
-	msgLeaving = 5  // a member closes: its departure is not a failure (epoch, digest: its world's)
+	msgLeaving = 5  // a member closes: its departure is not a failure (epoch, digest: its world's; on a split, the one that goes on: expel.go)
 	msgDead    = 6  // a member is gone (its gossip port refused a connection): check it yourself (evidence.go)
 	msgEpoch   = 7  // coordinator → a member whose proposal is missing: the agreement runs in epoch (grow.go)
 	msgStopped = 8  // a member's process is stopped or gone, seen on its host: believe it (witness.go)
@@ -226,6 +226,7 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	case msgCommit:
 		n.commits[m.epoch] = m
 	case msgLeaving:
+		n.heardLeavingLocked(m) // before the leave: a split it carries (expel.go)
 		n.leaving[m.from] = true
 		n.ranPast = max(n.ranPast, m.epoch) // the epoch of its world (expel.go)
 		n.viewMu.Lock()

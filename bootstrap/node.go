@@ -104,8 +104,11 @@ type Node struct {
 	// (expel.go), never for forming (running).
 	ranPast uint32
 	// split is the epoch of this node's world when the other side of a
-	// partition, a world of the same epoch without it, goes on (expel.go).
-	split uint32
+	// partition, a world of the same epoch without it, goes on (expel.go);
+	// wentOn is that world's digest, which this node's leave notice
+	// carries to its world's members (leaveNotice).
+	split  uint32
+	wentOn [digestLen]byte
 	// behind holds the members of a world this node held that a later
 	// world it installed leaves out: a live one is a process the job went
 	// on without, not a joiner, unless a world the job may go on in rather
@@ -360,11 +363,11 @@ func (n *Node) stop(leave bool, ab *AbandonError) {
 	w, formed := n.world, n.formed
 	n.mu.Unlock()
 
-	n.wg.Wait() // the join loop
+	n.wg.Wait() // the join loop, a split's relay (relaySplit)
 	if leave {
 		// Tell the world directly first: gossip may deliver the dead
 		// message before the meta update below.
-		bye := message{kind: msgLeaving, epoch: w.Epoch, digest: w.Digest, from: n.name}
+		bye := n.leaveNotice(w)
 		if !formed {
 			ab = nil // Forming says it (formloss.go)
 		}
