@@ -792,18 +792,21 @@ func resolvedChain(ctx context.Context, c *Comm, lateMs int) error {
 // not yet there). Since then rank 0, whose wait for rank 4 ended while it
 // waits for rank 1, takes a fresh label that counts above label 4, and
 // hears it back: the cycle fails naming rank 0 (or rank 2, where its own
-// label got round first), the same rank on ranks 0-2.
+// label got round first), the same rank on ranks 0-2. Ranks 3 and 4
+// complete, or, when the verdict came before their chain ended (rank 2's
+// label round first, under load: CI on a fresh clone, 2026-12-03, at
+// 0.6 s), fail with it too, as every rank of a failed communicator does.
 func TestCycleReviewResolvedChain(t *testing.T) {
 	ctx := testCtx(t)
 	cs := newLocal(t, 5, WithTimeout(10*time.Second), WithTransport("mem"))
 	start := time.Now()
 	errs := onAll(cs, func(c *Comm) error { return resolvedChain(ctx, c, 600) })
 	named := -1
-	for r, err := range errs {
+	for r, err := range errs { // ranks 0-2 first: named is theirs at 3
 		var re *RankError
 		switch {
-		case r >= 3 && err != nil:
-			t.Errorf("rank %d: %v", r, err)
+		case r >= 3 && err != nil && (!errors.Is(err, ErrMismatch) || !errors.As(err, &re) || re.Rank != named):
+			t.Errorf("rank %d: %v; want nil, or the cycle's verdict naming rank %d", r, err, named)
 		case r >= 3:
 		case !errors.Is(err, ErrMismatch) || !errors.As(err, &re) || re.Rank != 0 && re.Rank != 2 || named >= 0 && re.Rank != named:
 			t.Errorf("rank %d: %v; want ErrMismatch naming rank 0 or 2, the same on ranks 0-2", r, err)
