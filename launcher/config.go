@@ -46,7 +46,7 @@ type Config struct {
 	Bind string
 
 	// GossipPort is rank 0's seed port; 0 picks a free port when rank 0
-	// runs here and a random one in [20000, 40000) otherwise.
+	// runs here and a random one in [20000, 32000) otherwise.
 	GossipPort int
 
 	// NNodes, NodeRank and Seed start one job from a gorun on each of
