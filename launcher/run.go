@@ -407,10 +407,10 @@ func freePort(host string) (int, error) {
 // below the kernel's ephemeral range (32768-60999 by default), as
 // freePort draws, so that no outgoing connection on rank 0's host holds
 // it. Drawn from [20000, 40000) before, rank 0 of a job on a namespace
-// host failed to bind its seed, 36170, while other jobs' ranks connected
-// from there (CI on a fresh clone, 2026-12-03, comm's TestCluster/3x1,
-// whose layouts run at once on the same hosts: "bind: address already in
-// use").
+// host failed to bind its seed, 36170, an ephemeral port, while other
+// jobs' ranks ran on that host (CI on a fresh clone, 2026-12-03, comm's
+// TestCluster/3x1, whose layouts run at once on the same hosts: "bind:
+// address already in use"; the holder was not identified).
 func randomPort() int {
 	n, err := rand.Int(rand.Reader, big.NewInt(12000))
 	if err != nil {
