@@ -186,25 +186,21 @@ func (n *Node) heardRunning(m message) {
 // 2026-12-03: rank 3 grew alone into epoch 3 once rank 2 left, and ranks
 // 0 and 1 failed). shutdown waits for the streams before its leave notice
 // (wg), and the notice says it too (leaveNotice): a member may handle the
-// notice's packet before the stream. Each member relays once: k members of a side send k(k-1) streams, once
-// per partition.
+// notice's packet before the stream. Each member relays once: k members
+// of a side send k(k-1) streams, once per partition.
 func (n *Node) relaySplit(w World, m message) {
 	n.goUnlessClosed(func() {
 		sem := make(chan struct{}, resendStreams)
 		var wg sync.WaitGroup
 		for _, q := range w.Members {
-			host, port, ok := splitAddr(q.Addr)
-			if q.Name == n.name || !ok || tellLost != nil && tellLost(n, q.Name) {
+			if q.Name == n.name || tellLost != nil && tellLost(n, q.Name) {
 				continue
 			}
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				r := m
-				r.seq = n.sent.Add(1)
-				to := &memberlist.Node{Name: q.Name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
-				_ = n.ml.SendReliable(to, r.encode()) // bounded by TCPTimeout; a member that misses it asks (askAfter) or is told by the other side
+				n.sendStream(q.Name, q.Addr, m) // a member that misses it asks (askAfter) or is told by the other side
 			}()
 		}
 		wg.Wait()
@@ -321,14 +317,23 @@ func (n *Node) sendRunningLocked(qs []peer) {
 func (n *Node) sendRunning(w World, qs []peer) {
 	m := message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)}
 	for _, q := range qs {
-		host, port, ok := splitAddr(q.addr)
-		if !ok || tellLost != nil && tellLost(n, q.name) {
-			continue
+		if tellLost == nil || !tellLost(n, q.name) {
+			n.sendStream(q.name, q.addr, m) // a loss is repaired by the next tell (keepTelling), or when it is back in the view
 		}
-		m.seq = n.sent.Add(1)
-		to := &memberlist.Node{Name: q.name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
-		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is repaired by the next tell (keepTelling), or when it is back in the view
 	}
+}
+
+// sendStream delivers m to the node named name at addr (host:port) over a
+// stream, memberlist's reliable user message; it blocks until sent or
+// failed, bounded by TCPTimeout.
+func (n *Node) sendStream(name, addr string, m message) {
+	host, port, ok := splitAddr(addr)
+	if !ok {
+		return
+	}
+	m.seq = n.sent.Add(1)
+	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
+	_ = n.ml.SendReliable(to, m.encode())
 }
 
 // tellLost, if set, says whether the msgRunning that n is about to send
