@@ -223,17 +223,28 @@ func (n *Node) endedHere(name string) bool {
 }
 
 // addrTaken reports whether the gossip address addr of name, a member of
-// the current world, is another node's of this job now: one that is not
-// a member of the world, a restarted rank that bound it. Two processes
-// cannot bind one port, so name's process has ended, on any host. The
-// restarted seed rank binds the job's seed address at once; a member on
-// another host than the seed's, with no process table to read
+// the current world, is another node's of this job now: a restarted rank
+// (meta.Joining) that bound it and is not a member of the world. Two
+// processes cannot bind one port, so name's process has ended, on any
+// host. The restarted seed rank binds the job's seed address at once; a
+// member on another host than the seed's, with no process table to read
 // (endedHere), found the port open and waited for memberlist's verdict.
+//
+// Only a restart counts. A node that gossip brought back from the past
+// is in the view too: a process cut off from the job returns with its
+// old view, and its push/pull hands out as alive the nodes that left
+// while it was away, among them the seed rank's first process, at the
+// address its restart took. A member that never saw that one leave took
+// it in, and counted the restart, alive at its address, as ended (a
+// healed partition in a bootstrap test: the Grow waited out its context
+// with the restart's rank missing from one member's table). Such a
+// stale entry is a member of an old world, not Joining, and memberlist
+// drops it once it does not answer its pings.
 func (n *Node) addrTaken(name, addr string) bool {
-	var others []string // the view's other nodes at addr
+	var others []string // the view's restarts at addr
 	n.viewMu.Lock()
 	for _, q := range n.peers {
-		if q.name != name && q.addr == addr {
+		if q.name != name && q.addr == addr && q.meta.Joining {
 			others = append(others, q.name)
 		}
 	}

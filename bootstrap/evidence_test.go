@@ -205,3 +205,35 @@ func TestMemberWhoseAddressIsTaken(t *testing.T) {
 		})
 	}
 }
+
+// Only a restart at a member's address is evidence that the member ended
+// (addrTaken). A process back from a cut hands out its old view in its
+// push/pull, with the nodes that left while it was away as alive: the
+// seed rank's first process among them, at the address its restart took.
+// A member that never saw that one leave counted the restart, alive at
+// its address, as ended, and the Grow waited out its context without it
+// (the two tests of leftBehindUntold, with the seed rank restarted at its
+// address: 7 of 16 runs). Such a stale node is of an old world, not
+// Joining.
+func TestAddrTakenOnlyByARestart(t *testing.T) {
+	const addr = "127.0.0.1:7946"
+	for _, tc := range []struct {
+		name  string
+		other peer
+		taken bool
+	}{
+		{"restart", peer{name: "r0-new", addr: addr, meta: meta{Rank: 0, Joining: true}}, true},
+		{"stale first process", peer{name: "r0-first", addr: addr, meta: meta{Rank: 0}}, false},
+		{"restart elsewhere", peer{name: "r0-new", addr: "127.0.0.1:7947", meta: meta{Rank: 0, Joining: true}}, false},
+		{"member of the world", peer{name: "r1", addr: addr, meta: meta{Rank: 1, Joining: true}}, false},
+	} {
+		n := &Node{name: "r2", inWorld: map[string]int{"r0": 0, "r1": 1, "r2": 2}, peers: map[string]peer{
+			"r0": {name: "r0", addr: addr, meta: meta{Rank: 0}},
+			"r2": {name: "r2", addr: "127.0.0.1:7948", meta: meta{Rank: 2}},
+		}}
+		n.peers[tc.other.name] = tc.other
+		if got := n.addrTaken("r0", addr); got != tc.taken {
+			t.Errorf("%s: rank 0's address taken %v, want %v", tc.name, got, tc.taken)
+		}
+	}
+}

@@ -405,10 +405,12 @@ func memberNames(w World) []string {
 // lowest ranks were all admitted after it was left out (they never held a
 // world with it). Five ranks of job: rank 4 is cut off and the others
 // shrink; ranks 0, 1 and 2 close, rank 3 (keeper) shrinks alone and grows
-// with their restarts, at rank 3 again; then rank 4's link heals. It
-// returns rank 4's old process, which only keeper knows is behind, and
-// the members (the restarts of ranks 0, 1 and 2, then keeper), each with
-// the old process back in its view.
+// with their restarts, at rank 3 again; then rank 4's link heals. Rank 0
+// comes back at its address, as gorun restarts a seed rank, and the old
+// process, whose seed it is, joins it there (keepSeeds). It returns rank
+// 4's old process, which only keeper knows is behind, and the members
+// (the restarts of ranks 0, 1 and 2, then keeper), each with the old
+// process back in its view.
 func leftBehindUntold(t *testing.T, job string) (old *Node, members []*Node) {
 	t.Helper()
 	const size, victim = 5, 4
@@ -416,6 +418,7 @@ func leftBehindUntold(t *testing.T, job string) (old *Node, members []*Node) {
 	nodes := startWorld(t, job, size, func(_ int, c *Config) { c.Network = nw })
 	t.Cleanup(func() { closeAll(nodes) })
 	old, keeper := nodes[victim], nodes[3]
+	_, seedPort, _ := splitAddr(nodes[0].Addr())
 	nw.Cut(old.Addr(), true)
 	shrinkAll(t, nodes[:victim], 20*time.Second)
 	closeAll(nodes[:3])
@@ -423,7 +426,11 @@ func leftBehindUntold(t *testing.T, job string) (old *Node, members []*Node) {
 
 	formed := make(chan error, 3)
 	for r := range 3 {
-		back := startRestart(t, nw, job, r, size, keeper.Addr())
+		port := 0
+		if r == 0 {
+			port = int(seedPort)
+		}
+		back := startRestartAt(t, nw, job, r, size, port, keeper.Addr())
 		t.Cleanup(func() { back.Close() })
 		members = append(members, back)
 	}

@@ -26,8 +26,16 @@ func testConfig(job string, rank, size int) Config {
 // seeded by seed; the caller closes it.
 func startRestart(t testing.TB, nw *MemNetwork, job string, rank, size int, seed string) *Node {
 	t.Helper()
+	return startRestartAt(t, nw, job, rank, size, 0, seed)
+}
+
+// startRestartAt is startRestart at port (0: any free one), as gorun
+// restarts a seed rank at its address.
+func startRestartAt(t testing.TB, nw *MemNetwork, job string, rank, size, port int, seed string) *Node {
+	t.Helper()
 	cfg := testConfig(job, rank, size)
 	cfg.Network = nw
+	cfg.BindPort = port
 	cfg.Seeds = []string{seed}
 	cfg.Restarted = true
 	n, err := Start(cfg, []byte("blob again"))
