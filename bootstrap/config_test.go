@@ -1,6 +1,10 @@
 package bootstrap
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +38,40 @@ func TestMemberlistConfigScales(t *testing.T) {
 				tc.size, tc.maxSize, mc.RetransmitMult, mc.HandoffQueueDepth, mc.PushPullInterval, mc.TCPTimeout,
 				tc.mult, tc.handoff, tc.pushPull, tc.tcp)
 		}
+	}
+}
+
+// A node whose gossip port another process holds fails Start with
+// ErrPortInUse, naming the port, on the kernel's network (memberlist says
+// so in words alone) and on a MemNetwork; any other failure is not that.
+func TestStartPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	nw := NewMemNetwork()
+	cfg := testConfig("in-use", 0, 2)
+	cfg.Network, cfg.BindPort = nw, port
+	held, err := Start(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for _, nw := range []*MemNetwork{nil, nw} {
+		cfg := testConfig("in-use", 0, 2)
+		cfg.Network, cfg.BindPort = nw, port
+		n, err := Start(cfg, nil)
+		if err == nil {
+			n.Close()
+			t.Fatalf("network %v: Start at port %d, held: no error", nw != nil, port)
+		}
+		if !errors.Is(err, ErrPortInUse) || !strings.Contains(err.Error(), fmt.Sprintf("port %d", port)) {
+			t.Errorf("network %v: %v; want ErrPortInUse naming port %d", nw != nil, err, port)
+		}
+	}
+	if errors.Is(bindError(port, errors.New("no such interface")), ErrPortInUse) {
+		t.Error("bindError took another failure for a port in use")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 )
 
 // Errors of this package, wrapped in *OpError (or *FormError) so that
@@ -22,7 +23,20 @@ var (
 	ErrWrongJob      = errors.New("peer belongs to another job")
 	ErrExpelled      = errors.New("this rank was declared dead and the job went on without it")
 	ErrJobGone       = errors.New("every other rank of the job is gone: none is left to admit this restarted rank")
+	// ErrPortInUse: Config.BindPort is held by another process on this
+	// host (a port of 0 picks a free one and does not fail so).
+	ErrPortInUse = errors.New("gossip port in use by another process")
 )
+
+// bindError is Start's error for a gossip transport that could not bind:
+// ErrPortInUse where the port is taken (memberlist reports it in words
+// alone: "bind: address already in use").
+func bindError(port int, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use") {
+		return fmt.Errorf("%w: port %d: %v", ErrPortInUse, port, err)
+	}
+	return err
+}
 
 // OpError is the error type of this package: which operation failed, on
 // which rank (-1 if unassigned), and about which peer (-1 if none).

@@ -233,13 +233,13 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 	case cfg.Network != nil:
 		t, err := cfg.Network.attach(cfg.BindPort)
 		if err != nil {
-			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: bindError(cfg.BindPort, err)}
 		}
 		mc.Transport, n.traffic = t, t.counters
 	case cfg.CountTraffic:
 		t, err := newCountingTransport(mc)
 		if err != nil {
-			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+			return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: bindError(cfg.BindPort, err)}
 		}
 		mc.Transport, n.traffic = t, t.counters
 	}
@@ -247,7 +247,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		if mc.Transport != nil {
 			_ = mc.Transport.Shutdown()
 		}
-		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: err}
+		return nil, &OpError{Op: "join", Rank: cfg.Rank, Peer: -1, Err: bindError(cfg.BindPort, err)}
 	}
 	self := n.ml.LocalNode()
 	n.addr = self.Address()

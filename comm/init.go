@@ -90,6 +90,12 @@ var initOpen atomic.Int32
 // and examples/train exits 0.
 var ErrJobGone = bootstrap.ErrJobGone
 
+// ErrSeedPortInUse: this rank serves the job's gossip seed (rank 0
+// under gorun) and another process on its host holds the seed's port.
+// Init fails with it at once; the error names the seed and the
+// launcher's way to choose another port (gorun --gossip-port).
+var ErrSeedPortInUse = bootstrap.ErrPortInUse
+
 // initRan is set by the process's first Init (bc.Restarted in initFromEnv).
 var initRan atomic.Bool
 
@@ -186,6 +192,12 @@ func initFromEnv(ctx context.Context, getenv func(string) string, opts ...Option
 	ctl := jobctl.FromEnv() // the launcher's live view; nil without gorun
 	ctl.Phase(bc.Rank, "bootstrap")
 	rv := &gossipRendezvous{cfg: bc, ctl: ctl}
+	if job.Rank < len(job.Seeds) {
+		seed := job.Seeds[job.Rank]
+		rv.seedInUse = func(err error) error {
+			return &RankError{Rank: job.Rank, Op: "init", Err: job.SeedInUse(seed, err)}
+		}
+	}
 	c, err := newComm(ctx, cfg, rv)
 	if err != nil {
 		err = rv.initCause(ctx, err) // with the node still in the gossip group
@@ -400,6 +412,10 @@ type gossipRendezvous struct {
 	node   *bootstrap.Node
 	ctl    *jobctl.Client
 	placed bootstrap.World // the world exchange joined
+	// seedInUse, for a rank that serves a gossip seed, words the failure
+	// to bind it (bootstrap.ErrPortInUse) with the launcher's way to
+	// choose another port.
+	seedInUse func(error) error
 
 	// The bootstrap's failures go to fw from the moment newComm made the
 	// engine (engineMade); fwDone is closed when forwarding ends.
@@ -427,6 +443,9 @@ func (g *gossipRendezvous) exchange(ctx context.Context, mine []byte) ([][]byte,
 	stop()
 	if err != nil {
 		inProcess.Delete(name) // Join closed the node
+		if g.seedInUse != nil && errors.Is(err, bootstrap.ErrPortInUse) {
+			return nil, g.seedInUse(err)
+		}
 		return nil, formLoss(err)
 	}
 	g.node = node

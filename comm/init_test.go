@@ -533,3 +533,36 @@ func startStdinRanks(t *testing.T, ctx context.Context, n int, common []string, 
 	}
 	return cmds, stdins, outs
 }
+
+// A rank that serves the job's gossip seed at a port another process
+// holds fails its Init at once with an error that names the seed and the
+// launcher's way to choose another port (gorun: --gossip-port), and
+// wraps ErrSeedPortInUse; the bind's own words follow. Before, it
+// said only "bind: address already in use" (a seed port drawn at random
+// for a rank 0 on another host: TestCluster/3x1 in CI, 2026-12-03).
+func TestInitSeedPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	seed := ln.Addr().String()
+	start := time.Now()
+	c, err := initFromEnv(context.Background(), initVars(initRankVars(0, 2, seed, "in-use-"+initRandomID(), initRandomID())), WithTimeout(20*time.Second))
+	if err == nil {
+		c.Close()
+		t.Fatalf("Init of rank 0 with its seed port %s held: no error", seed)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Init failed after %v; want at once", d)
+	}
+	var re *RankError
+	if !errors.Is(err, ErrSeedPortInUse) || !errors.As(err, &re) || re.Rank != 0 {
+		t.Errorf("err = %v; want a RankError naming rank 0 that wraps ErrSeedPortInUse", err)
+	}
+	for _, want := range []string{"gossip seed " + seed, "gorun --gossip-port PORT", "address already in use"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v; want it to say %q", err, want)
+		}
+	}
+}

@@ -177,6 +177,27 @@ var seedHints = map[string]string{
 	LauncherGorun:    "gorun sets it; a rank started by hand needs GORUN_SEEDS=HOST:PORT",
 }
 
+// seedPortHints say how to give the job's gossip seed another port under
+// a launcher.
+var seedPortHints = map[string]string{
+	LauncherGorun:    "gorun --gossip-port PORT chooses another",
+	LauncherOpenMPI:  "mpirun -x GORUN_SEEDS=HOST:PORT chooses another",
+	LauncherHydra:    "mpiexec -genv GORUN_SEEDS HOST:PORT chooses another",
+	LauncherSlurm:    "it is derived from SLURM_JOB_ID; export GORUN_SEEDS=HOST:PORT before srun to choose another",
+	LauncherTorchrun: "it is MASTER_PORT+1: choose another MASTER_PORT, or export GORUN_SEEDS=HOST:PORT",
+}
+
+// SeedInUse is the error of a rank that serves the job's gossip seed at
+// seed (host:port) and cannot listen there: another process on its host
+// holds the port (err says how the bind failed).
+func (j Job) SeedInUse(seed string, err error) error {
+	hint := seedPortHints[j.Source]
+	if hint == "" {
+		hint = "set " + Seeds + "=HOST:PORT, the same for every rank, to choose another"
+	}
+	return fmt.Errorf("it serves the job's gossip seed %s, whose port another process on this host holds (%s): %w", seed, hint, err)
+}
+
 // Describe names the launcher and the variables that made the job, for
 // error messages: "MPICH's mpiexec (Hydra) (PMI_RANK=1, PMI_SIZE=4)".
 func (j Job) Describe() string {

@@ -3,6 +3,7 @@ package jobenv
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -124,6 +125,25 @@ func TestLaunched(t *testing.T) {
 	} {
 		if got := Launched(mapEnv(c.env)); got != c.want {
 			t.Errorf("Launched(%v) = %v, want %v", c.env, got, c.want)
+		}
+	}
+}
+
+// SeedInUse says, per launcher, how to give the seed another port, and
+// wraps the bind's error.
+func TestSeedInUse(t *testing.T) {
+	bind := errors.New("bind: address already in use")
+	for source, want := range map[string]string{
+		LauncherGorun:    "gorun --gossip-port PORT",
+		LauncherOpenMPI:  "mpirun -x GORUN_SEEDS=HOST:PORT",
+		LauncherHydra:    "mpiexec -genv GORUN_SEEDS",
+		LauncherSlurm:    "derived from SLURM_JOB_ID",
+		LauncherTorchrun: "MASTER_PORT+1",
+		"":               "set GORUN_SEEDS=HOST:PORT",
+	} {
+		err := Job{Source: source, Rank: 0}.SeedInUse("h:7946", bind)
+		if !errors.Is(err, bind) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "gossip seed h:7946") {
+			t.Errorf("source %q: %v; want it to wrap the bind's error, name the seed and say %q", source, err, want)
 		}
 	}
 }
