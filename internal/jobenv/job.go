@@ -183,7 +183,7 @@ var seedPortHints = map[string]string{
 	LauncherGorun:    "gorun --gossip-port PORT chooses another",
 	LauncherOpenMPI:  "mpirun -x GORUN_SEEDS=HOST:PORT chooses another",
 	LauncherHydra:    "mpiexec -genv GORUN_SEEDS HOST:PORT chooses another",
-	LauncherSlurm:    "it is derived from SLURM_JOB_ID; export GORUN_SEEDS=HOST:PORT before srun to choose another",
+	LauncherSlurm:    "under gorun, --gossip-port PORT chooses another; under srun alone it is derived from SLURM_JOB_ID: export GORUN_SEEDS=HOST:PORT before srun",
 	LauncherTorchrun: "it is MASTER_PORT+1: choose another MASTER_PORT, or export GORUN_SEEDS=HOST:PORT",
 }
 
