@@ -64,8 +64,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 const (
@@ -327,12 +325,11 @@ func (n *Node) sendRunning(w World, qs []peer) {
 // stream, memberlist's reliable user message; it blocks until sent or
 // failed, bounded by TCPTimeout.
 func (n *Node) sendStream(name, addr string, m message) {
-	host, port, ok := splitAddr(addr)
+	to, ok := nodeAt(name, addr)
 	if !ok {
 		return
 	}
 	m.seq = n.sent.Add(1)
-	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
 	_ = n.ml.SendReliable(to, m.encode())
 }
 

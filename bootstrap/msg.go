@@ -105,14 +105,23 @@ func decodeMessage(buf []byte) (message, bool) {
 	return m, d.err == nil && len(d.buf) == 0
 }
 
+// nodeAt is the node named name at addr (host:port) as memberlist's
+// sends take it; false if addr is not host:port.
+func nodeAt(name, addr string) (*memberlist.Node, bool) {
+	host, port, ok := splitAddr(addr)
+	if !ok {
+		return nil, false
+	}
+	return &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}, true
+}
+
 // send delivers m to the node at addr (host:port) best-effort; losses are
 // repaired by the agreement loop's resends.
 func (n *Node) send(name, addr string, m message) {
-	host, port, ok := splitAddr(addr)
+	to, ok := nodeAt(name, addr)
 	if !ok {
 		return
 	}
-	to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
 	m.seq = n.sent.Add(1)
 	_ = n.ml.SendBestEffort(to, m.encode())
 }
@@ -131,7 +140,7 @@ func (n *Node) resend(name, addr string, m message) {
 		n.send(name, addr, m)
 		return
 	}
-	host, port, ok := splitAddr(addr)
+	to, ok := nodeAt(name, addr)
 	if !ok {
 		return
 	}
@@ -143,7 +152,6 @@ func (n *Node) resend(name, addr string, m message) {
 			return
 		}
 		defer func() { <-n.streams }()
-		to := &memberlist.Node{Name: name, Addr: host, Port: port, PMax: memberlist.ProtocolVersionMax}
 		n.resent.Add(1)
 		_ = n.ml.SendReliable(to, m.encode()) // bounded by TCPTimeout; a loss is resent again
 	})

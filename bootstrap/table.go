@@ -29,8 +29,6 @@ import (
 	"encoding/binary"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 const (
@@ -111,12 +109,10 @@ func decodeTable(buf []byte) (tablePrepare, bool) {
 // sendTable sends an encoded table prepare to member m over TCP; it
 // blocks for the connection (bounded by memberlist's TCPTimeout).
 func (n *Node) sendTable(m Member, buf []byte) error {
-	to := &memberlist.Node{Name: m.Name, PMax: memberlist.ProtocolVersionMax}
-	host, port, ok := splitAddr(m.Addr)
+	to, ok := nodeAt(m.Name, m.Addr)
 	if !ok {
 		return ErrBadMeta
 	}
-	to.Addr, to.Port = host, port
 	return n.ml.SendReliable(to, buf)
 }
 
