@@ -101,17 +101,41 @@ type Comm struct {
 	kids   map[*Comm][]int
 }
 
-// Rank is this process's rank in the communicator, 0 ≤ Rank < Size.
-func (c *Comm) Rank() int { return c.rank }
+// Rank is this process's rank in the communicator, 0 ≤ Rank < Size. On
+// a nil *Comm (Split's result for a negative color, MPI's
+// MPI_COMM_NULL) it is -1, as a *RankError that names no rank says.
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
-// Size is the number of ranks.
-func (c *Comm) Size() int { return c.size }
+// Size is the number of ranks; 0 on a nil *Comm.
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
-// LocalRank is the rank among the communicator's ranks on this host.
-func (c *Comm) LocalRank() int { return c.localRank }
+// LocalRank is the rank among the communicator's ranks on this host; -1
+// on a nil *Comm.
+func (c *Comm) LocalRank() int {
+	if c == nil {
+		return -1
+	}
+	return c.localRank
+}
 
-// LocalSize is the number of the communicator's ranks on this host.
-func (c *Comm) LocalSize() int { return c.localSize }
+// LocalSize is the number of the communicator's ranks on this host; 0 on
+// a nil *Comm.
+func (c *Comm) LocalSize() int {
+	if c == nil {
+		return 0
+	}
+	return c.localSize
+}
 
 // Err reports why the communicator can no longer be used (an abort, a
 // failed peer, a mismatch, Close), or nil.
@@ -711,6 +735,9 @@ const (
 
 // String describes the communicator for logs.
 func (c *Comm) String() string {
+	if c == nil {
+		return "comm <nil>"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "comm rank %d/%d local %d/%d", c.rank, c.size, c.localRank, c.localSize)
 	names := make([]string, 0, len(c.devs))

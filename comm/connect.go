@@ -451,8 +451,13 @@ func (cn *connector) describe() string {
 
 // Connections is the number of peers this rank has a connection to: the
 // start-up peers (collectives.InitPeers, about 2·log2(Size)) and those
-// connected since for an operation that needed them.
-func (c *Comm) Connections() int { return c.eng.Links() }
+// connected since for an operation that needed them; 0 on a nil *Comm.
+func (c *Comm) Connections() int {
+	if c == nil {
+		return 0
+	}
+	return c.eng.Links()
+}
 
 // connectPlan connects the peers of p that have no link yet; the caller
 // holds the turn. It costs one test once p's peers are all connected.

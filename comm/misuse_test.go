@@ -183,6 +183,72 @@ func TestNilCommOperations(t *testing.T) {
 	noPanic("abort", func() { c.Abort(nil) })
 }
 
+// TestNilCommAccessors reads a nil *Comm as code that logs or branches
+// on Split's result for a negative color does: rank and local rank -1,
+// sizes and counts 0, no topology, no timeline, where each panicked (a nil
+// dereference) before.
+func TestNilCommAccessors(t *testing.T) {
+	var c *Comm
+	ints := map[string]struct {
+		f    func() int
+		want int
+	}{
+		"Rank":        {c.Rank, -1},
+		"Size":        {c.Size, 0},
+		"LocalRank":   {c.LocalRank, -1},
+		"LocalSize":   {c.LocalSize, 0},
+		"Connections": {c.Connections, 0},
+		"Joiners":     {c.Joiners, 0},
+	}
+	for name, tc := range ints {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s of a nil *Comm panicked: %v", name, p)
+				}
+			}()
+			if got := tc.f(); got != tc.want {
+				t.Errorf("%s of a nil *Comm = %d, want %d", name, got, tc.want)
+			}
+		}()
+	}
+	others := map[string]func() error{
+		"String": func() error {
+			if s := c.String(); s != "comm <nil>" {
+				return fmt.Errorf("%q", s)
+			}
+			return nil
+		},
+		"Topology": func() error {
+			if tp := c.Topology(); tp.Hosts != nil || tp.HostOf != nil || tp.NUMAOf != nil {
+				return fmt.Errorf("%+v", tp)
+			}
+			return nil
+		},
+		"Tracing": func() error {
+			if c.Tracing() || c.TraceLane() != "" {
+				return errors.New("tracing")
+			}
+			c.StartSpan("compute", "x", 0).End()
+			c.TraceInstant("compute", "x", 0)
+			c.TraceSpanSince("compute", "x", 0, 0)
+			return nil
+		},
+	}
+	for name, f := range others {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s of a nil *Comm panicked: %v", name, p)
+				}
+			}()
+			if err := f(); err != nil {
+				t.Errorf("%s of a nil *Comm: %v", name, err)
+			}
+		}()
+	}
+}
+
 // TestInvalidOpMessage passes an Op that is none of the operators: every
 // rank fails with ErrInvalid saying "invalid op 200", where the message
 // read "op op(200) is not defined for int32".

@@ -257,7 +257,8 @@ func (co *commObs) run(ctx context.Context, c *Comm, p *engine.Plan, algo collec
 
 // Tracing reports whether c records a timeline (GORUN_TIMELINE or
 // WithTimeline), so a caller can skip preparing what it would record.
-func (c *Comm) Tracing() bool { return c.obs != nil && c.obs.o.rec != nil }
+// A nil *Comm records nothing.
+func (c *Comm) Tracing() bool { return c != nil && c.obs != nil && c.obs.o.rec != nil }
 
 // TraceLane is the name of the communicator's row on the timeline:
 // "comm" for the first, "comm 1", "comm 2", ... for those made from it (in

@@ -61,7 +61,7 @@ func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
 
 // Joiners is the number of ranks of the job waiting to join this
 // communicator through Grow, in this rank's view of the gossip group (0
-// for a communicator not made by Init). Ranks see a joiner at slightly
+// for a communicator not made by Init, or nil). Ranks see a joiner at slightly
 // different times: agree before calling Grow.
 //
 // A joiner is a new process: a rank restarted (gorun --max-restarts) or
@@ -74,7 +74,7 @@ func (c *Comm) Grow(ctx context.Context) (*Comm, error) {
 // partition that does not go on, the other side's ranks count, so that
 // its Grow fails with ErrExpelled.
 func (c *Comm) Joiners() int {
-	if c.shrink.node == nil {
+	if c == nil || c.shrink.node == nil {
 		return 0
 	}
 	return c.shrink.node.Joiners()

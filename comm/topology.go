@@ -25,8 +25,12 @@ type Topology struct {
 }
 
 // Topology reports where the communicator's ranks run. The result is a
-// copy; it does not change during the communicator's life.
+// copy; it does not change during the communicator's life. A nil *Comm
+// has no ranks: its Topology is empty.
 func (c *Comm) Topology() Topology {
+	if c == nil {
+		return Topology{}
+	}
 	t := c.topo
 	out := Topology{HostOf: slices.Clone(t.HostOf), NUMAOf: slices.Clone(t.NUMAOf)}
 	for _, h := range t.Hosts {
