@@ -247,7 +247,7 @@ func failDevices(ctx *C.struct_ibv_context, err error, port int) {
 
 // asyncFail fails d's connections on port, or with port 0 everything:
 // then the device is dead (fatal), its error names it, and new work is
-// refused; an Accept in progress is woken to return that error.
+// refused; an Accept or a Dial in progress is woken to return that error.
 func (d *device) asyncFail(err error, port int) {
 	d.mu.Lock()
 	if port == 0 {
@@ -260,6 +260,7 @@ func (d *device) asyncFail(err error, port int) {
 		for l := range d.lns {
 			l.ch.w.kick()
 		}
+		d.kickDialsLocked()
 	}
 	var conns []*conn
 	for c := range d.conns {

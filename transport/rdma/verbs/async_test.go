@@ -251,6 +251,80 @@ func TestAsyncDeviceFatal(t *testing.T) {
 	}
 }
 
+// TestDialInProgressEnds: a Dial that waits for rdma_cm (here for an
+// answer to a connect request that its listener never accepts) ends as
+// soon as its device dies (IBV_EVENT_DEVICE_FATAL), with the event's
+// error, or closes, with ErrClosed. Before, both waited for the dial's
+// context or rdma_cm's own retries (the dial of the fatal case was
+// still waiting 5 s after the event).
+func TestDialInProgressEnds(t *testing.T) {
+	ip := vmIP(t)
+	for _, how := range []string{"fatal", "close"} {
+		t.Run(how, func(t *testing.T) {
+			srv := openDev(t, rdma.Config{})
+			ctx := ctxT(t)
+			ln, err := srv.Listen(ctx, ip+":0") // never accepts
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			d := openDev(t, rdma.Config{})
+			dev := d.(*device)
+			dialCtx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			dialed := make(chan error, 1)
+			go func() {
+				c, err := d.Dial(dialCtx, ln.Addr().String())
+				if c != nil {
+					c.Close()
+				}
+				dialed <- err
+			}()
+			// Wait until the dial waits for rdma_cm.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				dev.mu.Lock()
+				n := len(dev.dials)
+				dev.mu.Unlock()
+				if n > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the dial never started")
+				}
+			}
+			time.Sleep(300 * time.Millisecond) // past address and route resolution
+			select {
+			case err := <-dialed:
+				t.Fatalf("the dial ended before the device did: %v", err)
+			default:
+			}
+			start := time.Now()
+			if how == "fatal" {
+				dispatchAsync(dev.ctx, eventDevFatal, 0, 0)
+			} else {
+				d.Close()
+			}
+			select {
+			case err := <-dialed:
+				t.Logf("Dial: %v (%v after the device's %s)", err, time.Since(start).Round(time.Millisecond), how)
+				if how == "fatal" {
+					wantEventErr(t, "a Dial in progress", err, "IBV_EVENT_DEVICE_FATAL", "")
+				} else if !errors.Is(err, rdma.ErrClosed) {
+					t.Fatalf("a Dial in progress at Close: %v, want ErrClosed", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("a Dial in progress still waits 5 s after the device's %s", how)
+			}
+			dev.mu.Lock()
+			n := len(dev.dials)
+			dev.mu.Unlock()
+			if n != 0 {
+				t.Fatalf("%d dials still tracked after the Dial returned", n)
+			}
+		})
+	}
+}
+
 // TestAsyncReaderStops: the first Device opened on a context starts its
 // event reader, which the last one closed stops (and waits for).
 func TestAsyncReaderStops(t *testing.T) {

@@ -29,6 +29,9 @@ const resolveTimeoutMS = 5000
 type cmChannel struct {
 	ch *C.struct_rdma_event_channel
 	w  *fdWaiter
+	// gone, if set, is asked after a kick whether to give up: a dial's
+	// channel (connect) ends with the device's death or close.
+	gone func() error
 }
 
 func newCMChannel() (*cmChannel, error) {
@@ -87,6 +90,11 @@ func (c *cmChannel) expect(ctx context.Context, want int) (cmEvent, error) {
 	for {
 		ev, err := c.next(ctx)
 		if errors.Is(err, errKicked) {
+			if c.gone != nil {
+				if err := c.gone(); err != nil {
+					return ev, err
+				}
+			}
 			continue
 		}
 		if err != nil {
@@ -209,6 +217,17 @@ func (d *device) connect(ctx context.Context, host, port string, priv []byte, in
 	if err != nil {
 		return nil, cmEvent{}, err
 	}
+	// A device that dies (IBV_EVENT_DEVICE_FATAL) or closes while the
+	// dial waits for an event kicks the channel: the dial ends with that
+	// error, not at its context or rdma_cm's own retries (a connect
+	// request that no one accepts was still waiting 5 s on:
+	// TestDialInProgressEnds).
+	ch.gone = d.dialGone
+	if err := d.trackDial(ch); err != nil {
+		ch.destroy()
+		return nil, cmEvent{}, err
+	}
+	defer d.forgetDial(ch)
 	var id *C.struct_rdma_cm_id
 	if r, err := C.rdma_create_id(ch.ch, &id, nil, C.RDMA_PS_TCP); r != 0 {
 		ch.destroy()

@@ -77,7 +77,8 @@ type device struct {
 	pending sync.WaitGroup // registrations and CQ creations in progress (Add under mu while !closed)
 	conns   map[*conn]struct{}
 	lns     map[*listener]struct{}
-	cqs     map[*cq]struct{} // shared CQs
+	dials   map[*cmChannel]struct{} // the event channels of dials in progress (connect)
+	cqs     map[*cq]struct{}        // shared CQs
 	mrs     map[*rdma.MR]struct{}
 }
 
@@ -189,6 +190,7 @@ func Open(cfg rdma.Config) (rdma.Device, error) {
 		rdAtom: min(int(attr.max_qp_rd_atom), int(attr.max_qp_init_rd_atom), 16),
 		conns:  map[*conn]struct{}{},
 		lns:    map[*listener]struct{}{},
+		dials:  map[*cmChannel]struct{}{},
 		cqs:    map[*cq]struct{}{},
 		mrs:    map[*rdma.MR]struct{}{},
 	}
@@ -413,6 +415,50 @@ func (d *device) track(c *conn, l *listener) error {
 	return nil
 }
 
+// trackDial adds the event channel of a dial in progress, which the
+// device's death (asyncFail) or Close kicks, unless the device is closed
+// or dead already.
+func (d *device) trackDial(ch *cmChannel) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.dialGoneLocked(); err != nil {
+		return err
+	}
+	d.dials[ch] = struct{}{}
+	return nil
+}
+
+func (d *device) forgetDial(ch *cmChannel) {
+	d.mu.Lock()
+	delete(d.dials, ch)
+	d.mu.Unlock()
+}
+
+// dialGone is why a dial in progress must end (the device closed or
+// died), or nil.
+func (d *device) dialGone() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dialGoneLocked()
+}
+
+func (d *device) dialGoneLocked() error {
+	if d.closed {
+		return rdma.ErrClosed
+	}
+	if p := d.fatal.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// kickDialsLocked wakes every dial in progress; d.mu is held.
+func (d *device) kickDialsLocked() {
+	for ch := range d.dials {
+		ch.w.kick()
+	}
+}
+
 func (d *device) forget(c *conn, l *listener) {
 	d.mu.Lock()
 	delete(d.conns, c)
@@ -436,6 +482,7 @@ func (d *device) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.kickDialsLocked() // they end with ErrClosed
 	var conns []*conn
 	var lns []*listener
 	for c := range d.conns {

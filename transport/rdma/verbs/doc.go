@@ -114,7 +114,9 @@
 //     waiter on a shared CQ then gets those and the error, and CQ.Err
 //     reports it. IBV_EVENT_PORT_ERR fails the connections on the port,
 //     IBV_EVENT_DEVICE_FATAL every connection and shared CQ of the
-//     device. Other events are ignored. The errors wrap ErrAsyncEvent.
+//     device, and ends the Dials and Accepts in progress with it (a Dial
+//     or Accept in progress also ends, with ErrClosed, when the device
+//     closes). Other events are ignored. The errors wrap ErrAsyncEvent.
 //   - Config.Token authenticates connections through rdma_cm private data,
 //     challenge-response (auth.go); peers without gorun (rdma_client,
 //     rdma_server) interoperate only without a token.
