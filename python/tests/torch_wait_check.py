@@ -32,6 +32,19 @@ def main():
         if not cond:
             raise SystemExit("torch_wait_check: rank %d: %s" % (r, msg))
 
+    def matching_call(group, what):
+        # Rank 1's call that matches one rank 0 started before it aborted
+        # the group: rank 0's part may already be here, ahead of its abort
+        # notice (which comes first is timing: CI, 2026-12-03), so the
+        # call completes with the right sum or fails naming rank 0.
+        x = torch.ones(4)
+        try:
+            dist.all_reduce(x, group=group)
+            expect(torch.all(x == 2).item(), "%s completed wrong: %s" % (what, x))
+        except RuntimeError as e:
+            expect("abort" in str(e) and "rank 0" in str(e), "%s: peer's message: %s" % (what, e))
+            expect("gorun: gorun" not in str(e), "%s: peer's message says gorun twice: %s" % (what, e))
+
     t = torch.ones(4)
     w = dist.all_reduce(t, async_op=True)
     expect(w.wait(timeout=timedelta(minutes=2)) is True and torch.all(t == n).item(), "bounded wait: %s" % t)
@@ -59,19 +72,10 @@ def main():
         store.set("timed_out", "1")
     elif r == 1:
         store.get("timed_out")
-        # Rank 0 started two all_reduces on the pair before it aborted it,
-        # and its part of each may already be here, ahead of its abort
-        # notice (which comes first is timing: CI, 2026-12-03): each of
-        # this rank's two calls that match them completes with the right
-        # sum, or fails naming rank 0. The call after them fails.
+        # Rank 0 started two all_reduces on the pair before it aborted
+        # it; the call after the two that match them fails.
         for which in ("first", "second"):
-            x = torch.ones(4)
-            try:
-                dist.all_reduce(x, group=pair)
-                expect(torch.all(x == 2).item(), "%s all_reduce matching rank 0's completed wrong: %s" % (which, x))
-            except RuntimeError as e:
-                expect("abort" in str(e) and "rank 0" in str(e), "peer's message: %s" % e)
-                expect("gorun: gorun" not in str(e), "peer's message says gorun twice: %s" % e)
+            matching_call(pair, "the %s all_reduce matching rank 0's" % which)
     if r < 2:
         try:
             dist.all_reduce(torch.ones(4), group=pair)
@@ -97,12 +101,7 @@ def main():
         store.get("group_timed_out")
         # As above: the call matching rank 0's timed-out one may complete;
         # the next one fails.
-        x = torch.ones(4)
-        try:
-            dist.all_reduce(x, group=timed)
-            expect(torch.all(x == 2).item(), "all_reduce matching rank 0's timed-out one completed wrong: %s" % x)
-        except RuntimeError as e:
-            expect("abort" in str(e) and "rank 0" in str(e), "peer's message after the group timeout: %s" % e)
+        matching_call(timed, "the all_reduce matching rank 0's timed-out one")
         try:
             dist.all_reduce(torch.ones(4), group=timed)
             expect(False, "rank 1's all_reduce on the timed-out group succeeded")
