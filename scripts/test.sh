@@ -56,4 +56,8 @@ stage "verbs in a soft-RoCE VM"
 # (rdma_rxe) in qemu; prints SKIP with the reason where qemu, the kernel or
 # the packages are missing. It never installs anything from here (.ci/run does).
 GORUN_RXE_VM_NO_APT=1 scripts/rxe-vm/test.sh
+# A real IBV_EVENT_PORT_ERR (rxe0's link taken down, a flap and a port
+# that stays down), alone in a VM of its own: rdma_cm in that VM connects
+# no more after a flap. About 20 s.
+GORUN_RXE_VM_NO_APT=1 GORUN_RXE_VM_COMM_RUN= scripts/rxe-vm/test.sh -run 'TestAsyncPortError$'
 stage "done"

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Asynchronous events (ibv_get_async_event). The device reports on its
@@ -37,14 +38,15 @@ import (
 //     requests into it at once; a waiter on the CQ (GetSendComp and
 //     GetRecvComp of a connection bound to it) gets those, then the
 //     error; Arm sends its token at once; CQ.Err reports it.
-//   - a port error fails every connection on that port; a device fatal
+//   - a port error fails every connection on that port unless the port
+//     comes back (IBV_EVENT_PORT_ACTIVE) within portGrace; a device fatal
 //     error fails every connection and every shared CQ of the device,
 //     and refuses what is asked of it from then on (Dial, Listen,
 //     Accept, CreateCQ, Register, Alloc fail at once, an Accept that
 //     waits returns), with an error that names the event and the device.
 //
-// Other events (COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, PORT_ACTIVE,
-// LID_CHANGE, GID_CHANGE, ...) are informational and ignored; so are
+// Other events (COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, LID_CHANGE,
+// GID_CHANGE, ...) are informational and ignored; so are
 // events of SRQs and WQs, which the provider does not make.
 //
 // An event names its QP or CQ by the qp_context or cq_context the
@@ -61,6 +63,7 @@ var asyncs struct {
 	readers map[*C.struct_ibv_context]*asyncReader
 	devs    map[*C.struct_ibv_context]map[*device]struct{}
 	targets map[uint64]asyncTarget
+	down    map[portKey]*time.Timer // ports that went down, in their grace (portDown)
 }
 
 var lastAsyncToken atomic.Uint64
@@ -212,13 +215,17 @@ func asyncEventError(typ, port int) error {
 
 // dispatchAsync fails what the event names.
 func dispatchAsync(ctx *C.struct_ibv_context, typ, port int, tok uint64) {
+	if typ == C.IBV_EVENT_PORT_ACTIVE {
+		portUp(ctx, port)
+		return
+	}
 	err := asyncEventError(typ, port)
 	if err == nil {
 		return
 	}
 	switch typ {
 	case C.IBV_EVENT_PORT_ERR:
-		failDevices(ctx, err, port)
+		portDown(ctx, port, err)
 	case C.IBV_EVENT_DEVICE_FATAL:
 		failDevices(ctx, err, 0)
 	default: // a QP's or a CQ's
@@ -229,6 +236,63 @@ func dispatchAsync(ctx *C.struct_ibv_context, typ, port int, tok uint64) {
 			t.asyncFail(err)
 		}
 	}
+}
+
+// portGrace is how long a port may stay down (IBV_EVENT_PORT_ERR) before
+// its connections fail. A link that flaps comes back within it, and an
+// RC QP rides out the gap by itself: its sends are retransmitted
+// (retry_count 7, each after the ACK timeout, about a second on RoCE by
+// rdma_cm's default), so failing them at the event, as before, turned a
+// flap into a failed job. NCCL treats the event as a warning and leaves
+// it to the QP's retries; a port that stays down fails its connections
+// here after portGrace, which may come before the QP's own retry error.
+// A variable for the tests.
+var portGrace = 2 * time.Second
+
+// portDown starts the grace of a port that went down: unless it comes
+// back (portUp) within portGrace, its connections on every Device of
+// ctx fail with err.
+func portDown(ctx *C.struct_ibv_context, port int, err error) {
+	asyncs.mu.Lock()
+	defer asyncs.mu.Unlock()
+	k := portKey{ctx, port}
+	if asyncs.down[k] != nil {
+		return
+	}
+	if asyncs.down == nil {
+		asyncs.down = map[portKey]*time.Timer{}
+	}
+	grace := portGrace
+	err = fmt.Errorf("%w; the port stayed down for %v", err, grace)
+	var t *time.Timer
+	t = time.AfterFunc(grace, func() {
+		asyncs.mu.Lock()
+		current := asyncs.down[k] == t
+		if current {
+			delete(asyncs.down, k)
+		}
+		asyncs.mu.Unlock()
+		if current {
+			failDevices(ctx, err, port)
+		}
+	})
+	asyncs.down[k] = t
+}
+
+// portUp ends the grace of a port that came back (IBV_EVENT_PORT_ACTIVE).
+func portUp(ctx *C.struct_ibv_context, port int) {
+	asyncs.mu.Lock()
+	defer asyncs.mu.Unlock()
+	k := portKey{ctx, port}
+	if t := asyncs.down[k]; t != nil {
+		t.Stop()
+		delete(asyncs.down, k)
+	}
+}
+
+type portKey struct {
+	ctx  *C.struct_ibv_context
+	port int
 }
 
 // failDevices fails the connections on port (0: every connection and

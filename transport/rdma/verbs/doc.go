@@ -112,11 +112,14 @@
 //     overrun (IBV_EVENT_CQ_ERR) fails the connections bound to the CQ
 //     and flushes their requests at once (the lost CQEs never come); a
 //     waiter on a shared CQ then gets those and the error, and CQ.Err
-//     reports it. IBV_EVENT_PORT_ERR fails the connections on the port,
-//     IBV_EVENT_DEVICE_FATAL every connection and shared CQ of the
-//     device, and ends the Dials and Accepts in progress with it (a Dial
-//     or Accept in progress also ends, with ErrClosed, when the device
-//     closes). Other events are ignored. The errors wrap ErrAsyncEvent.
+//     reports it. IBV_EVENT_PORT_ERR fails the connections on the port
+//     if it is not back (IBV_EVENT_PORT_ACTIVE) within 2 s, so that a
+//     link flap fails nothing the QPs' retries carry across (NCCL leaves
+//     port events to them); IBV_EVENT_DEVICE_FATAL fails every
+//     connection and shared CQ of the device, and ends the Dials and
+//     Accepts in progress with it (a Dial or Accept in progress also
+//     ends, with ErrClosed, when the device closes). Other events are
+//     ignored. The errors wrap ErrAsyncEvent.
 //   - Config.Token authenticates connections through rdma_cm private data,
 //     challenge-response (auth.go); peers without gorun (rdma_client,
 //     rdma_server) interoperate only without a token.
