@@ -21,7 +21,8 @@ package engine
 // Err (a Run never does: its fast path pays nothing for this); a failed
 // CQ fails every link of the device with its error, naming each peer as
 // a broken connection does, refuses new links, and is neither polled nor
-// armed by the watcher again.
+// armed by the watcher again. Its error wraps ErrDeviceFailed: an engine
+// whose link fails with it blames its own rank, not the peer (linkFailed).
 
 import (
 	"fmt"
@@ -204,7 +205,7 @@ func (d *Device) pollAll() int {
 // link to a peer that said bye fails nothing, as its flushed receives
 // would not.
 func (d *Device) failCQ(err error) {
-	err = fmt.Errorf("the completion queue of device %s failed: %w", d.Dev.Name(), err)
+	err = fmt.Errorf("%w: the completion queue of device %s failed: %w", ErrDeviceFailed, d.Dev.Name(), err)
 	d.tabMu.Lock()
 	d.pollMu.Lock()
 	// What it held when it failed (which came after the watcher's poll,
@@ -224,13 +225,16 @@ func (d *Device) failCQ(err error) {
 }
 
 // Err is the failure of the device's CQ once its watcher has found it, or
-// nil; new links are then refused with it.
+// nil; new links are then refused with it. It wraps ErrDeviceFailed.
 func (d *Device) Err() error {
 	if p := d.cqErr.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
+
+// Down is closed when the device's CQ has failed (Err then says why).
+func (d *Device) Down() <-chan struct{} { return d.cqDown }
 
 // tryPoll polls once for engine self unless someone else is polling (who
 // then dispatches and wakes the engines concerned); it returns the

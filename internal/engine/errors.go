@@ -16,6 +16,10 @@ var (
 	ErrPeerClosed = errors.New("peer closed the communicator")
 	ErrProtocol   = errors.New("protocol violation")
 	ErrClosed     = errors.New("communicator closed")
+	// ErrDeviceFailed: this rank's own device failed (its completion
+	// queue, Device.Err), not a peer. Its peers see the rank as failed:
+	// an abort notice carries it as ErrPeerFailed (noticeOf).
+	ErrDeviceFailed = errors.New("this rank's device failed")
 )
 
 // PeerError attributes Err to Rank.

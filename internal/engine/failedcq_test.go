@@ -132,12 +132,17 @@ func (l failingListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.C
 
 // A CQ that fails (verbs: IBV_EVENT_CQ_ERR, an overrun that lost
 // completions) fails the links of its device, whether a Run waits on it or
-// the device is idle: a Run that waits for its peer gets an error naming
-// the peer and the CQ's failure, rather than waiting out its context, and
-// the device's watcher neither polls nor arms the CQ again; a new link on
-// the device is refused with the same error. Before, the watcher armed
-// and polled an idle failed CQ in a loop (each Arm of a failed CQ sends
-// its token at once), and the Run waited until its context ended.
+// the device is idle: a Run that waits for its peer fails at once with an
+// error that names this rank and its device and wraps ErrDeviceFailed and
+// the CQ's failure, not ErrPeerFailed naming the healthy peer; a later Run
+// fails with it too; the peer sees this rank failed (ErrPeerFailed naming
+// rank 0); and the device's watcher neither polls nor arms the CQ again;
+// a new link on the device is refused with the same error. Before
+// 2026-12-03 the Run failed with "rank 1: peer failed: the completion
+// queue of device mem failed", and the abort notice told rank 1 that
+// rank 1 had failed. Before that, the watcher armed and polled an idle
+// failed CQ in a loop (each Arm of a failed CQ sends its token at once),
+// and the Run waited until its context ended.
 func TestFailedCQFailsLinks(t *testing.T) {
 	for _, idle := range []bool{false, true} {
 		name := "during a Run"
@@ -184,17 +189,38 @@ func testFailedCQ(t *testing.T, idle bool) {
 	}
 	err := <-done
 	var pe *PeerError
-	if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, errCQ) || !strings.Contains(err.Error(), "completion queue") {
-		t.Fatalf("Run = %v; want a *PeerError naming rank 1 that wraps the CQ's failure (%d polls and arms of the failed CQ)", err, fq.after.Load())
+	if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) ||
+		!errors.Is(err, errCQ) || !strings.Contains(err.Error(), "completion queue of device mem") {
+		t.Fatalf("Run = %v; want a *PeerError naming rank 0 (this rank) that wraps ErrDeviceFailed and the CQ's failure, not ErrPeerFailed (%d polls and arms of the failed CQ)", err, fq.after.Load())
 	}
+	if err := e[0].Run(ctx, p, c, 0); !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) {
+		t.Fatalf("a Run after the failure = %v; want ErrDeviceFailed", err)
+	}
+	// Rank 1 learns that rank 0 failed, from rank 0's abort notice.
+	select {
+	case <-e[1].Done():
+	case <-ctx.Done():
+		t.Fatal("rank 1 never learned that rank 0 failed")
+	}
+	err1 := e[1].Err()
+	if !errors.As(err1, &pe) || pe.Rank != 0 || !errors.Is(err1, ErrPeerFailed) || errors.Is(err1, ErrDeviceFailed) ||
+		!strings.Contains(err1.Error(), "its device failed") {
+		t.Fatalf("rank 1's engine: %v; want ErrPeerFailed naming rank 0, whose device failed", err1)
+	}
+	t.Logf("rank 1: %v", err1)
 	gaveUp()
 	n := fq.after.Load()
 	if n > 100 {
 		t.Fatalf("%d polls and arms of the failed CQ; want a few, not a loop", n)
 	}
 	t.Logf("Run: %v (%d polls and arms of the failed CQ)", err, n)
-	if !errors.Is(dev.Err(), errCQ) {
-		t.Fatalf("Device.Err = %v, want the CQ's failure", dev.Err())
+	if !errors.Is(dev.Err(), errCQ) || !errors.Is(dev.Err(), ErrDeviceFailed) {
+		t.Fatalf("Device.Err = %v, want the CQ's failure, wrapping ErrDeviceFailed", dev.Err())
+	}
+	select {
+	case <-dev.Down():
+	default:
+		t.Fatal("Device.Down is open after the failure")
 	}
 	if err := dev.addLink(&Link{}); !errors.Is(err, errCQ) {
 		t.Fatalf("a new link on the device: %v, want the CQ's failure", err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -65,16 +66,34 @@ func (e *Engine) abort(culprit int, err error, from uint64) {
 // or the text a notice brought (givenReason). What this rank saw of
 // another's failure (a broken link to it) describes this rank's view,
 // not the culprit's: its kind only.
+// A failure of this rank's device (ErrDeviceFailed) is, to the peers, the
+// failure of this rank: ErrPeerFailed, in words that say it was its
+// device (ErrDeviceFailed's own, "this rank's", would name the reader).
 func (e *Engine) noticeOf(culprit int, err error) (code uint32, text string) {
 	code = reasonOf(err)
 	var given *givenReason
 	switch {
 	case errors.As(err, &given):
 		text = given.text
+	case culprit == e.Rank && errors.Is(err, ErrDeviceFailed):
+		code = reasonPeerFailed
+		text = strings.Replace(err.Error(), ErrDeviceFailed.Error(), "its device failed", 1)
 	case culprit == e.Rank && err.Error() != reasonErr(code).Error():
 		text = err.Error()
 	}
 	return code, text
+}
+
+// DeviceFailed fails the engine for err, a failure of this rank's own
+// device (Device.Err, which wraps ErrDeviceFailed), with a *PeerError
+// naming this rank, and sends the abort notice: the peers see this rank
+// as failed (ErrPeerFailed, in err's words). Its operations, pending and
+// later, fail with it; none of them blames a peer.
+func (e *Engine) DeviceFailed(err error) {
+	if !errors.Is(err, ErrDeviceFailed) {
+		err = fmt.Errorf("%w: %w", ErrDeviceFailed, err)
+	}
+	e.Abort(e.Rank, err)
 }
 
 // withdrawal is a peer's Withdraw that this rank has yet to act on.
@@ -167,6 +186,12 @@ func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
 		// sent before the bye has arrived (in order). That is no failure;
 		// only an operation that still needs this peer fails (Run).
 		e.poke()
+		return
+	}
+	if errors.Is(err, ErrDeviceFailed) {
+		// This rank's device failed (Device.failCQ), not the peer: the
+		// failure is this rank's own, and its peers see it as failed.
+		e.DeviceFailed(err)
 		return
 	}
 	e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
