@@ -21,7 +21,9 @@
 // watcher goroutine handles completions only when the CQ is armed (a
 // sleeping Run, setup, an idle device). A mismatched header, a failed
 // connection or completion queue, a timeout or Abort fails the engine
-// and sends abort notices to every peer. Package comm builds schedules
+// and sends abort notices to every peer (a failed completion queue is
+// this rank's own failure, ErrDeviceFailed, which its peers see as
+// ErrPeerFailed naming it). Package comm builds schedules
 // (and caches them), registers buffers (RegCache, bounded LRU) and owns
 // the links.
 //

@@ -19,7 +19,9 @@ var (
 	// ErrDeviceFailed: this rank's own device failed (its completion
 	// queue, Device.Err), not a peer. Its peers see the rank as failed:
 	// an abort notice carries it as ErrPeerFailed (noticeOf).
-	ErrDeviceFailed = errors.New("this rank's device failed")
+	// (Its words name no rank: they follow the rank's number, in this
+	// rank's error and in its peers'.)
+	ErrDeviceFailed = errors.New("the rank's own device failed")
 )
 
 // PeerError attributes Err to Rank.

@@ -204,7 +204,7 @@ func testFailedCQ(t *testing.T, idle bool) {
 	}
 	err1 := e[1].Err()
 	if !errors.As(err1, &pe) || pe.Rank != 0 || !errors.Is(err1, ErrPeerFailed) || errors.Is(err1, ErrDeviceFailed) ||
-		!strings.Contains(err1.Error(), "its device failed") {
+		!strings.Contains(err1.Error(), "own device failed") {
 		t.Fatalf("rank 1's engine: %v; want ErrPeerFailed naming rank 0, whose device failed", err1)
 	}
 	t.Logf("rank 1: %v", err1)

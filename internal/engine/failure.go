@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
@@ -68,7 +67,7 @@ func (e *Engine) abort(culprit int, err error, from uint64) {
 // not the culprit's: its kind only.
 // A failure of this rank's device (ErrDeviceFailed) is, to the peers, the
 // failure of this rank: ErrPeerFailed, in words that say it was its
-// device (ErrDeviceFailed's own, "this rank's", would name the reader).
+// device.
 func (e *Engine) noticeOf(culprit int, err error) (code uint32, text string) {
 	code = reasonOf(err)
 	var given *givenReason
@@ -76,8 +75,7 @@ func (e *Engine) noticeOf(culprit int, err error) (code uint32, text string) {
 	case errors.As(err, &given):
 		text = given.text
 	case culprit == e.Rank && errors.Is(err, ErrDeviceFailed):
-		code = reasonPeerFailed
-		text = strings.Replace(err.Error(), ErrDeviceFailed.Error(), "its device failed", 1)
+		code, text = reasonPeerFailed, err.Error()
 	case culprit == e.Rank && err.Error() != reasonErr(code).Error():
 		text = err.Error()
 	}
