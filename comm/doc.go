@@ -27,7 +27,11 @@
 // Failures: an operation that fails (timeout, cancelled context, a dead or
 // disagreeing peer, Abort anywhere) aborts the communicator on every rank;
 // every pending and later operation returns a *RankError naming the rank at
-// fault. A Request.Wait whose own context ends first returns a *RankError
+// fault. A failure of this rank's own device (its completion queue: a
+// verbs CQ overrun, a device that died) fails its operations with
+// ErrDeviceFailed naming this rank and the device, and its Shrink too
+// (it cannot go on); its peers see ErrPeerFailed naming it.
+// A Request.Wait whose own context ends first returns a *RankError
 // naming this rank and the operation, wrapping the context's error; the
 // operation goes on, bounded by the context it was started with and the
 // communicator's timeout. A rank's failure of its own (a bad argument, a

@@ -27,10 +27,10 @@ const (
 )
 
 // errKinds name the errors counted, in classify's order.
-var errKinds = [...]string{"mismatch", "timeout", "peer_failed", "peer_closed", "aborted", "invalid", "closed", "other"}
+var errKinds = [...]string{"mismatch", "timeout", "peer_failed", "peer_closed", "aborted", "invalid", "closed", "device_failed", "other"}
 
 func classify(err error) int {
-	for i, e := range []error{ErrMismatch, ErrTimeout, ErrPeerFailed, ErrPeerClosed, ErrAborted, ErrInvalid, ErrClosed} {
+	for i, e := range []error{ErrMismatch, ErrTimeout, ErrPeerFailed, ErrPeerClosed, ErrAborted, ErrInvalid, ErrClosed, ErrDeviceFailed} {
 		if errors.Is(err, e) {
 			return i
 		}

@@ -1,0 +1,211 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
+)
+
+// failCQ wraps a provider's CQ. Once failed it is what verbs makes of a CQ
+// after IBV_EVENT_CQ_ERR (an overrun that lost completions): Poll finds
+// nothing, Arm sends its token at once, Err says why. (A copy of
+// internal/engine's failingCQ, whose test package comm cannot import.)
+type failCQ struct {
+	rdma.CQ
+	notify    chan struct{}
+	err       atomic.Pointer[error]
+	stop      chan struct{}
+	closeOnce sync.Once
+}
+
+func newFailCQ(inner rdma.CQ) *failCQ {
+	q := &failCQ{CQ: inner, notify: make(chan struct{}, 1), stop: make(chan struct{})}
+	go func() {
+		for {
+			select {
+			case <-inner.Notify():
+				q.token()
+			case <-q.stop:
+				return
+			}
+		}
+	}()
+	return q
+}
+
+func (q *failCQ) token() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *failCQ) fail(err error) { q.err.Store(&err); q.token() }
+
+func (q *failCQ) Poll(wcs []rdma.WC) int {
+	if q.err.Load() != nil {
+		return 0
+	}
+	return q.CQ.Poll(wcs)
+}
+
+func (q *failCQ) Arm() {
+	if q.err.Load() != nil {
+		q.token()
+		return
+	}
+	q.CQ.Arm()
+}
+
+func (q *failCQ) Notify() <-chan struct{} { return q.notify }
+
+func (q *failCQ) Err() error {
+	if p := q.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (q *failCQ) Close() error {
+	q.closeOnce.Do(func() { close(q.stop) })
+	return q.CQ.Close()
+}
+
+// failDev makes its CQs failCQs (sent on cqs), failed from the start with
+// failed if it is not nil, and hands the provider its own CQs where
+// connections name ours.
+type failDev struct {
+	rdma.Device
+	cqs    chan *failCQ
+	failed error
+}
+
+func (d *failDev) CreateCQ(depth int) (rdma.CQ, error) {
+	inner, err := d.Device.CreateCQ(depth)
+	if err != nil {
+		return nil, err
+	}
+	q := newFailCQ(inner)
+	if d.failed != nil {
+		q.fail(d.failed)
+	}
+	d.cqs <- q
+	return q, nil
+}
+
+func innerInit(init rdma.QPInit) rdma.QPInit {
+	for _, p := range []*rdma.CQ{&init.SendCQ, &init.RecvCQ} {
+		if q, ok := (*p).(*failCQ); ok {
+			*p = q.CQ
+		}
+	}
+	return init
+}
+
+func (d *failDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
+	return d.Device.DialQP(ctx, addr, innerInit(init))
+}
+
+func (d *failDev) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	ln, err := d.Device.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return failListener{ln}, nil
+}
+
+type failListener struct{ rdma.Listener }
+
+func (l failListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
+	return l.Listener.AcceptQP(ctx, innerInit(init))
+}
+
+// failingDevices makes the devices that rank opens from now until the test
+// ends failDevs (failed from the start with failed, if not nil), through
+// the GORUN_FAULT hook (withFault, which takes the "faulty" wrapper:
+// comm's test binary has none of its own); their CQs come on the channel
+// returned.
+func failingDevices(t *testing.T, rank int, failed error) <-chan *failCQ {
+	if rdma.LookupWrapper("faulty") != nil {
+		t.Skip("faulty is linked into this binary")
+	}
+	cqs := make(chan *failCQ, 4)
+	rdma.RegisterWrapper("faulty", func(dev rdma.Device, spec string, r int) (rdma.Device, error) {
+		if r != rank {
+			return dev, nil
+		}
+		return &failDev{Device: dev, cqs: cqs, failed: failed}, nil
+	})
+	old := osGetenv
+	osGetenv = func(k string) string {
+		if k == envFault {
+			return "fail the CQ (test)"
+		}
+		return old(k)
+	}
+	t.Cleanup(func() {
+		osGetenv = old
+		rdma.RegisterWrapper("faulty", nil)
+	})
+	return cqs
+}
+
+// checkOwnDevice fails t unless err is rank's own device failure: a
+// *RankError naming rank that wraps ErrDeviceFailed and cause, names the
+// device, and is not ErrPeerFailed.
+func checkOwnDevice(t *testing.T, what string, err error, rank int, cause error) {
+	t.Helper()
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != rank || !errors.Is(err, ErrDeviceFailed) || !errors.Is(err, cause) ||
+		errors.Is(err, ErrPeerFailed) || !strings.Contains(err.Error(), "completion queue of device") {
+		t.Fatalf("%s: %v; want a *RankError naming rank %d (this rank) that wraps ErrDeviceFailed and the CQ's failure, not ErrPeerFailed", what, err, rank)
+	}
+}
+
+// checkPeerFailed fails t unless err is ErrPeerFailed naming rank, whose
+// device failed.
+func checkPeerFailed(t *testing.T, what string, err error, rank int) {
+	t.Helper()
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != rank || !errors.Is(err, ErrPeerFailed) || errors.Is(err, ErrDeviceFailed) ||
+		!strings.Contains(err.Error(), "own device failed") {
+		t.Fatalf("%s: %v; want ErrPeerFailed naming rank %d, whose device failed", what, err, rank)
+	}
+}
+
+// When rank 0's device fails (its completion queue: verbs'
+// IBV_EVENT_CQ_ERR), rank 0's operations, the one pending (non-blocking)
+// and later ones, fail with ErrDeviceFailed naming rank 0 and its device,
+// counted as device_failed; its peers' fail with ErrPeerFailed naming rank
+// 0. Before 2026-12-03 rank 0's failed with "rank 1 (or 2): peer failed:
+// the completion queue of device mem failed", blaming a healthy peer, and
+// its abort notice told the others so too.
+func TestDeviceFailureIsThisRanks(t *testing.T) {
+	cqs := failingDevices(t, 0, nil)
+	cs := newLocal(t, 3, WithTimeout(30*time.Second))
+	cq := <-cqs
+	ctx := testCtx(t)
+	buf := make([]float32, 1024)
+	req := IAllReduce(ctx, cs[0], buf, buf, Sum) // ranks 1 and 2 do not join it yet
+	cause := errors.New("the CQ overran (test)")
+	cq.fail(cause)
+	err := req.Wait(ctx)
+	checkOwnDevice(t, "rank 0's pending IAllReduce", err, 0, cause)
+	t.Logf("rank 0: %v", err)
+	if k := errKinds[classify(err)]; k != "device_failed" {
+		t.Errorf("the metrics count it as %s, want device_failed", k)
+	}
+	checkOwnDevice(t, "rank 0's next AllReduce", AllReduce(ctx, cs[0], buf, buf, Sum), 0, cause)
+	for r := 1; r < 3; r++ {
+		err := AllReduce(ctx, cs[r], make([]float32, 1024), make([]float32, 1024), Sum)
+		checkPeerFailed(t, fmt.Sprintf("rank %d's AllReduce", r), err, 0)
+		t.Logf("rank %d: %v", r, err)
+	}
+}
