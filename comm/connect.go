@@ -141,17 +141,31 @@ func (cn *connector) connectInit(ctx context.Context) error {
 // ensure returns once every peer in peers has a link, dialing those that
 // have none and nobody is connecting. It fails if a connection fails (the
 // engine is then aborted, naming the peer, so that the other ranks learn
-// of it), ctx ends, or the engine fails.
+// of it), ctx ends, or the engine fails. A peer whose connection would go
+// over a device of this rank's that failed (engine.Device.Err) fails it at
+// once with that device's error (ErrDeviceFailed), naming this rank.
 func (cn *connector) ensure(ctx context.Context, peers []int) error {
 	type waiting struct {
 		q    int
 		wait chan struct{}
+		dev  *engine.Device // the device the connection goes over, or nil
 	}
 	var ws []waiting
+	e := cn.c.eng
 	cn.mu.Lock()
 	if cn.stopped {
 		cn.mu.Unlock()
 		return &engine.PeerError{Rank: cn.c.rank, Err: ErrClosed}
+	}
+	for _, q := range peers {
+		if cn.peers[q].st == peerLinked {
+			continue
+		}
+		if d := cn.devFor(q); d != nil && d.Err() != nil {
+			cn.mu.Unlock()
+			e.DeviceFailed(d.Err())
+			return e.Err()
+		}
 	}
 	for _, q := range peers {
 		pc := &cn.peers[q]
@@ -166,14 +180,21 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 			cn.wg.Add(1)
 			go cn.dial(q)
 		}
-		ws = append(ws, waiting{q, pc.wait})
+		ws = append(ws, waiting{q, pc.wait, cn.devFor(q)})
 	}
 	cn.mu.Unlock()
-	e := cn.c.eng
 	for _, w := range ws {
+		var down <-chan struct{} // nil: never ready
+		if w.dev != nil {
+			down = w.dev.Down()
+		}
 		select {
 		case <-w.wait:
 		case <-e.Done():
+			return e.Err()
+		case <-down:
+			// A peer that would dial this rank never gets through.
+			e.DeviceFailed(w.dev.Err())
 			return e.Err()
 		case <-ctx.Done():
 			if q, cause := deathCause(ctx); cause != nil {
@@ -191,6 +212,10 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		linked, err := pc.st == peerLinked, pc.err
 		cn.mu.Unlock()
 		if !linked {
+			if errors.Is(err, ErrDeviceFailed) { // this rank's, not the peer's
+				e.DeviceFailed(err)
+				return e.Err()
+			}
 			if err == nil {
 				err = errors.New("not connected")
 			}
@@ -199,6 +224,16 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		}
 	}
 	return nil
+}
+
+// devFor is the device of this rank's that a connection to q goes over
+// (dialOnce's choice), or nil if there is none.
+func (cn *connector) devFor(q int) *engine.Device {
+	me, ep := cn.eps[cn.c.rank], cn.eps[q]
+	if me == nil || ep == nil {
+		return nil
+	}
+	return cn.devs[pickProvider(cn.c.cfg.transport, me, ep)]
 }
 
 // deathCause says whether ctx was ended by the bootstrap's report that a
@@ -265,6 +300,9 @@ func (cn *connector) dialOnce(q int) (*engine.Link, error) {
 	d := cn.devs[prov]
 	if prov == "" || d == nil {
 		return nil, fmt.Errorf("no common transport (this rank has %v, it has %v)", sortedKeys(me.addrs), sortedKeys(ep.addrs))
+	}
+	if err := d.Err(); err != nil { // its CQ failed: no connection on it works
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cn.ctx, handshakeFor(c.cfg, c.size))
 	defer cancel()

@@ -209,3 +209,23 @@ func TestDeviceFailureIsThisRanks(t *testing.T) {
 		t.Logf("rank %d: %v", r, err)
 	}
 }
+
+// A rank whose device has failed before it connects (Init: it waits for
+// rank 0 to dial it) fails Init at once with ErrDeviceFailed naming
+// itself and the device, rather than waiting for a connection that its
+// device refuses; rank 0's Init fails naming rank 1. Before 2026-12-03
+// comm ignored the device's failure: rank 1 refused the connection in its
+// accept loop, which told nobody, and waited until the bootstrap reported
+// rank 0's failed Init, whose error then named rank 0.
+func TestConnectOnFailedDevice(t *testing.T) {
+	cause := errors.New("the CQ overran (test)")
+	failingDevices(t, 1, cause)
+	start := time.Now()
+	_, errs, _ := initRanks(t, 2, func(int) []Option { return nil })
+	t.Logf("Init: %v (after %v)", errs, time.Since(start).Round(time.Millisecond))
+	checkOwnDevice(t, "rank 1's Init", errs[1], 1, cause)
+	var re *RankError
+	if !errors.As(errs[0], &re) || re.Rank != 1 {
+		t.Fatalf("rank 0's Init: %v; want an error naming rank 1", errs[0])
+	}
+}
