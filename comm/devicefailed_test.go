@@ -210,6 +210,63 @@ func TestDeviceFailureIsThisRanks(t *testing.T) {
 	}
 }
 
+// A rank whose device failed cannot go on: its Shrink fails at once with
+// ErrDeviceFailed naming it ("this rank cannot continue"), and it leaves
+// the job's group, so that the other ranks shrink without it, not without
+// a healthy peer, and carry on. Before 2026-12-03 its Shrink suspected
+// the peer its error named, agreed on a world with it, failed to connect
+// over the failed device, and suspected every rank in turn.
+func TestShrinkAfterOwnDeviceFailed(t *testing.T) {
+	cqs := failingDevices(t, 0, nil)
+	cs, errs, _ := initRanks(t, 3, func(int) []Option { return nil })
+	mustAll(t, "init", errs)
+	var cq *failCQ
+	select {
+	case cq = <-cqs:
+	default:
+		t.Fatal("rank 0 opened no device through the hook")
+	}
+	ctx, cancel := context.WithTimeout(initTestCtx(t), 60*time.Second)
+	defer cancel()
+	cause := errors.New("the CQ overran (test)")
+	cq.fail(cause)
+	buf := make([]float64, 64)
+	checkOwnDevice(t, "rank 0's AllReduce", AllReduce(ctx, cs[0], buf, buf, Sum), 0, cause)
+	start := time.Now()
+	sub, err := cs[0].Shrink(ctx)
+	if sub != nil {
+		sub.Close()
+		t.Fatalf("rank 0 shrank to rank %d of %d", sub.Rank(), sub.Size())
+	}
+	checkOwnDevice(t, "rank 0's Shrink", err, 0, cause)
+	if !strings.Contains(err.Error(), "cannot continue") {
+		t.Fatalf("rank 0's Shrink: %v; want it to say that this rank cannot continue", err)
+	}
+	t.Logf("rank 0's Shrink, after %v: %v", time.Since(start).Round(time.Millisecond), err)
+
+	subs := make([]*Comm, 3)
+	mustAll(t, "the survivors", onAll(cs[1:], func(c *Comm) error {
+		r := c.Rank()
+		err := AllReduce(ctx, c, make([]float64, 64), make([]float64, 64), Sum)
+		var re *RankError
+		if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrPeerFailed) {
+			return fmt.Errorf("AllReduce: %v; want ErrPeerFailed naming rank 0", err)
+		}
+		if subs[r], err = c.Shrink(ctx); err != nil {
+			return err
+		}
+		defer subs[r].Close()
+		if subs[r].Size() != 2 || subs[r].Rank() != r-1 {
+			return fmt.Errorf("shrank to rank %d of %d, want %d of 2", subs[r].Rank(), subs[r].Size(), r-1)
+		}
+		x := []float64{1}
+		if err := AllReduce(ctx, subs[r], x, x, Sum); err != nil || x[0] != 2 {
+			return fmt.Errorf("AllReduce after Shrink: %v (sum %v, want 2)", err, x[0])
+		}
+		return nil
+	}))
+}
+
 // A rank whose device has failed before it connects (Init: it waits for
 // rank 0 to dial it) fails Init at once with ErrDeviceFailed naming
 // itself and the device, rather than waiting for a connection that its

@@ -31,6 +31,11 @@ type shrinkState struct {
 // membership, and c's later operations fail with ErrAborted (Shrink
 // aborts c first, to end its running operation).
 //
+// A rank whose own device failed (ErrDeviceFailed) cannot go on: its
+// Shrink (and Grow) fails with that error, naming this rank, and leaves
+// the job's gossip group, so that the others shrink without it; it
+// shrinks out no peer because of it.
+//
 // Only communicators made by Init can shrink. After Shrink, the gossip
 // failure reports go to the new communicator: a survivor that dies later
 // fails its operations with ErrPeerFailed naming its new rank, as in the
@@ -100,8 +105,14 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	// the peers may still be finishing the operation that told them to
 	// grow, so no abort notice: the links close with a bye, after the data.
 	// Then wait for the running operation and close the links; the devices
-	// and listeners stay open for the new world.
-	if op == "shrink" {
+	// and listeners stay open for the new world. A rank whose device
+	// failed goes no further: its peers learn that it failed (an abort
+	// notice of ErrPeerFailed), and it leaves (below).
+	devErr := deviceErr(c.devs)
+	switch {
+	case devErr != nil:
+		c.eng.DeviceFailed(devErr)
+	case op == "shrink":
 		c.eng.Abort(c.rank, fmt.Errorf("%w: %s", ErrAborted, op))
 	}
 	if err := c.enter(ctx, c.ticket(), op); err != nil {
@@ -140,6 +151,15 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		}
 		return nil, &RankError{Rank: rank, Op: op, Err: err}
 	}
+	if devErr == nil {
+		devErr = deviceErr(n.devs) // failed while c closed
+	}
+	if devErr != nil {
+		// It would fail every connection of the new world, and its peers
+		// would be suspected of it: this rank leaves instead (fail: the
+		// gossip group too), and the others shrink without it.
+		return fail(c.rank, fmt.Errorf("this rank cannot continue: %w", devErr))
+	}
 	// A rank that dies while the survivors reconnect fails the
 	// reconnection; they agree again, without it. GORUN_DEBUG=info logs
 	// how long each phase took (the chaos soak's slow recoveries).
@@ -168,6 +188,12 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 		err = n.reconnectWatched(ctx, node, w, op)
 		if n.eng == nil { // a member's endpoint did not decode
 			return fail(c.rank, err)
+		}
+		if devErr := deviceErr(n.devs); err != nil && devErr != nil {
+			// This rank's device failed meanwhile: as above.
+			n.conn.stop()
+			n.eng.CloseContext(ctx)
+			return fail(c.rank, fmt.Errorf("this rank cannot continue: %w", devErr))
 		}
 		if err == nil || (op == "grow" && ctx.Err() == nil) {
 			// A Grow whose reconnection failed returns the grown
@@ -274,6 +300,17 @@ func brokenPeer(err error) (int, bool) {
 		return pe.Rank, true
 	}
 	return 0, false
+}
+
+// deviceErr is the failure of the first of devs whose completion queue
+// failed (ErrDeviceFailed), or nil.
+func deviceErr(devs []*engine.Device) error {
+	for _, d := range devs {
+		if err := d.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseTransport closes the listeners and devices c still holds.
