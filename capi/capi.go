@@ -121,6 +121,9 @@ func classify(err error) C.int {
 		status = statusTimeout
 	case errors.Is(err, comm.ErrNoQuorum):
 		status = statusNoQuorum
+	case errors.Is(err, comm.ErrDeviceFailed):
+		// This rank's own device, not a peer: NCCL's ncclSystemError.
+		status = statusInternal
 	case errors.As(err, &re):
 		status = statusPeer
 	case errors.Is(err, comm.ErrClosed):

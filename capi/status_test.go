@@ -46,6 +46,11 @@ func TestStatusNoQuorum(t *testing.T) {
 	if s := classify(&comm.RankError{Rank: 1, Op: "shrink", Err: comm.ErrPeerFailed}); s != statusPeer {
 		t.Errorf("classify(peer failed) = %d, want %d", s, statusPeer)
 	}
+	// This rank's own device (comm.ErrDeviceFailed) is no peer's failure.
+	own := &comm.RankError{Rank: 2, Op: "allreduce", Err: fmt.Errorf("%w: the completion queue of device mlx5_0 failed", comm.ErrDeviceFailed)}
+	if s := classify(own); s != statusInternal {
+		t.Errorf("classify(%v) = %d, want %d (GORUN_ERR_INTERNAL)", own, s, statusInternal)
+	}
 	h, err := os.ReadFile("../include/gorun.h")
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ typedef enum {
 	GORUN_ERR_TIMEOUT = 3,   /* the operation did not finish within GORUN_TIMEOUT */
 	GORUN_ERR_CLOSED = 4,    /* the communicator was finalized or aborted */
 	GORUN_ERR_INIT = 5,      /* the job could not be joined */
-	GORUN_ERR_INTERNAL = 6,  /* anything else, including a caught Go panic */
+	GORUN_ERR_INTERNAL = 6,  /* anything else: this rank's own device failed, a caught Go panic */
 	/* gorun_init of a rank gorun restarted (--max-restarts) that found none
 	 * of the job's other ranks left to admit it: they finished (or died)
 	 * first. The job's work ended without this rank; exit 0 if that is done. */
