@@ -27,8 +27,8 @@
 // Failures: an operation that fails (timeout, cancelled context, a dead or
 // disagreeing peer, Abort anywhere) aborts the communicator on every rank;
 // every pending and later operation returns a *RankError naming the rank at
-// fault. A failure of this rank's own device (its completion queue: a
-// verbs CQ overrun, a device that died) fails its operations with
+// fault. A failure of this rank's own device (a verbs CQ overrun, a
+// device that died, a port down for 2 s) fails its operations with
 // ErrDeviceFailed naming this rank and the device, and its Shrink too
 // (it cannot go on); its peers see ErrPeerFailed naming it.
 // A Request.Wait whose own context ends first returns a *RankError

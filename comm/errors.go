@@ -17,8 +17,8 @@ var (
 	ErrPeerFailed = engine.ErrPeerFailed // a peer's connection failed or the peer died
 	ErrPeerClosed = engine.ErrPeerClosed // a peer closed its communicator
 	ErrClosed     = engine.ErrClosed     // Close was called
-	// ErrDeviceFailed: this rank's own device failed (its completion
-	// queue: a verbs CQ overrun, a device that died), not a peer. The
+	// ErrDeviceFailed: this rank's own device failed (a verbs CQ
+	// overrun, a device that died, a port down for 2 s), not a peer. The
 	// error names this rank and the device; this rank cannot go on (its
 	// Shrink fails with it too), and its peers see it as ErrPeerFailed
 	// naming this rank.

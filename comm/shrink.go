@@ -109,6 +109,9 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	// failed goes no further: its peers learn that it failed (an abort
 	// notice of ErrPeerFailed), and it leaves (below).
 	devErr := deviceErr(c.devs)
+	if pe := (*engine.PeerError)(nil); devErr == nil && errors.As(c.eng.Err(), &pe) && pe.Rank == c.rank && errors.Is(pe.Err, ErrDeviceFailed) {
+		devErr = pe.Err // a connection its device failed (verbs: a port down, a dead device)
+	}
 	switch {
 	case devErr != nil:
 		c.eng.DeviceFailed(devErr)

@@ -551,11 +551,10 @@ func (e *Engine) step(p *Plan, call *Call) (progress bool, completed int, err er
 					return false, 0, err
 				}
 				if l.closed.Load() {
-					err = ErrPeerClosed
+					e.Abort(l.Peer, ErrPeerClosed)
 				} else {
-					err = fmt.Errorf("%w: %w", ErrPeerFailed, err)
+					e.blameLink(l, err)
 				}
-				e.Abort(l.Peer, err)
 				return false, 0, e.Err()
 			}
 			progress = progress || moved

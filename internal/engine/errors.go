@@ -17,7 +17,8 @@ var (
 	ErrProtocol   = errors.New("protocol violation")
 	ErrClosed     = errors.New("communicator closed")
 	// ErrDeviceFailed: this rank's own device failed (its completion
-	// queue, Device.Err), not a peer. Its peers see the rank as failed:
+	// queue, Device.Err; or a connection the transport failed for it,
+	// rdma.ErrDeviceFailed), not a peer. Its peers see the rank as failed:
 	// an abort notice carries it as ErrPeerFailed (noticeOf).
 	// (Its words name no rank: they follow the rank's number, in this
 	// rank's error and in its peers'.)

@@ -5,6 +5,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,4 +226,79 @@ func testFailedCQ(t *testing.T, idle bool) {
 	if err := dev.addLink(&Link{}); !errors.Is(err, errCQ) {
 		t.Fatalf("a new link on the device: %v, want the CQ's failure", err)
 	}
+}
+
+// localConn is a connection whose device fails it (verbs: a port that
+// stayed down, a dead device): fail records an error that wraps
+// rdma.ErrDeviceFailed, which Err reports, and closes the connection, so
+// that its posted receives come back flushed.
+type localConn struct {
+	rdma.Conn
+	err atomic.Pointer[error]
+}
+
+func (c *localConn) fail(err error) {
+	c.err.Store(&err)
+	c.Conn.Close()
+}
+
+func (c *localConn) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return c.Conn.Err()
+}
+
+// localDev hands out localConns (the dialed ones).
+type localDev struct {
+	rdma.Device
+	conns chan *localConn
+}
+
+func (d *localDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
+	c, err := d.Device.DialQP(ctx, addr, init)
+	if err != nil {
+		return nil, err
+	}
+	lc := &localConn{Conn: c}
+	d.conns <- lc
+	return lc, nil
+}
+
+// A connection that its transport failed because of this rank's own
+// device (Conn.Err wraps rdma.ErrDeviceFailed) fails this rank's Run with
+// a *PeerError naming this rank that wraps ErrDeviceFailed, not
+// ErrPeerFailed naming the healthy peer (as it did before), and the peer
+// hears of this rank's failure.
+func TestLocalConnFailureIsThisRanks(t *testing.T) {
+	ld := &localDev{conns: make(chan *localConn, 1)}
+	e := pairEnginesOn(t, "mem", LinkParams{Slots: 4, SlotBytes: 4096}, func(i int, d rdma.Device) rdma.Device {
+		if i == 0 {
+			return d
+		}
+		ld.Device = d
+		return ld
+	})
+	lc := <-ld.conns // rank 1's connection to rank 0
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	buf := make([]byte, 64)
+	p, c := sendPlan(1, false, len(buf), 0, buf) // rank 0 never sends
+	done := make(chan error, 1)
+	go func() { done <- e[1].Run(ctx, p, c, 0) }()
+	time.Sleep(50 * time.Millisecond)
+	portDown := fmt.Errorf("port 1 stayed down (test): %w", rdma.ErrDeviceFailed)
+	lc.fail(portDown)
+	err := <-done
+	var pe *PeerError
+	if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) || !errors.Is(err, portDown) {
+		t.Fatalf("rank 1's Run = %v; want a *PeerError naming rank 1 that wraps ErrDeviceFailed and the transport's error", err)
+	}
+	t.Logf("rank 1: %v", err)
+	p0, c0 := sendPlan(0, false, len(buf), 0, buf)
+	err = e[0].Run(ctx, p0, c0, 0)
+	if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrPeerFailed) {
+		t.Fatalf("rank 0's Run = %v; want a *PeerError naming rank 1 that wraps ErrPeerFailed", err)
+	}
+	t.Logf("rank 0: %v", err)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun-hpc/gorun/collectives"
+	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
 // fail records err (the first one wins) with the notice that passes it on
@@ -186,9 +187,20 @@ func (e *Engine) linkFailed(l *Link, err error, fromRecv bool) {
 		e.poke()
 		return
 	}
-	if errors.Is(err, ErrDeviceFailed) {
-		// This rank's device failed (Device.failCQ), not the peer: the
-		// failure is this rank's own, and its peers see it as failed.
+	e.blameLink(l, err)
+}
+
+// blameLink fails the engine for err, a failure of link l: the peer's
+// (ErrPeerFailed naming it), unless it is this rank's own device's (its
+// CQ failed, Device.failCQ; or the transport says so of the connection,
+// rdma.ErrDeviceFailed: a verbs device that died, a port that went
+// down), which is this rank's failure (DeviceFailed), and its peers see
+// it as failed.
+func (e *Engine) blameLink(l *Link, err error) {
+	if cerr := l.conn.Err(); cerr != nil && errors.Is(cerr, rdma.ErrDeviceFailed) && !errors.Is(err, rdma.ErrDeviceFailed) {
+		err = cerr // a post's error, say, that does not tell
+	}
+	if errors.Is(err, ErrDeviceFailed) || errors.Is(err, rdma.ErrDeviceFailed) {
 		e.DeviceFailed(err)
 		return
 	}

@@ -215,7 +215,7 @@ func (e *Engine) clearAhead(l *Link, p *Plan, pp *planPeer, ps *peerState, call 
 			return moved, err
 		}
 		if err := l.sendCtrl3(ctrlCTS, mr.RKey(), rdma.AddrOf(dst), directWant(len(dst), call.sig(o))); err != nil && !l.closed.Load() {
-			e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+			e.blameLink(l, err)
 			return moved, err
 		}
 		l.ctsSent++
@@ -412,7 +412,7 @@ func (e *Engine) sendCredits(l *Link) error {
 		if l.closed.Load() {
 			return nil
 		}
-		e.Abort(l.Peer, fmt.Errorf("%w: %w", ErrPeerFailed, err))
+		e.blameLink(l, err)
 		return err
 	}
 	return nil

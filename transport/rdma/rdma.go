@@ -140,6 +140,11 @@ var (
 	ErrQueueFull       = errors.New("work queue full")
 	ErrAuth            = errors.New("peer failed authentication")
 	ErrUnknownProvider = errors.New("unknown provider")
+	// ErrDeviceFailed is wrapped by Conn.Err and CQ.Err where this side's
+	// own device failed them (a device that died, a port that went down,
+	// a CQ that overran), not their peer: a user then blames its own
+	// rank, not the peer's (verbs' asynchronous events).
+	ErrDeviceFailed = errors.New("local device failed")
 )
 
 // OpError is the error type of this package and its providers.

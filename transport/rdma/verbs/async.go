@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
 // Asynchronous events (ibv_get_async_event). The device reports on its
@@ -175,7 +177,7 @@ func (r *asyncReader) run() {
 			return // closed
 		}
 		if cerr != nil {
-			failDevices(r.ctx, fmt.Errorf("%w: reading the device's events failed: %w", ErrAsyncEvent, cerr), 0)
+			failDevices(r.ctx, localErr{fmt.Errorf("%w: reading the device's events failed: %w", ErrAsyncEvent, cerr)}, 0)
 			return
 		}
 		typ, port := int(ev.typ), int(ev.port)
@@ -210,8 +212,22 @@ func asyncEventError(typ, port int) error {
 	case C.IBV_EVENT_PORT_ERR:
 		what = fmt.Sprintf("%s, port %d", what, port)
 	}
-	return fmt.Errorf("%w: %s (%s)", ErrAsyncEvent, name, what)
+	err := fmt.Errorf("%w: %s (%s)", ErrAsyncEvent, name, what)
+	switch typ {
+	case C.IBV_EVENT_CQ_ERR, C.IBV_EVENT_PORT_ERR, C.IBV_EVENT_DEVICE_FATAL:
+		err = localErr{err}
+	}
+	return err
 }
+
+// localErr is the failure of this side's device (a CQ, a port, the whole
+// device), which is no peer's doing: it is rdma.ErrDeviceFailed, in its
+// own words. A QP's event may be the peer's (a remote access error), so
+// it is not.
+type localErr struct{ error }
+
+func (e localErr) Is(target error) bool { return target == rdma.ErrDeviceFailed }
+func (e localErr) Unwrap() error        { return e.error }
 
 // dispatchAsync fails what the event names.
 func dispatchAsync(ctx *C.struct_ibv_context, typ, port int, tok uint64) {
