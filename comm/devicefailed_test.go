@@ -85,6 +85,46 @@ type failDev struct {
 	rdma.Device
 	cqs    chan *failCQ
 	failed error
+
+	mu    sync.Mutex
+	conns []*lostConn // the connections dialed and accepted, for lose
+}
+
+// lostConn is a connection that its transport can fail as verbs does
+// for a port that stayed down (lose): Err wraps rdma.ErrDeviceFailed.
+type lostConn struct {
+	rdma.Conn
+	err atomic.Pointer[error]
+}
+
+func (c *lostConn) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return c.Conn.Err()
+}
+
+// track keeps c for lose.
+func (d *failDev) track(c rdma.Conn, err error) (rdma.Conn, error) {
+	if err != nil {
+		return nil, err
+	}
+	lc := &lostConn{Conn: c}
+	d.mu.Lock()
+	d.conns = append(d.conns, lc)
+	d.mu.Unlock()
+	return lc, nil
+}
+
+// lose fails every connection of the device with err (which wraps
+// rdma.ErrDeviceFailed), closing it so that its receives are flushed.
+func (d *failDev) lose(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.err.Store(&err)
+		c.Conn.Close()
+	}
 }
 
 func (d *failDev) CreateCQ(depth int) (rdma.CQ, error) {
@@ -110,7 +150,7 @@ func innerInit(init rdma.QPInit) rdma.QPInit {
 }
 
 func (d *failDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	return d.Device.DialQP(ctx, addr, innerInit(init))
+	return d.track(d.Device.DialQP(ctx, addr, innerInit(init)))
 }
 
 func (d *failDev) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
@@ -118,13 +158,16 @@ func (d *failDev) Listen(ctx context.Context, addr string) (rdma.Listener, error
 	if err != nil {
 		return nil, err
 	}
-	return failListener{ln}, nil
+	return failListener{ln, d}, nil
 }
 
-type failListener struct{ rdma.Listener }
+type failListener struct {
+	rdma.Listener
+	d *failDev
+}
 
 func (l failListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
-	return l.Listener.AcceptQP(ctx, innerInit(init))
+	return l.d.track(l.Listener.AcceptQP(ctx, innerInit(init)))
 }
 
 // failingDevices makes the devices that rank opens from now until the test
@@ -133,15 +176,24 @@ func (l failListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn
 // comm's test binary has none of its own); their CQs come on the channel
 // returned.
 func failingDevices(t *testing.T, rank int, failed error) <-chan *failCQ {
+	cqs, _ := failingDevs(t, rank, failed)
+	return cqs
+}
+
+// failingDevs is failingDevices that also sends the devices made.
+func failingDevs(t *testing.T, rank int, failed error) (<-chan *failCQ, <-chan *failDev) {
 	if rdma.LookupWrapper("faulty") != nil {
 		t.Skip("faulty is linked into this binary")
 	}
 	cqs := make(chan *failCQ, 4)
+	devs := make(chan *failDev, 4)
 	rdma.RegisterWrapper("faulty", func(dev rdma.Device, spec string, r int) (rdma.Device, error) {
 		if r != rank {
 			return dev, nil
 		}
-		return &failDev{Device: dev, cqs: cqs, failed: failed}, nil
+		d := &failDev{Device: dev, cqs: cqs, failed: failed}
+		devs <- d
+		return d, nil
 	})
 	old := osGetenv
 	osGetenv = func(k string) string {
@@ -154,7 +206,7 @@ func failingDevices(t *testing.T, rank int, failed error) <-chan *failCQ {
 		osGetenv = old
 		rdma.RegisterWrapper("faulty", nil)
 	})
-	return cqs
+	return cqs, devs
 }
 
 // checkOwnDevice fails t unless err is rank's own device failure: a
@@ -285,4 +337,61 @@ func TestConnectOnFailedDevice(t *testing.T) {
 	if !errors.As(errs[0], &re) || re.Rank != 1 {
 		t.Fatalf("rank 0's Init: %v; want an error naming rank 1", errs[0])
 	}
+}
+
+// A rank whose connections its transport failed for its own device (a
+// verbs port that stayed down: Conn.Err wraps rdma.ErrDeviceFailed; its
+// CQ is fine) fails its operations with ErrDeviceFailed naming itself,
+// and its Shrink says it cannot continue, as for a failed CQ above; the
+// others shrink without it. Before, its AllReduce blamed a healthy peer
+// (ErrPeerFailed), and its Shrink went on to agree on a world without
+// that peer.
+func TestShrinkAfterOwnPortDown(t *testing.T) {
+	_, devs := failingDevs(t, 0, nil)
+	cs, errs, _ := initRanks(t, 3, func(int) []Option { return nil })
+	mustAll(t, "init", errs)
+	var d *failDev
+	select {
+	case d = <-devs:
+	default:
+		t.Fatal("rank 0 opened no device through the hook")
+	}
+	ctx, cancel := context.WithTimeout(initTestCtx(t), 60*time.Second)
+	defer cancel()
+	down := fmt.Errorf("port 1 stayed down (test): %w", rdma.ErrDeviceFailed)
+	buf := make([]float64, 64)
+	done := make(chan error, 1)
+	go func() { done <- AllReduce(ctx, cs[0], buf, buf, Sum) }() // the others do not join it
+	time.Sleep(100 * time.Millisecond)
+	d.lose(down)
+	own := func(what string, err error) {
+		t.Helper()
+		var re *RankError
+		if !errors.As(err, &re) || re.Rank != 0 || !errors.Is(err, ErrDeviceFailed) || !errors.Is(err, down) || errors.Is(err, ErrPeerFailed) {
+			t.Fatalf("%s: %v; want a *RankError naming rank 0 that wraps ErrDeviceFailed and the port's failure, not ErrPeerFailed", what, err)
+		}
+	}
+	own("rank 0's AllReduce", <-done)
+	sub, err := cs[0].Shrink(ctx)
+	if sub != nil {
+		sub.Close()
+		t.Fatalf("rank 0 shrank to rank %d of %d", sub.Rank(), sub.Size())
+	}
+	own("rank 0's Shrink", err)
+	if !strings.Contains(err.Error(), "cannot continue") {
+		t.Fatalf("rank 0's Shrink: %v; want it to say that this rank cannot continue", err)
+	}
+	t.Logf("rank 0's Shrink: %v", err)
+	mustAll(t, "the survivors", onAll(cs[1:], func(c *Comm) error {
+		sub, err := c.Shrink(ctx)
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		x := []float64{1}
+		if err := AllReduce(ctx, sub, x, x, Sum); err != nil || sub.Size() != 2 || x[0] != 2 {
+			return fmt.Errorf("after Shrink to %d ranks: AllReduce %v, sum %v (want 2 ranks, sum 2)", sub.Size(), err, x[0])
+		}
+		return nil
+	}))
 }
