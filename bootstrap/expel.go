@@ -364,8 +364,8 @@ func (n *Node) tellUnflagged() {
 	w := n.world
 	var qs []peer
 	n.viewMu.Lock()
-	for name, held := range n.behind {
-		if q, ok := n.peers[name]; ok && !q.meta.Behind && n.ofJob(q) && n.tellsLocked(held) {
+	for name, e := range n.behind {
+		if q, ok := n.peers[name]; ok && !q.meta.Behind && n.ofJob(q) && n.tellsLocked(e.held) {
 			qs = append(qs, q)
 		}
 	}
@@ -408,8 +408,8 @@ func (n *Node) keepTelling() (stop func()) {
 func (n *Node) backInView(q peer) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if held, ok := n.behind[q.name]; ok {
-		n.tellRunningLocked(held, []peer{q})
+	if e, ok := n.behind[q.name]; ok {
+		n.tellRunningLocked(e.held, []peer{q})
 	}
 }
 

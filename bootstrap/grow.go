@@ -248,7 +248,7 @@ func (n *Node) Joiners() int {
 // admits what Joiners counts.
 func (n *Node) wentOnWithout() func(q peer) bool {
 	n.mu.Lock()
-	var behind map[string]map[string]int
+	var behind map[string]leftOut
 	if !n.overtakenLocked() {
 		behind = maps.Clone(n.behind)
 	}

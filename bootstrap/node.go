@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,10 +115,10 @@ type Node struct {
 	// on without, not a joiner, unless a world the job may go on in rather
 	// than this node's runs without it (runs: the world each node told
 	// this one it runs without it, msgRunning, by sender; expel.go). Each
-	// maps to the last world this node held with it (that world's
-	// inWorld, shared and never written), which names the members that
-	// know it is behind (tellsLocked).
-	behind   map[string]map[string]int
+	// maps to the last world this node held with it (leftOut). Entries
+	// that can no longer matter are dropped at each install
+	// (pruneBehindLocked, behind.go).
+	behind   map[string]leftOut
 	runs     map[string]World
 	failures chan Failure
 	closed   bool
@@ -203,7 +204,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		taken:    make(map[string]bool),
 		lost:     make(map[string]bool),
 		calling:  make(map[string]bool),
-		behind:   make(map[string]map[string]int),
+		behind:   make(map[string]leftOut),
 		runs:     make(map[string]World),
 		failures: make(chan Failure, cfg.Size),
 
@@ -312,6 +313,20 @@ func nodeName(rank int) string {
 		r = "r" + strconv.Itoa(rank)
 	}
 	return r + "-" + hex.EncodeToString(b[:])
+}
+
+// startedRank is the rank a node named name (nodeName) was started with
+// (Config.Rank), or -1: started without one, or not a name nodeName made.
+func startedRank(name string) int {
+	digits, _, ok := strings.Cut(name, "-")
+	if !ok || len(digits) < 2 || digits[0] != 'r' {
+		return -1
+	}
+	r, err := strconv.Atoi(digits[1:])
+	if err != nil || r < 0 {
+		return -1
+	}
+	return r
 }
 
 // Addr is the gossip address (host:port) other ranks can use as a seed.
@@ -544,10 +559,11 @@ func (n *Node) install(w World) {
 	var left []string // members of the world before that w leaves out (expel.go)
 	for name := range before {
 		if _, in := n.inWorld[name]; !in && name != n.name {
-			n.behind[name] = before
+			n.behind[name] = leftOut{held: before, at: w.Epoch}
 			left = append(left, name)
 		}
 	}
+	n.pruneBehindLocked()
 	n.viewMu.Lock()
 	var tell []peer // of left, those in the view
 	for _, name := range left {

@@ -1,0 +1,102 @@
+package bootstrap
+
+// The processes the job went on without (behind; expel.go): how long a
+// node remembers them.
+//
+// A long elastic job leaves a process behind at every failure: the
+// survivors' Shrink leaves it out, and its restart, a new process under a
+// new name, is admitted by their Grow. Kept for good, the entries grew
+// without bound, each holding the inWorld map of the world it was left
+// out of: 3 MB after 10,000 restarts of a 4-rank job (TestBehindStaysBounded).
+// So each install drops the entries that cannot matter any more
+// (pruneBehindLocked).
+
+import (
+	"cmp"
+	"slices"
+)
+
+// leftOut is an entry of behind: a member of a world this node held that
+// a later world it installed left out.
+type leftOut struct {
+	// held is the last world this node held with it (that world's
+	// inWorld, shared and never written), which names the members that
+	// know it is behind (tellsLocked).
+	held map[string]int
+	at   uint32 // the epoch of the world that left it out
+}
+
+// pruneBehindLocked drops the entries of behind that cannot matter any
+// more. An entry is read only for a node in the view: Joiners and
+// growTable leave it out, backInView and tellUnflagged tell it. So an
+// entry goes:
+//
+//   - once its node is found gone (gone: a refused port, a restart at its
+//     address, a witness, Expel): the view never takes it again
+//     (delegate.update), so nothing would read the entry;
+//   - once its node is out of the view and a member of the current world
+//     was started with its rank (Config.Rank, in its name: startedRank), a
+//     restart of it: gorun restarts a rank when its process ended. Should
+//     it live (frozen or cut off) and come back, Joiners does not count
+//     it, a member of the world holding its rank, nor does a Grow admit it
+//     (growTable gives the rank to the member); its own agreement learns
+//     from a push/pull or its msgAsk that the job went on (ErrExpelled).
+//     Only the tell when it comes back is lost, and with it the Behind
+//     flag the tell makes it set: should the member holding its rank
+//     leave too while it is back, it counts as a joiner here, as it does
+//     on a rank admitted later, until it leaves (its own Shrink or Grow
+//     fails with ErrExpelled, and its application exits);
+//   - beyond maxBehind entries of nodes out of the view, the ones left out
+//     earliest (then by name, so that members that held the same worlds
+//     keep the same ones). Once superseded entries go, the ranked
+//     processes out of the view are one per rank no member holds (a
+//     rank's next process enters a world only once the last one left
+//     it), but for one that was in the view when its rank's restart was
+//     admitted; so this bounds the processes started without a rank
+//     (Config.Rank -1), which nothing supersedes. Such a process, left
+//     out more than maxBehind processes ago and back in the view, counts
+//     as a joiner here until a member that still knows it tells it and
+//     its meta says Behind, as it does on a rank admitted later.
+//
+// A node in the view keeps its entry: it is a live process, and the
+// entry is what keeps it out of the tables until its meta says Behind.
+// n.mu is held.
+func (n *Node) pruneBehindLocked() {
+	if len(n.behind) == 0 {
+		return
+	}
+	ranks := make(map[int]bool, len(n.world.Members)) // the started ranks of the world's members
+	for _, m := range n.world.Members {
+		if r := startedRank(m.Name); r >= 0 {
+			ranks[r] = true
+		}
+	}
+	var out []string // nodes out of the view that no rule dropped
+	n.viewMu.Lock()
+	for name := range n.behind {
+		_, seen := n.peers[name]
+		switch r := startedRank(name); {
+		case n.gone[name]:
+			delete(n.behind, name)
+		case seen:
+		case r >= 0 && ranks[r]:
+			delete(n.behind, name)
+		default:
+			out = append(out, name)
+		}
+	}
+	n.viewMu.Unlock()
+	if extra := len(out) - n.maxBehind(); extra > 0 {
+		slices.SortFunc(out, func(a, b string) int {
+			return cmp.Or(cmp.Compare(n.behind[a].at, n.behind[b].at), cmp.Compare(a, b))
+		})
+		for _, name := range out[:extra] {
+			delete(n.behind, name)
+		}
+	}
+}
+
+// maxBehind is the most entries of behind pruneBehindLocked keeps for
+// nodes out of the view: as many as the job has ranks at most, which the
+// ranked processes out of the view never exceed.
+func (n *Node) maxBehind() int { return max(n.cfg.Size, n.cfg.MaxSize) }
