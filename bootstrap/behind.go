@@ -100,3 +100,58 @@ func (n *Node) pruneBehindLocked() {
 // nodes out of the view: as many as the job has ranks at most, which the
 // ranked processes out of the view never exceed.
 func (n *Node) maxBehind() int { return max(n.cfg.Size, n.cfg.MaxSize) }
+
+// retellLocked tells the node name, a node behind that this node told it
+// runs a world without it (tellRunningLocked), the same again, in the
+// background, until it says it knows: a tell is one stream, and one lost
+// (a failed dial, the node busy or cut off again for a moment) left it
+// untold until something else told it, a Grow (keepTelling) or its own
+// agreement (msgAsk), its meta never saying Behind, so that a rank
+// admitted later counted it as a joiner. The tells stop once its meta
+// says Behind (it knows: heardRunning, markBehind), once it leaves the
+// view (backInView tells it again when it is back) or says it leaves, once
+// this node no longer tells it (tellsLocked: its entry pruned, or this
+// node on the side of a partition that does not go on) and when this node
+// closes. The period doubles from tellEvery up to tellEveryMax, as a
+// Grow's does (keepTelling); one goroutine per node told. n.mu is held.
+func (n *Node) retellLocked(name string) {
+	if n.closed || n.retelling[name] {
+		return
+	}
+	n.retelling[name] = true
+	n.wg.Add(1) // shutdown sets closed under mu before it waits
+	go func() {
+		defer n.wg.Done()
+		for wait := tellEvery; n.sleep(wait); wait = min(2*wait, tellEveryMax) {
+			n.mu.Lock()
+			w, q, ok := n.untoldLocked(name)
+			if !ok {
+				delete(n.retelling, name) // with the test, under mu: a node back in the view is told again (backInView)
+			}
+			n.mu.Unlock()
+			if !ok {
+				return
+			}
+			n.sendRunning(w, []peer{q})
+		}
+	}()
+}
+
+// untoldLocked says whether this node still tells name, a node behind
+// (retellLocked): its teller, it is in the view and of the job, its meta
+// does not say Behind, and this node is not on the side of a partition
+// that does not go on. It returns the world to tell and the node's peer.
+// n.mu is held.
+func (n *Node) untoldLocked(name string) (World, peer, bool) {
+	e, ok := n.behind[name]
+	if !ok || n.closed || !n.formed || n.overtakenLocked() || !n.tellsLocked(e.held) {
+		return World{}, peer{}, false
+	}
+	n.viewMu.Lock()
+	q, seen := n.peers[name]
+	n.viewMu.Unlock()
+	if !seen || q.meta.Behind || !n.ofJob(q) {
+		return World{}, peer{}, false
+	}
+	return n.world, q, true
+}

@@ -22,7 +22,8 @@ package bootstrap
 // members it found gone (node.go shutdown). Without the last, it agreed on
 // a world of itself once they had all left. And a member whose world left
 // it out tells it msgRunning, unasked, when it comes back into the
-// member's view (tellRunningLocked).
+// member's view (tellRunningLocked), and again until its meta says it
+// knows (retellLocked, behind.go).
 //
 // Until it finds out, it gossips as a live node of the job that is not a
 // member of their world, which is how a joiner looks. It is none: a member
@@ -265,10 +266,14 @@ func (n *Node) heardLeavingLocked(m message) {
 // which side goes on, and counts this side's ranks as joiners if this side
 // does (Joiners). held is the last world this node held with them (a
 // value of behind): only its tellers tell (tellsLocked), over a stream, in
-// the background. n.mu is held.
+// the background, and again until it says it knows (retellLocked). n.mu
+// is held.
 func (n *Node) tellRunningLocked(held map[string]int, qs []peer) {
 	if n.tellsLocked(held) {
 		n.sendRunningLocked(qs)
+		for _, q := range qs {
+			n.retellLocked(q.name)
+		}
 	}
 }
 
@@ -316,7 +321,7 @@ func (n *Node) sendRunning(w World, qs []peer) {
 	m := message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)}
 	for _, q := range qs {
 		if tellLost == nil || !tellLost(n, q.name) {
-			n.sendStream(q.name, q.addr, m) // a loss is repaired by the next tell (keepTelling), or when it is back in the view
+			n.sendStream(q.name, q.addr, m) // a loss is repaired by the next tell (retellLocked, keepTelling)
 		}
 	}
 }
@@ -335,7 +340,8 @@ func (n *Node) sendStream(name, addr string, m message) {
 
 // tellLost, if set, says whether the msgRunning that n is about to send
 // (or relay: relaySplit) to the node named to is lost (a hook for tests:
-// TestGrowTellsAgainWhenTheTellIsLost, TestSplitReachesEveryMemberOfTheSide).
+// TestGrowTellsAgainWhenTheTellIsLost, TestSplitReachesEveryMemberOfTheSide,
+// TestBackInViewTellsAgainWhenTheTellIsLost).
 var tellLost func(n *Node, to string) bool
 
 // tellers is how many members, those of the lowest ranks that know, tell
@@ -351,9 +357,10 @@ const tellers = askFanout
 // streams are sent. A Grow calls it (keepTelling): its table leaves such
 // a node out (growTable), and a member admitted later, which never held a
 // world with it, leaves it out only once its meta says so. The tellers
-// tell it when it comes back (backInView), but that word can be lost: the
-// members' tables differed, and the Grow waited until their contexts
-// ended. Its cost is a stream per teller, per round, only while such a
+// tell it when it comes back (backInView), and again while it does not
+// say it knows (retellLocked), but a Grow may begin before a word gets
+// through, the period of those tells grown to seconds: the members'
+// tables differed, and the Grow waited until their contexts ended. Its cost is a stream per teller, per round, only while such a
 // node is unflagged.
 func (n *Node) tellUnflagged() {
 	n.mu.Lock()

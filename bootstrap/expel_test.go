@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -549,4 +550,90 @@ func TestTellersKnowTheNodeBehind(t *testing.T) {
 			t.Errorf("world %v: tells %v, want %v", tc.world, got, tc.tells)
 		}
 	}
+}
+
+// A process the job went on without comes back into the members' view and
+// their tell (tellRunningLocked) is lost, each teller's first (tellLost: a
+// failed stream, the node busy). No Grow runs to tell it again
+// (keepTelling), and it calls nothing that would ask. The tellers tell it
+// again until it says it knows (meta.Behind); before, it was told once,
+// never flagged itself, and a rank admitted later counted it as a joiner.
+// Once it says so, they stop. And a node that never takes the tell is told
+// until it leaves the view, then no more.
+func TestBackInViewTellsAgainWhenTheTellIsLost(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lost func(first bool) bool // whether a tell is lost, the first of its teller or not
+	}{
+		{"first-lost", func(first bool) bool { return first }},
+		{"all-lost", func(bool) bool { return true }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const victim = 2
+			var (
+				told sync.Map     // teller → it told once
+				lost atomic.Int32 // tells lost
+			)
+			tellLost = func(n *Node, to string) bool {
+				_, again := told.LoadOrStore(n.Name(), true)
+				if c.lost(!again) {
+					lost.Add(1)
+					return true
+				}
+				return false
+			}
+			t.Cleanup(func() { tellLost = nil }) // every node of the test is closed by then
+			nw := NewMemNetwork()
+			nodes := startWorld(t, "back-lost-"+c.name, 3, func(_ int, c *Config) { c.Network = nw })
+			old := nodes[victim]
+			nw.Cut(old.Addr(), true)
+			survivors := nodes[:victim]
+			shrinkAll(t, survivors, 20*time.Second)
+			nw.Cut(old.Addr(), false)
+			waitInView(t, survivors, old.Name(), 20*time.Second)
+			if c.name == "first-lost" {
+				deadline := time.Now().Add(10 * time.Second)
+				for !flaggedBehind(old) && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if !flaggedBehind(old) {
+					t.Fatalf("rank %d, left behind and back in the view: not told that the job went on without it within 10 s (%d tells lost)", victim, lost.Load())
+				}
+				if lost.Load() == 0 {
+					t.Fatal("no tell was lost: the test did not stage what it tests")
+				}
+				waitFlaggedBehind(t, survivors, old.Name(), 10*time.Second)
+			} else {
+				time.Sleep(time.Second) // tells, all lost
+				if lost.Load() < 2*int32(len(survivors)) {
+					t.Fatalf("%d tells lost in 1 s after rank %d came back; want each teller's tells repeated", lost.Load(), victim)
+				}
+				old.Close() // it leaves the view
+			}
+			deadline := time.Now().Add(10 * time.Second) // the tellers' next round: at most tellEveryMax
+			for _, n := range survivors {
+				for retelling(n) > 0 && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if k := retelling(n); k > 0 {
+					t.Errorf("%s still tells %d nodes again 10 s after rank %d flagged itself or left", n.Name(), k, victim)
+				}
+			}
+		})
+	}
+}
+
+// flaggedBehind says whether n's own meta says that the job went on
+// without it (markBehind).
+func flaggedBehind(n *Node) bool {
+	n.metaMu.Lock()
+	defer n.metaMu.Unlock()
+	return n.meta.Behind
+}
+
+// retelling is how many nodes behind n tells again (retellLocked).
+func retelling(n *Node) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.retelling)
 }

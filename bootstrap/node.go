@@ -131,6 +131,10 @@ type Node struct {
 	// abandoned: the members of the world, or of the world this node is
 	// locked on, that gave up on it (abandon.go); each is also in leaving.
 	abandoned map[string]*AbandonError
+	// retelling: the nodes behind that this node tells again, each by a
+	// goroutine of its own, until they say they know (retellLocked,
+	// behind.go).
+	retelling map[string]bool
 
 	// agreement state, by epoch (see agree.go)
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
@@ -210,6 +214,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 
 		formLosses: make(map[string]*formLoss),
 		abandoned:  make(map[string]*AbandonError),
+		retelling:  make(map[string]bool),
 
 		proposals: make(map[uint32]map[string][digestLen]byte),
 		acks:      make(map[uint32]map[string][digestLen]byte),
