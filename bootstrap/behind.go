@@ -1,15 +1,16 @@
 package bootstrap
 
 // The processes the job went on without (behind; expel.go): how long a
-// node remembers them.
+// node remembers them, and how it tells them.
 //
 // A long elastic job leaves a process behind at every failure: the
 // survivors' Shrink leaves it out, and its restart, a new process under a
 // new name, is admitted by their Grow. Kept for good, the entries grew
 // without bound, each holding the inWorld map of the world it was left
-// out of: 3 MB after 10,000 restarts of a 4-rank job (TestBehindStaysBounded).
-// So each install drops the entries that cannot matter any more
-// (pruneBehindLocked).
+// out of: 3 MB after 10,000 restarts of a 4-rank job
+// (TestBehindStaysBounded). So each install drops the entries that cannot
+// matter any more (pruneBehindLocked). A node told once that the job went
+// on without it is told again until it says it knows (retellLocked).
 
 import (
 	"cmp"
@@ -97,8 +98,9 @@ func (n *Node) pruneBehindLocked() {
 }
 
 // maxBehind is the most entries of behind pruneBehindLocked keeps for
-// nodes out of the view: as many as the job has ranks at most, which the
-// ranked processes out of the view never exceed.
+// nodes out of the view: as many as the job may have ranks, which the
+// ranked processes out of the view reach only with those that were in
+// the view when a restart of their rank was admitted.
 func (n *Node) maxBehind() int { return max(n.cfg.Size, n.cfg.MaxSize) }
 
 // retellLocked tells the node name, a node behind that this node told it
@@ -126,7 +128,7 @@ func (n *Node) retellLocked(name string) {
 			n.mu.Lock()
 			w, q, ok := n.untoldLocked(name)
 			if !ok {
-				delete(n.retelling, name) // with the test, under mu: a node back in the view is told again (backInView)
+				delete(n.retelling, name) // in the test's critical section: a backInView before it finds this goroutine telling, one after it starts another
 			}
 			n.mu.Unlock()
 			if !ok {
