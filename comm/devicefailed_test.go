@@ -5,193 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gorun-hpc/gorun/internal/devfault"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 )
 
-// failCQ wraps a provider's CQ. Once failed it is what verbs makes of a CQ
-// after IBV_EVENT_CQ_ERR (an overrun that lost completions): Poll finds
-// nothing, Arm sends its token at once, Err says why. (A copy of
-// internal/engine's failingCQ, whose test package comm cannot import.)
-type failCQ struct {
-	rdma.CQ
-	notify    chan struct{}
-	err       atomic.Pointer[error]
-	stop      chan struct{}
-	closeOnce sync.Once
-}
-
-func newFailCQ(inner rdma.CQ) *failCQ {
-	q := &failCQ{CQ: inner, notify: make(chan struct{}, 1), stop: make(chan struct{})}
-	go func() {
-		for {
-			select {
-			case <-inner.Notify():
-				q.token()
-			case <-q.stop:
-				return
-			}
-		}
-	}()
-	return q
-}
-
-func (q *failCQ) token() {
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (q *failCQ) fail(err error) { q.err.Store(&err); q.token() }
-
-func (q *failCQ) Poll(wcs []rdma.WC) int {
-	if q.err.Load() != nil {
-		return 0
-	}
-	return q.CQ.Poll(wcs)
-}
-
-func (q *failCQ) Arm() {
-	if q.err.Load() != nil {
-		q.token()
-		return
-	}
-	q.CQ.Arm()
-}
-
-func (q *failCQ) Notify() <-chan struct{} { return q.notify }
-
-func (q *failCQ) Err() error {
-	if p := q.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (q *failCQ) Close() error {
-	q.closeOnce.Do(func() { close(q.stop) })
-	return q.CQ.Close()
-}
-
-// failDev makes its CQs failCQs (sent on cqs), failed from the start with
-// failed if it is not nil, and hands the provider its own CQs where
-// connections name ours.
-type failDev struct {
-	rdma.Device
-	cqs    chan *failCQ
-	failed error
-
-	mu    sync.Mutex
-	conns []*lostConn // the connections dialed and accepted, for lose
-}
-
-// lostConn is a connection that its transport can fail as verbs does
-// for a port that stayed down (lose): Err wraps rdma.ErrDeviceFailed.
-type lostConn struct {
-	rdma.Conn
-	err atomic.Pointer[error]
-}
-
-func (c *lostConn) Err() error {
-	if p := c.err.Load(); p != nil {
-		return *p
-	}
-	return c.Conn.Err()
-}
-
-// track keeps c for lose.
-func (d *failDev) track(c rdma.Conn, err error) (rdma.Conn, error) {
-	if err != nil {
-		return nil, err
-	}
-	lc := &lostConn{Conn: c}
-	d.mu.Lock()
-	d.conns = append(d.conns, lc)
-	d.mu.Unlock()
-	return lc, nil
-}
-
-// lose fails every connection of the device with err (which wraps
-// rdma.ErrDeviceFailed), closing it so that its receives are flushed.
-func (d *failDev) lose(err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		c.err.Store(&err)
-		c.Conn.Close()
-	}
-}
-
-func (d *failDev) CreateCQ(depth int) (rdma.CQ, error) {
-	inner, err := d.Device.CreateCQ(depth)
-	if err != nil {
-		return nil, err
-	}
-	q := newFailCQ(inner)
-	if d.failed != nil {
-		q.fail(d.failed)
-	}
-	d.cqs <- q
-	return q, nil
-}
-
-func innerInit(init rdma.QPInit) rdma.QPInit {
-	for _, p := range []*rdma.CQ{&init.SendCQ, &init.RecvCQ} {
-		if q, ok := (*p).(*failCQ); ok {
-			*p = q.CQ
-		}
-	}
-	return init
-}
-
-func (d *failDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	return d.track(d.Device.DialQP(ctx, addr, innerInit(init)))
-}
-
-func (d *failDev) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
-	ln, err := d.Device.Listen(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	return failListener{ln, d}, nil
-}
-
-type failListener struct {
-	rdma.Listener
-	d *failDev
-}
-
-func (l failListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
-	return l.d.track(l.Listener.AcceptQP(ctx, innerInit(init)))
-}
-
-// failingDevices makes the devices that rank opens from now until the test
-// ends failDevs (failed from the start with failed, if not nil), through
-// the GORUN_FAULT hook (withFault, which takes the "faulty" wrapper:
-// comm's test binary has none of its own); their CQs come on the channel
-// returned.
-func failingDevices(t *testing.T, rank int, failed error) <-chan *failCQ {
+// failingDevices makes the devices that rank opens from now until the
+// test ends devfault.Devices (their CQs failed from the start with failed,
+// if not nil), through the GORUN_FAULT hook (withFault, which takes the
+// "faulty" wrapper: comm's test binary has none of its own); their CQs
+// come on the channel returned.
+func failingDevices(t *testing.T, rank int, failed error) <-chan *devfault.CQ {
 	cqs, _ := failingDevs(t, rank, failed)
 	return cqs
 }
 
 // failingDevs is failingDevices that also sends the devices made.
-func failingDevs(t *testing.T, rank int, failed error) (<-chan *failCQ, <-chan *failDev) {
+func failingDevs(t *testing.T, rank int, failed error) (<-chan *devfault.CQ, <-chan *devfault.Device) {
 	if rdma.LookupWrapper("faulty") != nil {
 		t.Skip("faulty is linked into this binary")
 	}
-	cqs := make(chan *failCQ, 4)
-	devs := make(chan *failDev, 4)
+	cqs := make(chan *devfault.CQ, 4)
+	devs := make(chan *devfault.Device, 4)
 	rdma.RegisterWrapper("faulty", func(dev rdma.Device, spec string, r int) (rdma.Device, error) {
 		if r != rank {
 			return dev, nil
 		}
-		d := &failDev{Device: dev, cqs: cqs, failed: failed}
+		d := &devfault.Device{Device: dev, CQs: cqs, Failed: failed}
 		devs <- d
 		return d, nil
 	})
@@ -247,7 +89,7 @@ func TestDeviceFailureIsThisRanks(t *testing.T) {
 	buf := make([]float32, 1024)
 	req := IAllReduce(ctx, cs[0], buf, buf, Sum) // ranks 1 and 2 do not join it yet
 	cause := errors.New("the CQ overran (test)")
-	cq.fail(cause)
+	cq.Fail(cause)
 	err := req.Wait(ctx)
 	checkOwnDevice(t, "rank 0's pending IAllReduce", err, 0, cause)
 	t.Logf("rank 0: %v", err)
@@ -272,7 +114,7 @@ func TestShrinkAfterOwnDeviceFailed(t *testing.T) {
 	cqs := failingDevices(t, 0, nil)
 	cs, errs, _ := initRanks(t, 3, func(int) []Option { return nil })
 	mustAll(t, "init", errs)
-	var cq *failCQ
+	var cq *devfault.CQ
 	select {
 	case cq = <-cqs:
 	default:
@@ -281,7 +123,7 @@ func TestShrinkAfterOwnDeviceFailed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(initTestCtx(t), 60*time.Second)
 	defer cancel()
 	cause := errors.New("the CQ overran (test)")
-	cq.fail(cause)
+	cq.Fail(cause)
 	buf := make([]float64, 64)
 	checkOwnDevice(t, "rank 0's AllReduce", AllReduce(ctx, cs[0], buf, buf, Sum), 0, cause)
 	start := time.Now()
@@ -350,7 +192,7 @@ func TestShrinkAfterOwnPortDown(t *testing.T) {
 	_, devs := failingDevs(t, 0, nil)
 	cs, errs, _ := initRanks(t, 3, func(int) []Option { return nil })
 	mustAll(t, "init", errs)
-	var d *failDev
+	var d *devfault.Device
 	select {
 	case d = <-devs:
 	default:
@@ -363,7 +205,7 @@ func TestShrinkAfterOwnPortDown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- AllReduce(ctx, cs[0], buf, buf, Sum) }() // the others do not join it
 	time.Sleep(100 * time.Millisecond)
-	d.lose(down)
+	d.Lose(down)
 	own := func(what string, err error) {
 		t.Helper()
 		var re *RankError

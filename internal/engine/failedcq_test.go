@@ -7,129 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gorun-hpc/gorun/internal/devfault"
 	"github.com/gorun-hpc/gorun/transport/rdma"
 	_ "github.com/gorun-hpc/gorun/transport/rdma/mem"
 )
-
-// failingCQ wraps a provider's CQ. Once failed (fail) it is what verbs
-// makes of a CQ after IBV_EVENT_CQ_ERR, an overrun that lost every
-// completion: Poll finds nothing, Arm sends its token at once, Err says
-// why. It counts the Polls and Arms it gets after the failure.
-type failingCQ struct {
-	rdma.CQ
-	notify    chan struct{} // the provider's tokens, relayed, and the failure's
-	err       atomic.Pointer[error]
-	after     atomic.Int64 // Polls and Arms since fail
-	stop      chan struct{}
-	closeOnce sync.Once
-}
-
-func newFailingCQ(inner rdma.CQ) *failingCQ {
-	q := &failingCQ{CQ: inner, notify: make(chan struct{}, 1), stop: make(chan struct{})}
-	go func() {
-		for {
-			select {
-			case <-inner.Notify():
-				q.token()
-			case <-q.stop:
-				return
-			}
-		}
-	}()
-	return q
-}
-
-func (q *failingCQ) token() {
-	select {
-	case q.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (q *failingCQ) fail(err error) {
-	q.err.Store(&err)
-	q.token()
-}
-
-func (q *failingCQ) Poll(wcs []rdma.WC) int {
-	if q.err.Load() != nil {
-		q.after.Add(1)
-		return 0
-	}
-	return q.CQ.Poll(wcs)
-}
-
-func (q *failingCQ) Arm() {
-	if q.err.Load() != nil {
-		q.after.Add(1)
-		q.token()
-		return
-	}
-	q.CQ.Arm()
-}
-
-func (q *failingCQ) Notify() <-chan struct{} { return q.notify }
-
-func (q *failingCQ) Err() error {
-	if p := q.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (q *failingCQ) Close() error {
-	q.closeOnce.Do(func() { close(q.stop) })
-	return q.CQ.Close()
-}
-
-// failingDev makes its CQs failingCQs, and hands the provider its own
-// CQs when connections name ours.
-type failingDev struct {
-	rdma.Device
-	cqs chan *failingCQ
-}
-
-func (d *failingDev) CreateCQ(depth int) (rdma.CQ, error) {
-	inner, err := d.Device.CreateCQ(depth)
-	if err != nil {
-		return nil, err
-	}
-	q := newFailingCQ(inner)
-	d.cqs <- q
-	return q, nil
-}
-
-func unwrapInit(init rdma.QPInit) rdma.QPInit {
-	for _, p := range []*rdma.CQ{&init.SendCQ, &init.RecvCQ} {
-		if q, ok := (*p).(*failingCQ); ok {
-			*p = q.CQ
-		}
-	}
-	return init
-}
-
-func (d *failingDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	return d.Device.DialQP(ctx, addr, unwrapInit(init))
-}
-
-func (d *failingDev) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
-	ln, err := d.Device.Listen(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	return failingListener{ln}, nil
-}
-
-type failingListener struct{ rdma.Listener }
-
-func (l failingListener) AcceptQP(ctx context.Context, init rdma.QPInit) (rdma.Conn, error) {
-	return l.Listener.AcceptQP(ctx, unwrapInit(init))
-}
 
 // A CQ that fails (verbs: IBV_EVENT_CQ_ERR, an overrun that lost
 // completions) fails the links of its device, whether a Run waits on it or
@@ -155,7 +39,7 @@ func TestFailedCQFailsLinks(t *testing.T) {
 }
 
 func testFailedCQ(t *testing.T, idle bool) {
-	fd := &failingDev{cqs: make(chan *failingCQ, 1)}
+	fd := &devfault.Device{CQs: make(chan *devfault.CQ, 1)}
 	e := pairEnginesOn(t, "mem", LinkParams{Slots: 4, SlotBytes: 4096}, func(i int, d rdma.Device) rdma.Device {
 		if i == 1 {
 			return d
@@ -163,7 +47,7 @@ func testFailedCQ(t *testing.T, idle bool) {
 		fd.Device = d
 		return fd
 	})
-	fq := <-fd.cqs
+	fq := <-fd.CQs
 	dev := e[0].devs[0]
 	e[0].SetWait(WaitPolicy{}) // no spin: the polls counted are the failure's
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -174,11 +58,11 @@ func testFailedCQ(t *testing.T, idle bool) {
 		select {
 		case <-dev.cqDown:
 		case <-ctx.Done():
-			t.Fatalf("the device never gave up on its failed CQ (%d polls and arms of it)", fq.after.Load())
+			t.Fatalf("the device never gave up on its failed CQ (%d polls and arms of it)", fq.After())
 		}
 	}
 	if idle {
-		fq.fail(errCQ)
+		fq.Fail(errCQ)
 		gaveUp()
 	}
 	buf := make([]byte, 64)
@@ -186,13 +70,13 @@ func testFailedCQ(t *testing.T, idle bool) {
 	done := make(chan error, 1)
 	go func() { done <- e[0].Run(ctx, p, c, 0) }()
 	if !idle {
-		fq.fail(errCQ)
+		fq.Fail(errCQ)
 	}
 	err := <-done
 	var pe *PeerError
 	if !errors.As(err, &pe) || pe.Rank != 0 || !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) ||
 		!errors.Is(err, errCQ) || !strings.Contains(err.Error(), "completion queue of device mem") {
-		t.Fatalf("Run = %v; want a *PeerError naming rank 0 (this rank) that wraps ErrDeviceFailed and the CQ's failure, not ErrPeerFailed (%d polls and arms of the failed CQ)", err, fq.after.Load())
+		t.Fatalf("Run = %v; want a *PeerError naming rank 0 (this rank) that wraps ErrDeviceFailed and the CQ's failure, not ErrPeerFailed (%d polls and arms of the failed CQ)", err, fq.After())
 	}
 	if err := e[0].Run(ctx, p, c, 0); !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) {
 		t.Fatalf("a Run after the failure = %v; want ErrDeviceFailed", err)
@@ -210,7 +94,7 @@ func testFailedCQ(t *testing.T, idle bool) {
 	}
 	t.Logf("rank 1: %v", err1)
 	gaveUp()
-	n := fq.after.Load()
+	n := fq.After()
 	if n > 100 {
 		t.Fatalf("%d polls and arms of the failed CQ; want a few, not a loop", n)
 	}
@@ -228,58 +112,20 @@ func testFailedCQ(t *testing.T, idle bool) {
 	}
 }
 
-// localConn is a connection whose device fails it (verbs: a port that
-// stayed down, a dead device): fail records an error that wraps
-// rdma.ErrDeviceFailed, which Err reports, and closes the connection, so
-// that its posted receives come back flushed.
-type localConn struct {
-	rdma.Conn
-	err atomic.Pointer[error]
-}
-
-func (c *localConn) fail(err error) {
-	c.err.Store(&err)
-	c.Conn.Close()
-}
-
-func (c *localConn) Err() error {
-	if p := c.err.Load(); p != nil {
-		return *p
-	}
-	return c.Conn.Err()
-}
-
-// localDev hands out localConns (the dialed ones).
-type localDev struct {
-	rdma.Device
-	conns chan *localConn
-}
-
-func (d *localDev) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdma.Conn, error) {
-	c, err := d.Device.DialQP(ctx, addr, init)
-	if err != nil {
-		return nil, err
-	}
-	lc := &localConn{Conn: c}
-	d.conns <- lc
-	return lc, nil
-}
-
 // A connection that its transport failed because of this rank's own
 // device (Conn.Err wraps rdma.ErrDeviceFailed) fails this rank's Run with
 // a *PeerError naming this rank that wraps ErrDeviceFailed, not
 // ErrPeerFailed naming the healthy peer (as it did before), and the peer
 // hears of this rank's failure.
 func TestLocalConnFailureIsThisRanks(t *testing.T) {
-	ld := &localDev{conns: make(chan *localConn, 1)}
+	ld := &devfault.Device{}
 	e := pairEnginesOn(t, "mem", LinkParams{Slots: 4, SlotBytes: 4096}, func(i int, d rdma.Device) rdma.Device {
 		if i == 0 {
 			return d
 		}
 		ld.Device = d
-		return ld
+		return ld // its one connection is rank 1's to rank 0
 	})
-	lc := <-ld.conns // rank 1's connection to rank 0
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	buf := make([]byte, 64)
@@ -288,7 +134,7 @@ func TestLocalConnFailureIsThisRanks(t *testing.T) {
 	go func() { done <- e[1].Run(ctx, p, c, 0) }()
 	time.Sleep(50 * time.Millisecond)
 	portDown := fmt.Errorf("port 1 stayed down (test): %w", rdma.ErrDeviceFailed)
-	lc.fail(portDown)
+	ld.Lose(portDown)
 	err := <-done
 	var pe *PeerError
 	if !errors.As(err, &pe) || pe.Rank != 1 || !errors.Is(err, ErrDeviceFailed) || errors.Is(err, ErrPeerFailed) || !errors.Is(err, portDown) {
