@@ -425,7 +425,7 @@ func TestAsyncPortError(t *testing.T) {
 		run("link", "set", netdev, "down")
 		events.wait(t, ctx, eventPortErr, "IBV_EVENT_PORT_ERR")
 	}
-	linkUp := func() {
+	restore := func() { // the link and its routes, if down
 		if up {
 			return
 		}
@@ -436,9 +436,14 @@ func TestAsyncPortError(t *testing.T) {
 				_ = exec.Command(ipTool, append([]string{"route", "replace"}, strings.Fields(r)...)...).Run()
 			}
 		}
+	}
+	linkUp := func() {
+		restore()
 		events.wait(t, ctx, eventPortActive, "IBV_EVENT_PORT_ACTIVE")
 	}
-	t.Cleanup(linkUp)
+	// The test ends with the link down: up again, without waiting for
+	// the event (ctx has ended by then).
+	t.Cleanup(restore)
 
 	// A flap: down, and up again well within the grace.
 	defer func(g time.Duration) { portGrace = g }(portGrace)
