@@ -192,7 +192,10 @@ func splitAddr(addr string) (net.IP, uint16, bool) {
 // NotifyMsg records agreement messages for the agreement loop (agree.go)
 // and answers the repeats that mean a reply was lost: a coordinator that
 // committed D answers a proposal or ack of D with the commit; a member
-// locked on D answers a prepare of D with its ack.
+// locked on D answers a prepare of D with its ack. Of an epoch whose
+// state an install dropped it keeps nothing, and answers a proposal or
+// ack from a process out of the world with the world this node runs
+// (pruneEpochsLocked).
 func (d *delegate) NotifyMsg(buf []byte) {
 	if isTable(buf) {
 		d.n.gotTable(buf)
@@ -209,6 +212,13 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	n := d.n
 	reply := byte(0)
 	n.mu.Lock()
+	if drop, stale, w := n.droppedLocked(m); drop {
+		n.mu.Unlock()
+		if stale != "" {
+			n.tellStale(stale, w) // prune.go
+		}
+		return
+	}
 	if n.staleLocked(m) {
 		n.mu.Unlock()
 		return // a newer one of its kind from its sender was handled

@@ -136,7 +136,10 @@ type Node struct {
 	// behind.go).
 	retelling map[string]bool
 
-	// agreement state, by epoch (see agree.go)
+	// agreement state, by epoch (see agree.go); an install drops the
+	// epochs below floor (pruneEpochsLocked, prune.go), and NotifyMsg
+	// keeps nothing of them
+	floor     uint32
 	proposals map[uint32]map[string][digestLen]byte // as coordinator: member → proposed digest
 	acks      map[uint32]map[string][digestLen]byte // as coordinator: member → acknowledged digest
 	committed map[uint32][digestLen]byte            // as coordinator: the digest committed
@@ -540,7 +543,8 @@ func (n *Node) sleep(d time.Duration) bool {
 	}
 }
 
-// install makes w the current world and reports members already gone.
+// install makes w the current world, reports members already gone, and
+// drops the state that can no longer matter (behind.go, prune.go).
 func (n *Node) install(w World) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -603,6 +607,8 @@ func (n *Node) install(w World) {
 			n.lastCallLocked(name, w.Members[r].Addr) // reports it unless it answers
 		}
 	}
+	// What can no longer be read (prune.go).
+	n.pruneEpochsLocked(w.Epoch)
 }
 
 // reportLocked sends a Failure for name if it belongs to the current world

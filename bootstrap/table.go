@@ -165,6 +165,10 @@ func (n *Node) gotTable(buf []byte) {
 	}
 	m := message{kind: msgPrepare, epoch: t.epoch, digest: t.digest, from: t.from}
 	n.mu.Lock()
+	if t.epoch < n.floor {
+		n.mu.Unlock()
+		return // late: its epoch's state was dropped (pruneEpochsLocked)
+	}
 	n.prepares[t.epoch] = m
 	if !n.formed || t.epoch > n.world.Epoch {
 		n.tables[t.epoch] = &t // a late copy of an installed world's table is not kept (install)
