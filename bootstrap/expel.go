@@ -145,7 +145,7 @@ func (n *Node) answerAsk(m message) {
 // of epoch m.epoch, digest m.digest and m.about ranks that leaves this node
 // out. Of this node's own epoch, it is the other side of a partition: it
 // marks this node's side split if that side goes on (see above). The
-// sender's world is kept for Joiners (runs).
+// sender's world is kept for Joiners (runs, keepRunLocked).
 func (n *Node) heardRunning(m message) {
 	size, err := strconv.Atoi(m.about)
 	n.mu.Lock()
@@ -159,7 +159,7 @@ func (n *Node) heardRunning(m message) {
 	behind := false
 	if err == nil && m.from != n.name {
 		r := World{Epoch: m.epoch, Size: size, Digest: m.digest}
-		n.runs[m.from] = r
+		n.keepRunLocked(m.from, r)
 		behind = n.formed && WentOn(r, w)
 	}
 	n.mu.Unlock()
@@ -432,6 +432,27 @@ func (n *Node) overtakenLocked() bool {
 		}
 	}
 	return false
+}
+
+// keepRunLocked records r, the world that node from told this node it
+// runs without it (msgRunning), in runs for overtakenLocked, which asks
+// whether one of them went on rather than this node's world. The one that went on
+// furthest answers for all (WentOn orders worlds: the later epoch, then
+// the larger, then the lower digest), so runs keeps that one, and only
+// if it went on rather than this node's world, which only goes on. It
+// kept one world per sender, and a node behind is told by each member
+// that finds it back in its view. n.mu is held.
+func (n *Node) keepRunLocked(from string, r World) {
+	if WentOn(n.world, r) {
+		return
+	}
+	for s, o := range n.runs {
+		if !WentOn(r, o) {
+			return // o went on as far
+		}
+		delete(n.runs, s)
+	}
+	n.runs[from] = r
 }
 
 // WentOn says whether the job went on in world a rather than in world b,

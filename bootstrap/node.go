@@ -118,7 +118,10 @@ type Node struct {
 	// maps to the last world this node held with it (leftOut). Entries
 	// that can no longer matter are dropped at each install
 	// (pruneBehindLocked, behind.go).
-	behind   map[string]leftOut
+	behind map[string]leftOut
+	// runs holds at most one world, the one that went on furthest
+	// (WentOn), and only if it went on rather than this node's: no other
+	// can make overtakenLocked true (keepRunLocked, forgetLocked).
 	runs     map[string]World
 	failures chan Failure
 	closed   bool
@@ -609,6 +612,7 @@ func (n *Node) install(w World) {
 	}
 	// What can no longer be read (prune.go).
 	n.pruneEpochsLocked(w.Epoch)
+	n.forgetLocked()
 }
 
 // reportLocked sends a Failure for name if it belongs to the current world

@@ -1,15 +1,17 @@
 package bootstrap
 
-// What a node forgets at each install: the agreement state of old epochs.
+// What a node forgets at each install: the agreement state of old epochs
+// and the state it keeps about processes out of the world.
 //
 // A long elastic job agrees on two worlds per restart (the survivors'
-// Shrink without the process that ended, their Grow with its restart).
-// Kept for good, the agreement state of each epoch grew with every
+// Shrink without the process that ended, their Grow with its restart) and
+// finds one process gone. Kept for good, that state grew with every
 // restart: after 30 restarts of a 4-rank job its coordinator held 61
-// epochs in each of proposals, acks and committed and 321 entries in
-// seqs; a member 61 epochs in each of prepares, locked and commits. So
-// install drops what nothing can read any more (pruneEpochsLocked), and
-// NotifyMsg keeps nothing of an epoch dropped.
+// epochs in each of proposals, acks and committed, 321 entries in seqs
+// and 30 in each of reported, refused and probes; a member 61 epochs in
+// each of prepares, locked and commits. So install drops what nothing can
+// read any more (pruneEpochsLocked, forgetLocked), and NotifyMsg keeps
+// nothing of an epoch dropped.
 
 import (
 	"maps"
@@ -96,4 +98,38 @@ func (n *Node) tellStale(name string, w World) {
 	if ok {
 		n.send(q.name, q.addr, message{kind: msgRunning, epoch: w.Epoch, digest: w.Digest, from: n.name, about: strconv.Itoa(w.Size)})
 	}
+}
+
+// forgetLocked drops what this node keeps about processes that are not
+// members of its world, w, once installed (install has reported those
+// that are): reported, the causes of death (stopped, refused, taken,
+// lost), leaving, abandoned, and the probes not running. Each is read
+// only for a member of the world: reportLocked, amendLocked,
+// runningLocked, heardDead, lostAwaited report or check a member of the
+// world (inWorld), and deathCauseLocked and leftErrLocked are the errors
+// of those reports; outOfWorld's sets (left, growOut) are read only for
+// the members of the old world (shrinkTable, growTable). A process out
+// of the world does not come back into one: Joiners and growTable leave
+// out the processes behind, and a process found gone is kept out of the
+// view (gone). The others that read them do not need them: a last call
+// (lastcall.go) of a process out of the world reports nothing whether it
+// was reported or not, and one that left and is dropped by gossip gets a
+// last call rather than none (two pings); a probe (probes) of a process
+// out of the world that asks for another after its entry went may come
+// up to evidenceProbeEvery early; and heardOutside, which reads leaving,
+// runs before the first install only. n.mu is held.
+func (n *Node) forgetLocked() {
+	out := func(name string) bool {
+		_, in := n.inWorld[name]
+		return !in
+	}
+	for _, m := range []map[string]bool{n.reported, n.stopped, n.refused, n.taken, n.lost, n.leaving} {
+		maps.DeleteFunc(m, func(name string, _ bool) bool { return out(name) })
+	}
+	maps.DeleteFunc(n.abandoned, func(name string, _ *AbandonError) bool { return out(name) })
+	maps.DeleteFunc(n.probes, func(name string, st *probeState) bool { return !st.busy && out(name) })
+	// runs: the worlds that leave this node out; overtakenLocked reads
+	// whether one of them went on rather than this node's. A world that
+	// did not never will: this node's worlds only go on (WentOn).
+	maps.DeleteFunc(n.runs, func(_ string, r World) bool { return WentOn(n.world, r) })
 }

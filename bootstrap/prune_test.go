@@ -86,3 +86,80 @@ func TestDroppedEpochAnswered(t *testing.T) {
 		t.Errorf("the process behind's Shrink: %v, want ErrExpelled", err)
 	}
 }
+
+// TestForgetOutOfWorld: an install drops what a node keeps about
+// processes that are not members of the world (forgetLocked) and keeps
+// it for its members, and a probe that runs.
+func TestForgetOutOfWorld(t *testing.T) {
+	n, err := Start(testConfig("forget", 0, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	installNames(n, 1, n.Name(), "r1-in", "r2-out")
+	n.mu.Lock()
+	for _, name := range []string{"r1-in", "r2-out", "r3-out"} {
+		for _, m := range []map[string]bool{n.reported, n.stopped, n.refused, n.taken, n.lost, n.leaving} {
+			m[name] = true
+		}
+		n.abandoned[name] = &AbandonError{Cause: -1}
+		n.probes[name] = &probeState{}
+	}
+	n.probes["r4-probed"] = &probeState{busy: true}
+	n.mu.Unlock()
+	installNames(n, 2, n.Name(), "r1-in")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for what, names := range map[string][]string{
+		"reported": slices.Sorted(maps.Keys(n.reported)), "stopped": slices.Sorted(maps.Keys(n.stopped)),
+		"refused": slices.Sorted(maps.Keys(n.refused)), "taken": slices.Sorted(maps.Keys(n.taken)),
+		"lost": slices.Sorted(maps.Keys(n.lost)), "leaving": slices.Sorted(maps.Keys(n.leaving)),
+		"abandoned": slices.Sorted(maps.Keys(n.abandoned)),
+	} {
+		if !slices.Equal(names, []string{"r1-in"}) {
+			t.Errorf("%s holds %v, want [r1-in]", what, names)
+		}
+	}
+	if probes := slices.Sorted(maps.Keys(n.probes)); !slices.Equal(probes, []string{"r1-in", "r4-probed"}) {
+		t.Errorf("probes of %v, want [r1-in r4-probed]", probes)
+	}
+}
+
+// TestRunsKeepsFurthest: of the worlds that nodes told a node they run
+// without it (msgRunning), it keeps the one that went on furthest, and
+// none once its own world went on further (keepRunLocked, forgetLocked).
+// It kept one per sender, and a node behind is told by every member that
+// finds it back in its view.
+func TestRunsKeepsFurthest(t *testing.T) {
+	n, err := Start(testConfig("runs", 0, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	installNames(n, 3, n.Name(), "r1-x")
+	tell := func(from string, epoch uint32, size int, digest byte) {
+		n.heardRunning(message{kind: msgRunning, epoch: epoch, digest: [digestLen]byte{digest}, from: from, about: fmt.Sprint(size)})
+	}
+	tell("r1-old", 2, 4, 1) // before this node's world: cannot matter
+	tell("r1-a", 4, 2, 1)
+	tell("r2-a", 5, 2, 9)
+	tell("r3-a", 5, 3, 9) // of epoch 5 the larger: furthest
+	tell("r2-b", 5, 2, 1)
+	tell("r1-b", 4, 4, 1)
+	n.mu.Lock()
+	runs := maps.Clone(n.runs)
+	overtaken := n.overtakenLocked()
+	n.mu.Unlock()
+	if want := map[string]World{"r3-a": {Epoch: 5, Size: 3, Digest: [digestLen]byte{9}}}; !maps.EqualFunc(runs, want, func(a, b World) bool {
+		return a.Epoch == b.Epoch && a.Size == b.Size && a.Digest == b.Digest
+	}) || !overtaken {
+		t.Errorf("runs %v (overtaken %v), want %v (overtaken)", runs, overtaken, want)
+	}
+	installNames(n, 6, n.Name(), "r1-x")
+	n.mu.Lock()
+	k := len(n.runs)
+	n.mu.Unlock()
+	if k != 0 {
+		t.Errorf("runs holds %d worlds after this node's went on further; want 0", k)
+	}
+}
