@@ -303,6 +303,8 @@ func (n *Node) markGoneAs(name string, kind byte) {
 		return
 	}
 	n.gone[name] = true
+	n.goneSeq++
+	n.goneAt[name] = n.goneSeq
 	q, seen := n.peers[name]
 	if seen {
 		n.goneAddr[name] = q.addr

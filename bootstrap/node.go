@@ -70,7 +70,8 @@ type Node struct {
 	meta    meta
 	metaBuf []byte
 
-	// viewMu guards peers, viewGen and outGen. memberlist calls the event delegate
+	// viewMu guards peers, viewGen, outGen, gone, goneAt, goneSeq,
+	// goneAddr and departed. memberlist calls the event delegate
 	// with its node lock held, and that lock stalls its packet handling, so
 	// every critical section of viewMu is a few map operations.
 	viewMu  sync.Mutex
@@ -78,8 +79,13 @@ type Node struct {
 	viewGen uint64          // incremented on every change of peers, and when a member is reported after its last call (growOut)
 	outGen  uint64          // incremented when a member leaves peers, comes back, changes its Leaving flag, is found gone or says it leaves
 	gone    map[string]bool // members found dead by evidence (evidence.go), kept out of peers
+	// goneAt orders gone: the value of goneSeq when each was found gone,
+	// for pruneGoneLocked (prune.go), which drops the earliest.
+	goneAt  map[string]uint64
+	goneSeq uint64
 	// goneAddr is the gossip address of each member in gone, for the
 	// leave notice (shutdown): a frozen member may resume (expel.go).
+	// gone and goneAddr are pruned at each install (pruneGoneLocked).
 	goneAddr map[string]string
 	// departed holds the members gossip dropped from the view (dead or
 	// left) until they come back: a member of a new world that is not in
@@ -204,6 +210,7 @@ func Start(cfg Config, blob []byte) (*Node, error) {
 		streams:  make(chan struct{}, resendStreams),
 		peers:    make(map[string]peer),
 		gone:     make(map[string]bool),
+		goneAt:   make(map[string]uint64),
 		goneAddr: make(map[string]string),
 		departed: make(map[string]bool),
 		probes:   make(map[string]*probeState),
@@ -613,6 +620,9 @@ func (n *Node) install(w World) {
 	// What can no longer be read (prune.go).
 	n.pruneEpochsLocked(w.Epoch)
 	n.forgetLocked()
+	n.viewMu.Lock()
+	n.pruneGoneLocked()
+	n.viewMu.Unlock()
 }
 
 // reportLocked sends a Failure for name if it belongs to the current world

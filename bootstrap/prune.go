@@ -8,13 +8,16 @@ package bootstrap
 // finds one process gone. Kept for good, that state grew with every
 // restart: after 30 restarts of a 4-rank job its coordinator held 61
 // epochs in each of proposals, acks and committed, 321 entries in seqs
-// and 30 in each of reported, refused and probes; a member 61 epochs in
-// each of prepares, locked and commits. So install drops what nothing can
-// read any more (pruneEpochsLocked, forgetLocked), and NotifyMsg keeps
-// nothing of an epoch dropped.
+// and 30 in each of gone, goneAddr, reported, refused and probes; a
+// member 61 epochs in each of prepares, locked and commits
+// (TestStateBoundedAcrossRestarts). So install drops what nothing can
+// read any more (pruneEpochsLocked, forgetLocked, pruneGoneLocked), and
+// NotifyMsg keeps nothing of an epoch dropped.
 
 import (
+	"cmp"
 	"maps"
+	"slices"
 	"strconv"
 )
 
@@ -133,3 +136,74 @@ func (n *Node) forgetLocked() {
 	// did not never will: this node's worlds only go on (WentOn).
 	maps.DeleteFunc(n.runs, func(_ string, r World) bool { return WentOn(n.world, r) })
 }
+
+// pruneGoneLocked drops the processes found gone (gone, goneAddr) that
+// are not members of the world and cannot matter any more. gone keeps a
+// process out of the view (delegate.update) for good: its name comes
+// back only in an alive message, from the process itself if it lives
+// (found frozen by a witness, lost, expelled) or from a stale view (a
+// node back from a partition hands out the nodes it last saw as alive);
+// goneAddr is where shutdown sends it the leave notice, for one that
+// resumes (expel.go). A process goes:
+//
+//   - once a member of the world was started with its rank (startedRank):
+//     a restart of it, and gorun restarts a rank when its process ended.
+//     Back in the view, from a stale view, it is no joiner (Joiners does
+//     not count a node claiming a rank a member holds) and no Grow admits
+//     it (growTable gives the rank to the member), and memberlist drops
+//     it once it does not answer its probes. Nor does it get the leave
+//     notice: it ended. This is pruneBehindLocked's rule for the same
+//     processes, whose entries of behind go once they are found gone;
+//   - beyond maxGone processes out of the world, the ones found gone
+//     earliest: the processes started without a rank, and the ranked ones
+//     whose rank no member holds (one per rank at most: a rank's
+//     processes before the last were dropped when its restart was
+//     admitted). Back in the view from a stale view, such a process
+//     counts as a joiner, and a Grow may take it in its table until
+//     memberlist drops it (a suspicion timeout) and the locked nodes give
+//     it up (lostAfter, lost.go), finding it gone again. Alive (resumed),
+//     it is told by its tellers that the job went on without it
+//     (tellRunningLocked) unless they pruned it from behind too, and
+//     learns it from a push/pull (expelledAt) otherwise.
+//
+// n.mu and n.viewMu are held.
+func (n *Node) pruneGoneLocked() {
+	ranks := make(map[int]bool, len(n.world.Members))
+	for _, m := range n.world.Members {
+		if r := startedRank(m.Name); r >= 0 {
+			ranks[r] = true
+		}
+	}
+	var kept []string // out of the world, not superseded
+	for name := range n.gone {
+		if _, in := n.inWorld[name]; in {
+			continue
+		}
+		if r := startedRank(name); r >= 0 && ranks[r] {
+			n.forgetGoneLocked(name)
+		} else {
+			kept = append(kept, name)
+		}
+	}
+	if extra := len(kept) - n.maxGone(); extra > 0 {
+		slices.SortFunc(kept, func(a, b string) int {
+			return cmp.Or(cmp.Compare(n.goneAt[a], n.goneAt[b]), cmp.Compare(a, b))
+		})
+		for _, name := range kept[:extra] {
+			n.forgetGoneLocked(name)
+		}
+	}
+}
+
+// forgetGoneLocked drops name from the processes found gone. n.viewMu is
+// held.
+func (n *Node) forgetGoneLocked(name string) {
+	delete(n.gone, name)
+	delete(n.goneAddr, name)
+	delete(n.goneAt, name)
+}
+
+// maxGone is the most processes found gone out of the world that
+// pruneGoneLocked keeps: as many as the job may have ranks, four times.
+// An entry costs a name and an address (about 100 bytes).
+func (n *Node) maxGone() int { return 4 * max(n.cfg.Size, n.cfg.MaxSize) }

@@ -6,9 +6,119 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
+
+// stateSizes counts the entries of each of n's maps of per-process and
+// per-epoch state (the inner entries too, for the books by epoch).
+func stateSizes(n *Node) map[string]int {
+	inner := func(m map[uint32]map[string][digestLen]byte) int {
+		k := 0
+		for _, e := range m {
+			k += len(e)
+		}
+		return k
+	}
+	n.mu.Lock()
+	n.viewMu.Lock()
+	defer n.viewMu.Unlock()
+	defer n.mu.Unlock()
+	hints := 0
+	for _, h := range n.hints {
+		hints += len(h)
+	}
+	return map[string]int{
+		"gone": len(n.gone), "goneAddr": len(n.goneAddr), "departed": len(n.departed),
+		"reported": len(n.reported), "leaving": len(n.leaving), "stopped": len(n.stopped),
+		"refused": len(n.refused), "taken": len(n.taken), "lost": len(n.lost),
+		"calling": len(n.calling), "behind": len(n.behind), "runs": len(n.runs),
+		"probes": len(n.probes), "abandoned": len(n.abandoned), "retelling": len(n.retelling),
+		"proposals": len(n.proposals), "proposals.in": inner(n.proposals),
+		"acks": len(n.acks), "acks.in": inner(n.acks), "committed": len(n.committed),
+		"prepares": len(n.prepares), "locked": len(n.locked), "commits": len(n.commits),
+		"proven": len(n.proven), "hints": len(n.hints), "hints.in": hints,
+		"tables": len(n.tables), "seqs": len(n.seqs),
+	}
+}
+
+func formatSizes(s map[string]int) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(s)) {
+		if s[k] > 0 {
+			fmt.Fprintf(&b, " %s=%d", k, s[k])
+		}
+	}
+	return b.String()
+}
+
+// restartRounds runs k rounds of an elastic job's recovery over nw on
+// nodes (ranks of one world, by rank): a victim among ranks 2.. ends,
+// the others shrink without it and grow with its restart, which takes
+// its place in nodes (the caller closes nodes: a closure per restart
+// would hold every process's node, and the heap measured them). Rank 0 coordinates every agreement; rank 1 is a
+// member that never restarts.
+func restartRounds(t *testing.T, nw *MemNetwork, job string, nodes []*Node, k int) {
+	t.Helper()
+	size := len(nodes)
+	for i := range k {
+		victim := 2 + i%(size-2)
+		nodes[victim].shutdown(false) // its process ends
+		var survivors []*Node
+		for r, n := range nodes {
+			if r != victim {
+				survivors = append(survivors, n)
+			}
+		}
+		survivors[0].Suspect(victim) // as comm does when its connection breaks
+		shrinkAll(t, survivors, 20*time.Second)
+		back := startRestart(t, nw, job, victim, size, nodes[0].Addr())
+		formed := make(chan error, 1)
+		go func() { _, err := back.Form(context.Background()); formed <- err }()
+		waitJoiners(t, survivors, 20*time.Second)
+		agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
+		nodes[victim] = back // closed by the caller
+		if err := <-formed; err != nil {
+			t.Fatalf("round %d: restart of rank %d: %v", i, victim, err)
+		}
+	}
+}
+
+// TestStateBoundedAcrossRestarts: a long elastic job keeps, on its
+// coordinator and on a member that never restarts, as much agreement and
+// per-process state after many restarts as after a few. Ranks 2 and 3 of
+// 4 end one after the other, the others shrink without each and grow
+// with its restart. Each restart left an entry in gone, goneAddr,
+// reported, refused and probes, two epochs in the books by epoch
+// (proposals, acks, committed; prepares, locked, commits on a member) and
+// about ten in seqs.
+func TestStateBoundedAcrossRestarts(t *testing.T) {
+	const job, size = "state-restarts", 4
+	warm, rounds := 6, 24
+	if testing.Short() {
+		rounds = 12
+	}
+	nw := NewMemNetwork()
+	nodes := startWorld(t, job, size, func(_ int, c *Config) { c.Network = nw })
+	t.Cleanup(func() { closeAll(nodes) })
+	restartRounds(t, nw, job, nodes, warm)
+	before := [2]map[string]int{stateSizes(nodes[0]), stateSizes(nodes[1])}
+	heap0 := heapInUse()
+	restartRounds(t, nw, job, nodes, rounds)
+	heap1 := heapInUse()
+	after := [2]map[string]int{stateSizes(nodes[0]), stateSizes(nodes[1])}
+	t.Logf("heap %+.0f B per restart over %d restarts (all nodes of the process)", float64(int64(heap1)-int64(heap0))/float64(rounds), rounds)
+	for r, what := range []string{"coordinator", "member"} {
+		t.Logf("%s after %d restarts:%s", what, warm, formatSizes(before[r]))
+		t.Logf("%s after %d restarts:%s", what, warm+rounds, formatSizes(after[r]))
+		for _, k := range slices.Sorted(maps.Keys(after[r])) {
+			if after[r][k] > before[r][k]+size { // a probe or an epoch more is not growth; one per restart is
+				t.Errorf("%s (rank %d): %s grew from %d to %d entries over %d restarts", what, r, k, before[r][k], after[r][k], rounds)
+			}
+		}
+	}
+}
 
 // installNames installs on n a world of epoch of the named members, at
 // made-up addresses.
@@ -84,6 +194,45 @@ func TestDroppedEpochAnswered(t *testing.T) {
 	defer cancel()
 	if _, err := old.Shrink(ctx); !errors.Is(err, ErrExpelled) {
 		t.Errorf("the process behind's Shrink: %v, want ErrExpelled", err)
+	}
+}
+
+// TestPruneGone: which processes found gone a node keeps
+// (pruneGoneLocked). Rank 0 of 4 finds r1-a, r2-a, 20 unassigned
+// processes and r3-m, a member, gone in that order, then installs a world
+// with r1-b, r1-a's restart. Kept: r3-m, a member; of the others, the
+// latest maxGone (16). Dropped: r1-a, superseded; the earliest beyond
+// maxGone, r2-a (its rank held by no member) and u-1..u-4.
+func TestPruneGone(t *testing.T) {
+	n, err := Start(testConfig("prune-gone", 0, 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	installNames(n, 1, n.Name(), "r3-m")
+	found := []string{"r1-a", "r2-a"}
+	for i := 1; i <= 20; i++ {
+		found = append(found, fmt.Sprintf("u-%d", i))
+	}
+	for _, name := range append(found, "r3-m") {
+		n.markGone(name)
+	}
+	installNames(n, 2, n.Name(), "r1-b", "r3-m")
+	want := []string{"r3-m"}
+	for i := 5; i <= 20; i++ {
+		want = append(want, fmt.Sprintf("u-%d", i))
+	}
+	slices.Sort(want)
+	n.viewMu.Lock()
+	kept := slices.Sorted(maps.Keys(n.gone))
+	at := slices.Sorted(maps.Keys(n.goneAt))
+	addrs := slices.Sorted(maps.Keys(n.goneAddr))
+	n.viewMu.Unlock()
+	if !slices.Equal(kept, want) || !slices.Equal(at, want) {
+		t.Errorf("gone %v (ordered %v), want %v", kept, at, want)
+	}
+	if !slices.Equal(addrs, []string{"r3-m"}) { // the only one with an address: a member
+		t.Errorf("goneAddr holds %v, want [r3-m]", addrs)
 	}
 }
 
