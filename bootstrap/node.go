@@ -91,7 +91,9 @@ type Node struct {
 	// left) until they come back: a member of a new world that is not in
 	// the view may have left it, or may not have reached it yet (the
 	// agreement lets a member with an incomplete view take the
-	// coordinator's table), and only the first is a failure.
+	// coordinator's table), and only the first is a failure. Those out
+	// of the world found gone or superseded go at each install
+	// (pruneDepartedLocked).
 	departed map[string]bool
 
 	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
@@ -621,6 +623,7 @@ func (n *Node) install(w World) {
 	n.pruneEpochsLocked(w.Epoch)
 	n.forgetLocked()
 	n.viewMu.Lock()
+	n.pruneDepartedLocked() // before pruneGoneLocked: it asks gone
 	n.pruneGoneLocked()
 	n.viewMu.Unlock()
 }
