@@ -49,7 +49,9 @@ const keepEpochs = 2
 // ErrExpelled (expelledAt); before, the coordinator of that epoch
 // answered with its commit, and the process went on into a world the job
 // had left. Out of the view, it learns the same from a push/pull
-// (mergeState), as before. The epoch before this world's is kept as a
+// (mergeState), as before. The first epoch's proposals, a restarted
+// rank's while it waits for a Grow, are dropped unanswered
+// (droppedLocked). The epoch before this world's is kept as a
 // margin: nothing above reads it. n.mu is held.
 func (n *Node) pruneEpochsLocked(epoch uint32) {
 	if epoch < keepEpochs || epoch-keepEpochs+1 <= n.floor {
@@ -87,6 +89,13 @@ func (n *Node) droppedLocked(m message) (bool, string, World) {
 	}
 	if _, in := n.inWorld[m.from]; in || m.from == n.name || (m.kind != msgPropose && m.kind != msgAck) {
 		return true, "", World{} // late: a member of this world is past it
+	}
+	if m.epoch <= 1 {
+		// A restarted rank forming the first world proposes it to its
+		// table's rank 0 until the members' Grow moves it on: it learns
+		// that the job runs from a push/pull (grow.go), and a proposal of
+		// it never got more than no answer.
+		return true, "", World{}
 	}
 	return true, m.from, n.world
 }

@@ -141,28 +141,37 @@ func installNames(n *Node, epoch uint32, names ...string) World {
 // a process out of its world, still agreeing on it, is answered with the
 // world this node runs (msgRunning), and the process's next agreement
 // fails with ErrExpelled: no hang. Before, the coordinator kept every
-// epoch, and answered the process's ack of the first world, which it
-// committed, with the commit.
+// epoch, and answered the process's ack of a world it committed with the
+// commit. A proposal of the first world, a restarted rank's as it waits
+// for a Grow, is dropped unanswered.
 func TestDroppedEpochAnswered(t *testing.T) {
 	tellLost = func(*Node, string) bool { return true } // only the answer tells the process behind
 	t.Cleanup(func() { tellLost = nil })                // every node of the test is closed by then
 	nw := NewMemNetwork()
 	nodes := startWorld(t, "dropped-epoch", 2, func(_ int, c *Config) { c.Network = nw })
 	coord, old := nodes[0], nodes[1]
-	first := coord.World()
 	d := &delegate{coord}
-	var last World
-	for e := uint32(2); e <= 6; e++ { // worlds without old; r1-next's agreement state in each
+	var last, locked World
+	for e := uint32(2); e <= 7; e++ { // r1-next's agreement state in each
 		for _, kind := range []byte{msgPropose, msgAck} {
 			d.NotifyMsg((&message{kind: kind, epoch: e, from: "r1-next", seq: uint64(e)}).encode())
 		}
-		last = installNames(coord, e, coord.Name(), "r1-next")
+		if e == 2 {
+			last = installNames(coord, e, coord.Name(), old.Name()) // old locked on it, its commit lost
+			locked = last
+		} else {
+			last = installNames(coord, e, coord.Name(), "r1-next")
+		}
+		coord.mu.Lock()
+		coord.committed[e] = last.Digest // as the agreement does before it installs
+		coord.mu.Unlock()
 	}
-	late := func(kind byte, epoch uint32, from string, digest [digestLen]byte) {
-		d.NotifyMsg((&message{kind: kind, epoch: epoch, digest: digest, from: from, seq: 1 << 40}).encode())
+	late := func(kind byte, epoch uint32, from string) {
+		d.NotifyMsg((&message{kind: kind, epoch: epoch, digest: locked.Digest, from: from, seq: 1 << 40}).encode())
 	}
-	late(msgAck, 2, "r1-next", last.Digest) // a member's, late: dropped
-	late(msgAck, first.Epoch, old.Name(), first.Digest)
+	late(msgAck, 3, "r1-next")      // a member's, late: dropped
+	late(msgPropose, 1, old.Name()) // the first world's: dropped
+	late(msgAck, 2, old.Name())
 	coord.mu.Lock()
 	var epochs []uint32
 	for _, book := range []map[uint32]map[string][digestLen]byte{coord.proposals, coord.acks} {
@@ -170,7 +179,7 @@ func TestDroppedEpochAnswered(t *testing.T) {
 	}
 	epochs = append(epochs, slices.Sorted(maps.Keys(coord.committed))...)
 	coord.mu.Unlock()
-	if want := []uint32{5, 6, 5, 6}; !slices.Equal(epochs, want) {
+	if want := []uint32{6, 7, 6, 7, 6, 7}; !slices.Equal(epochs, want) {
 		t.Errorf("epochs of proposals, acks and committed: %v, want %v", epochs, want)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -187,7 +196,7 @@ func TestDroppedEpochAnswered(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the process behind was not told the world that runs")
 		}
-		late(msgAck, first.Epoch, old.Name(), first.Digest) // as its agreement repeats it
+		late(msgAck, 2, old.Name()) // as its agreement repeats it
 		time.Sleep(50 * time.Millisecond)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
