@@ -360,8 +360,9 @@ const tellers = askFanout
 // tell it when it comes back (backInView), and again while it does not
 // say it knows (retellLocked), but a Grow may begin before a word gets
 // through, the period of those tells grown to seconds: the members'
-// tables differed, and the Grow waited until their contexts ended. Its cost is a stream per teller, per round, only while such a
-// node is unflagged.
+// tables differed, and the Grow waited until their contexts ended. Its
+// cost is a stream per teller, per round, only while such a node is
+// unflagged.
 func (n *Node) tellUnflagged() {
 	n.mu.Lock()
 	if n.closed || !n.formed || len(n.behind) == 0 || n.overtakenLocked() {
@@ -436,12 +437,12 @@ func (n *Node) overtakenLocked() bool {
 
 // keepRunLocked records r, the world that node from told this node it
 // runs without it (msgRunning), in runs for overtakenLocked, which asks
-// whether one of them went on rather than this node's world. The one that went on
-// furthest answers for all (WentOn orders worlds: the later epoch, then
-// the larger, then the lower digest), so runs keeps that one, and only
-// if it went on rather than this node's world, which only goes on. It
-// kept one world per sender, and a node behind is told by each member
-// that finds it back in its view. n.mu is held.
+// whether one of them went on rather than this node's world. The one
+// that went on furthest answers for all (WentOn orders worlds: the later
+// epoch, then the larger, then the lower digest), so runs keeps that
+// one, and only if it went on rather than this node's world, which only
+// goes on. It kept one world per sender, and a node behind is told by
+// each member that finds it back in its view. n.mu is held.
 func (n *Node) keepRunLocked(from string, r World) {
 	if WentOn(n.world, r) {
 		return

@@ -57,8 +57,8 @@ func formatSizes(s map[string]int) string {
 // nodes (ranks of one world, by rank): a victim among ranks 2.. ends,
 // the others shrink without it and grow with its restart, which takes
 // its place in nodes (the caller closes nodes: a closure per restart
-// would hold every process's node, and the heap measured them). Rank 0 coordinates every agreement; rank 1 is a
-// member that never restarts.
+// would hold every process's node, and the heap measured them). Rank 0
+// coordinates every agreement; rank 1 is a member that never restarts.
 func restartRounds(t *testing.T, nw *MemNetwork, job string, nodes []*Node, k int) {
 	t.Helper()
 	size := len(nodes)
@@ -351,8 +351,9 @@ func TestRunsKeepsFurthest(t *testing.T) {
 // TestStateStaysBounded: the coordinator of a 4-rank job through 10,000
 // restarts, driven directly as TestBehindStaysBounded drives install:
 // for each, a rank's process is found gone (its port refused; every
-// other one dropped by gossip first, departed) and the others agree on a world without it, then on one with its restart, each
-// agreement's proposals and acks coming in (NotifyMsg) and committed.
+// other one dropped by gossip first, departed) and the others agree on a
+// world without it, then on one with its restart, each agreement's
+// proposals and acks coming in (NotifyMsg) and committed.
 // What it keeps stays as after a few restarts, and so does the heap:
 // before, each restart cost about 2.5 KB (two epochs of books, seqs, and
 // gone, goneAddr, reported, refused and probes; departed every other).
