@@ -1,12 +1,10 @@
 package bootstrap
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"slices"
 	"testing"
-	"time"
 )
 
 // restartCycles installs, on n (rank 0 of a job of size), k rounds of an
@@ -99,27 +97,9 @@ func TestBehindBoundedAcrossRestarts(t *testing.T) {
 	const job, size, rounds = "behind-restarts", 4, 6
 	nw := NewMemNetwork()
 	nodes := startWorld(t, job, size, func(_ int, c *Config) { c.Network = nw })
+	t.Cleanup(func() { closeAll(nodes) })
 	for i := range rounds {
-		victim := 1 + i%(size-1)
-		nodes[victim].shutdown(false) // its process ends
-		var survivors []*Node
-		for r, n := range nodes {
-			if r != victim {
-				survivors = append(survivors, n)
-			}
-		}
-		survivors[0].Suspect(victim) // as comm does when its connection breaks
-		shrinkAll(t, survivors, 20*time.Second)
-		back := startRestart(t, nw, job, victim, size, nodes[0].Addr())
-		t.Cleanup(func() { back.Close() })
-		formed := make(chan error, 1)
-		go func() { _, err := back.Form(context.Background()); formed <- err }()
-		waitJoiners(t, survivors, 20*time.Second)
-		agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
-		if err := <-formed; err != nil {
-			t.Fatalf("round %d: restart of rank %d: %v", i, victim, err)
-		}
-		nodes[victim] = back
+		restartRound(t, nw, job, nodes, 1+i%(size-1))
 		for r, n := range nodes {
 			n.mu.Lock()
 			k := len(n.behind)

@@ -54,34 +54,41 @@ func formatSizes(s map[string]int) string {
 }
 
 // restartRounds runs k rounds of an elastic job's recovery over nw on
-// nodes (ranks of one world, by rank): a victim among ranks 2.. ends,
-// the others shrink without it and grow with its restart, which takes
-// its place in nodes (the caller closes nodes: a closure per restart
-// would hold every process's node, and the heap measured them). Rank 0
-// coordinates every agreement; rank 1 is a member that never restarts.
+// nodes (ranks of one world, by rank), the victims ranks 2.. in turn
+// (restartRound). Rank 0 coordinates every agreement; rank 1 is a member
+// that never restarts.
 func restartRounds(t *testing.T, nw *MemNetwork, job string, nodes []*Node, k int) {
 	t.Helper()
-	size := len(nodes)
 	for i := range k {
-		victim := 2 + i%(size-2)
-		nodes[victim].shutdown(false) // its process ends
-		var survivors []*Node
-		for r, n := range nodes {
-			if r != victim {
-				survivors = append(survivors, n)
-			}
+		restartRound(t, nw, job, nodes, 2+i%(len(nodes)-2))
+	}
+}
+
+// restartRound runs one round of an elastic job's recovery over nw on
+// nodes (ranks of one world, by rank): victim's process ends, the others
+// shrink without it and grow with its restart, which takes its place in
+// nodes (the caller closes nodes: a closure per restart would hold every
+// process's node, and the heap measured them).
+func restartRound(t *testing.T, nw *MemNetwork, job string, nodes []*Node, victim int) {
+	t.Helper()
+	size := len(nodes)
+	nodes[victim].shutdown(false) // its process ends
+	var survivors []*Node
+	for r, n := range nodes {
+		if r != victim {
+			survivors = append(survivors, n)
 		}
-		survivors[0].Suspect(victim) // as comm does when its connection breaks
-		shrinkAll(t, survivors, 20*time.Second)
-		back := startRestart(t, nw, job, victim, size, nodes[0].Addr())
-		formed := make(chan error, 1)
-		go func() { _, err := back.Form(context.Background()); formed <- err }()
-		waitJoiners(t, survivors, 20*time.Second)
-		agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
-		nodes[victim] = back // closed by the caller
-		if err := <-formed; err != nil {
-			t.Fatalf("round %d: restart of rank %d: %v", i, victim, err)
-		}
+	}
+	survivors[0].Suspect(victim) // as comm does when its connection breaks
+	shrinkAll(t, survivors, 20*time.Second)
+	back := startRestart(t, nw, job, victim, size, nodes[0].Addr())
+	formed := make(chan error, 1)
+	go func() { _, err := back.Form(context.Background()); formed <- err }()
+	waitJoiners(t, survivors, 20*time.Second)
+	agreeAll(t, survivors, 20*time.Second, (*Node).Grow)
+	nodes[victim] = back // closed by the caller
+	if err := <-formed; err != nil {
+		t.Fatalf("restart of rank %d: %v", victim, err)
 	}
 }
 
