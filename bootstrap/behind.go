@@ -66,12 +66,7 @@ func (n *Node) pruneBehindLocked() {
 	if len(n.behind) == 0 {
 		return
 	}
-	ranks := make(map[int]bool, len(n.world.Members)) // the started ranks of the world's members
-	for _, m := range n.world.Members {
-		if r := startedRank(m.Name); r >= 0 {
-			ranks[r] = true
-		}
-	}
+	ranks := n.heldRanksLocked()
 	var out []string // nodes out of the view that no rule dropped
 	n.viewMu.Lock()
 	for name := range n.behind {

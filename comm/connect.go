@@ -158,16 +158,6 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		return &engine.PeerError{Rank: cn.c.rank, Err: ErrClosed}
 	}
 	for _, q := range peers {
-		if cn.peers[q].st == peerLinked {
-			continue
-		}
-		if d := cn.devFor(q); d != nil && d.Err() != nil {
-			cn.mu.Unlock()
-			e.DeviceFailed(d.Err())
-			return e.Err()
-		}
-	}
-	for _, q := range peers {
 		pc := &cn.peers[q]
 		switch pc.st {
 		case peerLinked:
@@ -193,7 +183,9 @@ func (cn *connector) ensure(ctx context.Context, peers []int) error {
 		case <-e.Done():
 			return e.Err()
 		case <-down:
-			// A peer that would dial this rank never gets through.
+			// Failed before or while waiting: dialOnce dials nothing
+			// over it, and a peer that would dial this rank never gets
+			// through.
 			e.DeviceFailed(w.dev.Err())
 			return e.Err()
 		case <-ctx.Done():

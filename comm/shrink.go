@@ -108,10 +108,7 @@ func (c *Comm) remake(ctx context.Context, op string, agree func(*bootstrap.Node
 	// and listeners stay open for the new world. A rank whose device
 	// failed goes no further: its peers learn that it failed (an abort
 	// notice of ErrPeerFailed), and it leaves (below).
-	devErr := deviceErr(c.devs)
-	if pe := (*engine.PeerError)(nil); devErr == nil && errors.As(c.eng.Err(), &pe) && pe.Rank == c.rank && errors.Is(pe.Err, ErrDeviceFailed) {
-		devErr = pe.Err // a connection its device failed (verbs: a port down, a dead device)
-	}
+	devErr := c.ownDeviceErr()
 	switch {
 	case devErr != nil:
 		c.eng.DeviceFailed(devErr)
@@ -303,6 +300,21 @@ func brokenPeer(err error) (int, bool) {
 		return pe.Rank, true
 	}
 	return 0, false
+}
+
+// ownDeviceErr is the failure of this rank's own device: a CQ that
+// failed (deviceErr), or a connection its device failed (verbs: a port
+// down, a dead device), which failed the engine naming this rank with
+// ErrDeviceFailed; or nil.
+func (c *Comm) ownDeviceErr() error {
+	if err := deviceErr(c.devs); err != nil {
+		return err
+	}
+	var pe *engine.PeerError
+	if errors.As(c.eng.Err(), &pe) && pe.Rank == c.rank && errors.Is(pe.Err, ErrDeviceFailed) {
+		return pe.Err
+	}
+	return nil
 }
 
 // deviceErr is the failure of the first of devs whose completion queue

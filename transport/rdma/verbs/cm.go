@@ -222,7 +222,7 @@ func (d *device) connect(ctx context.Context, host, port string, priv []byte, in
 	// error, not at its context or rdma_cm's own retries (a connect
 	// request that no one accepts was still waiting 5 s on:
 	// TestDialInProgressEnds).
-	ch.gone = d.dialGone
+	ch.gone = d.gone
 	if err := d.trackDial(ch); err != nil {
 		ch.destroy()
 		return nil, cmEvent{}, err

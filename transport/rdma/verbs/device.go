@@ -400,11 +400,8 @@ func (d *device) DialQP(ctx context.Context, addr string, init rdma.QPInit) (rdm
 func (d *device) track(c *conn, l *listener) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
-		return rdma.ErrClosed
-	}
-	if p := d.fatal.Load(); p != nil {
-		return *p
+	if err := d.goneLocked(); err != nil {
+		return err
 	}
 	if c != nil {
 		d.conns[c] = struct{}{}
@@ -421,7 +418,7 @@ func (d *device) track(c *conn, l *listener) error {
 func (d *device) trackDial(ch *cmChannel) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.dialGoneLocked(); err != nil {
+	if err := d.goneLocked(); err != nil {
 		return err
 	}
 	d.dials[ch] = struct{}{}
@@ -434,15 +431,15 @@ func (d *device) forgetDial(ch *cmChannel) {
 	d.mu.Unlock()
 }
 
-// dialGone is why a dial in progress must end (the device closed or
-// died), or nil.
-func (d *device) dialGone() error {
+// gone is why the device takes nothing new and a dial in progress must
+// end: it closed (ErrClosed) or died (fatal); or nil.
+func (d *device) gone() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.dialGoneLocked()
+	return d.goneLocked()
 }
 
-func (d *device) dialGoneLocked() error {
+func (d *device) goneLocked() error {
 	if d.closed {
 		return rdma.ErrClosed
 	}
