@@ -36,7 +36,9 @@ func TestTorchExitLateGroup(t *testing.T) {
 
 // TestTorchExitDaemonThreads: daemon threads in loops of all_reduce (on
 // the default group, on a group of two; one blocked in an all_reduce its
-// peer never starts) while ranks 0 and 1 end their scripts. A daemon
+// peer never starts; two waiting in torch's own waits, Work.wait and
+// torch.futures.wait_all; one calling gorun's own Python API over ctypes
+// on a gorun.Group) while ranks 0 and 1 end their scripts. A daemon
 // thread that returned from or called the backend as the interpreter
 // finalized aborted its process (torch's GIL guard, unwound by the
 // thread's end: "rank R was killed by signal 6"); now it waits in the
