@@ -146,7 +146,10 @@
 // current world still alive, renumbered in the order of their old ranks,
 // in epoch+1, by the same protocol. Every survivor must call it. A member
 // that gossip dropped but that Config.Running shows running stays in it,
-// as it stays unreported.
+// as it stays unreported. Each world reports its members anew
+// (Failure.Epoch names it): a member reported dead that comes back before
+// the Shrink (a cut link healed) is kept, and reported in the new world
+// when it dies.
 //
 // Grow admits the ranks waiting to join (grow.go): every live rank of the
 // job, in the order they were started with. A member of the current world

@@ -14,8 +14,14 @@ import (
 )
 
 // expectFailure waits for rank's failure report on every node of nodes
-// except rank itself.
+// except rank itself, in the first world (epoch 1).
 func expectFailure(t *testing.T, nodes []*Node, rank int, want error, within time.Duration) {
+	t.Helper()
+	expectFailureIn(t, nodes, rank, 1, want, within)
+}
+
+// expectFailureIn is expectFailure for the world of epoch.
+func expectFailureIn(t *testing.T, nodes []*Node, rank int, epoch uint32, want error, within time.Duration) {
 	t.Helper()
 	deadline := time.After(within)
 	for r, n := range nodes {
@@ -24,8 +30,8 @@ func expectFailure(t *testing.T, nodes []*Node, rank int, want error, within tim
 		}
 		select {
 		case f := <-n.Failures():
-			if f.Rank != rank || !errors.Is(f.Err, want) || f.Epoch != 1 {
-				t.Errorf("rank %d got failure %+v (%v), want rank %d: %v", r, f, f.Err, rank, want)
+			if f.Rank != rank || !errors.Is(f.Err, want) || f.Epoch != epoch {
+				t.Errorf("rank %d got failure %+v (%v), want rank %d in epoch %d: %v", r, f, f.Err, rank, epoch, want)
 			}
 			var oe *OpError
 			if !errors.As(f.Err, &oe) || oe.Peer != rank || oe.Rank != r {
@@ -372,5 +378,74 @@ func TestGrowTableLeavesOutBehind(t *testing.T) {
 	n.mu.Unlock()
 	if p, want := n.growTable(peers), []string{n.Name(), "r1", "r2"}; !p.ok || !slices.Equal(names(p), want) {
 		t.Errorf("overtaken: table ok %v, %v; want %v (r2 of the side that goes on, r3 flagged), notes %q", p.ok, names(p), want, p.notes)
+	}
+}
+
+// drainFailures discards the failure reports nodes hold now.
+func drainFailures(nodes []*Node) {
+	for _, n := range nodes {
+		for len(n.Failures()) > 0 {
+			<-n.Failures()
+		}
+	}
+}
+
+// A member reported dead while cut off that comes back before the Shrink
+// is kept in the next world (it is alive and answers); when it then
+// crashes, every survivor reports it again, in the new world. Before,
+// the report of the first world stood for the member in the next, and
+// its crash went unreported: comm learnt of the dead rank only when its
+// transport noticed.
+func TestKeptMemberReportedAgain(t *testing.T) {
+	const victim = 3
+	nw := NewMemNetwork()
+	nodes := startWorld(t, "kept-again", 4, func(_ int, c *Config) { c.Network = nw })
+	nw.Cut(nodes[victim].Addr(), true)
+	expectFailure(t, nodes, victim, ErrPeerDead, 15*time.Second)
+	nw.Cut(nodes[victim].Addr(), false)
+	waitInView(t, nodes[:victim], nodes[victim].Name(), 15*time.Second)
+	for _, n := range nodes[:victim] {
+		waitInView(t, nodes[victim:], n.Name(), 15*time.Second)
+	}
+	for i, w := range shrinkAll(t, nodes, 20*time.Second) {
+		if w.Size != 4 || w.Rank != i || w.Epoch != 2 {
+			t.Fatalf("rank %d: rank %d of %d in epoch %d after the cut healed, want rank %d of 4 in epoch 2", i, w.Rank, w.Size, w.Epoch, i)
+		}
+	}
+	drainFailures(nodes) // the cut rank reported the others while cut
+	start := time.Now()
+	nodes[victim].shutdown(false) // a crash: no leave message
+	expectFailureIn(t, nodes, victim, 2, ErrPeerDead, 15*time.Second)
+	t.Logf("the kept member's crash reported to all in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// A member reported in one world (gossip dropped it here) and kept in
+// the next (the coordinator's table holds it: others saw it alive), still
+// out of this node's view, is reported in the next at once: its last
+// call there goes unanswered as it did in the first.
+func TestKeptMemberOutOfViewReportedAtInstall(t *testing.T) {
+	n, err := Start(testConfig("kept-install", 0, 3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.viewMu.Lock()
+	n.departed["r2"] = true // seen, then dropped by gossip
+	n.viewMu.Unlock()
+	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
+		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
+		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
+		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
+	}}
+	for ; w.Epoch <= 2; w.Epoch++ {
+		n.install(w)
+		select {
+		case f := <-n.Failures():
+			if f.Rank != 2 || !errors.Is(f.Err, ErrPeerDead) || f.Epoch != w.Epoch {
+				t.Fatalf("failure %+v (%v), want rank 2 dead in epoch %d", f, f.Err, w.Epoch)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the member out of the view is not reported in epoch %d", w.Epoch)
+		}
 	}
 }

@@ -99,8 +99,8 @@ type Node struct {
 	mu       sync.Mutex // guards the fields below; never held across memberlist calls; short
 	world    World
 	formed   bool
-	inWorld  map[string]int // name → rank in world
-	reported map[string]bool
+	inWorld  map[string]int  // name → rank in world
+	reported map[string]bool // members reported on Failures in this world (install clears it)
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
@@ -365,7 +365,10 @@ func (n *Node) World() World {
 // Failures delivers one Failure per member of the world that dies or
 // leaves, and a second for a member reported before its abandonment
 // (Abandon) reached this node, whose Err is then the *AbandonError: its
-// process ended before its word came. It is closed by Close.
+// process ended before its word came. Each world reports its members
+// anew, and Failure.Epoch names the world: a member reported in one
+// world that the next one keeps (a cut that healed before the Shrink)
+// is reported again in it when it dies. It is closed by Close.
 func (n *Node) Failures() <-chan Failure { return n.failures }
 
 // Close announces that this rank leaves (its peers see ErrPeerLeft rather
@@ -560,6 +563,14 @@ func (n *Node) sleep(d time.Duration) bool {
 func (n *Node) install(w World) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if w.Epoch > n.world.Epoch {
+		// Each world reports each of its members once (Failures): a
+		// member reported in the world before and kept in this one (it
+		// came back once a cut healed, and a Shrink kept it) is
+		// reported again when it dies, or at once below if it is out
+		// of the view here. Kept reported, its crash went unreported.
+		clear(n.reported)
+	}
 	n.world = w
 	for e := range n.tables {
 		if e <= w.Epoch {

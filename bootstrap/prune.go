@@ -115,8 +115,9 @@ func (n *Node) tellStale(name string, w World) {
 
 // forgetLocked drops what this node keeps about processes that are not
 // members of its world, w, once installed (install has reported those
-// that are): reported, the causes of death (stopped, refused, taken,
-// lost), leaving, abandoned, and the probes not running. Each is read
+// that are): the causes of death (stopped, refused, taken, lost),
+// leaving, abandoned, and the probes not running. (reported holds only
+// members of w: install clears it for each new world.) Each is read
 // only for a member of the world: reportLocked, amendLocked,
 // runningLocked, heardDead, lostAwaited report or check a member of the
 // world (inWorld), and deathCauseLocked and leftErrLocked are the errors
@@ -136,7 +137,7 @@ func (n *Node) forgetLocked() {
 		_, in := n.inWorld[name]
 		return !in
 	}
-	for _, m := range []map[string]bool{n.reported, n.stopped, n.refused, n.taken, n.lost, n.leaving} {
+	for _, m := range []map[string]bool{n.stopped, n.refused, n.taken, n.lost, n.leaving} {
 		maps.DeleteFunc(m, func(name string, _ bool) bool { return out(name) })
 	}
 	maps.DeleteFunc(n.abandoned, func(name string, _ *AbandonError) bool { return out(name) })
