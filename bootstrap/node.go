@@ -655,7 +655,7 @@ func (n *Node) reportLocked(name string, left bool) {
 		Err: &OpError{Op: "gossip", Rank: n.world.Rank, Peer: r, Err: err}}
 	select {
 	case n.failures <- f:
-	default: // the buffer holds one per member: full only of amendments (amendLocked) a slow reader left
+	default: // the buffer holds one per member: full only of amendments (amendLocked), or of an earlier world's reports, a slow reader left
 	}
 }
 
