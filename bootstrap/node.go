@@ -567,8 +567,9 @@ func (n *Node) install(w World) {
 		// Each world reports each of its members once (Failures): a
 		// member reported in the world before and kept in this one (it
 		// came back once a cut healed, and a Shrink kept it) is
-		// reported again when it dies, or at once below if it is out
-		// of the view here. Kept reported, its crash went unreported.
+		// reported again when it dies, or, out of the view here, once
+		// its last call goes unanswered (below). Kept reported, its
+		// crash went unreported.
 		clear(n.reported)
 	}
 	n.world = w
