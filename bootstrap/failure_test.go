@@ -218,19 +218,7 @@ func TestRunningMemberNotDeclaredDead(t *testing.T) {
 // dropped from the view before the world formed is, once its last call
 // goes unanswered (lastcall.go).
 func TestUnseenMemberNotReportedAtInstall(t *testing.T) {
-	n, err := Start(testConfig("unseen", 0, 3), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	n.viewMu.Lock()
-	n.departed["r2"] = true // seen, then dropped by gossip
-	n.viewMu.Unlock()
-	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
-		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
-		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"}, // not seen yet
-		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
-	}}
+	n, w := nodeR2Departed(t, "unseen") // r1 not seen yet
 	n.install(w)
 	select {
 	case f := <-n.Failures():
@@ -429,24 +417,33 @@ func TestKeptMemberReportedAgain(t *testing.T) {
 	t.Logf("the kept member's crash reported to all in %v", time.Since(start).Round(time.Millisecond))
 }
 
-// A member reported in one world (gossip dropped it here) and kept in
-// the next (the coordinator's table holds it: others saw it alive), still
-// out of this node's view, is reported in the next at once: its last
-// call there goes unanswered as it did in the first.
-func TestKeptMemberOutOfViewReportedAtInstall(t *testing.T) {
-	n, err := Start(testConfig("kept-install", 0, 3), nil)
+// nodeR2Departed starts a node of job and returns it with a world of
+// epoch 1, not installed: the node (rank 0) and two members that run
+// nowhere, r1, never seen, and r2, which gossip saw and then dropped. The
+// node is closed when the test ends.
+func nodeR2Departed(t *testing.T, job string) (*Node, World) {
+	t.Helper()
+	n, err := Start(testConfig(job, 0, 3), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
+	t.Cleanup(func() { n.Close() })
 	n.viewMu.Lock()
-	n.departed["r2"] = true // seen, then dropped by gossip
+	n.departed["r2"] = true
 	n.viewMu.Unlock()
-	w := World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
+	return n, World{Rank: 0, Size: 3, Epoch: 1, Members: []Member{
 		{Rank: 0, Name: n.Name(), Addr: n.Addr()},
 		{Rank: 1, Name: "r1", Addr: "127.0.0.1:1"},
 		{Rank: 2, Name: "r2", Addr: "127.0.0.1:2"},
 	}}
+}
+
+// A member reported in one world (gossip dropped it here) and kept in
+// the next (the coordinator's table holds it: others saw it alive), still
+// out of this node's view, is reported in the next too, once its last
+// call there goes unanswered as it did in the first.
+func TestKeptMemberOutOfViewReportedAtInstall(t *testing.T) {
+	n, w := nodeR2Departed(t, "kept-install")
 	for ; w.Epoch <= 2; w.Epoch++ {
 		n.install(w)
 		select {
