@@ -448,3 +448,26 @@ func TestKeptMemberOutOfViewReportedAtInstall(t *testing.T) {
 		}
 	}
 }
+
+// The cause of death found for a member reported in one world (here, a
+// lost member) is not the cause of its report in the next world, which
+// kept it: that report names a death of its own.
+func TestKeptMemberCauseNotCarried(t *testing.T) {
+	n, w := nodeR2Departed(t, "kept-cause")
+	n.mu.Lock()
+	n.lost["r2"] = true
+	n.mu.Unlock()
+	for _, want := range []error{errLost, ErrPeerDead} {
+		n.install(w)
+		select {
+		case f := <-n.Failures():
+			var op *OpError
+			if f.Rank != 2 || f.Epoch != w.Epoch || !errors.As(f.Err, &op) || op.Err != want {
+				t.Fatalf("failure %+v (%v), want rank 2 in epoch %d: %v", f, f.Err, w.Epoch, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the member out of the view is not reported in epoch %d", w.Epoch)
+		}
+		w.Epoch++
+	}
+}

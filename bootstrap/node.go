@@ -100,7 +100,7 @@ type Node struct {
 	world    World
 	formed   bool
 	inWorld  map[string]int  // name → rank in world
-	reported map[string]bool // members reported on Failures in this world (install clears it)
+	reported map[string]bool // members reported on Failures in this world (install clears it, and their causes of death)
 	leaving  map[string]bool // members that announced they close
 	stopped  map[string]bool // members a witness saw stopped or gone (witness.go)
 	refused  map[string]bool // members whose gossip port refused a connection (evidence.go)
@@ -569,7 +569,15 @@ func (n *Node) install(w World) {
 		// came back once a cut healed, and a Shrink kept it) is
 		// reported again when it dies, or, out of the view here, once
 		// its last call goes unanswered (below). Kept reported, its
-		// crash went unreported.
+		// crash went unreported. The causes of death found for the
+		// reported members (a witness, a refused port, a lost member)
+		// belong to the first report, which the new world, keeping
+		// the member, overrode: kept, they would name its next death.
+		for name := range n.reported {
+			for _, m := range []map[string]bool{n.stopped, n.refused, n.taken, n.lost} {
+				delete(m, name)
+			}
+		}
 		clear(n.reported)
 	}
 	n.world = w
