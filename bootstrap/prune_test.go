@@ -280,39 +280,51 @@ func TestPruneDeparted(t *testing.T) {
 
 // TestForgetOutOfWorld: an install drops what a node keeps about
 // processes that are not members of the world (forgetLocked) and keeps
-// it for its members, and a probe that runs.
+// it for its members, and a probe that runs; but a member reported in
+// the world before (r5-kept, kept in the new one) loses the causes of
+// death of that report, which would name its next death.
 func TestForgetOutOfWorld(t *testing.T) {
 	n, err := Start(testConfig("forget", 0, 4), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	installNames(n, 1, n.Name(), "r1-in", "r2-out")
+	installNames(n, 1, n.Name(), "r1-in", "r2-out", "r5-kept")
 	n.mu.Lock()
-	for _, name := range []string{"r1-in", "r2-out", "r3-out"} {
-		for _, m := range []map[string]bool{n.reported, n.stopped, n.refused, n.taken, n.lost, n.leaving} {
+	for _, name := range []string{"r1-in", "r2-out", "r3-out", "r5-kept"} {
+		for _, m := range []map[string]bool{n.stopped, n.refused, n.taken, n.lost, n.leaving} {
 			m[name] = true
+		}
+		if name != "r1-in" {
+			n.reported[name] = true
 		}
 		n.abandoned[name] = &AbandonError{Cause: -1}
 		n.probes[name] = &probeState{}
 	}
 	n.probes["r4-probed"] = &probeState{busy: true}
 	n.mu.Unlock()
-	installNames(n, 2, n.Name(), "r1-in")
+	installNames(n, 2, n.Name(), "r1-in", "r5-kept")
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for what, names := range map[string][]string{
-		"reported": slices.Sorted(maps.Keys(n.reported)), "stopped": slices.Sorted(maps.Keys(n.stopped)),
-		"refused": slices.Sorted(maps.Keys(n.refused)), "taken": slices.Sorted(maps.Keys(n.taken)),
-		"lost": slices.Sorted(maps.Keys(n.lost)), "leaving": slices.Sorted(maps.Keys(n.leaving)),
-		"abandoned": slices.Sorted(maps.Keys(n.abandoned)),
+	members := []string{"r1-in", "r5-kept"}
+	for what, c := range map[string]struct {
+		got, want []string
+	}{
+		// Both are reported anew at the install: they abandoned the world.
+		"reported":  {slices.Sorted(maps.Keys(n.reported)), members},
+		"stopped":   {slices.Sorted(maps.Keys(n.stopped)), members[:1]},
+		"refused":   {slices.Sorted(maps.Keys(n.refused)), members[:1]},
+		"taken":     {slices.Sorted(maps.Keys(n.taken)), members[:1]},
+		"lost":      {slices.Sorted(maps.Keys(n.lost)), members[:1]},
+		"leaving":   {slices.Sorted(maps.Keys(n.leaving)), members},
+		"abandoned": {slices.Sorted(maps.Keys(n.abandoned)), members},
 	} {
-		if !slices.Equal(names, []string{"r1-in"}) {
-			t.Errorf("%s holds %v, want [r1-in]", what, names)
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s holds %v, want %v", what, c.got, c.want)
 		}
 	}
-	if probes := slices.Sorted(maps.Keys(n.probes)); !slices.Equal(probes, []string{"r1-in", "r4-probed"}) {
-		t.Errorf("probes of %v, want [r1-in r4-probed]", probes)
+	if probes := slices.Sorted(maps.Keys(n.probes)); !slices.Equal(probes, []string{"r1-in", "r4-probed", "r5-kept"}) {
+		t.Errorf("probes of %v, want [r1-in r4-probed r5-kept]", probes)
 	}
 }
 
