@@ -43,10 +43,21 @@ func TestMain(m *testing.M) {
 func need(t *testing.T, modules ...string) {
 	t.Helper()
 	for _, m := range modules {
-		if err := exec.Command(python, "-c", "import "+m).Run(); err != nil {
+		if err := importable(m); err != nil {
 			t.Skipf("%s cannot import %s (apt-get install python3-numpy python3-torch): %v", python, m, err)
 		}
 	}
+}
+
+// imports holds, by module, whether python can import it: each test asks,
+// and importing torch alone costs 1.5-2.5 s of CPU.
+var imports sync.Map // module → func() error
+
+func importable(module string) error {
+	f, _ := imports.LoadOrStore(module, sync.OnceValue(func() error {
+		return exec.Command(python, "-c", "import "+module).Run()
+	}))
+	return f.(func() error)()
 }
 
 // gorun runs `gorun -np n PROGRAM ARGS` from the repository root.
