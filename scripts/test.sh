@@ -46,10 +46,13 @@ stage "go test -race"
 # alone: python used to start after launcher and end 3 minutes after the
 # rest. Measured on 2 CPUs, quiet, 2026-12-03: 516 s with the defaults,
 # 381 s so (-p 3).
-go test -race -count=1 -timeout 15m -p $(($(nproc) + 1)) ./comm ./python ./launcher ./bootstrap \
+#
+# -vet=off: go test would vet each package again, with a subset of the
+# checks go vet ./... ran above over the same packages and tests.
+go test -race -count=1 -vet=off -timeout 15m -p $(($(nproc) + 1)) ./comm ./python ./launcher ./bootstrap \
   ./transport/rdma/shm ./collectives ./transport/rdma/tcp ./capi ./cmd/gorun \
   $(go list ./... | grep -v '/reliability$')
-go test -race -count=1 -timeout 15m ./reliability
+go test -race -count=1 -vet=off -timeout 15m ./reliability
 
 stage "verbs in a soft-RoCE VM"
 # Runs the conformance suite, rdma-core interop and comm over real verbs
