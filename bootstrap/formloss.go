@@ -89,6 +89,12 @@ func (n *Node) noteFormLossLocked(name string, rank int, err error) {
 	}
 }
 
+// causes are the sets of members with a cause of death found, which
+// deathCauseLocked reads.
+func (n *Node) causes() []map[string]bool {
+	return []map[string]bool{n.stopped, n.refused, n.taken, n.lost}
+}
+
 // deathCauseLocked is the error of a member found dead: what a witness,
 // a refused gossip port or a lost last call says, else ErrPeerDead.
 // reportLocked and the first world's losses use it. n.mu is held.

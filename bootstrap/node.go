@@ -574,7 +574,7 @@ func (n *Node) install(w World) {
 		// belong to the first report, which the new world, keeping
 		// the member, overrode: kept, they would name its next death.
 		for name := range n.reported {
-			for _, m := range []map[string]bool{n.stopped, n.refused, n.taken, n.lost} {
+			for _, m := range n.causes() {
 				delete(m, name)
 			}
 		}

@@ -137,7 +137,7 @@ func (n *Node) forgetLocked() {
 		_, in := n.inWorld[name]
 		return !in
 	}
-	for _, m := range []map[string]bool{n.stopped, n.refused, n.taken, n.lost, n.leaving} {
+	for _, m := range append(n.causes(), n.leaving) {
 		maps.DeleteFunc(m, func(name string, _ bool) bool { return out(name) })
 	}
 	maps.DeleteFunc(n.abandoned, func(name string, _ *AbandonError) bool { return out(name) })
