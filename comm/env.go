@@ -58,6 +58,13 @@ package comm
 //	                     collectives' TestCostPoints writes one): the selection
 //	                     table is derived from them instead of cost.go's; every
 //	                     rank must read the same (WithTuning)
+//	GORUN_PROBE_INTERVAL gossip failure detection's probe period, 50ms to 1m;
+//	                     default 250ms, times the ranks per CPU / 2 (at
+//	                     most 8) on a host the job's ranks oversubscribe
+//	                     (relaxProbes); a silent rank on another host is
+//	                     reported about 4 intervals after it stops answering
+//	                     (13 unconfirmed), so a longer one spares ranks
+//	                     starved of CPU by other work (WithProbeInterval)
 
 import (
 	"fmt"
@@ -98,6 +105,7 @@ type tunables struct {
 	Yield        int // 0 auto, 1 yield, -1 don't
 	Quorum       bool
 	Tuning       *collectives.Tuning
+	Probe        time.Duration // 0: the default
 }
 
 // Debug levels.
@@ -151,6 +159,13 @@ func readTunables(getenv func(string) string) (tunables, error) {
 			return t, envErr(jobenv.CostFile, s, err.Error())
 		}
 		t.Tuning = tu
+	}
+	if s := strings.TrimSpace(getenv(jobenv.Probe)); s != "" {
+		d, err := jobenv.ParseProbe(s)
+		if err != nil {
+			return t, err
+		}
+		t.Probe = d
 	}
 	if s := strings.ToLower(strings.TrimSpace(getenv(jobenv.Spin))); s != "" {
 		d, y, err := parseSpin(s)

@@ -94,6 +94,10 @@ func TestReadTunables(t *testing.T) {
 		{env: map[string]string{"GORUN_ALGO": "allreduce:chain"}, err: "allreduce has no algorithm"},
 		{env: map[string]string{"GORUN_ALGO": "allreduce:"}, err: "GORUN_ALGO"},
 		{env: map[string]string{"GORUN_ALGO": "frobnicate:ring"}, err: "unknown collective"},
+		{env: map[string]string{"GORUN_PROBE_INTERVAL": " 1s "}, want: tunables{Probe: time.Second}},
+		{env: map[string]string{"GORUN_PROBE_INTERVAL": "1"}, err: "GORUN_PROBE_INTERVAL"},    // seconds need a unit
+		{env: map[string]string{"GORUN_PROBE_INTERVAL": "10ms"}, err: "GORUN_PROBE_INTERVAL"}, // below 50ms
+		{env: map[string]string{"GORUN_PROBE_INTERVAL": "2m"}, err: "from 50ms to 1m "},
 	}
 	for _, tt := range tests {
 		got, err := readTunables(mapEnv(tt.env))

@@ -477,7 +477,12 @@ func bootstrapConfig(job jobEnv, getenv func(string) string, cfg *config) (boots
 	if len(bc.Token) == 0 {
 		bc.Token = []byte(job.Token)
 	}
-	relaxProbes(&bc, job)
+	if cfg.probe > 0 { // GORUN_PROBE_INTERVAL, WithProbeInterval: as given
+		bc.ProbeInterval = cfg.probe
+		bc.ProbeTimeout = cfg.probe * 3 / 5 // the default's 150 ms of 250
+	} else {
+		relaxProbes(&bc, job)
+	}
 	bc.Running = runningHere // a starved rank on this host is not dead (witness.go)
 	bc.Ended = endedHere     // and one whose process ended is, whoever holds its port
 	bc.Timeout = defaultFormTimeout

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gorun-hpc/gorun/collectives"
 	"github.com/gorun-hpc/gorun/internal/engine"
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 )
 
 // Option configures Init and NewLocal. A communicator made from another
@@ -60,6 +61,10 @@ type config struct {
 	spin    time.Duration
 	hasSpin bool
 	yield   int
+	// probe, if set, is gossip's probe period (GORUN_PROBE_INTERVAL,
+	// WithProbeInterval); 0: the default, relaxed on an oversubscribed
+	// host (relaxProbes).
+	probe time.Duration
 	// timeline: FILE, recorded to FILE.RANK (GORUN_TIMELINE, WithTimeline).
 	timeline string
 	// metricsAddr: serve Prometheus text there (GORUN_METRICS_ADDR);
@@ -98,6 +103,7 @@ func newConfig(opts ...Option) (*config, error) {
 	c.quorum = t.Quorum
 	c.tuning = t.Tuning
 	c.spin, c.hasSpin, c.yield = t.Spin, t.HasSpin, t.Yield
+	c.probe = t.Probe
 	oe := readObsEnv(osGetenv)
 	c.timeline, c.metricsAddr, c.localRank = oe.Timeline, oe.MetricsAddr, -1
 	for _, o := range opts {
@@ -202,6 +208,28 @@ func WithStaging(slots, slotBytes int) Option {
 			return fmt.Errorf("gorun: bad staging %d×%d", slots, slotBytes)
 		}
 		c.slots, c.slotBytes = slots, (slotBytes+4095)&^4095
+		return nil
+	}
+}
+
+// WithProbeInterval sets how often gossip probes each rank's liveness
+// (GORUN_PROBE_INTERVAL), from 50ms to 1m; a probe times out after 3/5 of
+// d. A rank on another host that stops answering is reported dead about
+// 4·d later (a probe, then 3·d of suspicion), 13·d at most while no second
+// rank confirms the suspicion; beyond 10 ranks the suspicion lasts log10
+// of the size times longer. The default is 250ms, times the ranks per CPU
+// / 2 (at most 8×) where the job's ranks oversubscribe their host. A
+// longer period spares ranks starved of CPU by work the launcher cannot
+// count (other jobs, namespace or container hosts of one machine) a false
+// death, at the cost of a later report of a frozen or cut-off rank; a
+// crashed rank is still reported at once, by its closed connections. Set
+// the same on every rank.
+func WithProbeInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d < jobenv.MinProbe || d > jobenv.MaxProbe {
+			return fmt.Errorf("gorun: probe interval %v: want 50ms to 1m", d)
+		}
+		c.probe = d
 		return nil
 	}
 }

@@ -37,6 +37,7 @@ const (
 	Spin         = "GORUN_SPIN"           // how long a waiting collective polls
 	Quorum       = "GORUN_QUORUM"         // majority: Shrink and Grow go on only with most of the last world (comm/quorum.go)
 	CostFile     = "GORUN_COST_FILE"      // the cost model's constants fitted on this machine (collectives.TuningFile)
+	Probe        = "GORUN_PROBE_INTERVAL" // gossip failure detection's probe period (ParseProbe)
 )
 
 // Observability: set by gorun's --timeline, --report and --metrics, or by
@@ -65,7 +66,7 @@ const (
 var ContractVars = []string{Rank, Size, LocalRank, LocalSize, Seeds, JobID, JobToken, Control, Bind, Elastic, MaxNP, Procs}
 
 // TunableVars pass from the launcher's environment to every rank.
-var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin, Quorum, CostFile}
+var TunableVars = []string{Timeout, Transport, Algo, Debug, SocketIfname, Fault, Checksum, ShmCMA, ShmFence, ShmMailbox, Spin, Quorum, CostFile, Probe}
 
 // IsContractVar reports whether name is one of ContractVars.
 func IsContractVar(name string) bool {

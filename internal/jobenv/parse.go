@@ -64,6 +64,25 @@ func OpTimeout(getenv func(string) string) (d time.Duration, set bool, err error
 	return d, err == nil, err
 }
 
+// Bounds of GORUN_PROBE_INTERVAL (ParseProbe): below MinProbe a probe's
+// timeout (3/5 of it) is shorter than a loaded host's scheduling delay;
+// above MaxProbe a frozen rank takes many minutes to be reported.
+const (
+	MinProbe = 50 * time.Millisecond
+	MaxProbe = time.Minute
+)
+
+// ParseProbe parses a GORUN_PROBE_INTERVAL value: a Go duration ("1s")
+// from MinProbe to MaxProbe (50ms to 1m).
+func ParseProbe(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	d, err := time.ParseDuration(s)
+	if err != nil || d < MinProbe || d > MaxProbe {
+		return 0, &Error{Probe, s, "want a duration from 50ms to 1m (e.g. 1s)"}
+	}
+	return d, nil
+}
+
 // ParseSeeds parses GORUN_SEEDS: comma-separated host:port addresses.
 func ParseSeeds(s string) ([]string, error) {
 	var out []string
