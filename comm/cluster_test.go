@@ -11,11 +11,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun-hpc/gorun/internal/jobenv"
 	"github.com/gorun-hpc/gorun/launcher"
 	"github.com/gorun-hpc/gorun/scripts/cluster"
 )
 
 const clusterChildEnv = "GORUN_CLUSTER_TEST_CHILD"
+
+// clusterProbes gives TestCluster's ranks a 1 s gossip probe period. The
+// namespace hosts share this machine's 2 CPUs, which each host's launcher
+// cannot see (relaxProbes counts 2–3 ranks of the host on 2 CPUs: no
+// relaxation), with up to three jobs of -race ranks at once and, in CI,
+// two more test binaries. With the default 250 ms a rank starved past its
+// 750 ms of suspicion was declared dead, "peer failed (unreachable)": in
+// the fresh-clone CI run at 277aa8c (2026-12-05) three jobs failed so, and
+// here nnodes-2x2 failed 2 of 3 runs beside 4 busy loops; with 1 s all
+// passed 8 of 8 beside 4 and 5 (and with GOMAXPROCS=2 instead of the
+// lowered 1, 0 of 4). The test is about the layouts, not failure
+// detection.
+var clusterProbes = jobenv.Probe + "=1s"
 
 // TestClusterChild is a rank of TestCluster: it joins the job gorun
 // started over ssh, reports its topology and checks every collective.
@@ -61,7 +75,7 @@ func TestClusterNodeLauncher(t *testing.T) {
 	defer cancel()
 	err := launcher.Run(ctx, launcher.Config{NP: 2, NNodes: 2, NodeRank: nodeRank, Seed: os.Getenv(clusterChildEnv + "_SEED"),
 		Program: exe, Args: []string{"-test.run=^TestClusterChild$", "-test.v"},
-		Export: []string{clusterChildEnv + "=1"}, UseSrun: "no"})
+		Export: []string{clusterChildEnv + "=1", clusterProbes}, UseSrun: "no"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +128,7 @@ func TestCluster(t *testing.T) {
 			defer cancel()
 			err := launcher.Run(ctx, launcher.Config{NP: np, Hosts: tc.hosts, Program: exe,
 				Args:   []string{"-test.run=^TestClusterChild$", "-test.v"},
-				Export: []string{clusterChildEnv + "=1"}, UseSrun: "no", Stdout: &out, Stderr: &errb})
+				Export: []string{clusterChildEnv + "=1", clusterProbes}, UseSrun: "no", Stdout: &out, Stderr: &errb})
 			if err != nil {
 				t.Fatalf("%v\n%s%s", err, out.String(), errb.String())
 			}
@@ -168,7 +182,7 @@ func TestCluster(t *testing.T) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "srun", "-N2", "-n4", "--ntasks-per-node=2", "--label", exe,
 			"-test.run=^TestClusterChild$", "-test.v")
-		cmd.Env = append(os.Environ(), "SLURM_CONF="+cl.SlurmConf, clusterChildEnv+"=1")
+		cmd.Env = append(os.Environ(), "SLURM_CONF="+cl.SlurmConf, clusterChildEnv+"=1", clusterProbes)
 		cmd.Dir = t.TempDir()
 		cmd.WaitDelay = time.Second
 		out, err := cmd.CombinedOutput()
